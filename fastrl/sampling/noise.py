@@ -1,0 +1,144 @@
+"""Counter-based noise: a pure function of (seed, position, vocab index, stream).
+
+Every random number fastrl uses while decoding comes from here, so a request's tokens depend only on its own
+seed and the absolute positions it samples at, never on the batch, the device or the order of calls.
+
+The hash works on 32-bit words held in int64 tensors. Every intermediate value stays below 2**63: words are
+< 2**32, the two multipliers are < 2**30 (so products are < 2**62), sums of two words are < 2**33, and right
+shifts only ever see non-negative values. Integer results are therefore bit-identical on CPU and CUDA.
+
+    row key:   two 32-bit lanes, each absorbing (stream, seed_lo, seed_hi, pos_lo, pos_hi) with its own salt
+    element:   h = mix(mix(lane_a ^ mix(index ^ SALT_INDEX)) + lane_b)
+    uniform:   u = ((h >> 8) + 0.5) / 2**24         in (0, 1), exact in float64
+    gumbel:    g = -log(-log(u))                    computed in float64, returned as float32
+
+Uniforms are returned as float64 because 24-bit uniforms of the form (x + 0.5) / 2**24 are not all
+representable in float32 (the largest would round to 1.0). The Gumbel values are computed in float64 and rounded
+once to float32, so a last-bit difference between CPU and CUDA ``log`` almost never reaches the float32 result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+MUL_A = 0x2C1B3C6D  # odd, < 2**30: x * MUL_A < 2**62 for any 32-bit x
+MUL_B = 0x297A2D39  # odd, < 2**30
+SHIFT_1, SHIFT_2, SHIFT_3 = 15, 12, 15
+SALT_LANE_A = 0x9E3779B9
+SALT_LANE_B = 0x85EBCA6B
+SALT_INDEX = 0xC2B2AE35
+UNIFORM_BITS = 24
+
+# Streams: independent noise families over the same (seed, position, index) space.
+SAMPLE_STREAM = 0  # the token sampler (policy and drafter)
+CLASSIC_ACCEPT_STREAM = 1  # classic verifier: accept/reject uniforms
+CLASSIC_RESAMPLE_STREAM = 2  # classic verifier: resampling from the residual or the bonus distribution
+MAX_STREAM = 2**32
+
+
+def mix32_int(x: int) -> int:
+    """The 32-bit bijective mixer on a Python int (used for per-call constants)."""
+    x &= MASK32
+    x ^= x >> SHIFT_1
+    x = (x * MUL_A) & MASK32
+    x ^= x >> SHIFT_2
+    x = (x * MUL_B) & MASK32
+    x ^= x >> SHIFT_3
+    return x
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    # [*] int64 in [0, 2**32) -> [*] int64 in [0, 2**32); bijective on 32-bit words
+    x = x ^ (x >> SHIFT_1)
+    x.mul_(MUL_A).bitwise_and_(MASK32)
+    x.bitwise_xor_(x >> SHIFT_2)
+    x.mul_(MUL_B).bitwise_and_(MASK32)
+    x.bitwise_xor_(x >> SHIFT_3)
+    return x
+
+
+def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # [N] int64, [N] int64 -> ([N], [N]) int64 32-bit lanes
+    words = (
+        seeds & MASK32,
+        (seeds >> 32) & MASK32,  # the mask makes this the high word whatever the shift does with a sign bit
+        positions & MASK32,
+        (positions >> 32) & MASK32,
+    )
+    lanes = []
+    for salt in (SALT_LANE_A, SALT_LANE_B):
+        lane = words[0] ^ mix32_int(salt ^ stream)
+        lane = _mix32(lane)
+        for word in words[1:]:
+            lane = _mix32(lane ^ word)
+        lanes.append(lane)
+    return lanes[0], lanes[1]
+
+
+def hash_bits(
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    vocab_size: int,
+    device: torch.device | str | None = None,
+    stream: int = 0,
+) -> torch.Tensor:
+    """32 random bits for every (row, vocab index): int64 values in [0, 2**32).
+
+    Args:
+        seeds: [N] int64 request seeds in [0, 2**63).
+        positions: [N] int64 absolute positions (index in the prompt + response sequence) being sampled.
+        vocab_size: number of columns V.
+        device: where to compute; defaults to ``seeds.device``.
+        stream: an independent noise family, an int in [0, 2**32) (see the ``*_STREAM`` constants).
+    """
+    # [N], [N] -> [N, V] int64
+    if seeds.dim() != 1 or positions.shape != seeds.shape:
+        raise ValueError(
+            f"seeds and positions must both be 1-D of equal length, got {seeds.shape} and {positions.shape}"
+        )
+    if not 0 <= stream < MAX_STREAM:
+        raise ValueError(f"stream must be an integer in [0, 2**32), got {stream}")
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    device = seeds.device if device is None else torch.device(device)
+    seeds = seeds.to(device=device, dtype=torch.int64)
+    positions = positions.to(device=device, dtype=torch.int64)
+    lane_a, lane_b = _row_lanes(seeds, positions, stream)
+    index_key = _mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX)
+    h = _mix32(lane_a[:, None] ^ index_key[None, :])
+    h.add_(lane_b[:, None]).bitwise_and_(MASK32)
+    return _mix32(h)
+
+
+def uniform_noise(
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    vocab_size: int,
+    device: torch.device | str | None = None,
+    stream: int = 0,
+) -> torch.Tensor:
+    """Uniforms in (0, 1) on a 2**-24 grid, ((h >> 8) + 0.5) / 2**24, as exact float64.
+
+    Same arguments as :func:`hash_bits`; the same (seed, position, index, stream) always gives the same value.
+    """
+    # [N], [N] -> [N, V] float64
+    bits = hash_bits(seeds, positions, vocab_size, device=device, stream=stream) >> (32 - UNIFORM_BITS)
+    return bits.to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+
+
+def gumbel_noise(
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    vocab_size: int,
+    device: torch.device | str | None = None,
+    stream: int = 0,
+) -> torch.Tensor:
+    """Standard Gumbel noise -log(-log(u)) from :func:`uniform_noise`, as float32.
+
+    ``argmax(log_probs + gumbel_noise(...))`` is an exact sample from ``softmax(log_probs)`` (up to the 2**-24
+    grid of u); the values are finite, between about -2.9 and 17.3.
+    """
+    # [N], [N] -> [N, V] float32
+    u = uniform_noise(seeds, positions, vocab_size, device=device, stream=stream)
+    return u.log_().neg_().log_().neg_().to(torch.float32)

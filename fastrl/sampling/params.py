@@ -1,0 +1,67 @@
+"""Per-request sampling parameters, validated on construction."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+MAX_SEED = 2**63  # seeds live in [0, 2**63): they fit a non-negative int64
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request is sampled.
+
+    Attributes:
+        max_new_tokens: response length limit, >= 1.
+        temperature: >= 0; 0 means greedy (plain argmax of the raw logits).
+        top_p: nucleus mass in (0, 1]; 1 disables it.
+        top_k: keep the k most likely tokens (ties at the k-th value kept); 0 disables it.
+        seed: request seed in [0, 2**63), or None to let the engine assign one.
+        stop_token_ids: extra token ids that end the request (a list is accepted and stored as a tuple).
+        ignore_eos: keep generating past the tokenizer's EOS token.
+
+    Invalid values raise ``ValueError`` naming the field and the rule it breaks.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not _is_real(self.temperature) or not self.temperature >= 0 or math.isinf(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {self.top_p!r}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < MAX_SEED):
+            raise ValueError(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
+        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
+            raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
+        stop = tuple(self.stop_token_ids)
+        if any(not _is_int(t) or t < 0 for t in stop):
+            raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop_token_ids", stop)
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when temperature == 0: the token is the argmax of the raw logits."""
+        return self.temperature == 0
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -1,0 +1,61 @@
+"""SamplingParams validation: each bad field raises a ValueError that names it."""
+
+import dataclasses
+
+import pytest
+
+from fastrl.sampling.params import SamplingParams
+
+
+def test_defaults_and_greedy():
+    params = SamplingParams()
+    assert params.max_new_tokens == 256 and params.temperature == 1.0 and params.top_p == 1.0
+    assert params.top_k == 0 and params.seed is None and params.stop_token_ids == () and not params.ignore_eos
+    assert not params.greedy
+    assert SamplingParams(temperature=0.0).greedy
+    assert SamplingParams(temperature=0).greedy
+
+
+def test_stop_token_ids_list_becomes_tuple_and_params_are_hashable():
+    params = SamplingParams(stop_token_ids=[3, 7])
+    assert params.stop_token_ids == (3, 7)
+    assert isinstance(params.stop_token_ids, tuple)
+    assert hash(params) == hash(SamplingParams(stop_token_ids=(3, 7)))
+
+
+def test_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SamplingParams().temperature = 0.5  # type: ignore[misc]
+
+
+def test_valid_edges_accepted():
+    SamplingParams(max_new_tokens=1, temperature=0.0, top_p=1.0, top_k=0, seed=0)
+    SamplingParams(top_p=1e-9, top_k=1, seed=2**63 - 1, stop_token_ids=(0,), ignore_eos=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_new_tokens", 0),
+        ("max_new_tokens", -3),
+        ("max_new_tokens", 2.5),
+        ("temperature", -0.1),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_p", -0.2),
+        ("top_k", -1),
+        ("top_k", 1.5),
+        ("seed", -1),
+        ("seed", 2**63),
+        ("seed", 1.0),
+        ("stop_token_ids", (1, -2)),
+        ("stop_token_ids", "12"),
+        ("stop_token_ids", 5),
+        ("ignore_eos", "yes"),
+    ],
+)
+def test_invalid_field_raises_naming_it(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
