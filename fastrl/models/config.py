@@ -1,0 +1,216 @@
+"""Model configuration for the Llama family (Llama, Qwen2, Qwen3), read from and written to HF config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3 ("llama3") RoPE frequency scaling, as in HF `rope_parameters` / `rope_scaling`."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        if self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(f"rope_scaling: need factor > 0 and high_freq_factor > low_freq_factor > 0, got {self}")
+        if self.original_max_position_embeddings <= 0:
+            raise ValueError(f"rope_scaling.original_max_position_embeddings must be > 0, got {self}")
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a Llama-family decoder.
+
+    `num_key_value_heads` defaults to `num_attention_heads`, `head_dim` to `hidden_size // num_attention_heads`,
+    `attention_bias` to True for qwen2 (q/k/v bias) and False otherwise (for llama/qwen3, True also gives o_proj a
+    bias, as in HF), `qk_norm` to True exactly for qwen3. After construction every field is resolved (no None left
+    except `rope_scaling`, `bos_token_id`, `eos_token_id`).
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    tie_word_embeddings: bool = False
+    attention_bias: bool | None = None
+    qk_norm: bool | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type {self.model_type!r} is not supported (expected one of {list(MODEL_TYPES)})")
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.num_key_value_heads <= 0 or self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads != 0:
+                raise ValueError(
+                    f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
+                    f"({self.num_attention_heads}); set head_dim explicitly"
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.head_dim <= 0 or self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be a positive even integer (RoPE rotates pairs), got {self.head_dim}")
+        if self.attention_bias is None:
+            self.attention_bias = self.model_type == "qwen2"
+        if self.qk_norm is None:
+            self.qk_norm = self.model_type == "qwen3"
+        if isinstance(self.rope_scaling, dict):
+            self.rope_scaling = _parse_rope(self.rope_scaling, self.max_position_embeddings)
+
+    @property
+    def o_proj_bias(self) -> bool:
+        """Whether o_proj has a bias (HF: llama/qwen3 `attention_bias`; qwen2 never)."""
+        return bool(self.attention_bias) and self.model_type != "qwen2"
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""
+        model_type = _family(d)
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
+        if d.get("mlp_bias", False):
+            raise ValueError("mlp_bias=True is not supported")
+        if d.get("use_sliding_window", False):
+            raise ValueError("use_sliding_window=True (sliding-window attention) is not supported")
+        if d.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError(f"partial_rotary_factor {d['partial_rotary_factor']!r} is not supported (only 1.0)")
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            if key not in d:
+                raise ValueError(f"config.json lacks required key {key!r}")
+        max_pos = int(d.get("max_position_embeddings", 4096))
+        rope = d.get("rope_scaling") or d.get("rope_parameters") or {}
+        if not isinstance(rope, dict) or any(isinstance(v, dict) for v in rope.values()):
+            raise ValueError(f"rope parameters {rope!r} are not supported (expected one flat dict)")
+        theta = d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta") or rope.get("rope_theta")
+        attention_bias = True if model_type == "qwen2" else bool(d.get("attention_bias", False))
+        return cls(
+            model_type=model_type,
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=int(d["hidden_size"]),
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=int(d["num_attention_heads"]),
+            num_key_value_heads=d.get("num_key_value_heads"),
+            head_dim=d.get("head_dim", 128 if model_type == "qwen3" else None),  # HF Qwen3Config defaults to 128
+            max_position_embeddings=max_pos,
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta) if theta else 10000.0,
+            rope_scaling=_parse_rope(rope, max_pos),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            attention_bias=attention_bias,
+            qk_norm=model_type == "qwen3",
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_id=d.get("eos_token_id"),
+        )
+
+    def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+        """An HF config.json dict (loads in transformers 4.x and 5.x); `dtype` is the stored weights' dtype."""
+        if self.qk_norm != (self.model_type == "qwen3"):
+            raise ValueError(f"qk_norm={self.qk_norm} cannot be expressed for HF model_type {self.model_type!r}")
+        if self.model_type == "qwen2" and not self.attention_bias:
+            raise ValueError("HF qwen2 always has q/k/v biases; attention_bias=False cannot be expressed")
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype {dtype} is not supported (expected one of {list(DTYPE_NAMES)})")
+        rope_parameters: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        rope_scaling = None
+        if self.rope_scaling is not None:
+            s = self.rope_scaling
+            rope_scaling = {
+                "rope_type": "llama3",
+                "factor": s.factor,
+                "low_freq_factor": s.low_freq_factor,
+                "high_freq_factor": s.high_freq_factor,
+                "original_max_position_embeddings": s.original_max_position_embeddings,
+            }
+            rope_parameters = {**rope_scaling, "rope_theta": self.rope_theta}
+        d: dict[str, Any] = {
+            "architectures": [MODEL_TYPES[self.model_type]],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": rope_scaling,
+            "rope_parameters": rope_parameters,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "torch_dtype": DTYPE_NAMES[dtype],
+            "dtype": DTYPE_NAMES[dtype],
+            "use_cache": True,
+        }
+        if self.model_type != "qwen2":
+            d["attention_bias"] = bool(self.attention_bias)
+        if self.model_type == "llama":
+            d["mlp_bias"] = False
+        else:
+            d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
+        return d
+
+
+def _family(d: dict[str, Any]) -> str:
+    """The model family named by `architectures` (first entry) or, lacking it, by `model_type`."""
+    archs = d.get("architectures") or []
+    if archs:
+        if archs[0] not in ARCHITECTURES:
+            raise ValueError(f"architecture {archs[0]!r} is not supported (expected one of {list(ARCHITECTURES)})")
+        return ARCHITECTURES[archs[0]]
+    model_type = d.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type {model_type!r} is not supported (expected one of {list(MODEL_TYPES)})")
+    return model_type
+
+
+def _parse_rope(rope: dict[str, Any], max_position_embeddings: int) -> RopeScaling | None:
+    """HF rope scaling dict -> RopeScaling (llama3) or None (default); other types raise ValueError."""
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type in (None, "default"):
+        return None
+    if rope_type != "llama3":
+        raise ValueError(f"rope_scaling type {rope_type!r} is not supported (only 'default' and 'llama3')")
+    try:
+        return RopeScaling(
+            factor=float(rope["factor"]),
+            low_freq_factor=float(rope["low_freq_factor"]),
+            high_freq_factor=float(rope["high_freq_factor"]),
+            original_max_position_embeddings=int(
+                rope.get("original_max_position_embeddings") or max_position_embeddings
+            ),
+        )
+    except KeyError as err:
+        raise ValueError(f"llama3 rope_scaling lacks key {err.args[0]!r}: {rope!r}") from None

@@ -1,0 +1,136 @@
+"""Building blocks of a Llama-family decoder layer, with HF parameter names (RMSNorm, MLP, attention, layer)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fastrl.models.config import ModelConfig
+from fastrl.models.kv_cache import KVCache, SlotRows
+from fastrl.models.masks import sdpa_mask
+from fastrl.models.rope import apply_rope
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned scale (HF LlamaRMSNorm numerics: fp32 statistics)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalises the last axis.  # [..., D] -> [..., D]"""
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """# [B,S,H] -> [B,S,H]"""
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE, optional q/k/v(/o) bias and optional per-head q/k RMSNorm (Qwen3).
+
+    With a cache, the new K/V are written at `cache_index` of the given slots first, then the first L entries of
+    those slots (L = attn_mask.shape[-1]) are the keys; without one, the keys are the new tokens.
+    """
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        h, kvh, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.layer_idx = layer_idx
+        self.head_dim = hd
+        self.enable_gqa = kvh != h
+        self.q_proj = nn.Linear(config.hidden_size, h * hd, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
+        self.o_proj = nn.Linear(h * hd, config.hidden_size, bias=config.o_proj_bias)
+        self.q_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        attn_mask: Tensor,
+        cache: KVCache | None = None,
+        slots: SlotRows | Tensor | None = None,
+        cache_index: Tensor | None = None,
+    ) -> Tensor:
+        """# x [B,S,H], cos/sin [B,S,1,hd], attn_mask [B,1,S,L] bool, slots [B], cache_index [B,S] -> [B,S,H]"""
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, -1, self.head_dim)
+        k = self.k_proj(x).view(b, s, -1, self.head_dim)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, cos, sin).transpose(1, 2)
+        k = apply_rope(k, cos, sin).transpose(1, 2)
+        if cache is not None:
+            cache.write(self.layer_idx, slots, cache_index, k, v)
+            k, v = cache.read(self.layer_idx, slots, attn_mask.shape[-1])
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.enable_gqa)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class DecoderLayer(nn.Module):
+    """One pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)).
+
+    `layer_idx` is the layer's index into the KVCache it is given (a standalone drafter layer with its own one-layer
+    cache uses 0). `input_norm=False` drops `input_layernorm` (EAGLE-1 drafters feed the fused features straight in).
+
+    To run one standalone (e.g. the EAGLE drafter), build the per-forward inputs the way `CausalLM.forward` does:
+    `cos, sin = RotaryEmbedding(config)(positions, dtype)` and `mask = attention_mask(positions, cache_index,
+    attn_mask, kv_len)` from fastrl.models.masks (with a cache: pass `cache_index`, defaulting to positions), and
+    `slots` as a [B] LongTensor or `cache.rows(slots)`.
+    """
+
+    def __init__(self, config: ModelConfig, layer_idx: int, input_norm: bool = True) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm: RMSNorm | None = RMSNorm(config.hidden_size, config.rms_norm_eps) if input_norm else None
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        cache: KVCache | None = None,
+        slots: SlotRows | Tensor | None = None,
+        cache_index: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+    ) -> Tensor:
+        """# hidden [B,S,H], cos/sin [B,S,1,hd], slots [B], cache_index [B,S], attn_mask [B,1,S,L] bool -> [B,S,H]
+
+        attn_mask (True = may attend) is either the prepared SDPA mask [B,1,S,L] that `masks.attention_mask` builds
+        once per forward, or a raw [B,S,L] mask (prepared here). It is required with a cache (its last axis is the
+        number of cache entries attended); None without a cache means causal over the new tokens in order.
+        """
+        if attn_mask is None:
+            if cache is not None:
+                raise ValueError("DecoderLayer: attn_mask is required when a cache is given")
+            s = hidden.shape[1]
+            attn_mask = torch.ones(s, s, dtype=torch.bool, device=hidden.device).tril()
+        elif attn_mask.dim() == 3:
+            attn_mask = sdpa_mask(attn_mask)
+        normed = hidden if self.input_layernorm is None else self.input_layernorm(hidden)
+        hidden = hidden + self.self_attn(normed, cos, sin, attn_mask, cache, slots, cache_index)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))

@@ -1,0 +1,144 @@
+"""HF checkpoint IO: sharded and low-precision loads, save_model round trips through transformers, bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from fastrl.models import ModelConfig, load_model, save_model
+
+TOL = 1e-4
+
+
+def logits_of(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        if hasattr(model, "rotary"):
+            return model(ids, torch.arange(ids.shape[1]).expand_as(ids)).logits
+        return model(ids).logits
+
+
+def test_sharded_checkpoint_loads(hf_checkpoint):
+    hf, path = hf_checkpoint("qwen2", max_shard_size="40KB")
+    assert (path / "model.safetensors.index.json").is_file() and len(list(path.glob("*.safetensors"))) > 2
+    ids = torch.randint(0, 97, (1, 9))
+    assert (logits_of(load_model(path), ids) - logits_of(hf, ids)).abs().max() <= TOL
+
+
+def test_bf16_checkpoint_is_cast_to_requested_dtype(hf_checkpoint):
+    hf, path = hf_checkpoint("llama_gqa")
+    hf.to(torch.bfloat16).save_pretrained(path)
+    model = load_model(path, dtype=torch.float32)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight, hf.model.layers[0].mlp.up_proj.weight.float())
+    low = load_model(path, dtype=torch.bfloat16)
+    ids = torch.randint(0, 97, (1, 7))
+    assert (logits_of(low, ids).float() - logits_of(hf, ids).float()).abs().max() <= 0.05
+
+
+def test_save_model_loads_in_transformers_and_back(hf_checkpoint, tmp_path, flavour):
+    _, path = hf_checkpoint(flavour)
+    model = load_model(path)
+    out = tmp_path / "saved"
+    save_model(model, out)
+    stored = load_file(out / "model.safetensors")
+    assert ("lm_head.weight" in stored) != model.config.tie_word_embeddings
+    ids = torch.randint(0, 97, (2, 8))
+    want = logits_of(model, ids)
+    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == json.loads((out / "config.json").read_text())["architectures"][0]
+    assert (logits_of(hf, ids) - want).abs().max() <= TOL
+    again = load_model(out)
+    assert again.config == model.config
+    assert torch.equal(logits_of(again, ids), want)
+
+
+def test_save_model_in_bf16(hf_checkpoint, tmp_path):
+    _, path = hf_checkpoint("llama_tied")
+    save_model(load_model(path), tmp_path / "bf16", dtype=torch.bfloat16)
+    assert all(t.dtype == torch.bfloat16 for t in load_file(tmp_path / "bf16" / "model.safetensors").values())
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    model = load_model(tmp_path / "bf16")
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def rewrite_weights(path, edit) -> None:
+    """Applies `edit(tensors)` to a single-file checkpoint in place."""
+    tensors = load_file(path / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_mismatched_missing_and_unexpected_tensors_listed_in_one_error(hf_checkpoint):
+    _, path = hf_checkpoint("llama_gqa")
+
+    def edit(t):
+        t["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
+        del t["model.norm.weight"]
+        t["model.layers.0.self_attn.extra"] = torch.zeros(1)
+
+    rewrite_weights(path, edit)
+    with pytest.raises(ValueError) as err:
+        load_model(path)
+    message = str(err.value)
+    assert "model.layers.0.mlp.up_proj.weight: checkpoint (3, 3) vs model (96, 64)" in message
+    assert "missing tensors ['model.norm.weight']" in message
+    assert "unexpected tensors ['model.layers.0.self_attn.extra']" in message
+
+
+def test_hf_rotary_buffers_and_tied_head_copies_are_ignored(hf_checkpoint):
+    hf, path = hf_checkpoint("llama_tied")
+
+    def edit(t):
+        t["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+        t["lm_head.weight"] = t["model.embed_tokens.weight"].clone()
+
+    rewrite_weights(path, edit)
+    ids = torch.randint(0, 97, (1, 5))
+    assert (logits_of(load_model(path), ids) - logits_of(hf, ids)).abs().max() <= TOL
+
+
+def test_bad_directories_raise(hf_checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_model(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model(tmp_path / "empty")
+    _, path = hf_checkpoint("qwen3")
+    (path / "model.safetensors").rename(path / "other.bin")
+    with pytest.raises(ValueError, match=f"{path} has no model.safetensors"):
+        load_model(path)
+    _, sharded = hf_checkpoint("qwen2", max_shard_size="40KB")
+    next(sharded.glob("model-*.safetensors")).unlink()
+    with pytest.raises(ValueError, match="names shards missing"):
+        load_model(sharded)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"architectures": ["MistralForCausalLM"]}, "MistralForCausalLM"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}, "'yarn'"),
+        ({"hidden_act": "gelu"}, "'gelu'"),
+    ],
+)
+def test_unsupported_configs_raise(hf_checkpoint, change, message):
+    _, path = hf_checkpoint("llama_gqa")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ValueError, match=message):
+        load_model(path)
+
+
+def test_random_model_saves_and_loads(tmp_path):
+    from fastrl.models import CausalLM
+
+    torch.manual_seed(0)
+    model = CausalLM(ModelConfig("llama", 64, 32, 48, 1, 2, eos_token_id=[1, 2])).eval()
+    save_model(model, tmp_path)
+    ids = torch.randint(0, 64, (1, 6))
+    assert torch.equal(logits_of(load_model(tmp_path), ids), logits_of(model, ids))
+    assert (logits_of(AutoModelForCausalLM.from_pretrained(tmp_path), ids) - logits_of(model, ids)).abs().max() <= TOL

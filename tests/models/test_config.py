@@ -1,0 +1,99 @@
+"""ModelConfig <-> HF config.json, in both the transformers 4.x and 5.x rope formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoConfig
+
+from fastrl.models import ModelConfig, RopeScaling
+
+LLAMA31_V4 = {  # Llama-3.1 config.json as written by transformers 4.x (shrunk)
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "tie_word_embeddings": False,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+}
+
+
+def test_reads_transformers_v4_llama31_config():
+    config = ModelConfig.from_hf_dict(LLAMA31_V4)
+    assert config.model_type == "llama" and config.head_dim == 16 and config.num_key_value_heads == 2
+    assert config.rope_theta == 500000.0
+    assert config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
+    assert config.eos_token_id == [128001, 128008, 128009]
+    assert config.attention_bias is False and config.qk_norm is False
+
+
+def test_reads_transformers_v5_rope_parameters():
+    d = {k: v for k, v in LLAMA31_V4.items() if k not in ("rope_theta", "rope_scaling")}
+    d["rope_parameters"] = {**LLAMA31_V4["rope_scaling"], "rope_theta": 500000.0}
+    assert ModelConfig.from_hf_dict(d) == ModelConfig.from_hf_dict(LLAMA31_V4)
+    d["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    plain = ModelConfig.from_hf_dict(d)
+    assert plain.rope_scaling is None and plain.rope_theta == 1e6
+
+
+def test_family_defaults():
+    base = dict(vocab_size=10, hidden_size=32, intermediate_size=8, num_hidden_layers=1, num_attention_heads=4)
+    qwen2 = ModelConfig.from_hf_dict({**base, "model_type": "qwen2"})
+    qwen3 = ModelConfig.from_hf_dict({**base, "architectures": ["Qwen3ForCausalLM"], "head_dim": 16})
+    assert qwen2.attention_bias and not qwen2.qk_norm and not qwen2.o_proj_bias and qwen2.num_key_value_heads == 4
+    assert qwen3.qk_norm and not qwen3.attention_bias and qwen3.head_dim == 16
+    assert ModelConfig.from_hf_dict({**base, "model_type": "qwen3"}).head_dim == 128  # as HF Qwen3Config
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3"])
+def test_to_hf_dict_loads_in_autoconfig(tmp_path, model_type):
+    scaling = RopeScaling(8.0, 1.0, 4.0, 64) if model_type == "llama" else None
+    config = ModelConfig(model_type, 100, 64, 96, 2, 4, 2, head_dim=32, rope_theta=1e6, rope_scaling=scaling)
+    (tmp_path / "config.json").write_text(json.dumps(config.to_hf_dict(dtype=torch.bfloat16)))
+    hf = AutoConfig.from_pretrained(tmp_path)
+    assert hf.model_type == model_type and hf.head_dim == 32 and hf.num_key_value_heads == 2
+    assert hf.rope_parameters["rope_theta"] == 1e6 and hf.dtype == torch.bfloat16
+    assert hf.rope_parameters["rope_type"] == ("llama3" if scaling else "default")
+    assert ModelConfig.from_hf_dict(json.loads((tmp_path / "config.json").read_text())) == config
+
+
+@pytest.mark.parametrize(
+    ("d", "message"),
+    [
+        ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported"),
+        ({"architectures": [], "model_type": "gemma"}, "model_type 'gemma' is not supported"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling type 'linear' is not supported"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 2.0}}, "lacks key 'low_freq_factor'"),
+        ({"use_sliding_window": True}, "sliding"),
+        ({"num_key_value_heads": 3}, "multiple of num_key_value_heads"),
+    ],
+)
+def test_bad_configs_raise(d, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_hf_dict({**LLAMA31_V4, **d})
+
+
+def test_inexpressible_configs_refuse_export():
+    with pytest.raises(ValueError, match="qk_norm"):
+        ModelConfig("llama", 10, 32, 8, 1, 4, qk_norm=True).to_hf_dict()
+    with pytest.raises(ValueError, match="model_type 'mistral'"):
+        ModelConfig("mistral", 10, 32, 8, 1, 4)
