@@ -1,0 +1,38 @@
+"""Engine configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EngineConfig:
+    """How the engine runs.
+
+    max_batch_size: KV-cache slots, i.e. the most requests decoded at once (continuous batching admits more as
+        slots free up).
+    max_model_len: context length (prompt + response); None takes the model's max_position_embeddings.
+    seed: seeds requests that bring none (request i of the engine gets a seed drawn from this one).
+    """
+
+    max_batch_size: int = 64
+    max_model_len: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"engine.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"engine.max_model_len must be >= 2, got {self.max_model_len}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"engine.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]

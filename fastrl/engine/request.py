@@ -1,0 +1,119 @@
+"""Requests as the engine sees them: the caller's input, the running state, and the output handed back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from fastrl.sampling.params import SamplingParams
+
+
+class FinishReason(str, Enum):
+    """Why a request stopped generating."""
+
+    STOP = "stop"  # EOS or one of the request's stop token ids
+    LENGTH = "length"  # max_new_tokens reached
+    CONTEXT = "context"  # the model's context length reached
+    ERROR = "error"  # the request was invalid; see RequestOutput.error
+
+
+@dataclass
+class Timings:
+    """Wall-clock marks of one request, in seconds since the epoch (time.perf_counter based)."""
+
+    arrival: float = 0.0
+    first_token: float | None = None
+    finished: float | None = None
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.finished is None else self.finished - self.arrival
+
+
+@dataclass
+class Request:
+    """One request's state inside the engine. Positions are absolute: token i of prompt+output sits at position i."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    seed: int
+    want_hidden_states: bool = False
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)
+    hidden_states: list[torch.Tensor] = field(default_factory=list)
+    # Entries the drafter has not read yet: token x_p with the policy hidden state f_{p-1} (chunks of [k,H]).
+    pending_tokens: list[int] = field(default_factory=list)
+    pending_features: list[torch.Tensor] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    timings: Timings = field(default_factory=Timings)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def last_token(self) -> int:
+        return self.output_ids[-1] if self.output_ids else self.prompt_ids[-1]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def to_output(self, new_token_ids: list[int] | None = None) -> RequestOutput:
+        """Snapshot of this request for the caller."""
+        hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states else None
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt_ids=list(self.prompt_ids),
+            token_ids=list(self.output_ids),
+            logprobs=list(self.logprobs),
+            finish_reason=self.finish_reason,
+            error=self.error,
+            seed=self.seed,
+            accept_lengths=list(self.accept_lengths),
+            new_token_ids=list(new_token_ids or []),
+            hidden_states=hidden,
+            timings=Timings(self.timings.arrival, self.timings.first_token, self.timings.finished),
+        )
+
+
+@dataclass
+class RequestOutput:
+    """What the engine returns for a request.
+
+    `hidden_states` (only when asked for) holds, for each generated token i, the policy's last hidden state at the
+    position that produced it (absolute position len(prompt) - 1 + i): shape [len(token_ids), hidden_size].
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason | None
+    error: str | None
+    seed: int
+    accept_lengths: list[int]
+    new_token_ids: list[int]
+    hidden_states: torch.Tensor | None
+    timings: Timings
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+def now() -> float:
+    """The engine's clock."""
+    return time.perf_counter()

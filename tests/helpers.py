@@ -1,0 +1,53 @@
+"""Small random HF checkpoints for tests (built in code, never downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+TINY_FAMILIES = ("llama", "llama_tied", "qwen2", "qwen3")
+
+
+def make_hf_model(family: str, seed: int = 0, vocab_size: int = 97, max_positions: int = 256):
+    """A tiny random-initialised transformers model of `family` (llama, llama_tied, qwen2, qwen3)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-6,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if family in ("llama", "llama_tied"):
+        config = transformers.LlamaConfig(tie_word_embeddings=family == "llama_tied", rope_theta=10000.0, **common)
+        model = transformers.LlamaForCausalLM(config)
+    elif family == "qwen2":
+        config = transformers.Qwen2Config(tie_word_embeddings=False, rope_theta=1e6, **common)
+        model = transformers.Qwen2ForCausalLM(config)
+    elif family == "qwen3":
+        config = transformers.Qwen3Config(tie_word_embeddings=True, head_dim=16, rope_theta=1e6, **common)
+        model = transformers.Qwen3ForCausalLM(config)
+    else:
+        raise ValueError(family)
+    # Larger-than-default weights make logits spread out, so greedy choices are far from ties.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.08)
+    return model.eval()
+
+
+def save_hf_model(family: str, path: Path, seed: int = 0) -> Path:
+    """Save a tiny random model of `family` to `path` as an HF checkpoint directory."""
+    model = make_hf_model(family, seed)
+    model.save_pretrained(path)
+    return path
