@@ -1,0 +1,113 @@
+"""Running the drafter for one round: catch up on the tokens the policy emitted, then grow an EAGLE-2 tree.
+
+Drafter cache layout per row (n = position of the root, the last emitted token): entries 1..n hold the drafter's
+prefix (entry p read token x_p and feature f_{p-1}); the tree expansions of a round are written at a shared area
+[base + 1, base + 1 + T) with base = max(n) over the batch, which lies past every row's prefix and is overwritten
+by later rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fastrl.models.decoder import CausalLM
+from fastrl.models.kv_cache import KVCache
+from fastrl.sampling.sampler import SamplingBatch
+from fastrl.spec.draft_tree import Candidates, DraftTree, finalize_tree, gumbel_topk
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.spec.runtime import StrategyRuntime
+
+
+@dataclass
+class DrafterInput:
+    """Entries each row's drafter has not seen yet, left-aligned: the last one is the root (x_n, f_{n-1}).
+
+    tokens: [B,K] long; features: [B,K,H]; counts: [B] long (>= 1), valid entries per row
+    """
+
+    tokens: Tensor
+    features: Tensor
+    counts: Tensor
+
+
+def catch_up(
+    drafter: EagleDrafter,
+    policy: CausalLM,
+    dcache: KVCache,
+    slots: Tensor,
+    lengths: Tensor,
+    base: int,
+    new: DrafterInput,
+) -> Tensor:
+    """Feed the pending entries of every row; returns the drafter's output at each root.  # -> [B,H]
+
+    Row b's entries sit at positions lengths[b] - counts[b] + 1 .. lengths[b]; padding goes to entry base + 1.
+    """
+    b, k = new.tokens.shape
+    cols = torch.arange(k, device=lengths.device)
+    valid = cols.unsqueeze(0) < new.counts.unsqueeze(1)
+    positions = (lengths - new.counts + 1).unsqueeze(1) + cols.unsqueeze(0)
+    index = torch.where(valid, positions, base + 1)
+    keys = torch.arange(base + 2, device=lengths.device)
+    mask = (keys >= 1) & (keys <= index.unsqueeze(-1))
+    out = drafter(policy, new.tokens, new.features, positions.clamp(min=0), dcache, slots, index, mask)
+    return out[torch.arange(b, device=lengths.device), new.counts - 1]
+
+
+def grow_tree(
+    drafter: EagleDrafter,
+    policy: CausalLM,
+    dcache: KVCache,
+    slots: Tensor,
+    lengths: Tensor,
+    base: int,
+    root_tokens: Tensor,
+    root_feature: Tensor,
+    sampling: SamplingBatch,
+    runtime: StrategyRuntime,
+) -> DraftTree:
+    """EAGLE-2 expansion: `steps` levels, `topk` best frontier nodes expanded per level, best N kept.
+
+    # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = num_draft_tokens
+    """
+    strategy = runtime.strategy
+    k = strategy.topk
+    b = lengths.shape[0]
+    dev = lengths.device
+    cands = Candidates()
+    tokens, scores = gumbel_topk(policy.logits(root_feature), sampling, lengths + 1, k)
+    ids = cands.add_level(tokens, torch.full_like(tokens, -1), scores, depth=1)
+    frontier_ids = ids.expand(b, k)
+    features = root_feature.unsqueeze(1).expand(b, k, -1)
+    area = runtime.tree_area
+    ancestors = torch.zeros(b, k, area, dtype=torch.bool, device=dev)
+    prefix = torch.arange(base + 1, device=dev)
+    prefix_mask = ((prefix >= 1) & (prefix <= lengths.unsqueeze(1))).unsqueeze(1).expand(b, k, -1)
+    rows_k = torch.arange(b, device=dev).repeat_interleave(k)
+    sampling_k = sampling.index(rows_k)
+    for depth in range(2, strategy.steps + 1):
+        level = depth - 2
+        own = runtime.self_bits[level].unsqueeze(0)  # [1,k,T]
+        mask = torch.cat([prefix_mask, ancestors | own], dim=-1)
+        positions = (lengths + depth - 1).unsqueeze(1).expand(b, k)
+        index = (base + 1 + level * k + torch.arange(k, device=dev)).expand(b, k)
+        out = drafter(policy, tokens, features, positions, dcache, slots, index, mask)  # [B,k,H]
+        child_pos = (lengths + depth).repeat_interleave(k)
+        child_tokens, child_scores = gumbel_topk(policy.logits(out).reshape(b * k, -1), sampling_k, child_pos, k)
+        child_tokens = child_tokens.view(b, k * k)
+        child_scores = (scores.unsqueeze(-1) + child_scores.view(b, k, k)).view(b, k * k)
+        child_parents = frontier_ids.repeat_interleave(k, dim=1)
+        ids = cands.add_level(child_tokens, child_parents, child_scores, depth)
+        if depth == strategy.steps:
+            break
+        best = torch.topk(child_scores, k, dim=1).indices  # [B,k] into this level
+        parent_col = best // k
+        tokens = child_tokens.gather(1, best)
+        scores = child_scores.gather(1, best)
+        frontier_ids = ids[best]
+        features = out.gather(1, parent_col.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
+        ancestors = (ancestors | own.expand(b, -1, -1)).gather(1, parent_col.unsqueeze(-1).expand(-1, -1, area))
+    return finalize_tree(root_tokens, cands, strategy.num_draft_tokens, runtime.max_depth)

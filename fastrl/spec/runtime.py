@@ -1,0 +1,53 @@
+"""Per-strategy runtime state, built once at engine start so that switching strategy between rounds is a lookup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fastrl.spec.strategy import Strategy
+
+
+@dataclass
+class StrategyRuntime:
+    """Index templates one strategy's rounds reuse.
+
+    node_range:  [N] 0..N-1 (tree node slots, cache offsets of the verified tree)
+    level_range: [D+1] 0..D, D = the deepest level a tree of N nodes can reach
+    self_bits:   [steps-1, topk, T] bool, the drafter tree-area entry of frontier node j expanded at level d + 2
+                 (T = (steps-1) * topk entries)
+    """
+
+    strategy: Strategy
+    max_depth: int
+    node_range: Tensor
+    level_range: Tensor
+    self_bits: Tensor
+
+    @property
+    def tree_area(self) -> int:
+        """Drafter cache entries one round's expansions use beyond the prefix."""
+        return self.self_bits.shape[-1]
+
+    @classmethod
+    def build(cls, strategy: Strategy, device: torch.device) -> StrategyRuntime:
+        if strategy.is_disabled:
+            raise ValueError("plain decoding needs no speculative runtime state")
+        s, k, n = strategy.steps, strategy.topk, strategy.num_draft_tokens
+        depth = min(s, n - 1)
+        area = (s - 1) * k
+        bits = torch.eye(max(area, 1), dtype=torch.bool, device=device)[:area].view(s - 1, k, area)
+        return cls(
+            strategy=strategy,
+            max_depth=depth,
+            node_range=torch.arange(n, device=device),
+            level_range=torch.arange(depth + 1, device=device),
+            self_bits=bits,
+        )
+
+
+def build_runtimes(strategies: list[Strategy], device: torch.device) -> dict[Strategy, StrategyRuntime]:
+    """Runtime state for every speculative strategy of a policy's space."""
+    return {s: StrategyRuntime.build(s, device) for s in strategies if not s.is_disabled}
