@@ -232,12 +232,12 @@ class Engine:
         emitted = []
         for row, request in enumerate(requests):
             count = accepted[row] + 1
-            request.accept_lengths.append(count)
             n = 0
             for j in range(count):
                 n += 1
                 if self._emit(request, token_rows[row][j], logprob_rows[row][j], hidden[row, j], progressed):
                     break
+            request.accept_lengths.append(n)
             if self.drafter is not None and not request.finished:
                 queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
             emitted.append(n)

@@ -1,0 +1,38 @@
+"""Timing helpers for benchmarks: medians over repeats, with device synchronisation."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Timing:
+    """Median and all repeats of one measured callable, in seconds."""
+
+    median_s: float
+    runs_s: list[float]
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for queued device work so wall-clock timings are honest."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_median(fn: Callable[[], object], repeats: int, device: str = "cpu", warmup: int = 1) -> Timing:
+    """Run `fn` `warmup` times untimed, then `repeats` times timed; the median wall time."""
+    for _ in range(warmup):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        runs.append(time.perf_counter() - start)
+    return Timing(statistics.median(runs), runs)

@@ -1,0 +1,68 @@
+"""The `fastrl` command line: `fastrl <command> key=value ...` with Hydra overrides."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+USAGE = """usage: fastrl <command> [key=value ...]
+
+commands:
+  generate   complete prompts from a JSONL file     fastrl generate prompts=in.jsonl output=out.jsonl
+  bench      plain decoding vs HF generate          fastrl bench output=bench.json
+  train-drafter  fit an EAGLE drafter offline       fastrl train-drafter output=runs/drafter
+
+Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
+"""
+
+
+def _generate(overrides: list[str]) -> None:
+    from fastrl.commands.generate import run_generate
+    from fastrl.commands.generate_config import GenerateConfig
+    from fastrl.config_compose import compose_config
+
+    run_generate(compose_config("generate", GenerateConfig, overrides))
+
+
+def _bench(overrides: list[str]) -> None:
+    from fastrl.commands.bench import run_bench
+    from fastrl.commands.bench_config import BenchConfig
+    from fastrl.config_compose import compose_config
+
+    run_bench(compose_config("bench", BenchConfig, overrides))
+
+
+def _train_drafter(overrides: list[str]) -> None:
+    from fastrl.commands.train_drafter import run_train_drafter
+    from fastrl.commands.train_drafter_config import TrainDrafterConfig
+    from fastrl.config_compose import compose_config
+
+    run_train_drafter(compose_config("train_drafter", TrainDrafterConfig, overrides))
+
+
+def commands() -> dict[str, Callable[[list[str]], None]]:
+    """The subcommands by name."""
+    return {"generate": _generate, "bench": _bench, "train-drafter": _train_drafter}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 for bad input, with one line naming the problem)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    table = commands()
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    name, overrides = argv[0], argv[1:]
+    if name not in table:
+        print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        table[name](overrides)
+    except ValueError as exc:
+        print(f"fastrl {name}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

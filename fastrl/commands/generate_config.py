@@ -1,0 +1,34 @@
+"""Structured config of `fastrl generate`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class GenerateConfig:
+    """Keys of `fastrl generate` (see conf/generate.yaml)."""
+
+    prompts: str
+    output: str
+    model: str = ""
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    batch_size: int = 16
+    device: str = "cpu"
+    dtype: str = "float32"
+    progress: bool = True
+    strategy: str = "disable"
+    drafter: str = ""
+    stats_output: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise ValueError("generate.prompts: give an input JSONL file, e.g. prompts=in.jsonl")
+        if not self.output:
+            raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
+        if self.batch_size < 1:
+            raise ValueError(f"generate.batch_size must be >= 1, got {self.batch_size}")

@@ -1,0 +1,43 @@
+"""`fastrl train-drafter`: offline EAGLE drafter training for a policy checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
+from fastrl.models.checkpoint import load_model
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.spec.drafter_checkpoint import save_drafter
+
+
+def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
+    """Train, save the drafter to cfg.output with metrics.json beside it; returns the report."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model_dir = Path(cfg.model or bundled_model_dir())
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer is None:
+        raise ValueError(f"train-drafter draws task prompts and needs a tokenizer in {model_dir}")
+    policy = load_model(model_dir)
+    torch.manual_seed(cfg.seed)
+    drafter = EagleDrafter(policy.config)
+    report = train_offline(policy, drafter, tokenizer, cfg)
+    save_drafter(drafter, cfg.output, policy_name=model_dir.name, version=1)
+    metrics = {
+        "policy": model_dir.name,
+        "train_sequences": report.train_sequences,
+        "train_tokens": report.train_tokens,
+        "epochs": [dataclasses.asdict(m) for m in report.epochs],
+        "accept_lengths": [dataclasses.asdict(a) for a in report.accept_lengths],
+        "config": dataclasses.asdict(cfg),
+    }
+    (Path(cfg.output) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(f"drafter saved to {cfg.output}")
+    return report

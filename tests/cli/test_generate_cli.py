@@ -1,0 +1,133 @@
+"""`fastrl generate` end to end through Hydra composition, on a local checkpoint directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastrl.cli import main
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.spec.drafter_checkpoint import save_drafter
+from tests.helpers import make_hf_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    make_hf_model("llama").save_pretrained(path)
+    return path
+
+
+def _write(path, lines):
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _read(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_generate_ids_without_tokenizer(model_dir, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6, 7]}, {"prompt_ids": [8, 9], "seed": 3}, {"prompt_ids": []}])
+    out = tmp_path / "out.jsonl"
+    args = [
+        f"model={model_dir}",
+        f"prompts={prompts}",
+        f"output={out}",
+        "max_new_tokens=6",
+        "temperature=0.7",
+        "top_p=0.9",
+        "top_k=20",
+        "seed=11",
+        "batch_size=2",
+        "progress=false",
+    ]
+    assert main(["generate", *args]) == 0
+    rows = _read(out)
+    assert len(rows) == 3
+    assert rows[0]["prompt_ids"] == [5, 6, 7] and rows[0]["seed"] == 11 and rows[1]["seed"] == 3
+    assert all(len(r["token_ids"]) == len(r["logprobs"]) for r in rows)
+    assert rows[0]["finish_reason"] in ("stop", "length")
+    assert rows[2]["finish_reason"] == "error" and "empty prompt" in rows[2]["error"]
+    assert "text" not in rows[0]
+    # batch_size does not change outputs
+    out1 = tmp_path / "out1.jsonl"
+    assert (
+        main(
+            [
+                "generate",
+                *[a for a in args if not a.startswith(("batch_size", "output"))],
+                "batch_size=1",
+                f"output={out1}",
+            ]
+        )
+        == 0
+    )
+    assert [r["token_ids"] for r in _read(out1)] == [r["token_ids"] for r in rows]
+
+
+def test_generate_speculative_equals_plain(model_dir, tmp_path):
+    torch.manual_seed(0)
+    drafter_dir = tmp_path / "drafter"
+    from fastrl.models.checkpoint import load_model
+
+    save_drafter(EagleDrafter(load_model(model_dir).config), drafter_dir, policy_name="tiny")
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5 + i, 6, 7]} for i in range(5)])
+    common = [f"model={model_dir}", f"prompts={prompts}", "max_new_tokens=12", "progress=false"]
+    assert main(["generate", *common, f"output={tmp_path / 'plain.jsonl'}"]) == 0
+    stats = tmp_path / "stats.json"
+    assert (
+        main(
+            [
+                "generate",
+                *common,
+                f"output={tmp_path / 'spec.jsonl'}",
+                "strategy=3_2_6",
+                f"drafter={drafter_dir}",
+                f"stats_output={stats}",
+            ]
+        )
+        == 0
+    )
+    plain, spec = _read(tmp_path / "plain.jsonl"), _read(tmp_path / "spec.jsonl")
+    assert [r["token_ids"] for r in plain] == [r["token_ids"] for r in spec]
+    assert all(sum(r["accept_lengths"]) == len(r["token_ids"]) - 1 for r in spec)
+    summary = json.loads(stats.read_text())
+    assert summary["rounds"] > 0 and summary["strategies"][0]["strategy"] == "3_2_6"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["prompts=missing.jsonl", "output=o.jsonl"], "prompts file not found"),
+        (["output=o.jsonl"], "prompts"),
+        (["prompts=in.jsonl", "output=o.jsonl", "no_such_key=1"], "no_such_key"),
+        (["prompts=in.jsonl", "output=o.jsonl", "batch_size=0"], "batch_size"),
+        (["prompts=in.jsonl", "output=o.jsonl", "strategy=8_4"], "8_4"),
+        (["prompts=in.jsonl", "output=o.jsonl", "temperature=-1"], "temperature"),
+    ],
+)
+def test_generate_bad_input_is_one_clear_error(model_dir, tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "in.jsonl", [{"prompt_ids": [5, 6]}])
+    assert main(["generate", f"model={model_dir}", "progress=false", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_malformed_prompt_line_names_the_line(model_dir, tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt_ids": [5]}\n{"prompt": 3}\n')
+    assert main(["generate", f"model={model_dir}", f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}"]) == 2
+    assert f"{prompts}:2" in capsys.readouterr().err
+
+
+def test_text_prompt_without_tokenizer_is_an_error(model_dir, tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt": "sum 1 2 ="}])
+    assert main(["generate", f"model={model_dir}", f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}"]) == 2
+    assert "tokenizer" in capsys.readouterr().err
