@@ -1,0 +1,142 @@
+"""Trains an EAGLE drafter on FeatureSequences against a frozen policy (offline, or in co-training time slices)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+
+from fastrl.cotrain.eagle_loss import eagle_loss
+from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
+from fastrl.models.decoder import CausalLM
+from fastrl.spec.drafter import EagleDrafter
+
+
+@dataclass
+class DrafterTrainerConfig:
+    """Optimisation settings of the drafter."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    total_steps: int = 0  # 0 = constant learning rate after warm-up; else cosine decay to 10% at total_steps
+    grad_clip: float = 1.0
+    max_tokens_per_batch: int = 8192
+    feature_noise: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"drafter_trainer.lr must be > 0, got {self.lr}")
+        if self.max_tokens_per_batch < 1:
+            raise ValueError(f"drafter_trainer.max_tokens_per_batch must be >= 1, got {self.max_tokens_per_batch}")
+        if self.warmup_steps < 0 or self.total_steps < 0:
+            raise ValueError("drafter_trainer.warmup_steps and total_steps must be >= 0")
+
+
+@dataclass
+class DrafterMetrics:
+    """Averages over the entries of one step or evaluation."""
+
+    loss: float
+    feature_loss: float
+    token_loss: float
+    top1: float
+    tokens: int
+
+
+def make_batches(
+    seqs: list[FeatureSequence], max_tokens: int, rng: random.Random | None = None
+) -> list[list[FeatureSequence]]:
+    """Group sequences of similar length so each padded batch holds at most `max_tokens` entries (one sequence
+    always fits); shuffled batch order when `rng` is given."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i].tokens.shape[0])
+    batches: list[list[FeatureSequence]] = []
+    current: list[FeatureSequence] = []
+    for i in order:
+        s = seqs[i]
+        width = max([s.tokens.shape[0]] + [c.tokens.shape[0] for c in current])
+        if current and width * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(s)
+    if current:
+        batches.append(current)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+class DrafterTrainer:
+    """AdamW on the drafter's own parameters; the policy's embedding and LM head stay frozen and shared.
+
+    `version` counts the drafter weights this trainer produced (bumped by `bump_version` when they are published).
+    """
+
+    def __init__(
+        self, drafter: EagleDrafter, policy: CausalLM, config: DrafterTrainerConfig | None = None, version: int = 0
+    ) -> None:
+        self.config = config or DrafterTrainerConfig()
+        self.drafter = drafter
+        self.policy = policy
+        for p in policy.parameters():
+            p.requires_grad_(False)
+        self.device = drafter.fc.weight.device
+        self.optimizer = torch.optim.AdamW(
+            drafter.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
+        )
+        self.step_count = 0
+        self.version = version
+        self.rng = random.Random(self.config.seed)
+
+    def learning_rate(self) -> float:
+        """Warm-up then constant, or cosine to 10% when total_steps is set."""
+        c = self.config
+        if self.step_count < c.warmup_steps:
+            return c.lr * (self.step_count + 1) / c.warmup_steps
+        if c.total_steps <= 0:
+            return c.lr
+        progress = min(1.0, (self.step_count - c.warmup_steps) / max(1, c.total_steps - c.warmup_steps))
+        return c.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    def train_step(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
+        """One optimiser step on a batch of sequences."""
+        self.drafter.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
+        batch = FeatureBatch.collate(seqs, self.device)
+        with torch.enable_grad():
+            loss = eagle_loss(self.drafter, self.policy, batch, self.config.feature_noise)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.total.backward()
+        torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.step_count += 1
+        self.drafter.eval()
+        return DrafterMetrics(float(loss.total), float(loss.feature), float(loss.token), float(loss.top1), loss.count)
+
+    def train_epoch(self, seqs: list[FeatureSequence]) -> list[DrafterMetrics]:
+        """One pass over `seqs` in length-grouped, shuffled batches."""
+        return [self.train_step(b) for b in make_batches(seqs, self.config.max_tokens_per_batch, self.rng)]
+
+    @torch.no_grad()
+    def evaluate(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
+        """Token-weighted loss and top-1 agreement with the policy on `seqs` (no noise, no update)."""
+        self.drafter.eval()
+        totals = [0.0, 0.0, 0.0, 0.0]
+        count = 0
+        for group in make_batches(seqs, self.config.max_tokens_per_batch):
+            loss = eagle_loss(self.drafter, self.policy, FeatureBatch.collate(group, self.device))
+            for i, v in enumerate((loss.total, loss.feature, loss.token, loss.top1)):
+                totals[i] += float(v) * loss.count
+            count += loss.count
+        if count == 0:
+            raise ValueError("evaluate: no entries with targets")
+        return DrafterMetrics(*(t / count for t in totals), tokens=count)
+
+    def bump_version(self) -> int:
+        """Mark the current weights as a new published version; returns it."""
+        self.version += 1
+        return self.version

@@ -1,0 +1,53 @@
+"""The EAGLE training loss: regress the next policy feature, and match the policy's next-token distribution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fastrl.cotrain.feature_sequence import FeatureBatch
+from fastrl.models.decoder import CausalLM
+from fastrl.spec.drafter import EagleDrafter
+
+CE_WEIGHT = 0.1
+
+
+@dataclass
+class EagleLoss:
+    """Loss terms (scalars) and top-1 agreement with the policy over the batch's targets."""
+
+    total: Tensor
+    feature: Tensor
+    token: Tensor
+    top1: Tensor
+    count: int
+
+
+def eagle_loss(
+    drafter: EagleDrafter,
+    policy: CausalLM,
+    batch: FeatureBatch,
+    feature_noise: float = 0.0,
+    ce_weight: float = CE_WEIGHT,
+) -> EagleLoss:
+    """smooth-L1(g_p, f_p) + ce_weight * CE(softmax(head(f_p)), head(g_p)) over entries with a target.
+
+    `feature_noise` adds U(-a, a) to the input features (EAGLE's robustness to its own predicted features).
+    # batch [B,S] entries -> scalars
+    """
+    features = batch.features
+    if feature_noise > 0:
+        features = features + (torch.rand_like(features) * 2 - 1) * feature_noise
+    pred = drafter(policy, batch.tokens, features, batch.positions)  # [B,S,H], causal, no cache
+    m = batch.mask
+    pred_m, target_m = pred[m], batch.targets[m]
+    feature = F.smooth_l1_loss(pred_m, target_m)
+    with torch.no_grad():
+        target_logp = torch.log_softmax(policy.logits(target_m), dim=-1)
+    pred_logp = torch.log_softmax(policy.logits(pred_m), dim=-1)
+    token = -(target_logp.exp() * pred_logp).sum(-1).mean()
+    top1 = (pred_logp.argmax(-1) == target_logp.argmax(-1)).float().mean()
+    return EagleLoss(feature + ce_weight * token, feature.detach(), token.detach(), top1.detach(), int(m.sum()))

@@ -1,0 +1,99 @@
+"""Offline drafter training: sample rollouts from the policy, take its features, fit the drafter, measure it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from fastrl.cotrain.accept_eval import AcceptResult, measure_accept_length
+from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.features import policy_features
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.decoder import CausalLM
+from fastrl.rl.tasks.task import ArithChainTask
+from fastrl.sampling.params import SamplingParams
+from fastrl.spec.drafter import EagleDrafter
+
+
+@dataclass
+class OfflineDrafterConfig:
+    """What to generate, how long to train, and how to measure."""
+
+    num_prompts: int = 1024
+    eval_prompts: int = 64
+    temperature: float = 1.0
+    max_new_tokens: int = 1024
+    gen_batch_size: int = 64
+    epochs: int = 4
+    seed: int = 0
+    accept_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "8_4_32"])
+    accept_requests: int = 16
+    trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+
+
+@dataclass
+class OfflineDrafterReport:
+    """Per-epoch evaluation and the final accept lengths (per strategy and temperature)."""
+
+    epochs: list[DrafterMetrics]
+    accept_lengths: list[AcceptResult]
+    train_sequences: int
+    train_tokens: int
+
+
+def rollout_sequences(
+    policy: CausalLM, tokenizer: Any, cfg: OfflineDrafterConfig, count: int, seed: int
+) -> list[list[int]]:
+    """Sample `count` task rollouts from the policy; returns prompt + response ids."""
+    task = ArithChainTask()
+    rng = random.Random(seed)
+    prompts = [tokenizer(task.sample_problem(rng).prompt)["input_ids"] for _ in range(count)]
+    params = [
+        SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed * 100003 + i)
+        for i in range(count)
+    ]
+    engine = Engine(policy, EngineConfig(max_batch_size=cfg.gen_batch_size))
+    outs = engine.generate([GenerateInput(p, q) for p, q in zip(prompts, params, strict=True)], progress=True)
+    return [o.prompt_ids + o.token_ids for o in outs]
+
+
+def train_offline(
+    policy: CausalLM, drafter: EagleDrafter, tokenizer: Any, cfg: OfflineDrafterConfig
+) -> OfflineDrafterReport:
+    """The whole offline recipe; `drafter` is trained in place."""
+    torch.manual_seed(cfg.seed)
+    train_ids = rollout_sequences(policy, tokenizer, cfg, cfg.num_prompts, cfg.seed)
+    eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
+    train = policy_features(policy, train_ids)
+    held_out = policy_features(policy, eval_ids)
+    trainer = DrafterTrainer(drafter, policy, cfg.trainer)
+    epochs = []
+    for epoch in range(cfg.epochs):
+        bar = tqdm(trainer.train_epoch(train), desc=f"drafter epoch {epoch + 1}/{cfg.epochs}", unit="step", leave=False)
+        last = None
+        for last in bar:
+            bar.set_postfix(loss=f"{last.loss:.3f}", top1=f"{last.top1:.3f}")
+        metrics = trainer.evaluate(held_out)
+        epochs.append(metrics)
+        print(f"epoch {epoch + 1}: held-out loss {metrics.loss:.4f}, top-1 {metrics.top1:.3f}", flush=True)
+    accept = []
+    rng = random.Random(cfg.seed + 2)
+    task = ArithChainTask()
+    for temperature in (0.0, cfg.temperature):
+        inputs = [
+            GenerateInput(
+                tokenizer(task.sample_problem(rng).prompt)["input_ids"],
+                SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, seed=i),
+            )
+            for i in range(cfg.accept_requests)
+        ]
+        for strategy in cfg.accept_strategies:
+            length = measure_accept_length(policy, drafter, inputs, strategy)
+            accept.append(AcceptResult(strategy, temperature, length))
+            print(f"accept length {strategy} T={temperature}: {length:.2f}", flush=True)
+    return OfflineDrafterReport(epochs, accept, len(train), sum(s.num_targets for s in train))
