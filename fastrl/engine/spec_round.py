@@ -11,7 +11,7 @@ from torch import Tensor
 from fastrl.engine.batch import RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
-from fastrl.sampling.sampler import sample
+from fastrl.sampling.sampler import sample, sampling_noise
 from fastrl.spec.drafter import EagleDrafter
 from fastrl.spec.drafting import DrafterInput, catch_up, grow_tree
 from fastrl.spec.runtime import StrategyRuntime
@@ -50,8 +50,15 @@ def speculative_round(
     b = batch.size
     slots = cache.rows(batch.slots)
     dslots = dcache.rows(batch.slots)
+    # The sampler noise of every position this round can touch, computed once: n+1 .. n+levels.
+    levels = runtime.noise_levels
+    level_rows = torch.arange(b, device=n.device).repeat_interleave(levels)
+    level_pos = (n.unsqueeze(1) + 1 + torch.arange(levels, device=n.device)).reshape(-1)
+    vocab = policy.config.vocab_size
+    flat_noise = sampling_noise(batch.sampling.index(level_rows), level_pos, vocab)
+    noise = None if flat_noise is None else flat_noise.view(b, levels, vocab)
     root_feature = catch_up(drafter, policy, dcache, dslots, n, base, pending)
-    tree = grow_tree(drafter, policy, dcache, dslots, n, base, batch.last, root_feature, batch.sampling, runtime)
+    tree = grow_tree(drafter, policy, dcache, dslots, n, base, batch.last, root_feature, batch.sampling, runtime, noise)
     t1 = time.perf_counter()
 
     nodes = tree.num_nodes
@@ -62,14 +69,16 @@ def speculative_round(
     out = policy(tree.tokens, n.unsqueeze(1) + tree.depths, cache=cache, slots=slots, cache_index=index, attn_mask=mask)
     rows = torch.arange(b, device=n.device).repeat_interleave(nodes)
     positions = (n.unsqueeze(1) + tree.depths + 1).reshape(-1)
-    sampled = sample(out.logits.reshape(b * nodes, -1), batch.sampling.index(rows), positions)
+    node_noise = None if noise is None else noise.gather(1, tree.depths.unsqueeze(-1).expand(-1, -1, vocab))
+    node_noise = None if node_noise is None else node_noise.reshape(b * nodes, vocab)
+    sampled = sample(out.logits.reshape(b * nodes, -1), batch.sampling.index(rows), positions, node_noise)
     targets = sampled.tokens.view(b, nodes)
     acc = verify_tree(tree, targets, runtime.max_depth)
 
     # Compact the accepted path's KV from its tree slots to its sequence positions (a no-op past the path).
-    levels = runtime.level_range.unsqueeze(0)
-    dst = n.unsqueeze(1) + levels
-    src = torch.where(levels <= acc.accept_len.unsqueeze(1), base + acc.path, dst)
+    depth_range = runtime.level_range.unsqueeze(0)
+    dst = n.unsqueeze(1) + depth_range
+    src = torch.where(depth_range <= acc.accept_len.unsqueeze(1), base + acc.path, dst)
     cache.move(slots, src, dst)
     path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
     t2 = time.perf_counter()

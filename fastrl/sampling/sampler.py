@@ -92,27 +92,45 @@ class SampleResult:
     logprobs: torch.Tensor
 
 
-def perturbed_logits(logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor) -> torch.Tensor:
+def perturbed_logits(
+    logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor, noise: torch.Tensor | None = None
+) -> torch.Tensor:
     """Processed logits plus Gumbel(seed, position) noise; greedy rows get raw logits, no noise.
 
     Its row argmax is the sampled token; its row top-k is a Gumbel-top-k draw without replacement, which the
-    drafter uses to choose candidates that agree with the policy's sampler.
+    drafter uses to choose candidates that agree with the policy's sampler. `noise` may pass the rows'
+    ``sampling_noise`` computed beforehand (a speculative round computes each position's noise once).
     """
     # [N,V], batch of N, [N] -> [N,V] float32
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=batch.any_filter)
-    return _perturb(processed, batch, positions)
+    return _perturb(processed, batch, positions, noise)
 
 
-def _perturb(processed: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor) -> torch.Tensor:
+def sampling_noise(batch: SamplingBatch, positions: torch.Tensor, vocab_size: int) -> torch.Tensor | None:
+    """The sampler's Gumbel noise for each row at its position; None when every row is greedy (no noise used).
+
+    # batch of N, [N] -> [N,V] float32 | None
+    """
+    if batch.all_greedy:
+        return None
+    return gumbel_noise(batch.seeds, positions, vocab_size, device=positions.device, stream=SAMPLE_STREAM)
+
+
+def _perturb(
+    processed: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor, noise: torch.Tensor | None = None
+) -> torch.Tensor:
     # [N,V] -> [N,V]
     if batch.all_greedy:
         return processed
-    noise = gumbel_noise(batch.seeds, positions, processed.shape[-1], device=processed.device, stream=SAMPLE_STREAM)
+    if noise is None:
+        noise = sampling_noise(batch, positions, processed.shape[-1])
     greedy = (batch.temperature == 0)[:, None]
     return torch.where(greedy, processed, processed + noise)
 
 
-def sample(logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor) -> SampleResult:
+def sample(
+    logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor, noise: torch.Tensor | None = None
+) -> SampleResult:
     """Sample one token per row.
 
     For rows with temperature > 0 the token is ``argmax(processed + gumbel(seed, position))``, an exact draw from
@@ -124,6 +142,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor) 
         logits: [N, V] raw logits.
         batch: sampling settings for the N rows.
         positions: [N] int64 absolute position (index in prompt + response) of the token being sampled.
+        noise: optionally ``sampling_noise(batch, positions, V)`` computed beforehand.
     """
     # [N,V], batch of N, [N] -> tokens [N] int64, logprobs [N] float32
     if logits.dim() != 2 or logits.shape[0] != len(batch) or positions.shape != (len(batch),):
@@ -132,6 +151,6 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor) 
             f"{tuple(positions.shape)}"
         )
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=batch.any_filter)
-    tokens = _perturb(processed, batch, positions).argmax(dim=-1)
+    tokens = _perturb(processed, batch, positions, noise).argmax(dim=-1)
     logprobs = torch.log_softmax(processed, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     return SampleResult(tokens=tokens, logprobs=logprobs)

@@ -65,15 +65,18 @@ class Candidates:
         return ids
 
 
-def gumbel_topk(logits: Tensor, sampling: SamplingBatch, positions: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def gumbel_topk(
+    logits: Tensor, sampling: SamplingBatch, positions: Tensor, k: int, noise: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The drafter's k distinct candidates for the token at `positions`, chosen with the policy's own noise.
 
     Candidates are the top-k of the perturbed draft logits (Gumbel-top-k; plain top-k for greedy rows), so the
     first candidate is exactly what the policy would sample if its logits equalled the drafter's. The score of a
     candidate is its log-softmax under those perturbed logits: the drafter's confidence that the policy's sample
-    is this token, given the noise it will use.  # [M,V], batch of M, [M] -> tokens [M,k], log-scores [M,k]
+    is this token, given the noise it will use. `noise`: the rows' sampler noise if computed beforehand.
+    # [M,V], batch of M, [M] -> tokens [M,k], log-scores [M,k]
     """
-    perturbed = perturbed_logits(logits, sampling, positions)
+    perturbed = perturbed_logits(logits, sampling, positions, noise)
     top = torch.topk(perturbed, k, dim=-1)
     scores = torch.log_softmax(perturbed, dim=-1).gather(1, top.indices)
     return top.indices, torch.nan_to_num(scores, nan=MIN_LOG_SCORE).clamp(min=MIN_LOG_SCORE)

@@ -68,9 +68,11 @@ def grow_tree(
     root_feature: Tensor,
     sampling: SamplingBatch,
     runtime: StrategyRuntime,
+    noise: Tensor | None = None,
 ) -> DraftTree:
     """EAGLE-2 expansion: `steps` levels, `topk` best frontier nodes expanded per level, best N kept.
 
+    `noise` [B,L,V] (L >= steps) holds the sampler noise of positions lengths + 1 + l, or None for all-greedy.
     # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = num_draft_tokens
     """
     strategy = runtime.strategy
@@ -78,7 +80,8 @@ def grow_tree(
     b = lengths.shape[0]
     dev = lengths.device
     cands = Candidates()
-    tokens, scores = gumbel_topk(policy.logits(root_feature), sampling, lengths + 1, k)
+    level_noise = None if noise is None else noise[:, 0]
+    tokens, scores = gumbel_topk(policy.logits(root_feature), sampling, lengths + 1, k, level_noise)
     ids = cands.add_level(tokens, torch.full_like(tokens, -1), scores, depth=1)
     frontier_ids = ids.expand(b, k)
     features = root_feature.unsqueeze(1).expand(b, k, -1)
@@ -96,7 +99,9 @@ def grow_tree(
         index = (base + 1 + level * k + torch.arange(k, device=dev)).expand(b, k)
         out = drafter(policy, tokens, features, positions, dcache, slots, index, mask)  # [B,k,H]
         child_pos = (lengths + depth).repeat_interleave(k)
-        child_tokens, child_scores = gumbel_topk(policy.logits(out).reshape(b * k, -1), sampling_k, child_pos, k)
+        level_noise = None if noise is None else noise[:, depth - 1].repeat_interleave(k, dim=0)
+        logits = policy.logits(out).reshape(b * k, -1)
+        child_tokens, child_scores = gumbel_topk(logits, sampling_k, child_pos, k, level_noise)
         child_tokens = child_tokens.view(b, k * k)
         child_scores = (scores.unsqueeze(-1) + child_scores.view(b, k, k)).view(b, k * k)
         child_parents = frontier_ids.repeat_interleave(k, dim=1)

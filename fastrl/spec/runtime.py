@@ -27,6 +27,12 @@ class StrategyRuntime:
     self_bits: Tensor
 
     @property
+    def noise_levels(self) -> int:
+        """Positions past the root whose sampler noise a round uses: the drafter's `steps` levels and the
+        verifier's targets at depths 0..max_depth."""
+        return max(self.strategy.steps, self.max_depth + 1)
+
+    @property
     def tree_area(self) -> int:
         """Drafter cache entries one round's expansions use beyond the prefix."""
         return self.self_bits.shape[-1]
