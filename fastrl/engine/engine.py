@@ -18,6 +18,7 @@ from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
 from fastrl.engine.scheduler import Scheduler
+from fastrl.engine.server_info import ServerInfo
 from fastrl.engine.spec_round import speculative_round
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
@@ -90,6 +91,7 @@ class Engine:
         eos = mc.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.round_stats: list[RoundStats] = []
+        self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
         self._rejected: list[Request] = []
         self._live_ids: set[str] = set()
@@ -126,6 +128,12 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work or bool(self._rejected)
+
+    def server_info(self) -> ServerInfo:
+        """A live view: active strategy, recent accept length, running and waiting requests."""
+        self._info.running = len(self.scheduler.running)
+        self._info.waiting = len(self.scheduler.waiting)
+        return self._info
 
     # ---- stepping -------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -164,6 +172,8 @@ class Engine:
                     if out.finished:
                         results[out.request_id] = out
                         bar.update(1)
+                if progress:
+                    bar.set_postfix(self.server_info().postfix(), refresh=False)
         return [results[i] for i in ids]
 
     # ---- internals ------------------------------------------------------------------------------------------
@@ -212,6 +222,7 @@ class Engine:
             verify_time_s=verify_s,
         )
         self.round_stats.append(stats)
+        self._info.observe(stats)
         self.policy.observe(stats)
 
     def _apply_round(
