@@ -1,0 +1,70 @@
+"""Weights & Biases logging, offline by default (no account needed; `wandb sync DIR` uploads later)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+@dataclass
+class WandbConfig:
+    """Where and how to log. `mode` offline writes run files under `dir` for a later `wandb sync`."""
+
+    enabled: bool = True
+    mode: str = "offline"
+    project: str = "fastrl"
+    run_name: str = ""
+    dir: str = "runs/wandb"
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"logger.mode must be one of {list(WANDB_MODES)}, got {self.mode!r}")
+
+
+class WandbLogger:
+    """A real W&B run. `log` takes a flat dict of scalars or any object with `to_flat_dict()`."""
+
+    def __init__(self, config: WandbConfig, run_config: dict[str, Any] | None = None) -> None:
+        import wandb
+
+        self.config = config
+        Path(config.dir).mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self._wandb = wandb
+        self.run = wandb.init(
+            project=config.project,
+            name=config.run_name or None,
+            dir=config.dir,
+            mode=config.mode if config.enabled else "disabled",
+            config=run_config or {},
+            tags=config.tags or None,
+            reinit="finish_previous",
+        )
+
+    @property
+    def run_dir(self) -> str | None:
+        """The local directory holding this run's files (offline: what `wandb sync` uploads)."""
+        return getattr(self.run, "dir", None)
+
+    def log(self, metrics: Any, step: int) -> None:
+        """Log scalars at `step`."""
+        values = metrics.to_flat_dict() if hasattr(metrics, "to_flat_dict") else dict(metrics)
+        self.run.log(values, step=step)
+
+    def log_histogram(self, name: str, values: list[float], step: int) -> None:
+        """Log a histogram (e.g. response lengths)."""
+        if values:
+            self.run.log({name: self._wandb.Histogram(values)}, step=step)
+
+    def log_image(self, name: str, path: str | Path, step: int | None = None) -> None:
+        """Attach a PNG (plots, reports)."""
+        self.run.log({name: self._wandb.Image(str(path))}, step=step)
+
+    def finish(self) -> None:
+        """Close the run (flushes offline files)."""
+        self.run.finish()
