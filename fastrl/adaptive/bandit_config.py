@@ -1,0 +1,139 @@
+"""Configuration of the bucketed epsilon-greedy (BEG) bandit, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fastrl.adaptive.buckets import BatchBuckets
+from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
+
+REWARDS = ("goodput", "accept_length")
+
+
+@dataclass
+class BanditConfig:
+    """Knobs of ``BanditPolicy``; every invalid value raises ``ValueError`` naming its key.
+
+    ``reward``: ``"goodput"`` (default) is the round's emitted tokens per second of wall time, so ``disable`` wins
+    wherever speculation does not pay; the bandit estimates it as batch size * accept length / round time at the
+    batch size at hand (see ``BanditPolicy.estimate``). ``"accept_length"`` is the mean tokens per request per round
+    (accepted + 1), the seeds' reward: it ignores the round's cost, so it can never choose ``disable`` (which always
+    scores 1.0, the least any strategy can score; it is picked only to try or explore it, or if every arm ties at
+    1.0) and always prefers the largest tree, even at batch sizes where verifying it costs more than it saves.
+    """
+
+    strategies: list[str] = field(default_factory=lambda: ["8_4_32", "8_4_16", "8_4_8", "disable"])
+    """The strategy space (the arms)."""
+    bs_thresholds: list[int] = field(default_factory=lambda: [1, 2, 5, 21])
+    """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default."""
+    bucket_strategies: dict[int, list[str]] | None = None
+    """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm)."""
+    epsilon: float = 0.05
+    """Probability of a uniformly random arm in a round (after every arm of the bucket was tried)."""
+    window_size: int = 32
+    """Rewards per (bucket, arm) kept for the estimate (a sliding window follows drifting acceptance)."""
+    reward: str = "goodput"
+    """``"goodput"`` or ``"accept_length"`` (see the class docstring)."""
+    bs_threshold: int | None = None
+    """If set, rounds with a larger batch size decode plainly (``disable``) and are not learned from."""
+    explore_untried: bool = True
+    """Try every arm of a bucket once (round-robin in arm order) before exploiting there."""
+    cost_aware_exploration: bool = True
+    """Keep an exploration candidate with probability min(1, t_greedy / t_candidate) * min(1, v_candidate /
+    v_greedy) (round time and estimated reward at the current batch size): a costly or clearly worse arm is
+    explored less, bounding the time lost to exploring one arm by epsilon / (4 * arms)."""
+    borrow_neighbours: bool = True
+    """An arm with no rewards in a bucket takes its estimate from the nearest bucket that has some; with few
+    rewards, its accept length is shrunk toward that bucket's (see ``borrow_rows``)."""
+    borrow_rows: int = 16
+    """Weight, in request rows, of the neighbouring bucket's accept length in a bucket's own estimate."""
+    seed: int = 0
+    """Seed of the policy's own ``random.Random``."""
+    timeline_limit: int = 100_000
+    """Most recent choices kept for telemetry."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bucket_strategies, Mapping):  # JSON turns the int keys into strings
+            self.bucket_strategies = {
+                int(k) if isinstance(k, str) and k.isdigit() else k: list(v) for k, v in self.bucket_strategies.items()
+            }
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BanditConfig:
+        """Build from a plain dict (e.g. a Hydra/JSON node); unknown keys raise ``ValueError`` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown BanditConfig keys: {unknown} (known: {sorted(known)})")
+        return cls(**values)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first invalid key."""
+        try:
+            parse_strategy_space(list(self.strategies) if not isinstance(self.strategies, str) else self.strategies)
+        except ValueError as err:
+            raise ValueError(f"BanditConfig.strategies: {err}") from err
+        try:
+            buckets = BatchBuckets(tuple(self.bs_thresholds))
+        except ValueError as err:
+            raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, int | float) or math.isnan(self.epsilon):
+            raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
+        if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
+            raise ValueError(f"BanditConfig.window_size must be an int >= 1, got {self.window_size!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"BanditConfig.reward must be one of {list(REWARDS)}, got {self.reward!r}")
+        if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
+            raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
+        if isinstance(self.borrow_rows, bool) or not isinstance(self.borrow_rows, int) or self.borrow_rows < 0:
+            raise ValueError(f"BanditConfig.borrow_rows must be an int >= 0, got {self.borrow_rows!r}")
+        if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:
+            raise ValueError(f"BanditConfig.timeline_limit must be an int >= 0, got {self.timeline_limit!r}")
+        if self.bucket_strategies is not None:
+            if not isinstance(self.bucket_strategies, Mapping):
+                raise ValueError(f"BanditConfig.bucket_strategies must be a mapping, got {self.bucket_strategies!r}")
+            self._validate_bucket_strategies(buckets)
+
+    def _validate_bucket_strategies(self, buckets: BatchBuckets) -> None:
+        space = set(self.strategy_space())
+        for low, names in self.bucket_strategies.items():
+            key = f"BanditConfig.bucket_strategies[{low!r}]"
+            if low not in buckets.thresholds:
+                raise ValueError(f"{key}: not a bucket threshold, thresholds are {list(buckets.thresholds)}")
+            try:
+                arms = parse_strategy_space(list(names) if not isinstance(names, str) else names)
+            except ValueError as err:
+                raise ValueError(f"{key}: {err}") from err
+            outside = [str(a) for a in arms if a not in space]
+            if outside:
+                raise ValueError(f"{key}: arms {outside} are not in BanditConfig.strategies")
+
+    def strategy_space(self) -> list[Strategy]:
+        """The parsed arms, in configured order."""
+        return parse_strategy_space(list(self.strategies))
+
+    def buckets(self) -> BatchBuckets:
+        """The parsed batch-size buckets."""
+        return BatchBuckets(tuple(self.bs_thresholds))
+
+    def arms_per_bucket(self) -> list[list[Strategy]]:
+        """Arms of each bucket, in bucket order (every arm where ``bucket_strategies`` says nothing)."""
+        space = self.strategy_space()
+        chosen = self.bucket_strategies or {}
+        return [
+            parse_strategy_space(list(chosen[low])) if low in chosen else list(space)
+            for low in self.buckets().thresholds
+        ]
+
+    def all_strategies(self) -> list[Strategy]:
+        """Every strategy the policy may return: the arms, plus ``disable`` when ``bs_threshold`` is set."""
+        space = self.strategy_space()
+        if self.bs_threshold is not None and DISABLE not in space:
+            space.append(DISABLE)
+        return space

@@ -1,0 +1,216 @@
+"""Replay GRPO rollouts against a cost model and an acceptance model, for any ``StrategyPolicy``.
+
+Every policy sees the same response lengths and per-request acceptance (common random numbers, seeded per rollout);
+acceptance draws and timing noise come from a per-run stream. ``python -m fastrl.adaptive.sim`` prints the table of
+the bandit and the EMA controller against the per-bucket oracle, the best single static strategy and plain
+decoding on the standard workloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastrl.adaptive.buckets import BatchBuckets
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.oracle import OraclePolicy, oracle_table
+from fastrl.adaptive.workload import Workload
+from fastrl.spec.policy import StrategyPolicy
+from fastrl.spec.round_stats import RoundStats
+from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
+
+DEFAULT_SIM_STRATEGIES = ("8_4_32", "8_4_16", "8_4_8", "3_1_4", "disable")
+DEFAULT_THRESHOLDS = (1, 2, 5, 21)
+
+
+@dataclass
+class BucketTotals:
+    """Tokens, simulated seconds and rounds spent in one batch-size bucket."""
+
+    tokens: int = 0
+    time_s: float = 0.0
+    rounds: int = 0
+
+    @property
+    def goodput(self) -> float:
+        """Tokens per simulated second (0.0 when the bucket was never visited)."""
+        return self.tokens / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass
+class SimResult:
+    """One policy's run over one workload."""
+
+    policy: str
+    workload: str
+    buckets: list[BucketTotals]
+    choices: list[Strategy] = field(default_factory=list)
+    """Every round's strategy (only with ``SimSettings.record_choices``)."""
+    batch_sizes: list[int] = field(default_factory=list)
+    """Every round's batch size (only with ``SimSettings.record_choices``)."""
+    rollout_starts: list[int] = field(default_factory=list)
+    """Index into ``choices`` of each rollout's first round (only with ``SimSettings.record_choices``)."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens emitted over the run."""
+        return sum(b.tokens for b in self.buckets)
+
+    @property
+    def time_s(self) -> float:
+        """Simulated seconds over the run."""
+        return sum(b.time_s for b in self.buckets)
+
+    @property
+    def rounds(self) -> int:
+        """Decode rounds over the run."""
+        return sum(b.rounds for b in self.buckets)
+
+    @property
+    def goodput(self) -> float:
+        """Cumulative tokens per simulated second."""
+        return self.tokens / self.time_s
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """What the simulator holds fixed across the policies it compares."""
+
+    cost: CostModel
+    strategies: tuple[Strategy, ...]
+    buckets: BatchBuckets = BatchBuckets(DEFAULT_THRESHOLDS)
+    seed: int = 0
+    time_noise: float = 0.05
+    """Relative (log-normal) noise on each round's wall time, as measured timings have."""
+    record_choices: bool = False
+
+
+def rollout_lengths(workload: Workload, seed: int) -> list[np.ndarray]:
+    """Response lengths of every rollout (the same for every policy). [num_rollouts][requests_per_rollout]"""
+    return [workload.sample_lengths(np.random.default_rng([seed, r, 1])) for r in range(workload.num_rollouts)]
+
+
+def simulate(policy: StrategyPolicy, workload: Workload, settings: SimSettings, name: str = "") -> SimResult:
+    """Run ``policy`` over every rollout of ``workload``; return per-bucket totals."""
+    buckets = settings.buckets
+    result = SimResult(name or type(policy).__name__, workload.name, [BucketTotals() for _ in range(len(buckets))])
+    noise_rng = np.random.default_rng([settings.seed, 2])
+    accept_rng = np.random.default_rng([settings.seed, 3])
+    for rollout, lengths in enumerate(rollout_lengths(workload, settings.seed)):
+        phase_index = workload.phase_index(rollout)
+        profile = workload.phases[phase_index].acceptance
+        if isinstance(policy, OraclePolicy):
+            policy.set_phase(phase_index)
+        hits = profile.sample_request_hits(np.random.default_rng([settings.seed, rollout, 4]), len(lengths))
+        remaining = lengths.copy()
+        if settings.record_choices:
+            result.rollout_starts.append(len(result.choices))
+        while True:
+            running = np.flatnonzero(remaining > 0)
+            batch = len(running)
+            if batch == 0:
+                break
+            strategy = policy.choose(batch)
+            accepted = profile.sample_accepted(strategy, hits[running], accept_rng)
+            emitted = np.minimum(accepted + 1, remaining[running])
+            remaining[running] -= emitted
+            wall = settings.cost.round_time(strategy, batch)
+            if settings.time_noise > 0:
+                wall *= float(np.exp(settings.time_noise * noise_rng.standard_normal()))
+            drafted = 0 if strategy.is_disabled else strategy.num_draft_tokens - 1
+            policy.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
+            totals = result.buckets[buckets.index(batch)]
+            totals.tokens += int(emitted.sum())
+            totals.time_s += wall
+            totals.rounds += 1
+            if settings.record_choices:
+                result.choices.append(strategy)
+                result.batch_sizes.append(batch)
+    return result
+
+
+@dataclass
+class Comparison:
+    """Every policy's result on one workload, with the references the adaptive policies are judged against."""
+
+    workload: str
+    results: dict[str, SimResult]
+    oracle: SimResult
+    """The per-bucket oracle: the reference the adaptive policies are judged against."""
+    oracle_per_batch: SimResult
+    """The same oracle with one bucket per batch size (a bound on what finer buckets could gain)."""
+    plain: SimResult
+    statics: dict[str, SimResult]
+
+    @property
+    def best_static(self) -> SimResult:
+        """The single strategy with the best cumulative goodput."""
+        return max(self.statics.values(), key=lambda r: r.goodput)
+
+
+def compare(workload: Workload, settings: SimSettings, policies: dict[str, Callable[[], StrategyPolicy]]) -> Comparison:
+    """Simulate the oracle, every static strategy (plain included) and each of ``policies`` on ``workload``."""
+    from fastrl.adaptive.fixed import FixedPolicy
+
+    lengths = rollout_lengths(workload, settings.seed)
+    table = oracle_table(workload, list(settings.strategies), settings.buckets, settings.cost, lengths)
+    oracle = simulate(OraclePolicy(table, settings.buckets), workload, settings, "oracle/bucket")
+    per_batch = BatchBuckets(tuple(range(1, workload.requests_per_rollout + 1)))
+    fine = oracle_table(workload, list(settings.strategies), per_batch, settings.cost, lengths)
+    oracle_per_batch = simulate(OraclePolicy(fine, per_batch), workload, settings, "oracle/batch-size")
+    statics = {str(s): simulate(FixedPolicy(s), workload, settings, str(s)) for s in settings.strategies}
+    plain = statics.get(str(DISABLE)) or simulate(FixedPolicy(DISABLE), workload, settings, "disable")
+    results = {name: simulate(make(), workload, settings, name) for name, make in policies.items()}
+    return Comparison(workload.name, results, oracle, oracle_per_batch, plain, statics)
+
+
+def format_comparison(comparison: Comparison, labels: list[str]) -> str:
+    """A text table: goodput, time, ratios to the oracle and plain, and per-bucket goodput relative to plain."""
+    best = comparison.best_static
+    rows = [
+        ("oracle/bucket", comparison.oracle),
+        ("oracle/batch-size", comparison.oracle_per_batch),
+        (f"static {best.policy}", best),
+        ("plain", comparison.plain),
+    ]
+    rows = list(comparison.results.items()) + rows
+    head = f"{'policy':<22}{'tok/s':>9}{'time s':>9}{'vs oracle':>10}{'vs plain':>9}"
+    head += "".join(f"{'bs ' + label:>9}" for label in labels)
+    lines = [f"workload: {comparison.workload}", head]
+    for name, result in rows:
+        line = f"{name:<22}{result.goodput:>9.0f}{result.time_s:>9.2f}"
+        line += f"{result.goodput / comparison.oracle.goodput:>10.3f}{result.goodput / comparison.plain.goodput:>9.2f}"
+        for mine, base in zip(result.buckets, comparison.plain.buckets, strict=True):
+            line += f"{mine.goodput / base.goodput:>9.2f}" if base.goodput > 0 else f"{'-':>9}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the simulation table for the standard workloads."""
+    from fastrl.adaptive.bandit import BanditConfig, BanditPolicy
+    from fastrl.adaptive.ema import EmaConfig, EmaPolicy
+    from fastrl.adaptive.workload import standard_workloads
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rollouts", type=int, default=6)
+    parser.add_argument("--strategies", default=",".join(DEFAULT_SIM_STRATEGIES), help="comma-separated arms")
+    args = parser.parse_args(argv)
+    names = args.strategies.split(",")
+    settings = SimSettings(cost=CostModel.default_gpu(), strategies=tuple(parse_strategy_space(names)), seed=args.seed)
+    policies: dict[str, Callable[[], StrategyPolicy]] = {
+        "bandit": lambda: BanditPolicy(BanditConfig(strategies=names, seed=args.seed)),
+        "ema [1,3,7]": lambda: EmaPolicy(EmaConfig()),
+    }
+    print(f"cost model: {settings.cost.params}; per-bucket columns: goodput relative to plain decoding")
+    for workload in standard_workloads(args.rollouts):
+        print()
+        print(format_comparison(compare(workload, settings, policies), settings.buckets.labels()))
+
+
+if __name__ == "__main__":
+    main()

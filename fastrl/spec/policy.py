@@ -1,0 +1,41 @@
+"""The interface between the engine and whatever decides each round's speculation strategy."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from fastrl.spec.round_stats import RoundStats
+from fastrl.spec.strategy import Strategy
+
+
+@runtime_checkable
+class StrategyPolicy(Protocol):
+    """Chooses a strategy before every decode round and learns from the round's statistics after it.
+
+    The engine calls ``choose(batch_size)`` before a round, runs the round with the returned strategy (which is
+    always one of ``strategies``), then calls ``observe(stats)`` with that round's ``RoundStats``. It pre-builds
+    runtime state (buffers, CUDA graphs) for every member of ``strategies`` once, so switching is a swap.
+    ``state_dict``/``load_state_dict`` hold plain Python data (JSON-serialisable) so that a resumed run makes the
+    same choices as an uninterrupted one.
+    """
+
+    @property
+    def strategies(self) -> list[Strategy]:
+        """The strategy space: every strategy ``choose`` may return."""
+        ...
+
+    def choose(self, batch_size: int) -> Strategy:
+        """The strategy for the next round over ``batch_size`` running requests."""
+        ...
+
+    def observe(self, stats: RoundStats) -> None:
+        """Learn from the round just run."""
+        ...
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume the policy exactly."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` returned."""
+        ...

@@ -1,0 +1,68 @@
+"""What one decode round did: the record the engine hands to ``StrategyPolicy.observe`` after every round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastrl.spec.strategy import Strategy
+
+
+@dataclass
+class RoundStats:
+    """Statistics of one decode round over ``batch_size`` running requests (one list entry per request row).
+
+    ``drafted_tokens``: draft tokens verified per row (0 for plain decoding). ``accepted_tokens``: draft tokens the
+    policy accepted per row. ``emitted_tokens``: tokens appended per row, normally ``accepted + 1`` (the policy adds
+    one of its own), fewer where a request stopped inside the accepted path. Times are seconds; ``draft_time_s``
+    and ``verify_time_s`` are optional parts of ``wall_time_s`` (0 when not measured, and for plain rounds).
+    """
+
+    strategy: Strategy
+    batch_size: int
+    drafted_tokens: list[int]
+    accepted_tokens: list[int]
+    emitted_tokens: list[int]
+    wall_time_s: float
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"RoundStats.batch_size must be >= 1, got {self.batch_size}")
+        for name in ("drafted_tokens", "accepted_tokens", "emitted_tokens"):
+            values = getattr(self, name)
+            if len(values) != self.batch_size:
+                raise ValueError(f"RoundStats.{name} has {len(values)} rows, batch_size is {self.batch_size}")
+            if any(v < 0 for v in values):
+                raise ValueError(f"RoundStats.{name} must be non-negative, got {values}")
+        if any(a > d for a, d in zip(self.accepted_tokens, self.drafted_tokens, strict=True)):
+            raise ValueError("RoundStats.accepted_tokens exceeds drafted_tokens in some row")
+        if not self.wall_time_s > 0.0:
+            raise ValueError(f"RoundStats.wall_time_s must be > 0, got {self.wall_time_s}")
+        if self.draft_time_s < 0.0 or self.verify_time_s < 0.0:
+            raise ValueError("RoundStats.draft_time_s and verify_time_s must be >= 0")
+
+    @property
+    def total_emitted(self) -> int:
+        """Tokens the round appended over all rows."""
+        return sum(self.emitted_tokens)
+
+    @property
+    def mean_accept_length(self) -> float:
+        """Mean tokens per row the round produced: accepted drafts + 1 (1.0 for plain decoding).
+
+        Counted from ``accepted_tokens`` so that a request stopping mid-path does not read as a worse drafter;
+        it equals the mean of ``emitted_tokens`` whenever no row stopped early.
+        """
+        return sum(self.accepted_tokens) / self.batch_size + 1.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens over all rows (0.0 when nothing was drafted)."""
+        drafted = sum(self.drafted_tokens)
+        return sum(self.accepted_tokens) / drafted if drafted else 0.0
+
+    @property
+    def goodput(self) -> float:
+        """Emitted tokens per second of round wall time."""
+        return self.total_emitted / self.wall_time_s

@@ -1,0 +1,139 @@
+"""The policy interface: RoundStats, the StrategyPolicy protocol, FixedPolicy, build_policy, config validation."""
+
+import json
+
+import pytest
+
+from fastrl.adaptive import BanditConfig, BanditPolicy, EmaConfig, EmaPolicy, FixedPolicy, build_policy
+from fastrl.adaptive.buckets import BatchBuckets
+from fastrl.spec.policy import StrategyPolicy
+from fastrl.spec.round_stats import RoundStats
+from fastrl.spec.strategy import DISABLE, Strategy
+
+
+def test_round_stats_properties():
+    stats = RoundStats(Strategy(8, 4, 16), 4, [15] * 4, [3, 0, 5, 8], [4, 1, 6, 2], 0.02, 0.005, 0.012)
+    assert stats.total_emitted == 13
+    assert stats.mean_accept_length == pytest.approx((3 + 0 + 5 + 8) / 4 + 1)  # a stopped row still counts its accepts
+    assert stats.acceptance_rate == pytest.approx(16 / 60)
+    assert stats.goodput == pytest.approx(13 / 0.02)
+    plain = RoundStats(DISABLE, 2, [0, 0], [0, 0], [1, 1], 0.01)
+    assert plain.mean_accept_length == 1.0
+    assert plain.acceptance_rate == 0.0
+    assert plain.goodput == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0, "drafted_tokens": [], "accepted_tokens": [], "emitted_tokens": []}, "batch_size"),
+        ({"accepted_tokens": [1]}, "accepted_tokens has 1 rows"),
+        ({"emitted_tokens": [1, -1]}, "emitted_tokens must be non-negative"),
+        ({"accepted_tokens": [8, 0]}, "exceeds drafted_tokens"),
+        ({"wall_time_s": 0.0}, "wall_time_s"),
+        ({"draft_time_s": -1.0}, "draft_time_s"),
+    ],
+)
+def test_round_stats_validation(kwargs, message):
+    values = {
+        "strategy": Strategy(3, 1, 4),
+        "batch_size": 2,
+        "drafted_tokens": [3, 3],
+        "accepted_tokens": [1, 2],
+        "emitted_tokens": [2, 3],
+        "wall_time_s": 0.01,
+    }
+    values.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        RoundStats(**values)
+
+
+@pytest.mark.parametrize("name", ["bandit", "ema", "disable", "8_4_32"])
+def test_every_policy_implements_the_protocol(name):
+    policy = build_policy(name)
+    assert isinstance(policy, StrategyPolicy)
+    for batch in (64, 17, 3, 1):
+        strategy = policy.choose(batch)
+        assert strategy in policy.strategies
+        drafted = 0 if strategy.is_disabled else strategy.num_draft_tokens - 1
+        accepted = min(1, drafted)
+        policy.observe(RoundStats(strategy, batch, [drafted] * batch, [accepted] * batch, [accepted + 1] * batch, 0.01))
+    state = json.loads(json.dumps(policy.state_dict()))
+    twin = build_policy(name)
+    twin.load_state_dict(state)
+    assert twin.state_dict() == policy.state_dict()
+
+
+def test_fixed_policy():
+    policy = FixedPolicy("8_4_32")
+    assert policy.strategies == [Strategy(8, 4, 32)]
+    assert policy.choose(1) == policy.choose(128) == Strategy(8, 4, 32)
+    assert FixedPolicy(DISABLE).choose(5) == DISABLE
+    with pytest.raises(ValueError, match="batch_size"):
+        policy.choose(0)
+    with pytest.raises(ValueError, match="'8_4_16'"):
+        policy.load_state_dict(FixedPolicy("8_4_16").state_dict())
+
+
+def test_build_policy():
+    assert isinstance(build_policy("bandit"), BanditPolicy)
+    assert build_policy("bandit", bandit={"strategies": ["3_1_4", "disable"]}).strategies == [
+        Strategy(3, 1, 4),
+        DISABLE,
+    ]
+    config = BanditConfig(epsilon=0.2)
+    assert build_policy("bandit", bandit=config).config is config
+    assert isinstance(build_policy("ema"), EmaPolicy)
+    assert build_policy("ema", ema={"candidate_steps": [2, 5]}).strategies == [Strategy(2, 1, 3), Strategy(5, 1, 6)]
+    assert build_policy("ema", ema=EmaConfig(candidate_steps=[4])).choose(1) == Strategy(4, 1, 5)
+    assert build_policy("disable").choose(3) == DISABLE
+    assert build_policy("3_1_4").choose(3) == Strategy(3, 1, 4)
+    with pytest.raises(ValueError, match="policy 'greedy'"):
+        build_policy("greedy")
+    with pytest.raises(ValueError, match="'3_1_5'"):
+        build_policy("3_1_5")
+    with pytest.raises(ValueError, match="unknown BanditConfig keys: \\['eps'\\]"):
+        build_policy("bandit", bandit={"eps": 0.1})
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        ({"strategies": []}, "strategies"),
+        ({"strategies": ["8_4_32", "8_4_32"]}, "strategies"),
+        ({"strategies": ["8_4_32", "9_9"]}, "strategies"),
+        ({"bs_thresholds": [1, 5, 2]}, "bs_thresholds"),
+        ({"bs_thresholds": [1, 2, 2]}, "bs_thresholds"),
+        ({"bs_thresholds": [0, 2]}, "bs_thresholds"),
+        ({"bs_thresholds": [-1, 2]}, "bs_thresholds"),
+        ({"bs_thresholds": [2, 5]}, "bs_thresholds"),
+        ({"bs_thresholds": []}, "bs_thresholds"),
+        ({"epsilon": -0.1}, "epsilon"),
+        ({"epsilon": 1.5}, "epsilon"),
+        ({"epsilon": float("nan")}, "epsilon"),
+        ({"window_size": 0}, "window_size"),
+        ({"reward": "speed"}, "reward"),
+        ({"bs_threshold": 0}, "bs_threshold"),
+        ({"borrow_rows": -1}, "borrow_rows"),
+        ({"bucket_strategies": {3: ["disable"]}}, r"bucket_strategies\[3\]"),
+        ({"bucket_strategies": {2: ["3_1_4"]}}, r"bucket_strategies\[2\]"),
+        ({"bucket_strategies": {2: []}}, r"bucket_strategies\[2\]"),
+        ({"timeline_limit": -1}, "timeline_limit"),
+    ],
+)
+def test_bandit_config_errors_name_the_key(values, key):
+    with pytest.raises(ValueError, match=f"BanditConfig.{key}"):
+        BanditConfig.from_dict(values)
+
+
+def test_bandit_config_unknown_keys():
+    with pytest.raises(ValueError, match=r"unknown BanditConfig keys: \['alpha', 'window'\]"):
+        BanditConfig.from_dict({"window": 3, "alpha": 0.1, "epsilon": 0.1})
+
+
+def test_batch_buckets():
+    buckets = BatchBuckets((1, 2, 5, 21))
+    assert [buckets.index(b) for b in (1, 2, 4, 5, 20, 21, 500)] == [0, 1, 1, 2, 2, 3, 3]
+    assert buckets.labels() == ["1", "2-4", "5-20", "21+"]
+    with pytest.raises(ValueError, match="batch_size"):
+        buckets.index(0)

@@ -1,0 +1,139 @@
+"""Strategy values: parsing, every validation rule, round trips, DISABLE, strategy spaces."""
+
+import pytest
+
+from fastrl.spec.strategy import DISABLE, Strategy, max_tree_tokens, parse_strategy_space
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("8_4_32", Strategy(8, 4, 32)),
+        ("8_4_16", Strategy(8, 4, 16)),
+        ("3_1_4", Strategy(3, 1, 4)),
+        ("1_1_2", Strategy(1, 1, 2)),
+        ("2_2_7", Strategy(2, 2, 7)),
+        ("8_4_117", Strategy(8, 4, 117)),
+    ],
+)
+def test_parse_valid(text, expected):
+    strategy = Strategy.parse(text)
+    assert strategy == expected
+    assert (strategy.steps, strategy.topk, strategy.num_draft_tokens) == (
+        expected.steps,
+        expected.topk,
+        expected.num_draft_tokens,
+    )
+    assert not strategy.is_disabled
+    assert str(strategy) == text
+    assert Strategy.parse(str(strategy)) == strategy
+
+
+def test_disable():
+    assert DISABLE.is_disabled
+    assert str(DISABLE) == "disable"
+    assert Strategy.parse("disable") == DISABLE
+    assert Strategy.parse(" Disable ") == DISABLE
+    assert Strategy.parse(str(DISABLE)) == DISABLE
+    assert DISABLE.max_accept_length == 1
+    assert Strategy(8, 4, 32).max_accept_length == 9
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("8_4", "exactly three underscore-separated integers"),
+        ("8_4_32_1", "exactly three underscore-separated integers"),
+        ("8-4-32", "exactly three underscore-separated integers"),
+        ("a_b_c", "exactly three underscore-separated integers"),
+        ("8_4_3.5", "exactly three underscore-separated integers"),
+        ("", "exactly three underscore-separated integers"),
+        ("enable", "exactly three underscore-separated integers"),
+        ("0_4_32", "must all be >= 1"),
+        ("8_0_32", "must all be >= 1"),
+        ("8_-1_32", "must all be >= 1"),
+        ("0_0_0", "must all be >= 1"),
+        ("1_2_1", "num_draft_tokens must be >= 2"),
+        ("2_2_8", "exceeds the tree capacity"),
+        ("1_4_6", "exceeds the tree capacity"),
+        ("8_4_118", "exceeds the tree capacity"),
+        ("3_1_5", "topk=1 chain must have num_draft_tokens == steps + 1"),
+        ("3_1_3", "topk=1 chain must have num_draft_tokens == steps + 1"),
+    ],
+)
+def test_parse_errors_name_string_and_rule(text, rule):
+    with pytest.raises(ValueError) as info:
+        Strategy.parse(text)
+    message = str(info.value)
+    assert repr(text) in message
+    assert rule in message
+
+
+def test_non_string_rejected():
+    with pytest.raises(ValueError, match="expected a string"):
+        Strategy.parse(8)
+
+
+@pytest.mark.parametrize("fields", [(0, 4, 32), (8, 4, 1), (2, 2, 8), (3, 1, 5), (-1, 1, 0)])
+def test_direct_construction_validates(fields):
+    with pytest.raises(ValueError, match="_".join(str(f) for f in fields)):
+        Strategy(*fields)
+
+
+def test_direct_construction_rejects_non_ints():
+    with pytest.raises(ValueError, match="must be an int"):
+        Strategy(8.0, 4, 32)
+    with pytest.raises(ValueError, match="must be an int"):
+        Strategy(True, 1, 2)
+
+
+def test_max_tree_tokens():
+    assert max_tree_tokens(1, 1) == 2
+    assert max_tree_tokens(7, 1) == 8
+    assert max_tree_tokens(3, 2) == 1 + 2 + 2 * 4
+    assert max_tree_tokens(8, 4) == 1 + 4 + 7 * 16
+    with pytest.raises(ValueError):
+        max_tree_tokens(0, 4)
+
+
+def test_capacity_boundary_is_inclusive():
+    for steps, topk in [(1, 3), (2, 2), (4, 3), (8, 4)]:
+        capacity = max_tree_tokens(steps, topk)
+        assert Strategy(steps, topk, capacity).num_draft_tokens == capacity
+        with pytest.raises(ValueError, match="capacity"):
+            Strategy(steps, topk, capacity + 1)
+
+
+def test_value_semantics():
+    assert Strategy.parse("8_4_32") == Strategy(8, 4, 32)
+    assert hash(Strategy.parse("8_4_32")) == hash(Strategy(8, 4, 32))
+    assert len({Strategy.parse("8_4_32"), Strategy(8, 4, 32), DISABLE}) == 2
+    assert sorted([Strategy(8, 4, 32), DISABLE, Strategy(3, 1, 4), Strategy(8, 4, 16)]) == [
+        DISABLE,
+        Strategy(3, 1, 4),
+        Strategy(8, 4, 16),
+        Strategy(8, 4, 32),
+    ]
+    with pytest.raises(AttributeError):
+        Strategy(8, 4, 32).steps = 2
+
+
+def test_parse_strategy_space():
+    space = parse_strategy_space(["8_4_32", "8_4_16", "8_4_8", "disable"])
+    assert space == [Strategy(8, 4, 32), Strategy(8, 4, 16), Strategy(8, 4, 8), DISABLE]
+    assert [str(s) for s in space] == ["8_4_32", "8_4_16", "8_4_8", "disable"]
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ([], "non-empty"),
+        ("8_4_32", "non-empty list"),
+        (["8_4_32", "8_4_32"], "duplicate strategy '8_4_32'"),
+        (["disable", "8_4_8", "DISABLE"], "duplicate strategy 'disable'"),
+        (["8_4_32", "8_4"], "'8_4'"),
+    ],
+)
+def test_parse_strategy_space_errors(names, message):
+    with pytest.raises(ValueError, match=message):
+        parse_strategy_space(names)
