@@ -1,4 +1,4 @@
-"""`fastrl bench`: print a table of decoding throughput and write it as JSON."""
+"""`fastrl bench`: print tables of decoding speed and write them as JSON."""
 
 from __future__ import annotations
 
@@ -8,51 +8,117 @@ from typing import Any
 
 import torch
 
-from fastrl.assets_path import bundled_model_dir
+from fastrl.bench.long_tail import bench_long_tail
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
 from fastrl.bench.report import format_table, write_json
+from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import task_prompts
 from fastrl.commands.bench_config import BenchConfig
+from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
-    """Run the plain-decoding comparison at each batch size; returns the JSON payload."""
+    """Run the selected suites; returns the JSON payload (also written to cfg.output)."""
     from transformers import AutoModelForCausalLM
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model_dir = cfg.model or str(bundled_model_dir())
+    model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"fastrl bench draws task prompts and needs a tokenizer in {model_dir}")
     model = load_model(model_dir, device=cfg.device)
-    hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(cfg.device).eval()
-    prompts = task_prompts(tokenizer, max(cfg.batch_sizes), cfg.seed)
-    rows = []
-    for bs in cfg.batch_sizes:
-        row = bench_plain_vs_hf(
-            model, hf_model, prompts, bs, cfg.new_tokens, cfg.repeats, tokenizer.pad_token_id or 0, cfg.device
-        )
-        rows.append(row)
-        print(f"bs={bs}: fastrl {row.fastrl_tok_s:.0f} tok/s, HF {row.hf_tok_s:.0f} tok/s", flush=True)
-    print(
-        "\nplain decoding (greedy), tokens/s, median of "
-        f"{cfg.repeats}; device {cfg.device}, {torch.get_num_threads()} threads\n"
-        + format_table(
-            ["batch", "new_tokens", "fastrl tok/s", "HF tok/s", "fastrl/HF"],
-            [[r.batch_size, r.new_tokens, r.fastrl_tok_s, r.hf_tok_s, r.ratio] for r in rows],
-        )
-    )
-    payload = {
-        "benchmark": "plain_vs_hf",
-        "model": model_dir,
+    pad_id = tokenizer.pad_token_id or 0
+    needs_hf = {"plain_vs_hf", "spec_bs1"} & set(cfg.suites)
+    hf_model = None
+    if needs_hf:
+        hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(cfg.device).eval()
+        hf_model.generation_config.eos_token_id = None if "plain_vs_hf" in cfg.suites else hf_model.config.eos_token_id
+    payload: dict[str, Any] = {
+        "model": str(model_dir),
         "device": cfg.device,
         "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__,
-        "rows": [asdict(r) | {"ratio": r.ratio} for r in rows],
     }
+    if "plain_vs_hf" in cfg.suites:
+        prompts = task_prompts(tokenizer, max(cfg.batch_sizes), cfg.seed)
+        rows = [
+            bench_plain_vs_hf(model, hf_model, prompts, bs, cfg.new_tokens, cfg.repeats, pad_id, cfg.device)
+            for bs in cfg.batch_sizes
+        ]
+        print(
+            f"\nplain decoding (greedy), tokens/s, median of {cfg.repeats}\n"
+            + format_table(
+                ["batch", "new_tokens", "fastrl tok/s", "HF tok/s", "fastrl/HF"],
+                [[r.batch_size, r.new_tokens, r.fastrl_tok_s, r.hf_tok_s, r.ratio] for r in rows],
+            ),
+            flush=True,
+        )
+        payload["plain_vs_hf"] = [asdict(r) | {"ratio": r.ratio} for r in rows]
+    if hf_model is not None:
+        hf_model.generation_config.eos_token_id = hf_model.config.eos_token_id
+    drafter = None
+    if {"spec_bs1", "long_tail"} & set(cfg.suites):
+        drafter = resolve_drafter(cfg.drafter, model_dir, model, needed=True)
+    if "spec_bs1" in cfg.suites:
+        prompts = task_prompts(tokenizer, cfg.bs1_prompts, cfg.seed + 1)
+        rows = bench_bs1(
+            model,
+            drafter,
+            hf_model,
+            prompts,
+            cfg.bs1_strategies,
+            cfg.bs1_max_new_tokens,
+            cfg.repeats,
+            cfg.bs1_temperatures,
+            pad_id,
+        )
+        print(
+            f"\nbatch size 1, {cfg.bs1_prompts} task prompts decoded one at a time, median of {cfg.repeats}\n"
+            + format_table(
+                ["method", "T", "tok/s", "speedup", "accept len", "limit", "of limit"],
+                [
+                    [
+                        r.method,
+                        r.temperature,
+                        r.tok_s,
+                        r.speedup,
+                        _opt(r.accept_length),
+                        _opt(r.physical_limit),
+                        _opt(r.fraction_of_limit),
+                    ]
+                    for r in rows
+                ],
+            ),
+            flush=True,
+        )
+        payload["spec_bs1"] = [asdict(r) | {"fraction_of_limit": r.fraction_of_limit} for r in rows]
+    if "long_tail" in cfg.suites:
+        prompts = task_prompts(tokenizer, cfg.long_tail_requests, cfg.seed + 2)
+        rows = bench_long_tail(
+            model,
+            drafter,
+            prompts,
+            cfg.long_tail_policies,
+            cfg.long_tail_max_new_tokens,
+            cfg.long_tail_repeats,
+            batch_size=cfg.long_tail_requests,
+        )
+        print(
+            f"\nlong-tail batch: {cfg.long_tail_requests} task requests at T=1, one engine, wall time\n"
+            + format_table(
+                ["policy", "wall s", "speedup", "rounds", "accept len"],
+                [[r.policy, r.wall_s, r.speedup, r.rounds, r.mean_accept_length] for r in rows],
+            ),
+            flush=True,
+        )
+        payload["long_tail"] = [asdict(r) for r in rows]
     write_json(cfg.output, payload)
     return payload
+
+
+def _opt(value: float | None) -> float | str:
+    return "" if value is None else value

@@ -4,24 +4,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail")
+
 
 @dataclass
 class BenchConfig:
     """Keys of `fastrl bench` (see conf/bench.yaml)."""
 
     model: str = ""
+    drafter: str = ""
     output: str = "runs/bench.json"
+    suites: list[str] = field(default_factory=lambda: list(SUITES))
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 64])
     new_tokens: int = 128
     repeats: int = 3
     seed: int = 0
     device: str = "cpu"
-    threads: int = 0
+    threads: int = 1
+    bs1_prompts: int = 8
+    bs1_max_new_tokens: int = 512
+    bs1_strategies: list[str] = field(
+        default_factory=lambda: ["1_1_2", "3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "8_4_32"]
+    )
+    bs1_temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    long_tail_requests: int = 64
+    long_tail_max_new_tokens: int = 1024
+    long_tail_policies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
+    long_tail_repeats: int = 1
 
     def __post_init__(self) -> None:
+        unknown = [s for s in self.suites if s not in SUITES]
+        if unknown or not self.suites:
+            raise ValueError(f"bench.suites must be a non-empty subset of {list(SUITES)}, got {self.suites}")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ValueError(f"bench.batch_sizes must be a non-empty list of positive ints, got {self.batch_sizes}")
-        if self.new_tokens < 1:
-            raise ValueError(f"bench.new_tokens must be >= 1, got {self.new_tokens}")
-        if self.repeats < 1:
-            raise ValueError(f"bench.repeats must be >= 1, got {self.repeats}")
+        for key in (
+            "new_tokens",
+            "repeats",
+            "bs1_prompts",
+            "bs1_max_new_tokens",
+            "long_tail_requests",
+            "long_tail_max_new_tokens",
+            "long_tail_repeats",
+        ):
+            if getattr(self, key) < 1:
+                raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")

@@ -1,0 +1,1 @@
+"""GRPO training of the policy, with rollouts from a RolloutBackend."""

@@ -1,0 +1,76 @@
+"""A long-tail rollout batch: 64 task requests sampled at T=1 (lengths heavy-tailed), wall time per strategy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from fastrl.adaptive.factory import build_policy
+from fastrl.bench.timing import EngineRun, time_median
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.decoder import CausalLM
+from fastrl.sampling.params import SamplingParams
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.telemetry.round_summary import summarize_rounds
+
+
+@dataclass
+class LongTailRow:
+    """Wall time of the whole batch under one strategy policy, and its speedup over plain."""
+
+    policy: str
+    wall_s: float
+    speedup: float
+    rounds: int
+    mean_accept_length: float
+
+
+def bench_long_tail(
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    prompts: list[list[int]],
+    policies: list[str],
+    max_new_tokens: int,
+    repeats: int,
+    batch_size: int = 64,
+    bandit: dict | None = None,
+) -> list[LongTailRow]:
+    """Run the same batch under each strategy policy ('disable' first is the baseline); outputs must agree."""
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    reference = None
+    rows: list[LongTailRow] = []
+    for name in ["disable"] + [p for p in policies if p != "disable"]:
+        timing = time_median(partial(_run, policy, drafter, name, inputs, batch_size, bandit), repeats, warmup=0)
+        engine = timing.result.engine
+        tokens = [o.token_ids for o in timing.result.outputs]
+        if reference is None:
+            reference = tokens
+        elif tokens != reference:
+            raise RuntimeError(f"policy {name} changed the output: exactness is broken")
+        summary = summarize_rounds(engine.round_stats)
+        base = rows[0].wall_s if rows else timing.median_s
+        rows.append(
+            LongTailRow(name, timing.median_s, base / timing.median_s, summary.rounds, summary.mean_accept_length)
+        )
+    return rows
+
+
+def _run(
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    name: str,
+    inputs: list[GenerateInput],
+    batch_size: int,
+    bandit: dict | None,
+) -> EngineRun:
+    engine = Engine(
+        policy,
+        EngineConfig(max_batch_size=batch_size),
+        drafter=None if name == "disable" else drafter,
+        policy=build_policy(name, bandit=bandit),
+    )
+    return EngineRun(engine, engine.generate(inputs))

@@ -1,0 +1,105 @@
+"""What one GRPO step reports, and the interface of whatever records it (W&B, stdout, a list in tests)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+CORRECT_REWARD = 1.0  # a sample counts as correct when its reward reaches the task's full reward
+
+
+@dataclass
+class StepMetrics:
+    """One training step.
+
+    Rollout: `policy_version` generated the samples; rewards (mean, std), accuracy (fraction of samples with
+    reward >= CORRECT_REWARD) overall and per problem-size bucket, response lengths in tokens, the fraction cut
+    by max_new_tokens / context, the rollout's wall time and tail time (after the first worker ran dry), the
+    mean accepted tokens per decode round (1.0 for plain decoding), the drafter version after the rollout and
+    its co-training loss / top-1 accuracy when it trained.
+    Consistency: max / mean |rollout log-prob - recomputed log-prob| over response tokens.
+    Update: total loss, its clipped-surrogate and KL parts (token means, averaged over optimizer steps), the
+    fraction of clipped tokens, the gradient norm before clipping (mean over optimizer steps), learning rate.
+    Time: update and whole-step wall seconds.
+    """
+
+    step: int
+    policy_version: int
+    reward_mean: float
+    reward_std: float
+    accuracy: float
+    accuracy_by_bucket: dict[str, float]
+    response_len_mean: float
+    response_len_p50: float
+    response_len_p90: float
+    response_len_max: int
+    truncated_fraction: float
+    response_tokens: int
+    rollout_time_s: float
+    tail_time_s: float
+    mean_accept_length: float
+    drafter_version: int
+    drafter_loss: float | None
+    drafter_top1: float | None
+    logprob_max_abs_diff: float
+    logprob_mean_abs_diff: float
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    grad_norm: float
+    lr: float
+    update_time_s: float
+    step_time_s: float
+
+    def to_flat_dict(self) -> dict[str, float]:
+        """Scalar view for loggers: buckets as ``accuracy/<bucket>``, None values dropped."""
+        out: dict[str, float] = {}
+        for key, value in asdict(self).items():
+            if key == "accuracy_by_bucket":
+                out.update({f"accuracy/{k}": float(v) for k, v in value.items()})
+            elif value is not None:
+                out[key] = float(value)
+        return out
+
+    def finite(self) -> bool:
+        """True when every reported number is finite."""
+        return all(math.isfinite(v) for v in self.to_flat_dict().values())
+
+
+class MetricsLogger(Protocol):
+    """Receives each step's metrics (the trainer calls `log` once per step, after the update)."""
+
+    def log(self, metrics: StepMetrics, step: int) -> None:
+        """Record `metrics` of training step `step`."""
+        ...
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation, as numpy's default; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def accuracy_by_bucket(buckets: list[str], rewards: list[float], names: list[str] | None = None) -> dict[str, float]:
+    """Fraction of samples with reward >= CORRECT_REWARD per bucket, in the order of `names` (buckets without
+    samples omitted), else in first-seen order."""
+    totals: dict[str, list[int]] = {}
+    for bucket, reward in zip(buckets, rewards, strict=True):
+        counts = totals.setdefault(bucket, [0, 0])
+        counts[0] += reward >= CORRECT_REWARD
+        counts[1] += 1
+    order = [n for n in names if n in totals] if names is not None else list(totals)
+    return {name: totals[name][0] / totals[name][1] for name in order}
+
+
+def mean_accept_length(accept_lengths: list[list[int]]) -> float:
+    """Tokens emitted per decode round over all requests (each entry of a request's list is one round)."""
+    rounds = sum(len(a) for a in accept_lengths)
+    return sum(sum(a) for a in accept_lengths) / rounds if rounds else 0.0

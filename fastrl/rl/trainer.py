@@ -1,0 +1,277 @@
+"""The GRPO trainer loop: sample problems, roll out n samples each on the backend, reward, update, push weights."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from fastrl.models.decoder import CausalLM
+from fastrl.rl.checkpoint import (
+    TrainerState,
+    load_training_checkpoint,
+    read_trainer_state,
+    save_training_checkpoint,
+)
+from fastrl.rl.grpo import group_advantages
+from fastrl.rl.logprob_check import LogprobCheck, compare_logprobs, require_consistent
+from fastrl.rl.logprobs import pack_sequences
+from fastrl.rl.metrics import (
+    CORRECT_REWARD,
+    MetricsLogger,
+    StepMetrics,
+    accuracy_by_bucket,
+    mean_accept_length,
+    percentile,
+)
+from fastrl.rl.policy_update import PolicyUpdater, UpdateStats
+from fastrl.rl.seeding import sample_seed, step_rng
+from fastrl.rl.task_protocol import RewardTask, TextTokenizer
+from fastrl.rl.trainer_config import GRPOConfig
+from fastrl.rollout.backend import RolloutBackend
+from fastrl.rollout.types import RolloutBatch, RolloutRequest, RolloutResult
+from fastrl.sampling.params import SamplingParams
+
+TRUNCATED_REASONS = ("length", "context")
+
+
+class OffPolicyRolloutError(RuntimeError):
+    """The backend returned samples from a policy version other than the trainer's current one."""
+
+
+@dataclass
+class StepRollout:
+    """One step's problems, requests and the backend's answer, with the decoded texts and rewards."""
+
+    problems: list[Any]
+    requests: list[RolloutRequest]
+    batch: RolloutBatch
+    texts: list[str]
+    rewards: list[float]
+
+
+class GRPOTrainer:
+    """Synchronous, on-policy GRPO over a RolloutBackend.
+
+    Every step: `prompts_per_step` problems from an RNG derived from (seed, step); `samples_per_prompt` requests
+    each, with sampling seeds derived from (seed, step, prompt, sample); `backend.generate`; rewards of the decoded
+    responses; group-normalised advantages; old log-probs recomputed and compared with the rollout's (metric,
+    and LogprobMismatchError above `logprob_tolerance`); the policy update (AdamW); then the new weights go to the
+    backend as version + 1, so the next rollout is on-policy. Versions count updates: the initial weights are 0.
+
+    `train()` first pushes the trainer's weights to the backend (as the current version) so that both sides
+    agree whatever the backend was built from. `save_checkpoint` / `resume` make a run of a + b steps equal to a
+    run of a steps, a checkpoint, and b resumed steps.
+    """
+
+    def __init__(
+        self,
+        policy: CausalLM,
+        tokenizer: TextTokenizer,
+        task: RewardTask,
+        backend: RolloutBackend,
+        config: GRPOConfig,
+        logger: MetricsLogger | None = None,
+    ) -> None:
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.task = task
+        self.backend = backend
+        self.config = config
+        self.logger = logger
+        self.updater = PolicyUpdater(policy, config)
+        self.step = 0  # steps completed
+        self.version = 0  # version of the policy's current weights
+        self.device = next(policy.parameters()).device
+        self._backend_synced = False
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+    def train(self) -> list[StepMetrics]:
+        """Run steps until `config.steps` are done; returns the metrics of the steps run by this call."""
+        cfg = self.config
+        if not self._backend_synced:
+            self.sync_backend()
+        history: list[StepMetrics] = []
+        with tqdm(total=cfg.steps, initial=self.step, desc="grpo", unit="step", disable=not cfg.progress) as bar:
+            while self.step < cfg.steps:
+                metrics = self.train_step()
+                history.append(metrics)
+                if self.logger is not None:
+                    self.logger.log(metrics, metrics.step)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics.reward_mean:.3f}", acc=f"{metrics.accuracy:.2f}")
+                every = cfg.checkpoint_every
+                if every and cfg.checkpoint_dir and (self.step % every == 0 or self.step == cfg.steps):
+                    self.save_checkpoint(Path(cfg.checkpoint_dir) / f"step_{self.step:06d}")
+        return history
+
+    def train_step(self) -> StepMetrics:
+        """One GRPO step (rollout, update, weight push); returns its metrics."""
+        start = time.perf_counter()
+        step = self.step
+        rollout = self.rollout(step)
+        results = rollout.batch.results
+        n = self.config.samples_per_prompt
+        rewards = torch.tensor(rollout.rewards, dtype=torch.float32).view(-1, n)  # [G,n]
+        advantages = group_advantages(rewards, self.config.scale_by_std, self.config.advantage_eps).view(-1)  # [N]
+        update_start = time.perf_counter()
+        sequences = pack_sequences(
+            [r.prompt_ids for r in results],
+            [r.token_ids for r in results],
+            [q.params for q in rollout.requests],
+            device=self.device,
+        )
+        prepared = self.updater.prepare(sequences, advantages)
+        check = self.check_logprobs(results, prepared.old_logprobs, sequences.response_mask, step)
+        stats = self.updater.update(prepared, step)
+        update_time = time.perf_counter() - update_start
+        rollout_version = self.version
+        self.version += 1
+        self.backend.update_policy(self.version, self.policy_state())
+        self.step += 1
+        return self._metrics(step, rollout_version, rollout, check, stats, update_time, time.perf_counter() - start)
+
+    def rollout(self, step: int) -> StepRollout:
+        """Sample the step's problems, generate on the backend, decode and reward (no update)."""
+        cfg = self.config
+        rng = step_rng(cfg.seed, step)
+        problems = [self.task.sample_problem(rng) for _ in range(cfg.prompts_per_step)]
+        requests = []
+        for group, problem in enumerate(problems):
+            prompt_ids = list(self.tokenizer.encode(problem.prompt))
+            for index in range(cfg.samples_per_prompt):
+                params = SamplingParams(
+                    max_new_tokens=cfg.max_new_tokens,
+                    temperature=cfg.temperature,
+                    top_p=cfg.top_p,
+                    top_k=cfg.top_k,
+                    seed=sample_seed(cfg.seed, step, group, index),
+                )
+                requests.append(RolloutRequest(f"step{step}-p{group}-s{index}", prompt_ids, params, group=group))
+        batch = self.backend.generate(requests)
+        self._check_results(requests, batch.results)
+        texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in batch.results]
+        rewards = [float(self.task.reward(problems[r.group], t)) for r, t in zip(batch.results, texts, strict=True)]
+        return StepRollout(problems=problems, requests=requests, batch=batch, texts=texts, rewards=rewards)
+
+    def check_logprobs(
+        self, results: list[RolloutResult], recomputed: torch.Tensor, mask: torch.Tensor, step: int
+    ) -> LogprobCheck:
+        """Compare the rollout's log-probs with `recomputed` ([N,T]); raises above the tolerance."""
+        rollout = torch.zeros(mask.shape, dtype=torch.float32)
+        for row, r in enumerate(results):
+            rollout[row, : len(r.logprobs)] = torch.tensor(r.logprobs, dtype=torch.float32)
+        check = compare_logprobs(rollout.to(recomputed.device), recomputed, mask)
+        where = f"step {step}, policy version {self.version}, request {results[check.worst_row].request_id}"
+        require_consistent(check, self.config.logprob_tolerance, where)
+        return check
+
+    # ---- weights and checkpoints ----------------------------------------------------------------------------
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The policy's weights (HF names; detached views of the live parameters: the backend copies them)."""
+        return {name: t.detach() for name, t in self.policy.state_dict().items()}
+
+    def sync_backend(self) -> None:
+        """Install the trainer's current weights on the backend as the current version."""
+        self.backend.update_policy(self.version, self.policy_state())
+        self._backend_synced = True
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write a checkpoint of the run after `self.step` steps (see fastrl.rl.checkpoint for the layout)."""
+        state = TrainerState(step=self.step, policy_version=self.version, config=asdict(self.config))
+        return save_training_checkpoint(
+            path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference
+        )
+
+    def resume(self, path: str | Path, strict: bool = True) -> None:
+        """Continue from a checkpoint: restore every state, push the weights to the backend. With `strict`, a
+        config that differs from the checkpoint's in a key that changes the trajectory (anything but steps,
+        checkpoint_every, checkpoint_dir, progress, logprob_tolerance) raises ValueError naming the keys."""
+        saved = GRPOConfig(**read_trainer_state(path)["config"])
+        differences = self.config.trajectory_differences(saved)
+        if strict and differences:
+            raise ValueError(
+                f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {differences}"
+            )
+        state = load_training_checkpoint(
+            path, self.policy, self.updater.optimizer, self.backend, self.updater.reference
+        )
+        self.step = state.step
+        self.version = state.policy_version
+        self.sync_backend()
+
+    # ---- internals ------------------------------------------------------------------------------------------
+    def _check_results(self, requests: list[RolloutRequest], results: list[RolloutResult]) -> None:
+        """The backend answered every request, in order, with the current policy version, without errors."""
+        got = [r.request_id for r in results]
+        want = [q.request_id for q in requests]
+        if got != want:
+            raise RuntimeError(
+                f"backend returned results {got[:4]}... for requests {want[:4]}... (order or count differ)"
+            )
+        for r in results:
+            if r.finish_reason == "error" or not r.token_ids:
+                raise RuntimeError(
+                    f"rollout of {r.request_id} failed on worker {r.worker_id} (finish reason {r.finish_reason!r}, "
+                    f"{len(r.token_ids)} tokens): {r.error or 'no error message'}"
+                )
+            if len(r.logprobs) != len(r.token_ids):
+                raise RuntimeError(
+                    f"rollout of {r.request_id} has {len(r.logprobs)} log-probs for {len(r.token_ids)} tokens"
+                )
+            if r.policy_version != self.version:
+                raise OffPolicyRolloutError(
+                    f"{r.request_id} was generated by policy version {r.policy_version} on worker {r.worker_id}; "
+                    f"the trainer is at version {self.version}"
+                )
+
+    def _metrics(
+        self,
+        step: int,
+        version: int,
+        rollout: StepRollout,
+        check: LogprobCheck,
+        stats: UpdateStats,
+        update_time: float,
+        step_time: float,
+    ) -> StepMetrics:
+        results = rollout.batch.results
+        lengths = [len(r.token_ids) for r in results]
+        rewards = torch.tensor(rollout.rewards, dtype=torch.float64)
+        buckets = [self.task.size_bucket(rollout.problems[r.group]) for r in results]
+        names = self.task.bucket_names() if hasattr(self.task, "bucket_names") else None
+        drafter = rollout.batch.drafter
+        return StepMetrics(
+            step=step,
+            policy_version=version,
+            reward_mean=float(rewards.mean()),
+            reward_std=float(rewards.std()) if len(rewards) > 1 else 0.0,
+            accuracy=float((rewards >= CORRECT_REWARD).double().mean()),
+            accuracy_by_bucket=accuracy_by_bucket(buckets, rollout.rewards, names),
+            response_len_mean=sum(lengths) / len(lengths),
+            response_len_p50=percentile(lengths, 50),
+            response_len_p90=percentile(lengths, 90),
+            response_len_max=max(lengths),
+            truncated_fraction=sum(r.finish_reason in TRUNCATED_REASONS for r in results) / len(results),
+            response_tokens=sum(lengths),
+            rollout_time_s=rollout.batch.wall_time_s,
+            tail_time_s=rollout.batch.tail_time_s,
+            mean_accept_length=mean_accept_length([r.accept_lengths for r in results]),
+            drafter_version=rollout.batch.drafter_version,
+            drafter_loss=drafter.loss,
+            drafter_top1=drafter.top1,
+            logprob_max_abs_diff=check.max_abs_diff,
+            logprob_mean_abs_diff=check.mean_abs_diff,
+            loss=stats.loss,
+            pg_loss=stats.pg_loss,
+            kl=stats.kl,
+            clip_fraction=stats.clip_fraction,
+            grad_norm=stats.grad_norm,
+            lr=self.updater.optimizer.param_groups[0]["lr"],
+            update_time_s=update_time,
+            step_time_s=step_time,
+        )
