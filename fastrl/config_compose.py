@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -40,23 +40,40 @@ def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
 
 
 def quote_string_overrides(schema: type, overrides: list[str]) -> list[str]:
-    """Quote the values of string-typed keys, so `strategy=8_4_32` stays the string "8_4_32" (Hydra's grammar
-    would read the digits with underscores as the integer 8432); lists of strings are quoted element-wise."""
-    kinds = {f.name: str(f.type) for f in fields(schema)}
+    """Quote the values of string-typed keys (dotted keys follow nested dataclasses), so `strategy=8_4_32` stays
+    the string "8_4_32" (Hydra's grammar would read digits with underscores as the integer 8432); lists of strings
+    are quoted element-wise."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
-        kind = kinds.get(key)
-        if not sep or kind is None or value[:1] in ("'", '"'):
+        kind = _field_type(schema, key.lstrip("+~")) if sep else None
+        if kind is None or value[:1] in ("'", '"'):
             out.append(item)
-        elif kind in ("str", "<class 'str'>"):
+        elif kind is str:
             out.append(f"{key}={_quote(value)}")
-        elif kind == "list[str]" and value.startswith("[") and value.endswith("]"):
+        elif _is_str_list(kind) and value.startswith("[") and value.endswith("]"):
             elements = [e.strip() for e in value[1:-1].split(",") if e.strip()]
             out.append(f"{key}=[" + ",".join(e if e[:1] in ("'", '"') else _quote(e) for e in elements) + "]")
         else:
             out.append(item)
     return out
+
+
+def _field_type(schema: type, dotted: str) -> Any:
+    """The annotated type of a dotted key in a (nested) dataclass schema, or None."""
+    current: Any = schema
+    for part in dotted.split("."):
+        if not is_dataclass(current):
+            return None
+        hints = get_type_hints(current)
+        if part not in hints:
+            return None
+        current = hints[part]
+    return current
+
+
+def _is_str_list(kind: Any) -> bool:
+    return get_origin(kind) is list and get_args(kind) == (str,)
 
 
 def _quote(value: str) -> str:

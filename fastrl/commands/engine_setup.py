@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_policy
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
@@ -30,9 +32,17 @@ def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: boo
     raise ValueError(f"a speculative strategy needs a drafter for {model_dir}: pass drafter=DIR")
 
 
-def build_engine(policy: CausalLM, model_dir: Path, strategy: str, drafter: str, config: EngineConfig) -> Engine:
+def build_engine(
+    policy: CausalLM,
+    model_dir: Path,
+    strategy: str,
+    drafter: str,
+    config: EngineConfig,
+    bandit: BanditConfig | None = None,
+    ema: EmaConfig | str | None = None,
+) -> Engine:
     """An engine whose rounds follow the strategy policy `strategy` (disable | S_K_N | bandit | ema)."""
-    strategy_policy: StrategyPolicy = build_policy(strategy)
+    strategy_policy: StrategyPolicy = build_policy(strategy, bandit=bandit, ema=ema)
     needed = any(not s.is_disabled for s in strategy_policy.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
     return Engine(policy, config, drafter=draft_model if needed else None, policy=strategy_policy)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from fastrl.commands.engine_setup import build_engine, resolve_model_dir
@@ -16,7 +14,7 @@ from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
-from fastrl.telemetry.round_summary import summarize_rounds
+from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
 
 
 def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
@@ -26,15 +24,16 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir)
     engine_config = EngineConfig(max_batch_size=cfg.batch_size, device=cfg.device, dtype=cfg.dtype)
-    engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config)
+    ema = cfg.ema_json or cfg.ema
+    engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
     inputs = [_to_input(line, cfg, tokenizer) for line in lines]
     outputs = engine.generate(inputs, progress=cfg.progress)
     records = [_to_record(out, tokenizer) for out in outputs]
     write_jsonl(cfg.output, records)
     if cfg.stats_output:
-        summary = summarize_rounds(engine.round_stats).to_json() | {"strategy_policy": cfg.strategy}
-        Path(cfg.stats_output).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.stats_output).write_text(json.dumps(summary, indent=2) + "\n")
+        write_run_stats(cfg.stats_output, engine.round_stats, cfg.strategy, engine.policy)
+    if cfg.plot_output:
+        write_run_plot(cfg.plot_output, engine.round_stats, cfg.strategy, engine.policy)
     errors = [out.error for out in outputs if out.error]
     for error in errors:
         print(f"fastrl generate: {error}", file=sys.stderr)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.ema_config import EmaConfig
 
 
 @dataclass
@@ -24,6 +27,10 @@ class GenerateConfig:
     strategy: str = "disable"
     drafter: str = ""
     stats_output: str = ""
+    plot_output: str = ""
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    ema_json: str = ""
 
     def __post_init__(self) -> None:
         if not self.prompts:

@@ -115,7 +115,9 @@ class DrafterTrainer:
         self.optimizer.step()
         self.step_count += 1
         self.drafter.eval()
-        return DrafterMetrics(float(loss.total.detach()), float(loss.feature), float(loss.token), float(loss.top1), loss.count)
+        return DrafterMetrics(
+            float(loss.total.detach()), float(loss.feature), float(loss.token), float(loss.top1), loss.count
+        )
 
     def train_epoch(self, seqs: list[FeatureSequence]) -> list[DrafterMetrics]:
         """One pass over `seqs` in length-grouped, shuffled batches."""

@@ -131,3 +131,64 @@ def test_text_prompt_without_tokenizer_is_an_error(model_dir, tmp_path, capsys):
     _write(prompts, [{"prompt": "sum 1 2 ="}])
     assert main(["generate", f"model={model_dir}", f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}"]) == 2
     assert "tokenizer" in capsys.readouterr().err
+
+
+def test_generate_bandit_and_ema_write_arm_tables(model_dir, tmp_path):
+    torch.manual_seed(0)
+    drafter_dir = tmp_path / "drafter"
+    from fastrl.models.checkpoint import load_model
+
+    save_drafter(EagleDrafter(load_model(model_dir).config), drafter_dir, policy_name="tiny")
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5 + i, 6, 7]} for i in range(6)])
+    common = [
+        f"model={model_dir}",
+        f"prompts={prompts}",
+        "max_new_tokens=16",
+        "progress=false",
+        f"drafter={drafter_dir}",
+    ]
+    assert main(["generate", *common, f"output={tmp_path / 'plain.jsonl'}"]) == 0
+    stats, plot = tmp_path / "bandit.json", tmp_path / "bandit.png"
+    bandit_args = ["strategy=bandit", "bandit.strategies=[3_1_4,2_2_4,disable]", "bandit.epsilon=0.2"]
+    assert (
+        main(
+            [
+                "generate",
+                *common,
+                f"output={tmp_path / 'b.jsonl'}",
+                *bandit_args,
+                f"stats_output={stats}",
+                f"plot_output={plot}",
+            ]
+        )
+        == 0
+    )
+    summary = json.loads(stats.read_text())
+    assert {a["strategy"] for a in summary["arms"]} <= {"3_1_4", "2_2_4", "disable"}
+    assert sum(a["pulls"] for a in summary["arms"]) == summary["rounds"]
+    assert summary["bandit"] and plot.read_bytes()[:4] == b"\x89PNG"
+    sglang = tmp_path / "adaptive.json"
+    sglang.write_text(json.dumps({"candidate_steps": [1, 3], "ema_alpha": 0.3, "warmup_batches": 2}))
+    assert main(["generate", *common, f"output={tmp_path / 'e.jsonl'}", "strategy=ema", f"ema_json={sglang}"]) == 0
+    plain = [r["token_ids"] for r in _read(tmp_path / "plain.jsonl")]
+    assert [r["token_ids"] for r in _read(tmp_path / "b.jsonl")] == plain
+    assert [r["token_ids"] for r in _read(tmp_path / "e.jsonl")] == plain
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["strategy=bandit", "bandit.strategies=[]"], "strategies"),
+        (["strategy=bandit", "bandit.bs_thresholds=[1,5,2]"], "bs_thresholds"),
+        (["strategy=bandit", "bandit.epsilon=1.5"], "epsilon"),
+        (["strategy=ema", "ema_json=bad.json"], "nope"),
+    ],
+)
+def test_bad_policy_config_is_one_clear_error(model_dir, tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "in.jsonl", [{"prompt_ids": [5, 6]}])
+    (tmp_path / "bad.json").write_text(json.dumps({"candidate_steps": [1, 3], "nope": 1}))
+    assert main(["generate", f"model={model_dir}", "prompts=in.jsonl", "output=o.jsonl", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -1,0 +1,117 @@
+"""A bounded buffer of drafter training sequences that favours the most recent policy versions."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from fastrl.cotrain.feature_sequence import FeatureSequence
+
+
+class FeatureBuffer:
+    """FeatureSequences kept by policy version, bounded by their total number of tokens.
+
+    Retention: only the newest ``retention_versions`` policy versions are kept (0 = all); when the buffer is over
+    ``capacity_tokens`` the oldest version is evicted first and, within a version, the oldest sequence first.
+    ``sample`` draws without replacement with weight ``recency_decay ** (newest - version)`` per sequence, so the
+    drafter mostly follows the current policy while older data still regularises it.
+    """
+
+    def __init__(self, capacity_tokens: int, retention_versions: int = 0, recency_decay: float = 0.5) -> None:
+        if capacity_tokens < 2:
+            raise ValueError(f"FeatureBuffer.capacity_tokens must be >= 2, got {capacity_tokens}")
+        if retention_versions < 0:
+            raise ValueError(f"FeatureBuffer.retention_versions must be >= 0, got {retention_versions}")
+        if not 0 < recency_decay <= 1:
+            raise ValueError(f"FeatureBuffer.recency_decay must be in (0, 1], got {recency_decay}")
+        self.capacity_tokens = capacity_tokens
+        self.retention_versions = retention_versions
+        self.recency_decay = recency_decay
+        self._by_version: dict[int, deque[FeatureSequence]] = {}
+        self._tokens = 0
+        self._sequences = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Entries held, over all sequences."""
+        return self._tokens
+
+    @property
+    def num_sequences(self) -> int:
+        return self._sequences
+
+    @property
+    def versions(self) -> list[int]:
+        """Policy versions present, oldest first."""
+        return sorted(self._by_version)
+
+    def __len__(self) -> int:
+        return self._sequences
+
+    def add(self, seq: FeatureSequence) -> None:
+        """Keep ``seq`` (cut to the capacity); sequences without a target (< 2 tokens) or from a version older than
+        the retention window are dropped. Evicts as needed."""
+        if seq.tokens.shape[0] < 2:
+            return
+        if seq.tokens.shape[0] > self.capacity_tokens:
+            n = self.capacity_tokens
+            seq = FeatureSequence(seq.tokens[:n], seq.features[:n], seq.start_position, seq.policy_version)
+        newest = max(self._by_version, default=seq.policy_version)
+        if self.retention_versions and seq.policy_version <= max(newest, seq.policy_version) - self.retention_versions:
+            return
+        self._by_version.setdefault(seq.policy_version, deque()).append(seq)
+        self._tokens += seq.tokens.shape[0]
+        self._sequences += 1
+        self._retain()
+
+    def extend(self, seqs: list[FeatureSequence]) -> None:
+        for seq in seqs:
+            self.add(seq)
+
+    def clear(self) -> None:
+        self._by_version.clear()
+        self._tokens = 0
+        self._sequences = 0
+
+    def sample(self, batch_tokens: int, rng: random.Random) -> list[FeatureSequence]:
+        """Recency-weighted draw without replacement of sequences holding at most ``batch_tokens`` tokens in all
+        (at least one sequence whenever the buffer is not empty); [] when it is empty."""
+        if not self._sequences:
+            return []
+        newest = max(self._by_version)
+        keyed = []
+        for version, seqs in self._by_version.items():
+            weight = self.recency_decay ** (newest - version)
+            for seq in seqs:
+                # Efraimidis-Spirakis: the largest u ** (1 / w) keys are a weighted sample without replacement.
+                keyed.append((rng.random() ** (1.0 / weight), seq))
+        keyed.sort(key=lambda item: item[0], reverse=True)
+        chosen: list[FeatureSequence] = []
+        total = 0
+        for _, seq in keyed:
+            n = seq.tokens.shape[0]
+            if chosen and total + n > batch_tokens:
+                continue
+            chosen.append(seq)
+            total += n
+            if total >= batch_tokens:
+                break
+        return chosen
+
+    def _retain(self) -> None:
+        newest = max(self._by_version)
+        if self.retention_versions:
+            for version in [v for v in self._by_version if v <= newest - self.retention_versions]:
+                self._drop_version(version)
+        while self._tokens > self.capacity_tokens and self._sequences > 1:
+            oldest = min(self._by_version)
+            seq = self._by_version[oldest].popleft()
+            self._tokens -= seq.tokens.shape[0]
+            self._sequences -= 1
+            if not self._by_version[oldest]:
+                del self._by_version[oldest]
+
+    def _drop_version(self, version: int) -> None:
+        seqs = self._by_version.pop(version)
+        self._tokens -= sum(s.tokens.shape[0] for s in seqs)
+        self._sequences -= len(seqs)

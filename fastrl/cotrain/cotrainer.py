@@ -1,0 +1,173 @@
+"""Time-sliced drafter co-training on a private copy of a worker's live drafter, and merging the copies."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.feature_sequence import FeatureSequence
+from fastrl.models.decoder import CausalLM
+from fastrl.spec.drafter import EagleDrafter
+
+
+@dataclass
+class SliceMetrics:
+    """What one co-training slice did. ``error`` is set when it failed (its training is then discarded);
+    ``skipped`` names why it did nothing (e.g. an empty buffer); ``stopped`` when it was asked to end early."""
+
+    steps: int = 0
+    tokens: int = 0
+    loss: float | None = None
+    top1: float | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    skipped: str | None = None
+    stopped: bool = False
+
+
+@dataclass
+class TrainedDrafter:
+    """Weights a worker trained since it last received a drafter: the published ``base_version`` plus ``steps``
+    optimiser steps over ``tokens`` entries. ``state`` holds CPU float32 tensors."""
+
+    state: dict[str, Tensor]
+    steps: int
+    tokens: int
+    base_version: int
+
+
+class CoTrainer:
+    """Trains a copy of the live drafter in short slices; the live drafter (used by rollouts) is never touched.
+
+    ``prepare(live, version)`` makes the copy start from the live weights whenever the live version changed (the
+    optimiser state is kept across versions). ``train_slice`` runs DrafterTrainer steps until its time is up, the
+    caller asks it to stop, or the data runs out; any exception (or a non-finite loss or weight) is reported in the
+    slice's metrics and discards the copy, so a failed slice can never publish broken weights.
+    """
+
+    def __init__(self, policy: CausalLM, config: DrafterTrainerConfig) -> None:
+        self.policy = policy
+        self.config = config
+        self._drafter: EagleDrafter | None = None
+        self._trainer: DrafterTrainer | None = None
+        self._base_version: int | None = None
+        self.round_steps = 0
+        self.round_tokens = 0
+        self.total_steps = 0
+
+    def prepare(self, live: EagleDrafter, version: int) -> None:
+        """Copy the live weights into the training copy unless it already trains on top of ``version``."""
+        if self._drafter is not None and self._base_version == version:
+            return
+        if self._drafter is None:
+            self._drafter = copy.deepcopy(live)
+            self._trainer = None
+        else:
+            with torch.no_grad():
+                self._drafter.load_state_dict(live.state_dict())
+        self._base_version = version
+        self.round_steps = 0
+        self.round_tokens = 0
+
+    def invalidate(self) -> None:
+        """Drop the copy and its optimiser (after a failure); the next ``prepare`` starts afresh."""
+        self._drafter = None
+        self._trainer = None
+        self._base_version = None
+        self.round_steps = 0
+        self.round_tokens = 0
+
+    def train_slice(
+        self,
+        next_batch: Callable[[], list[FeatureSequence]],
+        seconds: float,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> SliceMetrics:
+        """Train until ``seconds`` pass or ``should_stop()``; ``next_batch()`` supplies each step's sequences."""
+        start = time.perf_counter()
+        steps: list[DrafterMetrics] = []
+        stopped = False
+        try:
+            if self._drafter is None:
+                raise RuntimeError("CoTrainer.train_slice called before prepare()")
+            if self._trainer is None:
+                self._trainer = DrafterTrainer(self._drafter, self.policy, self.config)
+            while time.perf_counter() - start < seconds:
+                if should_stop():
+                    stopped = True
+                    break
+                batch = next_batch()
+                if not batch:
+                    break
+                metrics = self._trainer.train_step(batch)
+                if not (math.isfinite(metrics.loss) and math.isfinite(metrics.top1)):
+                    raise FloatingPointError(f"non-finite drafter loss {metrics.loss} at step {len(steps) + 1}")
+                steps.append(metrics)
+            if steps and not all(bool(torch.isfinite(p).all()) for p in self._drafter.parameters()):
+                raise FloatingPointError(f"drafter weights became non-finite after {len(steps)} steps")
+        except Exception as err:  # a slice reports its failure, it never raises into rollouts
+            self.invalidate()
+            return SliceMetrics(seconds=time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
+        seconds_used = time.perf_counter() - start
+        if not steps:
+            skipped = None if stopped else "no training data"
+            return SliceMetrics(seconds=seconds_used, skipped=skipped, stopped=stopped)
+        tokens = sum(m.tokens for m in steps)
+        self.round_steps += len(steps)
+        self.round_tokens += tokens
+        self.total_steps += len(steps)
+        return SliceMetrics(
+            steps=len(steps),
+            tokens=tokens,
+            loss=sum(m.loss * m.tokens for m in steps) / max(tokens, 1),
+            top1=sum(m.top1 * m.tokens for m in steps) / max(tokens, 1),
+            seconds=seconds_used,
+            stopped=stopped,
+        )
+
+    def trained(self) -> TrainedDrafter | None:
+        """The copy's weights when it trained since the last ``prepare``; None otherwise."""
+        if self._drafter is None or self._base_version is None or self.round_steps == 0:
+            return None
+        state = {k: v.detach().to("cpu", torch.float32).clone() for k, v in self._drafter.state_dict().items()}
+        return TrainedDrafter(state, self.round_steps, self.round_tokens, self._base_version)
+
+
+def average_drafters(items: list[tuple[dict[str, Tensor], float]]) -> dict[str, Tensor]:
+    """Weighted mean of drafter state dicts (weights: e.g. training steps), in the first state's dtypes.
+
+    ValueError when the list is empty, a weight is not positive, the states differ in keys or shapes, or a tensor
+    is not finite (a diverged copy must never be published).
+    """
+    if not items:
+        raise ValueError("average_drafters: nothing to average")
+    for _, weight in items:
+        if not (isinstance(weight, int | float) and math.isfinite(weight) and weight > 0):
+            raise ValueError(f"average_drafters: weights must be finite and > 0, got {weight!r}")
+    first = items[0][0]
+    for state, _ in items:
+        if set(state) != set(first):
+            raise ValueError(f"average_drafters: key sets differ ({sorted(set(state) ^ set(first))})")
+        for k, v in state.items():
+            if v.shape != first[k].shape:
+                raise ValueError(f"average_drafters: {k} has shape {tuple(v.shape)} vs {tuple(first[k].shape)}")
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                raise ValueError(f"average_drafters: {k} holds non-finite values")
+    total = float(sum(w for _, w in items))
+    out: dict[str, Tensor] = {}
+    for k, ref in first.items():
+        if not ref.is_floating_point():
+            out[k] = ref.clone()
+            continue
+        acc = torch.zeros(ref.shape, dtype=torch.float64)
+        for state, weight in items:
+            acc += state[k].detach().to("cpu", torch.float64) * (weight / total)
+        out[k] = acc.to(ref.dtype)
+    return out

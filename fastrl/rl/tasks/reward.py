@@ -1,0 +1,21 @@
+"""The verifiable reward: the final answer of a response, parsed strictly, compared with the truth."""
+
+from __future__ import annotations
+
+import re
+
+ANSWER_PATTERN = re.compile(r"(?:^|\s)answer (0|[1-9][0-9]{0,17})$")
+
+
+def parse_answer(response_text: str) -> int | None:
+    """The integer after the final ``answer `` if the response ends with ``answer <int>`` (no leading zeros,
+    surrounding whitespace ignored); ``None`` for anything else."""
+    if not isinstance(response_text, str):
+        return None
+    match = ANSWER_PATTERN.search(response_text.strip())
+    return int(match.group(1)) if match else None
+
+
+def answer_reward(answer: int, response_text: str) -> float:
+    """1.0 when the response ends with ``answer <answer>``, else 0.0."""
+    return 1.0 if parse_answer(response_text) == answer else 0.0

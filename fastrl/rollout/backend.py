@@ -1,0 +1,47 @@
+"""The interface the RL trainer drives: any rollout system (in-process engine, Ray workers) implements it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from fastrl.rollout.types import RolloutBatch, RolloutRequest
+
+
+class RolloutBackend(Protocol):
+    """Generates GRPO batches and receives new weights.
+
+    `generate` returns results in request order. `update_policy` installs new policy weights (tagged with their
+    version) on every worker before the next rollout. Co-training backends train the drafter during the rollout
+    tail and publish a new drafter version at its end (visible in RolloutBatch.drafter_version); `drafter_state`
+    returns the current drafter weights (for checkpoints), `load_drafter_state` restores them.
+    """
+
+    def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
+        """Generate every request; results in the same order."""
+        ...
+
+    def update_policy(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        """Install policy weights `state` (HF parameter names) as `version` on every worker."""
+        ...
+
+    def drafter_state(self) -> tuple[int, dict[str, torch.Tensor]]:
+        """The current drafter version and weights."""
+        ...
+
+    def load_drafter_state(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        """Install drafter weights as `version` on every worker (resume)."""
+        ...
+
+    def policy_state(self) -> dict:
+        """The strategy policies' state (e.g. bandit windows), for exact resume."""
+        ...
+
+    def load_policy_state(self, state: dict) -> None:
+        """Restore what `policy_state` returned."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release workers."""
+        ...

@@ -1,0 +1,83 @@
+"""Spreading a GRPO batch over workers: units of work that keep a prompt's group together, balanced by expected
+work; seeds for requests that bring none (so a request re-run elsewhere gives the same tokens)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass
+
+from fastrl.rollout.types import RolloutRequest
+
+PROMPT_TOKEN_WORK = 0.1  # a prompt token costs about a tenth of a decoded one (prefill is one batched pass)
+
+
+@dataclass
+class WorkUnit:
+    """Requests sent to one worker in one call, as positions in the batch, with their expected work (tokens)."""
+
+    indices: list[int]
+    work: float
+
+
+def expected_work(request: RolloutRequest) -> float:
+    """Decode-token equivalents: max_new_tokens plus a little for the prompt."""
+    return request.params.max_new_tokens + PROMPT_TOKEN_WORK * len(request.prompt_ids)
+
+
+def make_units(requests: list[RolloutRequest], num_workers: int) -> list[WorkUnit]:
+    """One unit per group (in order of first appearance); a group with more than a fair share of the batch's work
+    (total / num_workers) is split into near-equal contiguous chunks so that no worker gets it all."""
+    if num_workers < 1:
+        raise ValueError(f"make_units: num_workers must be >= 1, got {num_workers}")
+    groups: dict[int, list[int]] = {}
+    for i, request in enumerate(requests):
+        groups.setdefault(request.group, []).append(i)
+    work = [expected_work(r) for r in requests]
+    fair = sum(work) / num_workers
+    units = []
+    for indices in groups.values():
+        total = sum(work[i] for i in indices)
+        chunks = min(len(indices), math.ceil(total / fair - 1e-9)) if num_workers > 1 and total > fair else 1
+        size, extra = divmod(len(indices), chunks)
+        start = 0
+        for c in range(chunks):
+            end = start + size + (1 if c < extra else 0)
+            part = indices[start:end]
+            units.append(WorkUnit(part, sum(work[i] for i in part)))
+            start = end
+    return units
+
+
+def assign_units(units: list[WorkUnit], load: dict[str, float]) -> list[tuple[str, WorkUnit]]:
+    """Longest-processing-time-first: each unit (largest first) goes to the worker with the least load so far;
+    ``load`` (worker id -> expected work already queued) is updated in place. Ties go to the earlier worker."""
+    if not load:
+        raise ValueError("assign_units: no workers")
+    order = list(load)
+    plan = []
+    for unit in sorted(units, key=lambda u: -u.work):
+        worker = min(order, key=lambda w: load[w])
+        load[worker] += unit.work
+        plan.append((worker, unit))
+    return plan
+
+
+def check_request_ids(requests: list[RolloutRequest]) -> None:
+    """ValueError naming the first request id that appears twice."""
+    seen: set[str] = set()
+    for r in requests:
+        if r.request_id in seen:
+            raise ValueError(f"request id {r.request_id!r} appears twice in the batch")
+        seen.add(r.request_id)
+
+
+def with_seeds(requests: list[RolloutRequest], rng: random.Random) -> list[RolloutRequest]:
+    """Copies of ``requests`` where those without a seed get one from ``rng`` (the others are returned as is)."""
+    out = []
+    for r in requests:
+        if r.params.seed is None:
+            r = dataclasses.replace(r, params=dataclasses.replace(r.params, seed=rng.getrandbits(63)))
+        out.append(r)
+    return out

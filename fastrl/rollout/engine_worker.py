@@ -1,0 +1,248 @@
+"""The plain-Python core of a rollout worker: an Engine with versioned policy and drafter weights, a feature buffer
+filled by rollouts, and time-sliced drafter co-training. Ray actors and the in-process backend wrap it."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from fastrl.cotrain.buffer import FeatureBuffer
+from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics, TrainedDrafter
+from fastrl.cotrain.feature_sequence import FeatureSequence
+from fastrl.engine.engine import Engine
+from fastrl.engine.request import RequestOutput
+from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, load_model
+from fastrl.models.decoder import CausalLM
+from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.spec.round_stats import RoundStats
+
+
+class EngineWorker:
+    """One worker's engine and weights. Thread-safe: the stepping loop, weight pushes and co-training slices may
+    run on different threads (a slice holds the engine lock only to copy weights and draw a batch).
+
+    Streaming use: ``submit`` requests, ``step`` until ``has_unfinished()`` is False (each step returns the results
+    that finished). Batch use: ``generate`` (single caller). Every finished output's hidden states become a
+    FeatureSequence in the buffer when co-training is on; they are a by-product of verification.
+    """
+
+    def __init__(self, worker_id: str, config: RolloutWorkerConfig) -> None:
+        torch.set_num_threads(config.torch_threads)
+        self.worker_id = worker_id
+        self.config = config
+        self._lock = threading.RLock()  # engine, weights, buffer, counters
+        self._train_lock = threading.Lock()  # one slice at a time; policy pushes wait for it
+        engine_config = config.engine_config()
+        self.policy = load_model(config.model_dir, engine_config.torch_dtype, engine_config.device)
+        self.drafter, self.drafter_version = self._initial_drafter()
+        self.policy_version = 0
+        self.engine = Engine(self.policy, engine_config, drafter=self.drafter, policy=config.build_strategy_policy())
+        self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
+        self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
+        self._sample_rng = random.Random(config.seed)
+        self._running: dict[str, RolloutRequest] = {}
+        self._rounds: deque[RoundRecord] = deque(maxlen=config.max_round_records)
+        self._served = 0
+        self._round_count = 0
+        self._round_rows = 0
+        self._round_accepted = 0
+        self._emitted = 0
+        self._strategy_rounds: Counter[str] = Counter()
+
+    def _initial_drafter(self) -> tuple[EagleDrafter | None, int]:
+        c = self.config
+        if c.drafter_dir:
+            drafter, info = load_drafter(c.drafter_dir, self.policy, c.device)
+            return drafter, info.version
+        if not c.needs_drafter():
+            return None, 0
+        with torch.random.fork_rng(devices=[]):  # every worker initialises the same weights; global RNG untouched
+            torch.manual_seed(c.seed)
+            drafter = EagleDrafter(self.policy.config)
+        return drafter.to(device=c.device, dtype=c.engine_config().torch_dtype).eval(), 0
+
+    # ---- generation -------------------------------------------------------------------------------------------
+    def submit(self, request: RolloutRequest) -> None:
+        """Queue a request (ValueError when its id is already running here)."""
+        with self._lock:
+            self.engine.add_request(
+                request.prompt_ids, request.params, request.request_id, return_hidden_states=self.cotrainer is not None
+            )
+            self._running[request.request_id] = request
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            return self.engine.has_unfinished()
+
+    def step(self) -> list[RolloutResult]:
+        """One engine step; the results of the requests that finished in it."""
+        with self._lock:
+            outputs = self.engine.step()
+            self._collect_rounds()
+            return [self._finish(out) for out in outputs if out.finished]
+
+    def generate(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
+        """Run ``requests`` to completion; results in request order (for a single caller)."""
+        for request in requests:
+            self.submit(request)
+        done: dict[str, RolloutResult] = {}
+        while self.has_unfinished():
+            for result in self.step():
+                done[result.request_id] = result
+        return [done[r.request_id] for r in requests]
+
+    def take_rounds(self) -> list[RoundRecord]:
+        """The decode rounds recorded since the last call."""
+        with self._lock:
+            rounds = list(self._rounds)
+            self._rounds.clear()
+            return rounds
+
+    def _finish(self, out: RequestOutput) -> RolloutResult:
+        request = self._running.pop(out.request_id)
+        self._served += 1
+        if self.cotrainer is not None and out.hidden_states is not None and len(out.token_ids) >= 2:
+            tokens = torch.tensor(out.token_ids, dtype=torch.long)
+            features = out.hidden_states.to("cpu", torch.float32).clone()  # [T,H], f_{p-1} for token x_p
+            self.buffer.add(FeatureSequence(tokens, features, len(out.prompt_ids), self.policy_version))
+        latency = out.timings.latency
+        return RolloutResult(
+            request_id=out.request_id,
+            group=request.group,
+            prompt_ids=list(out.prompt_ids),
+            token_ids=list(out.token_ids),
+            logprobs=list(out.logprobs),
+            finish_reason=out.finish_reason.value if out.finish_reason is not None else "error",
+            accept_lengths=list(out.accept_lengths),
+            worker_id=self.worker_id,
+            policy_version=self.policy_version,
+            drafter_version=self.drafter_version,
+            latency_s=latency if latency is not None else 0.0,
+            error=out.error,
+        )
+
+    def _collect_rounds(self) -> None:
+        stats: list[RoundStats] = self.engine.round_stats
+        for s in stats:
+            name = str(s.strategy)
+            self._rounds.append(
+                RoundRecord(self.worker_id, name, s.batch_size, s.mean_accept_length, s.total_emitted, s.wall_time_s)
+            )
+            self._round_count += 1
+            self._round_rows += s.batch_size
+            self._round_accepted += sum(s.accepted_tokens)
+            self._emitted += s.total_emitted
+            self._strategy_rounds[name] += 1
+        stats.clear()
+
+    # ---- weights ----------------------------------------------------------------------------------------------
+    def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
+        """Load policy weights (HF names; tied models with or without lm_head.weight) in place as ``version``.
+        Applied between engine steps: push between rollouts so that no request mixes versions."""
+        with self._train_lock, self._lock:
+            load_policy_weights(self.policy, state)
+            self.policy_version = int(version)
+
+    def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
+        """Load drafter weights in place as ``version``; the co-training copy restarts from them."""
+        with self._lock:
+            if self.drafter is None:
+                raise ValueError(f"worker {self.worker_id} runs without a drafter; cannot load drafter weights")
+            with torch.no_grad():
+                self.drafter.load_state_dict(state)
+            self.drafter_version = int(version)
+
+    def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
+        """The live drafter's version and CPU float32 weights ({} without a drafter)."""
+        with self._lock:
+            if self.drafter is None:
+                return self.drafter_version, {}
+            return self.drafter_version, {
+                k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()
+            }
+
+    def policy_state(self) -> dict:
+        """The strategy policy's state (JSON-serialisable)."""
+        with self._lock:
+            return self.engine.policy.state_dict()
+
+    def load_policy_state(self, state: dict) -> None:
+        with self._lock:
+            self.engine.policy.load_state_dict(state)
+
+    # ---- co-training ------------------------------------------------------------------------------------------
+    def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:
+        """Train a copy of the live drafter on this worker's buffer for up to ``seconds``; never raises (failures
+        are in the metrics' ``error``). Rollouts keep using the live drafter."""
+        if self.cotrainer is None:
+            return SliceMetrics(skipped="co-training is off")
+        with self._train_lock, torch.random.fork_rng(devices=self._rng_devices()):  # training noise stays private
+            try:
+                torch.manual_seed(self.config.seed + self.cotrainer.total_steps)
+                with self._lock:
+                    self.cotrainer.prepare(self.drafter, self.drafter_version)
+                return self.cotrainer.train_slice(self._next_batch, seconds, should_stop)
+            except Exception as err:  # a slice reports its failure, it never raises into rollouts
+                self.cotrainer.invalidate()
+                return SliceMetrics(error=f"{type(err).__name__}: {err}")
+
+    def trained_drafter(self) -> TrainedDrafter | None:
+        """The weights co-trained since the live drafter last changed (None when no step was taken)."""
+        if self.cotrainer is None:
+            return None
+        with self._train_lock:
+            trained = self.cotrainer.trained()
+        return trained if trained is not None and trained.base_version == self.drafter_version else None
+
+    def _rng_devices(self) -> list[int]:
+        device = torch.device(self.config.device)
+        return [device.index or 0] if device.type == "cuda" else []
+
+    def _next_batch(self) -> list[FeatureSequence]:
+        with self._lock:
+            return self.buffer.sample(self.config.trainer.max_tokens_per_batch, self._sample_rng)
+
+    # ---- reports ----------------------------------------------------------------------------------------------
+    def stats(self) -> WorkerStats:
+        with self._lock:
+            rows = self._round_rows
+            return WorkerStats(
+                worker_id=self.worker_id,
+                policy_version=self.policy_version,
+                drafter_version=self.drafter_version,
+                requests_served=self._served,
+                running_requests=len(self._running),
+                rounds=self._round_count,
+                tokens_emitted=self._emitted,
+                mean_batch_size=rows / self._round_count if self._round_count else 0.0,
+                mean_accept_length=self._round_accepted / rows + 1.0 if rows else 0.0,
+                strategy_rounds=dict(self._strategy_rounds),
+                buffer_sequences=self.buffer.num_sequences,
+                buffer_tokens=self.buffer.num_tokens,
+                cotrain_steps=self.cotrainer.total_steps if self.cotrainer is not None else 0,
+            )
+
+    def health(self, error: str | None = None) -> WorkerHealth:
+        with self._lock:
+            return WorkerHealth(self.worker_id, error is None, len(self._running), error)
+
+
+def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
+    """Copy ``state`` into ``model`` in place (parameters keep their identity; tied weights stay tied).
+    ValueError listing missing, unexpected and mis-shaped tensors."""
+    tensors = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+    if model.config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    check_tensors(model, tensors)
+    with torch.no_grad():
+        model.load_state_dict(tensors, strict=False)
+    model.tie_weights()

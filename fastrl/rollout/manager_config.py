@@ -1,0 +1,50 @@
+"""Configuration of the Ray rollout manager."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+
+
+@dataclass
+class RolloutManagerConfig:
+    """How many workers, where Ray runs, and what happens in the tail and on failures.
+
+    worker: every worker's configuration.
+    num_workers: rollout worker actors.
+    ray_address: join this Ray cluster (``"auto"``, ``host:port``); ``""`` starts a private local Ray.
+    ray_num_cpus: CPUs of a local Ray (default: every core); ignored when joining a cluster.
+    cotrain_in_tail: give idle workers co-training slices while the tail runs (needs ``worker.cotrain``).
+    restart_failed_workers: replace a worker that died (after the rollout it died in; its work is re-run on the
+        survivors at once) with a fresh actor brought to the current policy and drafter versions.
+    worker_start_timeout_s: how long a replacement may take to start before it is given up.
+    seed: seeds requests that bring none (so a re-run request reproduces its tokens on any worker).
+    """
+
+    worker: RolloutWorkerConfig
+    num_workers: int = 2
+    ray_address: str = ""
+    ray_num_cpus: int | None = None
+    cotrain_in_tail: bool = True
+    restart_failed_workers: bool = True
+    worker_start_timeout_s: float = 300.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.worker, RolloutWorkerConfig):
+            raise ValueError(f"rollout.worker must be a RolloutWorkerConfig, got {type(self.worker).__name__}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise ValueError(f"rollout.num_workers must be an integer >= 1, got {self.num_workers!r}")
+        if not isinstance(self.ray_address, str):
+            raise ValueError(f"rollout.ray_address must be a string ('' = local Ray), got {self.ray_address!r}")
+        n = self.ray_num_cpus
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"rollout.ray_num_cpus must be None or an integer >= 1, got {n!r}")
+        t = self.worker_start_timeout_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+            raise ValueError(f"rollout.worker_start_timeout_s must be a finite number > 0, got {t!r}")
+        for key in ("cotrain_in_tail", "restart_failed_workers"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"rollout.{key} must be a bool, got {getattr(self, key)!r}")

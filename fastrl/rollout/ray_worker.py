@@ -1,0 +1,166 @@
+"""The rollout worker as a Ray actor: a background stepping loop does continuous batching over every caller's
+requests, so concurrent callers share decode rounds; weight pushes, reports and co-training slices are served on
+their own concurrency groups while it runs."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import Future
+
+import ray
+from torch import Tensor
+
+from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
+from fastrl.rollout.engine_worker import EngineWorker
+from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
+from fastrl.sampling.params import SamplingParams
+
+CONTROL = "control"
+TRAIN = "train"
+
+
+@ray.remote(concurrency_groups={CONTROL: 4, TRAIN: 1})
+class RolloutWorkerActor:
+    """A threaded actor around an EngineWorker.
+
+    Generation calls (``generate``, ``generate_batch``; default group, ``max_concurrent_calls`` threads) queue their
+    requests and wait; one stepping thread runs the engine while any request is unfinished. ``train_drafter_slice``
+    runs on the ``train`` group, everything else on ``control``. A failure of the stepping loop fails the waiting
+    calls and every later one (``health().ok`` turns False).
+    """
+
+    def __init__(self, worker_id: str, config: RolloutWorkerConfig) -> None:
+        self._worker = EngineWorker(worker_id, config)
+        self._cond = threading.Condition()
+        self._waiting: dict[str, Future[RolloutResult]] = {}
+        self._error: str | None = None
+        self._stop_below = 0
+        self._closed = False
+        self._loop = threading.Thread(target=self._run, name=f"{worker_id}-stepper", daemon=True)
+        self._loop.start()
+
+    # ---- generation (default concurrency group) ---------------------------------------------------------------
+    def generate_batch(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
+        """Generate ``requests`` (sharing rounds with every other caller); results in request order."""
+        futures = [self._submit(r) for r in requests]
+        return [f.result() for f in futures]
+
+    def generate(
+        self, prompt_ids: list[int], sampling_params: SamplingParams | None = None, request_id: str | None = None
+    ) -> RolloutResult:
+        """Generate one request; concurrent calls are batched together."""
+        request = RolloutRequest(request_id or uuid.uuid4().hex, list(prompt_ids), sampling_params or SamplingParams())
+        return self._submit(request).result()
+
+    def _submit(self, request: RolloutRequest) -> Future[RolloutResult]:
+        future: Future[RolloutResult] = Future()
+        with self._cond:
+            if self._error is not None:
+                raise RuntimeError(f"worker {self._worker.worker_id} failed earlier: {self._error}")
+            if request.request_id in self._waiting:
+                raise ValueError(f"request id {request.request_id!r} is already running on this worker")
+            self._worker.submit(request)
+            self._waiting[request.request_id] = future
+            self._cond.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._worker.has_unfinished():
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                finished = self._worker.step()
+            except BaseException as err:  # the engine is in an unknown state: fail every caller, serve no more
+                self._fail(f"{type(err).__name__}: {err}")
+                return
+            with self._cond:
+                futures = [(self._waiting.pop(r.request_id), r) for r in finished]
+            for future, result in futures:
+                future.set_result(result)
+
+    def _fail(self, error: str) -> None:
+        with self._cond:
+            self._error = error
+            waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            future.set_exception(RuntimeError(f"worker {self._worker.worker_id}: stepping loop failed: {error}"))
+
+    # ---- weights (control group) ------------------------------------------------------------------------------
+    @ray.method(concurrency_group=CONTROL)
+    def update_policy(self, version: int, state: dict[str, Tensor]) -> int:
+        """Install policy weights as ``version`` (between engine steps); returns the version."""
+        self._worker.update_policy(version, state)
+        return version
+
+    @ray.method(concurrency_group=CONTROL)
+    def update_drafter(self, version: int, state: dict[str, Tensor]) -> int:
+        """Install drafter weights as ``version``; returns the version."""
+        self._worker.update_drafter(version, state)
+        return version
+
+    @ray.method(concurrency_group=CONTROL)
+    def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
+        return self._worker.drafter_state()
+
+    @ray.method(concurrency_group=CONTROL)
+    def policy_state(self) -> dict:
+        return self._worker.policy_state()
+
+    @ray.method(concurrency_group=CONTROL)
+    def load_policy_state(self, state: dict) -> None:
+        self._worker.load_policy_state(state)
+
+    # ---- reports (control group) ------------------------------------------------------------------------------
+    @ray.method(concurrency_group=CONTROL)
+    def stats(self) -> WorkerStats:
+        return self._worker.stats()
+
+    @ray.method(concurrency_group=CONTROL)
+    def health(self) -> WorkerHealth:
+        with self._cond:
+            error = self._error if self._loop.is_alive() or self._error else "stepping loop is not running"
+        return self._worker.health(error)
+
+    @ray.method(concurrency_group=CONTROL)
+    def take_rounds(self) -> list[RoundRecord]:
+        """Decode rounds recorded since the last call."""
+        return self._worker.take_rounds()
+
+    # ---- co-training ------------------------------------------------------------------------------------------
+    @ray.method(concurrency_group=TRAIN)
+    def train_drafter_slice(self, seconds: float, slice_id: int | None = None) -> SliceMetrics:
+        """Co-train for up to ``seconds``; ``stop_training(i)`` ends slices with id <= i early. Never raises."""
+        return self._worker.train_drafter_slice(seconds, lambda: slice_id is not None and slice_id < self._stop_below)
+
+    @ray.method(concurrency_group=CONTROL)
+    def stop_training(self, slice_id: int) -> None:
+        """End the running slice (and any queued one) whose id is <= ``slice_id`` at its next step."""
+        self._stop_below = max(self._stop_below, slice_id + 1)
+
+    @ray.method(concurrency_group=CONTROL)
+    def trained_drafter(self) -> TrainedDrafter | None:
+        return self._worker.trained_drafter()
+
+    @ray.method(concurrency_group=CONTROL)
+    def close(self) -> None:
+        """Stop the stepping loop (before the actor is killed)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def start_worker(worker_id: str, config: RolloutWorkerConfig) -> ray.actor.ActorHandle:
+    """Start a worker actor with the resources its config asks for (returns at once; the actor loads its models
+    in the background, and calls queue until it is ready)."""
+    return RolloutWorkerActor.options(
+        num_cpus=config.num_cpus,
+        num_gpus=config.num_gpus,
+        max_concurrency=config.max_concurrent_calls,
+        name=None,
+    ).remote(worker_id, config)

@@ -1,0 +1,229 @@
+"""One rollout over a set of worker actors: dispatch, gather in request order, re-run the work of workers that die,
+and give workers whose share is done co-training slices until the tail ends."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import ray
+from ray.exceptions import RayActorError, RayError
+
+from fastrl.cotrain.cotrainer import SliceMetrics
+from fastrl.rollout.dispatch import WorkUnit, assign_units, make_units
+from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
+
+
+@dataclass(eq=False)
+class WorkerHandle:
+    """A worker actor as the manager tracks it; ``ready`` holds calls (weight pushes to a replacement) that must
+    finish before it serves."""
+
+    worker_id: str
+    actor: ray.actor.ActorHandle
+    alive: bool = True
+    ready: list[ray.ObjectRef] = field(default_factory=list)
+
+
+@dataclass
+class RunOutcome:
+    """Results in request order and how the rollout went (times in seconds from its start)."""
+
+    results: list[RolloutResult]
+    generation_s: float
+    tail_time_s: float
+    timings: list[WorkerTiming]
+    slices: list[tuple[str, SliceMetrics]]
+    retried_requests: int
+
+
+class RolloutRun:
+    """Runs one batch on ``workers`` (all alive). Idle detection: a worker is idle once every unit sent to it has
+    returned; while other workers still run (the tail) an idle worker is kept training in back-to-back slices of
+    ``slice_seconds``; when the last unit returns every running slice is told to stop at its next step.
+
+    A worker that dies (RayActorError) has its unreturned units re-sent to the least-loaded survivors; a unit's
+    results are recorded only when its call returns, so no request is lost or counted twice.
+    """
+
+    def __init__(
+        self,
+        requests: list[RolloutRequest],
+        workers: list[WorkerHandle],
+        cotrain: bool,
+        slice_seconds: float,
+        slice_ids: Iterator[int],
+    ) -> None:
+        self.requests = requests
+        self.workers = workers
+        self.cotrain = cotrain
+        self.slice_seconds = slice_seconds
+        self.slice_ids = slice_ids
+        self.results: list[RolloutResult | None] = [None] * len(requests)
+        self.gen_refs: dict[ray.ObjectRef, tuple[WorkerHandle, WorkUnit]] = {}
+        self.slice_refs: dict[ray.ObjectRef, tuple[WorkerHandle, int]] = {}
+        self.load: dict[str, float] = {w.worker_id: 0.0 for w in workers}
+        self.outstanding: Counter[str] = Counter()
+        self.served: Counter[str] = Counter()
+        self.busy_s: dict[str, float] = {}
+        self.idle: set[str] = set()
+        self.no_slices: set[str] = set()
+        self.last_slice: dict[str, int] = {}
+        self.slices: list[tuple[str, SliceMetrics]] = []
+        self.retried = 0
+        self.first_idle: float | None = None
+        self.start = 0.0
+
+    def run(self) -> RunOutcome:
+        self.start = time.perf_counter()
+        plan = assign_units(make_units(self.requests, len(self.workers)), self.load)
+        by_id = {w.worker_id: w for w in self.workers}
+        for worker_id, unit in plan:
+            self._send(by_id[worker_id], unit, retry=False)
+        for w in self.workers:
+            if not self.outstanding[w.worker_id]:
+                self._went_idle(w)
+        while self.gen_refs:
+            ready, _ = ray.wait([*self.gen_refs, *self.slice_refs], num_returns=1)
+            for ref in ready:
+                if ref in self.gen_refs:
+                    self._unit_done(ref)
+                elif ref in self.slice_refs:
+                    self._slice_done(ref)
+        end = self._now()
+        for w, sid in list(self.slice_refs.values()):
+            w.actor.stop_training.remote(sid)
+        while self.slice_refs:
+            ready, _ = ray.wait(list(self.slice_refs), num_returns=1)
+            self._slice_done(ready[0])
+        missing = [self.requests[i].request_id for i, r in enumerate(self.results) if r is None]
+        if missing:
+            raise RuntimeError(f"rollout finished without results for {missing}")
+        return RunOutcome(
+            results=[r for r in self.results if r is not None],
+            generation_s=end,
+            tail_time_s=end - self.first_idle if self.first_idle is not None else 0.0,
+            timings=self._timings(end),
+            slices=self.slices,
+            retried_requests=self.retried,
+        )
+
+    # ---- generation -------------------------------------------------------------------------------------------
+    def _send(self, worker: WorkerHandle, unit: WorkUnit, retry: bool) -> None:
+        wid = worker.worker_id
+        ref = worker.actor.generate_batch.remote([self.requests[i] for i in unit.indices])
+        self.gen_refs[ref] = (worker, unit)
+        self.outstanding[wid] += 1
+        if retry:
+            self.load[wid] += unit.work
+            self.retried += len(unit.indices)
+        if wid in self.idle:  # busy again: end its co-training
+            self.idle.discard(wid)
+            if wid in self.last_slice:
+                worker.actor.stop_training.remote(self.last_slice[wid])
+
+    def _unit_done(self, ref: ray.ObjectRef) -> None:
+        worker, unit = self.gen_refs.pop(ref)
+        try:
+            outputs = ray.get(ref)
+        except RayActorError:
+            self._lost(worker, [unit])
+            return
+        self._record(worker, unit, outputs)
+        if not self.outstanding[worker.worker_id]:
+            self._went_idle(worker)
+
+    def _record(self, worker: WorkerHandle, unit: WorkUnit, outputs: list[RolloutResult]) -> None:
+        wid = worker.worker_id
+        for i, result in zip(unit.indices, outputs, strict=True):
+            self.results[i] = result
+        self.served[wid] += len(outputs)
+        self.outstanding[wid] -= 1
+        self.load[wid] -= unit.work
+
+    def _lost(self, worker: WorkerHandle, units: list[WorkUnit]) -> None:
+        """``worker`` died: keep what it returned, re-send the rest to the survivors."""
+        worker.alive = False
+        wid = worker.worker_id
+        self.busy_s.setdefault(wid, self._now())
+        self.idle.discard(wid)
+        theirs = [ref for ref, (w, _) in self.gen_refs.items() if w is worker]
+        done, _ = ray.wait(theirs, num_returns=len(theirs), timeout=0) if theirs else ([], [])
+        for ref in theirs:
+            _, unit = self.gen_refs.pop(ref)
+            outputs = _get_or_none(ref) if ref in done else None
+            if outputs is None:
+                units.append(unit)
+            else:
+                self._record(worker, unit, outputs)
+        for ref in [r for r, (w, _) in self.slice_refs.items() if w is worker]:
+            del self.slice_refs[ref]
+        self.outstanding[wid] = 0
+        self.load[wid] = 0.0
+        survivors = [w for w in self.workers if w.alive]
+        if units and not survivors:
+            raise RuntimeError("every rollout worker died; the rollout cannot finish")
+        for unit in sorted(units, key=lambda u: -u.work):
+            target = min(survivors, key=lambda w: self.load[w.worker_id])
+            self._send(target, unit, retry=True)
+
+    # ---- co-training in the tail ------------------------------------------------------------------------------
+    def _went_idle(self, worker: WorkerHandle) -> None:
+        now = self._now()
+        self.idle.add(worker.worker_id)
+        self.busy_s[worker.worker_id] = now
+        if self.first_idle is None:
+            self.first_idle = now
+        self._maybe_train(worker)
+
+    def _maybe_train(self, worker: WorkerHandle) -> None:
+        wid = worker.worker_id
+        running = any(w is worker for w, _ in self.slice_refs.values())
+        if self.cotrain and self.gen_refs and worker.alive and wid in self.idle and wid not in self.no_slices:
+            if not running:
+                sid = next(self.slice_ids)
+                self.last_slice[wid] = sid
+                self.slice_refs[worker.actor.train_drafter_slice.remote(self.slice_seconds, sid)] = (worker, sid)
+
+    def _slice_done(self, ref: ray.ObjectRef) -> None:
+        worker, _ = self.slice_refs.pop(ref)
+        try:
+            metrics: SliceMetrics = ray.get(ref)
+        except RayActorError:
+            if worker.alive:
+                self._lost(worker, [])
+            return
+        except RayError as err:
+            metrics = SliceMetrics(error=f"{type(err).__name__}: {err}")
+        self.slices.append((worker.worker_id, metrics))
+        if metrics.error is not None or metrics.skipped is not None:
+            self.no_slices.add(worker.worker_id)  # failing or nothing to learn from: no more slices this rollout
+            return
+        self._maybe_train(worker)
+
+    # ---- telemetry --------------------------------------------------------------------------------------------
+    def _timings(self, end: float) -> list[WorkerTiming]:
+        seconds: defaultdict[str, float] = defaultdict(float)
+        steps: Counter[str] = Counter()
+        for wid, m in self.slices:
+            seconds[wid] += m.seconds
+            steps[wid] += m.steps if m.error is None else 0
+        timings = []
+        for w in self.workers:
+            wid = w.worker_id
+            busy = min(self.busy_s.get(wid, end), end)
+            timings.append(WorkerTiming(wid, self.served[wid], busy, end - busy, seconds[wid], steps[wid]))
+        return timings
+
+    def _now(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _get_or_none(ref: ray.ObjectRef) -> list[RolloutResult] | None:
+    """The results of a finished call, or None when its worker died before returning them."""
+    try:
+        return ray.get(ref)
+    except RayActorError:
+        return None

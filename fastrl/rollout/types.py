@@ -1,0 +1,87 @@
+"""What crosses the boundary between the RL trainer and the rollout system."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastrl.sampling.params import SamplingParams
+
+
+@dataclass
+class RolloutRequest:
+    """One sample to generate. `group` is the index of its prompt in the GRPO batch (n samples share a group)."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    group: int = 0
+
+
+@dataclass
+class RolloutResult:
+    """One generated sample, with the versions of the weights that produced it. ``error`` is set (and
+    ``finish_reason`` is ``"error"``) when the request was invalid, e.g. a prompt longer than the context."""
+
+    request_id: str
+    group: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    accept_lengths: list[int]
+    worker_id: str
+    policy_version: int
+    drafter_version: int
+    latency_s: float
+    error: str | None = None
+
+
+@dataclass
+class WorkerTiming:
+    """How one worker spent a rollout: busy generating, then idle (while others ran the tail), and how much of the
+    idle time went to drafter co-training."""
+
+    worker_id: str
+    requests: int
+    busy_s: float
+    idle_s: float
+    cotrain_s: float = 0.0
+    cotrain_steps: int = 0
+
+
+@dataclass
+class DrafterTrainingStats:
+    """Co-training during one rollout (empty when no worker trained)."""
+
+    steps: int = 0
+    tokens: int = 0
+    loss: float | None = None
+    top1: float | None = None
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RoundRecord:
+    """One decode round of one worker (the adaptive policy's view), for telemetry."""
+
+    worker_id: str
+    strategy: str
+    batch_size: int
+    mean_accept_length: float
+    emitted_tokens: int
+    wall_time_s: float
+
+
+@dataclass
+class RolloutBatch:
+    """Results in request order plus how the rollout went."""
+
+    results: list[RolloutResult]
+    wall_time_s: float
+    tail_time_s: float  # from the moment the first worker ran out of work to the end
+    workers: list[WorkerTiming]
+    rounds: list[RoundRecord]
+    drafter: DrafterTrainingStats
+    drafter_version: int
+    retried_requests: int = 0

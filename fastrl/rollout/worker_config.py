@@ -1,0 +1,120 @@
+"""Configuration of one rollout worker: the models it serves, how it decodes, and how it co-trains the drafter."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.adaptive.factory import build_policy
+from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.engine.config import EngineConfig
+from fastrl.spec.policy import StrategyPolicy
+
+
+@dataclass
+class RolloutWorkerConfig:
+    """What a rollout worker loads and how it runs; every invalid value raises ``ValueError`` naming its key.
+
+    model_dir: HF checkpoint directory of the policy (config.json + safetensors).
+    drafter_dir: drafter checkpoint directory (``save_drafter`` layout); ``""`` = no checkpoint: a freshly
+        initialised drafter (seeded by ``seed``, so every worker starts from the same weights) when a speculative
+        strategy or co-training needs one, else none.
+    strategy, bandit, ema: the strategy policy, as ``build_policy(strategy, bandit, ema)`` takes them
+        (``"disable"``, ``"S_K_N"``, ``"bandit"``, ``"ema"``).
+    max_batch_size, max_model_len, device, dtype, seed: the engine's (``EngineConfig``).
+    torch_threads: intra-op threads of the worker process (``torch.set_num_threads``).
+    num_cpus, num_gpus: Ray resources of the worker actor.
+    max_concurrent_calls: request-API calls one actor serves at once (its default concurrency group).
+    cotrain: keep verification hidden states and train the drafter on them in idle time slices.
+    buffer_tokens: capacity of the worker's feature buffer, in tokens.
+    retention_versions: policy versions kept in the buffer (the newest N; 0 keeps every version).
+    recency_decay: sampling weight of a sequence is ``recency_decay ** (newest_version - its_version)``.
+    trainer: the drafter optimiser (``max_tokens_per_batch`` is also the token budget of one sampled batch).
+    slice_seconds: length of one co-training slice (the tail can end at most one training step later).
+    max_round_records: decode-round records a worker keeps until they are collected.
+    """
+
+    model_dir: str
+    drafter_dir: str = ""
+    strategy: str = "disable"
+    bandit: BanditConfig | dict | None = None
+    ema: EmaConfig | dict | str | None = None
+    max_batch_size: int = 64
+    max_model_len: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int = 0
+    torch_threads: int = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    max_concurrent_calls: int = 64
+    cotrain: bool = True
+    buffer_tokens: int = 262_144
+    retention_versions: int = 2
+    recency_decay: float = 0.5
+    trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+    slice_seconds: float = 0.25
+    max_round_records: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_dir, str) or not self.model_dir:
+            raise ValueError(f"rollout.worker.model_dir must name a checkpoint directory, got {self.model_dir!r}")
+        if not isinstance(self.drafter_dir, str):
+            raise ValueError(f"rollout.worker.drafter_dir must be a path or '', got {self.drafter_dir!r}")
+        try:
+            self.engine_config()
+        except ValueError as err:
+            raise ValueError(f"rollout.worker: {err}") from err
+        try:
+            self.build_strategy_policy()
+        except ValueError as err:
+            raise ValueError(f"rollout.worker.strategy: {err}") from err
+        _check_int("torch_threads", self.torch_threads, 1)
+        _check_int("max_concurrent_calls", self.max_concurrent_calls, 1)
+        _check_int("buffer_tokens", self.buffer_tokens, 2)
+        _check_int("retention_versions", self.retention_versions, 0)
+        _check_int("max_round_records", self.max_round_records, 1)
+        for key in ("num_cpus", "num_gpus"):
+            value = getattr(self, key)
+            if not _is_number(value) or value < 0:
+                raise ValueError(f"rollout.worker.{key} must be a number >= 0, got {value!r}")
+        if not _is_number(self.recency_decay) or not 0 < self.recency_decay <= 1:
+            raise ValueError(f"rollout.worker.recency_decay must be in (0, 1], got {self.recency_decay!r}")
+        if not _is_number(self.slice_seconds) or not 0 < self.slice_seconds < math.inf:
+            raise ValueError(f"rollout.worker.slice_seconds must be a finite number > 0, got {self.slice_seconds!r}")
+        if not isinstance(self.cotrain, bool):
+            raise ValueError(f"rollout.worker.cotrain must be a bool, got {self.cotrain!r}")
+        if isinstance(self.trainer, dict):
+            self.trainer = DrafterTrainerConfig(**self.trainer)
+        if not isinstance(self.trainer, DrafterTrainerConfig):
+            raise ValueError(f"rollout.worker.trainer must be a DrafterTrainerConfig, got {type(self.trainer)}")
+
+    def engine_config(self) -> EngineConfig:
+        """The engine settings of this worker."""
+        return EngineConfig(
+            max_batch_size=self.max_batch_size,
+            max_model_len=self.max_model_len,
+            device=self.device,
+            dtype=self.dtype,
+            seed=self.seed,
+        )
+
+    def build_strategy_policy(self) -> StrategyPolicy:
+        """A fresh strategy policy (each worker owns one)."""
+        return build_policy(self.strategy, self.bandit, self.ema)
+
+    def needs_drafter(self) -> bool:
+        """True when a speculative strategy or co-training needs a drafter."""
+        speculative = any(not s.is_disabled for s in self.build_strategy_policy().strategies)
+        return speculative or self.cotrain or bool(self.drafter_dir)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_int(key: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"rollout.worker.{key} must be an integer >= {minimum}, got {value!r}")

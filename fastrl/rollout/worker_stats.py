@@ -1,0 +1,38 @@
+"""What a rollout worker reports about itself: versions, load, decode rounds, co-training data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorkerStats:
+    """A worker's counters since it started.
+
+    ``mean_batch_size`` and ``mean_accept_length`` (accepted drafts + 1, row-weighted) are over all its decode
+    rounds; ``strategy_rounds`` counts rounds per strategy name.
+    """
+
+    worker_id: str
+    policy_version: int
+    drafter_version: int
+    requests_served: int
+    running_requests: int
+    rounds: int
+    tokens_emitted: int
+    mean_batch_size: float
+    mean_accept_length: float
+    strategy_rounds: dict[str, int] = field(default_factory=dict)
+    buffer_sequences: int = 0
+    buffer_tokens: int = 0
+    cotrain_steps: int = 0
+
+
+@dataclass
+class WorkerHealth:
+    """Whether a worker can serve: ``ok`` is False once its stepping loop has failed (``error`` says why)."""
+
+    worker_id: str
+    ok: bool
+    running_requests: int
+    error: str | None = None

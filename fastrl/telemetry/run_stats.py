@@ -1,0 +1,53 @@
+"""The `stats_output` JSON and `plot_output` PNG of a generation run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.spec.policy import StrategyPolicy
+from fastrl.spec.round_stats import RoundStats
+from fastrl.telemetry.arm_plots import plot_rounds
+from fastrl.telemetry.arm_table import arm_table, arm_table_json, bucket_indices
+from fastrl.telemetry.round_summary import summarize_rounds
+
+DEFAULT_THRESHOLDS = [1, 2, 5, 21]
+
+
+def run_stats(stats: list[RoundStats], policy_name: str, policy: StrategyPolicy) -> dict[str, Any]:
+    """Summary, per-bucket arm table, timeline, and the bandit's own view (estimates) when it is one."""
+    thresholds = policy.config.bs_thresholds if isinstance(policy, BanditPolicy) else DEFAULT_THRESHOLDS
+    out = summarize_rounds(stats).to_json()
+    out["strategy_policy"] = policy_name
+    out["bucket_thresholds"] = list(thresholds)
+    out["arms"] = arm_table_json(arm_table(stats, list(thresholds)))
+    if isinstance(policy, BanditPolicy):
+        telemetry = policy.telemetry()
+        out["bandit"] = [
+            {
+                "bucket": b.label,
+                "rounds": b.rounds,
+                "arms": [asdict(a) | {"strategy": str(a.strategy)} for a in b.arms],
+            }
+            for b in telemetry.buckets
+        ]
+    return out
+
+
+def write_run_stats(path: str | Path, stats: list[RoundStats], policy_name: str, policy: StrategyPolicy) -> None:
+    """Write `run_stats` as JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run_stats(stats, policy_name, policy), indent=2) + "\n")
+
+
+def write_run_plot(path: str | Path, stats: list[RoundStats], policy_name: str, policy: StrategyPolicy) -> Path:
+    """PNG of chosen strategies, accept lengths, goodput, batch size and per-bucket pulls."""
+    thresholds = list(policy.config.bs_thresholds) if isinstance(policy, BanditPolicy) else DEFAULT_THRESHOLDS
+    from fastrl.adaptive.buckets import BatchBuckets
+
+    labels = BatchBuckets(tuple(thresholds)).labels()
+    return plot_rounds(stats, bucket_indices(stats, thresholds), labels, path, title=f"strategy policy: {policy_name}")
