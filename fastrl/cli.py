@@ -8,6 +8,7 @@ from collections.abc import Callable
 USAGE = """usage: fastrl <command> [key=value ...]
 
 commands:
+  train      GRPO with speculative, adaptive rollouts  fastrl train rl.steps=20 strategy=bandit
   generate   complete prompts from a JSONL file     fastrl generate prompts=in.jsonl output=out.jsonl
   bench      plain decoding vs HF generate          fastrl bench output=bench.json
   train-drafter  fit an EAGLE drafter offline       fastrl train-drafter output=runs/drafter
@@ -40,9 +41,15 @@ def _train_drafter(overrides: list[str]) -> None:
     run_train_drafter(compose_config("train_drafter", TrainDrafterConfig, overrides))
 
 
+def _train(overrides: list[str]) -> None:
+    from fastrl.commands.train import hydra_entry
+
+    hydra_entry(overrides)
+
+
 def commands() -> dict[str, Callable[[list[str]], None]]:
     """The subcommands by name."""
-    return {"generate": _generate, "bench": _bench, "train-drafter": _train_drafter}
+    return {"train": _train, "generate": _generate, "bench": _bench, "train-drafter": _train_drafter}
 
 
 def main(argv: list[str] | None = None) -> int:

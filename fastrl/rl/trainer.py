@@ -78,6 +78,7 @@ class GRPOTrainer:
         logger: MetricsLogger | None = None,
     ) -> None:
         self.policy = policy
+        self.last_rollout: StepRollout | None = None
         self.tokenizer = tokenizer
         self.task = task
         self.backend = backend
@@ -114,6 +115,7 @@ class GRPOTrainer:
         start = time.perf_counter()
         step = self.step
         rollout = self.rollout(step)
+        self.last_rollout = rollout
         results = rollout.batch.results
         n = self.config.samples_per_prompt
         rewards = torch.tensor(rollout.rewards, dtype=torch.float32).view(-1, n)  # [G,n]

@@ -1,0 +1,85 @@
+"""Structured config of `fastrl train` (composed from the conf/ groups model, drafter, strategy, rollout, rl, task,
+logger)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.rl.tasks.config import TaskConfig
+from fastrl.rl.trainer_config import GRPOConfig
+from fastrl.telemetry.wandb_logger import WandbConfig
+
+FRESH_DRAFTER = "fresh"
+BACKENDS = ("ray", "local")
+
+
+@dataclass
+class ModelSpec:
+    """The policy checkpoint: a local HF directory; "" = the bundled model."""
+
+    path: str = ""
+
+
+@dataclass
+class DrafterSpec:
+    """The drafter and its co-training.
+
+    path: a drafter directory; "" = the drafter shipped with the bundled model; "fresh" = a new random drafter.
+    cotrain: train the drafter on the rollouts' hidden states during the tail (False: a frozen drafter).
+    """
+
+    path: str = ""
+    cotrain: bool = True
+    buffer_tokens: int = 262_144
+    retention_versions: int = 2
+    recency_decay: float = 0.5
+    slice_seconds: float = 0.25
+    trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+
+
+@dataclass
+class StrategySpec:
+    """The strategy policy of every decode round: bandit | ema | disable | S_K_N, with the bandit's / EMA's keys."""
+
+    name: str = "bandit"
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
+
+
+@dataclass
+class RolloutSpec:
+    """Where rollouts run: `ray` (worker actors; a local Ray is started when none runs, or join `ray_address`) or
+    `local` (one engine in this process)."""
+
+    backend: str = "ray"
+    num_workers: int = 2
+    ray_address: str = ""
+    ray_num_cpus: int | None = None
+    max_batch_size: int = 64
+    torch_threads: int = 1
+    cotrain_in_tail: bool = True
+    restart_failed_workers: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"rollout.backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+
+
+@dataclass
+class TrainConfig:
+    """Keys of `fastrl train`."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    drafter: DrafterSpec = field(default_factory=DrafterSpec)
+    strategy: StrategySpec = field(default_factory=StrategySpec)
+    rollout: RolloutSpec = field(default_factory=RolloutSpec)
+    rl: GRPOConfig = field(default_factory=GRPOConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    logger: WandbConfig = field(default_factory=WandbConfig)
+    resume: str = ""
+    report: bool = True
+    threads: int = 1

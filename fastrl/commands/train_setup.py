@@ -1,0 +1,76 @@
+"""From a TrainConfig to the live parts of a run: policy, tokenizer, task, rollout backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.commands.train_config import FRESH_DRAFTER, TrainConfig
+from fastrl.rl.tasks.task import ArithChainTask
+from fastrl.rollout.backend import RolloutBackend
+from fastrl.rollout.local import LocalRollout
+from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+
+
+def model_dir(cfg: TrainConfig) -> Path:
+    """The policy checkpoint directory."""
+    return Path(cfg.model.path) if cfg.model.path else bundled_model_dir()
+
+
+def drafter_dir(cfg: TrainConfig) -> str:
+    """The drafter checkpoint directory ('' = a fresh drafter), resolving the shipped one for the bundled model."""
+    path = cfg.drafter.path
+    if path == FRESH_DRAFTER:
+        return ""
+    if path:
+        return path
+    if model_dir(cfg).resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():
+        return str(bundled_drafter_dir())
+    raise ValueError(f"drafter.path: no drafter ships with {model_dir(cfg)}; give drafter.path=DIR or drafter=fresh")
+
+
+def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
+    """What every rollout worker loads and how it decodes and co-trains."""
+    d = cfg.drafter
+    return RolloutWorkerConfig(
+        model_dir=str(model_dir(cfg)),
+        drafter_dir=drafter_dir(cfg),
+        strategy=cfg.strategy.name,
+        bandit=cfg.strategy.bandit,
+        ema=cfg.strategy.ema,
+        max_batch_size=cfg.rollout.max_batch_size,
+        device=cfg.rollout.device,
+        seed=cfg.rl.seed,
+        torch_threads=cfg.rollout.torch_threads,
+        cotrain=d.cotrain,
+        buffer_tokens=d.buffer_tokens,
+        retention_versions=d.retention_versions,
+        recency_decay=d.recency_decay,
+        trainer=d.trainer,
+        slice_seconds=d.slice_seconds,
+    )
+
+
+def build_backend(cfg: TrainConfig) -> RolloutBackend:
+    """Ray workers or an in-process engine, as `rollout.backend` says."""
+    worker = worker_config(cfg)
+    if cfg.rollout.backend == "local":
+        return LocalRollout(worker, seed=cfg.rl.seed)
+    return RayRolloutManager(
+        RolloutManagerConfig(
+            worker=worker,
+            num_workers=cfg.rollout.num_workers,
+            ray_address=cfg.rollout.ray_address,
+            ray_num_cpus=cfg.rollout.ray_num_cpus,
+            cotrain_in_tail=cfg.rollout.cotrain_in_tail,
+            restart_failed_workers=cfg.rollout.restart_failed_workers,
+            seed=cfg.rl.seed,
+        )
+    )
+
+
+def build_task(cfg: TrainConfig) -> ArithChainTask:
+    """The bundled reasoning task."""
+    return ArithChainTask(cfg.task)

@@ -1,0 +1,74 @@
+"""`fastrl train` end to end through Hydra (groups, overrides, run directory) on a tiny random policy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastrl.cli import main
+from fastrl.models.checkpoint import save_model
+from tests.rl.grpo_setup import char_tokenizer, tiny_policy
+
+COMMON = [
+    "model=local",
+    "drafter=fresh",
+    "rl.steps=2",
+    "rl.prompts_per_step=2",
+    "rl.samples_per_prompt=2",
+    "rl.max_new_tokens=12",
+    "rl.lr=1e-3",
+    "rl.checkpoint_every=2",
+    "task.n_max=6",
+    "task.context_length=256",
+]
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy")
+    save_model(tiny_policy(), path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_train_local_writes_metrics_and_report(policy_dir, tmp_path):
+    run = tmp_path / "run"
+    args = [
+        *COMMON,
+        f"model.path={policy_dir}",
+        "rollout=local",
+        "logger=none",
+        "strategy=static",
+        "strategy.name=3_1_4",
+        f"hydra.run.dir={run}",
+    ]
+    assert main(["train", *args]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["policy_version"] for r in rows] == [0, 1]
+    assert all(r["mean_accept_length"] >= 1.0 for r in rows)
+    assert (run / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run / "checkpoints" / "step_000002").is_dir()
+
+
+def test_train_ray_with_offline_wandb(policy_dir, tmp_path):
+    run = tmp_path / "run"
+    args = [
+        *COMMON,
+        f"model.path={policy_dir}",
+        "rollout=ray",
+        "rollout.num_workers=2",
+        "strategy=bandit",
+        "strategy.bandit.strategies=[2_1_3,disable]",
+        f"hydra.run.dir={run}",
+    ]
+    assert main(["train", *args]) == 0
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert list((run / "wandb").glob("offline-run-*/*.wandb"))
+
+
+def test_train_bad_override_is_an_error(policy_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", *COMMON, f"model.path={policy_dir}", "rl.samples_per_prompt=0", f"hydra.run.dir={tmp_path}"])
+    assert "samples_per_prompt" in str(info.value)
