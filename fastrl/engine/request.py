@@ -73,7 +73,8 @@ class Request:
 
     def to_output(self, new_token_ids: list[int] | None = None) -> RequestOutput:
         """Snapshot of this request for the caller."""
-        hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states else None
+        # The hidden-state history is concatenated once, in the final output (not in every streaming snapshot).
+        hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states and self.finished else None
         return RequestOutput(
             request_id=self.request_id,
             prompt_ids=list(self.prompt_ids),
@@ -95,7 +96,7 @@ class RequestOutput:
 
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids).
-    `hidden_states` (only when asked for) holds, for each generated token i, the policy's last hidden state at the
+    `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the policy's last hidden state at the
     position that produced it (absolute position len(prompt) - 1 + i): shape [len(token_ids), hidden_size].
     """
 

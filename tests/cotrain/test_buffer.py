@@ -1,0 +1,79 @@
+"""FeatureBuffer: bounded by tokens, oldest policy versions evicted first, recency-biased sampling."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fastrl.cotrain.buffer import FeatureBuffer
+from fastrl.cotrain.feature_sequence import FeatureSequence
+
+
+def seq(n: int, version: int, tag: int = 0) -> FeatureSequence:
+    """A sequence of n entries whose tokens all equal `tag` (to tell sequences apart)."""
+    return FeatureSequence(torch.full((n,), tag, dtype=torch.long), torch.randn(n, 4), 3, version)
+
+
+def tags(seqs: list[FeatureSequence]) -> list[int]:
+    return [int(s.tokens[0]) for s in seqs]
+
+
+def test_capacity_evicts_oldest_version_then_oldest_sequence():
+    buf = FeatureBuffer(capacity_tokens=30)
+    buf.extend([seq(10, 1, tag=1), seq(10, 0, tag=2), seq(10, 1, tag=3)])
+    assert buf.num_tokens == 30 and buf.versions == [0, 1]
+    buf.add(seq(10, 1, tag=4))  # over capacity: version 0 goes first
+    assert buf.versions == [1] and buf.num_tokens == 30
+    buf.add(seq(10, 2, tag=5))  # then the oldest sequence of version 1
+    everything = buf.sample(1000, random.Random(0))
+    assert sorted(tags(everything)) == [3, 4, 5]
+    assert buf.num_sequences == 3
+
+
+def test_retention_keeps_newest_versions_only():
+    buf = FeatureBuffer(capacity_tokens=1000, retention_versions=2)
+    for v in range(4):
+        buf.add(seq(5, v, tag=v))
+    assert buf.versions == [2, 3]
+    buf.add(seq(5, 1, tag=9))  # older than the window: dropped
+    assert buf.versions == [2, 3] and buf.num_tokens == 10
+
+
+def test_short_sequences_are_dropped_and_long_ones_cut():
+    buf = FeatureBuffer(capacity_tokens=8)
+    buf.add(seq(1, 0))
+    assert len(buf) == 0
+    buf.add(seq(20, 0))
+    assert buf.num_tokens == 8 and buf.sample(100, random.Random(0))[0].tokens.shape[0] == 8
+
+
+def test_sample_respects_budget_and_favours_recent_versions():
+    buf = FeatureBuffer(capacity_tokens=10_000, recency_decay=0.25)
+    for _ in range(50):
+        buf.add(seq(10, 0, tag=0))
+        buf.add(seq(10, 1, tag=1))
+    rng = random.Random(0)
+    counts = [0, 0]
+    for _ in range(200):
+        batch = buf.sample(45, rng)
+        assert 1 <= len(batch) <= 4 and sum(s.tokens.shape[0] for s in batch) <= 45
+        for t in tags(batch):
+            counts[t] += 1
+    assert counts[1] > 2 * counts[0] > 0
+    assert FeatureBuffer(100).sample(10, rng) == []
+    assert len(buf.sample(5, rng)) == 1  # one sequence even when it exceeds the budget
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"capacity_tokens": 1}, "capacity_tokens"),
+        ({"capacity_tokens": 10, "retention_versions": -1}, "retention"),
+        ({"capacity_tokens": 10, "recency_decay": 0.0}, "recency_decay"),
+    ],
+)
+def test_bad_settings_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        FeatureBuffer(**kwargs)

@@ -1,0 +1,95 @@
+"""EngineWorker (no Ray): rollouts fill the buffer with exactly the policy's features, weight pushes are versioned
+and respect tied weights, co-training slices never touch the live drafter."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fastrl.cotrain.features import policy_features
+from fastrl.models.checkpoint import load_model
+from fastrl.rollout.engine_worker import EngineWorker
+from fastrl.rollout.types import RolloutRequest
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.sampling.params import SamplingParams
+from tests.helpers import make_hf_model
+from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
+
+
+@pytest.fixture(scope="module")
+def worker(checkpoint) -> EngineWorker:
+    return EngineWorker("w0", worker_config(checkpoint))
+
+
+def test_results_and_features_are_the_policys(worker, checkpoint):
+    requests = mixed_requests(8)
+    results = worker.generate(requests)
+    assert_same_tokens(results, reference(checkpoint.policy, requests))
+    for r, q in zip(results, requests, strict=True):
+        assert r.worker_id == "w0" and r.policy_version == 0 and r.group == q.group
+    stored = worker.buffer.sample(10**9, random.Random(0))
+    assert len(stored) == sum(len(r.token_ids) >= 2 for r in results)
+    policy = load_model(checkpoint.policy)
+    for r in results:
+        if len(r.token_ids) < 2:
+            continue
+        seq = next(s for s in stored if s.tokens.tolist() == r.token_ids)
+        p = len(r.prompt_ids)
+        assert seq.start_position == p and seq.policy_version == 0
+        teacher = policy_features(policy, [r.prompt_ids + r.token_ids])[0]  # entries for positions 1..T
+        assert torch.allclose(seq.features, teacher.features[p - 1 : p - 1 + len(r.token_ids)], atol=1e-4)
+    stats = worker.stats()
+    assert stats.requests_served >= 8 and stats.rounds > 0 and stats.strategy_rounds.get("3_2_4", 0) > 0
+    assert stats.buffer_sequences == len(stored) and stats.mean_accept_length >= 1.0
+    rounds = worker.take_rounds()
+    assert rounds and all(r.strategy == "3_2_4" and r.worker_id == "w0" for r in rounds)
+    assert worker.take_rounds() == []
+
+
+def test_invalid_request_is_an_error_result(worker):
+    too_long = RolloutRequest("long", list(range(3, 300)), SamplingParams(max_new_tokens=4, seed=0))
+    result = worker.generate([too_long])[0]
+    assert result.finish_reason == "error" and result.error and result.token_ids == []
+
+
+def test_slice_trains_a_copy_and_versions_follow_pushes(worker):
+    if not worker.buffer.num_sequences:
+        worker.generate(mixed_requests(6, prefix="fill"))
+    version, live = worker.drafter_state()
+    metrics = worker.train_drafter_slice(0.2)
+    assert metrics.error is None and metrics.steps > 0
+    assert all(torch.equal(live[k], v) for k, v in worker.drafter_state()[1].items())
+    trained = worker.trained_drafter()
+    assert trained is not None and trained.base_version == version and trained.steps == metrics.steps
+    worker.update_drafter(version + 1, trained.state)
+    assert worker.drafter_state()[0] == version + 1 and worker.trained_drafter() is None
+    assert all(torch.equal(trained.state[k], v) for k, v in worker.drafter_state()[1].items())
+    stopped = worker.train_drafter_slice(1.0, should_stop=lambda: True)
+    assert stopped.steps == 0 and stopped.stopped
+
+
+def test_tied_policy_update_with_or_without_lm_head(tmp_path):
+    make_hf_model("llama_tied", seed=0).save_pretrained(tmp_path / "v0")
+    make_hf_model("llama_tied", seed=1).save_pretrained(tmp_path / "v1")
+    config = worker_config_plain(str(tmp_path / "v0"))
+    worker = EngineWorker("tied", config)
+    new = load_model(tmp_path / "v1").state_dict()
+    assert "lm_head.weight" in new
+    request = RolloutRequest("a", [5, 6, 7], SamplingParams(max_new_tokens=8, temperature=0.0))
+    for state in (new, {k: v for k, v in new.items() if k != "lm_head.weight"}):
+        worker.update_policy(3, state)
+        assert worker.policy.lm_head.weight is worker.policy.model.embed_tokens.weight
+        result = worker.generate([request])[0]
+        assert result.policy_version == 3
+        assert_same_tokens([result], reference(str(tmp_path / "v1"), [request]))
+    with pytest.raises(ValueError, match="missing tensors"):
+        worker.update_policy(4, {"model.norm.weight": new["model.norm.weight"]})
+    assert worker.policy_version == 3
+    assert worker.drafter is None and worker.cotrainer is None
+    assert worker.drafter_state() == (0, {}) and worker.train_drafter_slice(0.1).skipped is not None
+
+
+def worker_config_plain(model_dir: str) -> RolloutWorkerConfig:
+    return RolloutWorkerConfig(model_dir=model_dir, strategy="disable", cotrain=False, max_batch_size=2)

@@ -1,0 +1,131 @@
+"""RayRolloutManager on a real local Ray with two worker actors: order and exactness across workers, the
+concurrent request API, co-training in the tail, versioned policy pushes, and recovery from a killed worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import ray
+
+from fastrl.models.checkpoint import load_model
+from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.types import RolloutRequest
+from fastrl.sampling.params import SamplingParams
+from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
+from tests.rollout.tail_requests import tail_batch
+
+
+@pytest.fixture(scope="module")
+def manager(checkpoint, ray_cluster):
+    mgr = RayRolloutManager(RolloutManagerConfig(worker=worker_config(checkpoint), num_workers=2))
+    yield mgr
+    mgr.shutdown()
+
+
+def current_policy_dir(manager: RayRolloutManager, checkpoint) -> str:
+    return checkpoint.policy_v1 if manager.policy_version == 1 else checkpoint.policy
+
+
+def test_order_and_exactness_across_workers(manager, checkpoint):
+    requests = mixed_requests(18)
+    batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(current_policy_dir(manager, checkpoint), requests))
+    assert {r.worker_id for r in batch.results} == {"worker-0", "worker-1"}
+    for group in range(6):  # groups are not split across workers
+        assert len({r.worker_id for r in batch.results if r.group == group}) == 1
+    assert sum(t.requests for t in batch.workers) == 18 and batch.retried_requests == 0
+    assert batch.rounds and {r.strategy for r in batch.rounds} == {"3_2_4"}
+    assert all(
+        t.busy_s + t.idle_s == pytest.approx(batch.workers[0].busy_s + batch.workers[0].idle_s) for t in batch.workers
+    )
+    assert 0.0 <= batch.tail_time_s <= batch.wall_time_s
+
+
+def test_concurrent_requests_share_rounds(manager, checkpoint):
+    actor = manager.workers[0].actor
+    ray.get(actor.take_rounds.remote())
+    params = [SamplingParams(max_new_tokens=32, temperature=1.0, seed=7 + i, ignore_eos=True) for i in range(6)]
+    results = [None] * 6
+    start = threading.Barrier(6)
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = ray.get(actor.generate.remote(prompt(i), params[i], f"c{i}"))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    requests = [RolloutRequest(f"c{i}", prompt(i), params[i]) for i in range(6)]
+    assert_same_tokens(results, reference(current_policy_dir(manager, checkpoint), requests))
+    rounds = ray.get(actor.take_rounds.remote())
+    assert max(r.batch_size for r in rounds) > 1, "concurrent callers should share decode rounds"
+
+
+def test_idle_worker_cotrains_during_the_tail(manager):
+    manager.generate(mixed_requests(8, prefix="warm"))  # both workers hold hidden states now
+    before = manager.drafter_version
+    requests = tail_batch()
+    batch = manager.generate(requests)
+    assert [r.request_id for r in batch.results] == [r.request_id for r in requests]
+    long_worker, short_worker = batch.results[0].worker_id, batch.results[-1].worker_id
+    assert long_worker != short_worker
+    timing = {t.worker_id: t for t in batch.workers}
+    assert timing[short_worker].idle_s > 0 and timing[short_worker].cotrain_steps > 0
+    assert timing[long_worker].cotrain_steps == 0
+    assert batch.tail_time_s > 0 and batch.drafter.steps > 0 and batch.drafter.failures == []
+    assert all(r.drafter_version == before for r in batch.results)
+    assert batch.drafter_version == before + 1 == manager.drafter_version
+    assert {s.drafter_version for s in manager.worker_stats()} == {before + 1}
+    version, state = manager.drafter_state()
+    assert version == before + 1 and state
+
+
+def test_policy_push_is_versioned(manager, checkpoint):
+    manager.update_policy(1, load_model(checkpoint.policy_v1).state_dict())
+    assert [s.policy_version for s in manager.worker_stats()] == [1, 1]
+    requests = mixed_requests(12, prefix="v1-")
+    batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(checkpoint.policy_v1, requests))
+    assert all(r.policy_version == 1 for r in batch.results)
+
+
+def test_killed_worker_requests_are_rerun(manager, checkpoint):
+    requests = [
+        RolloutRequest(f"k{i}", prompt(i), SamplingParams(max_new_tokens=32, seed=300 + i, ignore_eos=True), group=i)
+        for i in range(32)
+    ]
+    victim = manager.workers[1]
+    served = ray.get(victim.actor.stats.remote()).requests_served
+    killed = threading.Event()
+
+    def kill_in_second_wave() -> None:  # 16 requests per worker, 4 at a time: kill once the 2nd wave has begun
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ray.get(victim.actor.stats.remote()).requests_served >= served + 5:
+                ray.kill(victim.actor)
+                killed.set()
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_in_second_wave)
+    killer.start()
+    batch = manager.generate(requests)
+    killer.join()
+    assert killed.is_set()
+    assert_same_tokens(batch.results, reference(current_policy_dir(manager, checkpoint), requests))
+    assert len({r.request_id for r in batch.results}) == 32
+    kept = sum(r.worker_id == victim.worker_id for r in batch.results)
+    assert batch.retried_requests >= 1 and kept >= 1, "results returned before the kill are kept, the rest re-run"
+    assert {t.worker_id: t.requests for t in batch.workers}[victim.worker_id] == kept
+    # the dead worker was replaced by a fresh actor running the current versions
+    assert manager.replaced_workers == 1 and len(manager.workers) == 2
+    stats = manager.worker_stats()
+    assert {s.policy_version for s in stats} == {manager.policy_version}
+    assert {s.drafter_version for s in stats} == {manager.drafter_version}
+    after = manager.generate(mixed_requests(6, prefix="after"))
+    assert len(after.results) == 6 and after.retried_requests == 0
