@@ -106,7 +106,7 @@ def hydra_entry(argv: list[str]) -> None:
 
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
 
-    @hydra.main(config_path=str(conf_dir()), config_name="train", version_base="1.3")
+    @hydra.main(config_path=str(conf_dir() / "train"), config_name="train", version_base="1.3")
     def _main(dcfg: DictConfig) -> None:
         try:
             cfg: TrainConfig = OmegaConf.to_object(dcfg)
