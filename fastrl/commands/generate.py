@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import torch
+
 from fastrl.commands.engine_setup import build_engine, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.prompts_io import PromptLine, read_prompts, write_jsonl
@@ -19,6 +21,8 @@ from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
 
 def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     """Load the model, generate for every prompt line and write the output file; returns the records."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
     lines = read_prompts(cfg.prompts)
     tokenizer = load_tokenizer(model_dir)

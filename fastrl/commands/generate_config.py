@@ -24,6 +24,7 @@ class GenerateConfig:
     device: str = "cpu"
     dtype: str = "float32"
     progress: bool = True
+    threads: int = 1
     strategy: str = "disable"
     drafter: str = ""
     stats_output: str = ""

@@ -13,7 +13,7 @@ class TrainDrafterConfig(OfflineDrafterConfig):
 
     model: str = ""
     output: str = "runs/drafter"
-    threads: int = 0
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.num_prompts < 1 or self.eval_prompts < 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fastrl.cotrain.accept_eval import AcceptResult, measure_accept_length
-from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig, make_batches
 from fastrl.cotrain.features import policy_features
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -71,7 +72,11 @@ def train_offline(
     eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
     train = policy_features(policy, train_ids)
     held_out = policy_features(policy, eval_ids)
-    trainer = DrafterTrainer(drafter, policy, cfg.trainer)
+    trainer_cfg = cfg.trainer
+    if trainer_cfg.total_steps == 0:  # cosine over the whole run
+        per_epoch = len(make_batches(train, trainer_cfg.max_tokens_per_batch))
+        trainer_cfg = dataclasses.replace(trainer_cfg, total_steps=per_epoch * cfg.epochs)
+    trainer = DrafterTrainer(drafter, policy, trainer_cfg)
     epochs = []
     for epoch in range(cfg.epochs):
         bar = tqdm(trainer.train_epoch(train), desc=f"drafter epoch {epoch + 1}/{cfg.epochs}", unit="step", leave=False)

@@ -96,8 +96,9 @@ class RequestOutput:
 
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids).
-    `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the policy's last hidden state at the
-    position that produced it (absolute position len(prompt) - 1 + i): shape [len(token_ids), hidden_size].
+    `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the
+    policy's last hidden state at the position that produced it (absolute position len(prompt) - 1 + i):
+    shape [len(token_ids), hidden_size].
     """
 
     request_id: str
