@@ -12,6 +12,7 @@ from fastrl.engine.batch import RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
+from fastrl.spec.draft_chain import grow_chain
 from fastrl.spec.drafter import EagleDrafter
 from fastrl.spec.drafting import DrafterInput, catch_up, grow_tree
 from fastrl.spec.runtime import StrategyRuntime
@@ -58,7 +59,8 @@ def speculative_round(
     flat_noise = sampling_noise(batch.sampling.index(level_rows), level_pos, vocab)
     noise = None if flat_noise is None else flat_noise.view(b, levels, vocab)
     root_feature = catch_up(drafter, policy, dcache, dslots, n, base, pending)
-    tree = grow_tree(drafter, policy, dcache, dslots, n, base, batch.last, root_feature, batch.sampling, runtime, noise)
+    grow = grow_chain if runtime.is_chain else grow_tree
+    tree = grow(drafter, policy, dcache, dslots, n, base, batch.last, root_feature, batch.sampling, runtime, noise)
     t1 = time.perf_counter()
 
     nodes = tree.num_nodes

@@ -18,6 +18,7 @@ class StrategyRuntime:
     level_range: [D+1] 0..D, D = the deepest level a tree of N nodes can reach
     self_bits:   [steps-1, topk, T] bool, the drafter tree-area entry of frontier node j expanded at level d + 2
                  (T = (steps-1) * topk entries)
+    chain:       for topk == 1, the fixed shape of every tree: parents [1,N], depths [1,N], ancestors [1,N,N]
     """
 
     strategy: Strategy
@@ -25,6 +26,11 @@ class StrategyRuntime:
     node_range: Tensor
     level_range: Tensor
     self_bits: Tensor
+    chain: tuple[Tensor, Tensor, Tensor] | None = None
+
+    @property
+    def is_chain(self) -> bool:
+        return self.chain is not None
 
     @property
     def noise_levels(self) -> int:
@@ -45,12 +51,18 @@ class StrategyRuntime:
         depth = min(s, n - 1)
         area = (s - 1) * k
         bits = torch.eye(max(area, 1), dtype=torch.bool, device=device)[:area].view(s - 1, k, area)
+        chain = None
+        if k == 1:
+            nodes = torch.arange(n, device=device)
+            ancestors = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+            chain = ((nodes - 1).unsqueeze(0), nodes.unsqueeze(0), ancestors.unsqueeze(0))
         return cls(
             strategy=strategy,
             max_depth=depth,
             node_range=torch.arange(n, device=device),
             level_range=torch.arange(depth + 1, device=device),
             self_bits=bits,
+            chain=chain,
         )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 from itertools import pairwise
 
+TERM_LABELS = string.ascii_lowercase + string.ascii_uppercase  # one-character names of the terms, in prompt order
 DEFAULT_BUCKET_EDGES: tuple[int, ...] = (2, 4, 8, 16)
 
 
@@ -12,6 +14,7 @@ DEFAULT_BUCKET_EDGES: tuple[int, ...] = (2, 4, 8, 16)
 class TaskConfig:
     """Knobs of `ArithChainTask`.
 
+    Every term has a one-letter name (``a``..``z``, ``A``..``Z``), so there are at most 52 terms.
     Problem size (number of terms) is drawn from a truncated discrete power law ``P(n) ∝ n^-size_exponent`` on
     ``[n_min, n_max]``; terms are uniform integers in ``[value_min, value_max]``. The written solution varies in
     valid ways: the whole chain is added right-to-left with probability `p_reverse`, adjacent terms are swapped
@@ -22,7 +25,7 @@ class TaskConfig:
     """
 
     n_min: int = 2
-    n_max: int = 48
+    n_max: int = 40
     size_exponent: float = 1.8
     value_min: int = 1
     value_max: int = 99
@@ -36,8 +39,8 @@ class TaskConfig:
     def __post_init__(self) -> None:
         if self.n_min < 2:
             raise ValueError(f"TaskConfig.n_min must be >= 2 (got {self.n_min})")
-        if self.n_max < self.n_min:
-            raise ValueError(f"TaskConfig.n_max must be >= n_min={self.n_min} (got {self.n_max})")
+        if not self.n_min <= self.n_max <= len(TERM_LABELS):
+            raise ValueError(f"TaskConfig.n_max must be in [n_min={self.n_min}, {len(TERM_LABELS)}] (got {self.n_max})")
         if self.size_exponent < 0:
             raise ValueError(f"TaskConfig.size_exponent must be >= 0 (got {self.size_exponent})")
         if self.value_min < 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from fastrl.rl.tasks.config import TERM_LABELS
+
 STEP_SEPARATORS: tuple[str, ...] = (" ", ", ", "; ")
 FINAL_PHRASES: tuple[str, ...] = ("so answer {answer}", "thus answer {answer}", "total {answer} so answer {answer}")
 CHECK_PHRASE = " (check {total}-{term}={previous})"
@@ -43,16 +45,19 @@ def sample_choices(
 
 
 def write_solution(numbers: tuple[int, ...], choices: SolutionChoices) -> str:
-    """The solution text for `numbers` under `choices`, e.g. ``" 23+5=28 28+81=109 109+4=113 so answer 113"``.
-
-    It starts with a space (it continues a prompt ending in ``=``) and carries no special tokens.
+    """The solution text for `numbers` under `choices`, e.g.
+    ``" a+b=23+5=28, +c=28+81=109, +d=109+4=113, so answer 113"``: each step names the term it adds (its label in
+    the prompt), then writes the addition. It starts with a space (it continues a prompt ending in ``=``) and
+    carries no special tokens.
     """
-    terms = [numbers[j] for j in choices.order]
-    total = terms[0]
+    first = choices.order[0]
+    total = numbers[first]
     steps: list[str] = []
-    for term, check in zip(terms[1:], choices.checks, strict=True):
+    for index, check in zip(choices.order[1:], choices.checks, strict=True):
+        term = numbers[index]
         previous, total = total, total + term
-        step = f"{previous}+{term}={total}"
+        name = f"{TERM_LABELS[first]}+{TERM_LABELS[index]}" if not steps else f"+{TERM_LABELS[index]}"
+        step = f"{name}={previous}+{term}={total}"
         if check:
             step += CHECK_PHRASE.format(total=total, term=term, previous=previous)
         steps.append(step)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from itertools import pairwise
 
-from fastrl.rl.tasks.config import TaskConfig
+from fastrl.rl.tasks.config import TERM_LABELS, TaskConfig
 from fastrl.rl.tasks.power_law import TruncatedPowerLaw
 from fastrl.rl.tasks.problem import Problem
 from fastrl.rl.tasks.reward import answer_reward
@@ -15,7 +15,11 @@ SPECIAL_TOKENS_PER_SEQUENCE = 2  # <bos> before the prompt, <eos> after the resp
 
 
 class ArithChainTask:
-    """Sum n small numbers, reasoning as a running total: ``sum 23 5 81 4 =`` → ``23+5=28 28+81=109 ... answer 113``.
+    """Sum n named small numbers, reasoning as a running total::
+
+        sum a=23 b=5 c=81 d=4 =  →   a+b=23+5=28, +c=28+81=109, +d=109+4=113, so answer 113
+
+    Each step names the term it adds, then copies its value from the prompt: the lookup is a one-token match.
 
     n follows a truncated power law, so most problems are short and a few are long, as in reasoning RL: the
     response length (in characters, which are the tokens of the bundled tokenizer) grows linearly with n.
@@ -36,7 +40,9 @@ class ArithChainTask:
     def make_problem(self, numbers: tuple[int, ...] | list[int]) -> Problem:
         """The problem of summing `numbers` (in this order)."""
         numbers = tuple(int(x) for x in numbers)
-        prompt = "sum " + " ".join(str(x) for x in numbers) + " ="
+        if len(numbers) > len(TERM_LABELS):
+            raise ValueError(f"a problem has at most {len(TERM_LABELS)} terms (got {len(numbers)})")
+        prompt = "sum " + " ".join(f"{label}={x}" for label, x in zip(TERM_LABELS, numbers, strict=False)) + " ="
         return Problem(prompt=prompt, answer=sum(numbers), size=len(numbers), numbers=numbers)
 
     def sample_problem(self, rng: random.Random) -> Problem:
