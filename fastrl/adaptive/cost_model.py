@@ -10,6 +10,7 @@ verification, bookkeeping). A plain round is one policy forward over ``batch_siz
 from __future__ import annotations
 
 import bisect
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -95,6 +96,21 @@ class CostModel:
             for strategy, by_bs in samples.items()
         }
         return cls(params=fallback, tables=tables)
+
+    @classmethod
+    def from_json(cls, path: str, fallback: CostParams | None = None) -> CostModel:
+        """Fit from a JSON list of {"strategy", "batch_size", "seconds"} rounds (`fastrl bench` writes one)."""
+        with open(path) as f:
+            rows = json.load(f)
+        try:
+            measurements = [(Strategy.parse(r["strategy"]), int(r["batch_size"]), float(r["seconds"])) for r in rows]
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{path}: expected a list of {{strategy, batch_size, seconds}} objects ({err})") from err
+        return cls.fit(measurements, fallback)
+
+    def has_strategy(self, strategy: Strategy) -> bool:
+        """True when `round_time` can answer for `strategy` (measured, or a parametric fallback exists)."""
+        return strategy.is_disabled or strategy in self._tables or self.params is not None
 
     @property
     def measured_strategies(self) -> list[Strategy]:

@@ -199,14 +199,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rollouts", type=int, default=6)
     parser.add_argument("--strategies", default=",".join(DEFAULT_SIM_STRATEGIES), help="comma-separated arms")
+    parser.add_argument("--costs", default="", help="measured round times (JSON from `fastrl bench`) to fit")
     args = parser.parse_args(argv)
     names = args.strategies.split(",")
-    settings = SimSettings(cost=CostModel.default_gpu(), strategies=tuple(parse_strategy_space(names)), seed=args.seed)
+    cost = CostModel.from_json(args.costs) if args.costs else CostModel.default_gpu()
+    if args.costs:
+        names = [n for n in names if Strategy.parse(n) in cost.measured_strategies]
+    settings = SimSettings(cost=cost, strategies=tuple(parse_strategy_space(names)), seed=args.seed)
+    tiers = [t for t in EmaConfig().candidate_steps if cost.has_strategy(Strategy(t, 1, t + 1))]
     policies: dict[str, Callable[[], StrategyPolicy]] = {
         "bandit": lambda: BanditPolicy(BanditConfig(strategies=names, seed=args.seed)),
-        "ema [1,3,7]": lambda: EmaPolicy(EmaConfig()),
     }
-    print(f"cost model: {settings.cost.params}; per-bucket columns: goodput relative to plain decoding")
+    if tiers:
+        policies[f"ema {tiers}"] = lambda: EmaPolicy(EmaConfig(candidate_steps=tiers))
+    source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)
+    print(f"cost model: {source}; arms {names}; per-bucket columns: goodput relative to plain decoding")
     for workload in standard_workloads(args.rollouts):
         print()
         print(format_comparison(compare(workload, settings, policies), settings.buckets.labels()))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
+from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.factory import build_policy
 from fastrl.bench.timing import EngineRun, time_median
 from fastrl.engine.config import EngineConfig
@@ -17,13 +18,16 @@ from fastrl.telemetry.round_summary import summarize_rounds
 
 @dataclass
 class LongTailRow:
-    """Wall time of the whole batch under one strategy policy, and its speedup over plain."""
+    """Wall time of the whole batch under one strategy policy, and its speedup over plain; the engine's round
+    statistics and strategy policy are kept for arm tables, plots and cost fitting."""
 
     policy: str
     wall_s: float
     speedup: float
     rounds: int
     mean_accept_length: float
+    round_stats: list = field(default_factory=list, repr=False)
+    strategy_policy: object = field(default=None, repr=False)
 
 
 def bench_long_tail(
@@ -34,7 +38,7 @@ def bench_long_tail(
     max_new_tokens: int,
     repeats: int,
     batch_size: int = 64,
-    bandit: dict | None = None,
+    bandit: BanditConfig | None = None,
 ) -> list[LongTailRow]:
     """Run the same batch under each strategy policy ('disable' first is the baseline); outputs must agree."""
     inputs = [
@@ -54,7 +58,15 @@ def bench_long_tail(
         summary = summarize_rounds(engine.round_stats)
         base = rows[0].wall_s if rows else timing.median_s
         rows.append(
-            LongTailRow(name, timing.median_s, base / timing.median_s, summary.rounds, summary.mean_accept_length)
+            LongTailRow(
+                name,
+                timing.median_s,
+                base / timing.median_s,
+                summary.rounds,
+                summary.mean_accept_length,
+                engine.round_stats,
+                engine.policy,
+            )
         )
     return rows
 
@@ -65,7 +77,7 @@ def _run(
     name: str,
     inputs: list[GenerateInput],
     batch_size: int,
-    bandit: dict | None,
+    bandit: BanditConfig | None,
 ) -> EngineRun:
     engine = Engine(
         policy,
@@ -74,3 +86,12 @@ def _run(
         policy=build_policy(name, bandit=bandit),
     )
     return EngineRun(engine, engine.generate(inputs))
+
+
+def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
+    """Every measured round as {strategy, batch_size, seconds}: what `python -m fastrl.adaptive.sim --costs` fits."""
+    return [
+        {"strategy": str(s.strategy), "batch_size": s.batch_size, "seconds": s.wall_time_s}
+        for row in rows
+        for s in row.round_stats
+    ]

@@ -26,3 +26,10 @@ def write_json(path: str | Path, payload: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def write_json_list(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Write a list of records as JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows) + "\n")

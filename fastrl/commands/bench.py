@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fastrl.bench.long_tail import bench_long_tail
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
-from fastrl.bench.report import format_table, write_json
+from fastrl.bench.report import format_table, write_json, write_json_list
 from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import task_prompts
 from fastrl.commands.bench_config import BenchConfig
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
+from fastrl.telemetry.arm_table import arm_table
+from fastrl.telemetry.run_stats import DEFAULT_THRESHOLDS, run_stats, write_run_plot
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -106,6 +111,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.long_tail_max_new_tokens,
             cfg.long_tail_repeats,
             batch_size=cfg.long_tail_requests,
+            bandit=BanditConfig(strategies=list(cfg.long_tail_bandit_strategies)),
         )
         print(
             f"\nlong-tail batch: {cfg.long_tail_requests} task requests at T=1, one engine, wall time\n"
@@ -115,7 +121,33 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             ),
             flush=True,
         )
-        payload["long_tail"] = [asdict(r) for r in rows]
+        payload["long_tail"] = [
+            {
+                "policy": r.policy,
+                "wall_s": r.wall_s,
+                "speedup": r.speedup,
+                "rounds": r.rounds,
+                "mean_accept_length": r.mean_accept_length,
+            }
+            for r in rows
+        ]
+        out_dir = Path(cfg.output).parent
+        costs = out_dir / "round_costs.json"
+        write_json_list(costs, cost_measurements(rows))
+        for r in rows:
+            if r.policy in ("bandit", "ema"):
+                stats_path = out_dir / f"long_tail_{r.policy}.json"
+                stats_path.write_text(json.dumps(run_stats(r.round_stats, r.policy, r.strategy_policy), indent=2))
+                write_run_plot(out_dir / f"long_tail_{r.policy}.png", r.round_stats, r.policy, r.strategy_policy)
+                table = arm_table(r.round_stats, DEFAULT_THRESHOLDS)
+                print(
+                    f"\n{r.policy}: rounds per batch-size bucket and strategy\n"
+                    + format_table(
+                        ["bucket", "strategy", "pulls", "goodput tok/s", "accept len"],
+                        [[a.bucket, a.strategy, a.pulls, a.mean_goodput, a.mean_accept_length] for a in table],
+                    )
+                )
+        print(f"\nmeasured round costs: {costs} (fit the simulator: python -m fastrl.adaptive.sim --costs {costs})")
     write_json(cfg.output, payload)
     return payload
 

@@ -31,6 +31,7 @@ class BenchConfig:
     long_tail_max_new_tokens: int = 1024
     long_tail_policies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
     long_tail_repeats: int = 1
+    long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.suites if s not in SUITES]
