@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         "bandit": lambda: BanditPolicy(BanditConfig(strategies=names, seed=args.seed)),
     }
     if tiers:
-        policies[f"ema {tiers}"] = lambda: EmaPolicy(EmaConfig(candidate_steps=tiers))
+        policies["ema [" + ",".join(map(str, tiers)) + "]"] = lambda: EmaPolicy(EmaConfig(candidate_steps=tiers))
     source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)
     print(f"cost model: {source}; arms {names}; per-bucket columns: goodput relative to plain decoding")
     for workload in standard_workloads(args.rollouts):
