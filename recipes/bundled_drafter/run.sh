@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 fastrl train-drafter \
   output=fastrl/assets/arith-tiny-drafter \
-  num_prompts=2048 eval_prompts=128 epochs=6 gen_batch_size=64 max_new_tokens=1024 \
+  num_prompts=4096 eval_prompts=128 epochs=8 gen_batch_size=64 max_new_tokens=1024 \
   trainer.lr=2e-3 trainer.max_tokens_per_batch=8192 trainer.feature_noise=0.05 \
-  accept_strategies=[3_1_4,5_1_6,7_1_8,8_4_32] accept_requests=16 "$@"
+  accept_strategies=[3_1_4,5_1_6,7_1_8,6_2_12,8_4_32] accept_requests=16 "$@"
