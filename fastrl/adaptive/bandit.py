@@ -61,9 +61,9 @@ class BanditPolicy:
             return self._record(batch_size, bucket, DISABLE, "bs_threshold")
         arms = self._arms[bucket]
         if self.config.explore_untried:
-            for arm in arms:
-                if self._rewards[bucket][arm].pulls == 0:
-                    return self._record(batch_size, bucket, arm, "untried")
+            fewest = min(arms, key=lambda a: self._rewards[bucket][a].pulls)  # round-robin, first arm on ties
+            if self._rewards[bucket][fewest].pulls < self.config.min_pulls:
+                return self._record(batch_size, bucket, fewest, "untried")
         greedy = self._greedy(bucket, batch_size)
         if self.config.epsilon > 0 and self._rng.random() < self.config.epsilon:
             candidate = arms[self._rng.randrange(len(arms))]

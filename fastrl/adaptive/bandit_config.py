@@ -41,6 +41,9 @@ class BanditConfig:
     """If set, rounds with a larger batch size decode plainly (``disable``) and are not learned from."""
     explore_untried: bool = True
     """Try every arm of a bucket once (round-robin in arm order) before exploiting there."""
+    min_pulls: int = 1
+    """With ``explore_untried``, rounds each arm gets in a bucket (round-robin) before exploitation starts; more
+    than one guards against a single noisy timing (e.g. the first, cold round of a strategy) deciding the bucket."""
     cost_aware_exploration: bool = True
     """Keep an exploration candidate with probability min(1, t_greedy / t_candidate) * min(1, v_candidate /
     v_greedy) (round time and estimated reward at the current batch size): a costly or clearly worse arm is
@@ -83,6 +86,8 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, int | float) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
+        if isinstance(self.min_pulls, bool) or not isinstance(self.min_pulls, int) or self.min_pulls < 1:
+            raise ValueError(f"BanditConfig.min_pulls must be an integer >= 1, got {self.min_pulls!r}")
         if not 0.0 <= self.epsilon <= 1.0:
             raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
         if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:

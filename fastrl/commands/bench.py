@@ -111,7 +111,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.long_tail_max_new_tokens,
             cfg.long_tail_repeats,
             batch_size=cfg.long_tail_requests,
-            bandit=BanditConfig(strategies=list(cfg.long_tail_bandit_strategies)),
+            bandit=BanditConfig(strategies=list(cfg.long_tail_bandit_strategies), epsilon=0.1, min_pulls=3),
         )
         print(
             f"\nlong-tail batch: {cfg.long_tail_requests} task requests at T=1, one engine, wall time\n"
