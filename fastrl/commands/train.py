@@ -70,10 +70,11 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> list[StepMetrics]:
     if cfg.logger.enabled:
         logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)
         wandb = WandbLogger(logger_cfg, OmegaConf.to_container(OmegaConf.structured(cfg)))
+    task = build_task(cfg)  # validates before any worker starts
     recorder = RunRecorder(run_dir, wandb)
     backend = build_backend(cfg)
     try:
-        trainer = GRPOTrainer(policy, tokenizer, build_task(cfg), backend, rl, logger=recorder)
+        trainer = GRPOTrainer(policy, tokenizer, task, backend, rl, logger=recorder)
         recorder.trainer = trainer
         if cfg.resume:
             trainer.resume(cfg.resume)
