@@ -45,14 +45,18 @@ class RunRecorder:
 
 
 def _arm_pulls(rounds) -> dict[str, float]:
-    """Per (batch-size bucket, strategy) round counts of one rollout, as W&B scalars."""
+    """Per (batch-size bucket, strategy) of one rollout: rounds, mean goodput and accept length, as W&B scalars."""
     from fastrl.adaptive.buckets import BatchBuckets
 
     buckets = BatchBuckets((1, 2, 5, 21))
-    out: dict[str, float] = {}
+    cells: dict[str, list] = {}
     for r in rounds:
-        key = f"arms/{buckets.label(buckets.index(r.batch_size))}/{r.strategy}"
-        out[key] = out.get(key, 0.0) + 1.0
+        cells.setdefault(f"{buckets.label(buckets.index(r.batch_size))}/{r.strategy}", []).append(r)
+    out: dict[str, float] = {}
+    for key, group in cells.items():
+        out[f"arms/{key}/pulls"] = float(len(group))
+        out[f"arms/{key}/goodput"] = sum(r.emitted_tokens / r.wall_time_s for r in group) / len(group)
+        out[f"arms/{key}/accept_length"] = sum(r.mean_accept_length for r in group) / len(group)
     return out
 
 

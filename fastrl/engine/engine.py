@@ -187,6 +187,8 @@ class Engine:
             length = len(request.prompt_ids)
             if self.drafter is not None:
                 queue_for_drafter(request, request.prompt_ids[1:] + [tokens[row]], result.hidden[row, :length])
+            if request.want_hidden_states:
+                request.prompt_hidden_states = result.hidden[row, : length - 1].detach().to("cpu", torch.float32)
             self._emit(request, tokens[row], logprobs[row], result.hidden[row, length - 1], progressed)
 
     def _decode(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:

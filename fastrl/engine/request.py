@@ -50,6 +50,7 @@ class Request:
     logprobs: list[float] = field(default_factory=list)
     accept_lengths: list[int] = field(default_factory=list)
     hidden_states: list[torch.Tensor] = field(default_factory=list)
+    prompt_hidden_states: torch.Tensor | None = None
     # Entries the drafter has not read yet: token x_p with the policy hidden state f_{p-1} (chunks of [k,H]).
     pending_tokens: list[int] = field(default_factory=list)
     pending_features: list[torch.Tensor] = field(default_factory=list)
@@ -86,6 +87,7 @@ class Request:
             accept_lengths=list(self.accept_lengths),
             new_token_ids=list(new_token_ids or []),
             hidden_states=hidden,
+            prompt_hidden_states=self.prompt_hidden_states if self.finished else None,
             timings=Timings(self.timings.arrival, self.timings.first_token, self.timings.finished),
         )
 
@@ -98,7 +100,8 @@ class RequestOutput:
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids).
     `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the
     policy's last hidden state at the position that produced it (absolute position len(prompt) - 1 + i):
-    shape [len(token_ids), hidden_size].
+    shape [len(token_ids), hidden_size]. `prompt_hidden_states` (same condition) holds the hidden states at prompt
+    positions 0 .. len(prompt) - 2, so that together they cover every position that produced a token.
     """
 
     request_id: str
@@ -111,6 +114,7 @@ class RequestOutput:
     accept_lengths: list[int]
     new_token_ids: list[int]
     hidden_states: torch.Tensor | None
+    prompt_hidden_states: torch.Tensor | None
     timings: Timings
 
     @property

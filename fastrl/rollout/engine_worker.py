@@ -111,9 +111,11 @@ class EngineWorker:
         request = self._running.pop(out.request_id)
         self._served += 1
         if self.cotrainer is not None and out.hidden_states is not None and len(out.token_ids) >= 2:
-            tokens = torch.tensor(out.token_ids, dtype=torch.long)
-            features = out.hidden_states.to("cpu", torch.float32).clone()  # [T,H], f_{p-1} for token x_p
-            self.buffer.add(FeatureSequence(tokens, features, len(out.prompt_ids), self.policy_version))
+            # The whole sequence, prompt included (the drafter reads the prompt's entries at inference too):
+            # entry p reads token x_p and feature f_{p-1}, p = 1 .. len(prompt) + len(output) - 1.
+            tokens = torch.tensor(out.prompt_ids[1:] + out.token_ids, dtype=torch.long)
+            features = torch.cat([out.prompt_hidden_states, out.hidden_states]).to("cpu", torch.float32)
+            self.buffer.add(FeatureSequence(tokens, features, 1, self.policy_version))
         latency = out.timings.latency
         return RolloutResult(
             request_id=out.request_id,

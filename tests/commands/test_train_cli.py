@@ -72,3 +72,20 @@ def test_train_bad_override_is_an_error(policy_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["train", *COMMON, f"model.path={policy_dir}", "rl.samples_per_prompt=0", f"hydra.run.dir={tmp_path}"])
     assert "samples_per_prompt" in str(info.value)
+
+
+def test_train_multirun_sweeps(policy_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [
+        *COMMON,
+        f"model.path={policy_dir}",
+        "rollout=local",
+        "logger=none",
+        "report=false",
+        "rl.checkpoint_every=0",
+        f"hydra.sweep.dir={sweep}",
+        "rl.lr=1e-3,2e-3",
+    ]
+    assert main(["train", "-m", *args]) == 0
+    runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
+    assert runs == ["0", "1"]

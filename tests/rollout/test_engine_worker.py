@@ -35,11 +35,11 @@ def test_results_and_features_are_the_policys(worker, checkpoint):
     for r in results:
         if len(r.token_ids) < 2:
             continue
-        seq = next(s for s in stored if s.tokens.tolist() == r.token_ids)
-        p = len(r.prompt_ids)
-        assert seq.start_position == p and seq.policy_version == 0
-        teacher = policy_features(policy, [r.prompt_ids + r.token_ids])[0]  # entries for positions 1..T
-        assert torch.allclose(seq.features, teacher.features[p - 1 : p - 1 + len(r.token_ids)], atol=1e-4)
+        full = r.prompt_ids + r.token_ids
+        seq = next(s for s in stored if s.tokens.tolist() == full[1:])  # the prompt's entries are kept too
+        assert seq.start_position == 1 and seq.policy_version == 0
+        teacher = policy_features(policy, [full])[0]  # entries for positions 1..T
+        assert torch.allclose(seq.features, teacher.features, atol=1e-4)
     stats = worker.stats()
     assert stats.requests_served >= 8 and stats.rounds > 0 and stats.strategy_rounds.get("3_2_4", 0) > 0
     assert stats.buffer_sequences == len(stored) and stats.mean_accept_length >= 1.0
