@@ -8,10 +8,10 @@ from collections.abc import Callable
 USAGE = """usage: fastrl <command> [key=value ...]
 
 commands:
-  train      GRPO with speculative, adaptive rollouts  fastrl train rl.steps=20 strategy=bandit
-  generate   complete prompts from a JSONL file     fastrl generate prompts=in.jsonl output=out.jsonl
-  bench      plain decoding vs HF generate          fastrl bench output=bench.json
-  train-drafter  fit an EAGLE drafter offline       fastrl train-drafter output=runs/drafter
+  train          GRPO with speculative, adaptive rollouts   fastrl train rl.steps=20 strategy=bandit
+  generate       complete prompts from a JSONL file         fastrl generate prompts=in.jsonl output=out.jsonl
+  bench          speed: fastrl vs plain vs HF generate      fastrl bench suites=[spec_bs1]
+  train-drafter  fit an EAGLE drafter offline               fastrl train-drafter output=runs/drafter
 
 Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
 """
