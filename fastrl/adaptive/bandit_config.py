@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fastrl.adaptive.buckets import BatchBuckets
+from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
@@ -27,7 +27,7 @@ class BanditConfig:
 
     strategies: list[str] = field(default_factory=lambda: ["8_4_32", "8_4_16", "8_4_8", "disable"])
     """The strategy space (the arms)."""
-    bs_thresholds: list[int] = field(default_factory=lambda: [1, 2, 5, 21])
+    bs_thresholds: list[int] = field(default_factory=lambda: list(DEFAULT_BS_THRESHOLDS))
     """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default."""
     bucket_strategies: dict[int, list[str]] | None = None
     """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+DEFAULT_BS_THRESHOLDS: tuple[int, ...] = (1, 2, 5, 21)
+
 
 @dataclass(frozen=True)
 class BatchBuckets:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastrl.adaptive.buckets import BatchBuckets
+from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.oracle import OraclePolicy, oracle_table
 from fastrl.adaptive.workload import Workload
@@ -23,7 +23,6 @@ from fastrl.spec.round_stats import RoundStats
 from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
 
 DEFAULT_SIM_STRATEGIES = ("8_4_32", "8_4_16", "8_4_8", "3_1_4", "disable")
-DEFAULT_THRESHOLDS = (1, 2, 5, 21)
 
 
 @dataclass
@@ -81,7 +80,7 @@ class SimSettings:
 
     cost: CostModel
     strategies: tuple[Strategy, ...]
-    buckets: BatchBuckets = BatchBuckets(DEFAULT_THRESHOLDS)
+    buckets: BatchBuckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
     seed: int = 0
     time_noise: float = 0.05
     """Relative (log-normal) noise on each round's wall time, as measured timings have."""

@@ -21,15 +21,8 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write the benchmark's results as indented JSON."""
+def write_json(path: str | Path, payload: Any) -> None:
+    """Write a benchmark's results (a dict or a list of records) as indented JSON."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def write_json_list(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Write a list of records as JSON."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows) + "\n")

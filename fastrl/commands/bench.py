@@ -13,7 +13,7 @@ import torch
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
-from fastrl.bench.report import format_table, write_json, write_json_list
+from fastrl.bench.report import format_table, write_json
 from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import task_prompts
 from fastrl.commands.bench_config import BenchConfig
@@ -133,7 +133,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         ]
         out_dir = Path(cfg.output).parent
         costs = out_dir / "round_costs.json"
-        write_json_list(costs, cost_measurements(rows))
+        write_json(costs, cost_measurements(rows))
         for r in rows:
             if r.policy in ("bandit", "ema"):
                 stats_path = out_dir / f"long_tail_{r.policy}.json"

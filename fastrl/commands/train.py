@@ -46,9 +46,9 @@ class RunRecorder:
 
 def _arm_pulls(rounds) -> dict[str, float]:
     """Per (batch-size bucket, strategy) of one rollout: rounds, mean goodput and accept length, as W&B scalars."""
-    from fastrl.adaptive.buckets import BatchBuckets
+    from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 
-    buckets = BatchBuckets((1, 2, 5, 21))
+    buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
     cells: dict[str, list] = {}
     for r in rounds:
         cells.setdefault(f"{buckets.label(buckets.index(r.batch_size))}/{r.strategy}", []).append(r)

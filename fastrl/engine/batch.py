@@ -37,9 +37,3 @@ class RunningBatch:
     @property
     def size(self) -> int:
         return len(self.requests)
-
-
-def causal_mask(query_positions: torch.Tensor, key_length: int) -> torch.Tensor:
-    """Each query attends to every cache position up to its own. # [B,S], L -> [B,S,L] bool"""
-    keys = torch.arange(key_length, device=query_positions.device)
-    return keys.view(1, 1, -1) <= query_positions.unsqueeze(-1)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.engine.batch import RunningBatch, causal_mask
+from fastrl.engine.batch import RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
+from fastrl.models.masks import causal_mask_by_index
 from fastrl.sampling.sampler import sample
 
 
@@ -33,7 +34,7 @@ def plain_round(model: CausalLM, cache: KVCache, batch: RunningBatch) -> PlainRo
         positions,
         cache=cache,
         slots=batch.slots,
-        attn_mask=causal_mask(positions, key_length),
+        attn_mask=causal_mask_by_index(positions, key_length),
     )
     result = sample(out.logits[:, 0], batch.sampling, batch.lengths + 1)
     return PlainRoundResult(tokens=result.tokens, logprobs=result.logprobs, hidden=out.hidden[:, 0])

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.engine.batch import causal_mask
 from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
+from fastrl.models.masks import causal_mask_by_index
 
 
 @dataclass
@@ -37,7 +37,9 @@ def prefill(model: CausalLM, cache: KVCache, requests: list[Request], pad_id: in
     positions = torch.arange(width, device=device).unsqueeze(0).expand(len(requests), -1)
     slots = torch.tensor([r.slot for r in requests], dtype=torch.long, device=device)
     # Padding tokens write KV past a prompt's end; those positions are overwritten before anything attends to them.
-    out = model(ids, positions, cache=cache, slots=slots, attn_mask=causal_mask(positions, width), compute_logits=False)
+    out = model(
+        ids, positions, cache=cache, slots=slots, attn_mask=causal_mask_by_index(positions, width), compute_logits=False
+    )
     rows = torch.arange(len(requests), device=device)
     last_hidden = out.hidden[rows, lengths - 1]
     return PrefillResult(hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths)

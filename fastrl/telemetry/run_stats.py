@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.spec.policy import StrategyPolicy
 from fastrl.spec.round_stats import RoundStats
 from fastrl.telemetry.arm_plots import plot_rounds
 from fastrl.telemetry.arm_table import arm_table, arm_table_json, bucket_indices
 from fastrl.telemetry.round_summary import summarize_rounds
 
-DEFAULT_THRESHOLDS = [1, 2, 5, 21]
+DEFAULT_THRESHOLDS = list(DEFAULT_BS_THRESHOLDS)
 
 
 def run_stats(stats: list[RoundStats], policy_name: str, policy: StrategyPolicy) -> dict[str, Any]:
@@ -47,7 +48,5 @@ def write_run_stats(path: str | Path, stats: list[RoundStats], policy_name: str,
 def write_run_plot(path: str | Path, stats: list[RoundStats], policy_name: str, policy: StrategyPolicy) -> Path:
     """PNG of chosen strategies, accept lengths, goodput, batch size and per-bucket pulls."""
     thresholds = list(policy.config.bs_thresholds) if isinstance(policy, BanditPolicy) else DEFAULT_THRESHOLDS
-    from fastrl.adaptive.buckets import BatchBuckets
-
     labels = BatchBuckets(tuple(thresholds)).labels()
     return plot_rounds(stats, bucket_indices(stats, thresholds), labels, path, title=f"strategy policy: {policy_name}")
