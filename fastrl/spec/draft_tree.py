@@ -13,8 +13,6 @@ from torch import Tensor
 
 from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
 
-# Tiny per-depth penalty: among equal scores the shallower node ranks first, keeping selections ancestor-closed.
-DEPTH_TIE_BREAK = 1e-6
 # Floor of a candidate's log-score (tokens the sampler masks out score -inf): finite, so a child always ranks
 # strictly below its parent.
 MIN_LOG_SCORE = -1e4
@@ -98,17 +96,22 @@ def ancestor_matrix(parents: Tensor, max_depth: int) -> Tensor:
 def finalize_tree(root_tokens: Tensor, cands: Candidates, num_nodes: int, max_depth: int) -> DraftTree:
     """Keep the best `num_nodes - 1` candidates by cumulative score (plus the root), in topological order.
 
+    The kept set is ancestor-closed: a child's cumulative score never exceeds its parent's (log-scores are <= 0),
+    and among equal scores a stable sort keeps candidate order, which is topological, so a parent always ranks
+    before its children. Equal scores are common: a top-k or top-p filter that leaves one token gives it
+    log-score exactly 0, so the child ties its parent.
     # root_tokens [B], candidates C per row -> DraftTree with N = num_nodes
     """
     tokens = torch.cat(cands.tokens, dim=1)
     parents = torch.cat(cands.parents, dim=1)
     depths = torch.cat(cands.depths, dim=1)
-    key = torch.cat(cands.scores, dim=1) - DEPTH_TIE_BREAK * depths
+    scores = torch.cat(cands.scores, dim=1)
     b, c = tokens.shape
     keep = num_nodes - 1
     if keep > c:
         raise ValueError(f"tree of {num_nodes} nodes asked from only {c} candidates")
-    chosen = torch.topk(key, keep, dim=1).indices.sort(dim=1).values  # candidate order is topological
+    ranked = torch.sort(scores, dim=1, descending=True, stable=True).indices
+    chosen = ranked[:, :keep].sort(dim=1).values  # candidate order is topological
     new_index = torch.full((b, c), -1, dtype=torch.long, device=tokens.device)
     new_index.scatter_(1, chosen, torch.arange(1, keep + 1, device=tokens.device).expand(b, keep))
     cand_parent = parents.gather(1, chosen)
