@@ -52,7 +52,13 @@ class StrategySpec:
 @dataclass
 class RolloutSpec:
     """Where rollouts run: `ray` (worker actors; a local Ray is started when none runs, or join `ray_address`) or
-    `local` (one engine in this process)."""
+    `local` (one engine in this process).
+
+    dtype is the rollout engines' compute dtype (their copy of the policy and drafter; training stays float32).
+    The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
+    verify row, batch of 1 or 64): float32 rounding flips about one near-tie per 1e5 tokens between the two,
+    float64's is ~1e9 times smaller. On a GPU use bfloat16 and accept near-tie flips (`fastrl check-exact`).
+    """
 
     backend: str = "ray"
     num_workers: int = 2
@@ -63,6 +69,7 @@ class RolloutSpec:
     cotrain_in_tail: bool = True
     restart_failed_workers: bool = True
     device: str = "cpu"
+    dtype: str = "float64"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -42,6 +42,7 @@ def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
         ema=cfg.strategy.ema,
         max_batch_size=cfg.rollout.max_batch_size,
         device=cfg.rollout.device,
+        dtype=cfg.rollout.dtype,
         seed=cfg.rl.seed,
         torch_threads=cfg.rollout.torch_threads,
         cotrain=d.cotrain,

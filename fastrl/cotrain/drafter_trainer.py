@@ -84,6 +84,7 @@ class DrafterTrainer:
         for p in policy.parameters():
             p.requires_grad_(False)
         self.device = drafter.fc.weight.device
+        self.dtype = drafter.fc.weight.dtype
         self.optimizer = torch.optim.AdamW(
             drafter.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
         )
@@ -106,7 +107,7 @@ class DrafterTrainer:
         self.drafter.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        batch = FeatureBatch.collate(seqs, self.device)
+        batch = FeatureBatch.collate(seqs, self.device, self.dtype)
         with torch.enable_grad():
             loss = eagle_loss(self.drafter, self.policy, batch, self.config.feature_noise)
             self.optimizer.zero_grad(set_to_none=True)
@@ -130,7 +131,7 @@ class DrafterTrainer:
         totals = [0.0, 0.0, 0.0, 0.0]
         count = 0
         for group in make_batches(seqs, self.config.max_tokens_per_batch):
-            loss = eagle_loss(self.drafter, self.policy, FeatureBatch.collate(group, self.device))
+            loss = eagle_loss(self.drafter, self.policy, FeatureBatch.collate(group, self.device, self.dtype))
             for i, v in enumerate((loss.total, loss.feature, loss.token, loss.top1)):
                 totals[i] += float(v) * loss.count
             count += loss.count

@@ -56,7 +56,9 @@ class FeatureBatch:
     mask: Tensor
 
     @classmethod
-    def collate(cls, seqs: list[FeatureSequence], device: torch.device | str = "cpu") -> FeatureBatch:
+    def collate(
+        cls, seqs: list[FeatureSequence], device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> FeatureBatch:
         width = max(s.tokens.shape[0] for s in seqs)
         hidden = seqs[0].features.shape[1]
         b = len(seqs)
@@ -72,4 +74,10 @@ class FeatureBatch:
             targets[row, : n - 1] = s.features[1:].float()
             positions[row] = s.start_position + torch.arange(width)
             mask[row, : n - 1] = True
-        return cls(*(t.to(device) for t in (tokens, features, targets, positions, mask)))
+        return cls(
+            tokens.to(device),
+            features.to(device, dtype),
+            targets.to(device, dtype),
+            positions.to(device),
+            mask.to(device),
+        )
