@@ -12,6 +12,7 @@ commands:
   generate       complete prompts from a JSONL file         fastrl generate prompts=in.jsonl output=out.jsonl
   bench          speed: fastrl vs plain vs HF generate      fastrl bench suites=[spec_bs1]
   train-drafter  fit an EAGLE drafter offline               fastrl train-drafter output=runs/drafter
+  check-exact    speculative vs plain, mismatches judged    fastrl check-exact prompts=in.jsonl strategy=4_3_10
 
 Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
 """
@@ -41,15 +42,29 @@ def _train_drafter(overrides: list[str]) -> None:
     run_train_drafter(compose_config("train_drafter", TrainDrafterConfig, overrides))
 
 
+def _check_exact(overrides: list[str]) -> int:
+    from fastrl.commands.check_exact import check_exact_exit_code, run_check_exact
+    from fastrl.commands.check_exact_config import CheckExactConfig
+    from fastrl.config_compose import compose_config
+
+    return check_exact_exit_code(run_check_exact(compose_config("check_exact", CheckExactConfig, overrides)))
+
+
 def _train(overrides: list[str]) -> None:
     from fastrl.commands.train import hydra_entry
 
     hydra_entry(overrides)
 
 
-def commands() -> dict[str, Callable[[list[str]], None]]:
-    """The subcommands by name."""
-    return {"train": _train, "generate": _generate, "bench": _bench, "train-drafter": _train_drafter}
+def commands() -> dict[str, Callable[[list[str]], int | None]]:
+    """The subcommands by name; each returns its exit code (None: 0)."""
+    return {
+        "train": _train,
+        "generate": _generate,
+        "bench": _bench,
+        "train-drafter": _train_drafter,
+        "check-exact": _check_exact,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
-        table[name](overrides)
+        code = table[name](overrides)
     except ValueError as exc:
         print(f"fastrl {name}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

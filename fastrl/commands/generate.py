@@ -30,7 +30,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     engine_config = EngineConfig(max_batch_size=cfg.batch_size, device=cfg.device, dtype=cfg.dtype)
     ema = cfg.ema_json or cfg.ema
     engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
-    inputs = [_to_input(line, cfg, tokenizer) for line in lines]
+    inputs = [to_generate_input(line, cfg, tokenizer) for line in lines]
     outputs = engine.generate(inputs, progress=cfg.progress)
     records = [_to_record(out, tokenizer) for out in outputs]
     write_jsonl(cfg.output, records)
@@ -44,7 +44,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     return records
 
 
-def _to_input(line: PromptLine, cfg: GenerateConfig, tokenizer: Any) -> GenerateInput:
+def to_generate_input(line: PromptLine, cfg: GenerateConfig, tokenizer: Any) -> GenerateInput:
+    """The engine input of one prompt line: its ids (tokenized text or given ids) and the sampling keys of `cfg`."""
     if line.prompt_ids is not None:
         ids = line.prompt_ids
     elif tokenizer is None:

@@ -4,6 +4,7 @@ decoding); a policy that differs from the rollout's is caught by the consistency
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from fastrl.rl.logprobs import batched_logprobs, pack_sequences
 from fastrl.sampling.params import SamplingParams
 from fastrl.spec.drafter import EagleDrafter
 from tests.rl.grpo_setup import tiny_policy
+from tests.spec.exactness_cases import random_strategy
 
 SETTINGS = [
     dict(temperature=0.0),  # greedy: both sides report T = 1 log-probs
@@ -64,6 +66,27 @@ def test_recomputed_logprobs_equal_rollout_logprobs(tied, strategy):
     check = compare_logprobs(rollout, recomputed, mask)
     assert check.max_abs_diff < 1e-4 and check.mean_abs_diff <= check.max_abs_diff
     require_consistent(check, 1e-4)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rollout_logprobs_equal_trainer_logprobs_for_random_strategies(seed):
+    """fp32 rollouts under random strategies (chains and trees of any shape) against the trainer's recompute."""
+    rng = random.Random(seed)
+    policy = tiny_policy(seed=4, tied=seed % 2 == 1)
+    strategy = random_strategy(rng, policy.config.vocab_size)
+    torch.manual_seed(seed)
+    engine = Engine(
+        policy,
+        EngineConfig(max_batch_size=rng.randint(1, 10)),
+        drafter=EagleDrafter(policy.config),
+        policy=FixedPolicy(strategy),
+    )
+    inputs = _inputs(policy.config.vocab_size)
+    outputs = engine.generate(inputs)
+    batch = pack_sequences([o.prompt_ids for o in outputs], [o.token_ids for o in outputs], [i.params for i in inputs])
+    recomputed = batched_logprobs(policy, batch, max_tokens=64)
+    check = compare_logprobs(_rollout_tensor(outputs, recomputed.shape), recomputed, batch.response_mask)
+    assert check.max_abs_diff <= 1e-5, f"strategy {strategy}"
 
 
 def test_greedy_logprobs_are_the_temperature_one_ones():

@@ -1,0 +1,108 @@
+"""Comparing a speculative run with a plain run of the same requests: per request, equal or a judged mismatch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fastrl.engine.engine import GenerateInput
+from fastrl.engine.request import RequestOutput
+from fastrl.exactness.mismatch import Mismatch, analyse_mismatch, near_tie_bound
+from fastrl.models.decoder import CausalLM
+
+
+@dataclass(frozen=True)
+class RequestComparison:
+    """One request of the two runs. mismatch: the first differing token (None when the tokens are equal);
+    finish_equal: same finish reason; logprob_diff: max |plain - spec| over the common tokens."""
+
+    request_id: str
+    mismatch: Mismatch | None
+    finish_equal: bool
+    logprob_diff: float
+
+    def is_bug(self, logprob_tol: float) -> bool:
+        if self.mismatch is not None:
+            return not self.mismatch.near_tie
+        return not self.finish_equal or not self.logprob_diff <= logprob_tol
+
+    def to_dict(self) -> dict:
+        return {
+            "request_id": self.request_id,
+            "mismatch": None if self.mismatch is None else self.mismatch.to_dict(),
+            "finish_equal": self.finish_equal,
+            "logprob_diff": self.logprob_diff,
+        }
+
+
+@dataclass
+class ExactnessReport:
+    """Counts over compared requests: identical (tokens, finish reason and log-probs within tolerance), near-ties
+    (the first difference is a float tie) and bugs (everything else)."""
+
+    logprob_tol: float
+    items: list[RequestComparison] = field(default_factory=list)
+
+    @property
+    def identical(self) -> int:
+        return sum(1 for i in self.items if i.mismatch is None and not i.is_bug(self.logprob_tol))
+
+    @property
+    def near_ties(self) -> int:
+        return sum(1 for i in self.items if i.mismatch is not None and i.mismatch.near_tie)
+
+    @property
+    def bugs(self) -> list[RequestComparison]:
+        return [i for i in self.items if i.is_bug(self.logprob_tol)]
+
+    @property
+    def max_logprob_diff(self) -> float:
+        return max((i.logprob_diff for i in self.items), default=0.0)
+
+    def extend(self, other: ExactnessReport) -> None:
+        self.items.extend(other.items)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.items)} requests: {self.identical} identical, {self.near_ties} near-ties, "
+            f"{len(self.bugs)} bugs; max |logprob diff| {self.max_logprob_diff:.2e}"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "requests": len(self.items),
+            "identical": self.identical,
+            "near_ties": self.near_ties,
+            "bugs": len(self.bugs),
+            "max_logprob_diff": self.max_logprob_diff,
+            "logprob_tol": self.logprob_tol,
+            "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug(self.logprob_tol)],
+        }
+
+
+def compare_runs(
+    policy: CausalLM,
+    inputs: Sequence[GenerateInput],
+    plain: Sequence[RequestOutput],
+    spec: Sequence[RequestOutput],
+    logprob_tol: float = 1e-5,
+) -> ExactnessReport:
+    """Judge every request of a speculative run against the plain run (outputs in input order).
+
+    `policy` runs the fresh forward of a mismatch in its own dtype, which also sets the near-tie bound.
+    """
+    if not len(inputs) == len(plain) == len(spec):
+        raise ValueError(f"compare_runs: {len(inputs)} inputs, {len(plain)} plain and {len(spec)} spec outputs")
+    dtype = next(policy.parameters()).dtype
+    report = ExactnessReport(logprob_tol=logprob_tol)
+    for inp, a, b in zip(inputs, plain, spec, strict=True):
+        bound = near_tie_bound(dtype, inp.params.temperature)
+        mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)
+        common = len(a.logprobs) if mismatch is None else mismatch.position
+        diffs = [abs(x - y) for x, y in zip(a.logprobs[:common], b.logprobs[:common], strict=False)]
+        diff = max(diffs, default=0.0)
+        if any(math.isnan(x) for x in diffs):
+            diff = math.inf
+        report.items.append(RequestComparison(a.request_id, mismatch, a.finish_reason == b.finish_reason, diff))
+    return report

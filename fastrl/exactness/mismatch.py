@@ -1,0 +1,108 @@
+"""First-mismatch diagnostics: where a speculative rollout left plain decoding, and whether a float tie explains it.
+
+Both rollouts sample token j of a response at absolute position len(prompt) + j from the policy's logits with the
+request's seed (the sampling contract). At the first differing position the policy is run once more, as a fresh
+full forward over prompt + the common prefix, and the two tokens are judged on that distribution:
+
+- a **near-tie**: both tokens are the two best perturbed logits (processed logits + the sampler's Gumbel noise, or
+  raw logits for greedy rows) and the gap between them is below ``bound``: the rollouts rounded a tie apart;
+- a **bug** otherwise (e.g. a token outside the filtered support, or a clear winner that lost).
+
+A difference in length with an equal common prefix (one rollout stopped, the other went on) is a bug too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from fastrl.models.decoder import CausalLM
+from fastrl.sampling.params import SamplingParams
+from fastrl.sampling.processing import process_logits
+from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
+
+# Gap below which two perturbed logits count as tied, per compute dtype: a few units of the rounding that two
+# differently shaped forwards (one row vs a verify row, batch 1 vs 64) accumulate over a model's layers.
+NEAR_TIE_BOUNDS = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.5, torch.float16: 0.05}
+
+MISSING = -1  # token id reported where one rollout has no token (it had finished)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The first position where two rollouts of one request differ, judged on a fresh forward of the policy.
+
+    position: index in the response; plain_token/spec_token: the tokens there (MISSING past a rollout's end);
+    plain_prob/spec_prob: their probabilities under the processed distribution; gap: best minus second-best
+    perturbed logit; near_tie: the difference is explained by a float tie (see the module docstring).
+    """
+
+    position: int
+    plain_token: int
+    spec_token: int
+    plain_prob: float
+    spec_prob: float
+    gap: float
+    near_tie: bool
+
+    @property
+    def kind(self) -> str:
+        return "near-tie" if self.near_tie else "bug"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "kind": self.kind}
+
+
+def first_difference(plain: list[int], spec: list[int]) -> int | None:
+    """Index of the first differing token, len of the shorter one when one is a proper prefix, None if equal."""
+    for j, (a, b) in enumerate(zip(plain, spec, strict=False)):
+        if a != b:
+            return j
+    return None if len(plain) == len(spec) else min(len(plain), len(spec))
+
+
+@torch.inference_mode()
+def analyse_mismatch(
+    policy: CausalLM,
+    prompt_ids: list[int],
+    plain: list[int],
+    spec: list[int],
+    params: SamplingParams,
+    seed: int,
+    bound: float,
+) -> Mismatch | None:
+    """Judge the first difference between the plain and speculative tokens of one request; None if equal."""
+    j = first_difference(plain, spec)
+    if j is None:
+        return None
+    device = next(policy.parameters()).device
+    context = torch.tensor(prompt_ids + plain[:j], dtype=torch.long, device=device)
+    positions = torch.arange(context.shape[0], device=device)
+    logits = policy(context.unsqueeze(0), positions.unsqueeze(0)).logits[:, -1]  # [1,V]
+    batch = SamplingBatch.from_params([params], [seed], device)
+    position = torch.tensor([context.shape[0]], device=device)
+    processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p)
+    probs = torch.softmax(processed, dim=-1)[0]
+    perturbed = perturbed_logits(logits, batch, position)[0].double()
+    top = torch.topk(perturbed, 2)
+    gap = float(top.values[0] - top.values[1])
+    a = plain[j] if j < len(plain) else MISSING
+    b = spec[j] if j < len(spec) else MISSING
+    pair = {int(t) for t in top.indices.tolist()}
+    near_tie = MISSING not in (a, b) and {a, b} == pair and gap < bound
+    return Mismatch(
+        position=j,
+        plain_token=a,
+        spec_token=b,
+        plain_prob=float(probs[a]) if a != MISSING else float("nan"),
+        spec_prob=float(probs[b]) if b != MISSING else float("nan"),
+        gap=gap,
+        near_tie=near_tie,
+    )
+
+
+def near_tie_bound(dtype: torch.dtype, temperature: float) -> float:
+    """The tie bound for a compute dtype; sampled rows divide logits by T, which scales their rounding by 1/T."""
+    scale = 1.0 / temperature if temperature > 0 else 1.0
+    return NEAR_TIE_BOUNDS[dtype] * max(1.0, scale)

@@ -1,0 +1,33 @@
+"""`fastrl check-exact` on the bundled model: the sampler-filter reproduction of the tree-selection bug is clean,
+the report is valid JSON, and bad keys are one clear error."""
+
+from __future__ import annotations
+
+import json
+
+from fastrl.cli import main
+
+# The reproduction of the top-p tree bug (request 2 emitted EOS at position 14, outside the filtered support).
+PROMPTS = ["6239+77=", "30+18=", "5+401676=", "89694+564794=", "10+3269=", "9641+48=", "3484+60="]
+
+
+def test_check_exact_reproduction_is_clean(tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "seed": 1000 + i}) + "\n" for i, p in enumerate(PROMPTS)))
+    report = tmp_path / "report.json"
+    args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=96", "batch_size=5", "plain_batch_size=2"]
+    code = main(["check-exact", *args, "temperature=1.0", "top_p=0.8", "strategy=4_3_10", "progress=false"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    data = json.loads(report.read_text())
+    assert data["requests"] == len(PROMPTS) and data["identical"] == len(PROMPTS) and data["bugs"] == 0
+    assert "7 requests: 7 identical, 0 near-ties, 0 bugs" in out
+
+
+def test_check_exact_rejects_disable_and_unknown_keys(tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt": "1+2="}\n')
+    assert main(["check-exact", f"prompts={prompts}", "strategy=disable"]) == 2
+    assert "check_exact.strategy" in capsys.readouterr().err
+    assert main(["check-exact", f"prompts={prompts}", "strategy=9_9"]) == 2
+    assert "9_9" in capsys.readouterr().err

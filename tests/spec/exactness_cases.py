@@ -1,0 +1,160 @@
+"""Seeded random exactness cases: a model, a strategy, a batch size, requests with mixed sampling settings that
+arrive while others decode; each case decodes plainly and speculatively and the two runs are compared.
+
+A case is a pure function of its seed (print the seed of a failing case to replay it with `make_case(seed)`).
+Engines compute in float64, where the rounding difference between a plain row and a verify row (~1e-16) cannot
+separate two perturbed logits, so any mismatch is a bug: `compare_runs` still judges it and reports the gap.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.request import RequestOutput
+from fastrl.exactness.compare import ExactnessReport, compare_runs
+from fastrl.models.checkpoint import load_model
+from fastrl.models.decoder import CausalLM
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.rl.tasks.task import ArithChainTask
+from fastrl.sampling.params import SamplingParams
+from fastrl.spec.drafter import EagleDrafter
+from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.spec.policy import StrategyPolicy
+from fastrl.spec.strategy import DISABLE, Strategy, max_tree_tokens
+from tests.helpers import make_hf_model
+
+RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied, Qwen3 qk-norm + tied
+MODELS = (*RANDOM_FAMILIES, "bundled")
+TOP_K_CHOICES = (1, 2, 3, 7, 50)
+DTYPE = "float64"
+
+
+@dataclass
+class Case:
+    """One exactness case. arrivals[i]: the engine step at which request i is added."""
+
+    seed: int
+    model: str
+    strategy: Strategy
+    batch_size: int
+    plain_batch_size: int
+    inputs: list[GenerateInput]
+    arrivals: list[int]
+
+    def describe(self) -> str:
+        settings = sorted({_settings(i.params) for i in self.inputs})
+        return (
+            f"case seed={self.seed} model={self.model} strategy={self.strategy} bs={self.batch_size} "
+            f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings}"
+        )
+
+
+@cache
+def models(name: str) -> tuple[CausalLM, EagleDrafter]:
+    """The policy (float64) and a drafter for a model name: random families get a fresh seeded drafter, the
+    bundled model its shipped one. Cached: engines never change weights."""
+    if name == "bundled":
+        policy = load_model(bundled_model_dir())
+        drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            make_hf_model(name, seed=11, max_positions=256).save_pretrained(tmp)
+            policy = load_model(tmp)
+        torch.manual_seed(5)
+        drafter = EagleDrafter(policy.config)
+    return policy.double().eval(), drafter.double().eval()
+
+
+def random_strategy(rng: random.Random, vocab: int) -> Strategy:
+    """Any strategy the grammar allows: steps 1-8, topk 1-8, every valid num_draft_tokens up to 64."""
+    steps = rng.randint(1, 8)
+    topk = rng.randint(1, min(8, vocab))
+    if topk == 1:
+        return Strategy(steps, 1, steps + 1)
+    return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))))
+
+
+def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> SamplingParams:
+    """Greedy, temperature, top-k, top-p and their combinations; random stop tokens and EOS handling."""
+    kind = rng.choice(["greedy", "temp", "top_k", "top_p", "top_k+top_p", "greedy+filters"])
+    temperature = 0.0 if kind.startswith("greedy") else rng.uniform(0.2, 1.5)
+    top_k = rng.choice(TOP_K_CHOICES) if "top_k" in kind or kind == "greedy+filters" else 0
+    top_p = rng.uniform(0.2, 1.0) if "top_p" in kind or kind == "greedy+filters" else 1.0
+    stop = tuple(rng.sample(range(3, vocab), rng.choice([0, 0, 1, 2])))
+    return SamplingParams(
+        max_new_tokens=rng.randint(1, max_new_tokens),
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=rng.getrandbits(63),
+        stop_token_ids=stop,
+        ignore_eos=rng.random() < 0.3,
+    )
+
+
+def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
+    """The case of `seed`: model, strategy, batch sizes, requests and arrival steps all drawn from it."""
+    rng = random.Random(seed)
+    name = MODELS[seed % len(MODELS)]
+    policy, _ = models(name)
+    vocab = policy.config.vocab_size
+    batch_size = rng.randint(1, max_batch)
+    count = rng.randint(1, batch_size + 4)
+    inputs = []
+    for i in range(count):
+        if name == "bundled":
+            problem = ArithChainTask().sample_problem(rng)
+            prompt = _bundled_tokenizer()(problem.prompt)["input_ids"]
+        else:
+            prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(1, 20))]
+        inputs.append(GenerateInput(prompt, random_params(rng, max_new_tokens, vocab), request_id=f"c{seed}-{i}"))
+    arrivals = [0 if rng.random() < 0.6 else rng.randint(1, 12) for _ in inputs]
+    return Case(seed, name, random_strategy(rng, vocab), batch_size, rng.randint(1, max_batch), inputs, arrivals)
+
+
+def decode(case: Case, selector: StrategyPolicy, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
+    """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
+    policy, drafter = models(case.model)
+    speculative = any(not s.is_disabled for s in selector.strategies)
+    engine = Engine(
+        policy,
+        EngineConfig(max_batch_size=batch_size, dtype=DTYPE),
+        drafter=drafter if speculative else None,
+        policy=selector,
+    )
+    order = sorted(range(len(case.inputs)), key=lambda i: arrivals[i])
+    done: dict[str, RequestOutput] = {}
+    step = 0
+    while order or engine.has_unfinished():
+        while order and arrivals[order[0]] <= step:
+            inp = case.inputs[order.pop(0)]
+            engine.add_request(inp.prompt_ids, inp.params, inp.request_id)
+        done.update({out.request_id: out for out in engine.step() if out.finished})
+        step += 1
+    return [done[i.request_id] for i in case.inputs]
+
+
+def run_case(case: Case) -> ExactnessReport:
+    """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
+    plain = decode(case, FixedPolicy(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
+    spec = decode(case, FixedPolicy(case.strategy), case.batch_size, case.arrivals)
+    return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=1e-6)
+
+
+@cache
+def _bundled_tokenizer():
+    return load_tokenizer(bundled_model_dir())
+
+
+def _settings(p: SamplingParams) -> str:
+    return f"T={p.temperature:.2f},k={p.top_k},p={p.top_p:.2f}"

@@ -1,0 +1,47 @@
+"""Property-based exactness: random strategies, batch sizes, arrivals and sampling settings on every model family
+give exactly plain decoding's tokens, finish reasons and log-probs.
+
+The quick profile (default suite) runs QUICK_CASES fixed-seed cases. The long profile runs thousands:
+
+    FASTRL_FUZZ_CASES=3000 python -m pytest -m fuzz tests/spec/test_exactness_fuzz.py -s
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fastrl.exactness.compare import ExactnessReport
+from tests.spec.exactness_cases import make_case, run_case
+
+QUICK_CASES = 48
+QUICK_SEED = 9000
+
+
+def _run(seeds: range, max_new_tokens: int) -> tuple[ExactnessReport, list[str]]:
+    total = ExactnessReport(logprob_tol=1e-6)
+    failures = []
+    for seed in seeds:
+        case = make_case(seed, max_new_tokens=max_new_tokens)
+        report = run_case(case)
+        total.extend(report)
+        if report.bugs or report.near_ties:
+            failures.append(f"{case.describe()}: {report.to_dict()['items'][:2]}")
+    return total, failures
+
+
+def test_quick_profile_matches_plain():
+    total, failures = _run(range(QUICK_SEED, QUICK_SEED + QUICK_CASES), max_new_tokens=40)
+    print(f"quick exactness profile: {QUICK_CASES} cases, {total.summary()}")
+    assert not failures, "\n".join(failures)
+    assert total.identical == len(total.items) > QUICK_CASES
+
+
+@pytest.mark.fuzz
+def test_long_profile_matches_plain():
+    cases = int(os.environ.get("FASTRL_FUZZ_CASES", "2000"))
+    start = int(os.environ.get("FASTRL_FUZZ_SEED", "0"))
+    total, failures = _run(range(start, start + cases), max_new_tokens=160)
+    print(f"long exactness profile: {cases} cases (seeds {start}..{start + cases - 1}), {total.summary()}")
+    assert not failures, "\n".join(failures[:20])
