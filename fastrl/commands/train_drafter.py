@@ -25,9 +25,9 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"train-drafter draws task prompts and needs a tokenizer in {model_dir}")
-    policy = load_model(model_dir)
+    policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
-    drafter = EagleDrafter(policy.config)
+    drafter = EagleDrafter(policy.config).to(cfg.device)
     report = train_offline(policy, drafter, tokenizer, cfg)
     save_drafter(drafter, cfg.output, policy_name=model_dir.name, version=1)
     metrics = {

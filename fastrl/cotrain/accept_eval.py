@@ -21,10 +21,16 @@ class AcceptResult:
 
 
 def measure_accept_length(
-    policy: CausalLM, drafter: EagleDrafter, inputs: list[GenerateInput], strategy: str, batch_size: int = 16
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    inputs: list[GenerateInput],
+    strategy: str,
+    batch_size: int = 16,
+    device: str = "cpu",
 ) -> float:
     """Run `inputs` with a fixed strategy; token-weighted mean accept length over all rows of all rounds."""
-    engine = Engine(policy, EngineConfig(max_batch_size=batch_size), drafter=drafter, policy=FixedPolicy(strategy))
+    config = EngineConfig(max_batch_size=batch_size, device=device)
+    engine = Engine(policy, config, drafter=drafter, policy=FixedPolicy(strategy))
     engine.generate(inputs)
     rows = sum(s.batch_size for s in engine.round_stats)
     accepted = sum(sum(s.accepted_tokens) for s in engine.round_stats)

@@ -34,6 +34,7 @@ class OfflineDrafterConfig:
     seed: int = 0
     accept_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "8_4_32"])
     accept_requests: int = 16
+    device: str = "cpu"
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
 
 
@@ -58,7 +59,7 @@ def rollout_sequences(
         SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed * 100003 + i)
         for i in range(count)
     ]
-    engine = Engine(policy, EngineConfig(max_batch_size=cfg.gen_batch_size))
+    engine = Engine(policy, EngineConfig(max_batch_size=cfg.gen_batch_size, device=cfg.device))
     outs = engine.generate([GenerateInput(p, q) for p, q in zip(prompts, params, strict=True)], progress=True)
     return [o.prompt_ids + o.token_ids for o in outs]
 
@@ -98,7 +99,7 @@ def train_offline(
             for i in range(cfg.accept_requests)
         ]
         for strategy in cfg.accept_strategies:
-            length = measure_accept_length(policy, drafter, inputs, strategy)
+            length = measure_accept_length(policy, drafter, inputs, strategy, device=cfg.device)
             accept.append(AcceptResult(strategy, temperature, length))
             print(f"accept length {strategy} T={temperature}: {length:.2f}", flush=True)
     return OfflineDrafterReport(epochs, accept, len(train), sum(s.num_targets for s in train))

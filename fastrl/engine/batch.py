@@ -10,6 +10,16 @@ from fastrl.engine.request import Request
 from fastrl.sampling.sampler import SamplingBatch
 
 
+@dataclass(frozen=True)
+class DecodeInputs:
+    """The tensors a decode round reads, one row per request (see RunningBatch)."""
+
+    slots: torch.Tensor
+    lengths: torch.Tensor
+    last: torch.Tensor
+    sampling: SamplingBatch
+
+
 @dataclass
 class RunningBatch:
     """The running requests of one round, as tensors on the engine's device.
@@ -37,3 +47,7 @@ class RunningBatch:
     @property
     def size(self) -> int:
         return len(self.requests)
+
+    @property
+    def inputs(self) -> DecodeInputs:
+        return DecodeInputs(self.slots, self.lengths, self.last, self.sampling)

@@ -17,6 +17,8 @@ class EngineConfig:
         slots free up).
     max_model_len: context length (prompt + response); None takes the model's max_position_embeddings.
     seed: seeds requests that bring none (request i of the engine gets a seed drawn from this one).
+    cuda_graphs: on a CUDA device, capture every decode round at start (plain per batch bucket, speculative per
+        strategy and bucket) and replay them; ignored on a CPU.
     """
 
     max_batch_size: int = 64
@@ -24,6 +26,7 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:

@@ -19,7 +19,7 @@ from fastrl.engine.prefill import prefill
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
 from fastrl.engine.scheduler import Scheduler
 from fastrl.engine.server_info import ServerInfo
-from fastrl.engine.spec_round import speculative_round
+from fastrl.engine.spec_round import SpecModels, catch_drafter_up, speculative_round
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.params import SamplingParams
@@ -73,7 +73,8 @@ class Engine:
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = min(self.config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         max_nodes = max((s.num_draft_tokens for s in speculative), default=1)
-        slots = self.config.max_batch_size
+        use_graphs = self.config.cuda_graphs and self.device.type == "cuda"
+        slots = self.config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,
@@ -87,7 +88,11 @@ class Engine:
         if self.drafter is not None:
             area = max(r.tree_area for r in self.runtimes.values())
             self.dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
-        self.scheduler = Scheduler(slots, self.max_model_len, mc.vocab_size)
+        self.spec_models = (
+            None if self.drafter is None else SpecModels(self.model, self.drafter, self.cache, self.dcache)
+        )
+        self.graphs = self._capture_graphs() if use_graphs else None
+        self.scheduler = Scheduler(self.config.max_batch_size, self.max_model_len, mc.vocab_size)
         eos = mc.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.round_stats: list[RoundStats] = []
@@ -177,6 +182,25 @@ class Engine:
         return [results[i] for i in ids]
 
     # ---- internals ------------------------------------------------------------------------------------------
+    def _capture_graphs(self):
+        """CUDA graphs of every round this engine can run (plain per bucket, speculative per strategy and bucket)."""
+        from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
+
+        mc = self.model.config
+        static = StaticInputs.allocate(
+            self.config.max_batch_size, mc.hidden_size, self.config.torch_dtype, self.device, self.config.max_batch_size
+        )
+        graphs = CudaGraphRounds(
+            self.spec_models,
+            (self.model, self.cache),
+            self.runtimes,
+            graph_buckets(self.config.max_batch_size),
+            self.max_model_len,
+            static,
+        )
+        graphs.capture_all()
+        return graphs
+
     def _prefill(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
         result = prefill(self.model, self.cache, requests)
         batch = RunningBatch.build(requests, self.device)
@@ -196,7 +220,10 @@ class Engine:
         batch = RunningBatch.build(requests, self.device)
         start = time.perf_counter()
         if strategy.is_disabled or self.drafter is None:
-            result = plain_round(self.model, self.cache, batch)
+            if self.graphs is not None:
+                result = self.graphs.run_plain(batch.inputs)
+            else:
+                result = plain_round(self.model, self.cache, batch.inputs)
             tokens = result.tokens.unsqueeze(1)
             logprobs = result.logprobs.unsqueeze(1)
             hidden = result.hidden.unsqueeze(1)
@@ -204,9 +231,11 @@ class Engine:
             drafted, draft_s, verify_s = 0, 0.0, 0.0
         else:
             pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
-            spec = speculative_round(
-                self.model, self.drafter, self.cache, self.dcache, batch, pending, self.runtimes[strategy]
-            )
+            if self.graphs is not None:
+                root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
+                spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
+            else:
+                spec = speculative_round(self.spec_models, batch, pending, self.runtimes[strategy])
             tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
             accepted = spec.accept_len.tolist()
             drafted, draft_s, verify_s = strategy.num_draft_tokens - 1, spec.draft_time_s, spec.verify_time_s

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.engine.batch import RunningBatch
+from fastrl.engine.batch import DecodeInputs
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.models.masks import causal_mask_by_index
@@ -25,16 +25,20 @@ class PlainRoundResult:
     hidden: torch.Tensor
 
 
-def plain_round(model: CausalLM, cache: KVCache, batch: RunningBatch) -> PlainRoundResult:
-    """Feed each row's last token at position `lengths` and sample the next one. # [B] -> [B], [B], [B,H]"""
-    positions = batch.lengths.unsqueeze(1)
-    key_length = int(batch.lengths.max()) + 1
+def plain_round(model: CausalLM, cache: KVCache, inputs: DecodeInputs, kv_len: int | None = None) -> PlainRoundResult:
+    """Feed each row's last token at position `lengths` and sample the next one. # [B] -> [B], [B], [B,H]
+
+    Attention covers cache entries [0, kv_len): by default the batch's longest row (one host sync); a CUDA graph
+    passes a fixed kv_len (the whole cache).
+    """
+    positions = inputs.lengths.unsqueeze(1)
+    key_length = int(inputs.lengths.max()) + 1 if kv_len is None else kv_len
     out = model(
-        batch.last.unsqueeze(1),
+        inputs.last.unsqueeze(1),
         positions,
         cache=cache,
-        slots=batch.slots,
+        slots=inputs.slots,
         attn_mask=causal_mask_by_index(positions, key_length),
     )
-    result = sample(out.logits[:, 0], batch.sampling, batch.lengths + 1)
+    result = sample(out.logits[:, 0], inputs.sampling, inputs.lengths + 1)
     return PlainRoundResult(tokens=result.tokens, logprobs=result.logprobs, hidden=out.hidden[:, 0])

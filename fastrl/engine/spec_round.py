@@ -1,4 +1,11 @@
-"""A speculative decode round: draft a tree per row, verify all trees in one policy forward, keep the agreeing path."""
+"""A speculative decode round: draft a tree per row, verify all trees in one policy forward, keep the agreeing path.
+
+The round has two parts. `catch_up` feeds each row's drafter the entries it has not read (their number varies from
+round to round). `draft_and_verify` is everything after it; its shapes depend only on the batch size, the strategy
+and `base`, the cache index where the round's tree nodes go, so on a GPU it is captured once per strategy and
+batch bucket as a CUDA graph (with `base` fixed at the end of the cache) and replayed; on a CPU `base` is the
+batch's longest row, which keeps attention short.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,26 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import RunningBatch
+from fastrl.engine.batch import DecodeInputs, RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
 from fastrl.spec.draft_chain import grow_chain
+from fastrl.spec.draft_tree import DraftTree
 from fastrl.spec.drafter import EagleDrafter
 from fastrl.spec.drafting import DrafterInput, catch_up, grow_tree
 from fastrl.spec.runtime import StrategyRuntime
 from fastrl.spec.verify_tree import verify_tree
+
+
+@dataclass(frozen=True)
+class SpecModels:
+    """What a speculative round runs on: the policy and its KV cache, the drafter and its cache."""
+
+    policy: CausalLM
+    drafter: EagleDrafter
+    cache: KVCache
+    dcache: KVCache
 
 
 @dataclass
@@ -31,38 +49,91 @@ class SpecRoundResult:
     logprobs: Tensor
     hidden: Tensor
     accept_len: Tensor
-    draft_time_s: float
-    verify_time_s: float
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
 
 
 def speculative_round(
-    policy: CausalLM,
-    drafter: EagleDrafter,
-    cache: KVCache,
-    dcache: KVCache,
-    batch: RunningBatch,
-    pending: DrafterInput,
-    runtime: StrategyRuntime,
+    models: SpecModels, batch: RunningBatch, pending: DrafterInput, runtime: StrategyRuntime
 ) -> SpecRoundResult:
-    """One round of EAGLE speculation for the whole batch. # [B] rows -> up to D+1 tokens per row"""
+    """One round of EAGLE speculation for the whole batch, eagerly. # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
-    n = batch.lengths
-    base = int(n.max())
-    b = batch.size
-    slots = cache.rows(batch.slots)
-    dslots = dcache.rows(batch.slots)
+    inputs = batch.inputs
+    base = int(inputs.lengths.max())
+    root_feature = catch_drafter_up(models, inputs, pending, base)
+    draft = draft_trees(models, inputs, root_feature, runtime, base)
+    t1 = time.perf_counter()
+    result = verify_trees(models, inputs, draft, runtime, base)
+    result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
+    return result
+
+
+def catch_drafter_up(models: SpecModels, inputs: DecodeInputs, pending: DrafterInput, base: int) -> Tensor:
+    """Feed every row's drafter its unread entries; the drafter's output at each root.  # -> [B,H]"""
+    dslots = models.dcache.rows(inputs.slots)
+    return catch_up(models.drafter, models.policy, models.dcache, dslots, inputs.lengths, base, pending)
+
+
+def draft_and_verify(
+    models: SpecModels, inputs: DecodeInputs, root_feature: Tensor, runtime: StrategyRuntime, base: int
+) -> SpecRoundResult:
+    """The part of a round after catch-up, with no host synchronisation: what a CUDA graph captures.
+
+    `base` >= every row's length: tree nodes go to policy cache entries [base, base + N) and drafter entries
+    [base + 1, base + 1 + T).  # [B] rows, root_feature [B,H] -> SpecRoundResult
+    """
+    return verify_trees(models, inputs, draft_trees(models, inputs, root_feature, runtime, base), runtime, base)
+
+
+@dataclass
+class Draft:
+    """A round's draft trees and the sampler noise of the positions they cover ([B,L,V], None if all greedy)."""
+
+    tree: DraftTree
+    noise: Tensor | None
+
+
+def draft_trees(
+    models: SpecModels, inputs: DecodeInputs, root_feature: Tensor, runtime: StrategyRuntime, base: int
+) -> Draft:
+    """Compute the round's sampler noise once, then grow each row's tree (chain when topk == 1)."""
+    n = inputs.lengths
+    b = n.shape[0]
     # The sampler noise of every position this round can touch, computed once: n+1 .. n+levels.
     levels = runtime.noise_levels
     level_rows = torch.arange(b, device=n.device).repeat_interleave(levels)
     level_pos = (n.unsqueeze(1) + 1 + torch.arange(levels, device=n.device)).reshape(-1)
-    vocab = policy.config.vocab_size
-    flat_noise = sampling_noise(batch.sampling.index(level_rows), level_pos, vocab)
+    vocab = models.policy.config.vocab_size
+    flat_noise = sampling_noise(inputs.sampling.index(level_rows), level_pos, vocab)
     noise = None if flat_noise is None else flat_noise.view(b, levels, vocab)
-    root_feature = catch_up(drafter, policy, dcache, dslots, n, base, pending)
     grow = grow_chain if runtime.is_chain else grow_tree
-    tree = grow(drafter, policy, dcache, dslots, n, base, batch.last, root_feature, batch.sampling, runtime, noise)
-    t1 = time.perf_counter()
+    dslots = models.dcache.rows(inputs.slots)
+    tree = grow(
+        models.drafter,
+        models.policy,
+        models.dcache,
+        dslots,
+        n,
+        base,
+        inputs.last,
+        root_feature,
+        inputs.sampling,
+        runtime,
+        noise,
+    )
+    return Draft(tree, noise)
 
+
+def verify_trees(
+    models: SpecModels, inputs: DecodeInputs, draft: Draft, runtime: StrategyRuntime, base: int
+) -> SpecRoundResult:
+    """One policy forward over every tree node, the policy's sample at each node, the longest agreeing path;
+    the accepted path's KV is compacted to its sequence positions."""
+    policy, cache, tree, noise = models.policy, models.cache, draft.tree, draft.noise
+    n = inputs.lengths
+    b = n.shape[0]
+    vocab = policy.config.vocab_size
+    slots = cache.rows(inputs.slots)
     nodes = tree.num_nodes
     prefix = torch.arange(base, device=n.device)
     prefix_mask = (prefix < n.unsqueeze(1)).unsqueeze(1).expand(b, nodes, base)
@@ -73,7 +144,7 @@ def speculative_round(
     positions = (n.unsqueeze(1) + tree.depths + 1).reshape(-1)
     node_noise = None if noise is None else noise.gather(1, tree.depths.unsqueeze(-1).expand(-1, -1, vocab))
     node_noise = None if node_noise is None else node_noise.reshape(b * nodes, vocab)
-    sampled = sample(out.logits.reshape(b * nodes, -1), batch.sampling.index(rows), positions, node_noise)
+    sampled = sample(out.logits.reshape(b * nodes, -1), inputs.sampling.index(rows), positions, node_noise)
     targets = sampled.tokens.view(b, nodes)
     acc = verify_tree(tree, targets, runtime.max_depth)
 
@@ -83,12 +154,9 @@ def speculative_round(
     src = torch.where(depth_range <= acc.accept_len.unsqueeze(1), base + acc.path, dst)
     cache.move(slots, src, dst)
     path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
-    t2 = time.perf_counter()
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
         logprobs=sampled.logprobs.view(b, nodes).gather(1, acc.path),
         hidden=path_hidden,
         accept_len=acc.accept_len,
-        draft_time_s=t1 - t0,
-        verify_time_s=t2 - t1,
     )

@@ -57,6 +57,10 @@ class SFTConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     threads: int = 2
+    # where to train: "cpu" (float32) or "cuda" (bfloat16 autocast, batches prepared by a background thread)
+    device: str = "cpu"
+    # stop early after this many seconds of training (0: run all `steps`; the schedule still spans `steps`)
+    time_budget_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads or self.num_kv_heads >= self.num_heads:
@@ -121,6 +125,23 @@ def make_optimizer(model: torch.nn.Module, cfg: SFTConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
+def prefetch(batches: SFTBatches, steps: int, depth: int):
+    """`get(step)` of the batches; with depth > 0 a daemon thread builds them ahead (the GPU would wait on them)."""
+    if depth == 0:
+        return batches.next
+    import queue
+    import threading
+
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+
+    def work() -> None:
+        for step in range(steps):
+            ready.put(batches.next(step))
+
+    threading.Thread(target=work, daemon=True).start()
+    return lambda step: ready.get()
+
+
 def train(cfg: SFTConfig) -> None:
     """Runs the SFT and writes the checkpoint, tokenizer and a `training.json` summary to `cfg.out`."""
     torch.set_num_threads(cfg.threads)
@@ -136,16 +157,20 @@ def train(cfg: SFTConfig) -> None:
     )
     batches = SFTBatches(task, tokenizer, curriculum, cfg.tokens_per_batch, cfg.chunk_examples, cfg.seed)
 
-    model.train()
+    model.to(cfg.device).train()
+    batch_queue = prefetch(batches, cfg.steps, depth=4 if cfg.device != "cpu" else 0)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.device.startswith("cuda"))
     start = time.perf_counter()
     tokens_seen = 0
     ema_loss = None
     progress = tqdm(range(cfg.steps), desc="sft", mininterval=5.0)
     for step in progress:
-        input_ids, labels = batches.next(step)  # [B, T], [B, T]
+        input_ids, labels = batch_queue(step)  # [B, T], [B, T]
+        input_ids, labels = input_ids.to(cfg.device, non_blocking=True), labels.to(cfg.device, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
-        loss = model(input_ids=input_ids, labels=labels).loss
+        with autocast:
+            loss = model(input_ids=input_ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
@@ -161,7 +186,11 @@ def train(cfg: SFTConfig) -> None:
                 "tok_s": f"{tokens_seen / elapsed:.0f}",
             }
             progress.set_postfix(stats, refresh=False)
+        if cfg.time_budget_s and elapsed > cfg.time_budget_s:
+            print(f"time budget {cfg.time_budget_s:.0f}s reached after {step + 1} steps", flush=True)
+            break
     train_seconds = time.perf_counter() - start
+    model.to("cpu")
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

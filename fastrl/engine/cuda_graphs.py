@@ -1,0 +1,198 @@
+"""CUDA graphs of decode rounds, captured once at engine start and replayed every round.
+
+One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round after
+drafter catch-up (`draft_and_verify`: drafter tree steps, the verify forward, sampling, acceptance and KV
+compaction). A batch of b rows runs the graph of the smallest bucket >= b; the rows past b are padding that
+reads and writes only a scratch cache slot. All graphs read one set of static input buffers (sized to the
+largest bucket) and allocate from one shared memory pool, so switching strategy between rounds is a dictionary
+lookup and costs no capture. Tree nodes of every graph go to the fixed cache area past `max_model_len` (the
+`base` of the round), so no round needs a host synchronisation except reading its results.
+
+Sampling inside a graph always computes the Gumbel noise and the top-k/top-p cut (the host-side shortcuts for
+all-greedy or unfiltered batches would change the graph); both leave greedy and unfiltered rows unchanged, so
+the tokens equal the eager rounds'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fastrl.engine.batch import DecodeInputs
+from fastrl.engine.plain_round import PlainRoundResult, plain_round
+from fastrl.engine.spec_round import SpecModels, SpecRoundResult, draft_and_verify
+from fastrl.sampling.sampler import SamplingBatch
+from fastrl.spec.runtime import StrategyRuntime
+from fastrl.spec.strategy import Strategy
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+WARMUP_RUNS = 2
+
+
+def graph_buckets(max_batch_size: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> list[int]:
+    """The buckets that fit `max_batch_size`, plus `max_batch_size` itself so every batch has a bucket."""
+    return sorted({b for b in buckets if b < max_batch_size} | {max_batch_size})
+
+
+@dataclass
+class StaticInputs:
+    """The graphs' input buffers, sized to the largest bucket; rows past a batch are scratch-slot padding."""
+
+    slots: Tensor
+    lengths: Tensor
+    last: Tensor
+    temperature: Tensor
+    top_k: Tensor
+    top_p: Tensor
+    seeds: Tensor
+    root_feature: Tensor
+    scratch_slot: int
+
+    @classmethod
+    def allocate(cls, rows: int, hidden: int, dtype: torch.dtype, device: torch.device, scratch_slot: int):
+        def long() -> Tensor:
+            return torch.zeros(rows, dtype=torch.long, device=device)
+
+        return cls(
+            slots=torch.full((rows,), scratch_slot, dtype=torch.long, device=device),
+            lengths=long(),
+            last=long(),
+            temperature=torch.zeros(rows, device=device),
+            top_k=long(),
+            top_p=torch.ones(rows, device=device),
+            seeds=long(),
+            root_feature=torch.zeros(rows, hidden, dtype=dtype, device=device),
+            scratch_slot=scratch_slot,
+        )
+
+    def view(self, bucket: int) -> DecodeInputs:
+        """The first `bucket` rows as decode inputs (fixed addresses, what a graph of that bucket reads)."""
+        sampling = SamplingBatch(
+            self.temperature[:bucket],
+            self.top_k[:bucket],
+            self.top_p[:bucket],
+            self.seeds[:bucket],
+            all_greedy=False,
+            any_filter=True,
+        )
+        return DecodeInputs(self.slots[:bucket], self.lengths[:bucket], self.last[:bucket], sampling)
+
+    def load(self, inputs: DecodeInputs, bucket: int, root_feature: Tensor | None = None) -> None:
+        """Copy a batch of b <= bucket rows in; rows b..bucket-1 become padding on the scratch slot."""
+        b = inputs.lengths.shape[0]
+        s = inputs.sampling
+        for buf, value, pad in (
+            (self.slots, inputs.slots, self.scratch_slot),
+            (self.lengths, inputs.lengths, 0),
+            (self.last, inputs.last, 0),
+            (self.temperature, s.temperature, 0.0),
+            (self.top_k, s.top_k, 0),
+            (self.top_p, s.top_p, 1.0),
+            (self.seeds, s.seeds, 0),
+        ):
+            buf[:b].copy_(value, non_blocking=True)
+            buf[b:bucket].fill_(pad)
+        if root_feature is not None:
+            self.root_feature[:b].copy_(root_feature)
+            self.root_feature[b:bucket].zero_()
+
+
+@dataclass
+class CapturedRound:
+    """A captured graph and the output tensors its replay rewrites."""
+
+    graph: torch.cuda.CUDAGraph
+    outputs: PlainRoundResult | SpecRoundResult
+
+
+class CudaGraphRounds:
+    """Captures and replays the decode rounds of one engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        models: SpecModels | None,
+        plain_models: tuple,
+        runtimes: dict[Strategy, StrategyRuntime],
+        buckets: list[int],
+        base: int,
+        static: StaticInputs,
+    ) -> None:
+        self.models = models
+        self.policy, self.cache = plain_models
+        self.runtimes = runtimes
+        self.buckets = buckets
+        self.base = base
+        self.static = static
+        self.pool = torch.cuda.graph_pool_handle()
+        self.plain: dict[int, CapturedRound] = {}
+        self.spec: dict[tuple[Strategy, int], CapturedRound] = {}
+        self.pool_bytes = 0
+        self.capture_seconds = 0.0
+
+    def capture_all(self) -> None:
+        """Capture every graph (plain per bucket; speculative per strategy and bucket), largest bucket first."""
+        import time
+
+        device = self.static.lengths.device
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_reserved(device)
+        start = time.perf_counter()
+        kv_len = self.base + 1
+        for bucket in sorted(self.buckets, reverse=True):
+            inputs = self.static.view(bucket)
+            self.plain[bucket] = self._capture(lambda i=inputs: plain_round(self.policy, self.cache, i, kv_len))
+            if self.models is None:
+                continue
+            feature = self.static.root_feature[:bucket]
+            for strategy, runtime in self.runtimes.items():
+                self.spec[(strategy, bucket)] = self._capture(
+                    lambda i=inputs, r=runtime, f=feature: draft_and_verify(self.models, i, f, r, self.base)
+                )
+        torch.cuda.synchronize(device)
+        self.capture_seconds = time.perf_counter() - start
+        self.pool_bytes = torch.cuda.memory_reserved(device) - before
+
+    def bucket_for(self, batch_size: int) -> int | None:
+        return next((b for b in self.buckets if b >= batch_size), None)
+
+    def run_plain(self, inputs: DecodeInputs) -> PlainRoundResult:
+        """Replay the plain round of the batch's bucket.  # [b] rows -> [b] tokens, logprobs, [b,H] hidden"""
+        b = inputs.lengths.shape[0]
+        bucket = self._bucket(b)
+        self.static.load(inputs, bucket)
+        captured = self.plain[bucket]
+        captured.graph.replay()
+        out = captured.outputs
+        return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b])
+
+    def run_speculative(self, inputs: DecodeInputs, root_feature: Tensor, strategy: Strategy) -> SpecRoundResult:
+        """Replay the speculative round (after catch-up) of the strategy and the batch's bucket."""
+        b = inputs.lengths.shape[0]
+        bucket = self._bucket(b)
+        self.static.load(inputs, bucket, root_feature)
+        captured = self.spec[(strategy, bucket)]
+        captured.graph.replay()
+        out = captured.outputs
+        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accept_len[:b])
+
+    def _bucket(self, batch_size: int) -> int:
+        bucket = self.bucket_for(batch_size)
+        if bucket is None:
+            raise ValueError(f"batch of {batch_size} exceeds the largest graph bucket {self.buckets[-1]}")
+        return bucket
+
+    def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
+        # Warm up on a side stream (lazy kernel and workspace initialisation must not happen inside capture).
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_RUNS):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = fn()
+        return CapturedRound(graph, outputs)

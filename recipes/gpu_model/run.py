@@ -1,0 +1,324 @@
+"""The GPU figures in one process (weights never leave the machine): train a ~0.3B Llama on the bundled task,
+train its EAGLE drafter, then benchmark fastrl against itself and transformers on it, and measure round costs of
+real model shapes. Writes `results.json` and prints tables.
+
+    python recipes/gpu_model/run.py --out runs/gpu --phases sft,drafter,bs1,plain_vs_hf,long_tail,shapes
+
+Phases read what earlier phases wrote under --work (a model and a drafter), so a later call on the same machine
+can run the benchmarks alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "recipes" / "bundled_model"))
+
+from fastrl.adaptive.factory import build_policy  # noqa: E402
+from fastrl.bench.gpu_round_costs import measure_costs, measure_shape  # noqa: E402
+from fastrl.bench.workload import left_pad  # noqa: E402
+from fastrl.engine.config import EngineConfig  # noqa: E402
+from fastrl.engine.engine import Engine, GenerateInput  # noqa: E402
+from fastrl.rl.tasks.task import ArithChainTask  # noqa: E402
+from fastrl.sampling.params import SamplingParams  # noqa: E402
+from fastrl.spec.strategy import Strategy  # noqa: E402
+
+STRATEGIES = ["3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "6_4_24", "8_4_32"]
+
+
+def log(results: dict, out: Path, key: str, value) -> None:
+    """Record a result and rewrite results.json at once (a later failure loses nothing)."""
+    results[key] = value
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"== {key}: {json.dumps(value, default=str)[:2000]}", flush=True)
+
+
+def phase_sft(work: Path, seconds: float, steps: int) -> dict:
+    from sft import SFTConfig, train
+
+    cfg = SFTConfig(
+        out=str(work / "model"),
+        hidden_size=1024,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=4,
+        intermediate_size=2816,
+        tokens_per_batch=65536,
+        chunk_examples=2048,
+        steps=steps,
+        warmup_steps=30,
+        lr=6e-4,
+        device="cuda",
+        time_budget_s=seconds,
+        threads=8,
+    )
+    train(cfg)
+    return json.loads((work / "model" / "training.json").read_text())
+
+
+def phase_drafter(work: Path, prompts: int) -> dict:
+    from fastrl.commands.train_drafter import run_train_drafter
+    from fastrl.commands.train_drafter_config import TrainDrafterConfig
+    from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+
+    cfg = TrainDrafterConfig(
+        model=str(work / "model"),
+        output=str(work / "drafter"),
+        num_prompts=prompts,
+        eval_prompts=64,
+        epochs=6,
+        gen_batch_size=128,
+        max_new_tokens=1024,
+        accept_strategies=["5_1_6", "8_4_32"],
+        accept_requests=16,
+        device="cuda",
+        trainer=DrafterTrainerConfig(lr=2e-3, max_tokens_per_batch=16384, feature_noise=0.05),
+    )
+    report = run_train_drafter(cfg)
+    return {"epochs": [asdict(e) for e in report.epochs], "accept": [asdict(a) for a in report.accept_lengths]}
+
+
+def load(work: Path, dtype: str):
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.spec.drafter_checkpoint import load_drafter
+
+    policy = load_model(work / "model")
+    drafter = load_drafter(work / "drafter", policy)[0]
+    return policy, drafter, load_tokenizer(work / "model")
+
+
+def task_prompts(tokenizer, count: int, seed: int, min_size: int = 1) -> list[list[int]]:
+    task, rng = ArithChainTask(), random.Random(seed)
+    prompts = []
+    while len(prompts) < count:
+        problem = task.sample_problem(rng)
+        if problem.size >= min_size:
+            prompts.append(tokenizer(problem.prompt)["input_ids"])
+    return prompts
+
+
+def timed_generate(engine: Engine, inputs: list[GenerateInput], repeats: int) -> tuple[float, list]:
+    """Median seconds of engine.generate(inputs) (the engine is built, and its graphs captured, beforehand)."""
+    times, outs = [], None
+    engine.generate(inputs[:2])  # warm-up
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        outs = engine.generate(inputs)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], outs
+
+
+def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
+    policy, drafter, tokenizer = load(work, dtype)
+    prompts = task_prompts(tokenizer, 6, seed=7, min_size=6)
+    rows = {}
+    graphs_memory = {}
+    for temperature in (0.0, 1.0):
+        inputs = [
+            GenerateInput(p, SamplingParams(max_new_tokens=512, temperature=temperature, seed=i))
+            for i, p in enumerate(prompts)
+        ]
+        plain = Engine(policy, EngineConfig(max_batch_size=1, device="cuda", dtype=dtype))
+        t_plain, ref = timed_generate(plain, inputs, repeats)
+        tokens = sum(len(o.token_ids) for o in ref)
+        rows[f"T={temperature} fastrl plain"] = {"tok_s": tokens / t_plain, "speedup": 1.0}
+        context = sum(len(p) for p in prompts) // len(prompts) + 64
+        drafter = drafter.to("cuda", plain.model.dtype)
+        costs = next(c for c in measure_costs(plain.model, drafter, "trained", context) if c.graphs)
+        for name in STRATEGIES:
+            strategy = Strategy.parse(name)
+            config = EngineConfig(max_batch_size=1, device="cuda", dtype=dtype)
+            engine = Engine(policy, config, drafter=drafter, policy=build_policy(name))
+            graphs_memory[name] = engine.graphs.pool_bytes if engine.graphs else None
+            t, outs = timed_generate(engine, inputs, repeats)
+            same = [o.token_ids for o in outs] == [o.token_ids for o in ref]
+            rounds = engine.round_stats[-sum(len(o.accept_lengths) for o in outs) :]
+            accept = sum(s.mean_accept_length for s in rounds) / max(1, len(rounds))
+            verify = costs.t_verify_ms.get(strategy.num_draft_tokens) or _nearest(costs.t_verify_ms, strategy)
+            limit = accept * costs.t_plain_ms / (verify + strategy.steps * costs.t_draft_ms)
+            speedup = t_plain / t
+            rows[f"T={temperature} fastrl {name}"] = {
+                "tok_s": tokens / t,
+                "speedup": speedup,
+                "accept_length": accept,
+                "physical_limit": limit,
+                "fraction_of_limit": speedup / limit,
+                "identical_to_plain": same,
+            }
+        if temperature == 0.0:
+            rows.update(hf_bs1(work, prompts, 512, tokens / t_plain, dtype, hf_compile))
+    return {"rows": rows, "graph_pool_bytes": graphs_memory, "costs_ms": asdict(costs)}
+
+
+def _nearest(table: dict[int, float], strategy: Strategy) -> float:
+    k = min(table, key=lambda x: abs(x - strategy.num_draft_tokens))
+    return table[k]
+
+
+def hf_model(work: Path, dtype: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(work / "model", dtype=getattr(torch, dtype)).to("cuda").eval()
+
+
+def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, dtype: str, compile_too: bool) -> dict:
+    model = hf_model(work, dtype)
+    rows = {}
+    variants = [("HF generate", {})]
+    if compile_too:
+        variants.append(("HF static cache + compile", {"cache_implementation": "static"}))
+    for name, extra in variants:
+        if extra:
+            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=False)
+
+        def run(model=model, extra=extra) -> int:
+            produced = 0
+            for p in prompts:
+                ids = torch.tensor([p], device="cuda")
+                with torch.inference_mode():
+                    out = model.generate(
+                        ids,
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=new_tokens,
+                        do_sample=False,
+                        pad_token_id=0,
+                        **extra,
+                    )
+                produced += out.shape[1] - len(p)
+            return produced
+
+        try:
+            run()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            produced = run()
+            torch.cuda.synchronize()
+            tok_s = produced / (time.perf_counter() - start)
+            rows[f"T=0.0 {name}"] = {"tok_s": tok_s, "speedup": tok_s / plain_tok_s}
+        except Exception as err:  # report and go on: the other figures are still worth having
+            rows[f"T=0.0 {name}"] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    return rows
+
+
+def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens: int) -> dict:
+    policy, _, tokenizer = load(work, dtype)
+    model = hf_model(work, dtype)
+    prompts = task_prompts(tokenizer, max(batch_sizes), seed=3)
+    rows = {}
+    for bs in batch_sizes:
+        batch = prompts[:bs]
+        params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+        engine = Engine(policy, EngineConfig(max_batch_size=bs, device="cuda", dtype=dtype))
+        t, _ = timed_generate(engine, [GenerateInput(p, params) for p in batch], 3)
+        ids, mask = left_pad(batch, 0)
+        ids_t, mask_t = torch.tensor(ids, device="cuda"), torch.tensor(mask, device="cuda")
+
+        def hf_run(ids_t=ids_t, mask_t=mask_t) -> None:
+            with torch.inference_mode():
+                model.generate(
+                    ids_t,
+                    attention_mask=mask_t,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
+
+        hf_run()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        hf_run()
+        torch.cuda.synchronize()
+        t_hf = time.perf_counter() - start
+        rows[bs] = {"fastrl_tok_s": bs * new_tokens / t, "hf_tok_s": bs * new_tokens / t_hf, "ratio": t_hf / t}
+    return rows
+
+
+def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
+    policy, drafter, tokenizer = load(work, dtype)
+    prompts = task_prompts(tokenizer, count, seed=11)
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=1.0, seed=i)) for i, p in enumerate(prompts)
+    ]
+    rows, reference = {}, None
+    for name in ["disable", "5_1_6", "8_4_32", "bandit"]:
+        config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype)
+        engine = Engine(policy, config, drafter=None if name == "disable" else drafter, policy=build_policy(name))
+        start = time.perf_counter()
+        outs = engine.generate(inputs)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        tokens = [o.token_ids for o in outs]
+        reference = reference or tokens
+        lengths = sorted(len(t) for t in tokens)
+        rows[name] = {
+            "seconds": seconds,
+            "speedup": rows["disable"]["seconds"] / seconds if rows else 1.0,
+            "rounds": len(engine.round_stats),
+            "identical_requests": sum(a == b for a, b in zip(tokens, reference, strict=True)),
+            "p50_len": lengths[len(lengths) // 2],
+            "max_len": lengths[-1],
+            "capture_s": engine.graphs.capture_seconds if engine.graphs else None,
+        }
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="runs/gpu")
+    parser.add_argument("--work", default="/tmp/fastrl-gpu")
+    parser.add_argument("--phases", default="sft,drafter,bs1,plain_vs_hf,long_tail,shapes")
+    parser.add_argument("--sft-seconds", type=float, default=200.0)
+    parser.add_argument("--sft-steps", type=int, default=400)
+    parser.add_argument("--drafter-prompts", type=int, default=2048)
+    parser.add_argument("--hf-compile", action="store_true", help="also time HF generate with static cache + compile")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--long-tail", type=int, default=256)
+    parser.add_argument("--batch-sizes", default="1,8,64,256")
+    args = parser.parse_args()
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results["device"] = torch.cuda.get_device_name()
+    phases = args.phases.split(",")
+    for phase in phases:
+        start = time.perf_counter()
+        if phase == "sft":
+            value = phase_sft(work, args.sft_seconds, args.sft_steps)
+        elif phase == "drafter":
+            value = phase_drafter(work, args.drafter_prompts)
+        elif phase == "bs1":
+            value = phase_bs1(work, args.dtype, args.repeats, args.hf_compile)
+        elif phase == "plain_vs_hf":
+            sizes = [int(x) for x in args.batch_sizes.split(",")]
+            value = phase_plain_vs_hf(work, args.dtype, sizes, 128)
+        elif phase == "long_tail":
+            value = phase_long_tail(work, args.dtype, args.long_tail)
+        elif phase == "shapes":
+            value = {
+                name: [asdict(r) | {"ratios": r.ratios()} for r in measure_shape(name)]
+                for name in ("qwen2.5-1.5b", "qwen2.5-7b")
+            }
+        else:
+            raise ValueError(f"--phases: unknown phase {phase!r}")
+        log(results, out, phase, value)
+        print(f"phase {phase} took {time.perf_counter() - start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

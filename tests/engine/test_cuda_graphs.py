@@ -1,0 +1,73 @@
+"""On a CUDA device: graph replay equals eager rounds, and speculative equals plain decoding in float64, float32
+and bfloat16 (the last two judged by `compare_runs`: no bug, near-ties counted) for a grid of strategies."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fastrl.adaptive.factory import build_policy
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.exactness.compare import compare_runs
+from fastrl.models.checkpoint import load_model
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.rl.tasks.task import ArithChainTask
+from fastrl.sampling.params import SamplingParams
+from fastrl.spec.drafter_checkpoint import load_drafter
+
+pytestmark = pytest.mark.gpu
+STRATEGIES = ["disable", "1_1_2", "5_1_6", "3_2_6", "6_4_24", "8_8_64"]
+
+
+def _inputs(count: int, seed: int = 0) -> list[GenerateInput]:
+    rng = random.Random(seed)
+    tokenizer = load_tokenizer(bundled_model_dir())
+    settings = [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.8, top_p=0.9), dict(top_k=3)]
+    return [
+        GenerateInput(
+            tokenizer(ArithChainTask().sample_problem(rng).prompt)["input_ids"],
+            SamplingParams(max_new_tokens=80, seed=100 + i, **settings[i % len(settings)]),
+            request_id=f"g{i}",
+        )
+        for i in range(count)
+    ]
+
+
+def _run(dtype: str, strategy: str, batch: int, graphs: bool, inputs: list[GenerateInput]):
+    policy = load_model(bundled_model_dir())
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0] if strategy != "disable" else None
+    config = EngineConfig(max_batch_size=batch, device="cuda", dtype=dtype, cuda_graphs=graphs)
+    engine = Engine(policy, config, drafter=drafter, policy=build_policy(strategy))
+    return engine, engine.generate(inputs)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_graph_replay_equals_eager_float64(strategy, batch):
+    inputs = _inputs(10)
+    engine, graphed = _run("float64", strategy, batch, True, inputs)
+    assert engine.graphs is not None and engine.graphs.pool_bytes >= 0
+    _, eager = _run("float64", strategy, batch, False, inputs)
+    _, plain = _run("float64", "disable", 10, False, inputs)
+    for a, b, p in zip(eager, graphed, plain, strict=True):
+        assert a.token_ids == b.token_ids == p.token_ids, f"{strategy} bs={batch} {a.request_id}"
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)
+        assert a.finish_reason == b.finish_reason == p.finish_reason
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("strategy", STRATEGIES[1:] + ["bandit"])
+def test_speculative_matches_plain_up_to_ties(dtype, strategy, capsys):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    inputs = _inputs(24, seed=1)
+    engine, spec = _run(dtype, strategy, 8, True, inputs)
+    _, plain = _run(dtype, "disable", 24, True, inputs)
+    report = compare_runs(engine.model, inputs, plain, spec, logprob_tol=0.05 if dtype == "bfloat16" else 1e-4)
+    with capsys.disabled():
+        print(f"\n{dtype} {strategy}: {report.summary()}")
+    assert not report.bugs, report.to_dict()["items"][:3]
+    assert report.identical >= len(inputs) // 2
