@@ -138,6 +138,7 @@ class CudaGraphRounds:
 
         device = self.static.lengths.device
         torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()  # what is reserved afterwards is the graphs' private pool (plus their outputs)
         before = torch.cuda.memory_reserved(device)
         start = time.perf_counter()
         kv_len = self.base + 1
@@ -153,6 +154,7 @@ class CudaGraphRounds:
                 )
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - start
+        torch.cuda.empty_cache()
         self.pool_bytes = torch.cuda.memory_reserved(device) - before
 
     def bucket_for(self, batch_size: int) -> int | None:

@@ -52,10 +52,10 @@ def phase_sft(work: Path, seconds: float, steps: int) -> dict:
         num_heads=16,
         num_kv_heads=4,
         intermediate_size=2816,
-        tokens_per_batch=65536,
-        chunk_examples=2048,
+        tokens_per_batch=16384,
+        chunk_examples=1024,
         steps=steps,
-        warmup_steps=30,
+        warmup_steps=50,
         lr=6e-4,
         device="cuda",
         time_budget_s=seconds,
@@ -281,7 +281,7 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/fastrl-gpu")
     parser.add_argument("--phases", default="sft,drafter,bs1,plain_vs_hf,long_tail,shapes")
     parser.add_argument("--sft-seconds", type=float, default=200.0)
-    parser.add_argument("--sft-steps", type=int, default=400)
+    parser.add_argument("--sft-steps", type=int, default=1600)
     parser.add_argument("--drafter-prompts", type=int, default=2048)
     parser.add_argument("--hf-compile", action="store_true", help="also time HF generate with static cache + compile")
     parser.add_argument("--dtype", default="bfloat16")
