@@ -37,6 +37,11 @@ STRATEGIES = ["3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "6_4_24", "8_4_32"]
 
 def log(results: dict, out: Path, key: str, value) -> None:
     """Record a result and rewrite results.json at once (a later failure loses nothing)."""
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    value = {"value": value, "gpu_allocated_gb": torch.cuda.memory_allocated() / 2**30}
     results[key] = value
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(f"== {key}: {json.dumps(value, default=str)[:2000]}", flush=True)
@@ -52,8 +57,8 @@ def phase_sft(work: Path, seconds: float, steps: int) -> dict:
         num_heads=16,
         num_kv_heads=4,
         intermediate_size=2816,
-        tokens_per_batch=16384,
-        chunk_examples=1024,
+        tokens_per_batch=32768,
+        chunk_examples=2048,
         steps=steps,
         warmup_steps=50,
         lr=6e-4,
@@ -76,7 +81,7 @@ def phase_drafter(work: Path, prompts: int) -> dict:
         num_prompts=prompts,
         eval_prompts=64,
         epochs=6,
-        gen_batch_size=128,
+        gen_batch_size=64,
         max_new_tokens=1024,
         accept_strategies=["5_1_6", "8_4_32"],
         accept_requests=16,
@@ -298,6 +303,7 @@ def main() -> None:
     phases = args.phases.split(",")
     for phase in phases:
         start = time.perf_counter()
+        print(f"phase {phase}: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated", flush=True)
         if phase == "sft":
             value = phase_sft(work, args.sft_seconds, args.sft_steps)
         elif phase == "drafter":
