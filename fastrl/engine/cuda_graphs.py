@@ -127,6 +127,7 @@ class CudaGraphRounds:
         self.base = base
         self.static = static
         self.pool = torch.cuda.graph_pool_handle()
+        self.warmup_stream = torch.cuda.Stream()
         self.plain: dict[int, CapturedRound] = {}
         self.spec: dict[tuple[Strategy, int], CapturedRound] = {}
         self.pool_bytes = 0
@@ -188,7 +189,7 @@ class CudaGraphRounds:
 
     def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
         # Warm up on a side stream (lazy kernel and workspace initialisation must not happen inside capture).
-        stream = torch.cuda.Stream()
+        stream = self.warmup_stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(WARMUP_RUNS):

@@ -198,7 +198,8 @@ class Engine:
             self.max_model_len,
             static,
         )
-        graphs.capture_all()
+        with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
+            graphs.capture_all()
         return graphs
 
     def _prefill(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
