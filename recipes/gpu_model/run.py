@@ -258,7 +258,7 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
         GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=1.0, seed=i)) for i, p in enumerate(prompts)
     ]
     rows, reference = {}, None
-    for name in ["disable", "5_1_6", "8_4_32", "bandit"]:
+    for name in ["disable", "5_1_6", "bandit"]:
         config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype)
         engine = Engine(policy, config, drafter=None if name == "disable" else drafter, policy=build_policy(name))
         start = time.perf_counter()
