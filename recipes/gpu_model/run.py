@@ -140,7 +140,7 @@ def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
         tokens = sum(len(o.token_ids) for o in ref)
         rows[f"T={temperature} fastrl plain"] = {"tok_s": tokens / t_plain, "speedup": 1.0}
         context = sum(len(p) for p in prompts) // len(prompts) + 64
-        drafter = drafter.to("cuda", plain.model.dtype)
+        drafter = drafter.to("cuda", next(plain.model.parameters()).dtype)
         costs = next(c for c in measure_costs(plain.model, drafter, "trained", context) if c.graphs)
         for name in STRATEGIES:
             strategy = Strategy.parse(name)
@@ -280,6 +280,27 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
     return rows
 
 
+def phase_exactness(work: Path, dtype: str) -> dict:
+    """Speculative vs plain on the trained model, every difference judged (near-tie or bug)."""
+    from fastrl.exactness.compare import compare_runs
+
+    policy, drafter, tokenizer = load(work, dtype)
+    prompts = task_prompts(tokenizer, 48, seed=5)
+    out = {}
+    for temperature in (0.0, 1.0):
+        inputs = [
+            GenerateInput(p, SamplingParams(max_new_tokens=256, temperature=temperature, seed=i))
+            for i, p in enumerate(prompts)
+        ]
+        plain = Engine(policy, EngineConfig(max_batch_size=48, device="cuda", dtype=dtype)).generate(inputs)
+        for name in ("7_1_8", "6_4_24", "bandit"):
+            config = EngineConfig(max_batch_size=16, device="cuda", dtype=dtype)
+            engine = Engine(policy, config, drafter=drafter, policy=build_policy(name))
+            report = compare_runs(engine.model, inputs, plain, engine.generate(inputs), logprob_tol=0.25)
+            out[f"T={temperature} {name}"] = report.to_dict() | {"summary": report.summary()}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/gpu")
@@ -315,6 +336,8 @@ def main() -> None:
             value = phase_plain_vs_hf(work, args.dtype, sizes, 128)
         elif phase == "long_tail":
             value = phase_long_tail(work, args.dtype, args.long_tail)
+        elif phase == "exactness":
+            value = phase_exactness(work, args.dtype)
         elif phase == "shapes":
             value = {
                 name: [asdict(r) | {"ratios": r.ratios()} for r in measure_shape(name)]
