@@ -12,6 +12,7 @@ commands:
   generate       complete prompts from a JSONL file         fastrl generate prompts=in.jsonl output=out.jsonl
   bench          speed: fastrl vs plain vs HF generate      fastrl bench suites=[spec_bs1]
   train-drafter  fit an EAGLE drafter offline               fastrl train-drafter output=runs/drafter
+  export-drafter a drafter for SGLang / vLLM                 fastrl export-drafter DIR OUT --format sglang
 
 Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
 """
@@ -41,6 +42,14 @@ def _train_drafter(overrides: list[str]) -> None:
     run_train_drafter(compose_config("train_drafter", TrainDrafterConfig, overrides))
 
 
+def _export_drafter(argv: list[str]) -> None:
+    from fastrl.commands.export_drafter import export_overrides, run_export_drafter
+    from fastrl.commands.export_drafter_config import ExportDrafterConfig
+    from fastrl.config_compose import compose_config
+
+    run_export_drafter(compose_config("export_drafter", ExportDrafterConfig, export_overrides(argv)))
+
+
 def _train(overrides: list[str]) -> None:
     from fastrl.commands.train import hydra_entry
 
@@ -49,7 +58,13 @@ def _train(overrides: list[str]) -> None:
 
 def commands() -> dict[str, Callable[[list[str]], None]]:
     """The subcommands by name."""
-    return {"train": _train, "generate": _generate, "bench": _bench, "train-drafter": _train_drafter}
+    return {
+        "train": _train,
+        "generate": _generate,
+        "bench": _bench,
+        "train-drafter": _train_drafter,
+        "export-drafter": _export_drafter,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

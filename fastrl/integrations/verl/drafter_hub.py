@@ -29,7 +29,8 @@ class _Round:
 
 
 class DrafterHub:
-    """An async Ray actor (one per job, named by the replicas): servers ``join`` when they start; at each ``sleep``
+    """An async Ray actor (one per job, named by the replicas): servers ``join`` when they start and ``mark`` when
+    they turn busy or idle (an idle server co-trains only while ``others_busy``); at each ``sleep``
     every server ``exchange``s what it co-trained during rollout ``round_index``. When all joined servers have
     offered (or ``timeout_s`` passed), the copies trained from the current version are averaged, weighted by
     their optimiser steps, into version + 1, which every caller of that round receives (None when nobody trained).
@@ -40,6 +41,7 @@ class DrafterHub:
         self.members: set[str] = set()
         self.version = 0
         self.failures: list[str] = []
+        self.busy: set[str] = set()
         self._rounds: dict[int, _Round] = {}
 
     def join(self, server: str, drafter_version: int) -> int:
@@ -47,6 +49,17 @@ class DrafterHub:
         self.members.add(server)
         self.version = max(self.version, int(drafter_version))
         return self.version
+
+    def mark(self, server: str, busy: bool) -> None:
+        """A server got its first request in flight (``busy``) or finished its last one."""
+        if busy:
+            self.busy.add(server)
+        else:
+            self.busy.discard(server)
+
+    def others_busy(self, server: str) -> bool:
+        """True while another server still has requests in flight (the tail that ``server`` may train during)."""
+        return bool(self.busy - {server})
 
     async def exchange(self, server: str, round_index: int, trained: TrainedDrafter | None) -> DrafterRelease | None:
         """Offer this server's co-trained copy for ``round_index``; returns the round's release (or None)."""

@@ -98,6 +98,7 @@ class FastrlServer:
         self._slice_id = 0
         self._cotrain_steps = 0
         self._cotrain_task: asyncio.Task | None = None
+        self._cotrain_stop = False
         self._poll_task: asyncio.Task | None = None
         self._rounds: Counter[str] = Counter()
 
@@ -162,6 +163,8 @@ class FastrlServer:
     def _enter(self) -> None:
         self._in_flight += 1
         self._idle.clear()
+        if self._in_flight == 1 and self._hub is not None:
+            self._hub.mark.remote(self.name, True)
         if self._cotrain_task is not None and not self._cotrain_task.done():
             self._worker.stop_training.remote(self._slice_id)
         if self._poll_task is None or self._poll_task.done():
@@ -171,7 +174,9 @@ class FastrlServer:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle.set()
-            if self.options.cotrain and not self._sleeping:
+            if self._hub is not None:
+                self._hub.mark.remote(self.name, False)
+            if self._hub is not None and not self._sleeping:
                 self._cotrain_task = asyncio.get_running_loop().create_task(self._cotrain())
 
     async def _poll_rounds(self) -> None:
@@ -181,8 +186,12 @@ class FastrlServer:
             await asyncio.sleep(POLL_SECONDS)
 
     async def _cotrain(self) -> None:
-        """Idle time: back-to-back co-training slices until a request arrives or the server sleeps."""
-        while self._in_flight == 0 and not self._sleeping:
+        """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
+        until a request arrives here or the server sleeps."""
+        self._cotrain_stop = False
+        while self._in_flight == 0 and not self._sleeping and not self._cotrain_stop:
+            if not await self._hub.others_busy.remote(self.name):
+                return
             self._slice_id += 1
             metrics = await self._worker.train_drafter_slice.remote(self.options.slice_seconds, self._slice_id)
             self._cotrain_steps += metrics.steps
@@ -212,6 +221,7 @@ class FastrlServer:
         self._sleeping = False
 
     async def _stop_cotrain(self) -> None:
+        self._cotrain_stop = True
         task = self._cotrain_task
         if task is not None and not task.done():
             self._worker.stop_training.remote(self._slice_id)
