@@ -125,7 +125,19 @@ class FastrlRolloutOptions:
                 slice_seconds=self.slice_seconds,
             )
         except (TypeError, ValueError) as err:
-            raise ValueError(str(err).replace("rollout.worker.", PREFIX)) from err
+            raise ValueError(_rename_keys(str(err))) from err
+
+
+def _rename_keys(message: str) -> str:
+    """The worker config's key names in an error message, as this section's keys."""
+    for old, new in (
+        ("rollout.worker: engine.", PREFIX),
+        ("rollout.worker.", PREFIX),
+        ("BanditConfig.", f"{PREFIX}bandit."),
+        ("EmaConfig.", f"{PREFIX}ema."),
+    ):
+        message = message.replace(old, new)
+    return message
 
 
 def _plain(value: object) -> object:
