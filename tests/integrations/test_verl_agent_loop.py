@@ -19,9 +19,9 @@ pytest.importorskip("verl")
 from safetensors.torch import load_file  # noqa: E402
 
 from fastrl.assets_path import bundled_model_dir  # noqa: E402
+from fastrl.integrations.verl.local import LocalRollout, chat_batch  # noqa: E402
 from fastrl.integrations.verl.requests import request_seed  # noqa: E402
-from fastrl.rollout.cluster import ensure_ray  # noqa: E402
-from tests.integrations.verl_setup import N_SAMPLES, PROMPTS, SEED, chat_batch, verl_config  # noqa: E402
+from tests.integrations.verl_setup import N_SAMPLES, PROMPTS, SEED, verl_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_COLUMNS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
@@ -30,22 +30,10 @@ SPEC_COLUMNS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_v
 @pytest.fixture(scope="module")
 def stack():
     """verl's LLMServerManager (two fastrl replicas) and AgentLoopManager, plus one rollout of the chat batch."""
-    import ray
-    from verl.experimental.agent_loop import AgentLoopManager
-    from verl.workers.rollout.llm_server import LLMServerManager
-
-    import fastrl.integrations.verl.plugin  # noqa: F401  (what verl's entry point / VERL_USE_EXTERNAL_MODULES do)
-
-    config = verl_config()
-    started = ensure_ray(None, min(2, os.cpu_count() or 1))
-    servers = LLMServerManager.create(config=config)
-    agent_loops = AgentLoopManager.create(config=config, llm_client=servers.get_client())
-    first = agent_loops.generate_sequences(chat_batch())
-    yield config, servers, agent_loops, first
-    for replica in servers.get_replicas():
-        asyncio.run(replica.shutdown())
-    if started:
-        ray.shutdown()
+    local = LocalRollout.start(verl_config())
+    first = local.agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
+    yield local.config, local.servers, local.agent_loops, first
+    local.shutdown()
 
 
 def _rows(output) -> list[tuple[list[int], list[int], list[float]]]:
@@ -141,7 +129,7 @@ def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack):
     after, bandits_after = asyncio.run(state())
     assert {r.drafter_version for r in after} == {before[0].drafter_version + 1}  # merged, pushed to every server
     assert bandits_after == bandits  # the strategy policy survives sleep / wake_up untouched
-    out = agent_loops.generate_sequences(chat_batch())
+    out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
     assert set(out.non_tensor_batch["fastrl_drafter_version"]) == {after[0].drafter_version}
     assert [r[1] for r in _rows(out)] == [r[1] for r in _rows(first)]  # a new drafter never changes tokens
 
@@ -161,7 +149,7 @@ def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
         return await adapter.update_weights(((k, v) for k, v in state.items()), global_steps=5)
 
     assert [asyncio.run(push(rank)) for rank in range(len(servers.get_replicas()))] == [5, 5]
-    out = agent_loops.generate_sequences(chat_batch())
+    out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
     assert list(out.non_tensor_batch["global_steps"]) == [5] * len(out)
     assert set(out.non_tensor_batch["fastrl_policy_version"]) == {5}
     assert [r[1] for r in _rows(out)] != [r[1] for r in _rows(first)]
