@@ -134,6 +134,32 @@ def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack):
     assert [r[1] for r in _rows(out)] == [r[1] for r in _rows(first)]  # a new drafter never changes tokens
 
 
+def test_abort_closes_admission_until_resume(stack):
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    request = {"prompt_ids": _rows(first)[0][0], "sampling_params": {"max_tokens": 2, "temperature": 0.0}}
+
+    async def run():
+        await servers.get_replicas()[0].abort_all_requests(reject_request=True)  # nothing in flight: returns
+        with pytest.raises(RuntimeError, match="paused"):
+            await server.generate.remote(request_id="while-paused", **request)
+        await servers.get_replicas()[0].resume_generation()
+        return await server.generate.remote(request_id="after-resume", **request)
+
+    assert len(asyncio.run(run()).token_ids) == 2
+
+
+def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
+    from omegaconf import OmegaConf
+
+    from fastrl.integrations.verl.replica import FastrlReplica
+
+    config = stack[0]
+    rollout = OmegaConf.merge(config.actor_rollout_ref.rollout, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ValueError, match="actor_rollout_ref.rollout.tensor_model_parallel_size"):
+        FastrlReplica(replica_rank=0, config=rollout, model_config=config.actor_rollout_ref.model, gpus_per_node=2)
+
+
 def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
     from fastrl.integrations.verl.adapter import FastrlServerAdapter
 

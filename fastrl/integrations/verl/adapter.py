@@ -61,6 +61,8 @@ class FastrlServerAdapter(BaseRollout):
         bucket: dict[str, Tensor] = {}
         size = 0
         for name, tensor in weights:
+            if hasattr(tensor, "full_tensor"):  # a sharded DTensor: gather it (every rank iterates the generator)
+                tensor = tensor.full_tensor()
             cpu = tensor.detach().to("cpu", copy=True)
             bucket[name] = cpu
             size += cpu.numel() * cpu.element_size()

@@ -87,7 +87,6 @@ class FastrlServer:
         self._hub = hub if self.options.cotrain else None
         self.global_steps: int | None = None
         self._policy_version = 0
-        self._drafter_version = 0
         self._pending: dict[str, Tensor] = {}
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -107,7 +106,6 @@ class FastrlServer:
         self._idle.set()
         self._open.set()
         stats = await self._worker.stats.remote()
-        self._drafter_version = stats.drafter_version
         if self._hub is not None:
             await self._hub.join.remote(self.name, stats.drafter_version)
         return self.name
@@ -208,7 +206,6 @@ class FastrlServer:
             release = await self._hub.exchange.remote(self.name, self._rollouts, trained)
             if release is not None:
                 await self._worker.update_drafter.remote(release.version, release.state)
-                self._drafter_version = release.version
         self._rollouts += 1
         if self.options.export_dir:
             state = await self._worker.policy_state.remote()
