@@ -24,3 +24,11 @@ def test_verl_use_external_modules_registers_the_fastrl_rollout():
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["FastrlReplica", "FastrlServerAdapter"]
+
+
+def test_hybrid_server_takes_the_trainer_workers_device():
+    from fastrl.integrations.verl.replica import worker_device
+
+    assert worker_device("3", 0) == "3"
+    assert worker_device("0,1,2,3", 2) == "2"  # RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: all GPUs visible
+    assert worker_device("", 0) == ""

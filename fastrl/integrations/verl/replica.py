@@ -24,6 +24,21 @@ def hub_name(suffix: str = "") -> str:
     return f"fastrl_drafter_hub{suffix}"
 
 
+def worker_device(visible_devices: str, local_rank: int) -> str:
+    """The one device a trainer worker trains on: its ``CUDA_VISIBLE_DEVICES`` when that names one, else (with
+    ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` every worker sees every GPU) the ``LOCAL_RANK``-th."""
+    visible = [d.strip() for d in visible_devices.split(",") if d.strip()]
+    if len(visible) <= 1:
+        return "".join(visible)
+    return visible[local_rank % len(visible)]
+
+
+def _node_and_device(worker: object) -> tuple[str, str]:
+    """Run inside a trainer worker (``__ray_call__``): its node id and device."""
+    device = worker_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), int(os.environ.get("LOCAL_RANK", "0")))
+    return ray.get_runtime_context().get_node_id(), device
+
+
 class FastrlReplica(RolloutReplica):
     """Starts one ``FastrlServer`` per replica.
 
@@ -64,9 +79,7 @@ class FastrlReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         """Start this replica's server next to its worker (or on this node without one) and wait until it is ready."""
         if self.workers:
-            node_id, devices = await self.workers[0].__ray_call__.remote(
-                lambda self: (ray.get_runtime_context().get_node_id(), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-            )
+            node_id, devices = await self.workers[0].__ray_call__.remote(_node_and_device)
         else:
             node_id, devices = ray.get_runtime_context().get_node_id(), ""
         hub = None
