@@ -19,7 +19,8 @@ pytest.importorskip("verl")
 from safetensors.torch import load_file  # noqa: E402
 
 from fastrl.assets_path import bundled_model_dir  # noqa: E402
-from fastrl.integrations.verl.local import LocalRollout, chat_batch  # noqa: E402
+from fastrl.integrations.export.selection_config import write_selection_configs  # noqa: E402
+from fastrl.integrations.verl.local import FASTRL, LocalRollout, chat_batch  # noqa: E402
 from fastrl.integrations.verl.requests import request_seed  # noqa: E402
 from tests.integrations.verl_setup import N_SAMPLES, PROMPTS, SEED, verl_config  # noqa: E402
 
@@ -28,9 +29,14 @@ SPEC_COLUMNS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_v
 
 
 @pytest.fixture(scope="module")
-def stack():
+def export_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fastrl-export")
+
+
+@pytest.fixture(scope="module")
+def stack(export_dir):
     """verl's LLMServerManager (two fastrl replicas) and AgentLoopManager, plus one rollout of the chat batch."""
-    local = LocalRollout.start(verl_config())
+    local = LocalRollout.start(verl_config([f"{FASTRL}export_dir={export_dir}"]))
     first = local.agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
     yield local.config, local.servers, local.agent_loops, first
     local.shutdown()
@@ -88,7 +94,7 @@ def test_request_through_verl_equals_fastrl_generate(stack, tmp_path):
         assert line["logprobs"] == pytest.approx(logprobs, abs=1e-4)
 
 
-def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack):
+def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack, export_dir, tmp_path):
     """Server 1 finishes its short request while server 0 runs a long one: server 1 co-trains in that tail.
     At sleep the co-trained copies are averaged into the next drafter version on both servers; the bandit's state
     and the engines survive sleep / wake_up."""
@@ -129,6 +135,9 @@ def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack):
     after, bandits_after = asyncio.run(state())
     assert {r.drafter_version for r in after} == {before[0].drafter_version + 1}  # merged, pushed to every server
     assert bandits_after == bandits  # the strategy policy survives sleep / wake_up untouched
+    state = export_dir / "bandit_state_fastrl_server_0_0.json"  # written at sleep: input of export-drafter
+    assert json.loads(state.read_text()) == bandits[0]
+    assert len(write_selection_configs(state, tmp_path, "draft")) == 4  # one winner per batch-size bucket
     out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
     assert set(out.non_tensor_batch["fastrl_drafter_version"]) == {after[0].drafter_version}
     assert [r[1] for r in _rows(out)] == [r[1] for r in _rows(first)]  # a new drafter never changes tokens

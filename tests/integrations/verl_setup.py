@@ -12,7 +12,7 @@ N_SAMPLES = 2
 SEED = 7
 
 
-def verl_config() -> DictConfig:
+def verl_config(extra: list[str] | None = None) -> DictConfig:
     """verl's ppo_trainer config with the fastrl rollout: two CPU replicas of the bundled model and its drafter,
     the bandit over three small strategies, co-training in 50 ms slices, deterministic request ids."""
     from fastrl.integrations.verl.local import compose_verl_config
@@ -27,5 +27,6 @@ def verl_config() -> DictConfig:
         f"{FASTRL}slice_seconds=0.05",
         f"{FASTRL}trainer.max_tokens_per_batch=256",
         f"{FASTRL}trainer.warmup_steps=0",
+        *(extra or []),
     ]
     return compose_verl_config(overrides)

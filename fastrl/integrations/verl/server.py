@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -21,23 +20,10 @@ from verl.workers.rollout.replica import TokenOutput
 
 from fastrl.integrations.verl.options import FastrlRolloutOptions
 from fastrl.integrations.verl.requests import RequestLimits, parse_sampling, request_seed, spec_counts, stop_reason
+from fastrl.integrations.verl.server_report import ServerReport
 from fastrl.rollout.ray_worker import RolloutWorkerActor
 
 POLL_SECONDS = 0.2  # how often a busy server samples its worker's per-strategy round counts
-
-
-@dataclass
-class ServerReport:
-    """One server's state: weight versions, verl's global step, work in flight and co-training so far."""
-
-    name: str
-    policy_version: int
-    drafter_version: int
-    global_steps: int | None
-    in_flight: int
-    cotrain_steps: int
-    rollouts: int
-    strategy_rounds: dict[str, int]
 
 
 class FastrlServer:
@@ -174,7 +160,9 @@ class FastrlServer:
             self._idle.set()
             if self._hub is not None:
                 self._hub.mark.remote(self.name, False)
-            if self._hub is not None and not self._sleeping:
+            running = self._cotrain_task is not None and not self._cotrain_task.done()
+            if self._hub is not None and not self._sleeping and not running:
+                self._cotrain_stop = False
                 self._cotrain_task = asyncio.get_running_loop().create_task(self._cotrain())
 
     async def _poll_rounds(self) -> None:
@@ -186,7 +174,6 @@ class FastrlServer:
     async def _cotrain(self) -> None:
         """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
         until a request arrives here or the server sleeps."""
-        self._cotrain_stop = False
         while self._in_flight == 0 and not self._sleeping and not self._cotrain_stop:
             if not await self._hub.others_busy.remote(self.name):
                 return
