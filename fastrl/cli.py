@@ -13,6 +13,7 @@ commands:
   bench          speed: fastrl vs plain vs HF generate      fastrl bench suites=[spec_bs1]
   train-drafter  fit an EAGLE drafter offline               fastrl train-drafter output=runs/drafter
   check-exact    speculative vs plain, mismatches judged    fastrl check-exact prompts=in.jsonl strategy=4_3_10
+  export-drafter a drafter for SGLang / vLLM                 fastrl export-drafter DIR OUT --format sglang
 
 Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
 """
@@ -50,6 +51,14 @@ def _check_exact(overrides: list[str]) -> int:
     return check_exact_exit_code(run_check_exact(compose_config("check_exact", CheckExactConfig, overrides)))
 
 
+def _export_drafter(argv: list[str]) -> None:
+    from fastrl.commands.export_drafter import export_overrides, run_export_drafter
+    from fastrl.commands.export_drafter_config import ExportDrafterConfig
+    from fastrl.config_compose import compose_config
+
+    run_export_drafter(compose_config("export_drafter", ExportDrafterConfig, export_overrides(argv)))
+
+
 def _train(overrides: list[str]) -> None:
     from fastrl.commands.train import hydra_entry
 
@@ -64,6 +73,7 @@ def commands() -> dict[str, Callable[[list[str]], int | None]]:
         "bench": _bench,
         "train-drafter": _train_drafter,
         "check-exact": _check_exact,
+        "export-drafter": _export_drafter,
     }
 
 

@@ -1,0 +1,39 @@
+"""`fastrl export-drafter DIR OUT --format sglang|vllm [bandit_state=FILE]`."""
+
+from __future__ import annotations
+
+from fastrl.commands.export_drafter_config import ExportDrafterConfig
+from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
+from fastrl.integrations.export.selection_config import write_selection_configs
+
+
+def export_overrides(argv: list[str]) -> list[str]:
+    """Positional DIR and OUT and ``--format X`` / ``--format=X`` as Hydra overrides; ``key=value`` passes through."""
+    overrides, positional = [], []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--format":
+            value = next(args, None)
+            if value is None:
+                raise ValueError("export_drafter.format: --format needs a value (sglang or vllm)")
+            overrides.append(f"format={value}")
+        elif arg.startswith("--format="):
+            overrides.append(f"format={arg.split('=', 1)[1]}")
+        elif "=" in arg:
+            overrides.append(arg)
+        else:
+            positional.append(arg)
+    if len(positional) > 2:
+        raise ValueError(f"export_drafter: expected DIR OUT, got extra arguments {positional[2:]}")
+    keys = ("drafter", "output")
+    return [f"{k}={v}" for k, v in zip(keys, positional, strict=False)] + overrides
+
+
+def run_export_drafter(config: ExportDrafterConfig) -> None:
+    """Write the EAGLE checkpoint (and, given a bandit state, the selection configs) and print what was written."""
+    exported = export_eagle_drafter(config.drafter, config.output, config.format, config.dtype, config.drop_fc_bias)
+    print(f"wrote {exported.format} EAGLE drafter ({exported.architecture}, {exported.dtype}) to {exported.path}")
+    if config.bandit_state:
+        winners = write_selection_configs(config.bandit_state, config.output, str(exported.path))
+        for w in winners:
+            print(f"  batch size {w.label:>6}: {w.strategy}")

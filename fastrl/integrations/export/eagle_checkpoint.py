@@ -1,0 +1,106 @@
+"""A fastrl drafter as the EAGLE(-2) draft checkpoint SGLang and vLLM load.
+
+The layout matched (third_party/README.md cites the loaders):
+
+* SGLang ``python/sglang/srt/models/llama_eagle.py`` (and ``qwen2_eagle.py``): ``architectures`` is
+  ``LlamaForCausalLMEagle`` / ``Qwen2ForCausalLMEagle``; the draft model is ``fc`` (Linear 2H -> H, with bias)
+  over ``cat(embed(token), feature)`` and ``num_hidden_layers`` decoder layers whose layer 0 has no
+  ``input_layernorm``, then no final norm; checkpoint names carry no ``model.`` prefix (the loader adds it).
+  Embedding and LM head are the target's (the EAGLE worker shares them), so the checkpoint omits them.
+* vLLM ``vllm/model_executor/models/llama_eagle.py``: the same names, but the draft config names the *target*
+  architecture (``LlamaForCausalLM``; vLLM's ``EAGLEConfig`` prefixes ``Eagle``), only Llama has an EAGLE-1
+  model there, and its ``fc`` has no bias: a drafter with a non-zero ``fc.bias`` cannot be served exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from fastrl.spec.drafter_checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_drafter_info
+
+FORMATS = ("sglang", "vllm")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+SGLANG_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle", "qwen2": "Qwen2ForCausalLMEagle"}
+VLLM_ARCHITECTURES = {"llama": "LlamaForCausalLM"}
+OUTPUT_WEIGHTS = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class ExportedDrafter:
+    """What was written: the directory, the engine format, the architecture named, the tensors and their dtype."""
+
+    path: Path
+    format: str
+    architecture: str
+    tensor_names: list[str]
+    dtype: str
+
+
+def eagle_tensor_names(state: dict[str, Tensor]) -> dict[str, str]:
+    """fastrl drafter names -> EAGLE checkpoint names (``layer.X`` -> ``layers.0.X``; ``fc.*`` unchanged)."""
+    names = {}
+    for name in state:
+        if name.startswith("layer."):
+            names[name] = "layers.0." + name[len("layer.") :]
+        elif name.startswith("fc."):
+            names[name] = name
+        else:
+            raise ValueError(f"drafter tensor {name!r} has no EAGLE checkpoint name")
+    return names
+
+
+def export_eagle_drafter(
+    drafter_dir: str | Path, output: str | Path, fmt: str, dtype: str = "bfloat16", drop_fc_bias: bool = False
+) -> ExportedDrafter:
+    """Write ``drafter_dir`` (a fastrl drafter checkpoint) to ``output`` as an EAGLE checkpoint for ``fmt``.
+
+    ValueError naming the key when the format, dtype or model family is unsupported, or (vLLM) when ``fc.bias``
+    is non-zero and ``drop_fc_bias`` is not set.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"export.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    info = read_drafter_info(drafter_dir)
+    layer = info.layer_config.to_hf_dict()
+    model_type = str(layer.get("model_type"))
+    table = SGLANG_ARCHITECTURES if fmt == "sglang" else VLLM_ARCHITECTURES
+    if model_type not in table:
+        supported = sorted(table)
+        raise ValueError(
+            f"export.format={fmt}: no EAGLE draft architecture for model_type {model_type!r} ({supported=})"
+        )
+    state = load_file(str(Path(drafter_dir) / WEIGHTS_FILE))
+    if fmt == "vllm" and "fc.bias" in state:
+        if bool(state["fc.bias"].abs().max() > 0) and not drop_fc_bias:
+            raise ValueError(
+                "export.drop_fc_bias: vLLM's EAGLE fc has no bias and this drafter's fc.bias is non-zero; "
+                "set drop_fc_bias=true to export without it (drafts then differ from fastrl's)"
+            )
+        state.pop("fc.bias")
+    names = eagle_tensor_names(state)
+    tensors = {names[k]: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / OUTPUT_WEIGHTS), metadata={"format": "pt"})
+    config = dict(layer)
+    config.update(
+        architectures=[table[model_type]],
+        num_hidden_layers=1,
+        torch_dtype=dtype,
+        dtype=dtype,
+        fastrl={"policy": info.policy_name, "drafter_version": info.version, "format": fmt},
+    )
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype)
+
+
+def is_fastrl_drafter(path: str | Path) -> bool:
+    """True when ``path`` holds a fastrl drafter checkpoint."""
+    return (Path(path) / CONFIG_FILE).is_file()

@@ -1,0 +1,103 @@
+"""The bandit's learned strategy selection as deployable engine config: per batch-size bucket, the arm with the best
+estimate, written as vLLM's speculative-token table and as an SGLang adaptive-speculation JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.spec.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class BucketWinner:
+    """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold)."""
+
+    min_batch_size: int
+    label: str
+    strategy: Strategy
+    estimate: float | None
+    pulls: int
+
+
+def bucket_winners(state: dict) -> list[BucketWinner]:
+    """Per bucket, the arm with the best estimate in a saved bandit ``state_dict`` (ties: first in arm order; a
+    bucket with no estimate at all keeps its first arm, as the bandit would)."""
+    try:
+        policy = BanditPolicy(BanditConfig.from_dict(state["config"]))
+        policy.load_state_dict(state)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"bandit_state: not a fastrl bandit state_dict ({err})") from err
+    winners = []
+    thresholds = policy.config.bs_thresholds
+    for bucket in policy.telemetry().buckets:
+        best = bucket.arms[0]
+        for arm in bucket.arms:
+            if arm.estimate is not None and (best.estimate is None or arm.estimate > best.estimate):
+                best = arm
+        winners.append(BucketWinner(thresholds[bucket.index], bucket.label, best.strategy, best.estimate, best.pulls))
+    return winners
+
+
+def vllm_table(winners: list[BucketWinner], draft_model: str) -> dict:
+    """vLLM ``speculative_config``: ``num_speculative_tokens`` of the batch-size-1 winner, plus the per-batch-size
+    table ``num_speculative_tokens_per_batch_size`` ({min batch size: tokens}, 0 = no speculation). vLLM's EAGLE
+    proposer drafts a chain, so a tree winner ``S_K_N`` contributes its depth ``S``."""
+    table = {str(w.min_batch_size): _chain_tokens(w.strategy) for w in winners}
+    return {
+        "method": "eagle",
+        "model": draft_model,
+        "num_speculative_tokens": max(table["1"], 1),
+        "num_speculative_tokens_per_batch_size": table,
+    }
+
+
+def sglang_adaptive(winners: list[BucketWinner]) -> dict:
+    """SGLang adaptive-speculation JSON: the flat keys of its EMA tier controller (``candidate_steps`` = every
+    winner's depth; fastrl's ``EmaConfig`` reads the same keys) plus one section per bucket, keyed by its lower
+    batch size, pinning that bucket's winner (steps, topk, num_draft_tokens)."""
+    steps = sorted({_chain_tokens(w.strategy) for w in winners})
+    doc: dict = {
+        "candidate_steps": steps,
+        "ema_alpha": 0.2,
+        "warmup_batches": 10,
+        "update_interval": 5,
+        "down_hysteresis": -0.25,
+        "up_hysteresis": 0.0,
+    }
+    for w in winners:
+        s = w.strategy
+        doc[str(w.min_batch_size)] = {
+            "speculative_num_steps": s.steps,
+            "speculative_eagle_topk": s.topk,
+            "speculative_num_draft_tokens": s.num_draft_tokens,
+            "disable": s.is_disabled,
+        }
+    return doc
+
+
+def write_selection_configs(state_file: str | Path, output: str | Path, draft_model: str) -> list[BucketWinner]:
+    """Read a bandit state JSON; write ``vllm_speculative_config.json`` and ``sglang_adaptive_config.json`` plus
+    ``bandit_winners.json`` into ``output``; returns the winners."""
+    path = Path(state_file)
+    if not path.is_file():
+        raise ValueError(f"export.bandit_state: {path} does not exist")
+    winners = bucket_winners(json.loads(path.read_text()))
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vllm_speculative_config.json").write_text(json.dumps(vllm_table(winners, draft_model), indent=2) + "\n")
+    (out / "sglang_adaptive_config.json").write_text(json.dumps(sglang_adaptive(winners), indent=2) + "\n")
+    rows = [
+        {"min_batch_size": w.min_batch_size, "bucket": w.label, "strategy": str(w.strategy), "estimate": w.estimate,
+         "pulls": w.pulls}
+        for w in winners
+    ]  # fmt: skip
+    (out / "bandit_winners.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return winners
+
+
+def _chain_tokens(strategy: Strategy) -> int:
+    return 0 if strategy.is_disabled else strategy.steps

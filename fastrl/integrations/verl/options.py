@@ -1,0 +1,151 @@
+"""The ``+actor_rollout_ref.rollout.custom.fastrl.*`` options of the verl backend, and the rollout-worker config
+they make together with verl's own rollout settings. No verl import: the options validate anywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+
+PREFIX = "actor_rollout_ref.rollout.custom.fastrl."
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class FastrlRolloutOptions:
+    """fastrl's knobs inside verl; each invalid value raises ``ValueError`` naming its full key.
+
+    strategy: ``"bandit"`` (default: the bucketed bandit picks a strategy per decode round), ``"ema"``, ``"disable"``
+        or a fixed ``"S_K_N"``. bandit / ema: their configs as dicts (fastrl's BanditConfig / EmaConfig keys).
+    drafter_dir: a fastrl drafter checkpoint; ``""`` starts from a fresh drafter (co-training then teaches it).
+    cotrain: keep verification hidden states and train the drafter on idle servers; at each ``sleep`` (the end of
+        a rollout) the copies trained on every server are averaged into the next drafter version, pushed to all.
+    slice_seconds, buffer_tokens, trainer: co-training slice length, feature-buffer size, drafter optimiser.
+    max_batch_size: requests decoded at once per server (KV-cache slots); more wait in the server's queue.
+    device: ``"auto"`` = cuda when the server sees a GPU, else cpu. dtype: ``"auto"`` = verl's rollout dtype on
+        cuda, float32 on cpu.
+    torch_threads, num_cpus: intra-op threads and Ray CPUs of each engine actor.
+    seed: base seed of request seeds (a request's seed is derived from it and its request id, see
+        ``requests.request_seed``); None takes verl's ``actor_rollout_ref.rollout.seed``.
+    drafter_sync_timeout_s: how long a sleeping server waits for the other servers' co-trained drafters.
+    export_dir: if set, every ``sleep`` writes each server's bandit state there (``bandit_state_<server>.json``),
+        the input of ``fastrl export-drafter ... bandit_state=``.
+    """
+
+    strategy: str = "bandit"
+    bandit: dict[str, Any] | None = None
+    ema: dict[str, Any] | None = None
+    drafter_dir: str = ""
+    cotrain: bool = True
+    slice_seconds: float = 0.25
+    buffer_tokens: int = 262_144
+    trainer: dict[str, Any] = field(default_factory=dict)
+    max_batch_size: int = 64
+    device: str = "auto"
+    dtype: str = "auto"
+    torch_threads: int = 1
+    num_cpus: float = 1.0
+    seed: int | None = None
+    drafter_sync_timeout_s: float = 60.0
+    export_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"{PREFIX}device must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{PREFIX}dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
+        for key in ("bandit", "ema"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, Mapping):
+                raise ValueError(f"{PREFIX}{key} must be a mapping of its config keys, got {value!r}")
+        if not isinstance(self.trainer, Mapping):
+            raise ValueError(f"{PREFIX}trainer must be a mapping of DrafterTrainerConfig keys, got {self.trainer!r}")
+        known = {f.name for f in dataclasses.fields(DrafterTrainerConfig)}
+        unknown = sorted(set(self.trainer) - known)
+        if unknown:
+            raise ValueError(f"{PREFIX}trainer: unknown keys {unknown} (known: {sorted(known)})")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"{PREFIX}seed must be null or an integer >= 0, got {self.seed!r}")
+        timeout = self.drafter_sync_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+            raise ValueError(f"{PREFIX}drafter_sync_timeout_s must be a finite number > 0, got {timeout!r}")
+        if not isinstance(self.export_dir, str):
+            raise ValueError(f"{PREFIX}export_dir must be a path or '', got {self.export_dir!r}")
+
+    @classmethod
+    def from_custom(cls, custom: Mapping | None) -> FastrlRolloutOptions:
+        """Read ``rollout.custom`` (verl's extension dict; its ``fastrl`` entry holds these options). Unknown keys
+        raise ``ValueError`` naming them."""
+        section = (custom or {}).get("fastrl") or {}
+        if not isinstance(section, Mapping):
+            raise ValueError(f"{PREFIX[:-1]} must be a mapping of options, got {section!r}")
+        values = {str(k): _plain(v) for k, v in section.items()}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{PREFIX}{unknown[0]}: unknown option (known: {sorted(known)})")
+        return cls(**values)
+
+    def resolved_device(self, cuda_available: bool) -> str:
+        """The device the engine runs on."""
+        if self.device == "auto":
+            return "cuda" if cuda_available else "cpu"
+        return self.device
+
+    def worker_config(
+        self, model_dir: str, rollout_dtype: str, max_model_len: int, rollout_seed: int, device: str, calls: int
+    ) -> RolloutWorkerConfig:
+        """The engine-worker config of one server (errors renamed to this section's keys)."""
+        dtype = self.dtype if self.dtype != "auto" else (rollout_dtype if device != "cpu" else "float32")
+        try:
+            return RolloutWorkerConfig(
+                model_dir=model_dir,
+                drafter_dir=self.drafter_dir,
+                strategy=self.strategy,
+                bandit=dict(self.bandit) if self.bandit is not None else None,
+                ema=dict(self.ema) if self.ema is not None else None,
+                max_batch_size=self.max_batch_size,
+                max_model_len=max_model_len,
+                device=device,
+                dtype=dtype,
+                seed=self.seed if self.seed is not None else rollout_seed,
+                torch_threads=self.torch_threads,
+                num_cpus=self.num_cpus,
+                num_gpus=0.0,  # the GPU is the trainer worker's (hybrid) or the replica's placeholder's
+                max_concurrent_calls=max(calls, self.max_batch_size),
+                cotrain=self.cotrain,
+                buffer_tokens=self.buffer_tokens,
+                trainer=DrafterTrainerConfig(**self.trainer),
+                slice_seconds=self.slice_seconds,
+            )
+        except (TypeError, ValueError) as err:
+            raise ValueError(_rename_keys(str(err))) from err
+
+
+def _rename_keys(message: str) -> str:
+    """The worker config's key names in an error message, as this section's keys."""
+    for old, new in (
+        ("rollout.worker: engine.", PREFIX),
+        ("rollout.worker.", PREFIX),
+        ("BanditConfig.", f"{PREFIX}bandit."),
+        ("EmaConfig.", f"{PREFIX}ema."),
+    ):
+        message = message.replace(old, new)
+    return message
+
+
+def _plain(value: object) -> object:
+    """OmegaConf containers to plain Python (verl hands the section over as a DictConfig)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        return value
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value

@@ -1,0 +1,118 @@
+"""``FastrlReplica``: verl's ``RolloutReplica`` for ``actor_rollout_ref.rollout.name=fastrl``. One replica is one
+fastrl server actor (plus its engine actor) on one device: tensor/pipeline parallelism is not supported."""
+
+from __future__ import annotations
+
+import os
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica
+
+from fastrl.integrations.verl.drafter_hub import DrafterHub
+from fastrl.integrations.verl.options import FastrlRolloutOptions
+from fastrl.integrations.verl.server import FastrlServer
+
+
+def server_name(replica_rank: int, suffix: str = "") -> str:
+    """The Ray actor name of replica ``replica_rank``'s server (the weight-sync adapter finds it by this name)."""
+    return f"fastrl_server_{replica_rank}_0{suffix}"
+
+
+def hub_name(suffix: str = "") -> str:
+    """The Ray actor name of the job's drafter hub (one per rollout role)."""
+    return f"fastrl_drafter_hub{suffix}"
+
+
+def worker_device(visible_devices: str, local_rank: int) -> str:
+    """The one device a trainer worker trains on: its ``CUDA_VISIBLE_DEVICES`` when that names one, else (with
+    ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` every worker sees every GPU) the ``LOCAL_RANK``-th."""
+    visible = [d.strip() for d in visible_devices.split(",") if d.strip()]
+    if len(visible) <= 1:
+        return "".join(visible)
+    return visible[local_rank % len(visible)]
+
+
+def _node_and_device(worker: object) -> tuple[str, str]:
+    """Run inside a trainer worker (``__ray_call__``): its node id and device."""
+    device = worker_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), int(os.environ.get("LOCAL_RANK", "0")))
+    return ray.get_runtime_context().get_node_id(), device
+
+
+class FastrlReplica(RolloutReplica):
+    """Starts one ``FastrlServer`` per replica.
+
+    * hybrid (``init_hybrid``, the default with a trainer): on the node of the trainer worker that owns the replica,
+      with that worker's ``CUDA_VISIBLE_DEVICES`` (the GPU stays the trainer's in Ray's books, as for SGLang/vLLM);
+      weights arrive through ``FastrlServerAdapter.update_weights`` in the trainer worker.
+    * standalone on GPUs (``init_standalone``): verl's resource pool and placeholder workers hold the GPUs.
+    * standalone on CPU (``custom.fastrl.device=cpu``): no resource pool (verl's pools always ask for GPUs); the
+      server runs on the local Ray node. This is the mode of the CPU tests and the recipe's smoke run.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.options = FastrlRolloutOptions.from_custom(self.config.custom)
+        sizes = {
+            "tensor_model_parallel_size": self.config.tensor_model_parallel_size,
+            "data_parallel_size": self.config.data_parallel_size,
+            "pipeline_model_parallel_size": self.config.pipeline_model_parallel_size,
+        }
+        for key, size in sizes.items():
+            if size != 1:
+                raise ValueError(f"actor_rollout_ref.rollout.{key}={size}: the fastrl rollout runs one device per "
+                                 "replica; set it to 1")  # fmt: skip
+        # Fail in the driver, naming the key, rather than in a server actor.
+        self.options.worker_config(str(self.model_config.path), self.config.dtype, 2, 0, "cpu", 1)
+        self.server_class = ray.remote(FastrlServer)
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return self.options.device != "cpu"
+
+    async def init_standalone(self) -> None:
+        if self.options.device == "cpu":
+            self.rollout_mode = RolloutMode.STANDALONE
+            await self.launch_servers()
+            return
+        await super().init_standalone()
+
+    async def launch_servers(self) -> None:
+        """Start this replica's server next to its worker (or on this node without one) and wait until it is ready."""
+        if self.workers:
+            node_id, devices = await self.workers[0].__ray_call__.remote(_node_and_device)
+        else:
+            node_id, devices = ray.get_runtime_context().get_node_id(), ""
+        hub = None
+        if self.options.cotrain:
+            hub = ray.remote(DrafterHub).options(name=hub_name(self.name_suffix), get_if_exists=True, num_cpus=0)
+            hub = hub.remote(self.options.drafter_sync_timeout_s)
+        server = self.server_class.options(
+            name=server_name(self.replica_rank, self.name_suffix),
+            num_cpus=0,
+            max_concurrency=self.max_concurrency,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(
+            config=self.config,
+            model_config=self.model_config,
+            name=server_name(self.replica_rank, self.name_suffix),
+            cuda_visible_devices=devices or None,
+            hub=hub,
+        )
+        await server.ready.remote()
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"fastrl://{server_name(self.replica_rank, self.name_suffix)}"
+
+    async def abort_all_requests(self, reject_request: bool = False) -> None:
+        await self.servers[0].abort_all_requests.remote(reject_request=reject_request)
+
+    async def reports(self) -> list:
+        """Each server's ``ServerReport``."""
+        return [await s.report.remote() for s in self.servers]
+
+    async def shutdown(self) -> None:
+        """Stop the engine actors and kill the servers (verl itself never tears replicas down)."""
+        for server in self.servers:
+            await server.shutdown.remote()
+            ray.kill(server)
+        self.servers = []

@@ -1,0 +1,289 @@
+"""The verl-facing server actor of one fastrl replica: verl's token-in/token-out ``generate`` and lifecycle calls
+over fastrl's threaded rollout-worker actor (``RolloutWorkerActor``), which batches every concurrent request into
+shared decode rounds. The server co-trains the drafter while it is idle and merges drafters at ``sleep``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import ray
+import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from torch import Tensor
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config import HFModelConfig, RolloutConfig
+from verl.workers.rollout.replica import TokenOutput
+
+from fastrl.integrations.verl.options import FastrlRolloutOptions
+from fastrl.integrations.verl.requests import RequestLimits, parse_sampling, request_seed, spec_counts, stop_reason
+from fastrl.integrations.verl.server_report import ServerReport
+from fastrl.rollout.ray_worker import RolloutWorkerActor
+
+POLL_SECONDS = 0.2  # how often a busy server samples its worker's per-strategy round counts
+
+
+class FastrlServer:
+    """Made a Ray actor by ``FastrlReplica`` (async methods, so thousands of ``generate`` calls wait at once).
+
+    ``generate`` forwards each request to the engine actor, whose stepping loop decodes all of them together.
+    ``abort_all_requests`` closes admission and waits for the requests in flight (fastrl cannot cancel a request
+    mid-way; they finish normally); ``resume_generation`` reopens it. ``sleep`` ends a rollout: the idle-time
+    co-training stops and the servers' trained drafters are merged into the next version (``DrafterHub``); the
+    engine, its strategy policy and its weights stay alive, so nothing is lost across ``sleep``/``wake_up``.
+    """
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        model_config: HFModelConfig,
+        name: str,
+        cuda_visible_devices: str | None = None,
+        hub: ray.actor.ActorHandle | None = None,
+    ) -> None:
+        self.config: RolloutConfig = omega_conf_to_dataclass(config)
+        self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.options = FastrlRolloutOptions.from_custom(self.config.custom)
+        self.name = name
+        if cuda_visible_devices:
+            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        device = self.options.resolved_device(torch.cuda.is_available())
+        max_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
+        worker_config = self.options.worker_config(
+            model_dir=self.model_config.local_path,
+            rollout_dtype=self.config.dtype,
+            max_model_len=max_len,
+            rollout_seed=self.config.seed,
+            device=device,
+            calls=self.config.max_num_seqs,
+        )
+        self._seed = worker_config.seed
+        self._limits = RequestLimits(self.config.prompt_length, self.config.response_length, self.config.ignore_eos)
+        env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": cuda_visible_devices}
+        self._worker = RolloutWorkerActor.options(
+            num_cpus=worker_config.num_cpus,
+            num_gpus=0,
+            max_concurrency=worker_config.max_concurrent_calls,
+            runtime_env={"env_vars": env} if cuda_visible_devices else None,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        ).remote(name, worker_config)
+        self._hub = hub if self.options.cotrain else None
+        self.global_steps: int | None = None
+        self._policy_version = 0
+        self._pending: dict[str, Tensor] = {}
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._open = asyncio.Event()
+        self._reject = False
+        self._sleeping = False
+        self._rollouts = 0
+        self._slice_id = 0
+        self._cotrain_steps = 0
+        self._cotrain_task: asyncio.Task | None = None
+        self._cotrain_stop = False
+        self._poll_task: asyncio.Task | None = None
+        self._rounds: Counter[str] = Counter()
+
+    async def ready(self) -> str:
+        """Wait until the engine has loaded its models (and joined the drafter hub); returns the server's name."""
+        self._idle.set()
+        self._open.set()
+        stats = await self._worker.stats.remote()
+        if self._hub is not None:
+            await self._hub.join.remote(self.name, stats.drafter_version)
+        return self.name
+
+    # ---- generation ---------------------------------------------------------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict,
+        request_id: str,
+        image_data: list | None = None,
+        video_data: list | None = None,
+        **kwargs: object,
+    ) -> TokenOutput:
+        """Generate one response (sharing decode rounds with every concurrent request); per-token log-probs when
+        ``sampling_params["logprobs"]``; ``extra_fields`` carry ``global_steps``, the spec counts and fastrl's
+        weight versions. ValueError for multimodal input or an invalid request."""
+        if image_data or video_data or kwargs.get("audio_data"):
+            raise ValueError("the fastrl rollout serves text only; multimodal data is not supported")
+        prompt = [int(t) for t in prompt_ids]
+        parsed = parse_sampling(dict(sampling_params), len(prompt), self._limits, request_seed(self._seed, request_id))
+        await self._admit()
+        extra: dict[str, object] = {"global_steps": self.global_steps}
+        if parsed.params is None:
+            empty = [] if parsed.return_logprobs else None
+            return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
+        self._enter()
+        start = Counter(self._rounds)
+        try:
+            result = await self._worker.generate.remote(prompt, parsed.params, request_id)
+            if self._in_flight == 1:  # the last one out reads the final counts (the poller may lag)
+                self._rounds = Counter((await self._worker.stats.remote()).strategy_rounds)
+        finally:
+            self._leave()
+        if result.error is not None:
+            raise ValueError(f"fastrl server {self.name}: {result.error}")
+        counts = spec_counts(result.accept_lengths, self._rounds - start)
+        extra.update(counts.fields())
+        extra.update(fastrl_policy_version=result.policy_version, fastrl_drafter_version=result.drafter_version)
+        return TokenOutput(
+            token_ids=result.token_ids,
+            log_probs=result.logprobs if parsed.return_logprobs else None,
+            stop_reason=stop_reason(result.finish_reason),
+            extra_fields=extra,
+        )
+
+    async def _admit(self) -> None:
+        if not self._open.is_set():
+            if self._reject:
+                raise RuntimeError(f"fastrl server {self.name}: generation is paused (abort_all_requests)")
+            await self._open.wait()
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+        if self._in_flight == 1 and self._hub is not None:
+            self._hub.mark.remote(self.name, True)
+        if self._cotrain_task is not None and not self._cotrain_task.done():
+            self._worker.stop_training.remote(self._slice_id)
+        if self._poll_task is None or self._poll_task.done():
+            self._poll_task = asyncio.get_running_loop().create_task(self._poll_rounds())
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+            if self._hub is not None:
+                self._hub.mark.remote(self.name, False)
+            running = self._cotrain_task is not None and not self._cotrain_task.done()
+            if self._hub is not None and not self._sleeping and not running:
+                self._cotrain_stop = False
+                self._cotrain_task = asyncio.get_running_loop().create_task(self._cotrain())
+
+    async def _poll_rounds(self) -> None:
+        """While requests are in flight, keep a recent copy of the worker's rounds per strategy (for spec counts)."""
+        while self._in_flight > 0:
+            self._rounds = Counter((await self._worker.stats.remote()).strategy_rounds)
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _cotrain(self) -> None:
+        """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
+        until a request arrives here or the server sleeps."""
+        while self._in_flight == 0 and not self._sleeping and not self._cotrain_stop:
+            if not await self._hub.others_busy.remote(self.name):
+                return
+            self._slice_id += 1
+            metrics = await self._worker.train_drafter_slice.remote(self.options.slice_seconds, self._slice_id)
+            self._cotrain_steps += metrics.steps
+            if metrics.skipped or metrics.error or metrics.steps == 0:
+                return
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    async def sleep(self) -> None:
+        """End of a rollout: stop co-training, merge the servers' trained drafters, install the merged version."""
+        self._sleeping = True
+        await self._stop_cotrain()
+        if self._hub is not None:
+            trained = await self._worker.trained_drafter.remote()
+            release = await self._hub.exchange.remote(self.name, self._rollouts, trained)
+            if release is not None:
+                await self._worker.update_drafter.remote(release.version, release.state)
+        self._rollouts += 1
+        if self.options.export_dir:
+            state = await self._worker.policy_state.remote()
+            path = Path(self.options.export_dir) / f"bandit_state_{self.name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(state) + "\n")
+
+    async def wake_up(self) -> None:
+        """Start of a rollout (the engine never released anything)."""
+        self._sleeping = False
+
+    async def _stop_cotrain(self) -> None:
+        self._cotrain_stop = True
+        task = self._cotrain_task
+        if task is not None and not task.done():
+            self._worker.stop_training.remote(self._slice_id)
+            await task
+
+    async def abort_all_requests(self, reject_request: bool = False) -> None:
+        """Close admission (new requests wait, or fail when ``reject_request``) and wait for those in flight."""
+        self._open.clear()
+        self._reject = bool(reject_request)
+        await self._idle.wait()
+
+    async def resume_generation(self) -> None:
+        self._reject = False
+        self._open.set()
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def clear_kv_cache(self) -> None:
+        """No-op: fastrl keeps no cache across requests (no prefix cache); entries are overwritten by position."""
+
+    async def release_kv_cache(self) -> None:
+        """No-op: the KV cache stays allocated (see docs/verl.md)."""
+
+    async def resume_kv_cache(self) -> None:
+        """No-op, the counterpart of ``release_kv_cache``."""
+
+    async def start_profile(self, **kwargs: object) -> None:
+        """No-op: fastrl has no profiler hook here."""
+
+    async def stop_profile(self) -> None:
+        """No-op."""
+
+    # ---- weights ------------------------------------------------------------------------------------------------
+    async def receive_weights(self, bucket: dict[str, Tensor]) -> int:
+        """Stage one bucket of HF-named policy tensors; returns how many are staged."""
+        self._pending.update(bucket)
+        return len(self._pending)
+
+    async def commit_weights(self, global_steps: int | None = None) -> int:
+        """Install the staged tensors as the policy, between requests: admission closes until requests in flight
+        finish, so no response mixes weights. The version is ``global_steps`` when given, else the previous + 1."""
+        version = int(global_steps) if global_steps is not None else self._policy_version + 1
+        state, self._pending = self._pending, {}
+        was_open = self._open.is_set()
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            await self._stop_cotrain()
+            await self._worker.update_policy.remote(version, state)
+        finally:
+            if was_open:
+                self._open.set()
+        self._policy_version = version
+        if global_steps is not None:
+            self.global_steps = int(global_steps)
+        return version
+
+    # ---- reports ------------------------------------------------------------------------------------------------
+    async def report(self) -> ServerReport:
+        stats = await self._worker.stats.remote()
+        return ServerReport(
+            name=self.name,
+            policy_version=stats.policy_version,
+            drafter_version=stats.drafter_version,
+            global_steps=self.global_steps,
+            in_flight=self._in_flight,
+            cotrain_steps=self._cotrain_steps,
+            rollouts=self._rollouts,
+            strategy_rounds=dict(stats.strategy_rounds),
+        )
+
+    async def strategy_policy_state(self) -> dict:
+        """The bandit's (or other policy's) state, JSON-serialisable."""
+        return await self._worker.policy_state.remote()
+
+    async def shutdown(self) -> None:
+        """Stop the engine actor (before this actor is killed)."""
+        await self._stop_cotrain()
+        await self._worker.close.remote()
+        ray.kill(self._worker)

@@ -1,0 +1,159 @@
+"""`fastrl export-drafter`: the exported EAGLE checkpoint, run by an independent re-implementation of SGLang's
+EAGLE draft forward, gives fastrl's draft logits; the vLLM variant and the learned-selection configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import Tensor
+
+from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.cli import main
+from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
+from fastrl.integrations.export.selection_config import write_selection_configs
+from fastrl.models.checkpoint import load_model
+from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.spec.round_stats import RoundStats
+from fastrl.spec.strategy import DISABLE, Strategy
+
+
+class SglangEagleDraft:
+    """SGLang's EAGLE draft model for Llama, re-implemented from ``sglang/srt/models/llama_eagle.py`` and the
+    decoder layer of ``sglang/srt/models/llama.py``, in plain torch, reading the exported checkpoint by its names:
+
+    h = fc(cat(embed(ids), hidden)); layer 0 without input_layernorm: residual = h, h = self_attn(h);
+    residual = h + residual, h = post_attention_layernorm(residual); h = mlp(h); out = h + residual (no final norm);
+    logits = lm_head(out), with embed and lm_head the target's.
+    """
+
+    def __init__(self, tensors: dict[str, Tensor], config: dict, embed: Tensor, lm_head: Tensor) -> None:
+        self.w = {k: v.float() for k, v in tensors.items()}
+        self.c = config
+        self.embed, self.lm_head = embed.float(), lm_head.float()
+
+    def rms_norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c["rms_norm_eps"]) * weight
+
+    def rope(self, x: Tensor, positions: Tensor) -> Tensor:  # x [S, heads, D], neox-style halves
+        d = x.shape[-1]
+        inv = 1.0 / (self.c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        angles = positions.float()[:, None] * inv[None, :]
+        cos, sin = torch.cat([angles, angles], -1).cos()[:, None, :], torch.cat([angles, angles], -1).sin()[:, None, :]
+        rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+        return x * cos + rotated * sin
+
+    def attention(self, h: Tensor, positions: Tensor) -> Tensor:
+        p, c = "layers.0.self_attn.", self.c
+        heads, kv, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        q = F.linear(h, self.w[p + "q_proj.weight"]).view(-1, heads, d)
+        k = F.linear(h, self.w[p + "k_proj.weight"]).view(-1, kv, d)
+        v = F.linear(h, self.w[p + "v_proj.weight"]).view(-1, kv, d)
+        q, k = self.rope(q, positions), self.rope(k, positions)
+        k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+        scores = torch.einsum("shd,thd->hst", q, k) / d**0.5
+        causal = positions[None, :, None] >= positions[None, None, :]
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        out = torch.einsum("hst,thd->shd", probs, v).reshape(h.shape[0], heads * d)
+        return F.linear(out, self.w[p + "o_proj.weight"])
+
+    def logits(self, input_ids: Tensor, positions: Tensor, hidden_states: Tensor) -> Tensor:
+        """# input_ids [S], positions [S], hidden_states [S,H] -> draft logits [S,V]"""
+        h = F.linear(torch.cat([self.embed[input_ids], hidden_states.float()], -1), self.w["fc.weight"])
+        h = h + self.w["fc.bias"]
+        residual = h
+        h = self.attention(h, positions)
+        residual = h + residual
+        h = self.rms_norm(residual, self.w["layers.0.post_attention_layernorm.weight"])
+        m = "layers.0.mlp."
+        h = F.linear(F.silu(F.linear(h, self.w[m + "gate_proj.weight"])) * F.linear(h, self.w[m + "up_proj.weight"]),
+                     self.w[m + "down_proj.weight"])  # fmt: skip
+        return F.linear(h + residual, self.lm_head)
+
+
+@pytest.fixture(scope="module")
+def models():
+    policy = load_model(bundled_model_dir())
+    drafter, _ = load_drafter(bundled_drafter_dir(), policy)
+    return policy, drafter
+
+
+def _fastrl_and_sglang_logits(models, out_dir) -> tuple[Tensor, Tensor]:
+    policy, drafter = models
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, policy.config.vocab_size, (12,), generator=g)
+    features = torch.randn(12, policy.config.hidden_size, generator=g)
+    positions = torch.arange(1, 13)
+    with torch.no_grad():
+        ours = policy.lm_head(drafter(policy, tokens[None], features[None], positions[None]))[0]
+        config = json.loads((out_dir / "config.json").read_text())
+        sglang = SglangEagleDraft(
+            load_file(str(out_dir / "model.safetensors")),
+            config,
+            policy.model.embed_tokens.weight,
+            policy.lm_head.weight,
+        )
+        theirs = sglang.logits(tokens, positions, features)
+    return ours, theirs
+
+
+def test_sglang_checkpoint_layout(models, tmp_path):
+    exported = export_eagle_drafter(bundled_drafter_dir(), tmp_path, "sglang")
+    config = json.loads((tmp_path / "config.json").read_text())
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    assert config["architectures"] == ["LlamaForCausalLMEagle"] and config["num_hidden_layers"] == 1
+    assert {"fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight"} <= set(tensors)
+    assert not any("input_layernorm" in k or k.startswith(("norm.", "embed_tokens", "lm_head")) for k in tensors)
+    assert all(t.dtype == torch.bfloat16 for t in tensors.values()) and exported.dtype == "bfloat16"
+
+
+def test_exported_drafter_gives_fastrl_draft_logits_in_sglang_forward(models, tmp_path):
+    export_eagle_drafter(bundled_drafter_dir(), tmp_path / "f32", "sglang", dtype="float32")
+    ours, theirs = _fastrl_and_sglang_logits(models, tmp_path / "f32")
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
+    export_eagle_drafter(bundled_drafter_dir(), tmp_path / "bf16", "sglang")  # the default: bf16 weights
+    ours, theirs = _fastrl_and_sglang_logits(models, tmp_path / "bf16")
+    assert (theirs.argmax(-1) == ours.argmax(-1)).float().mean() >= 0.9
+    assert (theirs - ours).abs().max() < 0.05 * ours.abs().max()
+
+
+def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_drop(tmp_path):
+    with pytest.raises(ValueError, match="drop_fc_bias"):
+        export_eagle_drafter(bundled_drafter_dir(), tmp_path, "vllm")
+    exported = export_eagle_drafter(bundled_drafter_dir(), tmp_path, "vllm", drop_fc_bias=True)
+    assert exported.architecture == "LlamaForCausalLM" and "fc.bias" not in exported.tensor_names
+    with pytest.raises(ValueError, match="export.format"):
+        export_eagle_drafter(bundled_drafter_dir(), tmp_path, "trtllm")
+
+
+def _trained_bandit_state() -> dict:
+    """A bandit that saw speculation pay at batch size 1 and plain decoding win at 32."""
+    bandit = BanditPolicy(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))
+    spec = Strategy.parse("3_1_4")
+    for _ in range(6):
+        bandit.observe(RoundStats(spec, 1, [3], [3], [4], 0.010))
+        bandit.observe(RoundStats(DISABLE, 1, [0], [0], [1], 0.008))
+        bandit.observe(RoundStats(spec, 32, [3] * 32, [0] * 32, [1] * 32, 0.080))
+        bandit.observe(RoundStats(DISABLE, 32, [0] * 32, [0] * 32, [1] * 32, 0.020))
+    return bandit.state_dict()
+
+
+def test_cli_writes_checkpoint_and_selection_configs(tmp_path):
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(_trained_bandit_state()))
+    out = tmp_path / "out"
+    code = main(["export-drafter", str(bundled_drafter_dir()), str(out), "--format", "sglang", f"bandit_state={state}"])
+    assert code == 0 and (out / "model.safetensors").is_file()
+    vllm = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert vllm["num_speculative_tokens_per_batch_size"]["1"] == 3
+    assert vllm["num_speculative_tokens_per_batch_size"]["21"] == 0
+    sglang = json.loads((out / "sglang_adaptive_config.json").read_text())
+    assert sglang["1"]["speculative_num_steps"] == 3 and sglang["21"]["disable"]
+    winners = write_selection_configs(state, tmp_path / "again", "draft")
+    assert [str(w.strategy) for w in winners][0] == "3_1_4" and str(winners[-1].strategy) == "disable"
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), "--format", "onnx"]) == 2

@@ -1,0 +1,190 @@
+"""The fastrl backend inside the real verl 0.9.1: verl's own AgentLoopManager on a local Ray, served by two CPU
+fastrl replicas. Order matters inside this module: the last test changes the policy weights."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from fastrl.assets_path import bundled_model_dir  # noqa: E402
+from fastrl.integrations.export.selection_config import write_selection_configs  # noqa: E402
+from fastrl.integrations.verl.local import FASTRL, LocalRollout, chat_batch  # noqa: E402
+from fastrl.integrations.verl.requests import request_seed  # noqa: E402
+from tests.integrations.verl_setup import N_SAMPLES, PROMPTS, SEED, verl_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC_COLUMNS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fastrl-export")
+
+
+@pytest.fixture(scope="module")
+def stack(export_dir):
+    """verl's LLMServerManager (two fastrl replicas) and AgentLoopManager, plus one rollout of the chat batch."""
+    local = LocalRollout.start(verl_config([f"{FASTRL}export_dir={export_dir}"]))
+    first = local.agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
+    yield local.config, local.servers, local.agent_loops, first
+    local.shutdown()
+
+
+def _rows(output) -> list[tuple[list[int], list[int], list[float]]]:
+    """(prompt ids, response ids, response log-probs) of each row, padding removed."""
+    batch = output.batch
+    rows = []
+    for i in range(len(output)):
+        prompt = batch["prompts"][i][batch["attention_mask"][i, : batch["prompts"].shape[1]].bool()].tolist()
+        mask = batch["response_mask"][i].bool()
+        rows.append((prompt, batch["responses"][i][mask].tolist(), batch["rollout_log_probs"][i][mask].tolist()))
+    return rows
+
+
+def test_agent_loop_returns_verl_columns_and_spec_metrics(stack):
+    config, servers, _, out = stack
+    assert [r._server_address for r in servers.get_replicas()] == [
+        "fastrl://fastrl_server_0_0",
+        "fastrl://fastrl_server_1_0",
+    ]
+    assert len(out) == len(PROMPTS) * N_SAMPLES
+    for key in ("prompts", "responses", "response_mask", "rollout_log_probs", "attention_mask", "input_ids"):
+        assert key in out.batch.keys(), key
+    assert out.batch["responses"].shape[1] == config.actor_rollout_ref.rollout.response_length
+    rows = _rows(out)
+    assert all(len(response) > 0 for _, response, _ in rows)
+    assert all(all(lp <= 0 for lp in logprobs) for _, _, logprobs in rows)
+    # GRPO groups: the n samples of a prompt share it and (sampled, seeded by request id) differ.
+    assert rows[0][0] == rows[1][0] and rows[0][1] != rows[1][1]
+    drafted, accepted, steps = (np.asarray(out.non_tensor_batch[c], dtype=np.int64) for c in SPEC_COLUMNS)
+    lengths = out.batch["response_mask"].sum(dim=1).numpy()
+    assert (accepted + steps == lengths - 1).all()  # one token from prefill, then each round adds accepted + 1
+    assert (accepted <= drafted).all() and accepted.sum() > 0
+    assert list(out.non_tensor_batch["global_steps"]) == [None] * len(out)
+
+
+def test_request_through_verl_equals_fastrl_generate(stack, tmp_path):
+    """Same prompt ids and seed (derived from verl's deterministic request id) through `fastrl generate`:
+    the same tokens and log-probs, although the servers speculate with the bandit and fastrl generate does not."""
+    _, _, _, out = stack
+    rows = _rows(out)
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [{"prompt_ids": p, "seed": request_seed(SEED, f"det-{i}")} for i, (p, _, _) in enumerate(rows)]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    output = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", f"output={output}"]
+    cmd += ["max_new_tokens=40", "temperature=1.0", "progress=false", "strategy=disable"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env, capture_output=True, timeout=120)
+    generated = [json.loads(line) for line in output.read_text().splitlines()]
+    for (_, response, logprobs), line in zip(rows, generated, strict=True):
+        assert line["token_ids"] == response
+        assert line["logprobs"] == pytest.approx(logprobs, abs=1e-4)
+
+
+def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack, export_dir, tmp_path):
+    """Server 1 finishes its short request while server 0 runs a long one: server 1 co-trains in that tail.
+    At sleep the co-trained copies are averaged into the next drafter version on both servers; the bandit's state
+    and the engines survive sleep / wake_up."""
+    _, servers, agent_loops, first = stack
+    replicas = servers.get_replicas()
+    prompt = _rows(first)[0][0]
+
+    async def tail():
+        sampled = {"temperature": 1.0, "logprobs": False}
+        long = (
+            replicas[0]
+            .servers[0]
+            .generate.remote(
+                prompt_ids=prompt, sampling_params={**sampled, "max_tokens": 40, "ignore_eos": True}, request_id="long"
+            )
+        )
+        await (
+            replicas[1]
+            .servers[0]
+            .generate.remote(prompt_ids=prompt, sampling_params={**sampled, "max_tokens": 2}, request_id="short")
+        )
+        return await long
+
+    async def state():
+        reports = [r for replica in replicas for r in await replica.reports()]
+        bandits = [await replica.servers[0].strategy_policy_state.remote() for replica in replicas]
+        return reports, bandits
+
+    assert len(asyncio.run(tail()).token_ids) == 40
+    before, bandits = asyncio.run(state())
+    assert before[1].cotrain_steps > 0  # the idle server trained while the other ran the tail
+
+    async def sleep_and_wake():
+        await asyncio.gather(*[replica.sleep() for replica in replicas])
+        await asyncio.gather(*[replica.wake_up() for replica in replicas])
+
+    asyncio.run(sleep_and_wake())
+    after, bandits_after = asyncio.run(state())
+    assert {r.drafter_version for r in after} == {before[0].drafter_version + 1}  # merged, pushed to every server
+    assert bandits_after == bandits  # the strategy policy survives sleep / wake_up untouched
+    state = export_dir / "bandit_state_fastrl_server_0_0.json"  # written at sleep: input of export-drafter
+    assert json.loads(state.read_text()) == bandits[0]
+    assert len(write_selection_configs(state, tmp_path, "draft")) == 4  # one winner per batch-size bucket
+    out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
+    assert set(out.non_tensor_batch["fastrl_drafter_version"]) == {after[0].drafter_version}
+    assert [r[1] for r in _rows(out)] == [r[1] for r in _rows(first)]  # a new drafter never changes tokens
+
+
+def test_abort_closes_admission_until_resume(stack):
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    request = {"prompt_ids": _rows(first)[0][0], "sampling_params": {"max_tokens": 2, "temperature": 0.0}}
+
+    async def run():
+        await servers.get_replicas()[0].abort_all_requests(reject_request=True)  # nothing in flight: returns
+        with pytest.raises(RuntimeError, match="paused"):
+            await server.generate.remote(request_id="while-paused", **request)
+        await servers.get_replicas()[0].resume_generation()
+        return await server.generate.remote(request_id="after-resume", **request)
+
+    assert len(asyncio.run(run()).token_ids) == 2
+
+
+def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
+    from omegaconf import OmegaConf
+
+    from fastrl.integrations.verl.replica import FastrlReplica
+
+    config = stack[0]
+    rollout = OmegaConf.merge(config.actor_rollout_ref.rollout, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ValueError, match="actor_rollout_ref.rollout.tensor_model_parallel_size"):
+        FastrlReplica(replica_rank=0, config=rollout, model_config=config.actor_rollout_ref.model, gpus_per_node=2)
+
+
+def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
+    from fastrl.integrations.verl.adapter import FastrlServerAdapter
+
+    config, servers, agent_loops, first = stack
+    rollout, model = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model
+    state = load_file(str(bundled_model_dir() / "model.safetensors"))
+    state["lm_head.weight"] = state["lm_head.weight"] + 0.5 * torch.randn(
+        state["lm_head.weight"].shape, generator=torch.Generator().manual_seed(0)
+    )
+
+    async def push(rank: int) -> int:
+        adapter = FastrlServerAdapter(config=rollout, model_config=model, device_mesh=None, replica_rank=rank)
+        return await adapter.update_weights(((k, v) for k, v in state.items()), global_steps=5)
+
+    assert [asyncio.run(push(rank)) for rank in range(len(servers.get_replicas()))] == [5, 5]
+    out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))
+    assert list(out.non_tensor_batch["global_steps"]) == [5] * len(out)
+    assert set(out.non_tensor_batch["fastrl_policy_version"]) == {5}
+    assert [r[1] for r in _rows(out)] != [r[1] for r in _rows(first)]

@@ -1,0 +1,69 @@
+"""The verl backend's options and request conventions (no verl needed): errors name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrl.assets_path import bundled_model_dir
+from fastrl.integrations.verl.options import PREFIX, FastrlRolloutOptions
+from fastrl.integrations.verl.requests import RequestLimits, parse_sampling, request_seed, spec_counts, stop_reason
+
+LIMITS = RequestLimits(prompt_length=32, response_length=40)
+
+
+def _worker_config(**options):
+    opts = FastrlRolloutOptions.from_custom({"fastrl": options})
+    return opts.worker_config(str(bundled_model_dir()), "bfloat16", 72, 42, "cpu", 256)
+
+
+def test_defaults_make_a_bandit_worker_with_cotraining():
+    config = _worker_config()
+    assert config.strategy == "bandit" and config.cotrain and config.dtype == "float32" and config.seed == 42
+    assert config.max_concurrent_calls == 256 and config.num_gpus == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"stratgy": "bandit"}, "stratgy"),
+        ({"strategy": "9_9"}, "strategy"),
+        ({"slice_seconds": -1.0}, "slice_seconds"),
+        ({"device": "tpu"}, "device"),
+        ({"max_batch_size": 0}, "max_batch_size"),
+        ({"trainer": {"learning_rate": 1.0}}, "trainer"),
+        ({"bandit": {"strategies": ["8_4_32"], "epsilon": 2.0}}, "bandit.epsilon"),
+        ({"drafter_sync_timeout_s": 0}, "drafter_sync_timeout_s"),
+    ],
+)
+def test_invalid_options_name_their_key(options, key):
+    with pytest.raises(ValueError, match=f"{PREFIX}{key}".replace(".", r"\.")):
+        _worker_config(**options)
+
+
+def test_sampling_dict_translation():
+    parsed = parse_sampling({"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True}, 10, LIMITS, seed=5)
+    assert parsed.return_logprobs and parsed.params.top_k == 0 and parsed.params.seed == 5
+    assert parsed.params.max_new_tokens == 40  # min(response_length, prompt + response - len(prompt))
+    assert parse_sampling({}, 70, LIMITS, seed=5).params.max_new_tokens == 2
+    assert parse_sampling({"max_tokens": 0}, 10, LIMITS, seed=5).params is None
+    assert parse_sampling({"seed": 9, "max_new_tokens": 3}, 10, LIMITS, seed=5).params.seed == 9
+    with pytest.raises(ValueError, match="sampling_params.repetition_penalty"):
+        parse_sampling({"repetition_penalty": 1.1}, 10, LIMITS, seed=5)
+    with pytest.raises(ValueError, match="sampling_params.presence_penalty"):
+        parse_sampling({"presence_penalty": 0.5}, 10, LIMITS, seed=5)
+
+
+def test_request_seeds_are_stable_per_id_and_distinct():
+    assert request_seed(7, "det-0") == request_seed(7, "det-0")
+    assert len({request_seed(7, f"det-{i}") for i in range(100)} | {request_seed(8, "det-0")}) == 101
+    assert stop_reason("stop") == "completed" and stop_reason("length") == stop_reason("context") == "length"
+
+
+def test_spec_counts():
+    counts = spec_counts([3, 1, 2], {"3_1_4": 4, "disable": 4})  # 3 rounds, half speculative (3 drafts each)
+    assert (counts.accepted, counts.verify_steps, counts.drafted) == (3, 3, 4)
+    assert spec_counts([1, 1], {"disable": 2}).fields() == {
+        "spec_num_draft_tokens": 0,
+        "spec_num_accepted_tokens": 0,
+        "spec_num_verify_steps": 2,
+    }
