@@ -19,15 +19,17 @@ QUICK_CASES = 48
 QUICK_SEED = 9000
 
 
-def _run(seeds: range, max_new_tokens: int) -> tuple[ExactnessReport, list[str]]:
+def _run(seeds: range, max_new_tokens: int, progress_every: int = 0) -> tuple[ExactnessReport, list[str]]:
     total = ExactnessReport(logprob_tol=1e-6)
     failures = []
-    for seed in seeds:
+    for done, seed in enumerate(seeds, 1):
         case = make_case(seed, max_new_tokens=max_new_tokens)
         report = run_case(case)
         total.extend(report)
         if report.bugs or report.near_ties:
             failures.append(f"{case.describe()}: {report.to_dict()['items'][:2]}")
+        if progress_every and done % progress_every == 0:
+            print(f"  {done} cases: {total.summary()}, {len(failures)} failing cases", flush=True)
     return total, failures
 
 
@@ -42,6 +44,6 @@ def test_quick_profile_matches_plain():
 def test_long_profile_matches_plain():
     cases = int(os.environ.get("FASTRL_FUZZ_CASES", "2000"))
     start = int(os.environ.get("FASTRL_FUZZ_SEED", "0"))
-    total, failures = _run(range(start, start + cases), max_new_tokens=160)
+    total, failures = _run(range(start, start + cases), max_new_tokens=160, progress_every=50)
     print(f"long exactness profile: {cases} cases (seeds {start}..{start + cases - 1}), {total.summary()}")
     assert not failures, "\n".join(failures[:20])
