@@ -24,6 +24,8 @@ from torch import Tensor
 from fastrl.engine.batch import DecodeInputs
 from fastrl.engine.plain_round import PlainRoundResult, plain_round
 from fastrl.engine.spec_round import SpecModels, SpecRoundResult, draft_and_verify
+from fastrl.models.decoder import CausalLM
+from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch
 from fastrl.spec.runtime import StrategyRuntime
 from fastrl.spec.strategy import Strategy
@@ -113,15 +115,18 @@ class CudaGraphRounds:
 
     def __init__(
         self,
+        policy: CausalLM,
+        cache: KVCache,
         models: SpecModels | None,
-        plain_models: tuple,
         runtimes: dict[Strategy, StrategyRuntime],
         buckets: list[int],
         base: int,
         static: StaticInputs,
     ) -> None:
+        """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
+        tree area (max_model_len); `static` the input buffers every graph reads."""
         self.models = models
-        self.policy, self.cache = plain_models
+        self.policy, self.cache = policy, cache
         self.runtimes = runtimes
         self.buckets = buckets
         self.base = base

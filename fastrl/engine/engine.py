@@ -191,8 +191,9 @@ class Engine:
             self.config.max_batch_size, mc.hidden_size, self.config.torch_dtype, self.device, self.config.max_batch_size
         )
         graphs = CudaGraphRounds(
+            self.model,
+            self.cache,
             self.spec_models,
-            (self.model, self.cache),
             self.runtimes,
             graph_buckets(self.config.max_batch_size),
             self.max_model_len,
