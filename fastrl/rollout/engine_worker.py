@@ -233,9 +233,9 @@ class EngineWorker:
                 cotrain_steps=self.cotrainer.total_steps if self.cotrainer is not None else 0,
             )
 
-    def health(self, error: str | None = None) -> WorkerHealth:
-        with self._lock:
-            return WorkerHealth(self.worker_id, error is None, len(self._running), error)
+    def health(self, error: str | None = None, stalled_s: float = 0.0) -> WorkerHealth:
+        """Counts only (no engine lock: a report must answer while a long engine step runs)."""
+        return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s)
 
 
 def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:

@@ -5,6 +5,7 @@ their own concurrency groups while it runs."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 
@@ -39,6 +40,7 @@ class RolloutWorkerActor:
         self._error: str | None = None
         self._stop_below = 0
         self._closed = False
+        self._progress_at = time.monotonic()
         self._loop = threading.Thread(target=self._run, name=f"{worker_id}-stepper", daemon=True)
         self._loop.start()
 
@@ -62,6 +64,8 @@ class RolloutWorkerActor:
                 raise RuntimeError(f"worker {self._worker.worker_id} failed earlier: {self._error}")
             if request.request_id in self._waiting:
                 raise ValueError(f"request id {request.request_id!r} is already running on this worker")
+            if not self._waiting:
+                self._progress_at = time.monotonic()
             self._worker.submit(request)
             self._waiting[request.request_id] = future
             self._cond.notify()
@@ -80,6 +84,7 @@ class RolloutWorkerActor:
                 self._fail(f"{type(err).__name__}: {err}")
                 return
             with self._cond:
+                self._progress_at = time.monotonic()
                 futures = [(self._waiting.pop(r.request_id), r) for r in finished]
             for future, result in futures:
                 future.set_result(result)
@@ -125,7 +130,8 @@ class RolloutWorkerActor:
     def health(self) -> WorkerHealth:
         with self._cond:
             error = self._error if self._loop.is_alive() or self._error else "stepping loop is not running"
-        return self._worker.health(error)
+            stalled = time.monotonic() - self._progress_at if self._waiting else 0.0
+        return self._worker.health(error, stalled)
 
     @ray.method(concurrency_group=CONTROL)
     def take_rounds(self) -> list[RoundRecord]:
