@@ -4,6 +4,7 @@ their own concurrency groups while it runs."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -132,6 +133,11 @@ class RolloutWorkerActor:
             error = self._error if self._loop.is_alive() or self._error else "stepping loop is not running"
             stalled = time.monotonic() - self._progress_at if self._waiting else 0.0
         return self._worker.health(error, stalled)
+
+    @ray.method(concurrency_group=CONTROL)
+    def pid(self) -> int:
+        """The actor's process id (for fault injection and diagnostics)."""
+        return os.getpid()
 
     @ray.method(concurrency_group=CONTROL)
     def take_rounds(self) -> list[RoundRecord]:
