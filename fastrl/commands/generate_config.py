@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.engine_setup import check_device
+from fastrl.sampling.params import MAX_SEED
 
 
 @dataclass
@@ -32,6 +34,7 @@ class GenerateConfig:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     ema: EmaConfig = field(default_factory=EmaConfig)
     ema_json: str = ""
+    resume: bool = True
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -40,3 +43,8 @@ class GenerateConfig:
             raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
         if self.batch_size < 1:
             raise ValueError(f"generate.batch_size must be >= 1, got {self.batch_size}")
+        if self.threads < 0:
+            raise ValueError(f"generate.threads must be >= 0 (0 = torch's default), got {self.threads}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise ValueError(f"generate.seed must be in [0, 2**63), got {self.seed}")
+        check_device("generate.device", self.device)
