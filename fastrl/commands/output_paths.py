@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,8 @@ class OutputTarget:
 
 def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check the output ``value`` of config key ``key``: not a directory, not one of ``inputs`` (key -> path), its
-    directory exists (or can be created) and is writable, and an existing file is writable."""
+    directory exists (it is created if needed) and takes new files, and an existing file is writable. Nothing is
+    written to the output itself."""
     given = Path(value)
     if given.is_symlink() and not given.exists():
         raise ValueError(f"{key}={value}: a dangling symlink (its target {os.readlink(given)} does not exist)")
@@ -38,15 +40,30 @@ def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
         mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
             raise ValueError(f"{key}={value} is a directory; give a file name")
+        regular = stat.S_ISREG(mode)
         if not os.access(path, os.W_OK):
             raise ValueError(f"{key}={value} is not writable")
-        return OutputTarget(key, given, path, stat.S_ISREG(mode))
+        if regular:
+            _probe_directory(key, value, path.parent)  # the final rewrite in order needs a file beside it
+        return OutputTarget(key, given, path, regular)
     parent = _existing_ancestor(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{key}={value}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{key}={value}: cannot create files in {parent}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{key}={value}: cannot create its directory ({err.strerror})") from None
+    _probe_directory(key, value, path.parent)
     return OutputTarget(key, given, path, True)
+
+
+def _probe_directory(key: str, value: str, directory: Path) -> None:
+    """ValueError unless a file can be created in ``directory`` (tried for real: permission bits lie to root)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ValueError(f"{key}={value}: cannot create files in {directory} ({err.strerror})") from None
 
 
 def check_outputs(outputs: dict[str, str], inputs: dict[str, str]) -> dict[str, OutputTarget]:
