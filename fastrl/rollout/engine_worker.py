@@ -16,7 +16,7 @@ from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics, TrainedDrafter
 from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, load_model
+from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -240,8 +240,9 @@ class EngineWorker:
 
 def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
     """Copy ``state`` into ``model`` in place (parameters keep their identity; tied weights stay tied).
-    ValueError listing missing, unexpected and mis-shaped tensors."""
+    ValueError listing missing, unexpected, mis-shaped, non-floating-point or non-finite tensors."""
     tensors = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+    check_weights(tensors, "pushed policy weights")
     if model.config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     check_tensors(model, tensors)

@@ -140,7 +140,8 @@ def test_cuda_without_cuda_is_named(model_dir, prompts, tmp_path, capsys):
 
 def test_largest_seed_and_huge_batch_work(model_dir, prompts, tmp_path):
     out = tmp_path / "o.jsonl"
-    assert _generate(model_dir, f"prompts={prompts}", f"output={out}", f"seed={2**63 - 1}", "batch_size=1000000000") == 0
+    args = [f"prompts={prompts}", f"output={out}", f"seed={2**63 - 1}", "batch_size=1000000000"]
+    assert _generate(model_dir, *args) == 0
     assert [r["seed"] for r in _strict(out.read_text())] == [2**63 - 1, 0]
 
 
