@@ -18,7 +18,7 @@ from fastrl.rollout.cotrain_stats import summarize_slices
 from fastrl.rollout.dispatch import check_request_ids, with_seeds
 from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
-from fastrl.rollout.ray_worker import start_worker
+from fastrl.rollout.ray_worker import await_started, start_worker
 from fastrl.rollout.rollout_run import RolloutRun, RunOutcome, WorkerHandle
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord
 from fastrl.rollout.worker_stats import WorkerStats
@@ -48,9 +48,7 @@ class RayRolloutManager:
         try:
             check_fit(config.num_workers, config.worker.num_cpus, config.worker.num_gpus)
             self.workers = [self._spawn() for _ in range(config.num_workers)]
-            first: WorkerStats = ray.get(
-                [w.actor.stats.remote() for w in self.workers], timeout=config.worker_start_timeout_s
-            )[0]
+            first = await_started(self.workers, self._spawn, config.worker_start_timeout_s, LOG)
         except (RayError, ValueError) as err:
             self.shutdown()
             if isinstance(err, ValueError):

@@ -4,17 +4,22 @@ their own concurrency groups while it runs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import ray
+from ray.exceptions import RayActorError
 from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
+from fastrl.rollout.cluster import short_error
 from fastrl.rollout.engine_worker import EngineWorker
+from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
@@ -176,3 +181,29 @@ def start_worker(worker_id: str, config: RolloutWorkerConfig) -> ray.actor.Actor
         max_concurrency=config.max_concurrent_calls,
         name=None,
     ).remote(worker_id, config)
+
+
+def await_started(
+    workers: list[WorkerHandle], spawn: Callable[[], WorkerHandle], timeout_s: float, log: logging.Logger
+) -> WorkerStats:
+    """Wait up to ``timeout_s`` for every worker to load its models; workers lost while starting (killed, crashed)
+    are replaced in place by ``spawn()`` once. Returns the first worker's stats; a second loss raises its error."""
+    for attempt in range(2):
+        refs = [w.actor.stats.remote() for w in workers]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        stats: list[WorkerStats] = []
+        lost = []
+        for i, ref in enumerate(refs):
+            try:
+                stats.append(ray.get(ref, timeout=0))
+            except RayActorError as err:
+                if attempt:
+                    raise
+                log.warning("rollout worker %s was lost while starting: %s", workers[i].worker_id, short_error(err))
+                lost.append(i)
+        if not lost:
+            return stats[0]
+        for i in lost:
+            ray.kill(workers[i].actor, no_restart=True)
+            workers[i] = spawn()
+    raise AssertionError("unreachable")

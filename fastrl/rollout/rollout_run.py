@@ -136,6 +136,7 @@ class RolloutRun:
         try:
             outputs = ray.get(ref)
         except RayActorError:
+            self.log.warning("rollout worker %s died mid-rollout; its unfinished requests re-run", worker.worker_id)
             self._lost(worker, [unit])
             return
         self._record(worker, unit, outputs)
