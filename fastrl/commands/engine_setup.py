@@ -79,7 +79,10 @@ def _available_bytes(device: str) -> int | None:
 def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: bool) -> EagleDrafter | None:
     """Load the drafter a `drafter=` key names; empty means the shipped one when the model is the bundled one."""
     if drafter:
-        return load_drafter(drafter, policy)[0]
+        try:
+            return load_drafter(drafter, policy)[0]
+        except ValueError as err:
+            raise ValueError(f"drafter={drafter}: {err}") from None
     if not needed:
         return None
     if model_dir.resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():

@@ -120,6 +120,7 @@ def test_bad_prompt_lines_name_the_line(model_dir, tmp_path, capsys, content, me
         (["strategy=ema", "ema_json={d}/keys.json"], "unknown EMA config keys"),
         (["seed=9223372036854775808"], "generate.seed"),
         (["device=tpu"], "device"),
+        (["strategy=3_2_4", "drafter={d}/nope"], "drafter={d}/nope: drafter directory {d}/nope does not exist"),
     ],
 )
 def test_bad_settings_are_one_clear_error(model_dir, prompts, tmp_path, capsys, args, message):
@@ -128,7 +129,7 @@ def test_bad_settings_are_one_clear_error(model_dir, prompts, tmp_path, capsys, 
     args = [a.format(d=tmp_path) for a in args]
     assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", *args) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message.format(d=tmp_path) in err and "Traceback" not in err
     assert not (tmp_path / "o.jsonl").exists()
 
 
