@@ -1,5 +1,5 @@
 """`fastrl generate` loses no finished work: results stream to the output as requests finish, an interrupted run
-(SIGINT, or a torn last line) resumes by skipping finished lines, and the result equals an uninterrupted run."""
+(SIGINT, SIGTERM, a torn last line) resumes by skipping finished lines, and the result equals an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_output_of_other_prompts_is_not_resumed(model_dir, prompts, full_run, tm
     _assert_same(_read(out), full_run)
 
 
-def test_sigint_keeps_finished_results_and_a_rerun_completes_them(model_dir, prompts, full_run, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, prompts, full_run, tmp_path, sig):
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "fastrl.cli", *_args(model_dir, prompts, out, "batch_size=1")]
@@ -105,7 +106,7 @@ def test_sigint_keeps_finished_results_and_a_rerun_completes_them(model_dir, pro
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if out.exists() and len(out.read_text().splitlines()) >= 2:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(sig)
                 break
             time.sleep(0.01)
         _, err = proc.communicate(timeout=120)
