@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
 
 USAGE = """usage: fastrl <command> [key=value ...]
 
@@ -88,12 +90,23 @@ def main(argv: list[str] | None = None) -> int:
     if name not in table:
         print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{USAGE}", file=sys.stderr)
         return 2
+    previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup (Ray shutdown, output flush) runs on SIGTERM too
     try:
         code = table[name](overrides)
     except ValueError as exc:
         print(f"fastrl {name}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"fastrl {name}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return code or 0
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like Ctrl-C, so every ``finally`` (worker and Ray shutdown) runs."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+import types
 from dataclasses import is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -13,6 +15,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 T = TypeVar("T")
+HYDRA_KEYS = ("hydra.", "hydra/")  # Hydra's own settings and config groups (train runs through Hydra's main)
 
 
 def conf_dir() -> Path:
@@ -23,10 +26,12 @@ def conf_dir() -> Path:
 def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
     """Compose config `name` from conf/ with command-line `overrides`, validated against the dataclass `schema`.
 
-    Unknown keys, wrong types and failing dataclass validation raise ValueError naming the key.
+    Unknown keys (also when added with ``+key=``), wrong types and failing dataclass validation raise ValueError
+    naming the key.
     """
     if not is_dataclass(schema):
         raise TypeError(f"{schema!r} is not a dataclass")
+    check_override_keys(name, schema, overrides)
     store = ConfigStore.instance()
     store.store(name=f"{name}_schema", node=schema)
     overrides = quote_string_overrides(schema, overrides)
@@ -37,6 +42,50 @@ def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
     except (HydraException, OmegaConfBaseException) as exc:
         raise ValueError(f"bad config for `fastrl {name}`: {_first_line(exc)}") from exc
     return obj
+
+
+def check_override_keys(command: str, schema: type, overrides: list[str]) -> None:
+    """ValueError for the first override whose key is not in ``schema`` (``+``, ``++`` and ``~`` prefixes included:
+    adding keys the command does not read is a mistake, never a setting), with the closest known key."""
+    for item in overrides:
+        if item.startswith("-"):
+            continue  # a flag (-m, --cfg job, ...)
+        key = item.partition("=")[0].lstrip("+~")
+        if key.startswith(HYDRA_KEYS):
+            continue
+        problem = _unknown_key(schema, key)
+        if problem is not None:
+            raise ValueError(f"`fastrl {command}` has no key {key!r}{problem}")
+
+
+def _unknown_key(schema: type, dotted: str) -> str | None:
+    """None when ``dotted`` names a key of the (nested) dataclass ``schema`` or lies inside a free-form field
+    (dict, Any); else a hint: ``"; did you mean 'x.temperature'?"`` or the known keys."""
+    current: Any = schema
+    done: list[str] = []
+    for part in dotted.split("."):
+        current = _unwrap_optional(current)
+        if not is_dataclass(current):
+            return None
+        hints = get_type_hints(current)
+        if part not in hints:
+            prefix = ".".join(done + [""])
+            close = difflib.get_close_matches(part, list(hints), n=1, cutoff=0.6)
+            if close:
+                return f"; did you mean {prefix + close[0]!r}?"
+            return f"; {(prefix or 'top-level ')}keys are {sorted(hints)}"
+        done.append(part)
+        current = hints[part]
+    return None
+
+
+def _unwrap_optional(kind: Any) -> Any:
+    """``X | None`` -> ``X`` (for a union of one dataclass with None)."""
+    if get_origin(kind) in (Union, types.UnionType):
+        args = [a for a in get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return kind
 
 
 def quote_string_overrides(schema: type, overrides: list[str]) -> list[str]:

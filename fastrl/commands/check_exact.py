@@ -24,7 +24,8 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     """Both runs, compared request by request; prints one line per differing request and a summary."""
     if cfg.report:
         Path(cfg.report).parent.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
     lines = read_prompts(cfg.prompts)
     tokenizer = load_tokenizer(model_dir)

@@ -4,27 +4,85 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_policy
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
+from fastrl.models.checkpoint import read_config
+from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.spec.drafter import EagleDrafter
 from fastrl.spec.drafter_checkpoint import load_drafter
 from fastrl.spec.policy import StrategyPolicy
 
 
-def resolve_model_dir(model: str) -> Path:
-    """The checkpoint directory a `model=` key names (empty = the bundled model)."""
-    return Path(model) if model else bundled_model_dir()
+def resolve_model_dir(model: str, key: str = "model") -> Path:
+    """The checkpoint directory a `model=` key names (empty = the bundled model); ValueError naming ``key`` when it
+    does not exist or has no readable config.json."""
+    directory = Path(model) if model else bundled_model_dir()
+    if not directory.is_dir():
+        raise ValueError(f"{key}={model}: checkpoint directory {directory} does not exist")
+    try:
+        read_config(directory)
+    except ValueError as err:
+        raise ValueError(f"{key}={model}: {err}") from None
+    return directory
+
+
+def check_device(key: str, device: str) -> None:
+    """ValueError naming ``key`` when ``device`` is not a torch device this machine has."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{key}={device!r} is not a torch device ({err})") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{key}={device}: this machine has no CUDA device (torch.cuda.is_available() is False)")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"{key}={device}: only {torch.cuda.device_count()} CUDA devices here")
+    elif parsed.type != "cpu":
+        raise ValueError(f"{key}={device!r}: fastrl runs on cpu or cuda")
+
+
+def check_kv_memory(key: str, config: ModelConfig, slots: int, dtype: torch.dtype, device: str) -> None:
+    """ValueError naming ``key`` (the batch size) when a KV cache of ``slots`` full-context slots cannot fit the
+    memory available now (RAM, or the CUDA device's free memory)."""
+    bytes_per_slot = (
+        2 * config.num_hidden_layers * config.max_position_embeddings * config.num_key_value_heads * config.head_dim
+    ) * torch.empty((), dtype=dtype).element_size()
+    need = bytes_per_slot * slots
+    available = _available_bytes(device)
+    if available is not None and need > available:
+        fits = max(1, available // max(1, bytes_per_slot))
+        raise ValueError(
+            f"{key}={slots} needs a {need / 2**30:.1f} GiB KV cache, but {available / 2**30:.1f} GiB is available "
+            f"on {device}; use {key}={fits} or less"
+        )
+
+
+def _available_bytes(device: str) -> int | None:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: bool) -> EagleDrafter | None:
     """Load the drafter a `drafter=` key names; empty means the shipped one when the model is the bundled one."""
     if drafter:
-        return load_drafter(drafter, policy)[0]
+        try:
+            return load_drafter(drafter, policy)[0]
+        except ValueError as err:
+            raise ValueError(f"drafter={drafter}: {err}") from None
     if not needed:
         return None
     if model_dir.resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():

@@ -1,61 +1,129 @@
-"""`fastrl generate`: complete the prompts of a JSONL file with the engine."""
+"""`fastrl generate`: complete the prompts of a JSONL file with the engine, streaming results as requests finish.
+
+Order of work: check every setting and output path, read and check every prompt, load the model, then generate.
+Results go to `output` as they finish (see ``result_stream``); an interrupted run is resumed by running the same
+command again (the finished lines are kept, only the rest is generated).
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fastrl.commands.engine_setup import build_engine, resolve_model_dir
+from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.engine_setup import build_engine, check_kv_memory, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
-from fastrl.commands.prompts_io import PromptLine, read_prompts, write_jsonl
+from fastrl.commands.output_paths import check_outputs
+from fastrl.commands.prompts_io import PromptLine, read_prompts
+from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.engine import GenerateInput
+from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import load_model
+from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
-from fastrl.sampling.params import SamplingParams
+from fastrl.sampling.params import MAX_SEED, SamplingParams
 from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
 
 
 def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
-    """Load the model, generate for every prompt line and write the output file; returns the records."""
+    """Generate for every prompt line not already in the output, streaming records to it; returns every record
+    (kept and new) in prompt order."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
+    targets = check_outputs(
+        {"output": cfg.output, "stats_output": cfg.stats_output, "plot_output": cfg.plot_output},
+        {"prompts": cfg.prompts, "ema_json": cfg.ema_json},
+    )
+    ema = _read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     lines = read_prompts(cfg.prompts)
+    engine_config = EngineConfig(
+        max_batch_size=max(1, min(cfg.batch_size, len(lines))), device=cfg.device, dtype=cfg.dtype
+    )
+    check_kv_memory(
+        "batch_size", read_config(model_dir), engine_config.max_batch_size, engine_config.torch_dtype, cfg.device
+    )
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir)
-    engine_config = EngineConfig(max_batch_size=cfg.batch_size, device=cfg.device, dtype=cfg.dtype)
-    ema = cfg.ema_json or cfg.ema
-    engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
     inputs = [to_generate_input(line, cfg, tokenizer) for line in lines]
-    outputs = engine.generate(inputs, progress=cfg.progress)
-    records = [_to_record(out, tokenizer) for out in outputs]
-    write_jsonl(cfg.output, records)
-    if cfg.stats_output:
-        write_run_stats(cfg.stats_output, engine.round_stats, cfg.strategy, engine.policy)
-    if cfg.plot_output:
-        write_run_plot(cfg.plot_output, engine.round_stats, cfg.strategy, engine.policy)
-    errors = [out.error for out in outputs if out.error]
-    for error in errors:
-        print(f"fastrl generate: {error}", file=sys.stderr)
-    return records
+    stream = ResultStream(targets["output"], cfg.resume)
+    _check_kept(stream.done, inputs, cfg.output)
+    model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
+    engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
+    pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
+    if stream.done:
+        print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
+    stream.open()
+    try:
+        for index, out in _finished(engine, pending, cfg.progress):
+            record = _to_record(index, out, tokenizer)
+            stream.write(record)
+            if record.get("error"):
+                print(f"fastrl generate: line {lines[index].line_no}: {record['error']}", file=sys.stderr)
+    except KeyboardInterrupt:
+        stream.close()
+        print(
+            f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
+            "Run the same command again to finish.",
+            file=sys.stderr,
+        )
+        raise
+    stream.finish()
+    if "stats_output" in targets:
+        write_run_stats(targets["stats_output"].path, engine.round_stats, cfg.strategy, engine.policy)
+    if "plot_output" in targets:
+        write_run_plot(targets["plot_output"].path, engine.round_stats, cfg.strategy, engine.policy)
+    return [stream.done[i] for i in sorted(stream.done)]
+
+
+def _finished(
+    engine: Engine, pending: list[tuple[int, GenerateInput]], progress: bool
+) -> Iterator[tuple[int, RequestOutput]]:
+    """(prompt index, output) of every pending request, as each finishes."""
+    from tqdm.auto import tqdm
+
+    index_of = {}
+    for index, x in pending:
+        index_of[engine.add_request(x.prompt_ids, x.params, x.request_id)] = index
+    with tqdm(total=len(pending), desc="generate", unit="req", disable=not progress) as bar:
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.finished:
+                    bar.update(1)
+                    yield index_of[out.request_id], out
+
+
+def _read_ema_json(path: str) -> EmaConfig:
+    """The EMA controller's settings from an SGLang JSON file; ValueError naming ``ema_json`` and the file."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"ema_json={path}: file not found")
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"ema_json={path}: not valid JSON ({err})") from None
+    try:
+        return EmaConfig.from_json(values if isinstance(values, dict) else path)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"ema_json={path}: {err}") from None
 
 
 def to_generate_input(line: PromptLine, cfg: GenerateConfig, tokenizer: Any) -> GenerateInput:
     """The engine input of one prompt line: its ids (tokenized text or given ids) and the sampling keys of `cfg`."""
+    where = f"{cfg.prompts}:{line.line_no}"
     if line.prompt_ids is not None:
         ids = line.prompt_ids
     elif tokenizer is None:
-        raise ValueError(
-            f'{cfg.prompts}:{line.line_no}: "prompt" text needs a tokenizer, and {cfg.model or "the model"} has none; '
-            'give "prompt_ids" instead'
-        )
+        model = cfg.model or "the model"
+        raise ValueError(f'{where}: "prompt" text needs a tokenizer, and {model} has none; give "prompt_ids" instead')
     else:
         ids = tokenizer(line.prompt)["input_ids"]
-    seed = line.seed if line.seed is not None else cfg.seed + line.line_no - 1
+    seed = line.seed if line.seed is not None else (cfg.seed + line.line_no - 1) % MAX_SEED
     params = SamplingParams(
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,
@@ -66,11 +134,28 @@ def to_generate_input(line: PromptLine, cfg: GenerateConfig, tokenizer: Any) -> 
     return GenerateInput(prompt_ids=ids, params=params, request_id=str(line.line_no))
 
 
-def _to_record(out: RequestOutput, tokenizer: Any) -> dict[str, Any]:
+def _check_kept(done: dict[int, dict[str, Any]], inputs: list[GenerateInput], output: str) -> None:
+    """The records an earlier run left must be results of these prompts with these seeds."""
+    for index, record in done.items():
+        if not 0 <= index < len(inputs):
+            raise ValueError(f"output={output} holds a result for prompt {index}; the prompts file has {len(inputs)}")
+        x = inputs[index]
+        if record.get("prompt_ids") != x.prompt_ids or record.get("seed") != x.params.seed:
+            raise ValueError(
+                f"output={output} holds a result for prompt {index} of another prompts file or seed; "
+                "delete it or pass resume=false"
+            )
+
+
+def _to_record(index: int, out: RequestOutput, tokenizer: Any) -> dict[str, Any]:
+    """One output line. A non-finite log-probability (the model produced NaN or infinite logits) makes the request
+    an error: its tokens are meaningless, and NaN is not JSON."""
+    finite = all(math.isfinite(x) for x in out.logprobs)
     record: dict[str, Any] = {
+        INDEX_KEY: index,
         "prompt_ids": out.prompt_ids,
         "token_ids": out.token_ids,
-        "logprobs": out.logprobs,
+        "logprobs": out.logprobs if finite else [x if math.isfinite(x) else None for x in out.logprobs],
         "finish_reason": out.finish_reason.value if out.finish_reason else None,
         "seed": out.seed,
         "accept_lengths": out.accept_lengths,
@@ -79,4 +164,8 @@ def _to_record(out: RequestOutput, tokenizer: Any) -> dict[str, Any]:
         record["text"] = tokenizer.decode(out.token_ids, skip_special_tokens=True)
     if out.error:
         record["error"] = out.error
+    elif not finite:
+        first = next(i for i, x in enumerate(out.logprobs) if not math.isfinite(x))
+        record["finish_reason"] = "error"
+        record["error"] = f"non-finite logits at generated token {first}: the model's output is NaN or infinite"
     return record

@@ -2,41 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.decode_config import DecodeConfig
 
 
 @dataclass
-class GenerateConfig:
-    """Keys of `fastrl generate` (see conf/generate.yaml)."""
+class GenerateConfig(DecodeConfig):
+    """Keys of `fastrl generate` (see conf/generate.yaml): the decode keys, plus where results go."""
 
-    prompts: str
-    output: str
-    model: str = ""
-    max_new_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    batch_size: int = 16
-    device: str = "cpu"
-    dtype: str = "float32"
-    progress: bool = True
-    threads: int = 1
-    strategy: str = "disable"
-    drafter: str = ""
+    output: str = ""
     stats_output: str = ""
     plot_output: str = ""
-    bandit: BanditConfig = field(default_factory=BanditConfig)
-    ema: EmaConfig = field(default_factory=EmaConfig)
-    ema_json: str = ""
+    resume: bool = True
 
     def __post_init__(self) -> None:
-        if not self.prompts:
-            raise ValueError("generate.prompts: give an input JSONL file, e.g. prompts=in.jsonl")
+        self.check_decode_keys("generate")
         if not self.output:
             raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
-        if self.batch_size < 1:
-            raise ValueError(f"generate.batch_size must be >= 1, got {self.batch_size}")

@@ -14,6 +14,7 @@ from fastrl.commands.train_config import TrainConfig
 from fastrl.commands.train_setup import build_backend, build_task, model_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
+from fastrl.rl.checkpoint import read_trainer_state
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.trainer import GRPOTrainer
 from fastrl.telemetry.train_report import plot_train_report
@@ -75,6 +76,8 @@ def run_train(cfg: TrainConfig, run_dir: Path) -> list[StepMetrics]:
         logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)
         wandb = WandbLogger(logger_cfg, OmegaConf.to_container(OmegaConf.structured(cfg)))
     task = build_task(cfg)  # validates before any worker starts
+    if cfg.resume:
+        read_trainer_state(cfg.resume)  # a bad checkpoint is named before any worker starts
     recorder = RunRecorder(run_dir, wandb)
     backend = build_backend(cfg)
     try:
@@ -107,8 +110,9 @@ def hydra_entry(argv: list[str]) -> None:
     from hydra.core.config_store import ConfigStore
     from hydra.core.hydra_config import HydraConfig
 
-    from fastrl.config_compose import conf_dir, quote_string_overrides
+    from fastrl.config_compose import check_override_keys, conf_dir, quote_string_overrides
 
+    check_override_keys("train", TrainConfig, argv)
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
 
     @hydra.main(config_path=str(conf_dir() / "train"), config_name="train", version_base="1.3")

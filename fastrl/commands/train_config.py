@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.engine_setup import check_device
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
@@ -16,11 +17,22 @@ FRESH_DRAFTER = "fresh"
 BACKENDS = ("ray", "local")
 
 
+MODEL_SOURCES = ("bundled", "local")
+
+
 @dataclass
 class ModelSpec:
-    """The policy checkpoint: a local HF directory; "" = the bundled model."""
+    """The policy checkpoint. name: ``bundled`` (the shipped model, unless ``path`` is given) or ``local`` (then
+    ``path``, a local HF directory, is required)."""
 
+    name: str = "bundled"
     path: str = ""
+
+    def __post_init__(self) -> None:
+        if self.name not in MODEL_SOURCES:
+            raise ValueError(f"model.name must be one of {list(MODEL_SOURCES)}, got {self.name!r}")
+        if self.name == "local" and not self.path:
+            raise ValueError("model=local needs model.path=DIR (a local HF checkpoint directory)")
 
 
 @dataclass
@@ -71,9 +83,12 @@ class RolloutSpec:
     device: str = "cpu"
     dtype: str = "float64"
 
+    round_timeout_s: float = 120.0
+
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"rollout.backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        check_device("rollout.device", self.device)
 
 
 @dataclass
@@ -90,3 +105,7 @@ class TrainConfig:
     resume: str = ""
     report: bool = True
     threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (torch threads of the trainer), got {self.threads}")

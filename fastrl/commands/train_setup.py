@@ -5,18 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_config import FRESH_DRAFTER, TrainConfig
+from fastrl.models.checkpoint import read_config
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.rollout.backend import RolloutBackend
 from fastrl.rollout.local import LocalRollout
 from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.spec.drafter_checkpoint import check_drafter_files
 
 
 def model_dir(cfg: TrainConfig) -> Path:
-    """The policy checkpoint directory."""
-    return Path(cfg.model.path) if cfg.model.path else bundled_model_dir()
+    """The policy checkpoint directory (ValueError naming model.path when it is not a readable checkpoint)."""
+    return resolve_model_dir(cfg.model.path, "model.path")
 
 
 def drafter_dir(cfg: TrainConfig) -> str:
@@ -57,6 +60,12 @@ def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
 def build_backend(cfg: TrainConfig) -> RolloutBackend:
     """Ray workers or an in-process engine, as `rollout.backend` says."""
     worker = worker_config(cfg)
+    if cfg.drafter.path not in ("", FRESH_DRAFTER):
+        try:
+            check_drafter_files(cfg.drafter.path, read_config(worker.model_dir))
+        except ValueError as err:
+            raise ValueError(f"drafter.path={cfg.drafter.path}: {err}") from None
+    worker.check_files()
     if cfg.rollout.backend == "local":
         return LocalRollout(worker, seed=cfg.rl.seed)
     return RayRolloutManager(
@@ -67,6 +76,7 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
             ray_num_cpus=cfg.rollout.ray_num_cpus,
             cotrain_in_tail=cfg.rollout.cotrain_in_tail,
             restart_failed_workers=cfg.rollout.restart_failed_workers,
+            round_timeout_s=cfg.rollout.round_timeout_s,
             seed=cfg.rl.seed,
         )
     )

@@ -3,6 +3,7 @@ per step, the strategy of each round chosen by a StrategyPolicy."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Iterable
@@ -298,6 +299,13 @@ class Engine:
         progressed.setdefault(request.request_id, []).append(token)
         if request.want_hidden_states:
             request.hidden_states.append(hidden.detach().to("cpu", torch.float32).unsqueeze(0))
+        if not math.isfinite(logprob):  # NaN or infinite logits: this token and any after it mean nothing
+            request.finish_reason = FinishReason.ERROR
+            request.error = (
+                f"request {request.request_id}: non-finite logits at generated token {len(request.logprobs) - 1}"
+            )
+            request.timings.finished = now()
+            return True
         done = self.scheduler.check_finished(request, self.eos_ids)
         if done:
             request.timings.finished = now()

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -27,19 +27,34 @@ def read_config(path: str | Path) -> ModelConfig:
         raise ValueError(f"checkpoint directory {directory} has no {CONFIG_FILE}")
     try:
         d = json.loads(file.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{file} is not valid JSON: {err}") from None
-    return ModelConfig.from_hf_dict(d)
+    if not isinstance(d, dict):
+        raise ValueError(f"{file} must hold a JSON object")
+    try:
+        return ModelConfig.from_hf_dict(d)
+    except ValueError as err:
+        raise ValueError(f"{file}: {err}") from None
 
 
 def weight_files(directory: Path) -> dict[Path, list[str] | None]:
-    """Safetensors files to read -> the tensor names to take from each (None: all of them)."""
+    """Safetensors files to read -> the tensor names to take from each (None: all of them). A shard index that is
+    not valid JSON, or names a shard outside ``directory``, is a ValueError naming the index."""
     index = directory / INDEX_FILE
     if index.is_file():
-        weight_map: dict[str, str] = json.loads(index.read_text()).get("weight_map", {})
+        try:
+            weight_map = json.loads(index.read_text()).get("weight_map", {})
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+            raise ValueError(f"{index} is not a valid shard index: {err}") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
         shards: dict[Path, list[str]] = {}
+        root = directory.resolve()
         for name, shard in weight_map.items():
-            shards.setdefault(directory / shard, []).append(name)
+            file = directory / shard
+            if not file.resolve().is_relative_to(root) or file.resolve() == root:
+                raise ValueError(f"{index} names shard {shard!r} outside the checkpoint directory {directory}")
+            shards.setdefault(file, []).append(name)
         missing = sorted(f.name for f in shards if not f.is_file())
         if missing:
             raise ValueError(f"{index} names shards missing from {directory}: {missing}")
@@ -49,14 +64,42 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
     raise ValueError(f"checkpoint directory {directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors load)")
 
 
+def read_safetensors(file: Path, names: list[str] | None = None) -> dict[str, Tensor]:
+    """The tensors ``names`` (None: all) of one safetensors file on the CPU, as stored. A truncated or corrupt file,
+    or a name it lacks, is a ValueError naming the file."""
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            keys = set(f.keys())
+            absent = sorted(set(names or []) - keys)
+            if absent:
+                raise ValueError(f"{file} lacks tensors its index names: {absent[:5]}")
+            return {name: f.get_tensor(name) for name in (names if names is not None else sorted(keys))}
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{file} is not a readable safetensors file (truncated or corrupt?): {err}") from None
+
+
+def check_weights(tensors: dict[str, Tensor], where: Path | str) -> None:
+    """ValueError naming ``where`` and the tensors when any is not floating point (integer or bool weights give
+    garbage once cast) or holds NaN or infinity."""
+    not_float = sorted(f"{n} ({t.dtype})" for n, t in tensors.items() if not t.is_floating_point())
+    if not_float:
+        raise ValueError(f"{where}: weights must be floating point, found {not_float[:5]}")
+    not_finite = sorted(n for n, t in tensors.items() if not bool(torch.isfinite(t).all()))
+    if not_finite:
+        raise ValueError(f"{where}: weights hold NaN or infinity in {not_finite[:5]}")
+
+
 def read_tensors(directory: Path, dtype: torch.dtype, device: torch.device | str) -> dict[str, Tensor]:
-    """Every tensor of the checkpoint, cast to dtype on device, HF rotary buffers dropped."""
+    """Every tensor of the checkpoint, checked (floating point, finite), cast to dtype on device, HF rotary
+    buffers dropped."""
     tensors: dict[str, Tensor] = {}
     for file, names in weight_files(directory).items():
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for name in names if names is not None else f.keys():
-                if not name.endswith(IGNORED_SUFFIXES):
-                    tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
+        stored = {k: v for k, v in read_safetensors(file, names).items() if not k.endswith(IGNORED_SUFFIXES)}
+        check_weights(stored, file)
+        tensors.update({k: v.to(device=device, dtype=dtype) for k, v in stored.items()})
+    bad = sorted(k for k, v in tensors.items() if not bool(torch.isfinite(v).all()))
+    if bad:
+        raise ValueError(f"checkpoint {directory}: weights overflow to infinity in {dtype}: {bad[:5]}")
     return tensors
 
 

@@ -23,16 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from fastrl.models.checkpoint import load_model, save_model
+from fastrl.models.checkpoint import load_model, read_safetensors, save_model
 from fastrl.models.decoder import CausalLM
+from fastrl.rl.optimizer_state import META_FILE as OPTIMIZER_META
+from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.seeding import GlobalRngState
 from fastrl.rollout.backend import RolloutBackend
 from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import WEIGHTS_FILE as DRAFTER_WEIGHTS
-from fastrl.spec.drafter_checkpoint import read_drafter_info, save_drafter
+from fastrl.spec.drafter_checkpoint import read_drafter_info, read_drafter_weights, save_drafter
 
 FORMAT = "fastrl-grpo-checkpoint"
 FORMAT_VERSION = 1
@@ -76,6 +77,7 @@ def save_training_checkpoint(
         "policy_version": state.policy_version,
         "config": state.config,
         "python_rng": rng.python,
+        "has_drafter": bool(backend.drafter_state()[1]),
     }
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     rng_tensors = {"torch_cpu": rng.torch_cpu}
@@ -101,9 +103,12 @@ def load_training_checkpoint(
     reference: CausalLM | None = None,
 ) -> TrainerState:
     """Restore a checkpoint in place: policy (and reference) weights, optimizer, the backend's drafter and
-    strategy-policy state, the global RNG states. The caller pushes the policy weights to the backend."""
+    strategy-policy state, the global RNG states. The caller pushes the policy weights to the backend. Every file
+    is checked before anything is restored: a missing, truncated or malformed one is a ValueError naming it."""
     directory = Path(path)
     meta = read_trainer_state(directory)
+    rollout_policy, rng_tensors = _read_small_files(directory)
+    drafter = _read_drafter(directory, meta, backend)
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
         if not (directory / REFERENCE_DIR).is_dir():
@@ -112,25 +117,74 @@ def load_training_checkpoint(
             )
         _copy_weights(directory / REFERENCE_DIR, reference)
     load_optimizer(optimizer, directory)
-    if (directory / DRAFTER_DIR).is_dir():
-        info = read_drafter_info(directory / DRAFTER_DIR)
-        backend.load_drafter_state(info.version, load_file(str(directory / DRAFTER_DIR / DRAFTER_WEIGHTS)))
-    backend.load_policy_state(json.loads((directory / ROLLOUT_POLICY_FILE).read_text()))
-    tensors = load_file(str(directory / RNG_FILE))
+    if drafter is not None:
+        backend.load_drafter_state(*drafter)
+    backend.load_policy_state(rollout_policy)
+    tensors = rng_tensors
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()
     return TrainerState(step=int(meta["step"]), policy_version=int(meta["policy_version"]), config=meta["config"])
 
 
 def read_trainer_state(path: str | Path) -> dict:
-    """The parsed trainer_state.json; ValueError naming the file when it is missing or not a GRPO checkpoint."""
+    """The parsed trainer_state.json; ValueError naming the file when it is missing, not valid JSON, not a GRPO
+    checkpoint, or holds a step or version that is not an integer >= 0."""
+    if not Path(path).is_dir():
+        raise ValueError(f"resume: checkpoint directory {path} does not exist")
     file = Path(path) / STATE_FILE
     if not file.is_file():
         raise ValueError(f"{path} is not a GRPO checkpoint: {STATE_FILE} is missing")
-    meta = json.loads(file.read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{file}: format is {meta.get('format')!r}, expected {FORMAT!r}")
+    meta = _read_json(file)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{file}: format is {found!r}, expected {FORMAT!r}")
+    for key in ("step", "policy_version"):
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{file}: {key!r} must be an integer >= 0, got {value!r}")
+    if not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{file}: 'config' must be a JSON object (the run's GRPOConfig)")
+    if not isinstance(meta.get("python_rng"), list):
+        raise ValueError(f"{file}: 'python_rng' is missing or malformed")
     return meta
+
+
+def _read_json(file: Path) -> object:
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{file} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file} is not valid JSON: {err}") from None
+
+
+def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """rollout_policy.json and rng.safetensors, read and checked; optimizer files checked for readability."""
+    rollout_policy = _read_json(directory / ROLLOUT_POLICY_FILE)
+    if not isinstance(rollout_policy, dict):
+        raise ValueError(f"{directory / ROLLOUT_POLICY_FILE} must hold a JSON object")
+    if not (directory / RNG_FILE).is_file():
+        raise ValueError(f"{directory / RNG_FILE} is missing")
+    rng = read_safetensors(directory / RNG_FILE)
+    if "torch_cpu" not in rng:
+        raise ValueError(f"{directory / RNG_FILE} lacks the tensor 'torch_cpu'")
+    if (directory / OPTIMIZER_TENSORS).is_file():
+        read_safetensors(directory / OPTIMIZER_TENSORS)
+    if (directory / OPTIMIZER_META).is_file():
+        _read_json(directory / OPTIMIZER_META)
+    return rollout_policy, rng
+
+
+def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple[int, dict[str, torch.Tensor]] | None:
+    """The saved drafter (version, weights), None when the run had none; ValueError when drafter/ is missing but
+    the checkpoint (or, for older checkpoints, the backend) has a drafter."""
+    folder = directory / DRAFTER_DIR
+    if not folder.is_dir():
+        expected = meta["has_drafter"] if "has_drafter" in meta else bool(backend.drafter_state()[1])
+        if expected:
+            raise ValueError(f"{directory}: {DRAFTER_DIR}/ is missing, but the run has a drafter to restore")
+        return None
+    return read_drafter_info(folder).version, read_drafter_weights(folder)
 
 
 def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) -> None:

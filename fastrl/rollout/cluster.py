@@ -1,4 +1,4 @@
-"""Joining or starting Ray for the rollout workers."""
+"""Joining or starting Ray for the rollout workers. A Ray started here listens on 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ import logging
 import os
 
 import ray
+from ray._private import ray_constants
+
+LOOPBACK = "127.0.0.1"
+# Ray replaces a node IP of 127.0.0.1 by the machine's external address unless "clusters" are off for the process
+# (its switch for laptops); with them off, the node IP is 127.0.0.1 and the GCS, raylet, object manager, agents and
+# every worker bind their ports to it. Child processes (GCS, raylet, workers) read the same switch from the env.
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
@@ -14,8 +21,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
     ``address`` given: join that cluster (``"auto"`` or ``host:port``; ``num_cpus`` is the cluster's business).
     Otherwise start a private local Ray (never an existing cluster found through RAY_ADDRESS) with ``num_cpus``
-    CPUs (default: every core of this machine; more than ``os.cpu_count()`` is a ValueError), no dashboard, quiet
-    logging and ports chosen by Ray.
+    CPUs (default: every core of this machine; more than ``os.cpu_count()`` is a ValueError), bound to 127.0.0.1
+    (node IP and every port), no dashboard, no usage reporting, quiet logging and ports chosen by Ray.
     """
     if ray.is_initialized():
         return False
@@ -29,11 +36,44 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         raise ValueError(f"rollout.ray_num_cpus must be an integer >= 1, got {num_cpus!r}")
     if num_cpus > cores:
         raise ValueError(f"rollout.ray_num_cpus={num_cpus} exceeds this machine's {cores} cores")
+    _loopback_only()
     ray.init(
         address="local",
         num_cpus=num_cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=True,
+        _node_ip_address=LOOPBACK,
     )
+    node_ip = ray.util.get_node_ip_address()
+    if node_ip != LOOPBACK:
+        ray.shutdown()
+        raise RuntimeError(f"the local Ray bound to {node_ip}, not {LOOPBACK}; refusing to run on a public address")
     return True
+
+
+def _loopback_only() -> None:
+    """Turn off Ray's cluster addressing for this process and the processes it starts (see LOCAL_ONLY_ENV)."""
+    os.environ[LOCAL_ONLY_ENV] = "0"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def check_fit(num_workers: int, num_cpus: float, num_gpus: float) -> None:
+    """ValueError when ``num_workers`` actors of ``num_cpus`` CPUs and ``num_gpus`` GPUs each ask for more than the
+    Ray cluster has (Ray would queue them forever)."""
+    total = ray.cluster_resources()
+    for resource, per_worker, key in (("CPU", num_cpus, "num_cpus"), ("GPU", num_gpus, "num_gpus")):
+        need, have = num_workers * per_worker, total.get(resource, 0.0)
+        if need > have + 1e-9:
+            raise ValueError(
+                f"rollout.num_workers={num_workers} workers x rollout.worker.{key}={per_worker:g} need {need:g} "
+                f"{resource}s, but this Ray cluster has {have:g} (rollout.ray_num_cpus or the machine's cores): "
+                "lower rollout.num_workers"
+            )
+
+
+def short_error(err: BaseException) -> str:
+    """The last meaningful line of a Ray error (the remote exception), not its traceback."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__

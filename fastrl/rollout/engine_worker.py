@@ -16,7 +16,7 @@ from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics, TrainedDrafter
 from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, load_model
+from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -233,15 +233,16 @@ class EngineWorker:
                 cotrain_steps=self.cotrainer.total_steps if self.cotrainer is not None else 0,
             )
 
-    def health(self, error: str | None = None) -> WorkerHealth:
-        with self._lock:
-            return WorkerHealth(self.worker_id, error is None, len(self._running), error)
+    def health(self, error: str | None = None, stalled_s: float = 0.0) -> WorkerHealth:
+        """Counts only (no engine lock: a report must answer while a long engine step runs)."""
+        return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s)
 
 
 def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
     """Copy ``state`` into ``model`` in place (parameters keep their identity; tied weights stay tied).
-    ValueError listing missing, unexpected and mis-shaped tensors."""
+    ValueError listing missing, unexpected, mis-shaped, non-floating-point or non-finite tensors."""
     tensors = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+    check_weights(tensors, "pushed policy weights")
     if model.config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     check_tensors(model, tensors)

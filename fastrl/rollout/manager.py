@@ -4,22 +4,26 @@ recovery from dead workers."""
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from torch import Tensor
 
 from fastrl.cotrain.cotrainer import TrainedDrafter, average_drafters
-from fastrl.rollout.cluster import ensure_ray
+from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
 from fastrl.rollout.cotrain_stats import summarize_slices
 from fastrl.rollout.dispatch import check_request_ids, with_seeds
+from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
-from fastrl.rollout.ray_worker import start_worker
+from fastrl.rollout.ray_worker import await_started, start_worker
 from fastrl.rollout.rollout_run import RolloutRun, RunOutcome, WorkerHandle
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord
 from fastrl.rollout.worker_stats import WorkerStats
+
+LOG = logging.getLogger("fastrl.rollout")
 
 
 class RayRolloutManager:
@@ -28,20 +32,28 @@ class RayRolloutManager:
     ``generate`` spreads the batch (groups kept together, balanced by max_new_tokens) and returns results in request
     order. Workers whose share is done while others run the tail train the drafter in short slices; afterwards the
     copies trained this rollout are averaged (weighted by steps) into drafter version v + 1, pushed to every worker.
-    A worker that dies mid-rollout has its unfinished requests re-run on the survivors (``retried_requests``) and,
-    with ``restart_failed_workers``, is replaced by a fresh actor brought to the current weight versions.
+    A worker that dies or hangs (no decode round within ``round_timeout_s``; it is killed) mid-rollout has its
+    unfinished requests re-run on the survivors (``retried_requests``) and, with ``restart_failed_workers``, is
+    replaced by a fresh actor brought to the current weight versions and its last strategy-policy state. Workers
+    lost between rollouts are found by a health check before each rollout and weight push, and replaced the same
+    way. Every replacement is logged (logger ``fastrl.rollout``) and counted in ``replaced_workers``.
     """
 
     def __init__(self, config: RolloutManagerConfig) -> None:
         self.config = config
+        config.worker.check_files()
         self._owns_ray = ensure_ray(config.ray_address or None, config.ray_num_cpus)
         self._spawned = 0
-        self.workers: list[WorkerHandle] = [self._spawn() for _ in range(config.num_workers)]
+        self.workers: list[WorkerHandle] = []
         try:
-            first: WorkerStats = ray.get([w.actor.stats.remote() for w in self.workers])[0]
-        except RayActorError as err:
+            check_fit(config.num_workers, config.worker.num_cpus, config.worker.num_gpus)
+            self.workers = [self._spawn() for _ in range(config.num_workers)]
+            first = await_started(self.workers, self._spawn, config.worker_start_timeout_s, LOG)
+        except (RayError, ValueError) as err:
             self.shutdown()
-            raise RuntimeError(f"a rollout worker failed to start: {err}") from err
+            if isinstance(err, ValueError):
+                raise
+            raise RuntimeError(f"rollout workers failed to start: {short_error(err)}") from None
         self.policy_version = first.policy_version
         self.drafter_version = first.drafter_version
         self.replaced_workers = 0
@@ -49,6 +61,8 @@ class RayRolloutManager:
         self._drafter_ref: ray.ObjectRef | None = None
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
+        self._policy_states: dict[str, dict] = {}  # worker id -> its strategy-policy state after the last rollout
+        self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
@@ -58,13 +72,26 @@ class RayRolloutManager:
             return RolloutBatch([], 0.0, 0.0, [], [], DrafterTrainingStats(), self.drafter_version)
         check_request_ids(requests)
         requests = with_seeds(requests, self._seed_rng)
-        self._await_ready()
+        self._check_workers()
         cotrain = self.config.cotrain_in_tail and self.config.worker.cotrain
-        run = RolloutRun(requests, self._alive(), cotrain, self.config.worker.slice_seconds, self._slice_ids)
-        outcome = run.run()
+        run = RolloutRun(
+            requests,
+            self._alive(),
+            cotrain,
+            self.config.worker.slice_seconds,
+            self._slice_ids,
+            self._liveness,
+            self._replace_now,
+            LOG,
+        )
+        try:
+            outcome = run.run()
+        finally:
+            self._adopt(run.workers)
         rounds = self._take_rounds()
         drafter = summarize_slices(outcome.slices)
         self._publish_trained(outcome, drafter)
+        self._remember_policy_states()
         self._replace_dead()
         return RolloutBatch(
             results=outcome.results,
@@ -79,7 +106,7 @@ class RayRolloutManager:
 
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Put ``state`` in the object store once and install it as ``version`` on every worker."""
-        self._await_ready()
+        self._check_workers()
         ref = ray.put(state)
         self._policy_ref, self.policy_version = ref, int(version)
         self._call_all("update_policy", self.policy_version, ref)
@@ -100,8 +127,9 @@ class RayRolloutManager:
         self._push_drafter(int(version), state)
 
     def policy_state(self) -> dict:
-        """Each worker's strategy-policy state: ``{"workers": [state, ...]}`` in worker order."""
-        self._await_ready()
+        """Each worker's strategy-policy state: ``{"workers": [state, ...]}`` in worker order (a lost worker is
+        replaced first, so every slot is there)."""
+        self._check_workers()
         return {"workers": self._call_all("policy_state")}
 
     def load_policy_state(self, state: dict) -> None:
@@ -112,6 +140,7 @@ class RayRolloutManager:
         self._await_ready()
         refs = [(w, w.actor.load_policy_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
         self._gather(refs)
+        self._policy_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
 
     def shutdown(self) -> None:
         """Kill every worker actor (and Ray itself when this manager started it)."""
@@ -144,14 +173,24 @@ class RayRolloutManager:
         return alive
 
     def _gather(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
-        """Results of per-worker calls, in order, skipping (and marking) workers that died."""
+        """Results of per-worker calls, in order, skipping (and marking) workers that died or did not answer within
+        ``round_timeout_s`` (those are killed as hung)."""
+        refs = [ref for _, ref in calls]
+        ray.wait(refs, num_returns=len(refs), timeout=self.config.round_timeout_s)
         out = []
         for worker, ref in calls:
             try:
-                out.append(ray.get(ref))
+                out.append(ray.get(ref, timeout=0))
             except RayActorError:
                 worker.alive = False
+            except GetTimeoutError:
+                self._kill_hung(worker, f"no answer in {self.config.round_timeout_s:g} s")
         return out
+
+    def _kill_hung(self, worker: WorkerHandle, reason: str) -> None:
+        LOG.warning("rollout worker %s is hung (%s): killed", worker.worker_id, reason)
+        ray.kill(worker.actor, no_restart=True)
+        worker.alive = False
 
     def _call_all(self, method: str, *args: object) -> list:
         return self._gather([(w, getattr(w.actor, method).remote(*args)) for w in self._alive()])
@@ -179,21 +218,70 @@ class RayRolloutManager:
         self._drafter_ref, self.drafter_version = ref, version
         self._call_all("update_drafter", version, ref)
 
+    def _check_workers(self) -> None:
+        """Find workers lost since the last call (dead, hung or failed), kill and replace them; then wait until
+        every replacement serves."""
+        self._await_ready()
+        problems = probe({w.worker_id: w.actor for w in self.workers}, self.config.round_timeout_s)
+        for w in self.workers:
+            if w.worker_id in problems:
+                LOG.warning("rollout worker %s was lost between rollouts: %s", w.worker_id, problems[w.worker_id])
+                ray.kill(w.actor, no_restart=True)
+                w.alive = False
+        self._replace_dead()
+        self._await_ready()
+
     def _replace_dead(self) -> None:
         """Start a fresh actor for each dead worker, with the current policy and drafter weights pushed to it."""
         if not self.config.restart_failed_workers:
             return
         for i, w in enumerate(self.workers):
-            if w.alive:
-                continue
-            fresh = self._spawn()
-            if self._policy_ref is not None:
-                fresh.ready.append(fresh.actor.update_policy.remote(self.policy_version, self._policy_ref))
-            if self._drafter_ref is not None:
-                fresh.ready.append(fresh.actor.update_drafter.remote(self.drafter_version, self._drafter_ref))
-            fresh.ready.append(fresh.actor.health.remote())
-            self.workers[i] = fresh
-            self.replaced_workers += 1
+            if not w.alive:
+                self.workers[i] = self._replacement(w)
+
+    def _replacement(self, dead: WorkerHandle) -> WorkerHandle:
+        """A fresh actor in ``dead``'s place, brought to the current weights and to ``dead``'s last strategy-policy
+        state (its ``ready`` calls must finish before it serves)."""
+        fresh = self._spawn()
+        if self._policy_ref is not None:
+            fresh.ready.append(fresh.actor.update_policy.remote(self.policy_version, self._policy_ref))
+        if self._drafter_ref is not None:
+            fresh.ready.append(fresh.actor.update_drafter.remote(self.drafter_version, self._drafter_ref))
+        if dead.worker_id in self._policy_states:
+            fresh.ready.append(fresh.actor.load_policy_state.remote(self._policy_states.pop(dead.worker_id)))
+        fresh.ready.append(fresh.actor.health.remote())
+        self.replaced_workers += 1
+        LOG.warning("rollout worker %s replaced by %s", dead.worker_id, fresh.worker_id)
+        return fresh
+
+    def _replace_now(self, dead: WorkerHandle) -> WorkerHandle | None:
+        """For a rollout whose every worker is lost: a replacement that serves now (None when replacement is off
+        or it fails to start)."""
+        if not self.config.restart_failed_workers:
+            return None
+        fresh = self._replacement(dead)
+        try:
+            ray.get(fresh.ready, timeout=self.config.worker_start_timeout_s)
+        except (RayActorError, GetTimeoutError):
+            ray.kill(fresh.actor)
+            return None
+        fresh.ready = []
+        return fresh
+
+    def _adopt(self, run_workers: list[WorkerHandle]) -> None:
+        """Take over the replacements a rollout started, in the slots of the workers they replaced."""
+        extra = [w for w in run_workers if w not in self.workers]
+        for i, w in enumerate(self.workers):
+            if not w.alive and extra:
+                self.workers[i] = extra.pop(0)
+        self.workers += extra
+
+    def _remember_policy_states(self) -> None:
+        """Each live worker's strategy-policy state, for a replacement should it be lost."""
+        alive = self._alive()
+        states = self._gather([(w, w.actor.policy_state.remote()) for w in alive])
+        if len(states) == len(alive):
+            self._policy_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
         """Wait for replacements to finish starting; one that fails or times out is dropped."""
@@ -202,7 +290,8 @@ class RayRolloutManager:
                 continue
             try:
                 ray.get(w.ready, timeout=self.config.worker_start_timeout_s)
-            except (RayActorError, GetTimeoutError):
+            except (RayActorError, GetTimeoutError) as err:
+                LOG.warning("replacement rollout worker %s failed to start: %s", w.worker_id, short_error(err))
                 w.alive = False
                 ray.kill(w.actor)
             w.ready = []

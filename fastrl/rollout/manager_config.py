@@ -19,7 +19,10 @@ class RolloutManagerConfig:
     cotrain_in_tail: give idle workers co-training slices while the tail runs (needs ``worker.cotrain``).
     restart_failed_workers: replace a worker that died (after the rollout it died in; its work is re-run on the
         survivors at once) with a fresh actor brought to the current policy and drafter versions.
-    worker_start_timeout_s: how long a replacement may take to start before it is given up.
+    worker_start_timeout_s: how long a worker may take to start (load its models) before it is given up.
+    round_timeout_s: the per-round deadline: a worker holding work that finishes no decode round (or does not
+        answer a health check or a call) for this long is hung: it is killed, replaced, its requests re-run.
+    liveness_interval_s: how often busy workers are health-checked during a rollout.
     seed: seeds requests that bring none (so a re-run request reproduces its tokens on any worker).
     """
 
@@ -30,6 +33,8 @@ class RolloutManagerConfig:
     cotrain_in_tail: bool = True
     restart_failed_workers: bool = True
     worker_start_timeout_s: float = 300.0
+    round_timeout_s: float = 120.0
+    liveness_interval_s: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -42,9 +47,10 @@ class RolloutManagerConfig:
         n = self.ray_num_cpus
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"rollout.ray_num_cpus must be None or an integer >= 1, got {n!r}")
-        t = self.worker_start_timeout_s
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
-            raise ValueError(f"rollout.worker_start_timeout_s must be a finite number > 0, got {t!r}")
+        for key in ("worker_start_timeout_s", "round_timeout_s", "liveness_interval_s"):
+            t = getattr(self, key)
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+                raise ValueError(f"rollout.{key} must be a finite number > 0, got {t!r}")
         for key in ("cotrain_in_tail", "restart_failed_workers"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"rollout.{key} must be a bool, got {getattr(self, key)!r}")

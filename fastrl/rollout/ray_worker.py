@@ -4,15 +4,22 @@ their own concurrency groups while it runs."""
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import ray
+from ray.exceptions import RayActorError
 from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
+from fastrl.rollout.cluster import short_error
 from fastrl.rollout.engine_worker import EngineWorker
+from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
@@ -39,6 +46,7 @@ class RolloutWorkerActor:
         self._error: str | None = None
         self._stop_below = 0
         self._closed = False
+        self._progress_at = time.monotonic()
         self._loop = threading.Thread(target=self._run, name=f"{worker_id}-stepper", daemon=True)
         self._loop.start()
 
@@ -62,6 +70,8 @@ class RolloutWorkerActor:
                 raise RuntimeError(f"worker {self._worker.worker_id} failed earlier: {self._error}")
             if request.request_id in self._waiting:
                 raise ValueError(f"request id {request.request_id!r} is already running on this worker")
+            if not self._waiting:
+                self._progress_at = time.monotonic()
             self._worker.submit(request)
             self._waiting[request.request_id] = future
             self._cond.notify()
@@ -80,6 +90,7 @@ class RolloutWorkerActor:
                 self._fail(f"{type(err).__name__}: {err}")
                 return
             with self._cond:
+                self._progress_at = time.monotonic()
                 futures = [(self._waiting.pop(r.request_id), r) for r in finished]
             for future, result in futures:
                 future.set_result(result)
@@ -125,7 +136,13 @@ class RolloutWorkerActor:
     def health(self) -> WorkerHealth:
         with self._cond:
             error = self._error if self._loop.is_alive() or self._error else "stepping loop is not running"
-        return self._worker.health(error)
+            stalled = time.monotonic() - self._progress_at if self._waiting else 0.0
+        return self._worker.health(error, stalled)
+
+    @ray.method(concurrency_group=CONTROL)
+    def pid(self) -> int:
+        """The actor's process id (for fault injection and diagnostics)."""
+        return os.getpid()
 
     @ray.method(concurrency_group=CONTROL)
     def take_rounds(self) -> list[RoundRecord]:
@@ -164,3 +181,29 @@ def start_worker(worker_id: str, config: RolloutWorkerConfig) -> ray.actor.Actor
         max_concurrency=config.max_concurrent_calls,
         name=None,
     ).remote(worker_id, config)
+
+
+def await_started(
+    workers: list[WorkerHandle], spawn: Callable[[], WorkerHandle], timeout_s: float, log: logging.Logger
+) -> WorkerStats:
+    """Wait up to ``timeout_s`` for every worker to load its models; workers lost while starting (killed, crashed)
+    are replaced in place by ``spawn()`` once. Returns the first worker's stats; a second loss raises its error."""
+    for attempt in range(2):
+        refs = [w.actor.stats.remote() for w in workers]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        stats: list[WorkerStats] = []
+        lost = []
+        for i, ref in enumerate(refs):
+            try:
+                stats.append(ray.get(ref, timeout=0))
+            except RayActorError as err:
+                if attempt:
+                    raise
+                log.warning("rollout worker %s was lost while starting: %s", workers[i].worker_id, short_error(err))
+                lost.append(i)
+        if not lost:
+            return stats[0]
+        for i in lost:
+            ray.kill(workers[i].actor, no_restart=True)
+            workers[i] = spawn()
+    raise AssertionError("unreachable")

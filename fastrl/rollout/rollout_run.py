@@ -3,9 +3,10 @@ and give workers whose share is done co-training slices until the tail ends."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import ray
@@ -13,6 +14,7 @@ from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
 from fastrl.rollout.dispatch import WorkUnit, assign_units, make_units
+from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 
 
@@ -44,8 +46,9 @@ class RolloutRun:
     returned; while other workers still run (the tail) an idle worker is kept training in back-to-back slices of
     ``slice_seconds``; when the last unit returns every running slice is told to stop at its next step.
 
-    A worker that dies (RayActorError) has its unreturned units re-sent to the least-loaded survivors; a unit's
-    results are recorded only when its call returns, so no request is lost or counted twice.
+    A worker that dies (RayActorError) or hangs (past the per-round deadline of ``liveness``: it is killed) has its
+    unreturned units re-sent to the least-loaded survivors, or to a replacement from ``replace`` when none survive; a
+    unit's results are recorded only when its call returns, so no request is lost or counted twice.
     """
 
     def __init__(
@@ -55,9 +58,15 @@ class RolloutRun:
         cotrain: bool,
         slice_seconds: float,
         slice_ids: Iterator[int],
+        liveness: LivenessPolicy,
+        replace: Callable[[WorkerHandle], WorkerHandle | None],
+        log: logging.Logger,
     ) -> None:
         self.requests = requests
-        self.workers = workers
+        self.workers = list(workers)
+        self.liveness = LivenessMonitor(liveness)
+        self.replace = replace
+        self.log = log
         self.cotrain = cotrain
         self.slice_seconds = slice_seconds
         self.slice_ids = slice_ids
@@ -85,19 +94,17 @@ class RolloutRun:
         for w in self.workers:
             if not self.outstanding[w.worker_id]:
                 self._went_idle(w)
+        interval = self.liveness.policy.check_interval_s
         while self.gen_refs:
-            ready, _ = ray.wait([*self.gen_refs, *self.slice_refs], num_returns=1)
+            ready, _ = ray.wait([*self.gen_refs, *self.slice_refs], num_returns=1, timeout=interval)
             for ref in ready:
                 if ref in self.gen_refs:
                     self._unit_done(ref)
                 elif ref in self.slice_refs:
                     self._slice_done(ref)
+            self._check_liveness()
         end = self._now()
-        for w, sid in list(self.slice_refs.values()):
-            w.actor.stop_training.remote(sid)
-        while self.slice_refs:
-            ready, _ = ray.wait(list(self.slice_refs), num_returns=1)
-            self._slice_done(ready[0])
+        self._end_slices()
         missing = [self.requests[i].request_id for i, r in enumerate(self.results) if r is None]
         if missing:
             raise RuntimeError(f"rollout finished without results for {missing}")
@@ -129,6 +136,7 @@ class RolloutRun:
         try:
             outputs = ray.get(ref)
         except RayActorError:
+            self.log.warning("rollout worker %s died mid-rollout; its unfinished requests re-run", worker.worker_id)
             self._lost(worker, [unit])
             return
         self._record(worker, unit, outputs)
@@ -143,9 +151,39 @@ class RolloutRun:
         self.outstanding[wid] -= 1
         self.load[wid] -= unit.work
 
+    def _check_liveness(self) -> None:
+        """Kill the busy workers past the per-round deadline; their work goes elsewhere."""
+        by_id = {w.worker_id: w for w in self.workers if w.alive}
+        busy = {wid: w.actor for wid, w in by_id.items() if self.outstanding[wid]}
+        for verdict in self.liveness.poll(busy):
+            worker = by_id[verdict.worker_id]
+            self.log.warning(
+                "rollout worker %s is hung (%s): killed; its requests re-run", worker.worker_id, verdict.reason
+            )
+            ray.kill(worker.actor, no_restart=True)
+            self._lost(worker, [])
+
+    def _end_slices(self) -> None:
+        """Tell running slices to stop; wait for them, up to the round deadline (a worker that does not answer by
+        then is killed as hung and replaced after the rollout)."""
+        for w, sid in list(self.slice_refs.values()):
+            w.actor.stop_training.remote(sid)
+        deadline = time.monotonic() + self.liveness.policy.round_timeout_s
+        while self.slice_refs:
+            ready, _ = ray.wait(list(self.slice_refs), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if ready:
+                self._slice_done(ready[0])
+                continue
+            for ref, (worker, _) in list(self.slice_refs.items()):
+                self.log.warning("rollout worker %s did not end its co-training slice: killed", worker.worker_id)
+                ray.kill(worker.actor, no_restart=True)
+                worker.alive = False
+                del self.slice_refs[ref]
+
     def _lost(self, worker: WorkerHandle, units: list[WorkUnit]) -> None:
-        """``worker`` died: keep what it returned, re-send the rest to the survivors."""
+        """``worker`` died: keep what it returned, re-send the rest to the survivors (or to a replacement)."""
         worker.alive = False
+        self.liveness.forget(worker.worker_id)
         wid = worker.worker_id
         self.busy_s.setdefault(wid, self._now())
         self.idle.discard(wid)
@@ -164,7 +202,12 @@ class RolloutRun:
         self.load[wid] = 0.0
         survivors = [w for w in self.workers if w.alive]
         if units and not survivors:
-            raise RuntimeError("every rollout worker died; the rollout cannot finish")
+            fresh = self.replace(worker)
+            if fresh is None:
+                raise RuntimeError("every rollout worker died; the rollout cannot finish")
+            self.workers.append(fresh)
+            self.load[fresh.worker_id] = 0.0
+            survivors = [fresh]
         for unit in sorted(units, key=lambda u: -u.work):
             target = min(survivors, key=lambda w: self.load[w.worker_id])
             self._send(target, unit, retry=True)

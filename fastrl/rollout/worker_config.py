@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_policy
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.engine.config import EngineConfig
+from fastrl.models.checkpoint import read_config, weight_files
+from fastrl.spec.drafter_checkpoint import check_drafter_files
 from fastrl.spec.policy import StrategyPolicy
 
 
@@ -90,6 +93,20 @@ class RolloutWorkerConfig:
             self.trainer = DrafterTrainerConfig(**self.trainer)
         if not isinstance(self.trainer, DrafterTrainerConfig):
             raise ValueError(f"rollout.worker.trainer must be a DrafterTrainerConfig, got {type(self.trainer)}")
+
+    def check_files(self) -> None:
+        """ValueError naming the key and the file when ``model_dir`` or ``drafter_dir`` is not a readable checkpoint
+        that fits the other (checked in the driver, so that a bad path is one clear error, not an actor traceback)."""
+        try:
+            policy = read_config(self.model_dir)
+            weight_files(Path(self.model_dir))
+        except ValueError as err:
+            raise ValueError(f"rollout.worker.model_dir: {err}") from None
+        if self.drafter_dir:
+            try:
+                check_drafter_files(self.drafter_dir, policy)
+            except ValueError as err:
+                raise ValueError(f"rollout.worker.drafter_dir: {err}") from None
 
     def engine_config(self) -> EngineConfig:
         """The engine settings of this worker."""

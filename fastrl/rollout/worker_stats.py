@@ -30,9 +30,11 @@ class WorkerStats:
 
 @dataclass
 class WorkerHealth:
-    """Whether a worker can serve: ``ok`` is False once its stepping loop has failed (``error`` says why)."""
+    """Whether a worker can serve: ``ok`` is False once its stepping loop has failed (``error`` says why);
+    ``stalled_s`` is how long it has had unfinished requests without finishing an engine step (0 when idle)."""
 
     worker_id: str
     ok: bool
     running_requests: int
     error: str | None = None
+    stalled_s: float = 0.0

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.spec.drafter import EagleDrafter
@@ -55,6 +56,8 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
         raise ValueError(f"{path} is not a drafter checkpoint: {CONFIG_FILE} is missing")
     try:
         meta = json.loads(file.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
         if meta.get("format") != FORMAT:
             raise ValueError(f"format is {meta.get('format')!r}, expected {FORMAT!r}")
         policy = meta["policy"]
@@ -65,17 +68,12 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             version=int(meta["version"]),
             layer_config=ModelConfig.from_hf_dict(meta["layer"]),
         )
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{file}: malformed drafter config ({exc})") from exc
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: malformed drafter config ({exc})") from None
 
 
-def load_drafter(
-    path: str | Path, policy: CausalLM, device: torch.device | str = "cpu"
-) -> tuple[EagleDrafter, DrafterInfo]:
-    """Load a drafter for `policy`; a drafter whose hidden size, vocabulary or head geometry does not fit the
-    policy is a ValueError naming both."""
-    info = read_drafter_info(path)
-    pc = policy.config
+def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> None:
+    """ValueError naming both when a drafter's hidden size, vocabulary or head geometry does not fit the policy."""
     problems = []
     if info.policy_hidden_size != pc.hidden_size:
         problems.append(f"hidden size {info.policy_hidden_size} != policy's {pc.hidden_size}")
@@ -92,11 +90,41 @@ def load_drafter(
         raise ValueError(
             f"drafter {path} (trained for {info.policy_name!r}) does not fit this policy: " + "; ".join(problems)
         )
-    drafter = EagleDrafter(lc)
+
+
+def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The drafter's stored tensors; ValueError naming the file when it is missing, truncated, not floating point
+    or not finite."""
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():
         raise ValueError(f"{path}: {WEIGHTS_FILE} is missing")
-    tensors = load_file(str(weights), device="cpu")
+    tensors = read_safetensors(weights)
+    check_weights(tensors, weights)
+    return tensors
+
+
+def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> DrafterInfo:
+    """Everything ``load_drafter`` checks, without a policy model: config, fit, weights readable and finite."""
+    if not Path(path).is_dir():
+        raise ValueError(f"drafter directory {path} does not exist")
+    info = read_drafter_info(path)
+    check_drafter_fit(path, info, policy_config)
+    read_drafter_weights(path)
+    return info
+
+
+def load_drafter(
+    path: str | Path, policy: CausalLM, device: torch.device | str = "cpu"
+) -> tuple[EagleDrafter, DrafterInfo]:
+    """Load a drafter for `policy`; a drafter whose hidden size, vocabulary or head geometry does not fit the
+    policy is a ValueError naming both."""
+    if not Path(path).is_dir():
+        raise ValueError(f"drafter directory {path} does not exist")
+    info = read_drafter_info(path)
+    check_drafter_fit(path, info, policy.config)
+    drafter = EagleDrafter(info.layer_config)
+    weights = Path(path) / WEIGHTS_FILE
+    tensors = read_drafter_weights(path)
     expected = drafter.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))

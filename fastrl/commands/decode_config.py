@@ -1,0 +1,45 @@
+"""The keys shared by commands that decode a prompts file (`fastrl generate`, `fastrl check-exact`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.engine_setup import check_device
+from fastrl.sampling.params import MAX_SEED
+
+
+@dataclass
+class DecodeConfig:
+    """What is decoded and how: prompts, model, sampling keys, batch, device, strategy and its selector settings."""
+
+    prompts: str
+    model: str = ""
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    batch_size: int = 16
+    device: str = "cpu"
+    dtype: str = "float32"
+    progress: bool = True
+    threads: int = 1
+    strategy: str = "disable"
+    drafter: str = ""
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    ema_json: str = ""
+
+    def check_decode_keys(self, command: str) -> None:
+        """ValueError naming `command.key` for the first shared key out of range."""
+        if not self.prompts:
+            raise ValueError(f"{command}.prompts: give an input JSONL file, e.g. prompts=in.jsonl")
+        if self.batch_size < 1:
+            raise ValueError(f"{command}.batch_size must be >= 1, got {self.batch_size}")
+        if self.threads < 0:
+            raise ValueError(f"{command}.threads must be >= 0 (0 = torch's default), got {self.threads}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise ValueError(f"{command}.seed must be in [0, 2**63), got {self.seed}")
+        check_device(f"{command}.device", self.device)

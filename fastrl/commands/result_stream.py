@@ -1,0 +1,103 @@
+"""Streaming generation results to a JSONL output as requests finish, resuming from what an interrupted run left.
+
+Every record carries ``"index"``: the position of its prompt among the prompt lines. Records are appended (and
+flushed) in the order requests finish; when the output is a regular file, ``finish`` rewrites it in index order
+(through a temporary file renamed over the file, never over a symlink, which is resolved first). A FIFO or a device
+is only opened and written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from fastrl.commands.output_paths import OutputTarget
+
+INDEX_KEY = "index"
+
+
+class ResultStream:
+    """Appends records to ``target``; ``resume`` keeps the complete records already there (see ``done``)."""
+
+    def __init__(self, target: OutputTarget, resume: bool) -> None:
+        self.target = target
+        self.done: dict[int, dict[str, Any]] = {}
+        if resume and target.regular and target.exists:
+            self.done = _read_finished(target.path)
+        self._file: IO[str] | None = None
+
+    def open(self) -> None:
+        """Open for appending after the kept records (a fresh file when nothing is kept)."""
+        path = self.target.path
+        if self.target.regular:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.done:
+                path.write_text("")
+        self._file = path.open("a" if self.target.regular else "w", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (strict JSON: no NaN or infinity) and flush it."""
+        assert self._file is not None, "open() first"
+        self._file.write(json.dumps(record, allow_nan=False) + "\n")
+        self._file.flush()
+        self.done[record[INDEX_KEY]] = record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def finish(self) -> None:
+        """Close; a regular file whose records are out of index order is rewritten in order."""
+        self.close()
+        if not self.target.regular:
+            return
+        lines = self.target.path.read_text(encoding="utf-8").splitlines()
+        indices = [json.loads(line)[INDEX_KEY] for line in lines]
+        if indices == sorted(indices):
+            return
+        ordered = [json.dumps(self.done[i], allow_nan=False) + "\n" for i in sorted(self.done)]
+        _replace_regular_file(self.target.path, "".join(ordered))
+
+
+def _read_finished(path: Path) -> dict[int, dict[str, Any]]:
+    """The complete records of an earlier run, by index. A last line without its newline (the run was killed while
+    writing it) is cut off the file; any malformed complete line is a ValueError naming the file and line."""
+    raw = path.read_bytes()
+    complete = raw[: raw.rfind(b"\n") + 1]
+    records: dict[int, dict[str, Any]] = {}
+    for line_no, line in enumerate(complete.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+            index = record[INDEX_KEY]
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError("'index' is not an integer")
+        except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as err:
+            raise ValueError(
+                f"{path}:{line_no}: not a result line of `fastrl generate` ({type(err).__name__}: {err}); "
+                "delete the file or pass resume=false"
+            ) from None
+        records[index] = record
+    if len(complete) < len(raw):
+        with path.open("r+b") as f:
+            f.truncate(len(complete))
+    return records
+
+
+def _replace_regular_file(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path`` (same permissions)."""
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

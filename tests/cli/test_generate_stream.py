@@ -1,0 +1,120 @@
+"""`fastrl generate` loses no finished work: results stream to the output as requests finish, an interrupted run
+(SIGINT, SIGTERM, a torn last line) resumes by skipping finished lines, and the result equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fastrl.cli import main
+from tests.helpers import make_hf_model
+
+N_PROMPTS = 12
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    make_hf_model("llama").save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "in.jsonl"
+    path.write_text("".join(json.dumps({"prompt_ids": [5 + i % 50, 6, 7 + i % 3]}) + "\n" for i in range(N_PROMPTS)))
+    return path
+
+
+def _args(model_dir, prompts, out, *extra):
+    return [
+        "generate",
+        f"model={model_dir}",
+        f"prompts={prompts}",
+        f"output={out}",
+        "max_new_tokens=16",
+        "temperature=0.8",
+        "batch_size=4",
+        "progress=false",
+        *extra,
+    ]
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line, parse_constant=_reject) for line in path.read_text().splitlines()]
+
+
+def _assert_same(rows: list[dict], expected: list[dict]) -> None:
+    """Identical records, except log-probs up to float noise (a different batch changes the summation order)."""
+    assert [r["index"] for r in rows] == [e["index"] for e in expected]
+    for r, e in zip(rows, expected, strict=True):
+        assert r["logprobs"] == pytest.approx(e["logprobs"], abs=1e-4)
+        assert {k: v for k, v in r.items() if k != "logprobs"} == {k: v for k, v in e.items() if k != "logprobs"}
+
+
+def _reject(name: str):
+    raise AssertionError(f"output holds a bare {name}: not JSON")
+
+
+@pytest.fixture(scope="module")
+def full_run(model_dir, prompts, tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("full") / "out.jsonl"
+    assert main(_args(model_dir, prompts, out)) == 0
+    return _read(out)
+
+
+def test_output_is_in_prompt_order_with_an_index(full_run):
+    assert [r["index"] for r in full_run] == list(range(N_PROMPTS))
+    assert all(len(r["token_ids"]) == len(r["logprobs"]) for r in full_run)
+
+
+def test_torn_output_resumes_and_keeps_finished_lines(model_dir, prompts, full_run, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    kept = [dict(r, kept=True) for r in full_run[3:7]]  # finished out of order; marked to prove they are not redone
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"index": 9, "prompt_ids": [1')
+    assert main(_args(model_dir, prompts, out)) == 0
+    assert "resuming" in capsys.readouterr().err
+    rows = _read(out)
+    assert [r["index"] for r in rows] == list(range(N_PROMPTS))
+    assert [r.pop("kept", False) for r in rows] == [3 <= i < 7 for i in range(N_PROMPTS)]
+    _assert_same(rows, full_run)
+
+
+def test_output_of_other_prompts_is_not_resumed(model_dir, prompts, full_run, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    out.write_text(json.dumps(dict(full_run[0], prompt_ids=[9, 9])) + "\n")
+    assert main(_args(model_dir, prompts, out)) == 2
+    assert "resume=false" in capsys.readouterr().err
+    assert main(_args(model_dir, prompts, out, "resume=false")) == 0
+    _assert_same(_read(out), full_run)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, prompts, full_run, tmp_path, sig):
+    out = tmp_path / "out.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    cmd = [sys.executable, "-m", "fastrl.cli", *_args(model_dir, prompts, out, "batch_size=1")]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and len(out.read_text().splitlines()) >= 2:
+                proc.send_signal(sig)
+                break
+            time.sleep(0.01)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    partial = _read(out)
+    assert proc.returncode == 130, err
+    assert 2 <= len(partial) < N_PROMPTS and "Run the same command again" in err
+    _assert_same(partial, [full_run[r["index"]] for r in partial])  # every line written is a complete, exact result
+    assert main(_args(model_dir, prompts, out)) == 0
+    _assert_same(_read(out), full_run)

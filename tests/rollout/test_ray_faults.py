@@ -1,0 +1,108 @@
+"""Faults on a real local Ray: a worker stopped (SIGSTOP) mid-rollout or between rollouts, a worker killed between
+rollouts, more workers than CPUs, a bad drafter path; and the local Ray listening on loopback only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+
+from fastrl.rollout.listeners import listeners, process_tree
+from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.types import RolloutRequest
+from fastrl.sampling.params import SamplingParams
+from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
+
+DEADLINE_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def manager(checkpoint, ray_cluster):
+    config = RolloutManagerConfig(
+        worker=worker_config(checkpoint, cotrain=False),
+        num_workers=2,
+        round_timeout_s=DEADLINE_S,
+        liveness_interval_s=0.2,
+    )
+    mgr = RayRolloutManager(config)
+    yield mgr
+    mgr.shutdown()
+
+
+def long_requests(prefix: str, n: int = 24) -> list[RolloutRequest]:
+    params = [SamplingParams(max_new_tokens=32, seed=500 + i, ignore_eos=True, temperature=1.0) for i in range(n)]
+    return [RolloutRequest(f"{prefix}{i}", prompt(i), params[i], group=i) for i in range(n)]
+
+
+def test_worker_stopped_mid_rollout_is_killed_replaced_and_its_requests_rerun(manager, checkpoint, caplog):
+    requests = long_requests("stop")
+    victim = manager.workers[1]
+    pid = ray.get(victim.actor.pid.remote())
+    served = ray.get(victim.actor.stats.remote()).requests_served
+    stopped = threading.Event()
+
+    def stop_after_a_few() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stopped.is_set():
+            if ray.get(victim.actor.stats.remote()).requests_served >= served + 2:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.set()
+            time.sleep(0.005)
+
+    before = manager.replaced_workers
+    stopper = threading.Thread(target=stop_after_a_few)
+    stopper.start()
+    with caplog.at_level(logging.WARNING, logger="fastrl.rollout"):
+        batch = manager.generate(requests)
+    stopper.join()
+    assert stopped.is_set()
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    assert len({r.request_id for r in batch.results}) == len(requests)  # each request exactly once
+    assert batch.retried_requests >= 1
+    assert any("is hung" in m and victim.worker_id in m for m in caplog.messages)
+    assert manager.replaced_workers == before + 1 and len(manager.workers) == 2
+    assert victim.worker_id not in {w.worker_id for w in manager.workers}
+    after = mixed_requests(6, prefix="after-stop")
+    assert_same_tokens(manager.generate(after).results, reference(checkpoint.policy, after))
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_worker_lost_between_rollouts_is_replaced_and_logged(manager, checkpoint, caplog, fault):
+    victim = manager.workers[0]
+    os.kill(ray.get(victim.actor.pid.remote()), getattr(signal, fault))
+    before = manager.replaced_workers
+    requests = mixed_requests(12, prefix=f"between-{fault}")
+    with caplog.at_level(logging.WARNING, logger="fastrl.rollout"):
+        batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    assert any("lost between rollouts" in m and victim.worker_id in m for m in caplog.messages)
+    assert manager.replaced_workers == before + 1
+    assert len({r.worker_id for r in batch.results}) == 2, "the replacement serves in the same rollout"
+    assert len(manager.policy_state()["workers"]) == 2
+
+
+def test_more_workers_than_cpus_is_a_clear_error(checkpoint, ray_cluster):
+    cpus = int(ray.cluster_resources()["CPU"])
+    config = RolloutManagerConfig(worker=worker_config(checkpoint, num_cpus=1.0), num_workers=cpus + 1)
+    with pytest.raises(ValueError, match=rf"rollout.num_workers={cpus + 1} .* need {cpus + 1} CPUs"):
+        RayRolloutManager(config)
+
+
+def test_bad_drafter_path_is_named_before_any_worker_starts(checkpoint, ray_cluster, tmp_path):
+    config = RolloutManagerConfig(worker=worker_config(checkpoint, drafter_dir=str(tmp_path / "nope")))
+    with pytest.raises(ValueError, match="rollout.worker.drafter_dir: drafter directory .*nope does not exist"):
+        RayRolloutManager(config)
+
+
+def test_local_ray_listens_on_loopback_only(manager):
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+    found = listeners(process_tree(os.getpid()))
+    assert {f.process for f in found} >= {"gcs_server", "raylet"}, found
+    public = [f for f in found if not f.loopback]
+    assert public == [], f"listeners on non-loopback addresses: {public}"
