@@ -81,7 +81,7 @@ def _run(
 ) -> EngineRun:
     engine = Engine(
         policy,
-        EngineConfig(max_batch_size=batch_size),
+        EngineConfig(max_batch_size=batch_size, device=str(next(policy.parameters()).device)),
         drafter=None if name == "disable" else drafter,
         policy=build_policy(name, bandit=bandit),
     )

@@ -40,7 +40,10 @@ class Bs1Row:
 def _run_engine(
     policy: CausalLM, drafter: EagleDrafter | None, strategy: str, inputs: list[GenerateInput]
 ) -> EngineRun:
-    engine = Engine(policy, EngineConfig(max_batch_size=1), drafter=drafter, policy=FixedPolicy(strategy))
+    device = str(next(policy.parameters()).device)  # the engine runs where the benchmarked policy lives
+    engine = Engine(
+        policy, EngineConfig(max_batch_size=1, device=device), drafter=drafter, policy=FixedPolicy(strategy)
+    )
     return EngineRun(engine, engine.generate(inputs))
 
 
@@ -99,7 +102,7 @@ def _hf_rows(hf_model, prompts, max_new_tokens, repeats, pad_id, plain_tok_s) ->
     def run(lookup: int | None) -> int:
         produced = 0
         for p in prompts:
-            ids = torch.tensor([p])
+            ids = torch.tensor([p], device=hf_model.device)
             extra = {"prompt_lookup_num_tokens": lookup} if lookup else {}
             with torch.inference_mode():
                 out = hf_model.generate(
