@@ -96,8 +96,20 @@ def test_output_of_other_prompts_is_not_resumed(model_dir, prompts, full_run, tm
     _assert_same(_read(out), full_run)
 
 
+@pytest.fixture(scope="module")
+def many_prompts(model_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """Enough prompts that a run at batch 1 is still busy seconds after its first lines (the signal must land in the
+    middle of the run, not after it, on a fast machine too), and their uninterrupted results."""
+    path = tmp_path_factory.mktemp("many") / "in.jsonl"
+    path.write_text("".join(json.dumps({"prompt_ids": [5 + i % 50, 6 + i % 7, 7 + i % 3]}) + "\n" for i in range(160)))
+    out = tmp_path_factory.mktemp("many_full") / "out.jsonl"
+    assert main(_args(model_dir, path, out)) == 0
+    return path, _read(out)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, prompts, full_run, tmp_path, sig):
+def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, many_prompts, tmp_path, sig):
+    prompts, full_run = many_prompts
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "fastrl.cli", *_args(model_dir, prompts, out, "batch_size=1")]
@@ -114,7 +126,7 @@ def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, p
         proc.kill()
     partial = _read(out)
     assert proc.returncode == 130, err
-    assert 2 <= len(partial) < N_PROMPTS and "Run the same command again" in err
+    assert 2 <= len(partial) < len(full_run) and "Run the same command again" in err
     _assert_same(partial, [full_run[r["index"]] for r in partial])  # every line written is a complete, exact result
     assert main(_args(model_dir, prompts, out)) == 0
     _assert_same(_read(out), full_run)
