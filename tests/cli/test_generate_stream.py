@@ -113,7 +113,10 @@ def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, m
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     cmd = [sys.executable, "-m", "fastrl.cli", *_args(model_dir, prompts, out, "batch_size=1")]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    # An ignored SIGINT is inherited across exec (an earlier test's library, e.g. Ray, or a background shell can set
+    # it in this process); give the child the default disposition, so Python turns SIGINT into KeyboardInterrupt.
+    restore = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=restore)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
