@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fastrl.engine.cuda_graphs import capture_graph
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
@@ -60,16 +61,7 @@ def cuda_time_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 5) -
 
 def as_graph(fn: Callable[[], object]) -> Callable[[], None]:
     """Capture `fn` (fixed shapes, no host sync) once; returns the replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    return capture_graph(fn)[0].replay
 
 
 @torch.inference_mode()

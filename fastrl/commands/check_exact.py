@@ -10,7 +10,7 @@ import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
 from fastrl.commands.engine_setup import build_engine, resolve_model_dir
-from fastrl.commands.generate import to_generate_input
+from fastrl.commands.generate import read_ema_json, to_generate_input
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.exactness.compare import ExactnessReport, compare_runs
@@ -31,13 +31,13 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     tokenizer = load_tokenizer(model_dir)
     policy = load_model(model_dir)
     inputs = [to_generate_input(line, cfg, tokenizer) for line in lines]
+    ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     runs = {}
     for name, strategy, batch in (
         ("plain", "disable", cfg.plain_batch_size or cfg.batch_size),
         ("speculative", cfg.strategy, cfg.batch_size),
     ):
         config = EngineConfig(max_batch_size=batch, device=cfg.device, dtype=cfg.dtype)
-        ema = cfg.ema_json or cfg.ema
         engine = build_engine(policy, model_dir, strategy, cfg.drafter, config, bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)

@@ -41,7 +41,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         {"output": cfg.output, "stats_output": cfg.stats_output, "plot_output": cfg.plot_output},
         {"prompts": cfg.prompts, "ema_json": cfg.ema_json},
     )
-    ema = _read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
+    ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     lines = read_prompts(cfg.prompts)
     engine_config = EngineConfig(
         max_batch_size=max(1, min(cfg.batch_size, len(lines))), device=cfg.device, dtype=cfg.dtype
@@ -98,7 +98,7 @@ def _finished(
                     yield index_of[out.request_id], out
 
 
-def _read_ema_json(path: str) -> EmaConfig:
+def read_ema_json(path: str) -> EmaConfig:
     """The EMA controller's settings from an SGLang JSON file; ValueError naming ``ema_json`` and the file."""
     file = Path(path)
     if not file.is_file():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -32,6 +33,7 @@ from fastrl.spec.strategy import Strategy
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 WARMUP_RUNS = 2
+T = TypeVar("T")
 
 
 def graph_buckets(max_batch_size: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> list[int]:
@@ -193,14 +195,23 @@ class CudaGraphRounds:
         return bucket
 
     def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
-        # Warm up on a side stream (lazy kernel and workspace initialisation must not happen inside capture).
-        stream = self.warmup_stream
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_RUNS):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = fn()
+        graph, outputs = capture_graph(fn, self.pool, self.warmup_stream)
         return CapturedRound(graph, outputs)
+
+
+def capture_graph(
+    fn: Callable[[], T], pool: tuple | None = None, warmup_stream: torch.cuda.Stream | None = None
+) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Capture `fn` (fixed shapes, no host sync) as a CUDA graph; returns the graph and the outputs its replay
+    rewrites. It is warmed up first on a side stream: lazy kernel and workspace initialisation must not happen
+    inside a capture."""
+    stream = warmup_stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(WARMUP_RUNS):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn()
+    return graph, outputs
