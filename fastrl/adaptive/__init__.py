@@ -1,20 +1,20 @@
-"""Strategy policies: the bucketed epsilon-greedy bandit, the EMA tier controller, a fixed strategy, and the
+"""Strategy selectors: the bucketed epsilon-greedy bandit, the EMA tier controller, a fixed strategy, and the
 workload simulator that compares them against a per-bucket oracle."""
 
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
 from fastrl.adaptive.buckets import BatchBuckets
 from fastrl.adaptive.cost_model import CostModel, CostParams
-from fastrl.adaptive.ema import EmaPolicy, chain_strategy
+from fastrl.adaptive.ema import EmaSelector, chain_strategy
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.adaptive.factory import build_policy
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.factory import build_selector
+from fastrl.adaptive.fixed import FixedSelector
 
 __all__ = [
     "ArmTelemetry",
     "BanditConfig",
-    "BanditPolicy",
+    "BanditSelector",
     "BanditTelemetry",
     "BatchBuckets",
     "BucketTelemetry",
@@ -22,8 +22,8 @@ __all__ = [
     "CostModel",
     "CostParams",
     "EmaConfig",
-    "EmaPolicy",
-    "FixedPolicy",
-    "build_policy",
+    "EmaSelector",
+    "FixedSelector",
+    "build_selector",
     "chain_strategy",
 ]

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,14 @@ import random
 from fastrl.adaptive.arm_rewards import ArmRewards, RoundSample
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 STATE_VERSION = 1
 
 
-class BanditPolicy:
-    """A ``StrategyPolicy``: one epsilon-greedy bandit per batch-size bucket (see the module docstring)."""
+class BanditSelector:
+    """A ``StrategySelector``: one epsilon-greedy bandit per batch-size bucket (see the module docstring)."""
 
     def __init__(self, config: BanditConfig | None = None) -> None:
         self.config = config or BanditConfig()

@@ -8,18 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
-from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
+from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
 
 
 @dataclass
 class BanditConfig:
-    """Knobs of ``BanditPolicy``; every invalid value raises ``ValueError`` naming its key.
+    """Knobs of ``BanditSelector``; every invalid value raises ``ValueError`` naming its key.
 
     ``reward``: ``"goodput"`` (default) is the round's emitted tokens per second of wall time, so ``disable`` wins
     wherever speculation does not pay; the bandit estimates it as batch size * accept length / round time at the
-    batch size at hand (see ``BanditPolicy.estimate``). ``"accept_length"`` is the mean tokens per request per round
+    batch size at hand (see ``BanditSelector.estimate``). ``"accept_length"`` is the mean tokens per request per round
     (accepted + 1), the seeds' reward: it ignores the round's cost, so it can never choose ``disable`` (which always
     scores 1.0, the least any strategy can score; it is picked only to try or explore it, or if every arm ties at
     1.0) and always prefers the largest tree, even at batch sizes where verifying it costs more than it saves.

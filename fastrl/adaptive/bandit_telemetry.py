@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 CHOICE_REASONS = ("untried", "explore", "exploit", "bs_threshold")
 

@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The EMA tier controller: SGLang's adaptive speculative decoding, as a ``StrategyPolicy``.
+"""The EMA tier controller: SGLang's adaptive speculative decoding, as a ``StrategySelector``.
 
 Tiers are chain depths ``S`` (strategy ``S_1_{S+1}``; ``0`` is ``disable``). The exact rule implemented:
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 STATE_VERSION = 1
 
@@ -38,8 +38,8 @@ def chain_strategy(steps: int) -> Strategy:
     return DISABLE if steps == 0 else Strategy(steps, 1, steps + 1)
 
 
-class EmaPolicy:
-    """A ``StrategyPolicy`` following SGLang's EMA tier controller (rule in the module docstring)."""
+class EmaSelector:
+    """A ``StrategySelector`` following SGLang's EMA tier controller (rule in the module docstring)."""
 
     def __init__(self, config: EmaConfig | None = None) -> None:
         self.config = config or EmaConfig()

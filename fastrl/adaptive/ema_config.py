@@ -14,7 +14,7 @@ SGLANG_KEYS = ("candidate_steps", "ema_alpha", "warmup_batches", "update_interva
 
 @dataclass
 class EmaConfig:
-    """Knobs of ``EmaPolicy`` (SGLang's names and defaults); invalid values raise ``ValueError`` naming the key.
+    """Knobs of ``EmaSelector`` (SGLang's names and defaults); invalid values raise ``ValueError`` naming the key.
 
     ``candidate_steps`` are the tiers: each ``S`` is the chain strategy ``S_1_{S+1}`` (``0`` means ``disable``).
     ``initial_steps`` (a fastrl addition; SGLang takes it from ``--speculative-num-steps``) snaps to the nearest

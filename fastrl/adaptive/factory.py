@@ -1,34 +1,34 @@
-"""Build a strategy policy from its name: ``"bandit"``, ``"ema"``, ``"disable"`` or a fixed ``"S_K_N"``."""
+"""Build a strategy selector from its name: ``"bandit"``, ``"ema"``, ``"disable"`` or a fixed ``"S_K_N"``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.ema import EmaPolicy
+from fastrl.adaptive.ema import EmaSelector
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.adaptive.fixed import FixedPolicy
-from fastrl.spec.policy import StrategyPolicy
-from fastrl.spec.strategy import Strategy
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import Strategy
 
-POLICY_NAMES = ("bandit", "ema", "disable", "S_K_N")
+SELECTOR_NAMES = ("bandit", "ema", "disable", "S_K_N")
 
 
-def build_policy(
+def build_selector(
     name: str,
     bandit: BanditConfig | dict | None = None,
     ema: EmaConfig | dict | str | Path | None = None,
-) -> StrategyPolicy:
-    """The policy called ``name``; ``bandit`` / ``ema`` configure those policies (a config, a dict of its keys, or
+) -> StrategySelector:
+    """The selector called ``name``; ``bandit`` / ``ema`` configure those selectors (a config, a dict of its keys, or
     for ``ema`` also the path of an SGLang adaptive-config JSON). Any other name must parse as a strategy."""
     if name == "bandit":
         config = bandit if isinstance(bandit, BanditConfig) else BanditConfig.from_dict(bandit or {})
-        return BanditPolicy(config)
+        return BanditSelector(config)
     if name == "ema":
         config = ema if isinstance(ema, EmaConfig) else EmaConfig.from_json(ema if ema is not None else {})
-        return EmaPolicy(config)
+        return EmaSelector(config)
     try:
-        return FixedPolicy(Strategy.parse(name))
+        return FixedSelector(Strategy.parse(name))
     except ValueError as err:
-        raise ValueError(f"policy {name!r}: expected one of {list(POLICY_NAMES)}; {err}") from err
+        raise ValueError(f"strategy selector {name!r}: expected one of {list(SELECTOR_NAMES)}; {err}") from err

@@ -1,22 +1,22 @@
-"""A policy that always returns the same strategy (``disable`` for plain decoding)."""
+"""A selector that always returns the same strategy (``disable`` for plain decoding)."""
 
 from __future__ import annotations
 
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import Strategy
 
 
-class FixedPolicy:
+class FixedSelector:
     """Always ``strategy``; learns nothing. Accepts a ``Strategy`` or its string form."""
 
     def __init__(self, strategy: Strategy | str) -> None:
         self._strategy = Strategy.parse(strategy) if isinstance(strategy, str) else strategy
         if not isinstance(self._strategy, Strategy):
-            raise ValueError(f"FixedPolicy needs a Strategy or a strategy string, got {strategy!r}")
+            raise ValueError(f"FixedSelector needs a Strategy or a strategy string, got {strategy!r}")
 
     @property
     def strategies(self) -> list[Strategy]:
-        """The single strategy this policy uses."""
+        """The single strategy this selector uses."""
         return [self._strategy]
 
     def choose(self, batch_size: int) -> Strategy:
@@ -36,4 +36,4 @@ class FixedPolicy:
         """Check that the saved strategy is this policy's."""
         saved = Strategy.parse(state["strategy"])
         if saved != self._strategy:
-            raise ValueError(f"state_dict is for strategy {str(saved)!r}, this policy uses {str(self._strategy)!r}")
+            raise ValueError(f"state_dict is for strategy {str(saved)!r}, this selector uses {str(self._strategy)!r}")

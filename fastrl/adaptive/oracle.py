@@ -17,8 +17,8 @@ import numpy as np
 from fastrl.adaptive.buckets import BatchBuckets
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.workload import Workload
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import Strategy
 
 
 def tokens_by_batch_size(lengths: np.ndarray) -> dict[int, int]:
@@ -67,7 +67,7 @@ def oracle_table(
     return table
 
 
-class OraclePolicy:
+class OracleSelector:
     """Plays the oracle table; the simulator tells it the phase (``set_phase``) at every rollout."""
 
     def __init__(self, table: dict[tuple[int, int], Strategy], buckets: BatchBuckets) -> None:

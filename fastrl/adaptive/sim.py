@@ -1,6 +1,6 @@
-"""Replay GRPO rollouts against a cost model and an acceptance model, for any ``StrategyPolicy``.
+"""Replay GRPO rollouts against a cost model and an acceptance model, for any ``StrategySelector``.
 
-Every policy sees the same response lengths and per-request acceptance (common random numbers, seeded per rollout);
+Every selector sees the same response lengths and per-request acceptance (common random numbers, seeded per rollout);
 acceptance draws and timing noise come from a per-run stream. ``python -m fastrl.adaptive.sim`` prints the table of
 the bandit and the EMA controller against the per-bucket oracle, the best single static strategy and plain
 decoding on the standard workloads.
@@ -16,11 +16,11 @@ import numpy as np
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.adaptive.cost_model import CostModel
-from fastrl.adaptive.oracle import OraclePolicy, oracle_table
+from fastrl.adaptive.oracle import OracleSelector, oracle_table
 from fastrl.adaptive.workload import Workload
-from fastrl.spec.policy import StrategyPolicy
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy, parse_strategy_space
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 DEFAULT_SIM_STRATEGIES = ("8_4_32", "8_4_16", "8_4_8", "3_1_4", "disable")
 
@@ -41,9 +41,9 @@ class BucketTotals:
 
 @dataclass
 class SimResult:
-    """One policy's run over one workload."""
+    """One selector's run over one workload."""
 
-    policy: str
+    selector: str
     workload: str
     buckets: list[BucketTotals]
     choices: list[Strategy] = field(default_factory=list)
@@ -76,7 +76,7 @@ class SimResult:
 
 @dataclass(frozen=True)
 class SimSettings:
-    """What the simulator holds fixed across the policies it compares."""
+    """What the simulator holds fixed across the selectors it compares."""
 
     cost: CostModel
     strategies: tuple[Strategy, ...]
@@ -88,21 +88,21 @@ class SimSettings:
 
 
 def rollout_lengths(workload: Workload, seed: int) -> list[np.ndarray]:
-    """Response lengths of every rollout (the same for every policy). [num_rollouts][requests_per_rollout]"""
+    """Response lengths of every rollout (the same for every selector). [num_rollouts][requests_per_rollout]"""
     return [workload.sample_lengths(np.random.default_rng([seed, r, 1])) for r in range(workload.num_rollouts)]
 
 
-def simulate(policy: StrategyPolicy, workload: Workload, settings: SimSettings, name: str = "") -> SimResult:
-    """Run ``policy`` over every rollout of ``workload``; return per-bucket totals."""
+def simulate(selector: StrategySelector, workload: Workload, settings: SimSettings, name: str = "") -> SimResult:
+    """Run ``selector`` over every rollout of ``workload``; return per-bucket totals."""
     buckets = settings.buckets
-    result = SimResult(name or type(policy).__name__, workload.name, [BucketTotals() for _ in range(len(buckets))])
+    result = SimResult(name or type(selector).__name__, workload.name, [BucketTotals() for _ in range(len(buckets))])
     noise_rng = np.random.default_rng([settings.seed, 2])
     accept_rng = np.random.default_rng([settings.seed, 3])
     for rollout, lengths in enumerate(rollout_lengths(workload, settings.seed)):
         phase_index = workload.phase_index(rollout)
         profile = workload.phases[phase_index].acceptance
-        if isinstance(policy, OraclePolicy):
-            policy.set_phase(phase_index)
+        if isinstance(selector, OracleSelector):
+            selector.set_phase(phase_index)
         hits = profile.sample_request_hits(np.random.default_rng([settings.seed, rollout, 4]), len(lengths))
         remaining = lengths.copy()
         if settings.record_choices:
@@ -112,7 +112,7 @@ def simulate(policy: StrategyPolicy, workload: Workload, settings: SimSettings, 
             batch = len(running)
             if batch == 0:
                 break
-            strategy = policy.choose(batch)
+            strategy = selector.choose(batch)
             accepted = profile.sample_accepted(strategy, hits[running], accept_rng)
             emitted = np.minimum(accepted + 1, remaining[running])
             remaining[running] -= emitted
@@ -120,7 +120,7 @@ def simulate(policy: StrategyPolicy, workload: Workload, settings: SimSettings, 
             if settings.time_noise > 0:
                 wall *= float(np.exp(settings.time_noise * noise_rng.standard_normal()))
             drafted = 0 if strategy.is_disabled else strategy.num_draft_tokens - 1
-            policy.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
+            selector.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
             totals = result.buckets[buckets.index(batch)]
             totals.tokens += int(emitted.sum())
             totals.time_s += wall
@@ -133,12 +133,12 @@ def simulate(policy: StrategyPolicy, workload: Workload, settings: SimSettings, 
 
 @dataclass
 class Comparison:
-    """Every policy's result on one workload, with the references the adaptive policies are judged against."""
+    """Every selector's result on one workload, with the references the adaptive selectors are judged against."""
 
     workload: str
     results: dict[str, SimResult]
     oracle: SimResult
-    """The per-bucket oracle: the reference the adaptive policies are judged against."""
+    """The per-bucket oracle: the reference the adaptive selectors are judged against."""
     oracle_per_batch: SimResult
     """The same oracle with one bucket per batch size (a bound on what finer buckets could gain)."""
     plain: SimResult
@@ -150,19 +150,21 @@ class Comparison:
         return max(self.statics.values(), key=lambda r: r.goodput)
 
 
-def compare(workload: Workload, settings: SimSettings, policies: dict[str, Callable[[], StrategyPolicy]]) -> Comparison:
-    """Simulate the oracle, every static strategy (plain included) and each of ``policies`` on ``workload``."""
-    from fastrl.adaptive.fixed import FixedPolicy
+def compare(
+    workload: Workload, settings: SimSettings, selectors: dict[str, Callable[[], StrategySelector]]
+) -> Comparison:
+    """Simulate the oracle, every static strategy (plain included) and each of ``selectors`` on ``workload``."""
+    from fastrl.adaptive.fixed import FixedSelector
 
     lengths = rollout_lengths(workload, settings.seed)
     table = oracle_table(workload, list(settings.strategies), settings.buckets, settings.cost, lengths)
-    oracle = simulate(OraclePolicy(table, settings.buckets), workload, settings, "oracle/bucket")
+    oracle = simulate(OracleSelector(table, settings.buckets), workload, settings, "oracle/bucket")
     per_batch = BatchBuckets(tuple(range(1, workload.requests_per_rollout + 1)))
     fine = oracle_table(workload, list(settings.strategies), per_batch, settings.cost, lengths)
-    oracle_per_batch = simulate(OraclePolicy(fine, per_batch), workload, settings, "oracle/batch-size")
-    statics = {str(s): simulate(FixedPolicy(s), workload, settings, str(s)) for s in settings.strategies}
-    plain = statics.get(str(DISABLE)) or simulate(FixedPolicy(DISABLE), workload, settings, "disable")
-    results = {name: simulate(make(), workload, settings, name) for name, make in policies.items()}
+    oracle_per_batch = simulate(OracleSelector(fine, per_batch), workload, settings, "oracle/batch-size")
+    statics = {str(s): simulate(FixedSelector(s), workload, settings, str(s)) for s in settings.strategies}
+    plain = statics.get(str(DISABLE)) or simulate(FixedSelector(DISABLE), workload, settings, "disable")
+    results = {name: simulate(make(), workload, settings, name) for name, make in selectors.items()}
     return Comparison(workload.name, results, oracle, oracle_per_batch, plain, statics)
 
 
@@ -172,11 +174,11 @@ def format_comparison(comparison: Comparison, labels: list[str]) -> str:
     rows = [
         ("oracle/bucket", comparison.oracle),
         ("oracle/batch-size", comparison.oracle_per_batch),
-        (f"static {best.policy}", best),
+        (f"static {best.selector}", best),
         ("plain", comparison.plain),
     ]
     rows = list(comparison.results.items()) + rows
-    head = f"{'policy':<22}{'tok/s':>9}{'time s':>9}{'vs oracle':>10}{'vs plain':>9}"
+    head = f"{'selector':<22}{'tok/s':>9}{'time s':>9}{'vs oracle':>10}{'vs plain':>9}"
     head += "".join(f"{'bs ' + label:>9}" for label in labels)
     lines = [f"workload: {comparison.workload}", head]
     for name, result in rows:
@@ -190,8 +192,8 @@ def format_comparison(comparison: Comparison, labels: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the simulation table for the standard workloads."""
-    from fastrl.adaptive.bandit import BanditConfig, BanditPolicy
-    from fastrl.adaptive.ema import EmaConfig, EmaPolicy
+    from fastrl.adaptive.bandit import BanditConfig, BanditSelector
+    from fastrl.adaptive.ema import EmaConfig, EmaSelector
     from fastrl.adaptive.workload import standard_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,16 +208,16 @@ def main(argv: list[str] | None = None) -> None:
         names = [n for n in names if Strategy.parse(n) in cost.measured_strategies]
     settings = SimSettings(cost=cost, strategies=tuple(parse_strategy_space(names)), seed=args.seed)
     tiers = [t for t in EmaConfig().candidate_steps if cost.has_strategy(Strategy(t, 1, t + 1))]
-    policies: dict[str, Callable[[], StrategyPolicy]] = {
-        "bandit": lambda: BanditPolicy(BanditConfig(strategies=names, seed=args.seed)),
+    selectors: dict[str, Callable[[], StrategySelector]] = {
+        "bandit": lambda: BanditSelector(BanditConfig(strategies=names, seed=args.seed)),
     }
     if tiers:
-        policies["ema [" + ",".join(map(str, tiers)) + "]"] = lambda: EmaPolicy(EmaConfig(candidate_steps=tiers))
+        selectors["ema [" + ",".join(map(str, tiers)) + "]"] = lambda: EmaSelector(EmaConfig(candidate_steps=tiers))
     source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)
     print(f"cost model: {source}; arms {names}; per-bucket columns: goodput relative to plain decoding")
     for workload in standard_workloads(args.rollouts):
         print()
-        print(format_comparison(compare(workload, settings, policies), settings.buckets.labels()))
+        print(format_comparison(compare(workload, settings, selectors), settings.buckets.labels()))
 
 
 if __name__ == "__main__":

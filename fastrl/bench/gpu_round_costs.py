@@ -16,7 +16,7 @@ from fastrl.engine.cuda_graphs import capture_graph
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 # Public shapes of real checkpoints (config.json values), for cost measurements with random weights.
 SHAPES = {

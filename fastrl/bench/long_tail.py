@@ -6,55 +6,55 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.factory import build_policy
+from fastrl.adaptive.factory import build_selector
 from fastrl.bench.timing import EngineRun, time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 from fastrl.telemetry.round_summary import summarize_rounds
 
 
 @dataclass
 class LongTailRow:
-    """Wall time of the whole batch under one strategy policy, and its speedup over plain; the engine's round
-    statistics and strategy policy are kept for arm tables, plots and cost fitting."""
+    """Wall time of the whole batch under one strategy selector, and its speedup over plain; the engine's round
+    statistics and strategy selector are kept for arm tables, plots and cost fitting."""
 
-    policy: str
+    selector: str
     wall_s: float
     speedup: float
     rounds: int
     mean_accept_length: float
     round_stats: list = field(default_factory=list, repr=False)
-    strategy_policy: object = field(default=None, repr=False)
+    strategy_selector: object = field(default=None, repr=False)
 
 
 def bench_long_tail(
     policy: CausalLM,
     drafter: EagleDrafter,
     prompts: list[list[int]],
-    policies: list[str],
+    selectors: list[str],
     max_new_tokens: int,
     repeats: int,
     batch_size: int = 64,
     bandit: BanditConfig | None = None,
 ) -> list[LongTailRow]:
-    """Run the same batch under each strategy policy ('disable' first is the baseline); outputs must agree."""
+    """Run the same batch under each strategy selector ('disable' first is the baseline); outputs must agree."""
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
         for i, p in enumerate(prompts)
     ]
     reference = None
     rows: list[LongTailRow] = []
-    for name in ["disable"] + [p for p in policies if p != "disable"]:
+    for name in ["disable"] + [p for p in selectors if p != "disable"]:
         timing = time_median(partial(_run, policy, drafter, name, inputs, batch_size, bandit), repeats, warmup=0)
         engine = timing.result.engine
         tokens = [o.token_ids for o in timing.result.outputs]
         if reference is None:
             reference = tokens
         elif tokens != reference:
-            raise RuntimeError(f"policy {name} changed the output: exactness is broken")
+            raise RuntimeError(f"selector {name} changed the output: exactness is broken")
         summary = summarize_rounds(engine.round_stats)
         base = rows[0].wall_s if rows else timing.median_s
         rows.append(
@@ -65,7 +65,7 @@ def bench_long_tail(
                 summary.rounds,
                 summary.mean_accept_length,
                 engine.round_stats,
-                engine.policy,
+                engine.selector,
             )
         )
     return rows
@@ -83,7 +83,7 @@ def _run(
         policy,
         EngineConfig(max_batch_size=batch_size, device=str(next(policy.parameters()).device)),
         drafter=None if name == "disable" else drafter,
-        policy=build_policy(name, bandit=bandit),
+        selector=build_selector(name, bandit=bandit),
     )
     return EngineRun(engine, engine.generate(inputs))
 

@@ -9,8 +9,8 @@ import torch
 
 from fastrl.bench.timing import time_median
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.strategy import Strategy
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass

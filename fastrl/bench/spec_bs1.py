@@ -7,15 +7,15 @@ from functools import partial
 
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.bench.round_costs import measure_round_costs
 from fastrl.bench.timing import EngineRun, time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.strategy import Strategy
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass
@@ -42,7 +42,7 @@ def _run_engine(
 ) -> EngineRun:
     device = str(next(policy.parameters()).device)  # the engine runs where the benchmarked policy lives
     engine = Engine(
-        policy, EngineConfig(max_batch_size=1, device=device), drafter=drafter, policy=FixedPolicy(strategy)
+        policy, EngineConfig(max_batch_size=1, device=device), drafter=drafter, selector=FixedSelector(strategy)
     )
     return EngineRun(engine, engine.generate(inputs))
 

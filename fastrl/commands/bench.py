@@ -107,7 +107,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             model,
             drafter,
             prompts,
-            cfg.long_tail_policies,
+            cfg.long_tail_selectors,
             cfg.long_tail_max_new_tokens,
             cfg.long_tail_repeats,
             batch_size=cfg.long_tail_requests,
@@ -116,14 +116,14 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         print(
             f"\nlong-tail batch: {cfg.long_tail_requests} task requests at T=1, one engine, wall time\n"
             + format_table(
-                ["policy", "wall s", "speedup", "rounds", "accept len"],
-                [[r.policy, r.wall_s, r.speedup, r.rounds, r.mean_accept_length] for r in rows],
+                ["selector", "wall s", "speedup", "rounds", "accept len"],
+                [[r.selector, r.wall_s, r.speedup, r.rounds, r.mean_accept_length] for r in rows],
             ),
             flush=True,
         )
         payload["long_tail"] = [
             {
-                "policy": r.policy,
+                "selector": r.selector,
                 "wall_s": r.wall_s,
                 "speedup": r.speedup,
                 "rounds": r.rounds,
@@ -135,13 +135,13 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         costs = out_dir / "round_costs.json"
         write_json(costs, cost_measurements(rows))
         for r in rows:
-            if r.policy in ("bandit", "ema"):
-                stats_path = out_dir / f"long_tail_{r.policy}.json"
-                stats_path.write_text(json.dumps(run_stats(r.round_stats, r.policy, r.strategy_policy), indent=2))
-                write_run_plot(out_dir / f"long_tail_{r.policy}.png", r.round_stats, r.policy, r.strategy_policy)
+            if r.selector in ("bandit", "ema"):
+                stats_path = out_dir / f"long_tail_{r.selector}.json"
+                stats_path.write_text(json.dumps(run_stats(r.round_stats, r.selector, r.strategy_selector), indent=2))
+                write_run_plot(out_dir / f"long_tail_{r.selector}.png", r.round_stats, r.selector, r.strategy_selector)
                 table = arm_table(r.round_stats, DEFAULT_THRESHOLDS)
                 print(
-                    f"\n{r.policy}: rounds per batch-size bucket and strategy\n"
+                    f"\n{r.selector}: rounds per batch-size bucket and strategy\n"
                     + format_table(
                         ["bucket", "strategy", "pulls", "goodput tok/s", "accept len"],
                         [[a.bucket, a.strategy, a.pulls, a.mean_goodput, a.mean_accept_length] for a in table],

@@ -29,7 +29,7 @@ class BenchConfig:
     bs1_temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
     long_tail_requests: int = 64
     long_tail_max_new_tokens: int = 1024
-    long_tail_policies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
+    long_tail_selectors: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
     long_tail_repeats: int = 1
     long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
 

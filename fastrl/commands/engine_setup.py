@@ -1,4 +1,4 @@
-"""Building an engine from command configs: policy model, drafter and strategy policy."""
+"""Building an engine from command configs: policy model, drafter and strategy selector."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.adaptive.factory import build_policy
+from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import read_config
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import load_drafter
-from fastrl.spec.policy import StrategyPolicy
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.selector import StrategySelector
 
 
 def resolve_model_dir(model: str, key: str = "model") -> Path:
@@ -99,8 +99,8 @@ def build_engine(
     bandit: BanditConfig | None = None,
     ema: EmaConfig | str | None = None,
 ) -> Engine:
-    """An engine whose rounds follow the strategy policy `strategy` (disable | S_K_N | bandit | ema)."""
-    strategy_policy: StrategyPolicy = build_policy(strategy, bandit=bandit, ema=ema)
-    needed = any(not s.is_disabled for s in strategy_policy.strategies)
+    """An engine whose rounds follow the strategy selector `strategy` (disable | S_K_N | bandit | ema)."""
+    strategy_selector: StrategySelector = build_selector(strategy, bandit=bandit, ema=ema)
+    needed = any(not s.is_disabled for s in strategy_selector.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
-    return Engine(policy, config, drafter=draft_model if needed else None, policy=strategy_policy)
+    return Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)

@@ -75,9 +75,9 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         raise
     stream.finish()
     if "stats_output" in targets:
-        write_run_stats(targets["stats_output"].path, engine.round_stats, cfg.strategy, engine.policy)
+        write_run_stats(targets["stats_output"].path, engine.round_stats, cfg.strategy, engine.selector)
     if "plot_output" in targets:
-        write_run_plot(targets["plot_output"].path, engine.round_stats, cfg.strategy, engine.policy)
+        write_run_plot(targets["plot_output"].path, engine.round_stats, cfg.strategy, engine.selector)
     return [stream.done[i] for i in sorted(stream.done)]
 
 

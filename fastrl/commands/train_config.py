@@ -54,7 +54,7 @@ class DrafterSpec:
 
 @dataclass
 class StrategySpec:
-    """The strategy policy of every decode round: bandit | ema | disable | S_K_N, with the bandit's / EMA's keys."""
+    """The strategy selector of every decode round: bandit | ema | disable | S_K_N, with the bandit's / EMA's keys."""
 
     name: str = "bandit"
     bandit: BanditConfig = field(default_factory=BanditConfig)

@@ -13,8 +13,8 @@ from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import save_drafter
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import save_drafter
 
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:

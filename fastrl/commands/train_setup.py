@@ -14,7 +14,7 @@ from fastrl.rollout.local import LocalRollout
 from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.worker_config import RolloutWorkerConfig
-from fastrl.spec.drafter_checkpoint import check_drafter_files
+from fastrl.speculative.drafter_checkpoint import check_drafter_files
 
 
 def model_dir(cfg: TrainConfig) -> Path:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 
 @dataclass
@@ -30,7 +30,7 @@ def measure_accept_length(
 ) -> float:
     """Run `inputs` with a fixed strategy; token-weighted mean accept length over all rows of all rounds."""
     config = EngineConfig(max_batch_size=batch_size, device=device)
-    engine = Engine(policy, config, drafter=drafter, policy=FixedPolicy(strategy))
+    engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     engine.generate(inputs)
     rows = sum(s.batch_size for s in engine.round_stats)
     accepted = sum(sum(s.accepted_tokens) for s in engine.round_stats)

@@ -14,7 +14,7 @@ from torch import Tensor
 from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 
 @dataclass

@@ -11,7 +11,7 @@ import torch
 from fastrl.cotrain.eagle_loss import eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 
 @dataclass

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from fastrl.cotrain.feature_sequence import FeatureBatch
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 CE_WEIGHT = 0.1
 

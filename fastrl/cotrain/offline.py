@@ -18,7 +18,7 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 
 @dataclass

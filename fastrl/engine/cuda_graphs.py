@@ -28,8 +28,8 @@ from fastrl.engine.spec_round import SpecModels, SpecRoundResult, draft_and_veri
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch
-from fastrl.spec.runtime import StrategyRuntime
-from fastrl.spec.strategy import Strategy
+from fastrl.speculative.runtime import StrategyRuntime
+from fastrl.strategy.strategy import Strategy
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 WARMUP_RUNS = 2

@@ -1,4 +1,4 @@
-"""Bookkeeping of what each request's drafter still has to read (see fastrl.spec.drafting)."""
+"""Bookkeeping of what each request's drafter still has to read (see fastrl.speculative.drafting)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from fastrl.engine.request import Request
-from fastrl.spec.drafting import DrafterInput
+from fastrl.speculative.drafting import DrafterInput
 
 
 def queue_for_drafter(request: Request, tokens: list[int], features: Tensor) -> None:

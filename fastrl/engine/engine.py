@@ -1,5 +1,5 @@
 """The engine: continuous batching over a position-addressed KV cache, one decode round (plain or speculative)
-per step, the strategy of each round chosen by a StrategyPolicy."""
+per step, the strategy of each round chosen by a StrategySelector."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.batch import RunningBatch
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
@@ -25,11 +25,11 @@ from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.sampler import sample
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.policy import StrategyPolicy
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.runtime import build_runtimes
-from fastrl.spec.strategy import DISABLE
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.runtime import build_runtimes
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import DISABLE
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Engine:
 
     Streaming use: `add_request(...)` any time, then `step()` until `has_unfinished()` is False; each step returns
     a snapshot of every request that progressed or finished. Batch use: `generate(inputs)`. Before each decode
-    round `policy.choose(batch_size)` picks the strategy (`disable` = plain round), after it `policy.observe`
+    round `selector.choose(batch_size)` picks the strategy (`disable` = plain round), after it `selector.observe`
     gets the round's RoundStats (also kept in `round_stats`). Outputs never depend on the strategy.
     """
 
@@ -56,14 +56,14 @@ class Engine:
         model: CausalLM,
         config: EngineConfig | None = None,
         drafter: EagleDrafter | None = None,
-        policy: StrategyPolicy | None = None,
+        selector: StrategySelector | None = None,
     ) -> None:
         self.config = config or EngineConfig()
         self.device = torch.device(self.config.device)
         dtype = self.config.torch_dtype
         self.model = model.to(device=self.device, dtype=dtype).eval()
-        self.policy: StrategyPolicy = policy or FixedPolicy(DISABLE)
-        speculative = [s for s in self.policy.strategies if not s.is_disabled]
+        self.selector: StrategySelector = selector or FixedSelector(DISABLE)
+        speculative = [s for s in self.selector.strategies if not s.is_disabled]
         if speculative and drafter is None:
             raise ValueError(f"strategies {[str(s) for s in speculative]} need a drafter; none was given")
         mc = model.config
@@ -219,7 +219,7 @@ class Engine:
             self._emit(request, tokens[row], logprobs[row], result.hidden[row, length - 1], progressed)
 
     def _decode(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
-        strategy = self.policy.choose(len(requests))
+        strategy = self.selector.choose(len(requests))
         batch = RunningBatch.build(requests, self.device)
         start = time.perf_counter()
         if strategy.is_disabled or self.drafter is None:
@@ -257,7 +257,7 @@ class Engine:
         )
         self.round_stats.append(stats)
         self._info.observe(stats)
-        self.policy.observe(stats)
+        self.selector.observe(stats)
 
     def _apply_round(
         self,

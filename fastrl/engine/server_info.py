@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastrl.spec.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats
 
 EMA_ALPHA = 0.2
 

@@ -19,12 +19,12 @@ from fastrl.engine.batch import DecodeInputs, RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
-from fastrl.spec.draft_chain import grow_chain
-from fastrl.spec.draft_tree import DraftTree
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafting import DrafterInput, catch_up, grow_tree
-from fastrl.spec.runtime import StrategyRuntime
-from fastrl.spec.verify_tree import verify_tree
+from fastrl.speculative.draft_chain import grow_chain
+from fastrl.speculative.draft_tree import DraftTree
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafting import DrafterInput, catch_up, grow_tree
+from fastrl.speculative.runtime import StrategyRuntime
+from fastrl.speculative.verify_tree import verify_tree
 
 
 @dataclass(frozen=True)

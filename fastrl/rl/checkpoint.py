@@ -7,9 +7,9 @@ Layout of a checkpoint directory:
     policy/                   the policy, HF format (fastrl.models.save_model: config.json + model.safetensors)
     reference/                the frozen KL reference (only when kl_coef > 0), same format
     optimizer.safetensors     AdamW per-parameter tensors; optimizer.json: param groups and scalars
-    drafter/                  the backend's drafter (fastrl.spec.drafter_checkpoint layout, with its version);
+    drafter/                  the backend's drafter (fastrl.speculative.drafter_checkpoint layout, with its version);
                               absent when the backend runs without a drafter
-    rollout_policy.json       the backend's strategy-policy state (bandit windows, ...)
+    rollout_selector.json       the backend's strategy-selector state (bandit windows, ...)
 
 Saving writes to a sibling temporary directory and renames it into place, so a crash never leaves a
 half-written checkpoint under the final name.
@@ -32,8 +32,8 @@ from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.seeding import GlobalRngState
 from fastrl.rollout.backend import RolloutBackend
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import read_drafter_info, read_drafter_weights, save_drafter
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import read_drafter_info, read_drafter_weights, save_drafter
 
 FORMAT = "fastrl-grpo-checkpoint"
 FORMAT_VERSION = 1
@@ -42,7 +42,7 @@ RNG_FILE = "rng.safetensors"
 POLICY_DIR = "policy"
 REFERENCE_DIR = "reference"
 DRAFTER_DIR = "drafter"
-ROLLOUT_POLICY_FILE = "rollout_policy.json"
+ROLLOUT_SELECTOR_FILE = "rollout_selector.json"
 
 
 @dataclass
@@ -88,7 +88,7 @@ def save_training_checkpoint(
         save_model(reference, tmp / REFERENCE_DIR)
     save_optimizer(optimizer, tmp)
     _save_drafter(backend, policy, tmp / DRAFTER_DIR)
-    (tmp / ROLLOUT_POLICY_FILE).write_text(json.dumps(backend.policy_state(), indent=2) + "\n")
+    (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -103,11 +103,11 @@ def load_training_checkpoint(
     reference: CausalLM | None = None,
 ) -> TrainerState:
     """Restore a checkpoint in place: policy (and reference) weights, optimizer, the backend's drafter and
-    strategy-policy state, the global RNG states. The caller pushes the policy weights to the backend. Every file
+    strategy-selector state, the global RNG states. The caller pushes the policy weights to the backend. Every file
     is checked before anything is restored: a missing, truncated or malformed one is a ValueError naming it."""
     directory = Path(path)
     meta = read_trainer_state(directory)
-    rollout_policy, rng_tensors = _read_small_files(directory)
+    rollout_selector, rng_tensors = _read_small_files(directory)
     drafter = _read_drafter(directory, meta, backend)
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
@@ -119,7 +119,7 @@ def load_training_checkpoint(
     load_optimizer(optimizer, directory)
     if drafter is not None:
         backend.load_drafter_state(*drafter)
-    backend.load_policy_state(rollout_policy)
+    backend.load_selector_state(rollout_selector)
     tensors = rng_tensors
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()
@@ -159,10 +159,10 @@ def _read_json(file: Path) -> object:
 
 
 def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """rollout_policy.json and rng.safetensors, read and checked; optimizer files checked for readability."""
-    rollout_policy = _read_json(directory / ROLLOUT_POLICY_FILE)
-    if not isinstance(rollout_policy, dict):
-        raise ValueError(f"{directory / ROLLOUT_POLICY_FILE} must hold a JSON object")
+    """rollout_selector.json and rng.safetensors, read and checked; optimizer files checked for readability."""
+    rollout_selector = _read_json(directory / ROLLOUT_SELECTOR_FILE)
+    if not isinstance(rollout_selector, dict):
+        raise ValueError(f"{directory / ROLLOUT_SELECTOR_FILE} must hold a JSON object")
     if not (directory / RNG_FILE).is_file():
         raise ValueError(f"{directory / RNG_FILE} is missing")
     rng = read_safetensors(directory / RNG_FILE)
@@ -172,7 +172,7 @@ def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         read_safetensors(directory / OPTIMIZER_TENSORS)
     if (directory / OPTIMIZER_META).is_file():
         _read_json(directory / OPTIMIZER_META)
-    return rollout_policy, rng
+    return rollout_selector, rng
 
 
 def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple[int, dict[str, torch.Tensor]] | None:

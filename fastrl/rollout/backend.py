@@ -34,12 +34,12 @@ class RolloutBackend(Protocol):
         """Install drafter weights as `version` on every worker (resume)."""
         ...
 
-    def policy_state(self) -> dict:
+    def selector_state(self) -> dict:
         """The strategy policies' state (e.g. bandit windows), for exact resume."""
         ...
 
-    def load_policy_state(self, state: dict) -> None:
-        """Restore what `policy_state` returned."""
+    def load_selector_state(self, state: dict) -> None:
+        """Restore what `selector_state` returned."""
         ...
 
     def shutdown(self) -> None:

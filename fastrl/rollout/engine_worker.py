@@ -21,9 +21,9 @@ from fastrl.models.decoder import CausalLM
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import load_drafter
-from fastrl.spec.round_stats import RoundStats
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundStats
 
 
 class EngineWorker:
@@ -45,7 +45,9 @@ class EngineWorker:
         self.policy = load_model(config.model_dir, engine_config.torch_dtype, engine_config.device)
         self.drafter, self.drafter_version = self._initial_drafter()
         self.policy_version = 0
-        self.engine = Engine(self.policy, engine_config, drafter=self.drafter, policy=config.build_strategy_policy())
+        self.engine = Engine(
+            self.policy, engine_config, drafter=self.drafter, selector=config.build_strategy_selector()
+        )
         self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
         self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
         self._sample_rng = random.Random(config.seed)
@@ -172,14 +174,14 @@ class EngineWorker:
                 k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()
             }
 
-    def policy_state(self) -> dict:
-        """The strategy policy's state (JSON-serialisable)."""
+    def selector_state(self) -> dict:
+        """The strategy selector's state (JSON-serialisable)."""
         with self._lock:
-            return self.engine.policy.state_dict()
+            return self.engine.selector.state_dict()
 
-    def load_policy_state(self, state: dict) -> None:
+    def load_selector_state(self, state: dict) -> None:
         with self._lock:
-            self.engine.policy.load_state_dict(state)
+            self.engine.selector.load_state_dict(state)
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:

@@ -77,15 +77,15 @@ class LocalRollout:
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
         self.worker.update_drafter(version, state)
 
-    def policy_state(self) -> dict:
+    def selector_state(self) -> dict:
         """``{"workers": [state]}``, the same layout as the Ray backend's."""
-        return {"workers": [self.worker.policy_state()]}
+        return {"workers": [self.worker.selector_state()]}
 
-    def load_policy_state(self, state: dict) -> None:
+    def load_selector_state(self, state: dict) -> None:
         states = state.get("workers") if isinstance(state, dict) else None
         if not isinstance(states, list) or not states:
-            raise ValueError("load_policy_state: expected {'workers': [state, ...]} as returned by policy_state()")
-        self.worker.load_policy_state(states[0])
+            raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
+        self.worker.load_selector_state(states[0])
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -34,7 +34,7 @@ class RayRolloutManager:
     copies trained this rollout are averaged (weighted by steps) into drafter version v + 1, pushed to every worker.
     A worker that dies or hangs (no decode round within ``round_timeout_s``; it is killed) mid-rollout has its
     unfinished requests re-run on the survivors (``retried_requests``) and, with ``restart_failed_workers``, is
-    replaced by a fresh actor brought to the current weight versions and its last strategy-policy state. Workers
+    replaced by a fresh actor brought to the current weight versions and its last strategy-selector state. Workers
     lost between rollouts are found by a health check before each rollout and weight push, and replaced the same
     way. Every replacement is logged (logger ``fastrl.rollout``) and counted in ``replaced_workers``.
     """
@@ -61,7 +61,7 @@ class RayRolloutManager:
         self._drafter_ref: ray.ObjectRef | None = None
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
-        self._policy_states: dict[str, dict] = {}  # worker id -> its strategy-policy state after the last rollout
+        self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ class RayRolloutManager:
         rounds = self._take_rounds()
         drafter = summarize_slices(outcome.slices)
         self._publish_trained(outcome, drafter)
-        self._remember_policy_states()
+        self._remember_selector_states()
         self._replace_dead()
         return RolloutBatch(
             results=outcome.results,
@@ -126,21 +126,21 @@ class RayRolloutManager:
         self._await_ready()
         self._push_drafter(int(version), state)
 
-    def policy_state(self) -> dict:
-        """Each worker's strategy-policy state: ``{"workers": [state, ...]}`` in worker order (a lost worker is
+    def selector_state(self) -> dict:
+        """Each worker's strategy-selector state: ``{"workers": [state, ...]}`` in worker order (a lost worker is
         replaced first, so every slot is there)."""
         self._check_workers()
-        return {"workers": self._call_all("policy_state")}
+        return {"workers": self._call_all("selector_state")}
 
-    def load_policy_state(self, state: dict) -> None:
+    def load_selector_state(self, state: dict) -> None:
         """Worker i loads ``state["workers"][i % n]`` (a resumed run may have a different worker count)."""
         states = state.get("workers") if isinstance(state, dict) else None
         if not isinstance(states, list) or not states:
-            raise ValueError("load_policy_state: expected {'workers': [state, ...]} as returned by policy_state()")
+            raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
         self._await_ready()
-        refs = [(w, w.actor.load_policy_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
+        refs = [(w, w.actor.load_selector_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
         self._gather(refs)
-        self._policy_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
+        self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
 
     def shutdown(self) -> None:
         """Kill every worker actor (and Ray itself when this manager started it)."""
@@ -240,15 +240,15 @@ class RayRolloutManager:
                 self.workers[i] = self._replacement(w)
 
     def _replacement(self, dead: WorkerHandle) -> WorkerHandle:
-        """A fresh actor in ``dead``'s place, brought to the current weights and to ``dead``'s last strategy-policy
+        """A fresh actor in ``dead``'s place, brought to the current weights and to ``dead``'s last strategy-selector
         state (its ``ready`` calls must finish before it serves)."""
         fresh = self._spawn()
         if self._policy_ref is not None:
             fresh.ready.append(fresh.actor.update_policy.remote(self.policy_version, self._policy_ref))
         if self._drafter_ref is not None:
             fresh.ready.append(fresh.actor.update_drafter.remote(self.drafter_version, self._drafter_ref))
-        if dead.worker_id in self._policy_states:
-            fresh.ready.append(fresh.actor.load_policy_state.remote(self._policy_states.pop(dead.worker_id)))
+        if dead.worker_id in self._selector_states:
+            fresh.ready.append(fresh.actor.load_selector_state.remote(self._selector_states.pop(dead.worker_id)))
         fresh.ready.append(fresh.actor.health.remote())
         self.replaced_workers += 1
         LOG.warning("rollout worker %s replaced by %s", dead.worker_id, fresh.worker_id)
@@ -276,12 +276,12 @@ class RayRolloutManager:
                 self.workers[i] = extra.pop(0)
         self.workers += extra
 
-    def _remember_policy_states(self) -> None:
-        """Each live worker's strategy-policy state, for a replacement should it be lost."""
+    def _remember_selector_states(self) -> None:
+        """Each live worker's strategy-selector state, for a replacement should it be lost."""
         alive = self._alive()
-        states = self._gather([(w, w.actor.policy_state.remote()) for w in alive])
+        states = self._gather([(w, w.actor.selector_state.remote()) for w in alive])
         if len(states) == len(alive):
-            self._policy_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
+            self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
         """Wait for replacements to finish starting; one that fails or times out is dropped."""

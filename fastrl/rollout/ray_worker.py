@@ -120,12 +120,12 @@ class RolloutWorkerActor:
         return self._worker.drafter_state()
 
     @ray.method(concurrency_group=CONTROL)
-    def policy_state(self) -> dict:
-        return self._worker.policy_state()
+    def selector_state(self) -> dict:
+        return self._worker.selector_state()
 
     @ray.method(concurrency_group=CONTROL)
-    def load_policy_state(self, state: dict) -> None:
-        self._worker.load_policy_state(state)
+    def load_selector_state(self, state: dict) -> None:
+        self._worker.load_selector_state(state)
 
     # ---- reports (control group) ------------------------------------------------------------------------------
     @ray.method(concurrency_group=CONTROL)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.adaptive.factory import build_policy
+from fastrl.adaptive.factory import build_selector
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.engine.config import EngineConfig
 from fastrl.models.checkpoint import read_config, weight_files
-from fastrl.spec.drafter_checkpoint import check_drafter_files
-from fastrl.spec.policy import StrategyPolicy
+from fastrl.speculative.drafter_checkpoint import check_drafter_files
+from fastrl.strategy.selector import StrategySelector
 
 
 @dataclass
@@ -24,7 +24,7 @@ class RolloutWorkerConfig:
     drafter_dir: drafter checkpoint directory (``save_drafter`` layout); ``""`` = no checkpoint: a freshly
         initialised drafter (seeded by ``seed``, so every worker starts from the same weights) when a speculative
         strategy or co-training needs one, else none.
-    strategy, bandit, ema: the strategy policy, as ``build_policy(strategy, bandit, ema)`` takes them
+    strategy, bandit, ema: the strategy selector, as ``build_selector(strategy, bandit, ema)`` takes them
         (``"disable"``, ``"S_K_N"``, ``"bandit"``, ``"ema"``).
     max_batch_size, max_model_len, device, dtype, seed: the engine's (``EngineConfig``).
     torch_threads: intra-op threads of the worker process (``torch.set_num_threads``).
@@ -71,7 +71,7 @@ class RolloutWorkerConfig:
         except ValueError as err:
             raise ValueError(f"rollout.worker: {err}") from err
         try:
-            self.build_strategy_policy()
+            self.build_strategy_selector()
         except ValueError as err:
             raise ValueError(f"rollout.worker.strategy: {err}") from err
         _check_int("torch_threads", self.torch_threads, 1)
@@ -118,13 +118,13 @@ class RolloutWorkerConfig:
             seed=self.seed,
         )
 
-    def build_strategy_policy(self) -> StrategyPolicy:
-        """A fresh strategy policy (each worker owns one)."""
-        return build_policy(self.strategy, self.bandit, self.ema)
+    def build_strategy_selector(self) -> StrategySelector:
+        """A fresh strategy selector (each worker owns one)."""
+        return build_selector(self.strategy, self.bandit, self.ema)
 
     def needs_drafter(self) -> bool:
         """True when a speculative strategy or co-training needs a drafter."""
-        speculative = any(not s.is_disabled for s in self.build_strategy_policy().strategies)
+        speculative = any(not s.is_disabled for s in self.build_strategy_selector().strategies)
         return speculative or self.cotrain or bool(self.drafter_dir)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastrl.spec.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats
 
 
 def plot_rounds(

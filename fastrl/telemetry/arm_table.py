@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from fastrl.adaptive.buckets import BatchBuckets
-from fastrl.spec.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastrl.spec.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats
 
 
 @dataclass

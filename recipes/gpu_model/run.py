@@ -23,14 +23,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes" / "bundled_model"))
 
-from fastrl.adaptive.factory import build_policy  # noqa: E402
+from fastrl.adaptive.factory import build_selector  # noqa: E402
 from fastrl.bench.gpu_round_costs import measure_costs, measure_shape  # noqa: E402
 from fastrl.bench.workload import left_pad  # noqa: E402
 from fastrl.engine.config import EngineConfig  # noqa: E402
 from fastrl.engine.engine import Engine, GenerateInput  # noqa: E402
 from fastrl.rl.tasks.task import ArithChainTask  # noqa: E402
 from fastrl.sampling.params import SamplingParams  # noqa: E402
-from fastrl.spec.strategy import Strategy  # noqa: E402
+from fastrl.strategy.strategy import Strategy  # noqa: E402
 
 STRATEGIES = ["3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "6_4_24", "8_4_32"]
 
@@ -95,7 +95,7 @@ def phase_drafter(work: Path, prompts: int) -> dict:
 def load(work: Path, dtype: str):
     from fastrl.models.checkpoint import load_model
     from fastrl.models.tokenizer import load_tokenizer
-    from fastrl.spec.drafter_checkpoint import load_drafter
+    from fastrl.speculative.drafter_checkpoint import load_drafter
 
     policy = load_model(work / "model")
     drafter = load_drafter(work / "drafter", policy)[0]
@@ -145,7 +145,7 @@ def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
         for name in STRATEGIES:
             strategy = Strategy.parse(name)
             config = EngineConfig(max_batch_size=1, device="cuda", dtype=dtype)
-            engine = Engine(policy, config, drafter=drafter, policy=build_policy(name))
+            engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
             graphs_memory[name] = engine.graphs.pool_bytes if engine.graphs else None
             t, outs = timed_generate(engine, inputs, repeats)
             same = [o.token_ids for o in outs] == [o.token_ids for o in ref]
@@ -260,7 +260,7 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
     rows, reference = {}, None
     for name in ["disable", "5_1_6", "bandit"]:
         config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype)
-        engine = Engine(policy, config, drafter=None if name == "disable" else drafter, policy=build_policy(name))
+        engine = Engine(policy, config, drafter=None if name == "disable" else drafter, selector=build_selector(name))
         start = time.perf_counter()
         outs = engine.generate(inputs)
         torch.cuda.synchronize()
@@ -295,7 +295,7 @@ def phase_exactness(work: Path, dtype: str) -> dict:
         plain = Engine(policy, EngineConfig(max_batch_size=48, device="cuda", dtype=dtype)).generate(inputs)
         for name in ("7_1_8", "6_4_24", "bandit"):
             config = EngineConfig(max_batch_size=16, device="cuda", dtype=dtype)
-            engine = Engine(policy, config, drafter=drafter, policy=build_policy(name))
+            engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
             report = compare_runs(engine.model, inputs, plain, engine.generate(inputs), logprob_tol=0.25)
             out[f"T={temperature} {name}"] = report.to_dict() | {"summary": report.summary()}
     return out

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -21,7 +21,7 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
             policy = load_model(bundled_model_dir())
             drafter = load_drafter(bundled_drafter_dir(), policy)[0]
             config = EngineConfig(max_batch_size=32, dtype=dtype, max_model_len=256)
-            engine = Engine(policy, config, drafter=drafter, policy=FixedPolicy(strategy))
+            engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
             start = time.perf_counter()
             tokens[strategy] = [o.token_ids for o in engine.generate(inputs)]
             print(f"{dtype:8s} {strategy:8s} {time.perf_counter() - start:6.2f} s", flush=True)

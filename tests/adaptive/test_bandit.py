@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 SPACE = ["8_4_32", "8_4_16", "8_4_8", "disable"]
 BIG, MID, SMALL = Strategy(8, 4, 32), Strategy(8, 4, 16), Strategy(8, 4, 8)
@@ -31,7 +31,7 @@ def environment(strategy: Strategy, batch: int, rng: random.Random) -> RoundStat
     return make_round(strategy, batch, accepted, seconds * (1 + rng.random() * 0.05))
 
 
-def run(policy: BanditPolicy, batches: list[int], seed: int) -> list[Strategy]:
+def run(policy: BanditSelector, batches: list[int], seed: int) -> list[Strategy]:
     rng = random.Random(seed)
     chosen = []
     for batch in batches:
@@ -42,7 +42,7 @@ def run(policy: BanditPolicy, batches: list[int], seed: int) -> list[Strategy]:
 
 
 def test_every_arm_is_tried_round_robin_before_exploiting():
-    policy = BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.5, seed=3))
+    policy = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.5, seed=3))
     for batch in (1, 3, 12, 40):  # one fresh bucket after another
         first = []
         for _ in range(len(SPACE)):
@@ -57,7 +57,7 @@ def test_every_arm_is_tried_round_robin_before_exploiting():
 
 
 def test_exploits_the_best_arm_after_trying_all():
-    policy = BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.0))
+    policy = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.0))
     for strategy in [BIG, MID, SMALL, DISABLE]:
         assert policy.choose(1) == strategy
         policy.observe(make_round(strategy, 1, {BIG: 5, MID: 2, SMALL: 1, DISABLE: 0}[strategy], 0.01))
@@ -67,7 +67,7 @@ def test_exploits_the_best_arm_after_trying_all():
 
 def test_bucket_arms_are_configurable():
     config = BanditConfig(strategies=SPACE, bucket_strategies={21: ["8_4_8", "disable"]}, epsilon=1.0)
-    policy = BanditPolicy(config)
+    policy = BanditSelector(config)
     chosen = set()
     for _ in range(200):
         strategy = policy.choose(64)
@@ -82,7 +82,7 @@ def test_bucket_arms_are_configurable():
 
 def test_neighbour_borrowing():
     config = BanditConfig(strategies=SPACE, epsilon=0.0, explore_untried=False)
-    policy = BanditPolicy(config)
+    policy = BanditSelector(config)
     for strategy, accepted in [(BIG, 1), (MID, 4), (SMALL, 2), (DISABLE, 0)]:
         for _ in range(3):
             policy.observe(make_round(strategy, 1, accepted, 0.01))  # bucket [1] only
@@ -96,7 +96,7 @@ def test_neighbour_borrowing():
     value, source = policy.estimate(1, MID, 2)
     assert source == 0
     assert value == pytest.approx(2 * (2 * 1 + 16 * 5) / (2 + 16) / 0.01)
-    unborrowed = BanditPolicy(
+    unborrowed = BanditSelector(
         BanditConfig(strategies=SPACE, epsilon=0.0, explore_untried=False, borrow_neighbours=False)
     )
     unborrowed.observe(make_round(MID, 1, 4, 0.01))
@@ -106,7 +106,7 @@ def test_neighbour_borrowing():
 
 def test_estimates_compare_arms_at_the_current_batch_size():
     """Round time is looked up at the batch size at hand, not averaged over the window's batch sizes."""
-    policy = BanditPolicy(BanditConfig(strategies=["8_4_8", "disable"], epsilon=0.0))
+    policy = BanditSelector(BanditConfig(strategies=["8_4_8", "disable"], epsilon=0.0))
     for batch in (64, 48, 32, 21):
         policy.observe(make_round(SMALL, batch, 2, 0.002 * batch))  # compute-bound: time grows with batch
         policy.observe(make_round(DISABLE, batch, 0, 0.02))
@@ -118,7 +118,7 @@ def test_estimates_compare_arms_at_the_current_batch_size():
 
 
 def test_bs_threshold_disables_speculation_above_it():
-    policy = BanditPolicy(BanditConfig(strategies=["8_4_32", "8_4_8"], bs_threshold=8, epsilon=0.0))
+    policy = BanditSelector(BanditConfig(strategies=["8_4_32", "8_4_8"], bs_threshold=8, epsilon=0.0))
     assert DISABLE in policy.strategies
     assert all(policy.choose(b) == DISABLE for b in (9, 16, 200))
     assert policy.choose(8) != DISABLE
@@ -131,7 +131,7 @@ def test_bs_threshold_disables_speculation_above_it():
 def test_accept_length_reward_never_exploits_disable():
     """accept_length scores disable 1.0 (accepted 0 + 1), the least any arm can score: the bandit only picks
     disable to try or explore it, however slow speculation is."""
-    policy = BanditPolicy(BanditConfig(strategies=SPACE, reward="accept_length", epsilon=0.1, seed=5))
+    policy = BanditSelector(BanditConfig(strategies=SPACE, reward="accept_length", epsilon=0.1, seed=5))
     batches = [64] * 300 + [3] * 300 + [1] * 300
     chosen = run(policy, batches, seed=5)
     timeline = policy.telemetry().timeline
@@ -141,7 +141,7 @@ def test_accept_length_reward_never_exploits_disable():
     assert policy.estimate(3, DISABLE, 64)[0] == 1.0
     assert all(arm.estimate >= 1.0 for bucket in policy.telemetry().buckets for arm in bucket.arms if arm.pulls)
     # the goodput reward does pick disable where speculation costs more than it gains (large batches)
-    goodput = BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.1, seed=5))
+    goodput = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.1, seed=5))
     chosen = run(goodput, [64] * 300, seed=5)
     assert chosen[-100:].count(DISABLE) > 80
 
@@ -149,10 +149,10 @@ def test_accept_length_reward_never_exploits_disable():
 def test_state_dict_round_trip_continues_identically():
     config = BanditConfig(strategies=SPACE, epsilon=0.2, window_size=8, seed=11)
     batches = [64 - i // 10 for i in range(400)] + [3] * 100 + [1] * 100
-    policy = BanditPolicy(config)
+    policy = BanditSelector(config)
     run(policy, batches[:350], seed=1)
     state = json.loads(json.dumps(policy.state_dict()))  # survives JSON
-    resumed = BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.2, window_size=8, seed=11))
+    resumed = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.2, window_size=8, seed=11))
     resumed.load_state_dict(state)
     assert resumed.state_dict() == policy.state_dict()
     tail = batches[350:]
@@ -160,18 +160,18 @@ def test_state_dict_round_trip_continues_identically():
     assert run(resumed, tail, seed=2) == continued
     assert resumed.state_dict() == policy.state_dict()
     assert resumed.telemetry() == policy.telemetry()
-    assert run(BanditPolicy(config), tail, seed=2) != continued  # the saved state is what made them agree
+    assert run(BanditSelector(config), tail, seed=2) != continued  # the saved state is what made them agree
     with pytest.raises(ValueError, match="different BanditConfig"):
-        BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.3)).load_state_dict(state)
+        BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3)).load_state_dict(state)
 
 
 def test_state_dict_round_trip_with_bucket_arms_through_json():
     config = BanditConfig(strategies=SPACE, bucket_strategies={21: ["8_4_8", "disable"], 1: ["8_4_32"]}, seed=4)
-    policy = BanditPolicy(config)
+    policy = BanditSelector(config)
     run(policy, [40] * 30 + [1] * 5, seed=0)
     state = json.loads(json.dumps(policy.state_dict()))
     assert set(state["config"]["bucket_strategies"]) == {"21", "1"}
-    resumed = BanditPolicy(BanditConfig.from_dict(state["config"]))
+    resumed = BanditSelector(BanditConfig.from_dict(state["config"]))
     resumed.load_state_dict(state)
     assert resumed.config == config
     assert run(resumed, [30] * 20, seed=1) == run(policy, [30] * 20, seed=1)
@@ -179,15 +179,15 @@ def test_state_dict_round_trip_with_bucket_arms_through_json():
 
 def test_seed_makes_runs_reproducible_and_distinct():
     batches = [20] * 400
-    a = run(BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.3, seed=1)), batches, seed=0)
-    b = run(BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.3, seed=1)), batches, seed=0)
-    c = run(BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.3, seed=2)), batches, seed=0)
+    a = run(BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3, seed=1)), batches, seed=0)
+    b = run(BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3, seed=1)), batches, seed=0)
+    c = run(BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3, seed=2)), batches, seed=0)
     assert a == b
     assert a != c
 
 
 def test_telemetry():
-    policy = BanditPolicy(BanditConfig(strategies=SPACE, epsilon=0.1, window_size=4, timeline_limit=50))
+    policy = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.1, window_size=4, timeline_limit=50))
     run(policy, [1] * 60 + [64] * 40, seed=0)
     telemetry = policy.telemetry()
     assert [b.label for b in telemetry.buckets] == ["1", "2-4", "5-20", "21+"]

@@ -6,7 +6,7 @@ import pytest
 from fastrl.adaptive.acceptance import AcceptanceProfile, level_widths
 from fastrl.adaptive.cost_model import CostModel, CostParams
 from fastrl.adaptive.workload import Phase, Workload
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 TREE, CHAIN = Strategy(8, 4, 32), Strategy(3, 1, 4)
 

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from fastrl.adaptive.ema import EmaPolicy, chain_strategy
+from fastrl.adaptive.ema import EmaSelector, chain_strategy
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 def round_with(strategy: Strategy, accepted: list[int]) -> RoundStats:
@@ -16,7 +16,7 @@ def round_with(strategy: Strategy, accepted: list[int]) -> RoundStats:
     return RoundStats(strategy, len(accepted), [drafted] * len(accepted), accepted, [a + 1 for a in accepted], 0.01)
 
 
-def chain_round(policy: EmaPolicy, rng: random.Random, hit: float, batch: int = 4) -> int:
+def chain_round(policy: EmaSelector, rng: random.Random, hit: float, batch: int = 4) -> int:
     """One round where each draft token is accepted with probability ``hit`` until the first miss."""
     strategy = policy.choose(batch)
     accepted = []
@@ -34,7 +34,7 @@ def test_defaults_match_sglang():
     assert config.candidate_steps == [1, 3, 7]
     assert (config.ema_alpha, config.warmup_batches, config.update_interval) == (0.2, 10, 5)
     assert (config.down_hysteresis, config.up_hysteresis) == (-0.25, 0.0)
-    policy = EmaPolicy(config)
+    policy = EmaSelector(config)
     assert policy.current_steps == 3  # the middle tier
     assert policy.ema_accept == 2.0  # neutral start: steps - 1
     assert policy.strategies == [Strategy(1, 1, 2), Strategy(3, 1, 4), Strategy(7, 1, 8)]
@@ -48,11 +48,11 @@ def test_chain_strategy():
 
 @pytest.mark.parametrize(("initial", "expected"), [(1, 1), (2, 1), (4, 3), (5, 3), (6, 7), (100, 7), (0, 1)])
 def test_initial_steps_snap_to_nearest_tier(initial, expected):
-    assert EmaPolicy(EmaConfig(initial_steps=initial)).current_steps == expected
+    assert EmaSelector(EmaConfig(initial_steps=initial)).current_steps == expected
 
 
 def test_ema_update_and_schedule():
-    policy = EmaPolicy(EmaConfig(initial_steps=3))
+    policy = EmaSelector(EmaConfig(initial_steps=3))
     strategy = policy.choose(2)
     # all drafts accepted: EMA rises toward 3 but no decision during the 10 warm-up rounds
     for i in range(10):
@@ -69,7 +69,7 @@ def test_ema_update_and_schedule():
 
 def test_step_down_needs_hysteresis_margin():
     # at tier 7 the drop threshold to tier 3 is 3 - 0.5 - 0.25 = 2.25; the rise threshold is 6.5
-    policy = EmaPolicy(EmaConfig(initial_steps=7, warmup_batches=0, update_interval=1, ema_alpha=1.0))
+    policy = EmaSelector(EmaConfig(initial_steps=7, warmup_batches=0, update_interval=1, ema_alpha=1.0))
     policy.observe(round_with(Strategy(7, 1, 8), [2, 3]))  # ema 2.5 > 2.25: stay
     assert policy.current_steps == 7
     policy.observe(round_with(Strategy(7, 1, 8), [2, 2]))  # ema 2.0 <= 2.25: down to 3, not further
@@ -83,14 +83,14 @@ def test_step_down_needs_hysteresis_margin():
 
 
 def test_multi_tier_drop_in_one_update():
-    policy = EmaPolicy(EmaConfig(initial_steps=7, warmup_batches=0, update_interval=1, ema_alpha=1.0))
+    policy = EmaSelector(EmaConfig(initial_steps=7, warmup_batches=0, update_interval=1, ema_alpha=1.0))
     policy.observe(round_with(Strategy(7, 1, 8), [0, 0, 0]))
     assert policy.current_steps == 1
 
 
 def test_zero_tier_probes_upward():
     config = EmaConfig(candidate_steps=[0, 2], initial_steps=0, warmup_batches=0, update_interval=2, ema_alpha=1.0)
-    policy = EmaPolicy(config)
+    policy = EmaSelector(config)
     assert policy.choose(8) == DISABLE
     assert policy.ema_accept == -1.0
     policy.observe(round_with(DISABLE, [0] * 8))
@@ -107,7 +107,7 @@ def test_tracks_acceptance_phases_within_bounded_rounds():
     """Acceptance rises: the depth climbs to the top tier; it falls: the depth drops to the bottom, each within
     a bounded number of rounds (EMA half-life ~3 rounds, decisions every 5)."""
     rng = random.Random(0)
-    policy = EmaPolicy(EmaConfig())
+    policy = EmaSelector(EmaConfig())
     history = [chain_round(policy, rng, hit=0.5) for _ in range(100)]
     assert history[-1] == 3  # mediocre acceptance keeps the middle tier
     rise = [chain_round(policy, rng, hit=0.97) for _ in range(60)]
@@ -124,11 +124,11 @@ def test_tracks_acceptance_phases_within_bounded_rounds():
 
 def test_state_dict_round_trip_continues_identically():
     rng = random.Random(1)
-    policy = EmaPolicy(EmaConfig())
+    policy = EmaSelector(EmaConfig())
     for _ in range(23):
         chain_round(policy, rng, hit=0.9)
     state = json.loads(json.dumps(policy.state_dict()))
-    resumed = EmaPolicy(EmaConfig())
+    resumed = EmaSelector(EmaConfig())
     resumed.load_state_dict(state)
     rng_a, rng_b = random.Random(7), random.Random(7)
     a = [chain_round(policy, rng_a, hit=0.6) for _ in range(50)]
@@ -136,7 +136,7 @@ def test_state_dict_round_trip_continues_identically():
     assert a == b
     assert policy.ema_accept == resumed.ema_accept
     with pytest.raises(ValueError, match="different EmaConfig"):
-        EmaPolicy(EmaConfig(ema_alpha=0.5)).load_state_dict(state)
+        EmaSelector(EmaConfig(ema_alpha=0.5)).load_state_dict(state)
 
 
 def test_from_json_reads_sglang_keys(tmp_path):
@@ -157,7 +157,7 @@ def test_from_json_reads_sglang_keys(tmp_path):
     assert config == EmaConfig([2, 4, 8], 0.3, 4, 2, -0.5, 0.1)
     assert EmaConfig.from_json(str(path)) == config
     assert EmaConfig.from_json({"ema_alpha": 0.5}).ema_alpha == 0.5
-    assert EmaPolicy(config).current_steps == 4
+    assert EmaSelector(config).current_steps == 4
 
 
 def test_from_json_rejects_unknown_keys(tmp_path):

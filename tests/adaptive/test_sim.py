@@ -6,16 +6,16 @@ import functools
 import pytest
 
 from fastrl.adaptive.acceptance import AcceptanceProfile
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.cost_model import CostModel, CostParams
-from fastrl.adaptive.ema import EmaPolicy
+from fastrl.adaptive.ema import EmaSelector
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.adaptive.oracle import tokens_by_batch_size
 from fastrl.adaptive.sim import DEFAULT_SIM_STRATEGIES, SimSettings, compare, main, simulate
 from fastrl.adaptive.workload import Phase, Workload, standard_workloads
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 SPACE = list(DEFAULT_SIM_STRATEGIES)
 WORKLOADS = {w.name: w for w in standard_workloads(6)}
@@ -30,7 +30,7 @@ def settings_for(seed: int, cost: CostModel | None = None) -> SimSettings:
 
 @functools.cache
 def comparison(workload: str, seed: int):
-    bandit = {"bandit": lambda: BanditPolicy(BanditConfig(strategies=SPACE, seed=seed))}
+    bandit = {"bandit": lambda: BanditSelector(BanditConfig(strategies=SPACE, seed=seed))}
     return compare(WORKLOADS[workload], settings_for(seed), bandit)
 
 
@@ -65,7 +65,7 @@ def test_bandit_stays_plain_where_speculation_never_pays():
     exploration cost less than 3% of it anywhere."""
     cost = CostModel(CostParams(saturation_tokens=1, draft_saturation_tokens=1))
     workload = Workload("compute-bound", (Phase(0, AcceptanceProfile(0.65)),), num_rollouts=12)
-    bandit = {"bandit": lambda: BanditPolicy(BanditConfig(strategies=SPACE))}
+    bandit = {"bandit": lambda: BanditSelector(BanditConfig(strategies=SPACE))}
     result = compare(workload, settings_for(0, cost), bandit)
     assert result.best_static.policy == "disable"
     for mine, plain in zip(result.results["bandit"].buckets, result.plain.buckets, strict=True):
@@ -90,7 +90,7 @@ def test_ema_tracks_phase_changes_in_simulation():
         median_length=200,
     )
     settings = SimSettings(cost=CostModel.default_gpu(), strategies=(), record_choices=True)
-    result = simulate(EmaPolicy(EmaConfig()), workload, settings)
+    result = simulate(EmaSelector(EmaConfig()), workload, settings)
     per_rollout = phase_steps(result, workload)
     assert set(per_rollout[1]) == {3}  # mediocre acceptance: the middle tier throughout
     rising = per_rollout[2]
@@ -104,12 +104,12 @@ def test_ema_tracks_phase_changes_in_simulation():
 def test_simulation_is_deterministic_and_uses_common_lengths():
     workload = WORKLOADS["stationary"]
     settings = settings_for(4)
-    a = simulate(BanditPolicy(BanditConfig(strategies=SPACE)), workload, settings)
-    b = simulate(BanditPolicy(BanditConfig(strategies=SPACE)), workload, settings)
+    a = simulate(BanditSelector(BanditConfig(strategies=SPACE)), workload, settings)
+    b = simulate(BanditSelector(BanditConfig(strategies=SPACE)), workload, settings)
     assert (a.tokens, a.time_s, a.rounds) == (b.tokens, b.time_s, b.rounds)
     recorded = SimSettings(cost=settings.cost, strategies=settings.strategies, seed=4, record_choices=True)
-    plain = simulate(FixedPolicy("disable"), workload, recorded)
-    tree = simulate(FixedPolicy("8_4_32"), workload, recorded)
+    plain = simulate(FixedSelector("disable"), workload, recorded)
+    tree = simulate(FixedSelector("8_4_32"), workload, recorded)
     assert plain.tokens == tree.tokens  # same responses, whatever the strategy
     assert plain.tokens == sum(plain.batch_sizes)  # plain decoding: one token per running request per round
     assert plain.batch_sizes[0] == workload.requests_per_rollout and plain.batch_sizes[-1] == 1

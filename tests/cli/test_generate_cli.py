@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fastrl.cli import main
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import save_drafter
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import save_drafter
 from tests.helpers import make_hf_model
 
 

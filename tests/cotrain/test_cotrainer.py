@@ -12,7 +12,7 @@ from fastrl.cotrain.cotrainer import CoTrainer, average_drafters
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
 from fastrl.models.checkpoint import load_model
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 from tests.helpers import make_hf_model
 
 

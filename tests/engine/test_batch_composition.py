@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 
-from fastrl.adaptive.factory import build_policy
+from fastrl.adaptive.factory import build_selector
 from fastrl.engine.engine import GenerateInput
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.strategy import DISABLE
-from tests.spec.exactness_cases import Case, _bundled_tokenizer, decode
+from fastrl.strategy.strategy import DISABLE
+from tests.speculative.exactness_cases import Case, _bundled_tokenizer, decode
 
 
 def _case(count: int = 12) -> Case:
@@ -28,12 +28,12 @@ def _case(count: int = 12) -> Case:
 def test_tokens_do_not_depend_on_batch_composition():
     case = _case()
     n = len(case.inputs)
-    together = decode(case, build_policy("disable"), n, [0] * n)
+    together = decode(case, build_selector("disable"), n, [0] * n)
     runs = {
-        "plain, one at a time": decode(case, build_policy("disable"), 1, [0] * n),
-        "5_1_6, bs 5, staggered": decode(case, build_policy("5_1_6"), 5, [i % 7 for i in range(n)]),
-        "6_4_24, bs 3, reversed": decode(case, build_policy("6_4_24"), 3, list(range(n, 0, -1))),
-        "bandit, bs 16, staggered": decode(case, build_policy("bandit"), 16, [(3 * i) % 5 for i in range(n)]),
+        "plain, one at a time": decode(case, build_selector("disable"), 1, [0] * n),
+        "5_1_6, bs 5, staggered": decode(case, build_selector("5_1_6"), 5, [i % 7 for i in range(n)]),
+        "6_4_24, bs 3, reversed": decode(case, build_selector("6_4_24"), 3, list(range(n, 0, -1))),
+        "bandit, bs 16, staggered": decode(case, build_selector("bandit"), 16, [(3 * i) % 5 for i in range(n)]),
     }
     assert sum(len(o.token_ids) for o in together) > 8 * n
     for name, outputs in runs.items():

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from fastrl.adaptive.factory import build_policy
+from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -17,7 +17,7 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
 
 pytestmark = pytest.mark.gpu
 STRATEGIES = ["disable", "1_1_2", "5_1_6", "3_2_6", "6_4_24", "8_8_64"]
@@ -41,7 +41,7 @@ def _run(dtype: str, strategy: str, batch: int, graphs: bool, inputs: list[Gener
     policy = load_model(bundled_model_dir())
     drafter = load_drafter(bundled_drafter_dir(), policy)[0] if strategy != "disable" else None
     config = EngineConfig(max_batch_size=batch, device="cuda", dtype=dtype, cuda_graphs=graphs)
-    engine = Engine(policy, config, drafter=drafter, policy=build_policy(strategy))
+    engine = Engine(policy, config, drafter=drafter, selector=build_selector(strategy))
     return engine, engine.generate(inputs)
 
 

@@ -11,16 +11,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor
 
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.cli import main
 from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
 from fastrl.integrations.export.selection_config import write_selection_configs
 from fastrl.models.checkpoint import load_model
-from fastrl.spec.drafter_checkpoint import load_drafter
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 class SglangEagleDraft:
@@ -133,7 +133,7 @@ def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_dro
 
 def _trained_bandit_state() -> dict:
     """A bandit that saw speculation pay at batch size 1 and plain decoding win at 32."""
-    bandit = BanditPolicy(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))
+    bandit = BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))
     spec = Strategy.parse("3_1_4")
     for _ in range(6):
         bandit.observe(RoundStats(spec, 1, [3], [3], [4], 0.010))

@@ -120,7 +120,7 @@ def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack, expor
 
     async def state():
         reports = [r for replica in replicas for r in await replica.reports()]
-        bandits = [await replica.servers[0].strategy_policy_state.remote() for replica in replicas]
+        bandits = [await replica.servers[0].strategy_selector_state.remote() for replica in replicas]
         return reports, bandits
 
     assert len(asyncio.run(tail()).token_ids) == 40
@@ -134,7 +134,7 @@ def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack, expor
     asyncio.run(sleep_and_wake())
     after, bandits_after = asyncio.run(state())
     assert {r.drafter_version for r in after} == {before[0].drafter_version + 1}  # merged, pushed to every server
-    assert bandits_after == bandits  # the strategy policy survives sleep / wake_up untouched
+    assert bandits_after == bandits  # the strategy selector survives sleep / wake_up untouched
     state = export_dir / "bandit_state_fastrl_server_0_0.json"  # written at sleep: input of export-drafter
     assert json.loads(state.read_text()) == bandits[0]
     assert len(write_selection_configs(state, tmp_path, "draft")) == 4  # one winner per batch-size bucket

@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from fastrl.models.checkpoint import load_model, save_model
 from fastrl.rollout.engine_worker import load_policy_weights
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import load_drafter, save_drafter
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import load_drafter, save_drafter
 from tests.rl.grpo_setup import tiny_policy
 
 

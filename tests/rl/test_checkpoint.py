@@ -16,7 +16,7 @@ from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.trainer import GRPOTrainer
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.rollout.local import LocalRollout
-from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
 from tests.rl.grpo_setup import DigitTask, char_tokenizer, local_backend, tiny_policy
 
 STRATEGY = "3_2_6"
@@ -118,7 +118,7 @@ def test_checkpoint_files_load_with_standard_loaders_and_no_pickle(tmp_path):
     drafter, info = load_drafter(path / "drafter", policy)
     assert info.version == 5
     assert all(torch.equal(drafter.state_dict()[k], v) for k, v in backend.worker.drafter.state_dict().items())
-    assert json.loads((path / "rollout_policy.json").read_text()) == backend.policy_state()
+    assert json.loads((path / "rollout_selector.json").read_text()) == backend.selector_state()
     assert (path / "reference" / "model.safetensors").is_file()
     assert not (tmp_path / "ckpt.tmp").exists()
 

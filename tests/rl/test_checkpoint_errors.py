@@ -1,6 +1,6 @@
 """Resuming from a damaged checkpoint is one clear error naming the file, raised before anything is restored:
 corrupt trainer_state.json, a negative step, a missing drafter/, truncated RNG or drafter weights, corrupt
-rollout_policy.json."""
+rollout_selector.json."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _truncate(name: str):
         (_truncate("rng.safetensors"), r"rng.safetensors is not a readable safetensors file"),
         (_truncate("drafter/drafter.safetensors"), r"drafter.safetensors is not a readable safetensors file"),
         (_truncate("policy/model.safetensors"), r"model.safetensors is not a readable safetensors file"),
-        (lambda d: (d / "rollout_policy.json").write_text("[1"), r"rollout_policy.json is not valid JSON"),
+        (lambda d: (d / "rollout_selector.json").write_text("[1"), r"rollout_selector.json is not valid JSON"),
     ],
 )
 def test_damaged_checkpoint_is_named(saved, tmp_path, damage, message):

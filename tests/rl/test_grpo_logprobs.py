@@ -9,15 +9,15 @@ import random
 import pytest
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.rl.logprob_check import LogprobMismatchError, compare_logprobs, require_consistent
 from fastrl.rl.logprobs import batched_logprobs, pack_sequences
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 from tests.rl.grpo_setup import tiny_policy
-from tests.spec.exactness_cases import random_strategy
+from tests.speculative.exactness_cases import random_strategy
 
 SETTINGS = [
     dict(temperature=0.0),  # greedy: both sides report T = 1 log-probs
@@ -52,7 +52,7 @@ def test_recomputed_logprobs_equal_rollout_logprobs(tied, strategy):
     policy = tiny_policy(seed=4, tied=tied)
     torch.manual_seed(0)
     drafter = EagleDrafter(policy.config) if strategy != "disable" else None
-    engine = Engine(policy, EngineConfig(max_batch_size=8), drafter=drafter, policy=FixedPolicy(strategy))
+    engine = Engine(policy, EngineConfig(max_batch_size=8), drafter=drafter, selector=FixedSelector(strategy))
     inputs = _inputs(policy.config.vocab_size)
     outputs = engine.generate(inputs)
     assert all(out.token_ids for out in outputs)
@@ -79,7 +79,7 @@ def test_rollout_logprobs_equal_trainer_logprobs_for_random_strategies(seed):
         policy,
         EngineConfig(max_batch_size=rng.randint(1, 10)),
         drafter=EagleDrafter(policy.config),
-        policy=FixedPolicy(strategy),
+        selector=FixedSelector(strategy),
     )
     inputs = _inputs(policy.config.vocab_size)
     outputs = engine.generate(inputs)

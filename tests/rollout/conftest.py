@@ -20,8 +20,8 @@ from fastrl.rollout.cluster import ensure_ray
 from fastrl.rollout.types import RolloutRequest, RolloutResult
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import save_drafter
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import save_drafter
 from tests.helpers import make_hf_model
 
 VOCAB = 97

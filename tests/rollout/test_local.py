@@ -21,8 +21,8 @@ def test_local_rollout_cotrains_and_publishes(checkpoint):
     assert batch.drafter_version == 1 == backend.drafter_state()[0]
     assert all(r.drafter_version == 0 for r in batch.results)
     assert batch.rounds and batch.workers[0].requests == 9 and batch.workers[0].cotrain_steps == batch.drafter.steps
-    state = backend.policy_state()
-    backend.load_policy_state(state)
+    state = backend.selector_state()
+    backend.load_selector_state(state)
     backend.update_policy(1, load_model(checkpoint.policy_v1).state_dict())
     again = backend.generate(requests)
     assert_same_tokens(again.results, reference(checkpoint.policy_v1, requests))

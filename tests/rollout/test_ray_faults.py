@@ -84,7 +84,7 @@ def test_worker_lost_between_rollouts_is_replaced_and_logged(manager, checkpoint
     assert any("lost between rollouts" in m and victim.worker_id in m for m in caplog.messages)
     assert manager.replaced_workers == before + 1
     assert len({r.worker_id for r in batch.results}) == 2, "the replacement serves in the same rollout"
-    assert len(manager.policy_state()["workers"]) == 2
+    assert len(manager.selector_state()["workers"]) == 2
 
 
 def test_more_workers_than_cpus_is_a_clear_error(checkpoint, ray_cluster):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
 from fastrl.telemetry.arm_plots import plot_rounds
 from fastrl.telemetry.round_summary import summarize_rounds
 from fastrl.telemetry.wandb_logger import WandbConfig, WandbLogger

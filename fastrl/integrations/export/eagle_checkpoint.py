@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from fastrl.spec.drafter_checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_drafter_info
+from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_drafter_info
 
 FORMATS = ("sglang", "vllm")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

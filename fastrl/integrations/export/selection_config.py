@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastrl.adaptive.bandit import BanditPolicy
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ def bucket_winners(state: dict) -> list[BucketWinner]:
     """Per bucket, the arm with the best estimate in a saved bandit ``state_dict`` (ties: first in arm order; a
     bucket with no estimate at all keeps its first arm, as the bandit would)."""
     try:
-        policy = BanditPolicy(BanditConfig.from_dict(state["config"]))
+        policy = BanditSelector(BanditConfig.from_dict(state["config"]))
         policy.load_state_dict(state)
     except (KeyError, TypeError) as err:
         raise ValueError(f"bandit_state: not a fastrl bandit state_dict ({err})") from err

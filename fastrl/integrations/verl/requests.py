@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastrl.sampling.params import MAX_SEED, SamplingParams
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 KNOWN_KEYS = (
     "temperature",

@@ -33,7 +33,7 @@ class FastrlServer:
     ``abort_all_requests`` closes admission and waits for the requests in flight (fastrl cannot cancel a request
     mid-way; they finish normally); ``resume_generation`` reopens it. ``sleep`` ends a rollout: the idle-time
     co-training stops and the servers' trained drafters are merged into the next version (``DrafterHub``); the
-    engine, its strategy policy and its weights stay alive, so nothing is lost across ``sleep``/``wake_up``.
+    engine, its strategy selector and its weights stay alive, so nothing is lost across ``sleep``/``wake_up``.
     """
 
     def __init__(
@@ -195,7 +195,7 @@ class FastrlServer:
                 await self._worker.update_drafter.remote(release.version, release.state)
         self._rollouts += 1
         if self.options.export_dir:
-            state = await self._worker.policy_state.remote()
+            state = await self._worker.selector_state.remote()
             path = Path(self.options.export_dir) / f"bandit_state_{self.name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(state) + "\n")
@@ -278,9 +278,9 @@ class FastrlServer:
             strategy_rounds=dict(stats.strategy_rounds),
         )
 
-    async def strategy_policy_state(self) -> dict:
+    async def strategy_selector_state(self) -> dict:
         """The bandit's (or other policy's) state, JSON-serialisable."""
-        return await self._worker.policy_state.remote()
+        return await self._worker.selector_state.remote()
 
     async def shutdown(self) -> None:
         """Stop the engine actor (before this actor is killed)."""

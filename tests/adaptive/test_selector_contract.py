@@ -1,14 +1,14 @@
-"""The policy interface: RoundStats, the StrategyPolicy protocol, FixedPolicy, build_policy, config validation."""
+"""The selector interface: RoundStats, StrategySelector, FixedSelector, build_selector, config validation."""
 
 import json
 
 import pytest
 
-from fastrl.adaptive import BanditConfig, BanditPolicy, EmaConfig, EmaPolicy, FixedPolicy, build_policy
+from fastrl.adaptive import BanditConfig, BanditSelector, EmaConfig, EmaSelector, FixedSelector, build_selector
 from fastrl.adaptive.buckets import BatchBuckets
-from fastrl.spec.policy import StrategyPolicy
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import DISABLE, Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 def test_round_stats_properties():
@@ -50,8 +50,8 @@ def test_round_stats_validation(kwargs, message):
 
 @pytest.mark.parametrize("name", ["bandit", "ema", "disable", "8_4_32"])
 def test_every_policy_implements_the_protocol(name):
-    policy = build_policy(name)
-    assert isinstance(policy, StrategyPolicy)
+    policy = build_selector(name)
+    assert isinstance(policy, StrategySelector)
     for batch in (64, 17, 3, 1):
         strategy = policy.choose(batch)
         assert strategy in policy.strategies
@@ -59,41 +59,41 @@ def test_every_policy_implements_the_protocol(name):
         accepted = min(1, drafted)
         policy.observe(RoundStats(strategy, batch, [drafted] * batch, [accepted] * batch, [accepted + 1] * batch, 0.01))
     state = json.loads(json.dumps(policy.state_dict()))
-    twin = build_policy(name)
+    twin = build_selector(name)
     twin.load_state_dict(state)
     assert twin.state_dict() == policy.state_dict()
 
 
 def test_fixed_policy():
-    policy = FixedPolicy("8_4_32")
+    policy = FixedSelector("8_4_32")
     assert policy.strategies == [Strategy(8, 4, 32)]
     assert policy.choose(1) == policy.choose(128) == Strategy(8, 4, 32)
-    assert FixedPolicy(DISABLE).choose(5) == DISABLE
+    assert FixedSelector(DISABLE).choose(5) == DISABLE
     with pytest.raises(ValueError, match="batch_size"):
         policy.choose(0)
     with pytest.raises(ValueError, match="'8_4_16'"):
-        policy.load_state_dict(FixedPolicy("8_4_16").state_dict())
+        policy.load_state_dict(FixedSelector("8_4_16").state_dict())
 
 
 def test_build_policy():
-    assert isinstance(build_policy("bandit"), BanditPolicy)
-    assert build_policy("bandit", bandit={"strategies": ["3_1_4", "disable"]}).strategies == [
+    assert isinstance(build_selector("bandit"), BanditSelector)
+    assert build_selector("bandit", bandit={"strategies": ["3_1_4", "disable"]}).strategies == [
         Strategy(3, 1, 4),
         DISABLE,
     ]
     config = BanditConfig(epsilon=0.2)
-    assert build_policy("bandit", bandit=config).config is config
-    assert isinstance(build_policy("ema"), EmaPolicy)
-    assert build_policy("ema", ema={"candidate_steps": [2, 5]}).strategies == [Strategy(2, 1, 3), Strategy(5, 1, 6)]
-    assert build_policy("ema", ema=EmaConfig(candidate_steps=[4])).choose(1) == Strategy(4, 1, 5)
-    assert build_policy("disable").choose(3) == DISABLE
-    assert build_policy("3_1_4").choose(3) == Strategy(3, 1, 4)
+    assert build_selector("bandit", bandit=config).config is config
+    assert isinstance(build_selector("ema"), EmaSelector)
+    assert build_selector("ema", ema={"candidate_steps": [2, 5]}).strategies == [Strategy(2, 1, 3), Strategy(5, 1, 6)]
+    assert build_selector("ema", ema=EmaConfig(candidate_steps=[4])).choose(1) == Strategy(4, 1, 5)
+    assert build_selector("disable").choose(3) == DISABLE
+    assert build_selector("3_1_4").choose(3) == Strategy(3, 1, 4)
     with pytest.raises(ValueError, match="policy 'greedy'"):
-        build_policy("greedy")
+        build_selector("greedy")
     with pytest.raises(ValueError, match="'3_1_5'"):
-        build_policy("3_1_5")
+        build_selector("3_1_5")
     with pytest.raises(ValueError, match="unknown BanditConfig keys: \\['eps'\\]"):
-        build_policy("bandit", bandit={"eps": 0.1})
+        build_selector("bandit", bandit={"eps": 0.1})
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 from tests.engine.test_engine import _hf_greedy, assert_matches_hf
 from tests.helpers import make_hf_model
 
@@ -52,7 +52,7 @@ def random_setup(tmp_path_factory):
 def test_fresh_drafter_matches_plain(random_setup, strategy, batch_size):
     _, model, drafter, inputs, plain = random_setup
     subset = inputs if batch_size > 1 else inputs[:4]
-    engine = Engine(model, EngineConfig(max_batch_size=batch_size), drafter=drafter, policy=FixedPolicy(strategy))
+    engine = Engine(model, EngineConfig(max_batch_size=batch_size), drafter=drafter, selector=FixedSelector(strategy))
     outs = engine.generate(subset)
     for ref, out in zip(plain, outs, strict=False):
         assert out.token_ids == ref.token_ids, f"{strategy} bs={batch_size} request {out.request_id}"
@@ -64,7 +64,7 @@ def test_fresh_drafter_matches_plain(random_setup, strategy, batch_size):
 def test_speculative_greedy_matches_transformers(random_setup):
     hf, model, drafter, inputs, _ = random_setup
     greedy = [i for i in inputs if i.params.temperature == 0.0]
-    engine = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, policy=FixedPolicy("5_4_8"))
+    engine = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, selector=FixedSelector("5_4_8"))
     for inp, out in zip(greedy, engine.generate(greedy), strict=True):
         theirs, gaps = _hf_greedy(hf, inp.prompt_ids, inp.params.max_new_tokens)
         assert_matches_hf(out.token_ids, theirs, gaps)
@@ -74,7 +74,9 @@ def test_hidden_states_match_plain(random_setup):
     _, model, drafter, inputs, _ = random_setup
     want = [GenerateInput(i.prompt_ids, i.params, i.request_id, return_hidden_states=True) for i in inputs[:4]]
     plain = Engine(model, EngineConfig(max_batch_size=4)).generate(want)
-    spec = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, policy=FixedPolicy("3_2_6")).generate(want)
+    spec = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, selector=FixedSelector("3_2_6")).generate(
+        want
+    )
     for a, b in zip(plain, spec, strict=True):
         assert a.hidden_states.shape == b.hidden_states.shape == (len(a.token_ids), model.config.hidden_size)
         torch.testing.assert_close(a.hidden_states, b.hidden_states, atol=1e-4, rtol=0)

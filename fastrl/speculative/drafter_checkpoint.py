@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
-from fastrl.spec.drafter import EagleDrafter
+from fastrl.speculative.drafter import EagleDrafter
 
 CONFIG_FILE = "drafter_config.json"
 WEIGHTS_FILE = "drafter.safetensors"

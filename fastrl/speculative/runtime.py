@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass

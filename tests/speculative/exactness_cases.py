@@ -14,7 +14,7 @@ from functools import cache
 
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -25,10 +25,10 @@ from fastrl.models.decoder import CausalLM
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.drafter_checkpoint import load_drafter
-from fastrl.spec.policy import StrategyPolicy
-from fastrl.spec.strategy import DISABLE, Strategy, max_tree_tokens
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import DISABLE, Strategy, max_tree_tokens
 from tests.helpers import make_hf_model
 
 RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied, Qwen3 qk-norm + tied
@@ -122,7 +122,7 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
     return Case(seed, name, random_strategy(rng, vocab), batch_size, rng.randint(1, max_batch), inputs, arrivals)
 
 
-def decode(case: Case, selector: StrategyPolicy, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
+def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
     """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
     policy, drafter = models(case.model)
     speculative = any(not s.is_disabled for s in selector.strategies)
@@ -130,7 +130,7 @@ def decode(case: Case, selector: StrategyPolicy, batch_size: int, arrivals: list
         policy,
         EngineConfig(max_batch_size=batch_size, dtype=DTYPE),
         drafter=drafter if speculative else None,
-        policy=selector,
+        selector=selector,
     )
     order = sorted(range(len(case.inputs)), key=lambda i: arrivals[i])
     done: dict[str, RequestOutput] = {}
@@ -146,8 +146,8 @@ def decode(case: Case, selector: StrategyPolicy, batch_size: int, arrivals: list
 
 def run_case(case: Case) -> ExactnessReport:
     """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
-    plain = decode(case, FixedPolicy(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
-    spec = decode(case, FixedPolicy(case.strategy), case.batch_size, case.arrivals)
+    plain = decode(case, FixedSelector(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
+    spec = decode(case, FixedSelector(case.strategy), case.batch_size, case.arrivals)
     return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=1e-6)
 
 

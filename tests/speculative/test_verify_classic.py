@@ -5,7 +5,7 @@ import torch
 
 from fastrl.sampling.goodness_of_fit import chi_square_test
 from fastrl.sampling.noise import SAMPLE_STREAM, gumbel_noise
-from fastrl.spec.verify_classic import accept_lengths, emission_weights, verify_classic
+from fastrl.speculative.verify_classic import accept_lengths, emission_weights, verify_classic
 
 NUM_CHAINS = 20000
 

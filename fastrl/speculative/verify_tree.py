@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.spec.draft_tree import DraftTree
+from fastrl.speculative.draft_tree import DraftTree
 
 
 @dataclass

@@ -16,9 +16,9 @@ from torch import Tensor
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch
-from fastrl.spec.draft_tree import Candidates, DraftTree, finalize_tree, gumbel_topk
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.runtime import StrategyRuntime
+from fastrl.speculative.draft_tree import Candidates, DraftTree, finalize_tree, gumbel_topk
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.runtime import StrategyRuntime
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fastrl.spec.strategy import DISABLE, Strategy, max_tree_tokens, parse_strategy_space
+from fastrl.strategy.strategy import DISABLE, Strategy, max_tree_tokens, parse_strategy_space
 
 
 @pytest.mark.parametrize(

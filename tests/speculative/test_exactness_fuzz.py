@@ -3,7 +3,7 @@ give exactly plain decoding's tokens, finish reasons and log-probs.
 
 The quick profile (default suite) runs QUICK_CASES fixed-seed cases. The long profile runs thousands:
 
-    FASTRL_FUZZ_CASES=3000 python -m pytest -m fuzz tests/spec/test_exactness_fuzz.py -s
+    FASTRL_FUZZ_CASES=3000 python -m pytest -m fuzz tests/speculative/test_exactness_fuzz.py -s
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import pytest
 
 from fastrl.exactness.compare import ExactnessReport
-from tests.spec.exactness_cases import make_case, run_case
+from tests.speculative.exactness_cases import make_case, run_case
 
 QUICK_CASES = 48
 QUICK_SEED = 9000

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from fastrl.adaptive.fixed import FixedPolicy
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -16,9 +16,9 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.spec.drafter_checkpoint import load_drafter
+from fastrl.speculative.drafter_checkpoint import load_drafter
 from tests.engine.test_engine import _hf_greedy, assert_matches_hf
-from tests.spec.test_spec_exactness import SETTINGS, STRATEGIES
+from tests.speculative.test_spec_exactness import SETTINGS, STRATEGIES
 
 NEW_TOKENS = 96
 
@@ -44,7 +44,7 @@ def bundled():
 def test_shipped_drafter_matches_plain(bundled, strategy, batch_size):
     model, drafter, inputs, plain = bundled
     subset = inputs if batch_size > 1 else inputs[:4]
-    engine = Engine(model, EngineConfig(max_batch_size=batch_size), drafter=drafter, policy=FixedPolicy(strategy))
+    engine = Engine(model, EngineConfig(max_batch_size=batch_size), drafter=drafter, selector=FixedSelector(strategy))
     outs = engine.generate(subset)
     for ref, out in zip(plain, outs, strict=False):
         assert out.token_ids == ref.token_ids, f"{strategy} bs={batch_size} request {out.request_id}"
@@ -61,7 +61,7 @@ def test_shipped_drafter_greedy_matches_transformers(bundled):
     model, drafter, inputs, _ = bundled
     hf = AutoModelForCausalLM.from_pretrained(bundled_model_dir(), dtype=torch.float32).eval()
     greedy = [i for i in inputs if i.params.temperature == 0.0]
-    engine = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, policy=FixedPolicy("8_4_32"))
+    engine = Engine(model, EngineConfig(max_batch_size=4), drafter=drafter, selector=FixedSelector("8_4_32"))
     for inp, out in zip(greedy, engine.generate(greedy), strict=True):
         theirs, gaps = _hf_greedy(hf, inp.prompt_ids, len(out.token_ids))
         assert_matches_hf(out.token_ids, theirs, gaps)
@@ -69,7 +69,7 @@ def test_shipped_drafter_greedy_matches_transformers(bundled):
 
 def test_mean_accept_length_is_real(bundled):
     model, drafter, inputs, _ = bundled
-    engine = Engine(model, EngineConfig(max_batch_size=1), drafter=drafter, policy=FixedPolicy("5_1_6"))
+    engine = Engine(model, EngineConfig(max_batch_size=1), drafter=drafter, selector=FixedSelector("5_1_6"))
     engine.generate(inputs[:4])
     rows = sum(s.batch_size for s in engine.round_stats)
     assert sum(sum(s.accepted_tokens) for s in engine.round_stats) / rows + 1 > 2.0

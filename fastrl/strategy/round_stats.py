@@ -1,10 +1,10 @@
-"""What one decode round did: the record the engine hands to ``StrategyPolicy.observe`` after every round."""
+"""What one decode round did: the record the engine hands to ``StrategySelector.observe`` after every round."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.strategy import Strategy
 
 
 @dataclass

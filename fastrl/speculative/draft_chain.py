@@ -13,9 +13,9 @@ from torch import Tensor
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
-from fastrl.spec.draft_tree import DraftTree
-from fastrl.spec.drafter import EagleDrafter
-from fastrl.spec.runtime import StrategyRuntime
+from fastrl.speculative.draft_tree import DraftTree
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.runtime import StrategyRuntime
 
 
 def grow_chain(

@@ -6,8 +6,8 @@ import torch
 
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.sampler import SamplingBatch, sample
-from fastrl.spec.draft_tree import Candidates, DraftTree, ancestor_matrix, finalize_tree, gumbel_topk
-from fastrl.spec.verify_tree import verify_tree
+from fastrl.speculative.draft_tree import Candidates, DraftTree, ancestor_matrix, finalize_tree, gumbel_topk
+from fastrl.speculative.verify_tree import verify_tree
 
 
 def _tree(parents: list[int], tokens: list[int]) -> DraftTree:

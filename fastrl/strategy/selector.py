@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from fastrl.spec.round_stats import RoundStats
-from fastrl.spec.strategy import Strategy
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import Strategy
 
 
 @runtime_checkable
-class StrategyPolicy(Protocol):
+class StrategySelector(Protocol):
     """Chooses a strategy before every decode round and learns from the round's statistics after it.
 
     The engine calls ``choose(batch_size)`` before a round, runs the round with the returned strategy (which is
