@@ -64,7 +64,7 @@ def test_every_policy_implements_the_protocol(name):
     assert twin.state_dict() == policy.state_dict()
 
 
-def test_fixed_policy():
+def test_fixed_selector():
     policy = FixedSelector("8_4_32")
     assert policy.strategies == [Strategy(8, 4, 32)]
     assert policy.choose(1) == policy.choose(128) == Strategy(8, 4, 32)
@@ -75,7 +75,7 @@ def test_fixed_policy():
         policy.load_state_dict(FixedSelector("8_4_16").state_dict())
 
 
-def test_build_policy():
+def test_build_selector():
     assert isinstance(build_selector("bandit"), BanditSelector)
     assert build_selector("bandit", bandit={"strategies": ["3_1_4", "disable"]}).strategies == [
         Strategy(3, 1, 4),
@@ -88,7 +88,7 @@ def test_build_policy():
     assert build_selector("ema", ema=EmaConfig(candidate_steps=[4])).choose(1) == Strategy(4, 1, 5)
     assert build_selector("disable").choose(3) == DISABLE
     assert build_selector("3_1_4").choose(3) == Strategy(3, 1, 4)
-    with pytest.raises(ValueError, match="policy 'greedy'"):
+    with pytest.raises(ValueError, match="strategy selector 'greedy'"):
         build_selector("greedy")
     with pytest.raises(ValueError, match="'3_1_5'"):
         build_selector("3_1_5")
