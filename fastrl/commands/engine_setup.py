@@ -9,20 +9,28 @@ import torch
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
-from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import read_config
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
+from fastrl.models.named import is_named_model, named_model_dir, shipped_drafter_dir
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.selector import StrategySelector
 
 
 def resolve_model_dir(model: str, key: str = "model") -> Path:
-    """The checkpoint directory a `model=` key names (empty = the bundled model); ValueError naming ``key`` when it
-    does not exist or has no readable config.json."""
+    """The checkpoint directory a `model=` key names: empty = the bundled model, a named model (`smollm2`) = its
+    converted checkpoint in the cache (converted on first use), else a directory. ValueError naming ``key`` when it
+    does not exist or has no readable config.json; ImportError naming the pip extra when a named model's package is
+    missing."""
+    if is_named_model(model):
+        try:
+            return named_model_dir(model)
+        except ImportError as err:
+            raise ImportError(f"{key}={model}: {err}") from None
     directory = Path(model) if model else bundled_model_dir()
     if not directory.is_dir():
         raise ValueError(f"{key}={model}: checkpoint directory {directory} does not exist")
@@ -77,7 +85,8 @@ def _available_bytes(device: str) -> int | None:
 
 
 def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: bool) -> EagleDrafter | None:
-    """Load the drafter a `drafter=` key names; empty means the shipped one when the model is the bundled one."""
+    """Load the drafter a `drafter=` key names; empty means the shipped one when the model is the bundled one or a
+    named model with a drafter under fastrl/assets (`model=smollm2`)."""
     if drafter:
         try:
             return load_drafter(drafter, policy)[0]
@@ -87,6 +96,9 @@ def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: boo
         return None
     if model_dir.resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():
         return load_drafter(bundled_drafter_dir(), policy)[0]
+    shipped = shipped_drafter_dir(model_dir, assets_dir())
+    if shipped is not None:
+        return load_drafter(shipped, policy)[0]
     raise ValueError(f"a speculative strategy needs a drafter for {model_dir}: pass drafter=DIR")
 
 

