@@ -39,8 +39,10 @@ def bench_long_tail(
     repeats: int,
     batch_size: int = 64,
     bandit: BanditConfig | None = None,
+    max_model_len: int | None = None,
 ) -> list[LongTailRow]:
-    """Run the same batch under each strategy selector ('disable' first is the baseline); outputs must agree."""
+    """Run the same batch under each strategy selector ('disable' first is the baseline); outputs must agree.
+    `max_model_len` bounds the KV cache (None: the model's whole context)."""
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
         for i, p in enumerate(prompts)
@@ -48,7 +50,9 @@ def bench_long_tail(
     reference = None
     rows: list[LongTailRow] = []
     for name in ["disable"] + [p for p in selectors if p != "disable"]:
-        timing = time_median(partial(_run, policy, drafter, name, inputs, batch_size, bandit), repeats, warmup=0)
+        timing = time_median(
+            partial(_run, policy, drafter, name, inputs, batch_size, bandit, max_model_len), repeats, warmup=0
+        )
         engine = timing.result.engine
         tokens = [o.token_ids for o in timing.result.outputs]
         if reference is None:
@@ -78,10 +82,13 @@ def _run(
     inputs: list[GenerateInput],
     batch_size: int,
     bandit: BanditConfig | None,
+    max_model_len: int | None,
 ) -> EngineRun:
     engine = Engine(
         policy,
-        EngineConfig(max_batch_size=batch_size, device=str(next(policy.parameters()).device)),
+        EngineConfig(
+            max_batch_size=batch_size, max_model_len=max_model_len, device=str(next(policy.parameters()).device)
+        ),
         drafter=None if name == "disable" else drafter,
         selector=build_selector(name, bandit=bandit),
     )

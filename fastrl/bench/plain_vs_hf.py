@@ -37,10 +37,12 @@ def bench_plain_vs_hf(
     repeats: int,
     pad_id: int,
     device: str = "cpu",
+    max_model_len: int | None = None,
 ) -> PlainVsHfRow:
-    """Greedy-decode `new_tokens` for `batch_size` prompts with each; median over `repeats`."""
+    """Greedy-decode `new_tokens` for `batch_size` prompts with each; median over `repeats`. `max_model_len`
+    bounds fastrl's KV cache (None: the model's whole context)."""
     batch = prompts[:batch_size]
-    engine = Engine(model, EngineConfig(max_batch_size=batch_size, device=device))
+    engine = Engine(model, EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device))
     params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     inputs = [GenerateInput(p, params) for p in batch]
     ours = time_median(lambda: engine.generate(inputs), repeats, device)

@@ -38,12 +38,15 @@ class Bs1Row:
 
 
 def _run_engine(
-    policy: CausalLM, drafter: EagleDrafter | None, strategy: str, inputs: list[GenerateInput]
+    policy: CausalLM,
+    drafter: EagleDrafter | None,
+    strategy: str,
+    inputs: list[GenerateInput],
+    max_model_len: int | None = None,
 ) -> EngineRun:
     device = str(next(policy.parameters()).device)  # the engine runs where the benchmarked policy lives
-    engine = Engine(
-        policy, EngineConfig(max_batch_size=1, device=device), drafter=drafter, selector=FixedSelector(strategy)
-    )
+    config = EngineConfig(max_batch_size=1, max_model_len=max_model_len, device=device)
+    engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     return EngineRun(engine, engine.generate(inputs))
 
 
@@ -57,9 +60,11 @@ def bench_bs1(
     repeats: int,
     temperatures: list[float],
     pad_id: int,
+    max_model_len: int | None = None,
 ) -> list[Bs1Row]:
     """Each prompt decoded alone (the long-tail regime); outputs of all fastrl rows are identical by construction,
-    so every method does the same work. HF rows run greedy only (their sampler differs)."""
+    so every method does the same work. HF rows run greedy only (their sampler differs). `max_model_len` bounds the
+    KV cache (None: the model's whole context)."""
     rows: list[Bs1Row] = []
     context = sum(len(p) for p in prompts) // len(prompts) + max_new_tokens // 2
     for temperature in temperatures:
@@ -67,13 +72,13 @@ def bench_bs1(
             GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=i))
             for i, p in enumerate(prompts)
         ]
-        plain = time_median(partial(_run_engine, policy, None, "disable", inputs), repeats)
+        plain = time_median(partial(_run_engine, policy, None, "disable", inputs, max_model_len), repeats)
         reference = [o.token_ids for o in plain.result.outputs]
         tokens = sum(len(t) for t in reference)
         rows.append(Bs1Row("fastrl plain", temperature, tokens / plain.median_s, 1.0))
         for name in strategies:
             strategy = Strategy.parse(name)
-            timing = time_median(partial(_run_engine, policy, drafter, name, inputs), repeats)
+            timing = time_median(partial(_run_engine, policy, drafter, name, inputs, max_model_len), repeats)
             run = timing.result
             engine = run.engine
             if [o.token_ids for o in run.outputs] != reference:

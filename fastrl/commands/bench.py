@@ -15,7 +15,7 @@ from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
 from fastrl.bench.report import format_table, write_json
 from fastrl.bench.spec_bs1 import bench_bs1
-from fastrl.bench.workload import task_prompts
+from fastrl.bench.workload import bench_prompts, context_length
 from fastrl.commands.bench_config import BenchConfig
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.models.checkpoint import load_model
@@ -33,7 +33,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
-        raise ValueError(f"fastrl bench draws task prompts and needs a tokenizer in {model_dir}")
+        raise ValueError(f"fastrl bench tokenizes its prompts and needs a tokenizer in {model_dir}")
     model = load_model(model_dir, device=cfg.device)
     pad_id = tokenizer.pad_token_id or 0
     needs_hf = {"plain_vs_hf", "spec_bs1"} & set(cfg.suites)
@@ -42,16 +42,19 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(cfg.device).eval()
         hf_model.generation_config.eos_token_id = None if "plain_vs_hf" in cfg.suites else hf_model.config.eos_token_id
     payload: dict[str, Any] = {
-        "model": str(model_dir),
+        "model": cfg.model or str(model_dir),
+        "model_dir": str(model_dir),
+        "workload": cfg.workload,
         "device": cfg.device,
         "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__,
     }
     if "plain_vs_hf" in cfg.suites:
-        prompts = task_prompts(tokenizer, max(cfg.batch_sizes), cfg.seed)
+        prompts = bench_prompts(tokenizer, cfg.workload, max(cfg.batch_sizes), cfg.seed)
+        length = context_length(prompts, cfg.new_tokens)
         rows = [
-            bench_plain_vs_hf(model, hf_model, prompts, bs, cfg.new_tokens, cfg.repeats, pad_id, cfg.device)
+            bench_plain_vs_hf(model, hf_model, prompts, bs, cfg.new_tokens, cfg.repeats, pad_id, cfg.device, length)
             for bs in cfg.batch_sizes
         ]
         print(
@@ -69,7 +72,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     if {"spec_bs1", "long_tail"} & set(cfg.suites):
         drafter = resolve_drafter(cfg.drafter, model_dir, model, needed=True)
     if "spec_bs1" in cfg.suites:
-        prompts = task_prompts(tokenizer, cfg.bs1_prompts, cfg.seed + 1)
+        prompts = bench_prompts(tokenizer, cfg.workload, cfg.bs1_prompts, cfg.seed + 1)
         rows = bench_bs1(
             model,
             drafter,
@@ -80,9 +83,10 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.repeats,
             cfg.bs1_temperatures,
             pad_id,
+            context_length(prompts, cfg.bs1_max_new_tokens),
         )
         print(
-            f"\nbatch size 1, {cfg.bs1_prompts} task prompts decoded one at a time, median of {cfg.repeats}\n"
+            f"\nbatch size 1, {cfg.bs1_prompts} prompts decoded one at a time, median of {cfg.repeats}\n"
             + format_table(
                 ["method", "T", "tok/s", "speedup", "accept len", "limit", "of limit"],
                 [
@@ -102,7 +106,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         )
         payload["spec_bs1"] = [asdict(r) | {"fraction_of_limit": r.fraction_of_limit} for r in rows]
     if "long_tail" in cfg.suites:
-        prompts = task_prompts(tokenizer, cfg.long_tail_requests, cfg.seed + 2)
+        prompts = bench_prompts(tokenizer, cfg.workload, cfg.long_tail_requests, cfg.seed + 2)
         rows = bench_long_tail(
             model,
             drafter,
@@ -112,9 +116,10 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.long_tail_repeats,
             batch_size=cfg.long_tail_requests,
             bandit=BanditConfig(strategies=list(cfg.long_tail_bandit_strategies), epsilon=0.1, min_pulls=3),
+            max_model_len=context_length(prompts, cfg.long_tail_max_new_tokens),
         )
         print(
-            f"\nlong-tail batch: {cfg.long_tail_requests} task requests at T=1, one engine, wall time\n"
+            f"\nlong-tail batch: {cfg.long_tail_requests} requests at T=1, one engine, wall time\n"
             + format_table(
                 ["selector", "wall s", "speedup", "rounds", "accept len"],
                 [[r.selector, r.wall_s, r.speedup, r.rounds, r.mean_accept_length] for r in rows],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastrl.bench.workload import WORKLOADS
+
 SUITES = ("plain_vs_hf", "spec_bs1", "long_tail")
 
 
@@ -12,6 +14,7 @@ class BenchConfig:
     """Keys of `fastrl bench` (see conf/bench.yaml)."""
 
     model: str = ""
+    workload: str = "auto"
     drafter: str = ""
     output: str = "runs/bench.json"
     suites: list[str] = field(default_factory=lambda: list(SUITES))
@@ -34,6 +37,8 @@ class BenchConfig:
     long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
 
     def __post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"bench.workload must be one of {list(WORKLOADS)}, got {self.workload!r}")
         unknown = [s for s in self.suites if s not in SUITES]
         if unknown or not self.suites:
             raise ValueError(f"bench.suites must be a non-empty subset of {list(SUITES)}, got {self.suites}")

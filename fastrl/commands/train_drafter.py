@@ -10,8 +10,10 @@ import torch
 
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.commands.train_drafter_prompts import train_on_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
+from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import save_drafter
@@ -24,14 +26,19 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
-        raise ValueError(f"train-drafter draws task prompts and needs a tokenizer in {model_dir}")
+        raise ValueError(f"train-drafter tokenizes prompts and needs a tokenizer in {model_dir}")
     policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
     drafter = EagleDrafter(policy.config).to(cfg.device)
-    report = train_offline(policy, drafter, tokenizer, cfg)
-    save_drafter(drafter, cfg.output, policy_name=model_dir.name, version=1)
+    report = (
+        train_on_prompts(policy, drafter, tokenizer, cfg)
+        if cfg.prompts
+        else train_offline(policy, drafter, tokenizer, cfg)
+    )
+    policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
+    save_drafter(drafter, cfg.output, policy_name=policy_name, version=1)
     metrics = {
-        "policy": model_dir.name,
+        "policy": policy_name,
         "train_sequences": report.train_sequences,
         "train_tokens": report.train_tokens,
         "epochs": [dataclasses.asdict(m) for m in report.epochs],
