@@ -1,0 +1,35 @@
+"""Benchmark workloads: task prompts, chat prompts through the chat template, and the KV-cache length."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrl.bench.workload import CHAT_QUESTIONS, bench_prompts, context_length
+from fastrl.commands.bench_config import BenchConfig
+from tests.commands.test_train_drafter_prompts import ChatTokenizer
+
+
+class TaskTokenizer(ChatTokenizer):
+    chat_template = None
+
+
+def test_auto_picks_chat_for_chat_tokenizers_and_task_otherwise():
+    chat = bench_prompts(ChatTokenizer(), "auto", 3, seed=0)
+    assert all(p[0] == 1 and p[-1] == 2 for p in chat)
+    assert bench_prompts(ChatTokenizer(), "auto", 3, 0) == chat  # seeded
+    task = bench_prompts(TaskTokenizer(), "auto", 3, seed=0)
+    assert task != chat and all(p[0] != 1 for p in task)
+
+
+def test_chat_prompts_cycle_past_the_list():
+    prompts = bench_prompts(ChatTokenizer(), "chat", len(CHAT_QUESTIONS) + 2, seed=1)
+    assert prompts[len(CHAT_QUESTIONS)] == prompts[0]
+
+
+def test_context_length_holds_the_longest_prompt_and_the_new_tokens():
+    assert context_length([[1, 2], [1, 2, 3, 4]], 10) == 15
+
+
+def test_unknown_workload_names_the_key():
+    with pytest.raises(ValueError, match="bench.workload"):
+        BenchConfig(workload="poems")

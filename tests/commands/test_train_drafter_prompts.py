@@ -1,0 +1,72 @@
+"""`fastrl train-drafter prompts=FILE`: prompts from a file (chat-templated for chat tokenizers), one rollout pass
+per temperature, a held-out split, and a drafter checkpoint at the end (bundled model, tiny settings)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
+
+
+class ChatTokenizer:
+    """A stand-in tokenizer: one id per character, a chat template that brackets the user turn."""
+
+    chat_template = "fake"
+
+    def __call__(self, text):
+        return {"input_ids": [ord(c) % 50 for c in text]}
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):
+        assert add_generation_prompt and tokenize and return_dict
+        return {"input_ids": [1] + self(messages[0]["content"])["input_ids"] + [2]}
+
+
+def write_prompts(path, lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_text_goes_through_the_chat_template_and_ids_pass_unchanged(tmp_path):
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt": "ab"}, {"prompt_ids": [7, 8]}])
+    assert file_prompt_ids(path, ChatTokenizer(), chat_template=True) == [[1, 47, 48, 2], [7, 8]]
+    assert file_prompt_ids(path, ChatTokenizer(), chat_template=False) == [[47, 48], [7, 8]]
+
+
+def test_split_holds_out_eval_prompts_and_names_the_key():
+    prompts = [[i] for i in range(10)]
+    cfg = TrainDrafterConfig(prompts="p.jsonl", eval_prompts=3, num_prompts=5)
+    train, held = split_prompts(prompts, cfg)
+    assert len(held) == 3 and len(train) == 5 and not {t[0] for t in train} & {h[0] for h in held}
+    with pytest.raises(ValueError, match="eval_prompts=10"):
+        split_prompts(prompts, TrainDrafterConfig(prompts="p.jsonl", eval_prompts=10))
+
+
+def test_negative_rollout_temperature_is_rejected():
+    with pytest.raises(ValueError, match="rollout_temperatures"):
+        TrainDrafterConfig(rollout_temperatures=[0.0, -1.0])
+
+
+def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
+    from fastrl.commands.train_drafter import run_train_drafter
+    from fastrl.speculative.drafter_checkpoint import read_drafter_info
+
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}+{a + 1}="} for a in range(6)])
+    cfg = TrainDrafterConfig(
+        prompts=path,
+        eval_prompts=2,
+        max_new_tokens=8,
+        rollout_temperatures=[0.0, 1.0],
+        epochs=1,
+        accept_strategies=["3_1_4"],
+        accept_requests=2,
+        gen_batch_size=4,
+        output=str(tmp_path / "drafter"),
+    )
+    report = run_train_drafter(cfg)
+    assert report.train_sequences == 8  # 4 training prompts x 2 temperatures
+    assert [a.strategy for a in report.accept_lengths] == ["3_1_4", "3_1_4"]
+    assert read_drafter_info(tmp_path / "drafter").version == 1
+    assert json.loads((tmp_path / "drafter" / "metrics.json").read_text())["config"]["prompts"] == path
