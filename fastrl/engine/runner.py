@@ -72,6 +72,11 @@ class ModelRunner:
             if s.topk > mc.vocab_size:
                 raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
         self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if speculative and drafter else None
+        if self.drafter is not None and self.drafter.draft_vocab is not None:
+            width = self.drafter.draft_vocab.numel()
+            for s in speculative:
+                if s.topk > width:
+                    raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         max_nodes = max((s.num_draft_tokens for s in speculative), default=1)
