@@ -15,14 +15,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import DecodeInputs, RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
-from fastrl.speculative.draft_chain import grow_chain
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafting import DrafterInput, catch_up, grow_tree
+from fastrl.speculative.drafting import DraftContext, DrafterInput, catch_up, draft
+from fastrl.speculative.inputs import DecodeInputs
 from fastrl.speculative.runtime import StrategyRuntime
 from fastrl.speculative.verify_tree import verify_tree
 
@@ -54,11 +53,10 @@ class SpecRoundResult:
 
 
 def speculative_round(
-    models: SpecModels, batch: RunningBatch, pending: DrafterInput, runtime: StrategyRuntime
+    models: SpecModels, inputs: DecodeInputs, pending: DrafterInput, runtime: StrategyRuntime
 ) -> SpecRoundResult:
     """One round of EAGLE speculation for the whole batch, eagerly. # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
-    inputs = batch.inputs
     base = int(inputs.lengths.max())
     root_feature = catch_drafter_up(models, inputs, pending, base)
     draft = draft_trees(models, inputs, root_feature, runtime, base)
@@ -96,7 +94,7 @@ class Draft:
 def draft_trees(
     models: SpecModels, inputs: DecodeInputs, root_feature: Tensor, runtime: StrategyRuntime, base: int
 ) -> Draft:
-    """Compute the round's sampler noise once, then grow each row's tree (chain when topk == 1)."""
+    """Compute the round's sampler noise once, then draft each row's tree (a chain when topk == 1)."""
     n = inputs.lengths
     b = n.shape[0]
     # The sampler noise of every position this round can touch, computed once: n+1 .. n+levels.
@@ -106,21 +104,20 @@ def draft_trees(
     vocab = models.policy.config.vocab_size
     flat_noise = sampling_noise(inputs.sampling.index(level_rows), level_pos, vocab)
     noise = None if flat_noise is None else flat_noise.view(b, levels, vocab)
-    grow = grow_chain if runtime.is_chain else grow_tree
-    dslots = models.dcache.rows(inputs.slots)
-    tree = grow(
-        models.drafter,
-        models.policy,
-        models.dcache,
-        dslots,
-        n,
-        base,
-        inputs.last,
-        root_feature,
-        inputs.sampling,
-        runtime,
-        noise,
+    context = DraftContext(
+        drafter=models.drafter,
+        policy=models.policy,
+        dcache=models.dcache,
+        slots=models.dcache.rows(inputs.slots),
+        lengths=n,
+        base=base,
+        root_tokens=inputs.last,
+        root_feature=root_feature,
+        sampling=inputs.sampling,
+        runtime=runtime,
+        noise=noise,
     )
+    tree = draft(context)
     return Draft(tree, noise)
 
 
