@@ -21,6 +21,7 @@ from fastrl.engine.server_info import ServerInfo
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.history.index import HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE
@@ -55,6 +56,10 @@ class Engine:
     a snapshot of every request that progressed or finished. Batch use: `generate(inputs)`. Before each decode
     round `selector.choose(batch_size)` picks the strategy (`disable` = plain round), after it `selector.observe`
     gets the round's RoundStats (also kept in `round_stats`). Outputs never depend on the strategy.
+
+    History strategies (``suffix_N``, ``S_K_N+suffix_M``) draft from `history`, a suffix index the engine keeps
+    current with every prompt and emitted token (requests with the same prompt form one group); pass one index to
+    successive engines to keep earlier responses across RL steps. One is made when the strategy space needs it.
     """
 
     def __init__(
@@ -63,10 +68,14 @@ class Engine:
         config: EngineConfig | None = None,
         drafter: EagleDrafter | None = None,
         selector: StrategySelector | None = None,
+        history: HistoryIndex | None = None,
     ) -> None:
         self.config = config or EngineConfig()
         self.selector: StrategySelector = selector or FixedSelector(DISABLE)
-        self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies)
+        if history is None and any(s.is_history for s in self.selector.strategies):
+            history = HistoryIndex()
+        self.history = history
+        self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies, history)
         self.max_model_len = self.runner.max_model_len
         mc = model.config
         self.scheduler = Scheduler(self.config.max_batch_size, self.max_model_len, mc.vocab_size)
@@ -116,6 +125,8 @@ class Engine:
             self._rejected.append(request)
         else:
             self.scheduler.add(request)
+            if self.history is not None:
+                self.history.start(request_id, None, request.prompt_ids)
         self._live_ids.add(request_id)
         return request_id
 
@@ -141,7 +152,11 @@ class Engine:
         active = [r for r in self.scheduler.running if not r.finished and r.request_id not in progressed]
         if active:
             self._decode(active, progressed)
-        finished += self.scheduler.release_finished()
+        released = self.scheduler.release_finished()
+        if self.history is not None:
+            for r in released:  # a response that ended in an error teaches the index nothing
+                self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
+        finished += released
         for r in finished:
             self._live_ids.discard(r.request_id)
         done_ids = {r.request_id for r in finished}
@@ -209,6 +224,8 @@ class Engine:
                 n += 1
                 if self._emit(request, token, logprob, None if hidden is None else hidden[j : j + 1], progressed):
                     break
+            if self.history is not None:
+                self.history.extend(request.request_id, out.tokens[row][:n])
             emitted.append(n)
         return emitted
 

@@ -22,7 +22,10 @@ from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample
+from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.history.index import HistoryIndex
+from fastrl.speculative.history.tree import history_draft_tree
 from fastrl.speculative.round import SpecModels, catch_drafter_up, speculative_round
 from fastrl.speculative.runtime import build_runtimes
 from fastrl.strategy.strategy import Strategy
@@ -54,32 +57,42 @@ class ModelRunner:
     """Runs prefills and decode rounds for an engine (see the module docstring).
 
     `strategies` is the selector's strategy space: runtime state (and CUDA graphs) is built for each speculative
-    one at construction, so switching strategy between rounds is a lookup.
+    one at construction, so switching strategy between rounds is a lookup. History strategies (``suffix_N`` and
+    hybrids) draft from `history`, which the engine keeps current.
     """
 
     def __init__(
-        self, model: CausalLM, config: EngineConfig, drafter: EagleDrafter | None, strategies: list[Strategy]
+        self,
+        model: CausalLM,
+        config: EngineConfig,
+        drafter: EagleDrafter | None,
+        strategies: list[Strategy],
+        history: HistoryIndex | None = None,
     ) -> None:
         self.config = config
         self.device = torch.device(config.device)
         dtype = config.torch_dtype
         self.model = model.to(device=self.device, dtype=dtype).eval()
         speculative = [s for s in strategies if not s.is_disabled]
-        if speculative and drafter is None:
-            raise ValueError(f"strategies {[str(s) for s in speculative]} need a drafter; none was given")
+        eagle = [s for s in speculative if s.uses_drafter]
+        if eagle and drafter is None:
+            raise ValueError(f"strategies {[str(s) for s in eagle]} need a drafter; none was given")
+        if any(s.is_history for s in speculative) and history is None:
+            raise ValueError("history strategies (suffix_N) need a HistoryIndex; none was given")
+        self.history = history
         mc = model.config
-        for s in speculative:
+        for s in eagle:
             if s.topk > mc.vocab_size:
                 raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
-        self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if speculative and drafter else None
+        self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if eagle and drafter else None
         if self.drafter is not None and self.drafter.draft_vocab is not None:
             width = self.drafter.draft_vocab.numel()
-            for s in speculative:
+            for s in eagle:
                 if s.topk > width:
                     raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
-        max_nodes = max((s.num_draft_tokens for s in speculative), default=1)
+        max_nodes = max((s.max_tree_nodes for s in speculative), default=1)
         use_graphs = config.cuda_graphs and self.device.type == "cuda"
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
         self.cache = KVCache(
@@ -93,15 +106,12 @@ class ModelRunner:
         )
         self.spec_models: SpecModels | None = None
         if self.drafter is not None:
-            area = max(r.tree_area for r in self.runtimes.values())
+            area = max(self.runtimes[s].tree_area for s in eagle)
             dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
-            self.spec_models = SpecModels(self.model, self.drafter, self.cache, dcache)
+            self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
+        elif speculative:
+            self.spec_models = SpecModels(self.model, self.cache)
         self.graphs = self._capture_graphs() if use_graphs else None
-
-    @property
-    def speculative(self) -> bool:
-        """Whether this runner can run speculative rounds (it has a drafter)."""
-        return self.drafter is not None
 
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
@@ -135,7 +145,7 @@ class ModelRunner:
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
         batch = RunningBatch.build(requests, self.device)
-        if strategy.is_disabled or self.spec_models is None:
+        if strategy.is_disabled:
             if self.graphs is not None:
                 result = self.graphs.run_plain(batch.inputs)
             else:
@@ -145,19 +155,24 @@ class ModelRunner:
             accepted = [0] * len(requests)
             drafted, draft_s, verify_s = 0, 0.0, 0.0
         else:
-            pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
-            if self.graphs is not None:
-                start = time.perf_counter()
+            start = time.perf_counter()
+            pending = None
+            if strategy.uses_drafter:
+                pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
+            history = self._history_tree(requests, strategy) if strategy.is_history else None
+            history_s = time.perf_counter() - start
+            if self.graphs is not None and not strategy.is_history:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
                 root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
                 spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
                 spec.draft_time_s = time.perf_counter() - start
             else:
-                spec = speculative_round(self.spec_models, batch.inputs, pending, self.runtimes[strategy])
+                spec = speculative_round(self.spec_models, batch.inputs, self.runtimes[strategy], pending, history)
+                spec.draft_time_s += history_s
             tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
             accepted = spec.accept_len.tolist()
-            drafted, draft_s, verify_s = strategy.num_draft_tokens - 1, spec.draft_time_s, spec.verify_time_s
+            drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
         token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
         out_tokens, out_logprobs, out_hidden = [], [], []
         for row, request in enumerate(requests):
@@ -172,6 +187,13 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
 
+    def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
+        """Every row's history draft (suffix index over its prompt, its group's responses and kept ones), padded to
+        the strategy's history node count.  # B requests -> DraftTree [B,M]"""
+        nodes, depth = strategy.history_nodes, strategy.history_max_depth
+        drafts = [self.history.draft(r.request_id, nodes, depth) for r in requests]
+        return history_draft_tree(drafts, nodes, depth, self.device)
+
     def _capture_graphs(self):
         """CUDA graphs of every round this runner can run (plain per bucket, speculative per strategy and bucket)."""
         from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
@@ -179,9 +201,9 @@ class ModelRunner:
         mc = self.model.config
         size = self.config.max_batch_size
         static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
-        graphs = CudaGraphRounds(
-            self.model, self.cache, self.spec_models, self.runtimes, graph_buckets(size), self.max_model_len, static
-        )
+        eagle = {s: r for s, r in self.runtimes.items() if not s.is_history}  # history rounds draft on the host
+        models = self.spec_models if self.drafter is not None else None
+        graphs = CudaGraphRounds(self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static)
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
