@@ -13,6 +13,7 @@ import torch
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
+from fastrl.bench.prefix_sharing import bench_prefix_sharing
 from fastrl.bench.report import format_table, write_json
 from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import bench_prompts, context_length
@@ -153,6 +154,23 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
                     )
                 )
         print(f"\nmeasured round costs: {costs} (fit the simulator: python -m fastrl.adaptive.sim --costs {costs})")
+    if "prefix_sharing" in cfg.suites:
+        prompts = bench_prompts(tokenizer, cfg.workload, cfg.prefix_sharing_prompts, cfg.seed + 3)
+        rows = bench_prefix_sharing(
+            model, prompts, list(cfg.prefix_sharing_group_sizes), cfg.repeats, cfg.device, context_length(prompts, 1)
+        )
+        print(
+            f"\nprefix sharing: {cfg.prefix_sharing_prompts} prompts x n samples, prefill of the whole batch\n"
+            + format_table(
+                ["n", "prompt tokens", "unshared s", "shared s", "speedup", "rows run"],
+                [
+                    [r.samples_per_prompt, r.prompt_tokens, r.unshared_s, r.shared_s, r.speedup, r.rows_computed]
+                    for r in rows
+                ],
+            ),
+            flush=True,
+        )
+        payload["prefix_sharing"] = [asdict(r) | {"speedup": r.speedup} for r in rows]
     write_json(cfg.output, payload)
     return payload
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from fastrl.bench.workload import WORKLOADS
 
-SUITES = ("plain_vs_hf", "spec_bs1", "long_tail")
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing")
 
 
 @dataclass
@@ -17,7 +17,7 @@ class BenchConfig:
     workload: str = "auto"
     drafter: str = ""
     output: str = "runs/bench.json"
-    suites: list[str] = field(default_factory=lambda: list(SUITES))
+    suites: list[str] = field(default_factory=lambda: list(SUITES[:3]))
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 64])
     new_tokens: int = 128
     repeats: int = 3
@@ -35,6 +35,8 @@ class BenchConfig:
     long_tail_selectors: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
     long_tail_repeats: int = 1
     long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
+    prefix_sharing_prompts: int = 16
+    prefix_sharing_group_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -42,6 +44,10 @@ class BenchConfig:
         unknown = [s for s in self.suites if s not in SUITES]
         if unknown or not self.suites:
             raise ValueError(f"bench.suites must be a non-empty subset of {list(SUITES)}, got {self.suites}")
+        if not self.prefix_sharing_group_sizes or min(self.prefix_sharing_group_sizes) < 1:
+            raise ValueError(
+                f"bench.prefix_sharing_group_sizes must be positive ints, got {self.prefix_sharing_group_sizes}"
+            )
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ValueError(f"bench.batch_sizes must be a non-empty list of positive ints, got {self.batch_sizes}")
         for key in (
@@ -51,6 +57,7 @@ class BenchConfig:
             "bs1_max_new_tokens",
             "long_tail_requests",
             "long_tail_max_new_tokens",
+            "prefix_sharing_prompts",
             "long_tail_repeats",
         ):
             if getattr(self, key) < 1:

@@ -19,6 +19,8 @@ class EngineConfig:
     seed: seeds requests that bring none (request i of the engine gets a seed drawn from this one).
     cuda_graphs: on a CUDA device, capture every decode round at start (plain per batch bucket, speculative per
         strategy and bucket) and replay them; ignored on a CPU.
+    prefix_sharing: requests admitted together with identical prompts (a GRPO group) prefill once and copy the
+        prompt's KV into each other's slots.
     """
 
     max_batch_size: int = 64
@@ -27,6 +29,7 @@ class EngineConfig:
     dtype: str = "float32"
     seed: int = 0
     cuda_graphs: bool = True
+    prefix_sharing: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
