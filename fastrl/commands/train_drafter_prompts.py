@@ -21,6 +21,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.draft_vocab import coverage, most_frequent_tokens
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -115,13 +116,20 @@ def train_on_prompts(
     policy: CausalLM, drafter: EagleDrafter, tokenizer: Any, cfg: TrainDrafterConfig
 ) -> OfflineDrafterReport:
     """Sample the policy's responses to the file's prompts (each training prompt once per rollout temperature),
-    fit `drafter` in place on their features, evaluate on held-out prompts and measure accept lengths there."""
+    restrict the drafter to the draft_vocab_size most frequent tokens of those rollouts (when > 0), fit `drafter` in
+    place on their features, evaluate on held-out prompts and measure accept lengths there."""
     torch.manual_seed(cfg.seed)
     temperatures = list(cfg.rollout_temperatures) or [cfg.temperature]
     train_prompts, held_prompts = split_prompts(file_prompt_ids(cfg.prompts, tokenizer, cfg.chat_template), cfg)
     print(f"{len(train_prompts)} training prompts x temperatures {temperatures}, {len(held_prompts)} held out")
-    train = policy_features(policy, sample_responses(policy, train_prompts, temperatures, cfg, cfg.seed))
-    held_out = policy_features(policy, sample_responses(policy, held_prompts, temperatures, cfg, cfg.seed + 1))
+    train_ids = sample_responses(policy, train_prompts, temperatures, cfg, cfg.seed)
+    eval_ids = sample_responses(policy, held_prompts, temperatures, cfg, cfg.seed + 1)
+    if cfg.draft_vocab_size > 0:
+        vocab = most_frequent_tokens(train_ids, cfg.draft_vocab_size, policy.config.vocab_size)
+        drafter.set_draft_vocab(vocab)
+        print(f"draft vocabulary: {vocab.numel()} tokens cover {coverage(eval_ids, vocab):.4f} of held-out tokens")
+    train = policy_features(policy, train_ids)
+    held_out = policy_features(policy, eval_ids)
     trainer_cfg = cfg.trainer
     if trainer_cfg.total_steps == 0:  # cosine over the whole run
         per_epoch = len(make_batches(train, trainer_cfg.max_tokens_per_batch))

@@ -63,10 +63,12 @@ def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
         accept_strategies=["3_1_4"],
         accept_requests=2,
         gen_batch_size=4,
+        draft_vocab_size=16,
         output=str(tmp_path / "drafter"),
     )
     report = run_train_drafter(cfg)
     assert report.train_sequences == 8  # 4 training prompts x 2 temperatures
     assert [a.strategy for a in report.accept_lengths] == ["3_1_4", "3_1_4"]
-    assert read_drafter_info(tmp_path / "drafter").version == 1
+    info = read_drafter_info(tmp_path / "drafter")
+    assert info.version == 1 and info.draft_vocab_size == 16
     assert json.loads((tmp_path / "drafter" / "metrics.json").read_text())["config"]["prompts"] == path
