@@ -66,7 +66,7 @@ def test_plain_decoding_matches_hf_generate_on_chat_prompts(smollm2):
 
     model, hf, tokenizer, _ = smollm2
     prompts = [chat_ids(tokenizer, text) for text in CHATS]
-    engine = Engine(model, EngineConfig(max_batch_size=len(prompts)))
+    engine = Engine(model, EngineConfig(max_batch_size=len(prompts), max_model_len=256))
     params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
     ours = engine.generate([GenerateInput(p, params) for p in prompts])
     for prompt, out in zip(prompts, ours, strict=True):
@@ -78,19 +78,22 @@ def test_plain_decoding_matches_hf_generate_on_chat_prompts(smollm2):
 
 def test_shipped_drafter_is_found_and_exact(smollm2):
     from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.commands.engine_setup import resolve_drafter
     from fastrl.engine.config import EngineConfig
     from fastrl.engine.engine import Engine, GenerateInput
     from fastrl.sampling.params import SamplingParams
-    from fastrl.speculative.drafter_checkpoint import load_drafter
 
     model, _, tokenizer, directory = smollm2
     shipped = shipped_drafter_dir(directory, assets_dir())
     if shipped is None:
         pytest.skip("no drafter shipped under fastrl/assets for smollm2 yet")
-    drafter = load_drafter(shipped, model)[0]
+    drafter = resolve_drafter("", directory, model, needed=True)  # drafter= empty: the shipped one
+    assert drafter.draft_vocab is None or drafter.draft_vocab.numel() < model.config.vocab_size
     inputs = [GenerateInput(chat_ids(tokenizer, t), SamplingParams(max_new_tokens=16, temperature=0.0)) for t in CHATS]
-    plain = Engine(model, EngineConfig(max_batch_size=3)).generate(inputs)
-    spec = Engine(model, EngineConfig(max_batch_size=3), drafter=drafter, selector=FixedSelector("3_1_4"))
+    plain = Engine(model, EngineConfig(max_batch_size=3, max_model_len=256)).generate(inputs)
+    spec = Engine(
+        model, EngineConfig(max_batch_size=3, max_model_len=256), drafter=drafter, selector=FixedSelector("3_1_4")
+    )
     outs = spec.generate(inputs)
     assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
     assert sum(len(o.accept_lengths) for o in outs) < sum(len(o.accept_lengths) for o in plain)  # drafts accepted
