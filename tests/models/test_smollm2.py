@@ -97,3 +97,20 @@ def test_shipped_drafter_is_found_and_exact(smollm2):
     outs = spec.generate(inputs)
     assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
     assert sum(len(o.accept_lengths) for o in outs) < sum(len(o.accept_lengths) for o in plain)  # drafts accepted
+
+
+def test_generate_cli_with_model_smollm2_and_the_default_drafter(smollm2, tmp_path):
+    import json
+
+    from fastrl.cli import main
+
+    _, _, tokenizer, directory = smollm2
+    if shipped_drafter_dir(directory, assets_dir()) is None:
+        pytest.skip("no drafter shipped under fastrl/assets for smollm2 yet")
+    prompt = tokenizer.decode(chat_ids(tokenizer, "What is 2 + 3?"))  # chat-templated text, special tokens and all
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    prompts.write_text(json.dumps({"prompt": prompt}) + "\n")
+    args = ["model=smollm2", f"prompts={prompts}", f"output={out}", "strategy=5_1_6", "temperature=0"]
+    assert main(["generate", *args, "max_new_tokens=12", "batch_size=1", "progress=false"]) == 0
+    row = json.loads(out.read_text())
+    assert row["prompt_ids"] == chat_ids(tokenizer, "What is 2 + 3?") and len(row["token_ids"]) >= 1 and row["text"]

@@ -1,0 +1,68 @@
+"""Accept length at batch size 1 on the recipe's held-out prompts, drafting over the drafter's reduced vocabulary
+and over the full one (same weights), for each strategy and temperature.
+
+    python recipes/smollm2_drafter/compare_vocab.py runs/smollm2_drafter [STRATEGY ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.drafter_checkpoint import load_drafter
+
+
+def accept_length(engine: Engine, inputs: list[GenerateInput]) -> float:
+    """Token-weighted mean tokens per round (accepted drafts + 1) of one run."""
+    engine.generate(inputs)
+    rows = sum(s.batch_size for s in engine.round_stats)
+    return sum(sum(s.accepted_tokens) for s in engine.round_stats) / rows + 1.0
+
+
+def main() -> None:
+    run = Path(sys.argv[1])
+    strategies = sys.argv[2:] or ["3_1_4", "5_1_6"]
+    torch.set_num_threads(2)
+    cfg = json.loads((run / "drafter" / "metrics.json").read_text())["config"]
+    model_dir = resolve_model_dir(cfg["model"])
+    policy, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
+    split_cfg = TrainDrafterConfig(prompts=cfg["prompts"], eval_prompts=cfg["eval_prompts"], seed=cfg["seed"])
+    _, held = split_prompts(file_prompt_ids(cfg["prompts"], tokenizer, cfg["chat_template"]), split_cfg)
+    drafter = load_drafter(run / "drafter", policy)[0]
+    reduced = drafter.draft_vocab
+    new_tokens = cfg["max_new_tokens"]
+    config = EngineConfig(max_batch_size=1, max_model_len=max(len(p) for p in held) + new_tokens + 1)
+    results = []
+    for temperature in (0.0, 1.0):
+        inputs = [
+            GenerateInput(p, SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i))
+            for i, p in enumerate(held)
+        ]
+        for strategy in strategies:
+            row = {"strategy": strategy, "temperature": temperature}
+            for name, vocab in (("full", None), ("reduced", reduced)):
+                drafter.set_draft_vocab(vocab)
+                row[name] = accept_length(
+                    Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy)), inputs
+                )
+            row["reduced/full"] = row["reduced"] / row["full"]
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    size = None if reduced is None else int(reduced.numel())
+    (run / "compare_vocab.json").write_text(json.dumps({"draft_vocab_size": size, "rows": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
