@@ -15,9 +15,10 @@ from safetensors.torch import load_file, save_file
 
 
 def ship(source: Path, target: Path) -> None:
-    """Write drafter_config.json, metrics.json and a bfloat16 drafter.safetensors from `source` to `target`."""
+    """Write drafter_config.json, metrics.json, the draft vocabulary (when there is one) and a bfloat16
+    drafter.safetensors from `source` to `target`."""
     target.mkdir(parents=True, exist_ok=True)
-    for name in ("drafter_config.json", "metrics.json"):
+    for name in ("drafter_config.json", "metrics.json", "draft_vocab.safetensors"):
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
     tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(source / "drafter.safetensors").items()}
