@@ -1,13 +1,13 @@
 """Accept length at batch size 1 on the recipe's held-out prompts, drafting over the drafter's reduced vocabulary
 and over the full one (same weights), for each strategy and temperature.
 
-    python recipes/smollm2_drafter/compare_vocab.py runs/smollm2_drafter [STRATEGY ...]
+    python recipes/smollm2_drafter/compare_vocab.py runs/smollm2_drafter --strategies 3_1_4 5_1_6 --prompts 4
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -32,20 +32,26 @@ def accept_length(engine: Engine, inputs: list[GenerateInput]) -> float:
 
 
 def main() -> None:
-    run = Path(sys.argv[1])
-    strategies = sys.argv[2:] or ["3_1_4", "5_1_6"]
-    torch.set_num_threads(2)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the recipe's output directory")
+    parser.add_argument("--strategies", nargs="+", default=["3_1_4", "5_1_6"])
+    parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
+    parser.add_argument("--prompts", type=int, default=0, help="the first N held-out prompts (0: all)")
+    args = parser.parse_args()
+    run, strategies = args.run, args.strategies
+    torch.set_num_threads(1)
     cfg = json.loads((run / "drafter" / "metrics.json").read_text())["config"]
     model_dir = resolve_model_dir(cfg["model"])
     policy, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
     split_cfg = TrainDrafterConfig(prompts=cfg["prompts"], eval_prompts=cfg["eval_prompts"], seed=cfg["seed"])
     _, held = split_prompts(file_prompt_ids(cfg["prompts"], tokenizer, cfg["chat_template"]), split_cfg)
+    held = held[: args.prompts or len(held)]
     drafter = load_drafter(run / "drafter", policy)[0]
     reduced = drafter.draft_vocab
     new_tokens = cfg["max_new_tokens"]
     config = EngineConfig(max_batch_size=1, max_model_len=max(len(p) for p in held) + new_tokens + 1)
     results = []
-    for temperature in (0.0, 1.0):
+    for temperature in args.temperatures:
         inputs = [
             GenerateInput(p, SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i))
             for i, p in enumerate(held)
