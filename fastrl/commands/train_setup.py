@@ -54,6 +54,7 @@ def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
         recency_decay=d.recency_decay,
         trainer=d.trainer,
         slice_seconds=d.slice_seconds,
+        schedule=d.cotrain_schedule(),
     )
 
 

@@ -276,4 +276,7 @@ class GRPOTrainer:
             lr=self.updater.optimizer.param_groups[0]["lr"],
             update_time_s=update_time,
             step_time_s=step_time,
+            drafter_steps=drafter.steps,
+            drafter_heldout_top1_before=drafter.heldout_top1_before,
+            drafter_heldout_top1=drafter.heldout_top1,
         )

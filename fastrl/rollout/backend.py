@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from fastrl.rollout.types import RolloutBatch, RolloutRequest
+from fastrl.rollout.worker_cotrain import CotrainState
 
 
 class RolloutBackend(Protocol):
@@ -40,6 +41,15 @@ class RolloutBackend(Protocol):
 
     def load_selector_state(self, state: dict) -> None:
         """Restore what `selector_state` returned."""
+        ...
+
+    def cotrain_state(self) -> list[CotrainState]:
+        """Each worker's co-training state (feature buffer, drafter optimiser, step counters), in slot order; []
+        without co-training."""
+        ...
+
+    def load_cotrain_state(self, states: list[CotrainState]) -> None:
+        """Restore what `cotrain_state` returned (after `load_drafter_state`)."""
         ...
 
     def shutdown(self) -> None:

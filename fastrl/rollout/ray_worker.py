@@ -22,6 +22,7 @@ from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_cotrain import CotrainState, RoundReport
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.sampling.params import SamplingParams
 
@@ -39,8 +40,8 @@ class RolloutWorkerActor:
     calls and every later one (``health().ok`` turns False).
     """
 
-    def __init__(self, worker_id: str, config: RolloutWorkerConfig) -> None:
-        self._worker = EngineWorker(worker_id, config)
+    def __init__(self, worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> None:
+        self._worker = EngineWorker(worker_id, config, worker_index)
         self._cond = threading.Condition()
         self._waiting: dict[str, Future[RolloutResult]] = {}
         self._error: str | None = None
@@ -52,8 +53,10 @@ class RolloutWorkerActor:
 
     # ---- generation (default concurrency group) ---------------------------------------------------------------
     def generate_batch(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
-        """Generate ``requests`` (sharing rounds with every other caller); results in request order."""
-        futures = [self._submit(r) for r in requests]
+        """Generate ``requests`` (sharing rounds with every other caller); results in request order. They are
+        queued together, before the stepping loop runs again, so one call's batch composition is reproducible."""
+        with self._cond:
+            futures = [self._submit(r) for r in requests]
         return [f.result() for f in futures]
 
     def generate(
@@ -164,6 +167,23 @@ class RolloutWorkerActor:
     def trained_drafter(self) -> TrainedDrafter | None:
         return self._worker.trained_drafter()
 
+    @ray.method(concurrency_group=TRAIN)
+    def finish_drafter_round(self) -> RoundReport:
+        """Take the updates still due this rollout and report its co-training (EngineWorker.finish_drafter_round)."""
+        return self._worker.finish_drafter_round()
+
+    @ray.method(concurrency_group=CONTROL)
+    def heldout_top1(self) -> tuple[int, float]:
+        return self._worker.heldout_top1()
+
+    @ray.method(concurrency_group=CONTROL)
+    def cotrain_state(self) -> CotrainState | None:
+        return self._worker.cotrain_state()
+
+    @ray.method(concurrency_group=CONTROL)
+    def load_cotrain_state(self, state: CotrainState) -> None:
+        self._worker.load_cotrain_state(state)
+
     @ray.method(concurrency_group=CONTROL)
     def close(self) -> None:
         """Stop the stepping loop (before the actor is killed)."""
@@ -172,22 +192,22 @@ class RolloutWorkerActor:
             self._cond.notify_all()
 
 
-def start_worker(worker_id: str, config: RolloutWorkerConfig) -> ray.actor.ActorHandle:
-    """Start a worker actor with the resources its config asks for (returns at once; the actor loads its models
-    in the background, and calls queue until it is ready)."""
+def start_worker(worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> ray.actor.ActorHandle:
+    """Start a worker actor in slot ``worker_index`` with the resources its config asks for (returns at once; the
+    actor loads its models in the background, and calls queue until it is ready)."""
     return RolloutWorkerActor.options(
         num_cpus=config.num_cpus,
         num_gpus=config.num_gpus,
         max_concurrency=config.max_concurrent_calls,
         name=None,
-    ).remote(worker_id, config)
+    ).remote(worker_id, config, worker_index)
 
 
 def await_started(
-    workers: list[WorkerHandle], spawn: Callable[[], WorkerHandle], timeout_s: float, log: logging.Logger
+    workers: list[WorkerHandle], spawn: Callable[[int], WorkerHandle], timeout_s: float, log: logging.Logger
 ) -> WorkerStats:
     """Wait up to ``timeout_s`` for every worker to load its models; workers lost while starting (killed, crashed)
-    are replaced in place by ``spawn()`` once. Returns the first worker's stats; a second loss raises its error."""
+    are replaced in place by ``spawn(slot)`` once. Returns the first worker's stats; a second loss raises its error."""
     for attempt in range(2):
         refs = [w.actor.stats.remote() for w in workers]
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
@@ -205,5 +225,5 @@ def await_started(
             return stats[0]
         for i in lost:
             ray.kill(workers[i].actor, no_restart=True)
-            workers[i] = spawn()
+            workers[i] = spawn(workers[i].slot)
     raise AssertionError("unreachable")

@@ -21,12 +21,13 @@ from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 @dataclass(eq=False)
 class WorkerHandle:
     """A worker actor as the manager tracks it; ``ready`` holds calls (weight pushes to a replacement) that must
-    finish before it serves."""
+    finish before it serves; ``slot`` is its position (a replacement takes its predecessor's)."""
 
     worker_id: str
     actor: ray.actor.ActorHandle
     alive: bool = True
     ready: list[ray.ObjectRef] = field(default_factory=list)
+    slot: int = 0
 
 
 @dataclass
@@ -42,9 +43,11 @@ class RunOutcome:
 
 
 class RolloutRun:
-    """Runs one batch on ``workers`` (all alive). Idle detection: a worker is idle once every unit sent to it has
-    returned; while other workers still run (the tail) an idle worker is kept training in back-to-back slices of
-    ``slice_seconds``; when the last unit returns every running slice is told to stop at its next step.
+    """Runs one batch on ``workers`` (all alive): each worker gets its share of the dispatch plan in one call, so
+    which requests share its decode rounds does not depend on timing. Idle detection: a worker is idle once every
+    unit sent to it has returned; while other workers still run (the tail) an idle worker is kept training in
+    back-to-back slices of ``slice_seconds``; when the last unit returns every running slice is told to stop at its
+    next step.
 
     A worker that dies (RayActorError) or hangs (past the per-round deadline of ``liveness``: it is killed) has its
     unreturned units re-sent to the least-loaded survivors, or to a replacement from ``replace`` when none survive; a
@@ -88,9 +91,14 @@ class RolloutRun:
     def run(self) -> RunOutcome:
         self.start = time.perf_counter()
         plan = assign_units(make_units(self.requests, len(self.workers)), self.load)
-        by_id = {w.worker_id: w for w in self.workers}
-        for worker_id, unit in plan:
-            self._send(by_id[worker_id], unit, retry=False)
+        shares: dict[str, WorkUnit] = {}
+        for worker_id, unit in plan:  # one call per worker: its whole share is queued at once, in request order
+            share = shares.setdefault(worker_id, WorkUnit([], 0.0))
+            share.indices = sorted(share.indices + unit.indices)
+            share.work += unit.work
+        for w in self.workers:
+            if w.worker_id in shares:
+                self._send(w, shares[w.worker_id], retry=False)
         for w in self.workers:
             if not self.outstanding[w.worker_id]:
                 self._went_idle(w)
