@@ -17,7 +17,8 @@ class StepMetrics:
     reward >= CORRECT_REWARD) overall and per problem-size bucket, response lengths in tokens, the fraction cut
     by max_new_tokens / context, the rollout's wall time and tail time (after the first worker ran dry), the
     mean accepted tokens per decode round (1.0 for plain decoding), the drafter version after the rollout and
-    its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers),
+    its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
+    `drafter_time_s` wall seconds summed over workers, in the tail or after it),
     and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
     rollout's update (None without held-out requests).
     Consistency: max / mean |rollout log-prob - recomputed log-prob| over response tokens.
@@ -55,6 +56,7 @@ class StepMetrics:
     update_time_s: float
     step_time_s: float
     drafter_steps: int = 0
+    drafter_time_s: float = 0.0
     drafter_heldout_top1_before: float | None = None
     drafter_heldout_top1: float | None = None
 

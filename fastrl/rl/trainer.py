@@ -277,6 +277,7 @@ class GRPOTrainer:
             update_time_s=update_time,
             step_time_s=step_time,
             drafter_steps=drafter.steps,
+            drafter_time_s=drafter.seconds,
             drafter_heldout_top1_before=drafter.heldout_top1_before,
             drafter_heldout_top1=drafter.heldout_top1,
         )
