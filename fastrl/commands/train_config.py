@@ -58,7 +58,7 @@ class DrafterSpec:
     recency_decay: float = 0.5
     slice_seconds: float = 0.25
     schedule: str = "steps"
-    updates_per_rollout: int = 4
+    updates_per_rollout: int = 1
     heldout_fraction: float = 0.1
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
 
