@@ -20,7 +20,8 @@ class StepMetrics:
     its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
     `drafter_time_s` wall seconds summed over workers, in the tail or after it),
     and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
-    rollout's update (None without held-out requests).
+    rollout's update (None without held-out requests). `drift_kl` (with GRPOConfig.track_drift): KL of the policy
+    that generated the rollout to the initial policy, estimated on the rollout's responses.
     Consistency: max / mean |rollout log-prob - recomputed log-prob| over response tokens.
     Update: total loss, its clipped-surrogate and KL parts (token means, averaged over optimizer steps), the
     fraction of clipped tokens, the gradient norm before clipping (mean over optimizer steps), learning rate.
@@ -59,6 +60,7 @@ class StepMetrics:
     drafter_time_s: float = 0.0
     drafter_heldout_top1_before: float | None = None
     drafter_heldout_top1: float | None = None
+    drift_kl: float | None = None
 
     def to_flat_dict(self) -> dict[str, float]:
         """Scalar view for loggers: buckets as ``accuracy/<bucket>``, None values dropped."""

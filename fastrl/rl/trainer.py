@@ -130,6 +130,7 @@ class GRPOTrainer:
         prepared = self.updater.prepare(sequences, advantages)
         check = self.check_logprobs(results, prepared.old_logprobs, sequences.response_mask, step)
         stats = self.updater.update(prepared, step)
+        stats.drift_kl = prepared.drift_kl
         update_time = time.perf_counter() - update_start
         rollout_version = self.version
         self.version += 1
@@ -280,4 +281,5 @@ class GRPOTrainer:
             drafter_time_s=drafter.seconds,
             drafter_heldout_top1_before=drafter.heldout_top1_before,
             drafter_heldout_top1=drafter.heldout_top1,
+            drift_kl=stats.drift_kl,
         )

@@ -28,8 +28,15 @@ def plot_train_report(history: list[StepMetrics], lengths: list[int], path: str 
     ax[0, 1].plot(steps, [m.step_time_s for m in history], marker="x", label="whole step")
     ax[0, 1].set_title("time per RL step (s)")
     ax[0, 1].legend()
-    ax[1, 0].plot(steps, [m.mean_accept_length for m in history], marker="o")
+    ax[1, 0].plot(steps, [m.mean_accept_length for m in history], marker="o", label="accept length")
     ax[1, 0].set_title("mean accept length (tokens / round)")
+    drift = [(m.step, m.drift_kl) for m in history if m.drift_kl is not None]
+    if drift:
+        twin = ax[1, 0].twinx()
+        twin.plot([s for s, _ in drift], [k for _, k in drift], marker=".", color="C4", label="KL to initial policy")
+        twin.set_ylabel("KL to initial policy (nats / token)")
+        twin.legend(loc="lower right", fontsize=8)
+        ax[1, 0].set_title("mean accept length (tokens / round) and policy drift")
     ax[1, 1].step(steps, [m.drafter_version for m in history], where="post", color="gray", label="version")
     ax[1, 1].set_ylabel("drafter version")
     heldout = [(m.step, m.drafter_heldout_top1_before, m.drafter_heldout_top1) for m in history]
