@@ -44,6 +44,7 @@ class RolloutWorkerActor:
         self._worker = EngineWorker(worker_id, config, worker_index)
         self._cond = threading.Condition()
         self._waiting: dict[str, Future[RolloutResult]] = {}
+        self._held: dict[str, dict[int, list[tuple[RolloutRequest, Future[RolloutResult]]]]] = {}
         self._error: str | None = None
         self._stop_below = 0
         self._closed = False
@@ -52,22 +53,46 @@ class RolloutWorkerActor:
         self._loop.start()
 
     # ---- generation (default concurrency group) ---------------------------------------------------------------
-    def generate_batch(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
-        """Generate ``requests`` (sharing rounds with every other caller); results in request order. They are
-        queued together, before the stepping loop runs again, so one call's batch composition is reproducible."""
+    def generate_batch(
+        self, requests: list[RolloutRequest], share: tuple[str, int, int] | None = None
+    ) -> list[RolloutResult]:
+        """Generate ``requests`` (sharing rounds with every other caller); results in request order.
+
+        ``share = (key, index, count)``: this call is part ``index`` of ``count`` calls that together make one
+        caller's share of a batch; the parts are held until all have arrived, then queued at once in part order
+        (before the stepping loop runs again), so which requests share decode rounds does not depend on the order
+        the calls arrived in. Each call still returns its own part as soon as it is done."""
+        futures: list[Future[RolloutResult]] = [Future() for _ in requests]
         with self._cond:
-            futures = [self._submit(r) for r in requests]
+            if share is None:
+                self._submit_all(list(zip(requests, futures, strict=True)))
+            else:
+                key, index, count = share
+                parts = self._held.setdefault(key, {})
+                parts[index] = list(zip(requests, futures, strict=True))
+                if len(parts) == count:
+                    del self._held[key]
+                    self._submit_all([item for i in range(count) for item in parts[i]])
         return [f.result() for f in futures]
+
+    def _submit_all(self, items: list[tuple[RolloutRequest, Future[RolloutResult]]]) -> None:
+        """Queue every request (under the lock); a refused one fails its own future and those after it."""
+        for n, (request, future) in enumerate(items):
+            try:
+                self._submit(request, future)
+            except (RuntimeError, ValueError) as err:
+                for _, later in items[n:]:
+                    later.set_exception(err)
+                return
 
     def generate(
         self, prompt_ids: list[int], sampling_params: SamplingParams | None = None, request_id: str | None = None
     ) -> RolloutResult:
         """Generate one request; concurrent calls are batched together."""
         request = RolloutRequest(request_id or uuid.uuid4().hex, list(prompt_ids), sampling_params or SamplingParams())
-        return self._submit(request).result()
+        return self._submit(request, Future()).result()
 
-    def _submit(self, request: RolloutRequest) -> Future[RolloutResult]:
-        future: Future[RolloutResult] = Future()
+    def _submit(self, request: RolloutRequest, future: Future[RolloutResult]) -> Future[RolloutResult]:
         with self._cond:
             if self._error is not None:
                 raise RuntimeError(f"worker {self._worker.worker_id} failed earlier: {self._error}")

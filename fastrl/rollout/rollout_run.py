@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,9 +44,10 @@ class RunOutcome:
 
 
 class RolloutRun:
-    """Runs one batch on ``workers`` (all alive): each worker gets its share of the dispatch plan in one call, so
-    which requests share its decode rounds does not depend on timing. Idle detection: a worker is idle once every
-    unit sent to it has returned; while other workers still run (the tail) an idle worker is kept training in
+    """Runs one batch on ``workers`` (all alive): a worker queues all units of its share of the dispatch plan
+    together (``generate_batch``'s ``share``), so which requests share its decode rounds does not depend on timing,
+    while each unit still returns on its own (kept if the worker dies later). Idle detection: a worker is idle once
+    every unit sent to it has returned; while other workers still run (the tail) an idle worker is kept training in
     back-to-back slices of ``slice_seconds``; when the last unit returns every running slice is told to stop at its
     next step.
 
@@ -91,14 +93,11 @@ class RolloutRun:
     def run(self) -> RunOutcome:
         self.start = time.perf_counter()
         plan = assign_units(make_units(self.requests, len(self.workers)), self.load)
-        shares: dict[str, WorkUnit] = {}
-        for worker_id, unit in plan:  # one call per worker: its whole share is queued at once, in request order
-            share = shares.setdefault(worker_id, WorkUnit([], 0.0))
-            share.indices = sorted(share.indices + unit.indices)
-            share.work += unit.work
-        for w in self.workers:
-            if w.worker_id in shares:
-                self._send(w, shares[w.worker_id], retry=False)
+        key = uuid.uuid4().hex
+        for w in self.workers:  # a worker queues its units together, in plan order, once all have arrived
+            units = [unit for worker_id, unit in plan if worker_id == w.worker_id]
+            for index, unit in enumerate(units):
+                self._send(w, unit, retry=False, share=(key, index, len(units)))
         for w in self.workers:
             if not self.outstanding[w.worker_id]:
                 self._went_idle(w)
@@ -126,9 +125,11 @@ class RolloutRun:
         )
 
     # ---- generation -------------------------------------------------------------------------------------------
-    def _send(self, worker: WorkerHandle, unit: WorkUnit, retry: bool) -> None:
+    def _send(
+        self, worker: WorkerHandle, unit: WorkUnit, retry: bool, share: tuple[str, int, int] | None = None
+    ) -> None:
         wid = worker.worker_id
-        ref = worker.actor.generate_batch.remote([self.requests[i] for i in unit.indices])
+        ref = worker.actor.generate_batch.remote([self.requests[i] for i in unit.indices], share)
         self.gen_refs[ref] = (worker, unit)
         self.outstanding[wid] += 1
         if retry:
