@@ -39,7 +39,7 @@ class HistoryConfig:
     token_budget: int = 200_000
     max_key: int = 4
     max_match: int = 16
-    max_candidates: int = 64
+    max_candidates: int = 16
     match_base: float = 2.0
 
     def __post_init__(self) -> None:
