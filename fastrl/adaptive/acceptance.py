@@ -46,6 +46,7 @@ class AcceptanceProfile:
         """Accepted draft tokens per request for one round of ``strategy``. request_hits: [b] -> [b] int"""
         if strategy.is_disabled:
             return np.zeros(len(request_hits), dtype=np.int64)
+        _require_eagle(strategy)
         widths = np.asarray(level_widths(strategy, self))  # [steps]
         depth_hit = request_hits[:, None] * self.depth_decay ** np.arange(strategy.steps)[None, :]  # [b, steps]
         level_hit = np.where(widths > 0, 1.0 - (1.0 - depth_hit) * self.width_decay ** np.maximum(widths - 1, 0), 0.0)
@@ -98,6 +99,7 @@ def level_widths(strategy: Strategy, profile: AcceptanceProfile) -> tuple[int, .
 def _expected_accepted(strategy: Strategy, profile: AcceptanceProfile) -> float:
     if strategy.is_disabled:
         return 0.0
+    _require_eagle(strategy)
     widths = list(level_widths(strategy, profile))
     nodes, weights = np.polynomial.hermite_e.hermegauss(9)
     weights = weights / weights.sum()
@@ -106,3 +108,12 @@ def _expected_accepted(strategy: Strategy, profile: AcceptanceProfile) -> float:
         hit = float(np.clip(profile.top1_hit + profile.request_jitter * node, 0.01, 0.99))
         total += weight * _path_value(profile, hit, widths)
     return total
+
+
+def _require_eagle(strategy: Strategy) -> None:
+    """The acceptance model describes EAGLE trees only; history drafts depend on the rollouts' own repetition."""
+    if strategy.is_history:
+        raise ValueError(
+            f"strategy {strategy}: the simulator's acceptance model covers EAGLE strategies (S_K_N) only; "
+            "history arms (suffix_N, hybrids) are measured, not simulated"
+        )

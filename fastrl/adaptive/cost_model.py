@@ -132,6 +132,10 @@ class CostModel:
         p = self.params
         if strategy.is_disabled:
             return RoundCost(0.0, _forward(p.forward_s, p.saturation_tokens, batch_size), 0.0)
+        if strategy.is_history:
+            raise ValueError(
+                f"no timings for history strategy {str(strategy)!r}: measure it (the parametric model is EAGLE's)"
+            )
         verify = _forward(p.forward_s, p.saturation_tokens, batch_size * strategy.num_draft_tokens)
         draft = strategy.steps * _forward(p.draft_step_s, p.draft_saturation_tokens, batch_size * strategy.topk)
         return RoundCost(draft, verify, p.spec_overhead_s)

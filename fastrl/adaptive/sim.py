@@ -119,7 +119,7 @@ def simulate(selector: StrategySelector, workload: Workload, settings: SimSettin
             wall = settings.cost.round_time(strategy, batch)
             if settings.time_noise > 0:
                 wall *= float(np.exp(settings.time_noise * noise_rng.standard_normal()))
-            drafted = 0 if strategy.is_disabled else strategy.num_draft_tokens - 1
+            drafted = 0 if strategy.is_disabled else strategy.max_tree_nodes - 1
             selector.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
             totals = result.buckets[buckets.index(batch)]
             totals.tokens += int(emitted.sum())

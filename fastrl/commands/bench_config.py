@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SUITES = ("plain_vs_hf", "spec_bs1", "long_tail")
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1")
 
 
 @dataclass
@@ -14,7 +14,7 @@ class BenchConfig:
     model: str = ""
     drafter: str = ""
     output: str = "runs/bench.json"
-    suites: list[str] = field(default_factory=lambda: list(SUITES))
+    suites: list[str] = field(default_factory=lambda: list(SUITES[:3]))
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 64])
     new_tokens: int = 128
     repeats: int = 3
@@ -32,11 +32,28 @@ class BenchConfig:
     long_tail_selectors: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
     long_tail_repeats: int = 1
     long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
+    long_tail_group_size: int = 1
+    groups_prompts: int = 6
+    groups_n: int = 4
+    groups_max_new_tokens: int = 512
+    groups_temperatures: list[float] = field(default_factory=lambda: [1.0, 0.0])
+    groups_selectors: list[str] = field(
+        default_factory=lambda: ["3_1_4", "5_1_6", "suffix_8", "suffix_16", "3_1_4+suffix_8", "bandit"]
+    )
+    groups_bandit_strategies: list[str] = field(
+        default_factory=lambda: ["3_1_4", "5_1_6", "suffix_8", "suffix_16", "3_1_4+suffix_8", "disable"]
+    )
+    prefix_sharing_prompts: int = 16
+    prefix_sharing_group_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.suites if s not in SUITES]
         if unknown or not self.suites:
             raise ValueError(f"bench.suites must be a non-empty subset of {list(SUITES)}, got {self.suites}")
+        if not self.prefix_sharing_group_sizes or min(self.prefix_sharing_group_sizes) < 1:
+            raise ValueError(
+                f"bench.prefix_sharing_group_sizes must be positive ints, got {self.prefix_sharing_group_sizes}"
+            )
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ValueError(f"bench.batch_sizes must be a non-empty list of positive ints, got {self.batch_sizes}")
         for key in (
@@ -46,6 +63,11 @@ class BenchConfig:
             "bs1_max_new_tokens",
             "long_tail_requests",
             "long_tail_max_new_tokens",
+            "prefix_sharing_prompts",
+            "long_tail_group_size",
+            "groups_prompts",
+            "groups_n",
+            "groups_max_new_tokens",
             "long_tail_repeats",
         ):
             if getattr(self, key) < 1:

@@ -101,6 +101,6 @@ def build_engine(
 ) -> Engine:
     """An engine whose rounds follow the strategy selector `strategy` (disable | S_K_N | bandit | ema)."""
     strategy_selector: StrategySelector = build_selector(strategy, bandit=bandit, ema=ema)
-    needed = any(not s.is_disabled for s in strategy_selector.strategies)
+    needed = any(s.uses_drafter for s in strategy_selector.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
     return Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)

@@ -9,6 +9,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.round_stats import RoundTotals
 
 
 @dataclass
@@ -32,6 +33,4 @@ def measure_accept_length(
     config = EngineConfig(max_batch_size=batch_size, device=device)
     engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     engine.generate(inputs)
-    rows = sum(s.batch_size for s in engine.round_stats)
-    accepted = sum(sum(s.accepted_tokens) for s in engine.round_stats)
-    return accepted / rows + 1.0 if rows else 0.0
+    return RoundTotals.of(engine.round_stats).mean_accept_length

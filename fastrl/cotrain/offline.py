@@ -18,6 +18,7 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.draft_vocab import coverage, most_frequent_tokens
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -35,6 +36,7 @@ class OfflineDrafterConfig:
     accept_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "8_4_32"])
     accept_requests: int = 16
     device: str = "cpu"
+    draft_vocab_size: int = 0  # > 0: draft over the K most frequent tokens of the training rollouts
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
 
 
@@ -71,6 +73,10 @@ def train_offline(
     torch.manual_seed(cfg.seed)
     train_ids = rollout_sequences(policy, tokenizer, cfg, cfg.num_prompts, cfg.seed)
     eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
+    if cfg.draft_vocab_size > 0:
+        vocab = most_frequent_tokens(train_ids, cfg.draft_vocab_size, policy.config.vocab_size)
+        drafter.set_draft_vocab(vocab)
+        print(f"draft vocabulary: {vocab.numel()} tokens cover {coverage(eval_ids, vocab):.4f} of held-out tokens")
     train = policy_features(policy, train_ids)
     held_out = policy_features(policy, eval_ids)
     trainer_cfg = cfg.trainer

@@ -8,16 +8,7 @@ import torch
 
 from fastrl.engine.request import Request
 from fastrl.sampling.sampler import SamplingBatch
-
-
-@dataclass(frozen=True)
-class DecodeInputs:
-    """The tensors a decode round reads, one row per request (see RunningBatch)."""
-
-    slots: torch.Tensor
-    lengths: torch.Tensor
-    last: torch.Tensor
-    sampling: SamplingBatch
+from fastrl.speculative.inputs import DecodeInputs
 
 
 @dataclass

@@ -22,12 +22,12 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import DecodeInputs
 from fastrl.engine.plain_round import PlainRoundResult, plain_round
-from fastrl.engine.spec_round import SpecModels, SpecRoundResult, draft_and_verify
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch
+from fastrl.speculative.inputs import DecodeInputs
+from fastrl.speculative.round import SpecModels, SpecRoundResult, draft_and_verify
 from fastrl.speculative.runtime import StrategyRuntime
 from fastrl.strategy.strategy import Strategy
 

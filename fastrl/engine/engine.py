@@ -10,26 +10,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from fastrl.adaptive.fixed import FixedSelector
-from fastrl.engine.batch import RunningBatch
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
-from fastrl.engine.plain_round import plain_round
-from fastrl.engine.prefill import prefill
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
+from fastrl.engine.runner import ModelRunner, StepOutput
 from fastrl.engine.scheduler import Scheduler
 from fastrl.engine.server_info import ServerInfo
-from fastrl.engine.spec_round import SpecModels, catch_drafter_up, speculative_round
 from fastrl.models.decoder import CausalLM
-from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.params import SamplingParams
-from fastrl.sampling.sampler import sample
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.runtime import build_runtimes
+from fastrl.speculative.history.index import HistoryConfig, HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE
+
+
+@dataclass
+class PrefillCounts:
+    """Prompts prefilled, and the rows the model actually ran (fewer when identical prompts shared a prefill)."""
+
+    prompts: int = 0
+    computed: int = 0
+
+    def add(self, prompts: int, computed: int) -> None:
+        self.prompts += prompts
+        self.computed += computed
 
 
 @dataclass
@@ -49,6 +56,10 @@ class Engine:
     a snapshot of every request that progressed or finished. Batch use: `generate(inputs)`. Before each decode
     round `selector.choose(batch_size)` picks the strategy (`disable` = plain round), after it `selector.observe`
     gets the round's RoundStats (also kept in `round_stats`). Outputs never depend on the strategy.
+
+    History strategies (``suffix_N``, ``S_K_N+suffix_M``) draft from `history`, a suffix index the engine keeps
+    current with every prompt and emitted token (requests with the same prompt form one group); pass one index to
+    successive engines to keep earlier responses across RL steps. One is made when the strategy space needs it.
     """
 
     def __init__(
@@ -57,51 +68,36 @@ class Engine:
         config: EngineConfig | None = None,
         drafter: EagleDrafter | None = None,
         selector: StrategySelector | None = None,
+        history: HistoryIndex | None = None,
     ) -> None:
         self.config = config or EngineConfig()
-        self.device = torch.device(self.config.device)
-        dtype = self.config.torch_dtype
-        self.model = model.to(device=self.device, dtype=dtype).eval()
         self.selector: StrategySelector = selector or FixedSelector(DISABLE)
-        speculative = [s for s in self.selector.strategies if not s.is_disabled]
-        if speculative and drafter is None:
-            raise ValueError(f"strategies {[str(s) for s in speculative]} need a drafter; none was given")
+        if history is None and any(s.is_history for s in self.selector.strategies):
+            history = HistoryIndex(HistoryConfig(token_budget=self.config.history_tokens))
+        self.history = history
+        self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies, history)
+        self.max_model_len = self.runner.max_model_len
         mc = model.config
-        for s in speculative:
-            if s.topk > mc.vocab_size:
-                raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
-        self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if speculative else None
-        self.runtimes = build_runtimes(speculative, self.device)
-        self.max_model_len = min(self.config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
-        max_nodes = max((s.num_draft_tokens for s in speculative), default=1)
-        use_graphs = self.config.cuda_graphs and self.device.type == "cuda"
-        slots = self.config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
-        self.cache = KVCache(
-            mc.num_hidden_layers,
-            slots,
-            self.max_model_len + max_nodes,
-            mc.num_key_value_heads,
-            mc.head_dim,
-            dtype=dtype,
-            device=self.device,
-        )
-        self.dcache = None
-        if self.drafter is not None:
-            area = max(r.tree_area for r in self.runtimes.values())
-            self.dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
-        self.spec_models = (
-            None if self.drafter is None else SpecModels(self.model, self.drafter, self.cache, self.dcache)
-        )
-        self.graphs = self._capture_graphs() if use_graphs else None
         self.scheduler = Scheduler(self.config.max_batch_size, self.max_model_len, mc.vocab_size)
         eos = mc.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.round_stats: list[RoundStats] = []
+        self.prefill_rows = PrefillCounts()
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
         self._rejected: list[Request] = []
         self._live_ids: set[str] = set()
         self._next_id = 0
+
+    @property
+    def model(self) -> CausalLM:
+        """The policy model, on the engine's device."""
+        return self.runner.model
+
+    @property
+    def drafter(self) -> EagleDrafter | None:
+        """The drafter, when the selector's strategy space speculates."""
+        return self.runner.drafter
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(
@@ -129,6 +125,8 @@ class Engine:
             self._rejected.append(request)
         else:
             self.scheduler.add(request)
+            if self.history is not None:
+                self.history.start(request_id, None, request.prompt_ids)
         self._live_ids.add(request_id)
         return request_id
 
@@ -154,7 +152,11 @@ class Engine:
         active = [r for r in self.scheduler.running if not r.finished and r.request_id not in progressed]
         if active:
             self._decode(active, progressed)
-        finished += self.scheduler.release_finished()
+        released = self.scheduler.release_finished()
+        if self.history is not None:
+            for r in released:  # a response that ended in an error teaches the index nothing
+                self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
+        finished += released
         for r in finished:
             self._live_ids.discard(r.request_id)
         done_ids = {r.request_id for r in finished}
@@ -183,122 +185,61 @@ class Engine:
         return [results[i] for i in ids]
 
     # ---- internals ------------------------------------------------------------------------------------------
-    def _capture_graphs(self):
-        """CUDA graphs of every round this engine can run (plain per bucket, speculative per strategy and bucket)."""
-        from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
-
-        mc = self.model.config
-        static = StaticInputs.allocate(
-            self.config.max_batch_size, mc.hidden_size, self.config.torch_dtype, self.device, self.config.max_batch_size
-        )
-        graphs = CudaGraphRounds(
-            self.model,
-            self.cache,
-            self.spec_models,
-            self.runtimes,
-            graph_buckets(self.config.max_batch_size),
-            self.max_model_len,
-            static,
-        )
-        with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
-            graphs.capture_all()
-        return graphs
-
     def _prefill(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
-        result = prefill(self.model, self.cache, requests)
-        batch = RunningBatch.build(requests, self.device)
-        sampled = sample(result.last_logits, batch.sampling, result.lengths)
-        tokens = sampled.tokens.tolist()
-        logprobs = sampled.logprobs.tolist()
+        out = self.runner.prefill(requests)
+        self.prefill_rows.add(len(requests), out.prefill_rows)
         for row, request in enumerate(requests):
-            length = len(request.prompt_ids)
-            if self.drafter is not None:
-                queue_for_drafter(request, request.prompt_ids[1:] + [tokens[row]], result.hidden[row, :length])
-            if request.want_hidden_states:
-                request.prompt_hidden_states = result.hidden[row, : length - 1].detach().to("cpu", torch.float32)
-            self._emit(request, tokens[row], logprobs[row], result.hidden[row, length - 1], progressed)
+            if out.prompt_hidden[row] is not None:
+                request.prompt_hidden_states = out.prompt_hidden[row]
+        self._emit_rows(requests, out, progressed)
 
     def _decode(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
         strategy = self.selector.choose(len(requests))
-        batch = RunningBatch.build(requests, self.device)
         start = time.perf_counter()
-        if strategy.is_disabled or self.drafter is None:
-            if self.graphs is not None:
-                result = self.graphs.run_plain(batch.inputs)
-            else:
-                result = plain_round(self.model, self.cache, batch.inputs)
-            tokens = result.tokens.unsqueeze(1)
-            logprobs = result.logprobs.unsqueeze(1)
-            hidden = result.hidden.unsqueeze(1)
-            accepted = [0] * len(requests)
-            drafted, draft_s, verify_s = 0, 0.0, 0.0
-        else:
-            pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
-            if self.graphs is not None:
-                root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
-                spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
-            else:
-                spec = speculative_round(self.spec_models, batch, pending, self.runtimes[strategy])
-            tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
-            accepted = spec.accept_len.tolist()
-            drafted, draft_s, verify_s = strategy.num_draft_tokens - 1, spec.draft_time_s, spec.verify_time_s
-        emitted = self._apply_round(requests, tokens, logprobs, hidden, accepted, progressed)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        out = self.runner.decode(requests, strategy)
+        emitted = self._emit_rows(requests, out, progressed)
+        for request, n in zip(requests, emitted, strict=True):
+            request.accept_lengths.append(n)
         stats = RoundStats(
             strategy=strategy,
             batch_size=len(requests),
-            drafted_tokens=[drafted] * len(requests),
-            accepted_tokens=accepted,
+            drafted_tokens=[out.drafted] * len(requests),
+            accepted_tokens=out.accepted,
             emitted_tokens=emitted,
             wall_time_s=max(time.perf_counter() - start, 1e-9),
-            draft_time_s=draft_s,
-            verify_time_s=verify_s,
+            draft_time_s=out.draft_time_s,
+            verify_time_s=out.verify_time_s,
         )
         self.round_stats.append(stats)
         self._info.observe(stats)
         self.selector.observe(stats)
 
-    def _apply_round(
-        self,
-        requests: list[Request],
-        tokens: torch.Tensor,
-        logprobs: torch.Tensor,
-        hidden: torch.Tensor,
-        accepted: list[int],
-        progressed: dict[str, list[int]],
-    ) -> list[int]:
-        """Emit each row's accepted tokens plus one, stopping where the request finishes; returns the counts.
-
-        # tokens/logprobs [B,D+1], hidden [B,D+1,H]
-        """
-        token_rows = tokens.tolist()
-        logprob_rows = logprobs.tolist()
+    def _emit_rows(self, requests: list[Request], out: StepOutput, progressed: dict[str, list[int]]) -> list[int]:
+        """Emit each row's tokens in order, stopping where the request finishes; returns the counts emitted."""
         emitted = []
         for row, request in enumerate(requests):
-            count = accepted[row] + 1
+            hidden = out.hidden[row]
             n = 0
-            for j in range(count):
+            for j, (token, logprob) in enumerate(zip(out.tokens[row], out.logprobs[row], strict=True)):
                 n += 1
-                if self._emit(request, token_rows[row][j], logprob_rows[row][j], hidden[row, j], progressed):
+                if self._emit(request, token, logprob, None if hidden is None else hidden[j : j + 1], progressed):
                     break
-            request.accept_lengths.append(n)
-            if self.drafter is not None and not request.finished:
-                queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
+            if self.history is not None:
+                self.history.extend(request.request_id, out.tokens[row][:n])
             emitted.append(n)
         return emitted
 
     def _emit(
-        self, request: Request, token: int, logprob: float, hidden: torch.Tensor, progressed: dict[str, list[int]]
+        self, request: Request, token: int, logprob: float, hidden: Tensor | None, progressed: dict[str, list[int]]
     ) -> bool:
-        """Append one generated token; True when the request finished with it."""
+        """Append one generated token (and its [1,H] hidden state when asked for); True when it finished."""
         if request.timings.first_token is None:
             request.timings.first_token = now()
         request.output_ids.append(token)
         request.logprobs.append(logprob)
         progressed.setdefault(request.request_id, []).append(token)
-        if request.want_hidden_states:
-            request.hidden_states.append(hidden.detach().to("cpu", torch.float32).unsqueeze(0))
+        if hidden is not None:
+            request.hidden_states.append(hidden)
         if not math.isfinite(logprob):  # NaN or infinite logits: this token and any after it mean nothing
             request.finish_reason = FinishReason.ERROR
             request.error = (

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.engine.batch import DecodeInputs
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.models.masks import causal_mask_by_index
 from fastrl.sampling.sampler import sample
+from fastrl.speculative.inputs import DecodeInputs
 
 
 @dataclass

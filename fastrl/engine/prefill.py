@@ -1,4 +1,8 @@
-"""Batched prefill: write the prompts' KV into their slots and return hidden states and last-token logits."""
+"""Batched prefill: write the prompts' KV into their slots and return hidden states and last-token logits.
+
+With prefix sharing, requests whose prompts are identical (the n samples of one GRPO prompt) prefill once: the
+first of them runs the model, the others get a copy of its KV, hidden states and logits.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class PrefillResult:
     hidden: torch.Tensor
     last_logits: torch.Tensor
     lengths: torch.Tensor
+    computed_rows: int = 0
 
 
 def prefill(model: CausalLM, cache: KVCache, requests: list[Request], pad_id: int = 0) -> PrefillResult:
@@ -42,4 +47,39 @@ def prefill(model: CausalLM, cache: KVCache, requests: list[Request], pad_id: in
     )
     rows = torch.arange(len(requests), device=device)
     last_hidden = out.hidden[rows, lengths - 1]
-    return PrefillResult(hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths)
+    return PrefillResult(
+        hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(requests)
+    )
+
+
+def prefill_shared(model: CausalLM, cache: KVCache, requests: list[Request], share: bool = True) -> PrefillResult:
+    """`prefill`, running each distinct prompt once and copying its KV to the slots of its duplicates.
+
+    Row b of the result belongs to requests[b] either way.  # B prompts -> [B,S,H], [B,V]
+    """
+    if not share:
+        return prefill(model, cache, requests)
+    first: dict[tuple[int, ...], int] = {}
+    source = [first.setdefault(tuple(r.prompt_ids), row) for row, r in enumerate(requests)]
+    unique_rows = sorted(first.values())
+    if len(unique_rows) == len(requests):
+        return prefill(model, cache, requests)
+    result = prefill(model, cache, [requests[row] for row in unique_rows])
+    position = {row: i for i, row in enumerate(unique_rows)}
+    take = torch.tensor([position[s] for s in source], dtype=torch.long, device=result.lengths.device)
+    copies = [
+        (requests[s].slot, r.slot, len(r.prompt_ids))
+        for row, (s, r) in enumerate(zip(source, requests, strict=True))
+        if s != row
+    ]
+    for length in sorted({n for _, _, n in copies}):
+        pairs = [(src, dst) for src, dst, n in copies if n == length]
+        src = torch.tensor([p[0] for p in pairs], dtype=torch.long, device=cache.device)
+        dst = torch.tensor([p[1] for p in pairs], dtype=torch.long, device=cache.device)
+        cache.copy_slots(src, dst, length)
+    return PrefillResult(
+        hidden=result.hidden.index_select(0, take),
+        last_logits=result.last_logits.index_select(0, take),
+        lengths=result.lengths.index_select(0, take),
+        computed_rows=len(unique_rows),
+    )

@@ -96,3 +96,16 @@ class KVCache:
         rows = self.rows(slots)
         self.k[:, rows.column, :, dst] = self.k[:, rows.column, :, src]
         self.v[:, rows.column, :, dst] = self.v[:, rows.column, :, src]
+
+    def copy_slots(self, src: Tensor, dst: Tensor, length: int) -> None:
+        """Copies the first `length` entries of slots `src` into slots `dst` in every layer (prefix sharing).
+
+        # src/dst [M] long slot ids -> in place
+        """
+        if src.shape != dst.shape or src.dim() != 1:
+            raise ValueError(f"KVCache.copy_slots: src {tuple(src.shape)} and dst {tuple(dst.shape)} must both be [M]")
+        if not 0 < length <= self.max_len:
+            raise ValueError(f"KVCache.copy_slots: length must be in [1, {self.max_len}], got {length}")
+        src, dst = src.to(self.device), dst.to(self.device)
+        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
+        self.v[:, dst, :, :length] = self.v[:, src, :, :length]

@@ -23,7 +23,7 @@ from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTra
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
-from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats, RoundTotals
 
 
 class EngineWorker:
@@ -60,10 +60,7 @@ class EngineWorker:
         self._running: dict[str, RolloutRequest] = {}
         self._rounds: deque[RoundRecord] = deque(maxlen=config.max_round_records)
         self._served = 0
-        self._round_count = 0
-        self._round_rows = 0
-        self._round_accepted = 0
-        self._emitted = 0
+        self._round_totals = RoundTotals()
         self._strategy_rounds: Counter[str] = Counter()
 
     def _initial_drafter(self) -> tuple[EagleDrafter | None, int]:
@@ -150,10 +147,7 @@ class EngineWorker:
             self._rounds.append(
                 RoundRecord(self.worker_id, name, s.batch_size, s.mean_accept_length, s.total_emitted, s.wall_time_s)
             )
-            self._round_count += 1
-            self._round_rows += s.batch_size
-            self._round_accepted += sum(s.accepted_tokens)
-            self._emitted += s.total_emitted
+            self._round_totals.add(s)
             self._strategy_rounds[name] += 1
         stats.clear()
 
@@ -261,17 +255,17 @@ class EngineWorker:
     # ---- reports ----------------------------------------------------------------------------------------------
     def stats(self) -> WorkerStats:
         with self._lock:
-            rows = self._round_rows
+            totals = self._round_totals
             return WorkerStats(
                 worker_id=self.worker_id,
                 policy_version=self.policy_version,
                 drafter_version=self.drafter_version,
                 requests_served=self._served,
                 running_requests=len(self._running),
-                rounds=self._round_count,
-                tokens_emitted=self._emitted,
-                mean_batch_size=rows / self._round_count if self._round_count else 0.0,
-                mean_accept_length=self._round_accepted / rows + 1.0 if rows else 0.0,
+                rounds=totals.rounds,
+                tokens_emitted=totals.emitted,
+                mean_batch_size=totals.mean_batch_size,
+                mean_accept_length=totals.mean_accept_length,
                 strategy_rounds=dict(self._strategy_rounds),
                 buffer_sequences=self.buffer.num_sequences + (self.cotraining.pending if self.cotraining else 0),
                 buffer_tokens=self.buffer.num_tokens,

@@ -133,8 +133,8 @@ class RolloutWorkerConfig:
         return build_selector(self.strategy, self.bandit, self.ema)
 
     def needs_drafter(self) -> bool:
-        """True when a speculative strategy or co-training needs a drafter."""
-        speculative = any(not s.is_disabled for s in self.build_strategy_selector().strategies)
+        """True when an EAGLE strategy (alone or in a hybrid) or co-training needs a drafter."""
+        speculative = any(s.uses_drafter for s in self.build_strategy_selector().strategies)
         return speculative or self.cotrain or bool(self.drafter_dir)
 
 

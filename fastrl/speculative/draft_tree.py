@@ -121,3 +121,24 @@ def finalize_tree(root_tokens: Tensor, cands: Candidates, num_nodes: int, max_de
     node_tokens = torch.cat([root_tokens.unsqueeze(1), tokens.gather(1, chosen)], dim=1)
     node_depths = torch.cat([torch.zeros_like(root_parent), depths.gather(1, chosen)], dim=1)
     return DraftTree(node_tokens, node_parents, node_depths, ancestor_matrix(node_parents, max_depth))
+
+
+def merge_trees(first: DraftTree, second: DraftTree) -> DraftTree:
+    """The union of two trees sharing their root (node 0): `second`'s other nodes follow all of `first`'s, so the
+    order stays topological and, where both propose a path, `verify_tree` keeps `first`'s (it takes the
+    lowest-index node among the deepest accepted). # [B,N] + [B,M] -> DraftTree with N + M - 1 nodes"""
+    b, n = first.tokens.shape
+    m = second.num_nodes
+    tail_parents = second.parents[:, 1:]
+    parents = torch.cat([first.parents, torch.where(tail_parents == 0, 0, tail_parents + n - 1)], dim=1)
+    total = n + m - 1
+    ancestors = torch.zeros(b, total, total, dtype=torch.bool, device=first.tokens.device)
+    ancestors[:, :n, :n] = first.ancestors
+    ancestors[:, n:, n:] = second.ancestors[:, 1:, 1:]
+    ancestors[:, n:, 0] = second.ancestors[:, 1:, 0]
+    return DraftTree(
+        tokens=torch.cat([first.tokens, second.tokens[:, 1:]], dim=1),
+        parents=parents,
+        depths=torch.cat([first.depths, second.depths[:, 1:]], dim=1),
+        ancestors=ancestors,
+    )

@@ -37,6 +37,54 @@ class EagleDrafter(nn.Module):
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
         self.layer = DecoderLayer(self.config, layer_idx=0, input_norm=False)
         self.rotary = RotaryEmbedding(self.config)
+        self.register_buffer("draft_vocab", None, persistent=False)
+        self._head: Tensor | None = None
+        self._head_key: tuple | None = None
+
+    def set_draft_vocab(self, ids: Tensor | None) -> None:
+        """Restrict drafting to the token ids `ids` (the reduced draft vocabulary, FR-Spec / EAGLE-3's d2t), or
+        drop the restriction with None. ValueError unless `ids` is 1-D, distinct and inside the vocabulary.
+
+        # ids [K] long
+        """
+        if ids is None:
+            self.draft_vocab, self._head, self._head_key = None, None, None
+            return
+        vocab = self.config.vocab_size
+        if ids.dim() != 1 or ids.numel() < 1 or ids.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"draft_vocab must be a non-empty 1-D integer tensor, got {tuple(ids.shape)} {ids.dtype}")
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise ValueError(f"draft_vocab ids must lie in [0, {vocab}), got [{int(ids.min())}, {int(ids.max())}]")
+        if ids.unique().numel() != ids.numel():
+            raise ValueError("draft_vocab ids must be distinct")
+        device = self.fc.weight.device
+        self.draft_vocab = ids.to(device=device, dtype=torch.long).clone()
+        self._head, self._head_key = None, None
+
+    def draft_logits(self, policy: CausalLM, feature: Tensor) -> Tensor:
+        """Logits of the draft distribution: the policy's LM head, restricted to `draft_vocab` when one is set.
+
+        The restricted head is cached and refreshed in place when the policy's head changes (its tensor version
+        moves), so a captured CUDA graph keeps reading current weights. # [..,H] -> [..,K] (K = V unrestricted)
+        """
+        if self.draft_vocab is None:
+            return policy.logits(feature)
+        return nn.functional.linear(feature, self.draft_head(policy))
+
+    def draft_head(self, policy: CausalLM) -> Tensor:
+        """The policy's LM-head rows of the draft vocabulary, refreshed when the head changed.  # -> [K,H]"""
+        if self.draft_vocab is None:
+            raise ValueError("draft_head needs a draft_vocab")
+        weight = policy.lm_head.weight
+        key = (id(weight), weight._version, weight.device, weight.dtype, self.draft_vocab.data_ptr())
+        if self._head_key != key:
+            rows = weight.detach().index_select(0, self.draft_vocab.to(weight.device))
+            if self._head is not None and self._head.shape == rows.shape and self._head.dtype == rows.dtype:
+                self._head.copy_(rows)
+            else:
+                self._head = rows
+            self._head_key = key
+        return self._head
 
     def new_cache(self, num_slots: int, max_len: int, dtype: torch.dtype, device: torch.device | str) -> KVCache:
         """A one-layer KV cache for this drafter."""

@@ -1,4 +1,5 @@
-"""Drafter checkpoints: a small directory (drafter_config.json + drafter.safetensors) naming the policy it serves."""
+"""Drafter checkpoints: a small directory (drafter_config.json + drafter.safetensors, and draft_vocab.safetensors
+when the drafter has a reduced draft vocabulary) naming the policy it serves."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from fastrl.speculative.drafter import EagleDrafter
 
 CONFIG_FILE = "drafter_config.json"
 WEIGHTS_FILE = "drafter.safetensors"
+DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
+SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FORMAT = "fastrl-eagle-drafter"
 FORMAT_VERSION = 1
 
@@ -30,10 +33,16 @@ class DrafterInfo:
     policy_vocab_size: int
     version: int
     layer_config: ModelConfig
+    draft_vocab_size: int | None = None
 
 
-def save_drafter(drafter: EagleDrafter, path: str | Path, policy_name: str, version: int = 0) -> None:
-    """Write the drafter's weights and a config naming the policy (`policy_name`) and the weight `version`."""
+def save_drafter(
+    drafter: EagleDrafter, path: str | Path, policy_name: str, version: int = 0, dtype: str = "float32"
+) -> None:
+    """Write the drafter's weights (as `dtype`: float32, bfloat16 or float16), its draft vocabulary if it has one,
+    and a config naming the policy (`policy_name`) and the weight `version`."""
+    if dtype not in SAVE_DTYPES:
+        raise ValueError(f"save_drafter: dtype must be one of {sorted(SAVE_DTYPES)}, got {dtype!r}")
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     c = drafter.config
@@ -44,8 +53,14 @@ def save_drafter(drafter: EagleDrafter, path: str | Path, policy_name: str, vers
         "version": int(version),
         "layer": c.to_hf_dict(),
     }
-    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in drafter.state_dict().items()}
+    vocab = drafter.draft_vocab
+    meta["draft_vocab_size"] = None if vocab is None else int(vocab.numel())
+    tensors = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in drafter.state_dict().items()}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    if vocab is not None:
+        save_file({"ids": vocab.detach().to("cpu").contiguous()}, str(directory / DRAFT_VOCAB_FILE))
+    else:
+        (directory / DRAFT_VOCAB_FILE).unlink(missing_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -67,6 +82,7 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             policy_vocab_size=int(policy["vocab_size"]),
             version=int(meta["version"]),
             layer_config=ModelConfig.from_hf_dict(meta["layer"]),
+            draft_vocab_size=None if meta.get("draft_vocab_size") is None else int(meta["draft_vocab_size"]),
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter config ({exc})") from None
@@ -103,6 +119,24 @@ def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def read_draft_vocab(path: str | Path, info: DrafterInfo) -> torch.Tensor | None:
+    """The drafter's reduced draft vocabulary ([K] long token ids), or None when it drafts over the full one;
+    ValueError naming the file when it is missing, malformed or disagrees with the config."""
+    file = Path(path) / DRAFT_VOCAB_FILE
+    if info.draft_vocab_size is None:
+        return None
+    if not file.is_file():
+        raise ValueError(
+            f"{path}: config says draft_vocab_size={info.draft_vocab_size} but {DRAFT_VOCAB_FILE} is missing"
+        )
+    ids = read_safetensors(file).get("ids")
+    if ids is None or ids.dim() != 1 or ids.dtype != torch.int64 or ids.numel() != info.draft_vocab_size:
+        raise ValueError(f"{file}: expected 'ids', a [{info.draft_vocab_size}] int64 tensor")
+    if int(ids.min()) < 0 or int(ids.max()) >= info.policy_vocab_size or ids.unique().numel() != ids.numel():
+        raise ValueError(f"{file}: ids must be distinct token ids in [0, {info.policy_vocab_size})")
+    return ids
+
+
 def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> DrafterInfo:
     """Everything ``load_drafter`` checks, without a policy model: config, fit, weights readable and finite."""
     if not Path(path).is_dir():
@@ -110,6 +144,7 @@ def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> Drafter
     info = read_drafter_info(path)
     check_drafter_fit(path, info, policy_config)
     read_drafter_weights(path)
+    read_draft_vocab(path, info)
     return info
 
 
@@ -132,5 +167,6 @@ def load_drafter(
     if missing or unexpected or shapes:
         raise ValueError(f"{weights}: missing {missing}, unexpected {unexpected}, mis-shaped {shapes}")
     drafter.load_state_dict(tensors)
+    drafter.set_draft_vocab(read_draft_vocab(path, info))
     dtype = policy.lm_head.weight.dtype
     return drafter.to(device=device, dtype=dtype).eval(), info

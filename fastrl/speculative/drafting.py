@@ -15,10 +15,10 @@ from torch import Tensor
 
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
-from fastrl.sampling.sampler import SamplingBatch
+from fastrl.speculative.draft_chain import grow_chain
+from fastrl.speculative.draft_context import DraftContext
 from fastrl.speculative.draft_tree import Candidates, DraftTree, finalize_tree, gumbel_topk
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.runtime import StrategyRuntime
 
 
 @dataclass
@@ -57,52 +57,49 @@ def catch_up(
     return out[torch.arange(b, device=lengths.device), new.counts - 1]
 
 
-def grow_tree(
-    drafter: EagleDrafter,
-    policy: CausalLM,
-    dcache: KVCache,
-    slots: Tensor,
-    lengths: Tensor,
-    base: int,
-    root_tokens: Tensor,
-    root_feature: Tensor,
-    sampling: SamplingBatch,
-    runtime: StrategyRuntime,
-    noise: Tensor | None = None,
-) -> DraftTree:
+def draft(ctx: DraftContext) -> DraftTree:
+    """The round's draft trees: a chain of the drafter's own samples when topk == 1, else an EAGLE-2 tree.
+
+    # B rows -> DraftTree with N = num_draft_tokens
+    """
+    return grow_chain(ctx) if ctx.runtime.is_chain else grow_tree(ctx)
+
+
+def grow_tree(ctx: DraftContext) -> DraftTree:
     """EAGLE-2 expansion: `steps` levels, `topk` best frontier nodes expanded per level, best N kept.
 
-    `noise` [B,L,V] (L >= steps) holds the sampler noise of positions lengths + 1 + l, or None for all-greedy.
     # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = num_draft_tokens
     """
+    drafter, policy, lengths, base, runtime = ctx.drafter, ctx.policy, ctx.lengths, ctx.base, ctx.runtime
     strategy = runtime.strategy
     k = strategy.topk
     b = lengths.shape[0]
     dev = lengths.device
     cands = Candidates()
-    level_noise = None if noise is None else noise[:, 0]
-    tokens, scores = gumbel_topk(policy.logits(root_feature), sampling, lengths + 1, k, level_noise)
+    top, scores = gumbel_topk(ctx.logits(ctx.root_feature), ctx.sampling, lengths + 1, k, ctx.level_noise(0))
+    tokens = ctx.tokens(top)
     ids = cands.add_level(tokens, torch.full_like(tokens, -1), scores, depth=1)
     frontier_ids = ids.expand(b, k)
-    features = root_feature.unsqueeze(1).expand(b, k, -1)
+    features = ctx.root_feature.unsqueeze(1).expand(b, k, -1)
     area = runtime.tree_area
     ancestors = torch.zeros(b, k, area, dtype=torch.bool, device=dev)
     prefix = torch.arange(base + 1, device=dev)
     prefix_mask = ((prefix >= 1) & (prefix <= lengths.unsqueeze(1))).unsqueeze(1).expand(b, k, -1)
     rows_k = torch.arange(b, device=dev).repeat_interleave(k)
-    sampling_k = sampling.index(rows_k)
+    sampling_k = ctx.sampling.index(rows_k)
     for depth in range(2, strategy.steps + 1):
         level = depth - 2
         own = runtime.self_bits[level].unsqueeze(0)  # [1,k,T]
         mask = torch.cat([prefix_mask, ancestors | own], dim=-1)
         positions = (lengths + depth - 1).unsqueeze(1).expand(b, k)
         index = (base + 1 + level * k + torch.arange(k, device=dev)).expand(b, k)
-        out = drafter(policy, tokens, features, positions, dcache, slots, index, mask)  # [B,k,H]
+        out = drafter(policy, tokens, features, positions, ctx.dcache, ctx.slots, index, mask)  # [B,k,H]
         child_pos = (lengths + depth).repeat_interleave(k)
-        level_noise = None if noise is None else noise[:, depth - 1].repeat_interleave(k, dim=0)
-        logits = policy.logits(out).reshape(b * k, -1)
-        child_tokens, child_scores = gumbel_topk(logits, sampling_k, child_pos, k, level_noise)
-        child_tokens = child_tokens.view(b, k * k)
+        level_noise = ctx.level_noise(depth - 1)
+        level_noise = None if level_noise is None else level_noise.repeat_interleave(k, dim=0)
+        logits = ctx.logits(out).reshape(b * k, -1)
+        child_top, child_scores = gumbel_topk(logits, sampling_k, child_pos, k, level_noise)
+        child_tokens = ctx.tokens(child_top).view(b, k * k)
         child_scores = (scores.unsqueeze(-1) + child_scores.view(b, k, k)).view(b, k * k)
         child_parents = frontier_ids.repeat_interleave(k, dim=1)
         ids = cands.add_level(child_tokens, child_parents, child_scores, depth)
@@ -115,4 +112,4 @@ def grow_tree(
         frontier_ids = ids[best]
         features = out.gather(1, parent_col.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
         ancestors = (ancestors | own.expand(b, -1, -1)).gather(1, parent_col.unsqueeze(-1).expand(-1, -1, area))
-    return finalize_tree(root_tokens, cands, strategy.num_draft_tokens, runtime.max_depth)
+    return finalize_tree(ctx.root_tokens, cands, strategy.num_draft_tokens, runtime.max_depth)

@@ -43,14 +43,19 @@ class StrategyRuntime:
         """Drafter cache entries one round's expansions use beyond the prefix."""
         return self.self_bits.shape[-1]
 
+    @property
+    def num_nodes(self) -> int:
+        """Tree nodes verified per row: EAGLE's and history's, sharing the root."""
+        return self.node_range.shape[0]
+
     @classmethod
     def build(cls, strategy: Strategy, device: torch.device) -> StrategyRuntime:
         if strategy.is_disabled:
             raise ValueError("plain decoding needs no speculative runtime state")
         s, k, n = strategy.steps, strategy.topk, strategy.num_draft_tokens
-        depth = min(s, n - 1)
-        area = (s - 1) * k
-        bits = torch.eye(max(area, 1), dtype=torch.bool, device=device)[:area].view(s - 1, k, area)
+        depth = max(min(s, n - 1), strategy.history_max_depth)
+        area = max(s - 1, 0) * k
+        bits = torch.eye(max(area, 1), dtype=torch.bool, device=device)[:area].view(max(s - 1, 0), k, area)
         chain = None
         if k == 1:
             nodes = torch.arange(n, device=device)
@@ -59,7 +64,7 @@ class StrategyRuntime:
         return cls(
             strategy=strategy,
             max_depth=depth,
-            node_range=torch.arange(n, device=device),
+            node_range=torch.arange(strategy.max_tree_nodes, device=device),
             level_range=torch.arange(depth + 1, device=device),
             self_bits=bits,
             chain=chain,

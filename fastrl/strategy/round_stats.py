@@ -1,7 +1,10 @@
-"""What one decode round did: the record the engine hands to ``StrategySelector.observe`` after every round."""
+"""What decode rounds did: `RoundStats`, the record the engine hands to ``StrategySelector.observe`` after every
+round, and `RoundTotals`, the one place where rounds are summed into accept lengths, rates and goodput (telemetry,
+selectors, rollout workers and RL metrics all use it)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fastrl.strategy.strategy import Strategy
@@ -49,20 +52,75 @@ class RoundStats:
 
     @property
     def mean_accept_length(self) -> float:
-        """Mean tokens per row the round produced: accepted drafts + 1 (1.0 for plain decoding).
-
-        Counted from ``accepted_tokens`` so that a request stopping mid-path does not read as a worse drafter;
-        it equals the mean of ``emitted_tokens`` whenever no row stopped early.
-        """
-        return sum(self.accepted_tokens) / self.batch_size + 1.0
+        """Mean tokens per row the round produced: accepted drafts + 1 (1.0 for plain decoding); see RoundTotals."""
+        return accept_length(sum(self.accepted_tokens), self.batch_size)
 
     @property
     def acceptance_rate(self) -> float:
         """Accepted / drafted tokens over all rows (0.0 when nothing was drafted)."""
-        drafted = sum(self.drafted_tokens)
-        return sum(self.accepted_tokens) / drafted if drafted else 0.0
+        return RoundTotals.of([self]).acceptance_rate
 
     @property
     def goodput(self) -> float:
         """Emitted tokens per second of round wall time."""
         return self.total_emitted / self.wall_time_s
+
+
+def accept_length(accepted: int, rows: int) -> float:
+    """Mean tokens per row per round: accepted draft tokens / rows + 1 (0.0 for no rows).
+
+    Counted from accepted drafts, not emitted tokens, so that a request stopping mid-path does not read as a worse
+    drafter; the two agree whenever no row stopped early.
+    """
+    return accepted / rows + 1.0 if rows else 0.0
+
+
+@dataclass
+class RoundTotals:
+    """Sums over decode rounds, and the aggregates every report derives from them."""
+
+    rounds: int = 0
+    rows: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    wall_time_s: float = 0.0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+
+    @classmethod
+    def of(cls, stats: Iterable[RoundStats]) -> RoundTotals:
+        totals = cls()
+        for s in stats:
+            totals.add(s)
+        return totals
+
+    def add(self, s: RoundStats) -> None:
+        """Count one round."""
+        self.rounds += 1
+        self.rows += s.batch_size
+        self.drafted += sum(s.drafted_tokens)
+        self.accepted += sum(s.accepted_tokens)
+        self.emitted += sum(s.emitted_tokens)
+        self.wall_time_s += s.wall_time_s
+        self.draft_time_s += s.draft_time_s
+        self.verify_time_s += s.verify_time_s
+
+    @property
+    def mean_accept_length(self) -> float:
+        """Row-weighted accept length (accepted drafts + 1); 0.0 when no rounds were counted."""
+        return accept_length(self.accepted, self.rows)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.rows / self.rounds if self.rounds else 0.0
+
+    @property
+    def goodput(self) -> float:
+        """Emitted tokens per second of summed round wall time (0.0 without time)."""
+        return self.emitted / self.wall_time_s if self.wall_time_s > 0 else 0.0

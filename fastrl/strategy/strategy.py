@@ -1,4 +1,5 @@
-"""A speculation strategy as a value: ``steps_topk_tokens`` (e.g. ``8_4_32``) or ``disable``.
+"""A speculation strategy as a value: ``steps_topk_tokens`` (e.g. ``8_4_32``), ``suffix_N``, ``S_K_N+suffix_M``
+or ``disable``.
 
 ``steps`` is the depth of the draft tree (drafter forward passes per round), ``topk`` the branching factor of each
 expansion, and ``num_draft_tokens`` the number of tree nodes sent to verification *including the root* (SGLang's
@@ -9,6 +10,12 @@ level 1; every later level expands the ``topk`` best frontier nodes by ``topk`` 
 candidates per level. The best ``num_draft_tokens - 1`` candidates over all levels are kept, so at most
 ``1 + topk + (steps - 1) * topk**2`` nodes (root included) can be verified. For ``topk == 1`` this is
 ``steps + 1``, and a chain must use all of it.
+
+History drafts (``fastrl.speculative.history``) need no drafter: ``suffix_N`` drafts a tree of ``N`` nodes (root
+included, like ``num_draft_tokens``; depth at most ``N - 1``) from a suffix index over the prompt, the sibling
+responses and earlier responses. The hybrid ``S_K_N+suffix_M`` verifies the union of an EAGLE tree of ``N`` nodes
+and a history tree of ``M`` nodes sharing the root (at most ``N + M - 1`` nodes). Grammar, whitespace around the
+whole string ignored: ``disable | EAGLE | suffix_M | EAGLE+suffix_M`` with ``EAGLE = S_K_N``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ import re
 from dataclasses import dataclass
 
 DISABLE_NAME = "disable"
+HISTORY_PREFIX = "suffix_"
 _STRATEGY_PATTERN = re.compile(r"^(-?[0-9]+)_(-?[0-9]+)_(-?[0-9]+)$")
+_HISTORY_PATTERN = re.compile(r"^suffix_(-?[0-9]+)$")
+_GRAMMAR = "'steps_topk_tokens' (e.g. '8_4_32'), 'suffix_N', 'S_K_N+suffix_M' or 'disable'"
 
 
 def max_tree_tokens(steps: int, topk: int) -> int:
@@ -31,56 +41,126 @@ def max_tree_tokens(steps: int, topk: int) -> int:
 class Strategy:
     """How one decode round speculates; ``Strategy(0, 0, 0)`` (``DISABLE``) is plain decoding.
 
-    Construction validates the rules below and raises ``ValueError`` naming the strategy and the broken rule:
-    all fields >= 1 (the all-zero ``DISABLE`` excepted; the string ``"0_0_0"`` is still rejected),
-    ``num_draft_tokens >= 2``, ``topk == 1`` implies ``num_draft_tokens == steps + 1``, and
-    ``num_draft_tokens <= max_tree_tokens(steps, topk)``.
+    ``steps, topk, num_draft_tokens`` describe the EAGLE tree (all zero: no drafter), ``history_nodes`` the
+    history tree (0: none). Construction validates the rules below and raises ``ValueError`` naming the strategy
+    and the broken rule: EAGLE fields all >= 1 or all 0 (the string ``"0_0_0"`` is still rejected),
+    ``num_draft_tokens >= 2``, ``topk == 1`` implies ``num_draft_tokens == steps + 1``,
+    ``num_draft_tokens <= max_tree_tokens(steps, topk)``; ``history_nodes`` is 0 or >= 2.
     """
 
     steps: int
     topk: int
     num_draft_tokens: int
+    history_nodes: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "topk", "num_draft_tokens"):
+        for name in ("steps", "topk", "num_draft_tokens", "history_nodes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"strategy {self._name()!r}: {name} must be an int, got {value!r}")
         if (self.steps, self.topk, self.num_draft_tokens) != (0, 0, 0):
             _check_rules(self._name(), self.steps, self.topk, self.num_draft_tokens)
+        if self.history_nodes != 0:
+            _check_history(self._name(), self.history_nodes)
 
     def _name(self) -> str:
-        return f"{self.steps}_{self.topk}_{self.num_draft_tokens}"
+        eagle = f"{self.steps}_{self.topk}_{self.num_draft_tokens}"
+        if self.history_nodes == 0:
+            return eagle
+        history = f"{HISTORY_PREFIX}{self.history_nodes}"
+        return history if eagle == "0_0_0" else f"{eagle}+{history}"
 
     @property
     def is_disabled(self) -> bool:
         """True for plain decoding (no drafting, one token per request per round)."""
-        return self.steps == 0
+        return self.steps == 0 and self.history_nodes == 0
+
+    @property
+    def uses_drafter(self) -> bool:
+        """True when the round runs the EAGLE drafter (``S_K_N``, alone or in a hybrid)."""
+        return self.steps > 0
+
+    @property
+    def is_history(self) -> bool:
+        """True when the round drafts from the history index (``suffix_M``, alone or in a hybrid)."""
+        return self.history_nodes > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True for ``S_K_N+suffix_M``: the union of an EAGLE and a history tree."""
+        return self.uses_drafter and self.is_history
+
+    @property
+    def history_max_depth(self) -> int:
+        """Deepest history node: a chain of all ``history_nodes - 1`` drafts (0 without history)."""
+        return max(self.history_nodes - 1, 0)
+
+    @property
+    def max_tree_nodes(self) -> int:
+        """Most nodes (root included) verified in one round: EAGLE's and history's trees share the root."""
+        eagle = self.num_draft_tokens if self.uses_drafter else 1
+        history = self.history_nodes if self.is_history else 1
+        return eagle + history - 1
 
     @property
     def max_accept_length(self) -> int:
         """Most tokens one request can emit in a round: the tree depth plus the policy's own token."""
-        return self.steps + 1
+        return max(self.steps, self.history_max_depth) + 1
 
     def __str__(self) -> str:
         return DISABLE_NAME if self.is_disabled else self._name()
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """Parse ``"steps_topk_tokens"`` or ``"disable"``; ``str(Strategy.parse(s))`` gives ``s`` back."""
+        """Parse ``"steps_topk_tokens"``, ``"suffix_N"``, ``"S_K_N+suffix_M"`` or ``"disable"``.
+
+        ``str(Strategy.parse(s))`` gives ``s`` back for canonical strings (no leading zeros or blanks).
+        """
         if not isinstance(text, str):
-            raise ValueError(f"strategy {text!r}: expected a string like '8_4_32' or 'disable'")
-        if text.strip().lower() == DISABLE_NAME:
+            raise ValueError(f"strategy {text!r}: expected a string like '8_4_32', 'suffix_16' or 'disable'")
+        body = text.strip()
+        if body.lower() == DISABLE_NAME:
             return DISABLE
-        match = _STRATEGY_PATTERN.match(text.strip())
-        if match is None:
-            raise ValueError(
-                f"strategy {text!r}: must be exactly three underscore-separated integers "
-                f"'steps_topk_tokens' (e.g. '8_4_32') or 'disable'"
-            )
-        steps, topk, tokens = (int(group) for group in match.groups())
-        _check_rules(text, steps, topk, tokens)
-        return cls(steps, topk, tokens)
+        eagle, plus, history = body.partition("+")
+        if plus:
+            if eagle.startswith(HISTORY_PREFIX) or "+" in history or not history.startswith(HISTORY_PREFIX):
+                raise ValueError(
+                    f"strategy {text!r}: a hybrid strategy is one EAGLE part then one history part, "
+                    f"'S_K_N+suffix_M' (e.g. '8_4_32+suffix_16')"
+                )
+            return cls(*_parse_eagle(text, eagle), history_nodes=_parse_history(text, history))
+        if body.startswith(HISTORY_PREFIX):
+            return cls(0, 0, 0, history_nodes=_parse_history(text, body))
+        return cls(*_parse_eagle(text, body))
+
+
+def _parse_eagle(text: str, part: str) -> tuple[int, int, int]:
+    """``(steps, topk, tokens)`` of the EAGLE part ``part`` of strategy ``text``, validated."""
+    match = _STRATEGY_PATTERN.match(part)
+    if match is None:
+        raise ValueError(
+            f"strategy {text!r}: the EAGLE part must be exactly three underscore-separated integers; "
+            f"a strategy is {_GRAMMAR}"
+        )
+    steps, topk, tokens = (int(group) for group in match.groups())
+    _check_rules(text, steps, topk, tokens)
+    return steps, topk, tokens
+
+
+def _parse_history(text: str, part: str) -> int:
+    """Node count of the history part ``part`` (``suffix_N``) of strategy ``text``, validated."""
+    match = _HISTORY_PATTERN.match(part)
+    if match is None:
+        raise ValueError(f"strategy {text!r}: the history part must be 'suffix_N' with N an integer (e.g. 'suffix_16')")
+    nodes = int(match.group(1))
+    _check_history(text, nodes)
+    return nodes
+
+
+def _check_history(name: str, nodes: int) -> None:
+    """Raise ``ValueError`` naming ``name`` when a history tree of ``nodes`` nodes is not allowed."""
+    if nodes < 2:
+        raise ValueError(f"strategy {name!r}: suffix_N needs N >= 2 (the root plus at least one draft), got {nodes}")
 
 
 def _check_rules(name: str, steps: int, topk: int, tokens: int) -> None:

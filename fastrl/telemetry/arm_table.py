@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from fastrl.adaptive.buckets import BatchBuckets
-from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats, RoundTotals
 
 
 @dataclass
@@ -28,15 +28,15 @@ def arm_table(stats: list[RoundStats], thresholds: list[int]) -> list[ArmRow]:
         cells.setdefault((buckets.index(s.batch_size), str(s.strategy)), []).append(s)
     rows = []
     for (index, name), group in sorted(cells.items(), key=lambda kv: (kv[0][0], -len(kv[1]))):
-        n_rows = sum(s.batch_size for s in group)
+        totals = RoundTotals.of(group)
         rows.append(
             ArmRow(
                 bucket=buckets.label(index),
                 strategy=name,
                 pulls=len(group),
                 mean_goodput=sum(s.goodput for s in group) / len(group),
-                mean_accept_length=sum(sum(s.accepted_tokens) for s in group) / n_rows + 1.0,
-                rows=n_rows,
+                mean_accept_length=totals.mean_accept_length,
+                rows=totals.rows,
             )
         )
     return rows

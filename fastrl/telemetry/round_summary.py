@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.round_stats import RoundStats, RoundTotals
 
 
 @dataclass
@@ -50,31 +50,31 @@ class RoundSummary:
 
 
 def summarize_rounds(stats: list[RoundStats]) -> RoundSummary:
-    """Aggregate a list of RoundStats (accept lengths are row-weighted means of accepted + 1)."""
+    """Aggregate a list of RoundStats per strategy and overall (through RoundTotals)."""
     by: dict[str, list[RoundStats]] = {}
     for s in stats:
         by.setdefault(str(s.strategy), []).append(s)
     parts = []
     for name, group in by.items():
-        rows = sum(s.batch_size for s in group)
+        t = RoundTotals.of(group)
         parts.append(
             StrategySummary(
                 strategy=name,
-                rounds=len(group),
-                rows=rows,
-                emitted_tokens=sum(s.total_emitted for s in group),
-                mean_accept_length=sum(sum(s.accepted_tokens) for s in group) / rows + 1.0,
-                wall_time_s=sum(s.wall_time_s for s in group),
-                draft_time_s=sum(s.draft_time_s for s in group),
-                verify_time_s=sum(s.verify_time_s for s in group),
+                rounds=t.rounds,
+                rows=t.rows,
+                emitted_tokens=t.emitted,
+                mean_accept_length=t.mean_accept_length,
+                wall_time_s=t.wall_time_s,
+                draft_time_s=t.draft_time_s,
+                verify_time_s=t.verify_time_s,
             )
         )
-    rows = sum(s.batch_size for s in stats)
+    total = RoundTotals.of(stats)
     return RoundSummary(
-        rounds=len(stats),
-        emitted_tokens=sum(s.total_emitted for s in stats),
-        wall_time_s=sum(s.wall_time_s for s in stats),
-        mean_accept_length=(sum(sum(s.accepted_tokens) for s in stats) / rows + 1.0) if rows else 0.0,
+        rounds=total.rounds,
+        emitted_tokens=total.emitted,
+        wall_time_s=total.wall_time_s,
+        mean_accept_length=total.mean_accept_length,
         strategies=parts,
         timeline=[(str(s.strategy), s.batch_size, s.mean_accept_length) for s in stats],
     )

@@ -146,7 +146,7 @@ def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
             strategy = Strategy.parse(name)
             config = EngineConfig(max_batch_size=1, device="cuda", dtype=dtype)
             engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
-            graphs_memory[name] = engine.graphs.pool_bytes if engine.graphs else None
+            graphs_memory[name] = engine.runner.graphs.pool_bytes if engine.runner.graphs else None
             t, outs = timed_generate(engine, inputs, repeats)
             same = [o.token_ids for o in outs] == [o.token_ids for o in ref]
             rounds = engine.round_stats[-sum(len(o.accept_lengths) for o in outs) :]
@@ -275,7 +275,7 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
             "identical_requests": sum(a == b for a, b in zip(tokens, reference, strict=True)),
             "p50_len": lengths[len(lengths) // 2],
             "max_len": lengths[-1],
-            "capture_s": engine.graphs.capture_seconds if engine.graphs else None,
+            "capture_s": engine.runner.graphs.capture_seconds if engine.runner.graphs else None,
         }
     return rows
 

@@ -67,7 +67,7 @@ def test_bandit_stays_plain_where_speculation_never_pays():
     workload = Workload("compute-bound", (Phase(0, AcceptanceProfile(0.65)),), num_rollouts=12)
     bandit = {"bandit": lambda: BanditSelector(BanditConfig(strategies=SPACE))}
     result = compare(workload, settings_for(0, cost), bandit)
-    assert result.best_static.policy == "disable"
+    assert result.best_static.selector == "disable"
     for mine, plain in zip(result.results["bandit"].buckets, result.plain.buckets, strict=True):
         assert mine.goodput >= 0.97 * plain.goodput
 

@@ -50,7 +50,7 @@ def _run(dtype: str, strategy: str, batch: int, graphs: bool, inputs: list[Gener
 def test_graph_replay_equals_eager_float64(strategy, batch):
     inputs = _inputs(10)
     engine, graphed = _run("float64", strategy, batch, True, inputs)
-    assert engine.graphs is not None and engine.graphs.pool_bytes > 0
+    assert engine.runner.graphs is not None and engine.runner.graphs.pool_bytes > 0
     _, eager = _run("float64", strategy, batch, False, inputs)
     _, plain = _run("float64", "disable", 10, False, inputs)
     for a, b, p in zip(eager, graphed, plain, strict=True):

@@ -48,12 +48,14 @@ class Case:
     plain_batch_size: int
     inputs: list[GenerateInput]
     arrivals: list[int]
+    draft_vocab: tuple[int, ...] | None = None
 
     def describe(self) -> str:
         settings = sorted({_settings(i.params) for i in self.inputs})
         return (
             f"case seed={self.seed} model={self.model} strategy={self.strategy} bs={self.batch_size} "
-            f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings}"
+            f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings} "
+            f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)}"
         )
 
 
@@ -76,12 +78,17 @@ def models(name: str) -> tuple[CausalLM, EagleDrafter]:
 
 
 def random_strategy(rng: random.Random, vocab: int) -> Strategy:
-    """Any strategy the grammar allows: steps 1-8, topk 1-8, every valid num_draft_tokens up to 64."""
+    """Any strategy the grammar allows: EAGLE (steps 1-8, topk 1-8, every valid num_draft_tokens up to 64), history
+    (suffix_2 .. suffix_32) and their hybrids."""
+    kind = rng.choices(["eagle", "history", "hybrid"], weights=[3, 1, 1])[0]
+    history = rng.randint(2, 32) if kind != "eagle" else 0
+    if kind == "history":
+        return Strategy(0, 0, 0, history_nodes=history)
     steps = rng.randint(1, 8)
     topk = rng.randint(1, min(8, vocab))
     if topk == 1:
-        return Strategy(steps, 1, steps + 1)
-    return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))))
+        return Strategy(steps, 1, steps + 1, history_nodes=history)
+    return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))), history_nodes=history)
 
 
 def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> SamplingParams:
@@ -111,21 +118,31 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
     batch_size = rng.randint(1, max_batch)
     count = rng.randint(1, batch_size + 4)
     inputs = []
+    prompts: list[list[int]] = []
     for i in range(count):
-        if name == "bundled":
+        if prompts and rng.random() < 0.4:  # a GRPO sibling: an earlier prompt again, with its own sampling
+            prompt = list(rng.choice(prompts))
+        elif name == "bundled":
             problem = ArithChainTask().sample_problem(rng)
             prompt = _bundled_tokenizer()(problem.prompt)["input_ids"]
         else:
             prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(1, 20))]
+        prompts.append(prompt)
         inputs.append(GenerateInput(prompt, random_params(rng, max_new_tokens, vocab), request_id=f"c{seed}-{i}"))
     arrivals = [0 if rng.random() < 0.6 else rng.randint(1, 12) for _ in inputs]
-    return Case(seed, name, random_strategy(rng, vocab), batch_size, rng.randint(1, max_batch), inputs, arrivals)
+    strategy = random_strategy(rng, vocab)
+    draft_vocab = None
+    if rng.random() < 0.35:  # a reduced draft vocabulary: any subset at least topk wide
+        size = rng.randint(max(strategy.topk, 1), vocab)
+        draft_vocab = tuple(sorted(rng.sample(range(vocab), size)))
+    return Case(seed, name, strategy, batch_size, rng.randint(1, max_batch), inputs, arrivals, draft_vocab)
 
 
 def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
     """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
     policy, drafter = models(case.model)
-    speculative = any(not s.is_disabled for s in selector.strategies)
+    speculative = any(s.uses_drafter for s in selector.strategies)
+    drafter.set_draft_vocab(None if case.draft_vocab is None else torch.tensor(case.draft_vocab))
     engine = Engine(
         policy,
         EngineConfig(max_batch_size=batch_size, dtype=DTYPE),

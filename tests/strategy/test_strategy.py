@@ -137,3 +137,140 @@ def test_parse_strategy_space():
 def test_parse_strategy_space_errors(names, message):
     with pytest.raises(ValueError, match=message):
         parse_strategy_space(names)
+
+
+# ---- history (suffix_N) and hybrid (S_K_N+suffix_M) strategies ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("suffix_2", Strategy(0, 0, 0, history_nodes=2)),
+        ("suffix_16", Strategy(0, 0, 0, history_nodes=16)),
+        ("8_4_32+suffix_16", Strategy(8, 4, 32, history_nodes=16)),
+        ("3_1_4+suffix_32", Strategy(3, 1, 4, 32)),
+    ],
+)
+def test_parse_history_and_hybrid(text, expected):
+    strategy = Strategy.parse(text)
+    assert strategy == expected
+    assert str(strategy) == text
+    assert Strategy.parse(f"  {text} ") == strategy
+    assert not strategy.is_disabled
+    assert strategy.is_history
+    assert strategy.history_nodes == expected.history_nodes
+    assert strategy.uses_drafter == (expected.steps > 0)
+    assert strategy.is_hybrid == (expected.steps > 0)
+
+
+def test_history_properties():
+    history = Strategy.parse("suffix_16")
+    assert (history.uses_drafter, history.is_history, history.is_hybrid) == (False, True, False)
+    assert history.history_max_depth == 15
+    assert history.max_accept_length == 16
+    assert history.max_tree_nodes == 16
+    hybrid = Strategy.parse("8_4_32+suffix_4")
+    assert hybrid.max_accept_length == 9  # EAGLE's 8 steps are deeper than history's 3
+    assert hybrid.max_tree_nodes == 32 + 4 - 1  # the two trees share the root
+    eagle = Strategy.parse("8_4_32")
+    assert (eagle.uses_drafter, eagle.is_history, eagle.history_nodes, eagle.max_tree_nodes) == (True, False, 0, 32)
+    assert (DISABLE.uses_drafter, DISABLE.is_history, DISABLE.max_tree_nodes) == (False, False, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("suffix_0", "suffix_N needs N >= 2"),
+        ("suffix_1", "suffix_N needs N >= 2"),
+        ("suffix_-3", "suffix_N needs N >= 2"),
+        ("suffix_x", "must be 'suffix_N' with N an integer"),
+        ("suffix_", "must be 'suffix_N' with N an integer"),
+        ("suffix_8_2", "must be 'suffix_N' with N an integer"),
+        ("8_4_32+suffix_", "must be 'suffix_N' with N an integer"),
+        ("8_4_32+suffix_1", "suffix_N needs N >= 2"),
+        ("suffix_8+suffix_8", "one EAGLE part then one history part"),
+        ("suffix_8+8_4_32", "one EAGLE part then one history part"),
+        ("8_4_32+8_4_16", "one EAGLE part then one history part"),
+        ("8_4_32+suffix_8+suffix_8", "one EAGLE part then one history part"),
+        ("8_4_32+", "one EAGLE part then one history part"),
+        ("disable+suffix_8", "exactly three underscore-separated integers"),
+        ("+suffix_8", "exactly three underscore-separated integers"),
+        ("2_2_8+suffix_8", "exceeds the tree capacity"),
+        ("0_0_0+suffix_8", "must all be >= 1"),
+    ],
+)
+def test_history_parse_errors_name_string_and_rule(text, rule):
+    with pytest.raises(ValueError) as info:
+        Strategy.parse(text)
+    message = str(info.value)
+    assert repr(text) in message
+    assert rule in message
+
+
+@pytest.mark.parametrize("fields", [(0, 0, 0, 1), (8, 4, 32, 1), (0, 0, 0, -2), (2, 2, 8, 8)])
+def test_direct_construction_validates_history(fields):
+    with pytest.raises(ValueError):
+        Strategy(*fields)
+
+
+def test_history_value_semantics():
+    table = {Strategy.parse("suffix_16"): "a", Strategy.parse("8_4_32+suffix_16"): "b", Strategy(8, 4, 32): "c"}
+    assert table[Strategy(0, 0, 0, 16)] == "a"
+    assert table[Strategy(8, 4, 32, 16)] == "b"
+    assert table[Strategy.parse("8_4_32")] == "c"
+    assert Strategy(8, 4, 32) != Strategy(8, 4, 32, 16)
+    space = parse_strategy_space(["suffix_16", "8_4_32+suffix_16", "8_4_32", "disable"])
+    assert [str(s) for s in space] == ["suffix_16", "8_4_32+suffix_16", "8_4_32", "disable"]
+    with pytest.raises(ValueError, match="duplicate strategy 'suffix_16'"):
+        parse_strategy_space(["suffix_16", "disable", "suffix_16"])
+
+
+def _eagle_parts():
+    from hypothesis import strategies as st
+
+    def complete(steps_topk):
+        steps, topk = steps_topk
+        if topk == 1:
+            return st.just((steps, 1, steps + 1))
+        return st.integers(2, max_tree_tokens(steps, topk)).map(lambda n: (steps, topk, n))
+
+    return st.tuples(st.integers(1, 12), st.integers(1, 8)).flatmap(complete)
+
+
+def test_round_trip_property():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(eagle=st.none() | _eagle_parts(), history=st.none() | st.integers(2, 512))
+    def check(eagle, history):
+        if eagle is None and history is None:
+            text = "disable"
+        elif eagle is None:
+            text = f"suffix_{history}"
+        else:
+            text = "_".join(map(str, eagle)) + ("" if history is None else f"+suffix_{history}")
+        strategy = Strategy.parse(text)
+        assert str(strategy) == text
+        assert Strategy.parse(str(strategy)) == strategy
+        assert hash(Strategy.parse(text)) == hash(strategy)
+        assert strategy.history_nodes == (history or 0)
+        assert strategy.uses_drafter == (eagle is not None)
+        assert strategy.is_disabled == (eagle is None and history is None)
+
+    check()
+
+
+def test_garbage_never_crashes_property():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(st.text(alphabet="suffix_0123456789+-dsable ", max_size=24))
+    def check(text):
+        try:
+            strategy = Strategy.parse(text)
+        except ValueError as err:
+            assert repr(text) in str(err)
+        else:
+            assert Strategy.parse(str(strategy)) == strategy
+
+    check()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.strategy.strategy import Strategy
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def sglang_adaptive(winners: list[BucketWinner]) -> dict:
         "up_hysteresis": 0.0,
     }
     for w in winners:
-        s = w.strategy
+        s = eagle_part(w.strategy)
         doc[str(w.min_batch_size)] = {
             "speculative_num_steps": s.steps,
             "speculative_eagle_topk": s.topk,
@@ -99,5 +99,11 @@ def write_selection_configs(state_file: str | Path, output: str | Path, draft_mo
     return winners
 
 
+def eagle_part(strategy: Strategy) -> Strategy:
+    """What an EAGLE-only engine can run of `strategy`: a hybrid's EAGLE tree; plain decoding for a history arm
+    (SGLang's and vLLM's EAGLE configs have no history drafts)."""
+    return Strategy(strategy.steps, strategy.topk, strategy.num_draft_tokens) if strategy.uses_drafter else DISABLE
+
+
 def _chain_tokens(strategy: Strategy) -> int:
-    return 0 if strategy.is_disabled else strategy.steps
+    return eagle_part(strategy).steps

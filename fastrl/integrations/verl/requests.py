@@ -131,4 +131,4 @@ def spec_counts(accept_lengths: list[int], rounds_by_strategy: Mapping[str, int]
 
 def _draft_budget(name: str) -> int:
     strategy = Strategy.parse(name)
-    return 0 if strategy.is_disabled else strategy.num_draft_tokens - 1
+    return 0 if strategy.is_disabled else strategy.max_tree_nodes - 1

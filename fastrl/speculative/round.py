@@ -15,26 +15,26 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import DecodeInputs, RunningBatch
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
-from fastrl.speculative.draft_chain import grow_chain
-from fastrl.speculative.draft_tree import DraftTree
+from fastrl.speculative.draft_tree import DraftTree, merge_trees
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafting import DrafterInput, catch_up, grow_tree
+from fastrl.speculative.drafting import DraftContext, DrafterInput, catch_up, draft
+from fastrl.speculative.inputs import DecodeInputs
 from fastrl.speculative.runtime import StrategyRuntime
 from fastrl.speculative.verify_tree import verify_tree
 
 
 @dataclass(frozen=True)
 class SpecModels:
-    """What a speculative round runs on: the policy and its KV cache, the drafter and its cache."""
+    """What a speculative round runs on: the policy and its KV cache, and (for EAGLE strategies) the drafter and
+    its cache. History-only rounds need no drafter."""
 
     policy: CausalLM
-    drafter: EagleDrafter
     cache: KVCache
-    dcache: KVCache
+    drafter: EagleDrafter | None = None
+    dcache: KVCache | None = None
 
 
 @dataclass
@@ -54,14 +54,22 @@ class SpecRoundResult:
 
 
 def speculative_round(
-    models: SpecModels, batch: RunningBatch, pending: DrafterInput, runtime: StrategyRuntime
+    models: SpecModels,
+    inputs: DecodeInputs,
+    runtime: StrategyRuntime,
+    pending: DrafterInput | None = None,
+    history: DraftTree | None = None,
 ) -> SpecRoundResult:
-    """One round of EAGLE speculation for the whole batch, eagerly. # [B] rows -> up to D+1 tokens per row"""
+    """One speculative round for the whole batch, eagerly: the EAGLE tree (after drafter catch-up on `pending`),
+    the `history` tree, or their union, verified in one policy forward. # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
-    inputs = batch.inputs
     base = int(inputs.lengths.max())
-    root_feature = catch_drafter_up(models, inputs, pending, base)
-    draft = draft_trees(models, inputs, root_feature, runtime, base)
+    root_feature = None
+    if runtime.strategy.uses_drafter:
+        if pending is None:
+            raise ValueError(f"strategy {runtime.strategy} drafts with EAGLE: the drafter's pending input is needed")
+        root_feature = catch_drafter_up(models, inputs, pending, base)
+    draft = draft_trees(models, inputs, root_feature, runtime, base, history)
     t1 = time.perf_counter()
     result = verify_trees(models, inputs, draft, runtime, base)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
@@ -94,9 +102,15 @@ class Draft:
 
 
 def draft_trees(
-    models: SpecModels, inputs: DecodeInputs, root_feature: Tensor, runtime: StrategyRuntime, base: int
+    models: SpecModels,
+    inputs: DecodeInputs,
+    root_feature: Tensor | None,
+    runtime: StrategyRuntime,
+    base: int,
+    history: DraftTree | None = None,
 ) -> Draft:
-    """Compute the round's sampler noise once, then grow each row's tree (chain when topk == 1)."""
+    """Compute the round's sampler noise once, then draft each row's tree: the EAGLE tree (a chain when
+    topk == 1) of `root_feature`, the `history` tree, or the union of both under the shared root."""
     n = inputs.lengths
     b = n.shape[0]
     # The sampler noise of every position this round can touch, computed once: n+1 .. n+levels.
@@ -106,21 +120,30 @@ def draft_trees(
     vocab = models.policy.config.vocab_size
     flat_noise = sampling_noise(inputs.sampling.index(level_rows), level_pos, vocab)
     noise = None if flat_noise is None else flat_noise.view(b, levels, vocab)
-    grow = grow_chain if runtime.is_chain else grow_tree
-    dslots = models.dcache.rows(inputs.slots)
-    tree = grow(
-        models.drafter,
-        models.policy,
-        models.dcache,
-        dslots,
-        n,
-        base,
-        inputs.last,
-        root_feature,
-        inputs.sampling,
-        runtime,
-        noise,
-    )
+    trees = []
+    if runtime.strategy.uses_drafter:
+        if root_feature is None or models.drafter is None or models.dcache is None:
+            raise ValueError(f"strategy {runtime.strategy} needs the drafter and its root features")
+        context = DraftContext(
+            drafter=models.drafter,
+            policy=models.policy,
+            dcache=models.dcache,
+            slots=models.dcache.rows(inputs.slots),
+            lengths=n,
+            base=base,
+            root_tokens=inputs.last,
+            root_feature=root_feature,
+            sampling=inputs.sampling,
+            runtime=runtime,
+            noise=noise,
+        )
+        trees.append(draft(context))
+    if runtime.strategy.is_history:
+        if history is None:
+            raise ValueError(f"strategy {runtime.strategy} drafts from history: the history tree is needed")
+        history.tokens[:, 0] = inputs.last  # the root is the row's last emitted token, whatever the index holds
+        trees.append(history)
+    tree = trees[0] if len(trees) == 1 else merge_trees(trees[0], trees[1])
     return Draft(tree, noise)
 
 

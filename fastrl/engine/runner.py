@@ -1,0 +1,209 @@
+"""The model runner: the one place that holds tensors and launches model work.
+
+It owns the policy and drafter on their device, the KV caches, the per-strategy runtime state and (on a GPU) the
+CUDA graphs. The engine loop hands it requests (already holding KV slots) and gets back plain Python values:
+tokens, log-probs, accept lengths, and the hidden states a caller asked for. The scheduler never sees a tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from fastrl.engine.batch import RunningBatch
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
+from fastrl.engine.plain_round import plain_round
+from fastrl.engine.prefill import prefill_shared
+from fastrl.engine.request import Request
+from fastrl.models.decoder import CausalLM
+from fastrl.models.kv_cache import KVCache
+from fastrl.sampling.sampler import sample
+from fastrl.speculative.draft_tree import DraftTree
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.history.index import HistoryIndex
+from fastrl.speculative.history.tree import history_draft_tree
+from fastrl.speculative.round import SpecModels, catch_drafter_up, speculative_round
+from fastrl.speculative.runtime import build_runtimes
+from fastrl.strategy.strategy import Strategy
+
+
+@dataclass
+class StepOutput:
+    """What one prefill or decode round produced, per request row, as plain values.
+
+    tokens[b] / logprobs[b]: the row's candidate tokens in order (accepted drafts, then the policy's own token; one
+    token for prefill and plain rounds); the engine emits them until the request finishes. accepted[b]: accepted
+    draft tokens (0 for plain). hidden[b]: the hidden state behind each token, [len(tokens[b]),H] float32 on the
+    CPU, only for requests that asked for hidden states (else None). prompt_hidden[b]: a prefill's prompt hidden
+    states [P-1,H] for such requests.
+    """
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    accepted: list[int]
+    hidden: list[Tensor | None]
+    prompt_hidden: list[Tensor | None] = field(default_factory=list)
+    drafted: int = 0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    prefill_rows: int = 0
+
+
+class ModelRunner:
+    """Runs prefills and decode rounds for an engine (see the module docstring).
+
+    `strategies` is the selector's strategy space: runtime state (and CUDA graphs) is built for each speculative
+    one at construction, so switching strategy between rounds is a lookup. History strategies (``suffix_N`` and
+    hybrids) draft from `history`, which the engine keeps current.
+    """
+
+    def __init__(
+        self,
+        model: CausalLM,
+        config: EngineConfig,
+        drafter: EagleDrafter | None,
+        strategies: list[Strategy],
+        history: HistoryIndex | None = None,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        dtype = config.torch_dtype
+        self.model = model.to(device=self.device, dtype=dtype).eval()
+        speculative = [s for s in strategies if not s.is_disabled]
+        eagle = [s for s in speculative if s.uses_drafter]
+        if eagle and drafter is None:
+            raise ValueError(f"strategies {[str(s) for s in eagle]} need a drafter; none was given")
+        if any(s.is_history for s in speculative) and history is None:
+            raise ValueError("history strategies (suffix_N) need a HistoryIndex; none was given")
+        self.history = history
+        mc = model.config
+        for s in eagle:
+            if s.topk > mc.vocab_size:
+                raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
+        self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if eagle and drafter else None
+        if self.drafter is not None and self.drafter.draft_vocab is not None:
+            width = self.drafter.draft_vocab.numel()
+            for s in eagle:
+                if s.topk > width:
+                    raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
+        self.runtimes = build_runtimes(speculative, self.device)
+        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        max_nodes = max((s.max_tree_nodes for s in speculative), default=1)
+        use_graphs = config.cuda_graphs and self.device.type == "cuda"
+        slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
+        self.cache = KVCache(
+            mc.num_hidden_layers,
+            slots,
+            self.max_model_len + max_nodes,
+            mc.num_key_value_heads,
+            mc.head_dim,
+            dtype=dtype,
+            device=self.device,
+        )
+        self.spec_models: SpecModels | None = None
+        if self.drafter is not None:
+            area = max(self.runtimes[s].tree_area for s in eagle)
+            dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
+            self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
+        elif speculative:
+            self.spec_models = SpecModels(self.model, self.cache)
+        self.graphs = self._capture_graphs() if use_graphs else None
+
+    def prefill(self, requests: list[Request]) -> StepOutput:
+        """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
+
+        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others copy its KV.
+        """
+        result = prefill_shared(self.model, self.cache, requests, self.config.prefix_sharing)
+        batch = RunningBatch.build(requests, self.device)
+        # Every request samples from its prompt's logits with its own seed.
+        sampled = sample(result.last_logits, batch.sampling, result.lengths)
+        tokens, logprobs = sampled.tokens.tolist(), sampled.logprobs.tolist()
+        hidden: list[Tensor | None] = []
+        prompt_hidden: list[Tensor | None] = []
+        for row, request in enumerate(requests):
+            length = len(request.prompt_ids)
+            states = result.hidden[row]
+            if self.drafter is not None:
+                queue_for_drafter(request, request.prompt_ids[1:] + [tokens[row]], states[:length])
+            want = request.want_hidden_states
+            prompt_hidden.append(states[: length - 1].detach().to("cpu", torch.float32) if want else None)
+            hidden.append(states[length - 1 : length].detach().to("cpu", torch.float32) if want else None)
+        return StepOutput(
+            tokens=[[t] for t in tokens],
+            logprobs=[[lp] for lp in logprobs],
+            accepted=[0] * len(requests),
+            hidden=hidden,
+            prompt_hidden=prompt_hidden,
+            prefill_rows=result.computed_rows,
+        )
+
+    def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
+        """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
+        batch = RunningBatch.build(requests, self.device)
+        if strategy.is_disabled:
+            if self.graphs is not None:
+                result = self.graphs.run_plain(batch.inputs)
+            else:
+                result = plain_round(self.model, self.cache, batch.inputs)
+            tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
+            hidden = hidden.unsqueeze(1)
+            accepted = [0] * len(requests)
+            drafted, draft_s, verify_s = 0, 0.0, 0.0
+        else:
+            start = time.perf_counter()
+            pending = None
+            if strategy.uses_drafter:
+                pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
+            history = self._history_tree(requests, strategy) if strategy.is_history else None
+            history_s = time.perf_counter() - start
+            if self.graphs is not None and not strategy.is_history:
+                if self.drafter.draft_vocab is not None:
+                    self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
+                root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
+                spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
+                spec.draft_time_s = time.perf_counter() - start
+            else:
+                spec = speculative_round(self.spec_models, batch.inputs, self.runtimes[strategy], pending, history)
+                spec.draft_time_s += history_s
+            tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
+            accepted = spec.accept_len.tolist()
+            drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
+        token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
+        out_tokens, out_logprobs, out_hidden = [], [], []
+        for row, request in enumerate(requests):
+            count = accepted[row] + 1
+            out_tokens.append(token_rows[row][:count])
+            out_logprobs.append(logprob_rows[row][:count])
+            if self.drafter is not None:
+                queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
+            want = request.want_hidden_states
+            out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
+
+    def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
+        """Every row's history draft (suffix index over its prompt, its group's responses and kept ones), padded to
+        the strategy's history node count.  # B requests -> DraftTree [B,M]"""
+        nodes, depth = strategy.history_nodes, strategy.history_max_depth
+        drafts = [self.history.draft(r.request_id, nodes, depth) for r in requests]
+        return history_draft_tree(drafts, nodes, depth, self.device)
+
+    def _capture_graphs(self):
+        """CUDA graphs of every round this runner can run (plain per bucket, speculative per strategy and bucket)."""
+        from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
+
+        mc = self.model.config
+        size = self.config.max_batch_size
+        static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
+        eagle = {s: r for s, r in self.runtimes.items() if not s.is_history}  # history rounds draft on the host
+        models = self.spec_models if self.drafter is not None else None
+        graphs = CudaGraphRounds(self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static)
+        with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
+            graphs.capture_all()
+        return graphs

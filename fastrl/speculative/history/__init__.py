@@ -1,0 +1,15 @@
+"""History drafts: suffix matches over a prompt group's prompt, live siblings and earlier responses."""
+
+from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
+from fastrl.speculative.history.index import HistoryConfig, HistoryIndex, prompt_group_key
+from fastrl.speculative.history.tree import history_draft_tree, pad_draft
+
+__all__ = [
+    "HistoryConfig",
+    "HistoryDraft",
+    "HistoryIndex",
+    "history_draft_tree",
+    "pad_draft",
+    "prompt_group_key",
+    "rank_continuations",
+]

@@ -1,0 +1,247 @@
+"""The history index: suffix-match drafts from a prompt group's prompt, live siblings and earlier responses.
+
+One ``HistoryIndex`` per engine (or rollout worker). Sequences of one prompt group (same group key: by default
+the prompt's token ids) share a ``_Group``: the prompt, every response still decoding (tokens appended as they
+are emitted, in any batch composition), and the kept responses of earlier RL steps. A draft for a sequence finds
+where the end of its own text (prompt + output) occurs in the group's texts, longest n-gram first, and ranks the
+continuations that follow those occurrences into a tree (``rank_continuations``): no model forward.
+
+Lookup structure: per group, a map from every n-gram (n <= ``max_key``) to the (doc, end position) of its
+occurrences, appended in emission order. Each response doc starts with the prompt's last ``max_match`` tokens so
+a match may span the prompt/response boundary (the first tokens of a response are drafted from its siblings').
+
+Memory is bounded by ``token_budget`` tokens held (prompts, prompt tails, responses): after every ``start`` and
+``finish`` the index evicts whole least-recently-used groups with no live sequence, then the oldest finished
+responses of live groups, until it holds at most the budget or only live text remains.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """Sizes of the history index.
+
+    token_budget:   most tokens held once only live text would remain beyond it (see the module doc); the index
+                    costs about 0.8 KB per token in CPython, so the default holds ~160 MB
+    max_key:        longest n-gram looked up (occurrence lists per n-gram length 1..max_key)
+    max_match:      longest context match measured; a match of length L weighs ``match_base ** L``
+    max_candidates: most occurrences (the most recent) whose continuations enter one draft
+    match_base:     how strongly a longer context match outweighs a shorter one (1.0: plain counts)
+    """
+
+    token_budget: int = 200_000
+    max_key: int = 4
+    max_match: int = 16
+    max_candidates: int = 16
+    match_base: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("token_budget", "max_key", "max_match", "max_candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"history config: {name} must be an int >= 1, got {value!r}")
+        if self.max_match < self.max_key:
+            raise ValueError(f"history config: max_match ({self.max_match}) must be >= max_key ({self.max_key})")
+        if not self.match_base >= 1.0:
+            raise ValueError(f"history config: match_base must be >= 1.0, got {self.match_base!r}")
+
+
+@dataclass
+class _Group:
+    """The texts of one prompt group and their n-gram occurrences."""
+
+    prompt_doc: int
+    docs: dict[int, list[int]] = field(default_factory=dict)  # doc id -> tokens (responses: prompt tail first)
+    starts: dict[int, int] = field(default_factory=dict)  # doc id -> first end position indexed
+    ngrams: dict[tuple[int, ...], list[tuple[int, int]]] = field(default_factory=dict)  # -> (doc, end position)
+    live: set[int] = field(default_factory=set)  # doc ids still decoding
+    finished: list[int] = field(default_factory=list)  # kept responses, oldest first
+    num_tokens: int = 0
+
+
+def prompt_group_key(prompt_ids: Sequence[int]) -> tuple[int, ...]:
+    """The default group key: the prompt's token ids as a tuple (exact, no hash collisions)."""
+    return tuple(int(t) for t in prompt_ids)
+
+
+class HistoryIndex:
+    """Per-group suffix index over prompts, live sibling outputs and earlier responses (pure Python, no tensors).
+
+    Lifecycle of a sequence: ``start`` (with its group key and prompt), ``extend`` with every emitted token,
+    ``draft`` before a round, ``finish`` (``keep=True`` keeps the response for later steps of the same group).
+    Drafts are deterministic: the same sequence of calls gives the same drafts.
+    """
+
+    def __init__(self, config: HistoryConfig | None = None) -> None:
+        self.config = config or HistoryConfig()
+        self._groups: OrderedDict[Hashable, _Group] = OrderedDict()  # least recently used first
+        self._seqs: dict[Hashable, tuple[Hashable, int]] = {}  # seq id -> (group key, doc id)
+        self._next_doc = 0
+        self.num_tokens = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self, seq_id: Hashable, group_key: Hashable | None, prompt_ids: Sequence[int]) -> None:
+        """Register a live sequence of group ``group_key`` (``None``: ``prompt_group_key(prompt_ids)``)."""
+        if seq_id in self._seqs:
+            raise ValueError(f"history index: sequence {seq_id!r} is already started")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError(f"history index: sequence {seq_id!r} has an empty prompt")
+        key = prompt_group_key(prompt) if group_key is None else group_key
+        group = self._groups.get(key)
+        if group is None:
+            group = _Group(prompt_doc=self._new_doc())
+            self._groups[key] = group
+            self._add_doc(group, group.prompt_doc, prompt, start=0)
+        self._groups.move_to_end(key)
+        doc = self._new_doc()
+        prompt_tokens = group.docs[group.prompt_doc]
+        tail = prompt_tokens[-self.config.max_match :]
+        self._add_doc(group, doc, tail, start=len(tail) - 1)
+        group.live.add(doc)
+        self._seqs[seq_id] = (key, doc)
+        self._enforce_budget()
+
+    def extend(self, seq_id: Hashable, tokens: Sequence[int]) -> None:
+        """Append emitted tokens to a live sequence (visible to its own and its siblings' next drafts)."""
+        key, doc = self._lookup(seq_id)
+        group = self._groups[key]
+        text = group.docs[doc]
+        for token in tokens:
+            text.append(int(token))
+            self._index_position(group, doc, text, len(text) - 1)
+        group.num_tokens += len(tokens)
+        self.num_tokens += len(tokens)
+
+    def finish(self, seq_id: Hashable, keep: bool) -> None:
+        """End a sequence; ``keep`` keeps its response as history of its group, else it is dropped."""
+        key, doc = self._lookup(seq_id)
+        del self._seqs[seq_id]
+        group = self._groups[key]
+        group.live.discard(doc)
+        if keep:
+            group.finished.append(doc)
+        else:
+            self._remove_docs(group, [doc])
+        self._enforce_budget()
+
+    # ---- drafting ----------------------------------------------------------------------------------------
+
+    def draft(self, seq_id: Hashable, max_nodes: int, max_depth: int, chain: bool = False) -> HistoryDraft:
+        """A draft of at most ``max_nodes`` nodes (root included) and depth ``max_depth`` for a live sequence.
+
+        The root is the sequence's last token. The continuations follow the occurrences of the n-grams ending the
+        sequence's text (its own earlier text, siblings, earlier responses, the prompt), longest n-gram first and
+        most recent first, each weighted by ``match_base ** L`` for its context match length L.
+        """
+        if max_depth < 1 or max_nodes < 1:
+            raise ValueError(f"history draft needs max_nodes >= 1 and max_depth >= 1, got {max_nodes}, {max_depth}")
+        key, doc = self._lookup(seq_id)
+        self._groups.move_to_end(key)
+        group = self._groups[key]
+        context = group.docs[doc]
+        return rank_continuations(context[-1], self._continuations(group, context, max_depth), max_nodes, chain)
+
+    def _continuations(self, group: _Group, context: list[int], max_depth: int) -> list[tuple[list[int], float]]:
+        """(continuation, weight) of up to ``max_candidates`` occurrences: longest n-gram first, then most recent."""
+        cfg = self.config
+        found: list[tuple[list[int], float]] = []
+        seen: set[tuple[int, int]] = set()
+        for k in range(min(cfg.max_key, len(context)), 0, -1):
+            for hit in reversed(group.ngrams.get(tuple(context[-k:]), ())):
+                doc, end = hit
+                text = group.docs[doc]
+                if end + 1 >= len(text) or hit in seen:
+                    continue  # a text's own end (nothing follows yet), or found with a longer n-gram
+                seen.add(hit)
+                length = _match_length(context, text, end, k, cfg.max_match)
+                found.append((text[end + 1 : end + 1 + max_depth], cfg.match_base**length))
+                if len(found) == cfg.max_candidates:
+                    return found
+        return found
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+
+    @property
+    def num_groups(self) -> int:
+        """Prompt groups held."""
+        return len(self._groups)
+
+    def has_group(self, group_key: Hashable) -> bool:
+        """Whether the group is held (not evicted)."""
+        return group_key in self._groups
+
+    def _lookup(self, seq_id: Hashable) -> tuple[Hashable, int]:
+        entry = self._seqs.get(seq_id)
+        if entry is None:
+            raise ValueError(f"history index: sequence {seq_id!r} is not started")
+        return entry
+
+    def _new_doc(self) -> int:
+        self._next_doc += 1
+        return self._next_doc - 1
+
+    def _add_doc(self, group: _Group, doc: int, tokens: list[int], start: int) -> None:
+        text = list(tokens)
+        group.docs[doc] = text
+        group.starts[doc] = start
+        for end in range(max(start, 0), len(text)):
+            self._index_position(group, doc, text, end)
+        group.num_tokens += len(text)
+        self.num_tokens += len(text)
+
+    def _index_position(self, group: _Group, doc: int, text: list[int], end: int) -> None:
+        """Record the n-grams ending at ``end`` (lengths 1..max_key that fit in the text)."""
+        ngrams = group.ngrams
+        for k in range(1, min(self.config.max_key, end + 1) + 1):
+            ngrams.setdefault(tuple(text[end - k + 1 : end + 1]), []).append((doc, end))
+
+    def _remove_docs(self, group: _Group, docs: list[int]) -> None:
+        """Drop responses from a group and re-index the rest (rare: eviction and discarded sequences)."""
+        for doc in docs:
+            removed = len(group.docs.pop(doc))
+            del group.starts[doc]
+            group.num_tokens -= removed
+            self.num_tokens -= removed
+        group.ngrams = {}
+        for doc, text in group.docs.items():
+            for end in range(max(group.starts[doc], 0), len(text)):
+                self._index_position(group, doc, text, end)
+
+    def _enforce_budget(self) -> None:
+        """Evict LRU groups without live sequences, then the oldest kept responses of live groups."""
+        budget = self.config.token_budget
+        if self.num_tokens <= budget:
+            return
+        for key in [k for k, g in self._groups.items() if not g.live]:
+            self.num_tokens -= self._groups.pop(key).num_tokens
+            if self.num_tokens <= budget:
+                return
+        for group in self._groups.values():
+            drop: list[int] = []
+            excess = self.num_tokens - budget
+            while group.finished and excess > 0:
+                doc = group.finished.pop(0)
+                drop.append(doc)
+                excess -= len(group.docs[doc])
+            if drop:
+                self._remove_docs(group, drop)
+            if self.num_tokens <= budget:
+                return
+
+
+def _match_length(context: list[int], text: list[int], end: int, known: int, limit: int) -> int:
+    """How many tokens ending ``context`` equal those ending at ``text[end]`` (at least ``known``, at most limit)."""
+    length = known
+    top = min(limit, len(context), end + 1)
+    while length < top and context[-1 - length] == text[end - length]:
+        length += 1
+    return length

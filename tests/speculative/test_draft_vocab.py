@@ -1,0 +1,153 @@
+"""The reduced draft vocabulary: outputs never change, the drafter only proposes its K tokens, the map survives
+a checkpoint round trip, the restricted head follows policy weight updates, and bad maps are clear errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.draft_vocab import coverage, most_frequent_tokens
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import DRAFT_VOCAB_FILE, load_drafter, save_drafter
+from tests.helpers import make_hf_model
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen3")
+    make_hf_model("qwen3", seed=2).save_pretrained(path)
+    return load_model(path)
+
+
+def _inputs(vocab: int, seed: int) -> list[GenerateInput]:
+    rng = random.Random(seed)
+    return [
+        GenerateInput(
+            [rng.randrange(3, vocab) for _ in range(rng.randint(2, 9))],
+            SamplingParams(max_new_tokens=20, temperature=rng.choice([0.0, 0.8, 1.2]), seed=i, ignore_eos=True),
+        )
+        for i in range(6)
+    ]
+
+
+@pytest.mark.parametrize("strategy", ["3_1_4", "4_3_10"])
+@pytest.mark.parametrize("size", [8, 40])
+def test_outputs_equal_plain_and_drafts_stay_inside(model, strategy, size):
+    vocab = model.config.vocab_size
+    torch.manual_seed(1)
+    drafter = EagleDrafter(model.config)
+    ids = torch.tensor(sorted(random.Random(size).sample(range(vocab), size)))
+    drafter.set_draft_vocab(ids)
+    inputs = _inputs(vocab, size)
+    plain = Engine(model, EngineConfig(max_batch_size=6)).generate(inputs)
+    engine = Engine(model, EngineConfig(max_batch_size=6), drafter=drafter, selector=FixedSelector(strategy))
+    proposed: list[torch.Tensor] = []
+    original = engine.runner.drafter.draft_logits
+
+    def spy(policy, feature):
+        logits = original(policy, feature)
+        assert logits.shape[-1] == size
+        return logits
+
+    engine.runner.drafter.draft_logits = spy
+    spec = engine.generate(inputs)
+    for a, b in zip(plain, spec, strict=True):
+        assert a.token_ids == b.token_ids
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+    # Every accepted draft token is a draft-vocabulary token: accepted drafts precede each round's policy token
+    # (token 0 comes from the prefill, then one accept_lengths entry per decode round).
+    allowed = set(ids.tolist())
+    for out in spec:
+        position = 1
+        for n in out.accept_lengths:
+            proposed.extend(out.token_ids[position : position + n - 1])
+            position += n
+    assert set(proposed) <= allowed
+
+
+def test_checkpoint_round_trip(model, tmp_path):
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.tensor([5, 3, 9, 40]))
+    save_drafter(drafter, tmp_path / "d", "tiny", dtype="bfloat16")
+    loaded, info = load_drafter(tmp_path / "d", model)
+    assert info.draft_vocab_size == 4
+    assert loaded.draft_vocab.tolist() == [5, 3, 9, 40]
+    assert (tmp_path / "d" / "drafter.safetensors").stat().st_size < 2 * sum(
+        p.numel() for p in drafter.parameters()
+    ) + 4096  # bf16 on disk
+    drafter.set_draft_vocab(None)
+    save_drafter(drafter, tmp_path / "d", "tiny")
+    assert not (tmp_path / "d" / DRAFT_VOCAB_FILE).exists()
+    assert load_drafter(tmp_path / "d", model)[0].draft_vocab is None
+
+
+def test_corrupt_map_is_named(model, tmp_path):
+    from safetensors.torch import save_file
+
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.tensor([1, 2, 3]))
+    save_drafter(drafter, tmp_path / "d", "tiny")
+    save_file({"ids": torch.tensor([1, 1, 2])}, str(tmp_path / "d" / DRAFT_VOCAB_FILE))
+    with pytest.raises(ValueError, match=DRAFT_VOCAB_FILE):
+        load_drafter(tmp_path / "d", model)
+    (tmp_path / "d" / DRAFT_VOCAB_FILE).unlink()
+    with pytest.raises(ValueError, match="is missing"):
+        load_drafter(tmp_path / "d", model)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        (torch.tensor([0, 1, 1]), "distinct"),
+        (torch.tensor([0, 10_000]), "lie in"),
+        (torch.tensor([[0, 1]]), "1-D"),
+        (torch.tensor([0.0, 1.0]), "integer"),
+    ],
+)
+def test_bad_maps(model, ids, message):
+    with pytest.raises(ValueError, match=message):
+        EagleDrafter(model.config).set_draft_vocab(ids)
+
+
+def test_topk_wider_than_the_map_is_refused(model):
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="draft vocabulary"):
+        Engine(model, EngineConfig(max_batch_size=2), drafter=drafter, selector=FixedSelector("3_4_8"))
+
+
+def test_restricted_head_follows_policy_updates(model):
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.tensor([4, 7, 11]))
+    feature = torch.randn(2, model.config.hidden_size)
+    with torch.inference_mode():
+        before = drafter.draft_logits(model, feature)
+        full = model.logits(feature)[:, [4, 7, 11]]
+        assert torch.allclose(before, full, atol=1e-6)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(2.0)
+        after = drafter.draft_logits(model, feature)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(0.5)
+    assert torch.allclose(after, 2.0 * before, atol=1e-6)
+
+
+def test_most_frequent_tokens():
+    seqs = [[5, 5, 5, 2, 2, 9], [9, 9, 9, 9, 1]]
+    assert most_frequent_tokens(seqs, 2, 12).tolist() == [5, 9]
+    assert most_frequent_tokens(seqs, 4, 12).tolist() == [1, 2, 5, 9]
+    # unseen ids fill by ascending id, and the result is a pure function of the counts
+    assert most_frequent_tokens(seqs, 6, 12).tolist() == [0, 1, 2, 3, 5, 9]
+    assert most_frequent_tokens(list(reversed(seqs)), 6, 12).tolist() == [0, 1, 2, 3, 5, 9]
+    assert coverage(seqs, torch.tensor([5, 9])) == pytest.approx(8 / 11)
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        most_frequent_tokens(seqs, 0, 12)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        most_frequent_tokens([[12]], 1, 12)

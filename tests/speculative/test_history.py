@@ -1,0 +1,261 @@
+"""History index: drafts from prompt, live siblings and kept responses; ranking; budget; padded draft trees."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastrl.speculative.history import (
+    HistoryConfig,
+    HistoryDraft,
+    HistoryIndex,
+    history_draft_tree,
+    pad_draft,
+    prompt_group_key,
+    rank_continuations,
+)
+from fastrl.speculative.verify_tree import verify_tree
+
+
+def _paths(draft: HistoryDraft) -> list[list[int]]:
+    """Token path from the root to every node (root token first)."""
+    paths = [[draft.tokens[0]]]
+    for i in range(1, draft.num_nodes):
+        paths.append(paths[draft.parents[i]] + [draft.tokens[i]])
+    return paths
+
+
+def _occurs(needle: list[int], texts: list[list[int]]) -> bool:
+    n = len(needle)
+    return any(text[i : i + n] == needle for text in texts for i in range(len(text) - n + 1))
+
+
+def _well_formed(draft: HistoryDraft, max_nodes: int, max_depth: int) -> None:
+    assert draft.parents[0] == -1
+    assert 1 <= draft.num_nodes <= max_nodes
+    assert all(0 <= draft.parents[i] < i for i in range(1, draft.num_nodes))
+    assert draft.max_depth <= max_depth
+    for node in range(draft.num_nodes):  # children of a node carry distinct tokens
+        kids = [draft.tokens[i] for i in range(1, draft.num_nodes) if draft.parents[i] == node]
+        assert len(kids) == len(set(kids))
+    for i in range(1, draft.num_nodes):  # weights never grow down the tree
+        assert draft.weights[i] <= draft.weights[draft.parents[i]]
+
+
+# ---- ranking ------------------------------------------------------------------------------------------------
+
+
+def test_rank_continuations_frequency_and_ancestor_closure():
+    conts = [([5, 6, 7], 1.0), ([5, 6, 8], 1.0), ([5, 9], 1.0), ([4], 0.5)]
+    tree = rank_continuations(3, conts, max_nodes=4)
+    assert tree.tokens == (3, 5, 6, 9)  # 5 (3.0), 6 (2.0), then 9 (1.0) before 7/8 (1.0, created later)
+    assert tree.parents == (-1, 0, 1, 1)
+    assert tree.weights == (3.5, 3.0, 2.0, 1.0)
+    full = rank_continuations(3, conts, max_nodes=100)
+    assert full.num_nodes == 7  # the whole trie: 5, 4, 6, 9, 7, 8 plus the root
+    assert full.tokens[1:3] == (5, 4)  # breadth-first, children heaviest first
+
+
+def test_rank_continuations_chain_follows_heaviest_child():
+    conts = [([1, 2, 3], 1.0), ([1, 2, 4], 2.0), ([7, 8], 2.5)]
+    chain = rank_continuations(0, conts, max_nodes=10, chain=True)
+    assert chain.tokens == (0, 1, 2, 4)
+    assert chain.parents == (-1, 0, 1, 2)
+    assert rank_continuations(0, conts, max_nodes=3, chain=True).tokens == (0, 1, 2)
+    assert rank_continuations(0, [], max_nodes=8).tokens == (0,)
+    with pytest.raises(ValueError, match="max_nodes"):
+        rank_continuations(0, conts, max_nodes=0)
+
+
+# ---- index --------------------------------------------------------------------------------------------------
+
+
+def test_sibling_continuation_is_drafted_live():
+    index = HistoryIndex()
+    prompt = [1, 2, 3]
+    index.start("a", None, prompt)
+    index.start("b", None, prompt)
+    index.extend("a", [10, 11, 12, 13])
+    # b has emitted nothing yet: its text ends with the prompt, a's response starts right after it
+    assert index.draft("b", max_nodes=8, max_depth=8).tokens == (3, 10, 11, 12, 13)
+    index.extend("b", [10, 11])
+    draft = index.draft("b", max_nodes=3, max_depth=8)
+    assert draft.tokens == (11, 12, 13)
+    assert draft.max_depth == 2
+    assert index.draft("b", max_nodes=8, max_depth=1).tokens == (11, 12)
+
+
+def test_kept_responses_serve_the_next_step_and_discarded_do_not():
+    index = HistoryIndex()
+    prompt = [4, 5, 6]
+    index.start(0, None, prompt)
+    index.extend(0, [7, 8, 9])
+    index.finish(0, keep=True)
+    index.start(1, None, prompt)
+    index.extend(1, [20, 21])
+    index.finish(1, keep=False)
+    index.start(2, prompt_group_key(prompt), prompt)
+    assert index.draft(2, 8, 8).tokens == (6, 7, 8, 9)  # the discarded 20, 21 are gone
+    index.start(3, None, [9, 9, 6])  # another group: sees nothing of the first
+    assert index.draft(3, 8, 8).tokens == (6,)
+
+
+def test_own_text_is_a_source():
+    index = HistoryIndex()
+    index.start("s", "g", [1])
+    index.extend("s", [5, 6, 7, 8, 5, 6])
+    assert index.draft("s", 4, 4).tokens == (6, 7, 8, 5)
+
+
+def test_lifecycle_errors_and_config_validation():
+    index = HistoryIndex()
+    index.start("s", "g", [1, 2])
+    with pytest.raises(ValueError, match="already started"):
+        index.start("s", "g", [1, 2])
+    with pytest.raises(ValueError, match="not started"):
+        index.extend("t", [1])
+    with pytest.raises(ValueError, match="empty prompt"):
+        index.start("u", "g", [])
+    with pytest.raises(ValueError, match="max_depth"):
+        index.draft("s", 4, 0)
+    for bad in ({"token_budget": 0}, {"max_key": 0}, {"max_key": 8, "max_match": 4}, {"match_base": 0.5}):
+        with pytest.raises(ValueError, match="history config"):
+            HistoryConfig(**bad)
+
+
+def test_token_budget_evicts_least_recently_used_groups():
+    budget = 200
+    index = HistoryIndex(HistoryConfig(token_budget=budget, max_match=4))
+    for group in range(40):
+        prompt = [group, group + 1, group + 2]
+        for sample in range(3):
+            seq = (group, sample)
+            index.start(seq, None, prompt)
+            index.extend(seq, [(group * 7 + sample + t) % 50 for t in range(10)])
+            index.finish(seq, keep=True)
+            assert index.num_tokens <= budget
+        if group >= 1:
+            index.start("probe", None, [0, 1, 2])  # keeps group 0 recently used
+            index.finish("probe", keep=False)
+            assert index.num_tokens <= budget
+    assert index.has_group((0, 1, 2))
+    assert index.has_group((39, 40, 41))
+    assert not index.has_group((1, 2, 3))
+    assert index.num_tokens == sum(g.num_tokens for g in index._groups.values())
+
+
+def test_budget_drops_oldest_kept_responses_of_live_groups():
+    index = HistoryIndex(HistoryConfig(token_budget=60, max_key=2, max_match=2))
+    index.start("live", "g", [1, 2])
+    for i in range(10):
+        index.start(i, "g", [1, 2])
+        index.extend(i, [100 + i] * 10)
+        index.finish(i, keep=True)
+        assert index.num_tokens <= 60
+    assert index.draft("live", 4, 4, chain=True).tokens == (2, 109, 109, 109)  # most recent first on ties
+    survivors = set(index.draft("live", 32, 1).tokens[1:])
+    assert 109 in survivors and 100 not in survivors  # the oldest responses went first
+    index.extend("live", [5] * 100)  # live text may exceed the budget: nothing else is left to evict
+    index.start("late", "g", [1, 2])
+    assert index.num_tokens > 60
+    assert index.draft("late", 3, 3).tokens == (2, 5, 5)
+
+
+texts = st.lists(st.integers(0, 5), min_size=0, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompt=st.lists(st.integers(0, 5), min_size=1, max_size=12),
+    responses=st.lists(texts, min_size=1, max_size=4),
+    old=st.lists(texts, max_size=2),
+    max_nodes=st.integers(1, 12),
+    max_depth=st.integers(1, 6),
+    chain=st.booleans(),
+)
+def test_drafts_are_well_formed_sourced_and_deterministic(prompt, responses, old, max_nodes, max_depth, chain):
+    def replay() -> list[HistoryDraft]:
+        index = HistoryIndex(HistoryConfig(max_key=3, max_match=5, max_candidates=8))
+        for i, response in enumerate(old):
+            index.start(("old", i), None, prompt)
+            index.extend(("old", i), response)
+            index.finish(("old", i), keep=True)
+        for i in range(len(responses)):
+            index.start(i, None, prompt)
+        drafts = []
+        longest = max(len(r) for r in responses)
+        for t in range(longest + 1):  # interleaved: one token per live sibling per round
+            for i, response in enumerate(responses):
+                if t < len(response):
+                    index.extend(i, [response[t]])
+                if t <= len(response):
+                    drafts.append(index.draft(i, max_nodes, max_depth, chain=chain))
+        return drafts
+
+    drafts = replay()
+    sources = [prompt] + [prompt + r for r in responses + old]
+    for draft in drafts:
+        _well_formed(draft, max_nodes, max_depth)
+        if chain:
+            assert draft.parents == tuple(range(-1, draft.num_nodes - 1))
+        for path in _paths(draft)[1:]:
+            assert _occurs(path, sources)
+    assert drafts == replay()
+
+
+# ---- padded batched trees -----------------------------------------------------------------------------------
+
+
+def _walk(draft: HistoryDraft, targets: list[int]) -> int:
+    """Accepted drafts by the exact rule on the unpadded draft (targets[i] = the policy's token at node i)."""
+    node, depth = 0, 0
+    while True:
+        nxt = [i for i in range(1, draft.num_nodes) if draft.parents[i] == node and draft.tokens[i] == targets[node]]
+        if not nxt:
+            return depth
+        node, depth = nxt[0], depth + 1
+
+
+def test_pad_rule():
+    padded = pad_draft(HistoryDraft((4, 5, 6), (-1, 0, 1), (2.0, 2.0, 1.0)), 5)
+    assert padded.tokens == (4, 5, 6, 5, 5)
+    assert padded.parents == (-1, 0, 1, 0, 0)
+    root_only = pad_draft(HistoryDraft((4,), (-1,), (0.0,)), 3)
+    assert root_only.tokens == (4, 4, 4)
+    with pytest.raises(ValueError, match="does not fit"):
+        pad_draft(padded, 4)
+    with pytest.raises(ValueError, match="exceeds max_depth"):
+        history_draft_tree([HistoryDraft((4, 5, 6), (-1, 0, 1), (1.0, 1.0, 1.0))], 4, max_depth=1)
+    with pytest.raises(ValueError, match="num_nodes >= 2"):
+        history_draft_tree([root_only], 1, max_depth=1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    conts=st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=5), st.floats(0.5, 4.0)), max_size=6),
+    extra=st.integers(0, 6),
+    data=st.data(),
+)
+def test_pads_are_never_on_the_accepted_path(conts, extra, data):
+    draft = rank_continuations(data.draw(st.integers(0, 3)), conts, max_nodes=8)
+    num_nodes = max(draft.num_nodes, 2) + extra
+    tree = history_draft_tree([draft, draft], num_nodes, max_depth=5)
+    assert tree.tokens.shape == (2, num_nodes) and tree.ancestors.shape == (2, num_nodes, num_nodes)
+    real = max(draft.num_nodes, 2)  # a root-only draft gets one real guess node
+    targets = torch.tensor([data.draw(st.lists(st.integers(0, 3), min_size=num_nodes, max_size=num_nodes))] * 2)
+    # targets at the pads equal node 1's would-be target, as the policy would give (same parent, same token)
+    targets[:, real:] = targets[:, 1:2]
+    acc = verify_tree(tree, targets, max_depth=5)
+    assert (acc.path < real).all()
+    expected = _walk(pad_draft(draft, real), targets[0].tolist())
+    assert acc.accept_len.tolist() == [expected, expected]
+
+
+def test_batched_tree_matches_drafts():
+    a = HistoryDraft((1, 2, 3, 4), (-1, 0, 0, 1), (3.0, 2.0, 1.0, 1.0))
+    b = HistoryDraft((7,), (-1,), (0.0,))
+    tree = history_draft_tree([a, b], 6, max_depth=3)
+    assert tree.tokens.tolist() == [[1, 2, 3, 4, 2, 2], [7, 7, 7, 7, 7, 7]]
+    assert tree.parents.tolist() == [[-1, 0, 0, 1, 0, 0], [-1, 0, 0, 0, 0, 0]]
+    assert tree.depths.tolist() == [[0, 1, 1, 2, 1, 1], [0, 1, 1, 1, 1, 1]]
+    assert tree.ancestors[0, 3].tolist() == [True, True, False, True, False, False]
