@@ -7,7 +7,8 @@ Layout of a checkpoint directory:
     policy/                   the policy, HF format (fastrl.models.save_model: config.json + model.safetensors)
     reference/                the frozen KL reference (only when kl_coef > 0), same format
     optimizer.safetensors     AdamW per-parameter tensors; optimizer.json: param groups and scalars
-    drafter/                  the backend's drafter (fastrl.speculative.drafter_checkpoint layout, with its version);
+    drafter/                  the backend's drafter (fastrl.speculative.drafter_checkpoint layout, with its version
+                              and its reduced draft vocabulary when it has one);
                               absent when the backend runs without a drafter
     rollout_selector.json     the backend's strategy-selector state (bandit windows, ...)
     cotrain/                  each rollout worker's co-training state, worker_<i>.safetensors (feature buffer,
@@ -36,8 +37,14 @@ from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.seeding import GlobalRngState
 from fastrl.rollout.backend import RolloutBackend
+from fastrl.rollout.types import DRAFT_VOCAB_KEY
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafter_checkpoint import read_drafter_info, read_drafter_weights, save_drafter
+from fastrl.speculative.drafter_checkpoint import (
+    read_draft_vocab,
+    read_drafter_info,
+    read_drafter_weights,
+    save_drafter,
+)
 
 FORMAT = "fastrl-grpo-checkpoint"
 FORMAT_VERSION = 1
@@ -193,7 +200,12 @@ def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple
         if expected:
             raise ValueError(f"{directory}: {DRAFTER_DIR}/ is missing, but the run has a drafter to restore")
         return None
-    return read_drafter_info(folder).version, read_drafter_weights(folder)
+    info = read_drafter_info(folder)
+    state = read_drafter_weights(folder)
+    vocab = read_draft_vocab(folder, info)
+    if vocab is not None:
+        state[DRAFT_VOCAB_KEY] = vocab
+    return info.version, state
 
 
 def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) -> None:
@@ -202,7 +214,10 @@ def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) ->
     if not tensors:
         return
     drafter = EagleDrafter(policy.config)
-    drafter.load_state_dict({k: v.to("cpu", torch.float32) for k, v in tensors.items()}, strict=True)
+    weights = {k: v.to("cpu", torch.float32) for k, v in tensors.items() if k != DRAFT_VOCAB_KEY}
+    drafter.load_state_dict(weights, strict=True)
+    if DRAFT_VOCAB_KEY in tensors:
+        drafter.set_draft_vocab(tensors[DRAFT_VOCAB_KEY])
     save_drafter(drafter, directory, policy_name=POLICY_DIR, version=version)
 
 

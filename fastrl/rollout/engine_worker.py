@@ -17,7 +17,7 @@ from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
 from fastrl.models.decoder import CausalLM
-from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
+from fastrl.rollout.types import DRAFT_VOCAB_KEY, RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTraining
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
@@ -160,22 +160,27 @@ class EngineWorker:
             self.policy_version = int(version)
 
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
-        """Load drafter weights in place as ``version``; the co-training copy restarts from them."""
+        """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
+        ``DRAFT_VOCAB_KEY``); the co-training copy restarts from them."""
         with self._lock:
             if self.drafter is None:
                 raise ValueError(f"worker {self.worker_id} runs without a drafter; cannot load drafter weights")
             with torch.no_grad():
-                self.drafter.load_state_dict(state)
+                self.drafter.load_state_dict({k: v for k, v in state.items() if k != DRAFT_VOCAB_KEY})
+            if DRAFT_VOCAB_KEY in state:
+                self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             self.drafter_version = int(version)
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        """The live drafter's version and CPU float32 weights ({} without a drafter)."""
+        """The live drafter's version and CPU float32 weights ({} without a drafter), with its reduced draft
+        vocabulary under ``DRAFT_VOCAB_KEY`` when it has one."""
         with self._lock:
             if self.drafter is None:
                 return self.drafter_version, {}
-            return self.drafter_version, {
-                k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()
-            }
+            state = {k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()}
+            if self.drafter.draft_vocab is not None:
+                state[DRAFT_VOCAB_KEY] = self.drafter.draft_vocab.detach().to("cpu").clone()
+            return self.drafter_version, state
 
     def selector_state(self) -> dict:
         """The strategy selector's state (JSON-serialisable)."""

@@ -108,10 +108,8 @@ class RayRolloutManager:
         self._replace_dead()
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        """The current drafter version and (CPU float32) weights; {} when the workers run without a drafter."""
-        if self._drafter_ref is not None:
-            state = ray.get(self._drafter_ref)
-            return self.drafter_version, {k: v.clone() for k, v in state.items()}
+        """The current drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker);
+        {} when the workers run without a drafter."""
         self._await_ready()
         version, state = self._call_all("drafter_state")[0]
         return version, state

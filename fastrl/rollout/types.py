@@ -90,3 +90,6 @@ class RolloutBatch:
     drafter: DrafterTrainingStats
     drafter_version: int
     retried_requests: int = 0
+
+
+DRAFT_VOCAB_KEY = "draft_vocab"  # a drafter state's entry for its reduced draft vocabulary (ids, not a weight)

@@ -180,3 +180,16 @@ def test_drift_is_tracked_and_survives_resume(tmp_path):
     resumed, _ = _trainer(_config(tmp_path, "resumed", kl_coef=0.0, track_drift=True, steps=3), seed=7)
     resumed.resume(tmp_path / "full" / "step_000001")
     assert [m.drift_kl for m in resumed.train()] == [m.drift_kl for m in history[1:]]
+
+
+def test_draft_vocabulary_is_checkpointed(tmp_path):
+    config = _config(tmp_path, "full", steps=1, checkpoint_every=1)
+    full, backend = _trainer(config, seed=0)
+    vocab = torch.arange(3, 40)
+    backend.worker.drafter.set_draft_vocab(vocab)
+    full.train()
+    assert (tmp_path / "full" / "step_000001" / "drafter" / "draft_vocab.safetensors").is_file()
+    resumed, resumed_backend = _trainer(_config(tmp_path, "resumed", steps=1), seed=3)
+    assert resumed_backend.worker.drafter.draft_vocab is None
+    resumed.resume(tmp_path / "full" / "step_000001")
+    assert torch.equal(resumed_backend.worker.drafter.draft_vocab, vocab)
