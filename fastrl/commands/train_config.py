@@ -88,6 +88,9 @@ class RolloutSpec:
     The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
     verify row, batch of 1 or 64): float32 rounding flips about one near-tie per 1e5 tokens between the two,
     float64's is ~1e9 times smaller. On a GPU use bfloat16 and accept near-tie flips (`fastrl check-exact`).
+
+    overlap_drafter_round: the co-training a rollout's tail left undone (`drafter.schedule=steps`), the merge and
+    the push run while the trainer updates the policy instead of before `generate` returns (same updates).
     """
 
     backend: str = "ray"
@@ -97,6 +100,7 @@ class RolloutSpec:
     max_batch_size: int = 64
     torch_threads: int = 1
     cotrain_in_tail: bool = True
+    overlap_drafter_round: bool = True
     restart_failed_workers: bool = True
     device: str = "cpu"
     dtype: str = "float64"

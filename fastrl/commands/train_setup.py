@@ -76,6 +76,7 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
             ray_address=cfg.rollout.ray_address,
             ray_num_cpus=cfg.rollout.ray_num_cpus,
             cotrain_in_tail=cfg.rollout.cotrain_in_tail,
+            overlap_drafter_round=cfg.rollout.overlap_drafter_round,
             restart_failed_workers=cfg.rollout.restart_failed_workers,
             round_timeout_s=cfg.rollout.round_timeout_s,
             seed=cfg.rl.seed,

@@ -11,6 +11,45 @@ from fastrl.rollout.cotrain_stats import combine_rounds, heldout_mean
 from fastrl.rollout.types import DrafterTrainingStats
 from fastrl.rollout.worker_cotrain import RoundReport
 
+FINISH = "finish_drafter_round"
+
+
+class DrafterRounds:
+    """A backend's co-training rounds: at most one still finishing on the workers (``start`` fired their
+    ``finish_drafter_round`` calls), and the stats and drafter version of the last one closed.
+
+    ``call_all(method)`` / ``gather(calls)`` call workers and collect answers in slot order; ``version()`` is the
+    current drafter version; ``push(version, state)`` installs a drafter everywhere.
+    """
+
+    def __init__(
+        self,
+        call_all: Callable[[str], list],
+        gather: Callable[[list], list],
+        version: Callable[[], int],
+        push: Callable[[int, dict[str, Tensor]], None],
+    ) -> None:
+        self.call_all, self.gather, self.version, self.push = call_all, gather, version, push
+        self._pending: tuple[list, list[tuple[str, SliceMetrics]]] | None = None
+        self.last: tuple[DrafterTrainingStats, int] = (DrafterTrainingStats(), version())
+
+    def start(self, calls: list, slices: list[tuple[str, SliceMetrics]]) -> None:
+        """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs)."""
+        self._pending = (calls, slices)
+
+    def close(self) -> DrafterTrainingStats:
+        """Finish the pending round, if any (merge, push, measure); the last round's stats."""
+        if self._pending is not None:
+            (calls, slices), self._pending = self._pending, None
+            reports = self.gather(calls)
+
+            def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now
+                return reports if method == FINISH else self.call_all(method)
+
+            stats = close_drafter_round(call, self.version(), self.push, slices)
+            self.last = (stats, self.version())
+        return self.last[0]
+
 
 def close_drafter_round(
     call_all: Callable[[str], list],
@@ -22,7 +61,7 @@ def close_drafter_round(
     calls a worker method on every live worker and returns the answers in slot order); the copies trained on top
     of drafter ``version`` are averaged (weighted by steps, in slot order) into ``version + 1`` and ``push``ed;
     the held-out top-1 is measured before and after the push."""
-    reports: list[RoundReport] = call_all("finish_drafter_round")
+    reports: list[RoundReport] = call_all(FINISH)
     stats = combine_rounds(reports, slices)
     trained: list[TrainedDrafter] = [t for t in call_all("trained_drafter") if t is not None]
     items = [(t.state, float(t.steps)) for t in trained if t.base_version == version]

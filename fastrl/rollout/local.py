@@ -31,6 +31,7 @@ class LocalRollout:
         self.worker = EngineWorker(WORKER_ID, config)
         self.cotrain_after_batch = cotrain_after_batch
         self._seed_rng = random.Random(seed)
+        self._last_round = (DrafterTrainingStats(), self.worker.drafter_version)
 
     @property
     def policy_version(self) -> int:
@@ -58,6 +59,7 @@ class LocalRollout:
                 self.worker.update_drafter,
                 slices,
             )
+        self._last_round = (drafter, self.worker.drafter_version)
         timing = WorkerTiming(WORKER_ID, len(results), busy, 0.0, drafter.seconds, drafter.steps)
         return RolloutBatch(
             results=results,
@@ -68,6 +70,10 @@ class LocalRollout:
             drafter=drafter,
             drafter_version=self.worker.drafter_version,
         )
+
+    def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
+        """The last batch's co-training and the drafter version after it (``generate`` already finished it)."""
+        return self._last_round
 
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         self.worker.update_policy(version, state)

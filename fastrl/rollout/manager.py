@@ -3,6 +3,7 @@ recovery from dead workers."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
 from fastrl.rollout.dispatch import check_request_ids, with_seeds
-from fastrl.rollout.drafter_round import close_drafter_round
+from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.ray_worker import await_started, start_worker
@@ -64,6 +65,7 @@ class RayRolloutManager:
         self._slice_ids = itertools.count(1)
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
+        self._rounds = DrafterRounds(self._call_all, self._gather, lambda: self.drafter_version, self._push_drafter)
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
@@ -85,7 +87,9 @@ class RayRolloutManager:
         rounds = self._take_rounds()
         drafter = DrafterTrainingStats()
         if self.config.worker.cotrain:
-            drafter = close_drafter_round(self._call_all, self.drafter_version, self._push_drafter, outcome.slices)
+            self._rounds.start([(w, w.actor.finish_drafter_round.remote()) for w in self._alive()], outcome.slices)
+            if not self.config.overlap_drafter_round:
+                drafter = self._rounds.close()
         self._remember_selector_states()
         self._replace_dead()
         return RolloutBatch(
@@ -111,8 +115,7 @@ class RayRolloutManager:
         """The current drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker);
         {} when the workers run without a drafter."""
         self._await_ready()
-        version, state = self._call_all("drafter_state")[0]
-        return version, state
+        return self._call_all("drafter_state")[0]
 
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
         """Install drafter weights as ``version`` on every worker (resume)."""
@@ -154,10 +157,8 @@ class RayRolloutManager:
     def shutdown(self) -> None:
         """Kill every worker actor (and Ray itself when this manager started it)."""
         for w in self.workers:
-            try:
+            with contextlib.suppress(RayActorError, ValueError):
                 ray.kill(w.actor)
-            except (RayActorError, ValueError):
-                pass
         self.workers = []
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -207,14 +208,19 @@ class RayRolloutManager:
     def _take_rounds(self) -> list[RoundRecord]:
         return [r for rounds in self._call_all("take_rounds") for r in rounds]
 
+    def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
+        """The last rollout's co-training stats and the drafter version after it, finishing it first when
+        ``overlap_drafter_round`` left it running (any other call finishes it too, before it acts)."""
+        self._rounds.close()
+        return self._rounds.last
+
     def _push_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         ref = ray.put(state)
         self._drafter_ref, self.drafter_version = ref, version
         self._call_all("update_drafter", version, ref)
 
     def _check_workers(self) -> None:
-        """Find workers lost since the last call (dead, hung or failed), kill and replace them; then wait until
-        every replacement serves."""
+        """Kill and replace workers lost since the last call (dead, hung, failed); wait until replacements serve."""
         self._await_ready()
         problems = probe({w.worker_id: w.actor for w in self.workers}, self.config.round_timeout_s)
         for w in self.workers:
@@ -278,7 +284,9 @@ class RayRolloutManager:
             self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
-        """Wait for replacements to finish starting; one that fails or times out is dropped."""
+        """Finish a co-training round left running; wait for replacements to finish starting (one that fails or
+        times out is dropped)."""
+        self._rounds.close()
         for w in self.workers:
             if not w.ready:
                 continue

@@ -59,7 +59,7 @@ def _run(root: Path, name: str, steps: int, resume: Path | None = None, strategy
         checkpoint_dir=str(root / name),
         progress=False,
     )
-    backend = RayRolloutManager(RolloutManagerConfig(worker=worker, num_workers=2))
+    backend = RayRolloutManager(RolloutManagerConfig(worker=worker, num_workers=2, overlap_drafter_round=True))
     try:
         trainer = GRPOTrainer(policy, char_tokenizer(), DigitTask(), backend, config)
         if resume is not None:
