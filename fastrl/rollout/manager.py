@@ -14,7 +14,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from torch import Tensor
 
 from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
-from fastrl.rollout.dispatch import check_request_ids, with_seeds
+from fastrl.rollout.dispatch import PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
@@ -63,6 +63,7 @@ class RayRolloutManager:
         self._drafter_ref: ray.ObjectRef | None = None
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
+        self._affinity = PromptAffinity()  # prompt -> worker slot that served it last (cross-step history)
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
         self._rounds = DrafterRounds(self._call_all, self._gather, lambda: self.drafter_version, self._push_drafter)
@@ -78,7 +79,15 @@ class RayRolloutManager:
         self._check_workers()
         cotrain, slice_s = self.config.cotrain_in_tail and self.config.worker.cotrain, self.config.worker.slice_seconds
         run = RolloutRun(
-            requests, self._alive(), cotrain, slice_s, self._slice_ids, self._liveness, self._replace_now, LOG
+            requests,
+            self._alive(),
+            cotrain,
+            slice_s,
+            self._slice_ids,
+            self._liveness,
+            self._replace_now,
+            LOG,
+            self._affinity,
         )
         try:
             outcome = run.run()

@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
-from fastrl.rollout.dispatch import WorkUnit, assign_units, make_units
+from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 
@@ -66,6 +66,7 @@ class RolloutRun:
         liveness: LivenessPolicy,
         replace: Callable[[WorkerHandle], WorkerHandle | None],
         log: logging.Logger,
+        affinity: PromptAffinity | None = None,
     ) -> None:
         self.requests = requests
         self.workers = list(workers)
@@ -73,6 +74,7 @@ class RolloutRun:
         self.replace = replace
         self.log = log
         self.cotrain = cotrain
+        self.affinity = affinity
         self.slice_seconds = slice_seconds
         self.slice_ids = slice_ids
         self.results: list[RolloutResult | None] = [None] * len(requests)
@@ -92,7 +94,16 @@ class RolloutRun:
 
     def run(self) -> RunOutcome:
         self.start = time.perf_counter()
-        plan = assign_units(make_units(self.requests, len(self.workers)), self.load)
+        units = make_units(self.requests, len(self.workers))
+        homes = {}
+        if self.affinity is not None:
+            by_slot = {w.slot: w.worker_id for w in self.workers}
+            homes = {u.prompt: by_slot[s] for u in units if (s := self.affinity.home(u.prompt)) in by_slot}
+        plan = assign_units(units, self.load, homes)
+        if self.affinity is not None:
+            slot_of = {w.worker_id: w.slot for w in self.workers}
+            for worker_id, unit in plan:
+                self.affinity.record(unit.prompt, slot_of[worker_id])
         key = uuid.uuid4().hex
         for w in self.workers:  # a worker queues its units together, in plan order, once all have arrived
             units = [unit for worker_id, unit in plan if worker_id == w.worker_id]
