@@ -97,11 +97,11 @@ def bench_bs1(
                 )
             )
         if temperature == 0.0:
-            rows += _hf_rows(hf_model, prompts, max_new_tokens, repeats, pad_id, tokens / plain.median_s)
+            rows += hf_rows(hf_model, prompts, max_new_tokens, repeats, pad_id, tokens / plain.median_s)
     return rows
 
 
-def _hf_rows(hf_model, prompts, max_new_tokens, repeats, pad_id, plain_tok_s) -> list[Bs1Row]:
+def hf_rows(hf_model, prompts, max_new_tokens, repeats, pad_id, plain_tok_s) -> list[Bs1Row]:
     """HF generate and HF prompt-lookup decoding, greedy, each prompt alone."""
 
     def run(lookup: int | None) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.bench.history_groups import bench_groups_bs1
 from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
 from fastrl.bench.prefix_sharing import bench_prefix_sharing
@@ -37,7 +38,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         raise ValueError(f"fastrl bench tokenizes its prompts and needs a tokenizer in {model_dir}")
     model = load_model(model_dir, device=cfg.device)
     pad_id = tokenizer.pad_token_id or 0
-    needs_hf = {"plain_vs_hf", "spec_bs1"} & set(cfg.suites)
+    needs_hf = {"plain_vs_hf", "spec_bs1", "groups_bs1"} & set(cfg.suites)
     hf_model = None
     if needs_hf:
         hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(cfg.device).eval()
@@ -70,7 +71,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     if hf_model is not None:
         hf_model.generation_config.eos_token_id = hf_model.config.eos_token_id
     drafter = None
-    if {"spec_bs1", "long_tail"} & set(cfg.suites):
+    if {"spec_bs1", "long_tail", "groups_bs1"} & set(cfg.suites):
         drafter = resolve_drafter(cfg.drafter, model_dir, model, needed=True)
     if "spec_bs1" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, cfg.bs1_prompts, cfg.seed + 1)
@@ -107,7 +108,9 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         )
         payload["spec_bs1"] = [asdict(r) | {"fraction_of_limit": r.fraction_of_limit} for r in rows]
     if "long_tail" in cfg.suites:
-        prompts = bench_prompts(tokenizer, cfg.workload, cfg.long_tail_requests, cfg.seed + 2)
+        groups = -(-cfg.long_tail_requests // cfg.long_tail_group_size)
+        prompts = bench_prompts(tokenizer, cfg.workload, groups, cfg.seed + 2)
+        prompts = [p for p in prompts for _ in range(cfg.long_tail_group_size)][: cfg.long_tail_requests]
         rows = bench_long_tail(
             model,
             drafter,
@@ -120,7 +123,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             max_model_len=context_length(prompts, cfg.long_tail_max_new_tokens),
         )
         print(
-            f"\nlong-tail batch: {cfg.long_tail_requests} requests at T=1, one engine, wall time\n"
+            f"\nlong-tail batch: {cfg.long_tail_requests} requests at T=1 "
+            f"({cfg.long_tail_group_size} per prompt), one engine, wall time\n"
             + format_table(
                 ["selector", "wall s", "speedup", "rounds", "accept len"],
                 [[r.selector, r.wall_s, r.speedup, r.rounds, r.mean_accept_length] for r in rows],
@@ -154,6 +158,33 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
                     )
                 )
         print(f"\nmeasured round costs: {costs} (fit the simulator: python -m fastrl.adaptive.sim --costs {costs})")
+    if "groups_bs1" in cfg.suites:
+        prompts = bench_prompts(tokenizer, cfg.workload, cfg.groups_prompts, cfg.seed + 4)
+        rows = bench_groups_bs1(
+            model,
+            drafter,
+            hf_model,
+            prompts,
+            cfg.groups_n,
+            list(cfg.groups_selectors),
+            list(cfg.groups_bandit_strategies),
+            cfg.groups_max_new_tokens,
+            cfg.repeats,
+            list(cfg.groups_temperatures),
+            pad_id,
+        )
+        print(
+            f"\nGRPO groups at batch size 1: {cfg.groups_prompts} prompts x {cfg.groups_n} samples, siblings in turn\n"
+            + format_table(
+                ["method", "T", "tok/s", "speedup", "accept len", "draft share"],
+                [
+                    [r.method, r.temperature, r.tok_s, r.speedup, _opt(r.accept_length), _opt(r.draft_share)]
+                    for r in rows
+                ],
+            ),
+            flush=True,
+        )
+        payload["groups_bs1"] = [asdict(r) for r in rows]
     if "prefix_sharing" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, cfg.prefix_sharing_prompts, cfg.seed + 3)
         rows = bench_prefix_sharing(

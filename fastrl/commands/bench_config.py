@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from fastrl.bench.workload import WORKLOADS
 
-SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing")
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1")
 
 
 @dataclass
@@ -35,6 +35,17 @@ class BenchConfig:
     long_tail_selectors: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "bandit", "ema"])
     long_tail_repeats: int = 1
     long_tail_bandit_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "5_1_6", "8_4_32", "disable"])
+    long_tail_group_size: int = 1
+    groups_prompts: int = 6
+    groups_n: int = 4
+    groups_max_new_tokens: int = 512
+    groups_temperatures: list[float] = field(default_factory=lambda: [1.0, 0.0])
+    groups_selectors: list[str] = field(
+        default_factory=lambda: ["3_1_4", "5_1_6", "suffix_8", "suffix_16", "3_1_4+suffix_8", "bandit"]
+    )
+    groups_bandit_strategies: list[str] = field(
+        default_factory=lambda: ["3_1_4", "5_1_6", "suffix_8", "suffix_16", "3_1_4+suffix_8", "disable"]
+    )
     prefix_sharing_prompts: int = 16
     prefix_sharing_group_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
 
@@ -58,6 +69,10 @@ class BenchConfig:
             "long_tail_requests",
             "long_tail_max_new_tokens",
             "prefix_sharing_prompts",
+            "long_tail_group_size",
+            "groups_prompts",
+            "groups_n",
+            "groups_max_new_tokens",
             "long_tail_repeats",
         ):
             if getattr(self, key) < 1:

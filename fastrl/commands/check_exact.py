@@ -10,7 +10,7 @@ import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
 from fastrl.commands.engine_setup import build_engine, resolve_model_dir
-from fastrl.commands.generate import read_ema_json, to_generate_input
+from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.exactness.compare import ExactnessReport, compare_runs
@@ -30,7 +30,7 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     lines = read_prompts(cfg.prompts)
     tokenizer = load_tokenizer(model_dir)
     policy = load_model(model_dir)
-    inputs = [to_generate_input(line, cfg, tokenizer) for line in lines]
+    inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
     ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     runs = {}
     for name, strategy, batch in (

@@ -12,11 +12,13 @@ from fastrl.sampling.params import MAX_SEED
 
 @dataclass
 class DecodeConfig:
-    """What is decoded and how: prompts, model, sampling keys, batch, device, strategy and its selector settings."""
+    """What is decoded and how: prompts, model, sampling keys, samples per prompt, batch, device, strategy and its
+    selector settings."""
 
     prompts: str
     model: str = ""
     max_new_tokens: int = 512
+    n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -36,6 +38,8 @@ class DecodeConfig:
         """ValueError naming `command.key` for the first shared key out of range."""
         if not self.prompts:
             raise ValueError(f"{command}.prompts: give an input JSONL file, e.g. prompts=in.jsonl")
+        if self.n < 1:
+            raise ValueError(f"{command}.n (samples per prompt) must be >= 1, got {self.n}")
         if self.batch_size < 1:
             raise ValueError(f"{command}.batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:

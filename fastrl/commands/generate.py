@@ -7,6 +7,7 @@ command again (the finished lines are kept, only the rest is generated).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_paths import check_outputs
@@ -29,6 +31,8 @@ from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
+
+SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
 
 def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
@@ -44,13 +48,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     lines = read_prompts(cfg.prompts)
     engine_config = EngineConfig(
-        max_batch_size=max(1, min(cfg.batch_size, len(lines))), device=cfg.device, dtype=cfg.dtype
+        max_batch_size=max(1, min(cfg.batch_size, len(lines) * cfg.n)), device=cfg.device, dtype=cfg.dtype
     )
     check_kv_memory(
         "batch_size", read_config(model_dir), engine_config.max_batch_size, engine_config.torch_dtype, cfg.device
     )
     tokenizer = load_tokenizer(model_dir)
-    inputs = [to_generate_input(line, cfg, tokenizer) for line in lines]
+    inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
     stream = ResultStream(targets["output"], cfg.resume)
     _check_kept(stream.done, inputs, cfg.output)
     model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
@@ -62,9 +66,12 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     try:
         for index, out in _finished(engine, pending, cfg.progress):
             record = _to_record(index, out, tokenizer)
+            if cfg.n > 1:
+                record["prompt_index"], record["sample"] = divmod(index, cfg.n)
             stream.write(record)
             if record.get("error"):
-                print(f"fastrl generate: line {lines[index].line_no}: {record['error']}", file=sys.stderr)
+                line_no = lines[index // cfg.n].line_no
+                print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
     except KeyboardInterrupt:
         stream.close()
         print(
@@ -113,7 +120,24 @@ def read_ema_json(path: str) -> EmaConfig:
         raise ValueError(f"ema_json={path}: {err}") from None
 
 
-def to_generate_input(line: PromptLine, cfg: GenerateConfig, tokenizer: Any) -> GenerateInput:
+def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> list[GenerateInput]:
+    """The `cfg.n` engine inputs of one prompt line (a GRPO-style group: one prompt, n seeds). Sample 0 has the
+    line's seed; sample j has seed + j * SAMPLE_SEED_STRIDE (mod 2**63). With n = 1 the request id is the line
+    number, else "line/j"."""
+    first = to_generate_input(line, cfg, tokenizer)
+    if cfg.n == 1:
+        return [first]
+    return [
+        GenerateInput(
+            first.prompt_ids,
+            dataclasses.replace(first.params, seed=(first.params.seed + j * SAMPLE_SEED_STRIDE) % MAX_SEED),
+            request_id=f"{first.request_id}/{j}",
+        )
+        for j in range(cfg.n)
+    ]
+
+
+def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> GenerateInput:
     """The engine input of one prompt line: its ids (tokenized text or given ids) and the sampling keys of `cfg`."""
     where = f"{cfg.prompts}:{line.line_no}"
     if line.prompt_ids is not None:

@@ -9,6 +9,7 @@ from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.engine_setup import check_device
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.telemetry.wandb_logger import WandbConfig
@@ -41,6 +42,13 @@ class DrafterSpec:
 
     path: a drafter directory; "" = the drafter shipped with the bundled model; "fresh" = a new random drafter.
     cotrain: train the drafter on the rollouts' hidden states during the tail (False: a frozen drafter).
+    schedule: ``steps`` (reproducible: every worker takes ``updates_per_rollout`` drafter updates per rollout, in the
+        tail's idle slices and, for what the tail did not cover, right after the rollout, before the new version is
+        pushed) or ``time`` (train while the tail lasts: depends on wall-clock time, not reproducible).
+        See fastrl.cotrain.schedule.
+    updates_per_rollout: drafter optimiser steps per worker per rollout (``steps`` schedule).
+    heldout_fraction: share of the requests (by a hash of the request id) kept out of co-training to measure the
+        drafter's held-out top-1 before and after each rollout's update.
     """
 
     path: str = ""
@@ -49,7 +57,17 @@ class DrafterSpec:
     retention_versions: int = 2
     recency_decay: float = 0.5
     slice_seconds: float = 0.25
+    schedule: str = "steps"
+    updates_per_rollout: int = 1
+    heldout_fraction: float = 0.1
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+
+    def __post_init__(self) -> None:
+        self.cotrain_schedule()  # ValueError naming drafter.schedule / updates_per_rollout / heldout_fraction
+
+    def cotrain_schedule(self) -> CotrainSchedule:
+        """The co-training schedule these keys describe."""
+        return CotrainSchedule(self.schedule, self.updates_per_rollout, self.heldout_fraction)
 
 
 @dataclass
@@ -70,6 +88,9 @@ class RolloutSpec:
     The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
     verify row, batch of 1 or 64): float32 rounding flips about one near-tie per 1e5 tokens between the two,
     float64's is ~1e9 times smaller. On a GPU use bfloat16 and accept near-tie flips (`fastrl check-exact`).
+
+    overlap_drafter_round: the co-training a rollout's tail left undone (`drafter.schedule=steps`), the merge and
+    the push run while the trainer updates the policy instead of before `generate` returns (same updates).
     """
 
     backend: str = "ray"
@@ -79,6 +100,7 @@ class RolloutSpec:
     max_batch_size: int = 64
     torch_threads: int = 1
     cotrain_in_tail: bool = True
+    overlap_drafter_round: bool = True
     restart_failed_workers: bool = True
     device: str = "cpu"
     dtype: str = "float64"

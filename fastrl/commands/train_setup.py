@@ -54,6 +54,7 @@ def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
         recency_decay=d.recency_decay,
         trainer=d.trainer,
         slice_seconds=d.slice_seconds,
+        schedule=d.cotrain_schedule(),
     )
 
 
@@ -75,6 +76,7 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
             ray_address=cfg.rollout.ray_address,
             ray_num_cpus=cfg.rollout.ray_num_cpus,
             cotrain_in_tail=cfg.rollout.cotrain_in_tail,
+            overlap_drafter_round=cfg.rollout.overlap_drafter_round,
             restart_failed_workers=cfg.rollout.restart_failed_workers,
             round_timeout_s=cfg.rollout.round_timeout_s,
             seed=cfg.rl.seed,

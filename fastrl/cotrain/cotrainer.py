@@ -43,6 +43,24 @@ class TrainedDrafter:
     base_version: int
 
 
+@dataclass
+class RolloutTotals:
+    """Steps a worker took since its last ``take_rollout_totals``, with token-weighted sums of loss and top-1
+    added step by step (so the sums do not depend on how the steps were split into slices)."""
+
+    steps: int = 0
+    tokens: int = 0
+    loss_sum: float = 0.0
+    top1_sum: float = 0.0
+    failed: bool = False
+
+    def add(self, metrics: DrafterMetrics) -> None:
+        self.steps += 1
+        self.tokens += metrics.tokens
+        self.loss_sum += metrics.loss * metrics.tokens
+        self.top1_sum += metrics.top1 * metrics.tokens
+
+
 class CoTrainer:
     """Trains a copy of the live drafter in short slices; the live drafter (used by rollouts) is never touched.
 
@@ -61,6 +79,7 @@ class CoTrainer:
         self.round_steps = 0
         self.round_tokens = 0
         self.total_steps = 0
+        self.rollout = RolloutTotals()
 
     def prepare(self, live: EagleDrafter, version: int) -> None:
         """Copy the live weights into the training copy unless it already trains on top of ``version``."""
@@ -86,11 +105,14 @@ class CoTrainer:
 
     def train_slice(
         self,
-        next_batch: Callable[[], list[FeatureSequence]],
+        next_batch: Callable[[int], list[FeatureSequence]],
         seconds: float,
         should_stop: Callable[[], bool] = lambda: False,
+        max_steps: int | None = None,
     ) -> SliceMetrics:
-        """Train until ``seconds`` pass or ``should_stop()``; ``next_batch()`` supplies each step's sequences."""
+        """Train until ``seconds`` pass, ``should_stop()``, or ``max_steps`` steps are taken (None: no cap).
+        ``next_batch(k)`` supplies the sequences of step ``k`` (``total_steps`` counts the steps taken before it,
+        whatever slice they were in); it is called right before the step, so it may also seed the step's noise."""
         start = time.perf_counter()
         steps: list[DrafterMetrics] = []
         stopped = False
@@ -99,21 +121,23 @@ class CoTrainer:
                 raise RuntimeError("CoTrainer.train_slice called before prepare()")
             if self._trainer is None:
                 self._trainer = DrafterTrainer(self._drafter, self.policy, self.config)
-            while time.perf_counter() - start < seconds:
+            while time.perf_counter() - start < seconds and (max_steps is None or len(steps) < max_steps):
                 if should_stop():
                     stopped = True
                     break
-                batch = next_batch()
+                batch = next_batch(self.total_steps + len(steps))
                 if not batch:
                     break
                 metrics = self._trainer.train_step(batch)
                 if not (math.isfinite(metrics.loss) and math.isfinite(metrics.top1)):
                     raise FloatingPointError(f"non-finite drafter loss {metrics.loss} at step {len(steps) + 1}")
                 steps.append(metrics)
+                self.rollout.add(metrics)
             if steps and not all(bool(torch.isfinite(p).all()) for p in self._drafter.parameters()):
                 raise FloatingPointError(f"drafter weights became non-finite after {len(steps)} steps")
         except Exception as err:  # a slice reports its failure, it never raises into rollouts
             self.invalidate()
+            self.rollout.failed = True
             return SliceMetrics(seconds=time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
         seconds_used = time.perf_counter() - start
         if not steps:
@@ -131,6 +155,55 @@ class CoTrainer:
             seconds=seconds_used,
             stopped=stopped,
         )
+
+    def take_rollout_totals(self) -> RolloutTotals:
+        """The steps taken since the last call (and reset them)."""
+        totals, self.rollout = self.rollout, RolloutTotals()
+        return totals
+
+    def state(self) -> tuple[dict[str, Tensor], dict]:
+        """What an exact resume needs besides the live drafter: the optimiser's tensors (``optim.<param>.<key>``)
+        and a JSON-serialisable dict (step counters, base version, the optimiser's scalars and param groups).
+        The copy's weights are not kept: they equal the live drafter's until a step is taken in a new round."""
+        meta: dict = {"total_steps": self.total_steps, "base_version": self._base_version, "has_trainer": False}
+        tensors: dict[str, Tensor] = {}
+        if self._trainer is not None:
+            opt = self._trainer.optimizer.state_dict()
+            scalars: dict[str, dict] = {}
+            for pid, entries in opt["state"].items():
+                for key, value in entries.items():
+                    if isinstance(value, Tensor):
+                        tensors[f"optim.{pid}.{key}"] = value.detach().to("cpu").clone().contiguous()
+                    else:
+                        scalars.setdefault(str(pid), {})[key] = value
+            meta.update(
+                has_trainer=True,
+                trainer_steps=self._trainer.step_count,
+                param_groups=opt["param_groups"],
+                scalars=scalars,
+            )
+        return tensors, meta
+
+    def load_state(self, live: EagleDrafter, version: int, tensors: dict[str, Tensor], meta: dict) -> None:
+        """Restore ``state()`` on top of the live drafter at ``version`` (the copy starts from its weights)."""
+        self.invalidate()
+        self.total_steps = int(meta["total_steps"])
+        if not meta.get("has_trainer"):
+            return
+        self.prepare(live, version)
+        if self._drafter is None:
+            raise RuntimeError("CoTrainer.load_state: prepare() made no copy")
+        self._trainer = DrafterTrainer(self._drafter, self.policy, self.config)
+        self._trainer.step_count = int(meta["trainer_steps"])
+        state: dict[int, dict] = {}
+        for name, tensor in tensors.items():
+            if name.startswith("optim."):
+                _, pid, key = name.split(".", 2)
+                state.setdefault(int(pid), {})[key] = tensor
+        for pid, entries in meta["scalars"].items():
+            state.setdefault(int(pid), {}).update(entries)
+        groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else g for g in meta["param_groups"]]
+        self._trainer.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
     def trained(self) -> TrainedDrafter | None:
         """The copy's weights when it trained since the last ``prepare``; None otherwise."""

@@ -21,6 +21,8 @@ class EngineConfig:
         strategy and bucket) and replay them; ignored on a CPU.
     prefix_sharing: requests admitted together with identical prompts (a GRPO group) prefill once and copy the
         prompt's KV into each other's slots.
+    history_tokens: token budget of the history index that history strategies (suffix_N, hybrids) draft from
+        (prompts, sibling responses and kept earlier responses; least recently used groups are evicted first).
     """
 
     max_batch_size: int = 64
@@ -30,12 +32,15 @@ class EngineConfig:
     seed: int = 0
     cuda_graphs: bool = True
     prefix_sharing: bool = True
+    history_tokens: int = 200_000
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"engine.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"engine.max_model_len must be >= 2, got {self.max_model_len}")
+        if self.history_tokens < 1:
+            raise ValueError(f"engine.history_tokens must be >= 1, got {self.history_tokens}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"engine.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 

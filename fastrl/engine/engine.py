@@ -21,7 +21,7 @@ from fastrl.engine.server_info import ServerInfo
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.history.index import HistoryIndex
+from fastrl.speculative.history.index import HistoryConfig, HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE
@@ -73,7 +73,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.selector: StrategySelector = selector or FixedSelector(DISABLE)
         if history is None and any(s.is_history for s in self.selector.strategies):
-            history = HistoryIndex()
+            history = HistoryIndex(HistoryConfig(token_budget=self.config.history_tokens))
         self.history = history
         self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies, history)
         self.max_model_len = self.runner.max_model_len

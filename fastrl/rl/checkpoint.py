@@ -7,9 +7,13 @@ Layout of a checkpoint directory:
     policy/                   the policy, HF format (fastrl.models.save_model: config.json + model.safetensors)
     reference/                the frozen KL reference (only when kl_coef > 0), same format
     optimizer.safetensors     AdamW per-parameter tensors; optimizer.json: param groups and scalars
-    drafter/                  the backend's drafter (fastrl.speculative.drafter_checkpoint layout, with its version);
+    drafter/                  the backend's drafter (fastrl.speculative.drafter_checkpoint layout, with its version
+                              and its reduced draft vocabulary when it has one);
                               absent when the backend runs without a drafter
-    rollout_selector.json       the backend's strategy-selector state (bandit windows, ...)
+    rollout_selector.json     the backend's strategy-selector state (bandit windows, ...)
+    cotrain/                  each rollout worker's co-training state, worker_<i>.safetensors (feature buffer,
+                              drafter optimiser) + worker_<i>.json (buffer layout, step counters); absent without
+                              co-training
 
 Saving writes to a sibling temporary directory and renames it into place, so a crash never leaves a
 half-written checkpoint under the final name.
@@ -27,13 +31,20 @@ from safetensors.torch import save_file
 
 from fastrl.models.checkpoint import load_model, read_safetensors, save_model
 from fastrl.models.decoder import CausalLM
+from fastrl.rl.cotrain_checkpoint import read_cotrain_states, save_cotrain_states
 from fastrl.rl.optimizer_state import META_FILE as OPTIMIZER_META
 from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.seeding import GlobalRngState
 from fastrl.rollout.backend import RolloutBackend
+from fastrl.rollout.types import DRAFT_VOCAB_KEY
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafter_checkpoint import read_drafter_info, read_drafter_weights, save_drafter
+from fastrl.speculative.drafter_checkpoint import (
+    read_draft_vocab,
+    read_drafter_info,
+    read_drafter_weights,
+    save_drafter,
+)
 
 FORMAT = "fastrl-grpo-checkpoint"
 FORMAT_VERSION = 1
@@ -43,6 +54,7 @@ POLICY_DIR = "policy"
 REFERENCE_DIR = "reference"
 DRAFTER_DIR = "drafter"
 ROLLOUT_SELECTOR_FILE = "rollout_selector.json"
+COTRAIN_DIR = "cotrain"
 
 
 @dataclass
@@ -89,6 +101,7 @@ def save_training_checkpoint(
     save_optimizer(optimizer, tmp)
     _save_drafter(backend, policy, tmp / DRAFTER_DIR)
     (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
+    save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -109,6 +122,7 @@ def load_training_checkpoint(
     meta = read_trainer_state(directory)
     rollout_selector, rng_tensors = _read_small_files(directory)
     drafter = _read_drafter(directory, meta, backend)
+    cotrain = read_cotrain_states(directory / COTRAIN_DIR)
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
         if not (directory / REFERENCE_DIR).is_dir():
@@ -120,6 +134,8 @@ def load_training_checkpoint(
     if drafter is not None:
         backend.load_drafter_state(*drafter)
     backend.load_selector_state(rollout_selector)
+    if cotrain:
+        backend.load_cotrain_state(cotrain)
     tensors = rng_tensors
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()
@@ -184,7 +200,12 @@ def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple
         if expected:
             raise ValueError(f"{directory}: {DRAFTER_DIR}/ is missing, but the run has a drafter to restore")
         return None
-    return read_drafter_info(folder).version, read_drafter_weights(folder)
+    info = read_drafter_info(folder)
+    state = read_drafter_weights(folder)
+    vocab = read_draft_vocab(folder, info)
+    if vocab is not None:
+        state[DRAFT_VOCAB_KEY] = vocab
+    return info.version, state
 
 
 def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) -> None:
@@ -193,7 +214,10 @@ def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) ->
     if not tensors:
         return
     drafter = EagleDrafter(policy.config)
-    drafter.load_state_dict({k: v.to("cpu", torch.float32) for k, v in tensors.items()}, strict=True)
+    weights = {k: v.to("cpu", torch.float32) for k, v in tensors.items() if k != DRAFT_VOCAB_KEY}
+    drafter.load_state_dict(weights, strict=True)
+    if DRAFT_VOCAB_KEY in tensors:
+        drafter.set_draft_vocab(tensors[DRAFT_VOCAB_KEY])
     save_drafter(drafter, directory, policy_name=POLICY_DIR, version=version)
 
 

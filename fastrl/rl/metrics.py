@@ -17,7 +17,11 @@ class StepMetrics:
     reward >= CORRECT_REWARD) overall and per problem-size bucket, response lengths in tokens, the fraction cut
     by max_new_tokens / context, the rollout's wall time and tail time (after the first worker ran dry), the
     mean accepted tokens per decode round (1.0 for plain decoding), the drafter version after the rollout and
-    its co-training loss / top-1 accuracy when it trained.
+    its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
+    `drafter_time_s` wall seconds summed over workers, in the tail or after it),
+    and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
+    rollout's update (None without held-out requests). `drift_kl` (with GRPOConfig.track_drift): KL of the policy
+    that generated the rollout to the initial policy, estimated on the rollout's responses.
     Consistency: max / mean |rollout log-prob - recomputed log-prob| over response tokens.
     Update: total loss, its clipped-surrogate and KL parts (token means, averaged over optimizer steps), the
     fraction of clipped tokens, the gradient norm before clipping (mean over optimizer steps), learning rate.
@@ -52,6 +56,11 @@ class StepMetrics:
     lr: float
     update_time_s: float
     step_time_s: float
+    drafter_steps: int = 0
+    drafter_time_s: float = 0.0
+    drafter_heldout_top1_before: float | None = None
+    drafter_heldout_top1: float | None = None
+    drift_kl: float | None = None
 
     def to_flat_dict(self) -> dict[str, float]:
         """Scalar view for loggers: buckets as ``accuracy/<bucket>``, None values dropped."""

@@ -22,13 +22,16 @@ class UpdateBatch:
     """One step's sequences with what the loss needs.
 
     sequences: N packed prompt + response pairs; advantages: [N]; old_logprobs: [N,T] under the policy before
-    the update (the PPO ratio's denominator); ref_logprobs: [N,T] under the frozen reference, or None (no KL).
+    the update (the PPO ratio's denominator); ref_logprobs: [N,T] under the frozen reference, or None (no KL);
+    drift_kl: the token mean of old - reference log-probs over the responses (an estimate of KL(policy ||
+    initial policy) on prompts the policy has not trained on yet), None unless `track_drift`.
     """
 
     sequences: PackedSequences
     advantages: Tensor
     old_logprobs: Tensor
     ref_logprobs: Tensor | None
+    drift_kl: float | None = None
 
 
 @dataclass
@@ -41,10 +44,12 @@ class UpdateStats:
     clip_fraction: float
     grad_norm: float
     optimizer_steps: int
+    drift_kl: float | None = None  # copied from UpdateBatch.drift_kl by the trainer
 
 
 class PolicyUpdater:
-    """Owns the AdamW optimizer of `policy` and, when kl_coef > 0, a frozen copy of the initial policy.
+    """Owns the AdamW optimizer of `policy` and, when kl_coef > 0 or track_drift, a frozen copy of the initial
+    policy.
 
     `prepare` computes old (and reference) log-probs without gradient; `update` runs `ppo_epochs` passes, each a
     seeded shuffle of the sequences split into `mini_batches` optimizer steps. Every mini-batch's loss is the
@@ -63,7 +68,7 @@ class PolicyUpdater:
             weight_decay=config.weight_decay,
         )
         self.reference: CausalLM | None = None
-        if config.kl_coef > 0:
+        if config.kl_coef > 0 or config.track_drift:
             self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
 
     def prepare(self, sequences: PackedSequences, advantages: Tensor) -> UpdateBatch:
@@ -71,8 +76,16 @@ class PolicyUpdater:
         budget = self.config.micro_batch_tokens
         old = batched_logprobs(self.policy, sequences, budget)
         ref = None if self.reference is None else batched_logprobs(self.reference, sequences, budget)
+        drift = None
+        if ref is not None and self.config.track_drift:
+            mask = sequences.response_mask
+            drift = float(((old - ref) * mask).sum() / mask.sum().clamp(min=1))
         return UpdateBatch(
-            sequences=sequences, advantages=advantages.to(old.device), old_logprobs=old, ref_logprobs=ref
+            sequences=sequences,
+            advantages=advantages.to(old.device),
+            old_logprobs=old,
+            ref_logprobs=ref if self.config.kl_coef > 0 else None,
+            drift_kl=drift,
         )
 
     def update(self, batch: UpdateBatch, step: int) -> UpdateStats:

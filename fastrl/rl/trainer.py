@@ -33,7 +33,7 @@ from fastrl.rl.seeding import sample_seed, step_rng
 from fastrl.rl.task_protocol import RewardTask, TextTokenizer
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.rollout.backend import RolloutBackend
-from fastrl.rollout.types import RolloutBatch, RolloutRequest, RolloutResult
+from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RolloutResult
 from fastrl.sampling.params import SamplingParams
 
 TRUNCATED_REASONS = ("length", "context")
@@ -52,6 +52,8 @@ class StepRollout:
     batch: RolloutBatch
     texts: list[str]
     rewards: list[float]
+    drafter: DrafterTrainingStats | None = None  # the rollout's co-training, once the backend finished it
+    drafter_version: int | None = None
 
 
 class GRPOTrainer:
@@ -130,7 +132,9 @@ class GRPOTrainer:
         prepared = self.updater.prepare(sequences, advantages)
         check = self.check_logprobs(results, prepared.old_logprobs, sequences.response_mask, step)
         stats = self.updater.update(prepared, step)
+        stats.drift_kl = prepared.drift_kl
         update_time = time.perf_counter() - update_start
+        rollout.drafter, rollout.drafter_version = self.backend.finish_rollout()  # may have overlapped the update
         rollout_version = self.version
         self.version += 1
         self.backend.update_policy(self.version, self.policy_state())
@@ -246,7 +250,10 @@ class GRPOTrainer:
         rewards = torch.tensor(rollout.rewards, dtype=torch.float64)
         buckets = [self.task.size_bucket(rollout.problems[r.group]) for r in results]
         names = self.task.bucket_names() if hasattr(self.task, "bucket_names") else None
-        drafter = rollout.batch.drafter
+        drafter = rollout.drafter if rollout.drafter is not None else rollout.batch.drafter
+        drafter_version = (
+            rollout.drafter_version if rollout.drafter_version is not None else rollout.batch.drafter_version
+        )
         return StepMetrics(
             step=step,
             policy_version=version,
@@ -263,7 +270,7 @@ class GRPOTrainer:
             rollout_time_s=rollout.batch.wall_time_s,
             tail_time_s=rollout.batch.tail_time_s,
             mean_accept_length=mean_accept_length([r.accept_lengths for r in results]),
-            drafter_version=rollout.batch.drafter_version,
+            drafter_version=drafter_version,
             drafter_loss=drafter.loss,
             drafter_top1=drafter.top1,
             logprob_max_abs_diff=check.max_abs_diff,
@@ -276,4 +283,9 @@ class GRPOTrainer:
             lr=self.updater.optimizer.param_groups[0]["lr"],
             update_time_s=update_time,
             step_time_s=step_time,
+            drafter_steps=drafter.steps,
+            drafter_time_s=drafter.seconds,
+            drafter_heldout_top1_before=drafter.heldout_top1_before,
+            drafter_heldout_top1=drafter.heldout_top1,
+            drift_kl=stats.drift_kl,
         )

@@ -26,6 +26,9 @@ class GRPOConfig:
     AdamW (`lr`, `adam_beta1`, `adam_beta2`, `adam_eps`, `weight_decay`), gradients clipped to `max_grad_norm`
     (0 = no clipping; the norm is reported either way).
 
+    Drift: with `track_drift`, a frozen copy of the initial policy is kept (and checkpointed) and every step
+    reports `drift_kl`, the KL of the current policy to it estimated on the step's fresh rollouts.
+
     Checks: rollout vs recomputed log-probs, max abs difference above `logprob_tolerance` raises (inf: report
     only). Checkpoints every `checkpoint_every` steps and after the last one (0 = never) under
     `checkpoint_dir`/step_XXXXXX (XXXXXX = steps completed).
@@ -54,6 +57,7 @@ class GRPOConfig:
     micro_batch_tokens: int = 16384
     seed: int = 0
     logprob_tolerance: float = 1e-3
+    track_drift: bool = False
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
     progress: bool = True

@@ -6,7 +6,8 @@ from typing import Protocol
 
 import torch
 
-from fastrl.rollout.types import RolloutBatch, RolloutRequest
+from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest
+from fastrl.rollout.worker_cotrain import CotrainState
 
 
 class RolloutBackend(Protocol):
@@ -20,6 +21,12 @@ class RolloutBackend(Protocol):
 
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
         """Generate every request; results in the same order."""
+        ...
+
+    def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
+        """The co-training of the last `generate` (its stats, and the drafter version after it). A backend may
+        leave it running when `generate` returns, so it overlaps the caller's policy update; this call (and any
+        other) finishes it. Call it before `update_policy`."""
         ...
 
     def update_policy(self, version: int, state: dict[str, torch.Tensor]) -> None:
@@ -40,6 +47,15 @@ class RolloutBackend(Protocol):
 
     def load_selector_state(self, state: dict) -> None:
         """Restore what `selector_state` returned."""
+        ...
+
+    def cotrain_state(self) -> list[CotrainState]:
+        """Each worker's co-training state (feature buffer, drafter optimiser, step counters), in slot order; []
+        without co-training."""
+        ...
+
+    def load_cotrain_state(self, states: list[CotrainState]) -> None:
+        """Restore what `cotrain_state` returned (after `load_drafter_state`)."""
         ...
 
     def shutdown(self) -> None:

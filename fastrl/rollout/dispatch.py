@@ -1,11 +1,13 @@
 """Spreading a GRPO batch over workers: units of work that keep a prompt's group together, balanced by expected
-work; seeds for requests that bring none (so a request re-run elsewhere gives the same tokens)."""
+work and sent back to the worker that served the same prompt before (its history index holds the earlier
+responses); seeds for requests that bring none (so a request re-run elsewhere gives the same tokens)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import random
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from fastrl.rollout.types import RolloutRequest
@@ -19,6 +21,7 @@ class WorkUnit:
 
     indices: list[int]
     work: float
+    prompt: tuple[int, ...] = ()
 
 
 def expected_work(request: RolloutRequest) -> float:
@@ -45,20 +48,47 @@ def make_units(requests: list[RolloutRequest], num_workers: int) -> list[WorkUni
         for c in range(chunks):
             end = start + size + (1 if c < extra else 0)
             part = indices[start:end]
-            units.append(WorkUnit(part, sum(work[i] for i in part)))
+            units.append(WorkUnit(part, sum(work[i] for i in part), tuple(requests[part[0]].prompt_ids)))
             start = end
     return units
 
 
-def assign_units(units: list[WorkUnit], load: dict[str, float]) -> list[tuple[str, WorkUnit]]:
+class PromptAffinity:
+    """The worker slot that last served each prompt, for the `capacity` most recently seen prompts."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"PromptAffinity: capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._home: OrderedDict[tuple[int, ...], int] = OrderedDict()
+
+    def home(self, prompt: tuple[int, ...]) -> int | None:
+        return self._home.get(prompt)
+
+    def record(self, prompt: tuple[int, ...], slot: int) -> None:
+        self._home[prompt] = slot
+        self._home.move_to_end(prompt)
+        while len(self._home) > self.capacity:
+            self._home.popitem(last=False)
+
+
+def assign_units(
+    units: list[WorkUnit], load: dict[str, float], homes: dict[tuple[int, ...], str] | None = None
+) -> list[tuple[str, WorkUnit]]:
     """Longest-processing-time-first: each unit (largest first) goes to the worker with the least load so far;
-    ``load`` (worker id -> expected work already queued) is updated in place. Ties go to the earlier worker."""
+    ``load`` (worker id -> expected work already queued) is updated in place. Ties go to the earlier worker.
+
+    ``homes`` (prompt -> worker id) sends a unit to the worker that served its prompt before when that costs the
+    balance at most half the unit's work (its load is within that of the least loaded worker's)."""
     if not load:
         raise ValueError("assign_units: no workers")
     order = list(load)
     plan = []
     for unit in sorted(units, key=lambda u: -u.work):
         worker = min(order, key=lambda w: load[w])
+        home = (homes or {}).get(unit.prompt)
+        if home in load and load[home] <= load[worker] + 0.5 * unit.work:
+            worker = home
         load[worker] += unit.work
         plan.append((worker, unit))
     return plan

@@ -3,7 +3,6 @@ filled by rollouts, and time-sliced drafter co-training. Ray actors and the in-p
 
 from __future__ import annotations
 
-import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
@@ -18,8 +17,9 @@ from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
 from fastrl.models.decoder import CausalLM
-from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
+from fastrl.rollout.types import DRAFT_VOCAB_KEY, RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTraining
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
@@ -32,10 +32,11 @@ class EngineWorker:
 
     Streaming use: ``submit`` requests, ``step`` until ``has_unfinished()`` is False (each step returns the results
     that finished). Batch use: ``generate`` (single caller). Every finished output's hidden states become a
-    FeatureSequence in the buffer when co-training is on; they are a by-product of verification.
+    FeatureSequence for co-training when it is on (committed to the buffer in request-id order before training);
+    they are a by-product of verification. ``worker_index`` is the worker's slot: it seeds its co-training steps.
     """
 
-    def __init__(self, worker_id: str, config: RolloutWorkerConfig) -> None:
+    def __init__(self, worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> None:
         torch.set_num_threads(config.torch_threads)
         self.worker_id = worker_id
         self.config = config
@@ -50,7 +51,12 @@ class EngineWorker:
         )
         self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
         self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
-        self._sample_rng = random.Random(config.seed)
+        self.cotraining = (
+            WorkerCoTraining(self.policy, self.buffer, self.cotrainer, config.schedule, config.seed, worker_index)
+            if self.cotrainer is not None
+            else None
+        )
+        self.worker_index = worker_index
         self._running: dict[str, RolloutRequest] = {}
         self._rounds: deque[RoundRecord] = deque(maxlen=config.max_round_records)
         self._served = 0
@@ -97,6 +103,9 @@ class EngineWorker:
         while self.has_unfinished():
             for result in self.step():
                 done[result.request_id] = result
+        if self.cotraining is not None:
+            with self._train_lock, self._lock:
+                self.cotraining.commit()
         return [done[r.request_id] for r in requests]
 
     def take_rounds(self) -> list[RoundRecord]:
@@ -109,12 +118,12 @@ class EngineWorker:
     def _finish(self, out: RequestOutput) -> RolloutResult:
         request = self._running.pop(out.request_id)
         self._served += 1
-        if self.cotrainer is not None and out.hidden_states is not None and len(out.token_ids) >= 2:
+        if self.cotraining is not None and out.hidden_states is not None and len(out.token_ids) >= 2:
             # The whole sequence, prompt included (the drafter reads the prompt's entries at inference too):
             # entry p reads token x_p and feature f_{p-1}, p = 1 .. len(prompt) + len(output) - 1.
             tokens = torch.tensor(out.prompt_ids[1:] + out.token_ids, dtype=torch.long)
             features = torch.cat([out.prompt_hidden_states, out.hidden_states]).to("cpu", torch.float32)
-            self.buffer.add(FeatureSequence(tokens, features, 1, self.policy_version))
+            self.cotraining.add(out.request_id, FeatureSequence(tokens, features, 1, self.policy_version))
         latency = out.timings.latency
         return RolloutResult(
             request_id=out.request_id,
@@ -151,22 +160,27 @@ class EngineWorker:
             self.policy_version = int(version)
 
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
-        """Load drafter weights in place as ``version``; the co-training copy restarts from them."""
+        """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
+        ``DRAFT_VOCAB_KEY``); the co-training copy restarts from them."""
         with self._lock:
             if self.drafter is None:
                 raise ValueError(f"worker {self.worker_id} runs without a drafter; cannot load drafter weights")
             with torch.no_grad():
-                self.drafter.load_state_dict(state)
+                self.drafter.load_state_dict({k: v for k, v in state.items() if k != DRAFT_VOCAB_KEY})
+            if DRAFT_VOCAB_KEY in state:
+                self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             self.drafter_version = int(version)
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        """The live drafter's version and CPU float32 weights ({} without a drafter)."""
+        """The live drafter's version and CPU float32 weights ({} without a drafter), with its reduced draft
+        vocabulary under ``DRAFT_VOCAB_KEY`` when it has one."""
         with self._lock:
             if self.drafter is None:
                 return self.drafter_version, {}
-            return self.drafter_version, {
-                k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()
-            }
+            state = {k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()}
+            if self.drafter.draft_vocab is not None:
+                state[DRAFT_VOCAB_KEY] = self.drafter.draft_vocab.detach().to("cpu").clone()
+            return self.drafter_version, state
 
     def selector_state(self) -> dict:
         """The strategy selector's state (JSON-serialisable)."""
@@ -179,19 +193,43 @@ class EngineWorker:
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:
-        """Train a copy of the live drafter on this worker's buffer for up to ``seconds``; never raises (failures
-        are in the metrics' ``error``). Rollouts keep using the live drafter."""
-        if self.cotrainer is None:
+        """Train a copy of the live drafter on this worker's buffer for up to ``seconds`` (and, on the ``steps``
+        schedule, at most the updates still due this rollout); never raises (failures are in the metrics'
+        ``error``). Rollouts keep using the live drafter."""
+        if self.cotraining is None:
             return SliceMetrics(skipped="co-training is off")
-        with self._train_lock, torch.random.fork_rng(devices=self._rng_devices()):  # training noise stays private
+        with self._train_lock:
             try:
-                torch.manual_seed(self.config.seed + self.cotrainer.total_steps)
                 with self._lock:
-                    self.cotrainer.prepare(self.drafter, self.drafter_version)
-                return self.cotrainer.train_slice(self._next_batch, seconds, should_stop)
+                    self.cotraining.commit()
+                    live, version = self.drafter, self.drafter_version
+                return self.cotraining.train(live, version, seconds, should_stop, self._rng_devices())
             except Exception as err:  # a slice reports its failure, it never raises into rollouts
                 self.cotrainer.invalidate()
                 return SliceMetrics(error=f"{type(err).__name__}: {err}")
+
+    def finish_drafter_round(self) -> RoundReport:
+        """End this rollout's co-training: on the ``steps`` schedule, take the updates the tail left undone; then
+        report the rollout's totals and the live drafter's held-out top-1 (and reset the totals)."""
+        if self.cotraining is None:
+            return RoundReport()
+        extra = self.train_drafter_slice(float("inf")) if self.config.schedule.deterministic else SliceMetrics()
+        with self._train_lock:
+            report = self.cotraining.take_round()
+            report.seconds = extra.seconds
+            if extra.error is not None:
+                report.failures.append(extra.error)
+                return report
+            with self._lock:
+                report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
+        return report
+
+    def heldout_top1(self) -> tuple[int, float]:
+        """(tokens, summed top-1) of the live drafter on the newest held-out features ((0, 0.0) without any)."""
+        if self.cotraining is None:
+            return 0, 0.0
+        with self._train_lock, self._lock:
+            return self.cotraining.heldout_top1(self.drafter)
 
     def trained_drafter(self) -> TrainedDrafter | None:
         """The weights co-trained since the live drafter last changed (None when no step was taken)."""
@@ -201,13 +239,23 @@ class EngineWorker:
             trained = self.cotrainer.trained()
         return trained if trained is not None and trained.base_version == self.drafter_version else None
 
+    def cotrain_state(self) -> CotrainState | None:
+        """Buffer, optimiser and step counters for a checkpoint (None when co-training is off)."""
+        if self.cotraining is None:
+            return None
+        with self._train_lock, self._lock:
+            return self.cotraining.state()
+
+    def load_cotrain_state(self, state: CotrainState) -> None:
+        """Restore ``cotrain_state()`` (after the checkpoint's drafter was loaded)."""
+        if self.cotraining is None:
+            raise ValueError(f"worker {self.worker_id} runs without co-training (drafter.cotrain=false)")
+        with self._train_lock, self._lock:
+            self.cotraining.load_state(self.drafter, self.drafter_version, state)
+
     def _rng_devices(self) -> list[int]:
         device = torch.device(self.config.device)
         return [device.index or 0] if device.type == "cuda" else []
-
-    def _next_batch(self) -> list[FeatureSequence]:
-        with self._lock:
-            return self.buffer.sample(self.config.trainer.max_tokens_per_batch, self._sample_rng)
 
     # ---- reports ----------------------------------------------------------------------------------------------
     def stats(self) -> WorkerStats:
@@ -224,7 +272,7 @@ class EngineWorker:
                 mean_batch_size=totals.mean_batch_size,
                 mean_accept_length=totals.mean_accept_length,
                 strategy_rounds=dict(self._strategy_rounds),
-                buffer_sequences=self.buffer.num_sequences,
+                buffer_sequences=self.buffer.num_sequences + (self.cotraining.pending if self.cotraining else 0),
                 buffer_tokens=self.buffer.num_tokens,
                 cotrain_steps=self.cotrainer.total_steps if self.cotrainer is not None else 0,
             )

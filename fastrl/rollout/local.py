@@ -7,12 +7,12 @@ import time
 
 from torch import Tensor
 
-from fastrl.cotrain.cotrainer import average_drafters
-from fastrl.rollout.cotrain_stats import summarize_slices
 from fastrl.rollout.dispatch import check_request_ids, with_seeds
+from fastrl.rollout.drafter_round import close_drafter_round
 from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, WorkerTiming
 from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_cotrain import CotrainState
 
 WORKER_ID = "local-0"
 
@@ -20,9 +20,10 @@ WORKER_ID = "local-0"
 class LocalRollout:
     """The rollout backend for tests and for machines without Ray.
 
-    With ``config.cotrain`` (and ``cotrain_after_batch``), each ``generate`` is followed by one co-training slice of
-    ``config.slice_seconds`` on the hidden states just collected, and the trained copy becomes the next drafter
-    version (there is no idle worker to hide it behind, so it adds that time to the rollout).
+    With ``config.cotrain`` (and ``cotrain_after_batch``), each ``generate`` is followed by co-training on the
+    hidden states collected so far: ``config.schedule.updates_per_rollout`` steps (``steps`` schedule) or one slice
+    of ``config.slice_seconds`` (``time``); the trained copy becomes the next drafter version (there is no idle
+    worker to hide it behind, so it adds that time to the rollout).
     """
 
     def __init__(self, config: RolloutWorkerConfig, seed: int = 0, cotrain_after_batch: bool = True) -> None:
@@ -30,6 +31,7 @@ class LocalRollout:
         self.worker = EngineWorker(WORKER_ID, config)
         self.cotrain_after_batch = cotrain_after_batch
         self._seed_rng = random.Random(seed)
+        self._last_round = (DrafterTrainingStats(), self.worker.drafter_version)
 
     @property
     def policy_version(self) -> int:
@@ -47,16 +49,17 @@ class LocalRollout:
         busy = time.perf_counter() - start
         rounds = self.worker.take_rounds()
         drafter = DrafterTrainingStats()
-        if self.cotrain_after_batch and self.worker.cotrainer is not None and requests:
-            slice_metrics = self.worker.train_drafter_slice(self.config.slice_seconds)
-            drafter = summarize_slices([(WORKER_ID, slice_metrics)])
-            trained = self.worker.trained_drafter()
-            if trained is not None:
-                try:
-                    merged = average_drafters([(trained.state, float(trained.steps))])
-                    self.worker.update_drafter(self.worker.drafter_version + 1, merged)
-                except ValueError as err:
-                    drafter.failures.append(f"merge: {err}")
+        if self.cotrain_after_batch and self.worker.cotraining is not None and requests:
+            slices = []
+            if not self.config.schedule.deterministic:  # the wall-clock mode: one slice of slice_seconds
+                slices.append((WORKER_ID, self.worker.train_drafter_slice(self.config.slice_seconds)))
+            drafter = close_drafter_round(
+                lambda method: [getattr(self.worker, method)()],
+                self.worker.drafter_version,
+                self.worker.update_drafter,
+                slices,
+            )
+        self._last_round = (drafter, self.worker.drafter_version)
         timing = WorkerTiming(WORKER_ID, len(results), busy, 0.0, drafter.seconds, drafter.steps)
         return RolloutBatch(
             results=results,
@@ -67,6 +70,10 @@ class LocalRollout:
             drafter=drafter,
             drafter_version=self.worker.drafter_version,
         )
+
+    def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
+        """The last batch's co-training and the drafter version after it (``generate`` already finished it)."""
+        return self._last_round
 
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         self.worker.update_policy(version, state)
@@ -86,6 +93,16 @@ class LocalRollout:
         if not isinstance(states, list) or not states:
             raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
         self.worker.load_selector_state(states[0])
+
+    def cotrain_state(self) -> list[CotrainState]:
+        """``[state]`` of the one worker ([] without co-training), the same layout as the Ray backend's."""
+        state = self.worker.cotrain_state()
+        return [] if state is None else [state]
+
+    def load_cotrain_state(self, states: list[CotrainState]) -> None:
+        if len(states) != 1:
+            raise ValueError(f"the checkpoint holds co-training state for {len(states)} workers; rollout=local has 1")
+        self.worker.load_cotrain_state(states[0])
 
     def shutdown(self) -> None:
         """Nothing to release."""

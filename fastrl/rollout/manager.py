@@ -3,6 +3,7 @@ recovery from dead workers."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
@@ -12,15 +13,15 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from torch import Tensor
 
-from fastrl.cotrain.cotrainer import TrainedDrafter, average_drafters
 from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
-from fastrl.rollout.cotrain_stats import summarize_slices
-from fastrl.rollout.dispatch import check_request_ids, with_seeds
+from fastrl.rollout.dispatch import PromptAffinity, check_request_ids, with_seeds
+from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.ray_worker import await_started, start_worker
-from fastrl.rollout.rollout_run import RolloutRun, RunOutcome, WorkerHandle
+from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord
+from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_stats import WorkerStats
 
 LOG = logging.getLogger("fastrl.rollout")
@@ -30,7 +31,8 @@ class RayRolloutManager:
     """N rollout worker actors behind the RolloutBackend interface.
 
     ``generate`` spreads the batch (groups kept together, balanced by max_new_tokens) and returns results in request
-    order. Workers whose share is done while others run the tail train the drafter in short slices; afterwards the
+    order. Workers whose share is done while others run the tail train the drafter in short slices; on the
+    ``steps`` schedule every worker then takes the updates the tail left undone (fastrl.cotrain.schedule); the
     copies trained this rollout are averaged (weighted by steps) into drafter version v + 1, pushed to every worker.
     A worker that dies or hangs (no decode round within ``round_timeout_s``; it is killed) mid-rollout has its
     unfinished requests re-run on the survivors (``retried_requests``) and, with ``restart_failed_workers``, is
@@ -47,7 +49,7 @@ class RayRolloutManager:
         self.workers: list[WorkerHandle] = []
         try:
             check_fit(config.num_workers, config.worker.num_cpus, config.worker.num_gpus)
-            self.workers = [self._spawn() for _ in range(config.num_workers)]
+            self.workers = [self._spawn(i) for i in range(config.num_workers)]
             first = await_started(self.workers, self._spawn, config.worker_start_timeout_s, LOG)
         except (RayError, ValueError) as err:
             self.shutdown()
@@ -61,8 +63,10 @@ class RayRolloutManager:
         self._drafter_ref: ray.ObjectRef | None = None
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
+        self._affinity = PromptAffinity()  # prompt -> worker slot that served it last (cross-step history)
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
+        self._rounds = DrafterRounds(self._call_all, self._gather, lambda: self.drafter_version, self._push_drafter)
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
@@ -73,24 +77,28 @@ class RayRolloutManager:
         check_request_ids(requests)
         requests = with_seeds(requests, self._seed_rng)
         self._check_workers()
-        cotrain = self.config.cotrain_in_tail and self.config.worker.cotrain
+        cotrain, slice_s = self.config.cotrain_in_tail and self.config.worker.cotrain, self.config.worker.slice_seconds
         run = RolloutRun(
             requests,
             self._alive(),
             cotrain,
-            self.config.worker.slice_seconds,
+            slice_s,
             self._slice_ids,
             self._liveness,
             self._replace_now,
             LOG,
+            self._affinity,
         )
         try:
             outcome = run.run()
         finally:
             self._adopt(run.workers)
         rounds = self._take_rounds()
-        drafter = summarize_slices(outcome.slices)
-        self._publish_trained(outcome, drafter)
+        drafter = DrafterTrainingStats()
+        if self.config.worker.cotrain:
+            self._rounds.start([(w, w.actor.finish_drafter_round.remote()) for w in self._alive()], outcome.slices)
+            if not self.config.overlap_drafter_round:
+                drafter = self._rounds.close()
         self._remember_selector_states()
         self._replace_dead()
         return RolloutBatch(
@@ -113,13 +121,10 @@ class RayRolloutManager:
         self._replace_dead()
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        """The current drafter version and (CPU float32) weights; {} when the workers run without a drafter."""
-        if self._drafter_ref is not None:
-            state = ray.get(self._drafter_ref)
-            return self.drafter_version, {k: v.clone() for k, v in state.items()}
+        """The current drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker);
+        {} when the workers run without a drafter."""
         self._await_ready()
-        version, state = self._call_all("drafter_state")[0]
-        return version, state
+        return self._call_all("drafter_state")[0]
 
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
         """Install drafter weights as ``version`` on every worker (resume)."""
@@ -142,13 +147,27 @@ class RayRolloutManager:
         self._gather(refs)
         self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
 
+    def cotrain_state(self) -> list[CotrainState]:
+        """Each worker's co-training state (buffer, optimiser, step counters), in slot order ([] when off)."""
+        self._check_workers()
+        return [s for s in self._call_all("cotrain_state") if s is not None]
+
+    def load_cotrain_state(self, states: list[CotrainState]) -> None:
+        """Worker i restores ``states[i]``; ValueError when the counts differ (exactness needs the same split)."""
+        self._await_ready()
+        alive = self._alive()
+        if len(states) != len(alive):
+            raise ValueError(
+                f"the checkpoint holds co-training state for {len(states)} workers, this run has "
+                f"rollout.num_workers={len(alive)}: resume with the checkpoint's rollout.num_workers"
+            )
+        self._gather([(w, w.actor.load_cotrain_state.remote(st)) for w, st in zip(alive, states, strict=True)])
+
     def shutdown(self) -> None:
         """Kill every worker actor (and Ray itself when this manager started it)."""
         for w in self.workers:
-            try:
+            with contextlib.suppress(RayActorError, ValueError):
                 ray.kill(w.actor)
-            except (RayActorError, ValueError):
-                pass
         self.workers = []
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -161,10 +180,10 @@ class RayRolloutManager:
         return self._call_all("stats")
 
     # ---- internals --------------------------------------------------------------------------------------------
-    def _spawn(self) -> WorkerHandle:
+    def _spawn(self, slot: int) -> WorkerHandle:
         worker_id = f"worker-{self._spawned}"
         self._spawned += 1
-        return WorkerHandle(worker_id, start_worker(worker_id, self.config.worker))
+        return WorkerHandle(worker_id, start_worker(worker_id, self.config.worker, slot), slot=slot)
 
     def _alive(self) -> list[WorkerHandle]:
         alive = [w for w in self.workers if w.alive]
@@ -198,20 +217,11 @@ class RayRolloutManager:
     def _take_rounds(self) -> list[RoundRecord]:
         return [r for rounds in self._call_all("take_rounds") for r in rounds]
 
-    def _publish_trained(self, outcome: RunOutcome, stats: DrafterTrainingStats) -> None:
-        """Average the drafters trained this rollout (weighted by steps) into the next version; push it."""
-        trainers = {t.worker_id for t in outcome.timings if t.cotrain_steps > 0}
-        calls = [(w, w.actor.trained_drafter.remote()) for w in self._alive() if w.worker_id in trainers]
-        trained: list[TrainedDrafter] = [t for t in self._gather(calls) if t is not None]
-        items = [(t.state, float(t.steps)) for t in trained if t.base_version == self.drafter_version]
-        if not items:
-            return
-        try:
-            merged = average_drafters(items)
-        except ValueError as err:
-            stats.failures.append(f"merge: {err}")
-            return
-        self._push_drafter(self.drafter_version + 1, merged)
+    def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
+        """The last rollout's co-training stats and the drafter version after it, finishing it first when
+        ``overlap_drafter_round`` left it running (any other call finishes it too, before it acts)."""
+        self._rounds.close()
+        return self._rounds.last
 
     def _push_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         ref = ray.put(state)
@@ -219,8 +229,7 @@ class RayRolloutManager:
         self._call_all("update_drafter", version, ref)
 
     def _check_workers(self) -> None:
-        """Find workers lost since the last call (dead, hung or failed), kill and replace them; then wait until
-        every replacement serves."""
+        """Kill and replace workers lost since the last call (dead, hung, failed); wait until replacements serve."""
         self._await_ready()
         problems = probe({w.worker_id: w.actor for w in self.workers}, self.config.round_timeout_s)
         for w in self.workers:
@@ -242,7 +251,7 @@ class RayRolloutManager:
     def _replacement(self, dead: WorkerHandle) -> WorkerHandle:
         """A fresh actor in ``dead``'s place, brought to the current weights and to ``dead``'s last strategy-selector
         state (its ``ready`` calls must finish before it serves)."""
-        fresh = self._spawn()
+        fresh = self._spawn(dead.slot)
         if self._policy_ref is not None:
             fresh.ready.append(fresh.actor.update_policy.remote(self.policy_version, self._policy_ref))
         if self._drafter_ref is not None:
@@ -284,7 +293,9 @@ class RayRolloutManager:
             self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
-        """Wait for replacements to finish starting; one that fails or times out is dropped."""
+        """Finish a co-training round left running; wait for replacements to finish starting (one that fails or
+        times out is dropped)."""
+        self._rounds.close()
         for w in self.workers:
             if not w.ready:
                 continue

@@ -17,6 +17,9 @@ class RolloutManagerConfig:
     ray_address: join this Ray cluster (``"auto"``, ``host:port``); ``""`` starts a private local Ray.
     ray_num_cpus: CPUs of a local Ray (default: every core); ignored when joining a cluster.
     cotrain_in_tail: give idle workers co-training slices while the tail runs (needs ``worker.cotrain``).
+    overlap_drafter_round: ``generate`` returns as soon as the rollout is done, leaving the updates the tail did
+        not cover (``steps`` schedule), the merge and the push running; they finish at the next call (the trainer
+        calls ``finish_rollout`` after its policy update, so they overlap it). The same updates either way.
     restart_failed_workers: replace a worker that died (after the rollout it died in; its work is re-run on the
         survivors at once) with a fresh actor brought to the current policy and drafter versions.
     worker_start_timeout_s: how long a worker may take to start (load its models) before it is given up.
@@ -31,6 +34,7 @@ class RolloutManagerConfig:
     ray_address: str = ""
     ray_num_cpus: int | None = None
     cotrain_in_tail: bool = True
+    overlap_drafter_round: bool = False
     restart_failed_workers: bool = True
     worker_start_timeout_s: float = 300.0
     round_timeout_s: float = 120.0
@@ -51,6 +55,6 @@ class RolloutManagerConfig:
             t = getattr(self, key)
             if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
                 raise ValueError(f"rollout.{key} must be a finite number > 0, got {t!r}")
-        for key in ("cotrain_in_tail", "restart_failed_workers"):
+        for key in ("cotrain_in_tail", "restart_failed_workers", "overlap_drafter_round"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"rollout.{key} must be a bool, got {getattr(self, key)!r}")

@@ -22,6 +22,7 @@ from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.rollout.worker_cotrain import CotrainState, RoundReport
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.sampling.params import SamplingParams
 
@@ -39,10 +40,11 @@ class RolloutWorkerActor:
     calls and every later one (``health().ok`` turns False).
     """
 
-    def __init__(self, worker_id: str, config: RolloutWorkerConfig) -> None:
-        self._worker = EngineWorker(worker_id, config)
+    def __init__(self, worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> None:
+        self._worker = EngineWorker(worker_id, config, worker_index)
         self._cond = threading.Condition()
         self._waiting: dict[str, Future[RolloutResult]] = {}
+        self._held: dict[str, dict[int, list[tuple[RolloutRequest, Future[RolloutResult]]]]] = {}
         self._error: str | None = None
         self._stop_below = 0
         self._closed = False
@@ -51,20 +53,46 @@ class RolloutWorkerActor:
         self._loop.start()
 
     # ---- generation (default concurrency group) ---------------------------------------------------------------
-    def generate_batch(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
-        """Generate ``requests`` (sharing rounds with every other caller); results in request order."""
-        futures = [self._submit(r) for r in requests]
+    def generate_batch(
+        self, requests: list[RolloutRequest], share: tuple[str, int, int] | None = None
+    ) -> list[RolloutResult]:
+        """Generate ``requests`` (sharing rounds with every other caller); results in request order.
+
+        ``share = (key, index, count)``: this call is part ``index`` of ``count`` calls that together make one
+        caller's share of a batch; the parts are held until all have arrived, then queued at once in part order
+        (before the stepping loop runs again), so which requests share decode rounds does not depend on the order
+        the calls arrived in. Each call still returns its own part as soon as it is done."""
+        futures: list[Future[RolloutResult]] = [Future() for _ in requests]
+        with self._cond:
+            if share is None:
+                self._submit_all(list(zip(requests, futures, strict=True)))
+            else:
+                key, index, count = share
+                parts = self._held.setdefault(key, {})
+                parts[index] = list(zip(requests, futures, strict=True))
+                if len(parts) == count:
+                    del self._held[key]
+                    self._submit_all([item for i in range(count) for item in parts[i]])
         return [f.result() for f in futures]
+
+    def _submit_all(self, items: list[tuple[RolloutRequest, Future[RolloutResult]]]) -> None:
+        """Queue every request (under the lock); a refused one fails its own future and those after it."""
+        for n, (request, future) in enumerate(items):
+            try:
+                self._submit(request, future)
+            except (RuntimeError, ValueError) as err:
+                for _, later in items[n:]:
+                    later.set_exception(err)
+                return
 
     def generate(
         self, prompt_ids: list[int], sampling_params: SamplingParams | None = None, request_id: str | None = None
     ) -> RolloutResult:
         """Generate one request; concurrent calls are batched together."""
         request = RolloutRequest(request_id or uuid.uuid4().hex, list(prompt_ids), sampling_params or SamplingParams())
-        return self._submit(request).result()
+        return self._submit(request, Future()).result()
 
-    def _submit(self, request: RolloutRequest) -> Future[RolloutResult]:
-        future: Future[RolloutResult] = Future()
+    def _submit(self, request: RolloutRequest, future: Future[RolloutResult]) -> Future[RolloutResult]:
         with self._cond:
             if self._error is not None:
                 raise RuntimeError(f"worker {self._worker.worker_id} failed earlier: {self._error}")
@@ -164,6 +192,23 @@ class RolloutWorkerActor:
     def trained_drafter(self) -> TrainedDrafter | None:
         return self._worker.trained_drafter()
 
+    @ray.method(concurrency_group=TRAIN)
+    def finish_drafter_round(self) -> RoundReport:
+        """Take the updates still due this rollout and report its co-training (EngineWorker.finish_drafter_round)."""
+        return self._worker.finish_drafter_round()
+
+    @ray.method(concurrency_group=CONTROL)
+    def heldout_top1(self) -> tuple[int, float]:
+        return self._worker.heldout_top1()
+
+    @ray.method(concurrency_group=CONTROL)
+    def cotrain_state(self) -> CotrainState | None:
+        return self._worker.cotrain_state()
+
+    @ray.method(concurrency_group=CONTROL)
+    def load_cotrain_state(self, state: CotrainState) -> None:
+        self._worker.load_cotrain_state(state)
+
     @ray.method(concurrency_group=CONTROL)
     def close(self) -> None:
         """Stop the stepping loop (before the actor is killed)."""
@@ -172,22 +217,22 @@ class RolloutWorkerActor:
             self._cond.notify_all()
 
 
-def start_worker(worker_id: str, config: RolloutWorkerConfig) -> ray.actor.ActorHandle:
-    """Start a worker actor with the resources its config asks for (returns at once; the actor loads its models
-    in the background, and calls queue until it is ready)."""
+def start_worker(worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> ray.actor.ActorHandle:
+    """Start a worker actor in slot ``worker_index`` with the resources its config asks for (returns at once; the
+    actor loads its models in the background, and calls queue until it is ready)."""
     return RolloutWorkerActor.options(
         num_cpus=config.num_cpus,
         num_gpus=config.num_gpus,
         max_concurrency=config.max_concurrent_calls,
         name=None,
-    ).remote(worker_id, config)
+    ).remote(worker_id, config, worker_index)
 
 
 def await_started(
-    workers: list[WorkerHandle], spawn: Callable[[], WorkerHandle], timeout_s: float, log: logging.Logger
+    workers: list[WorkerHandle], spawn: Callable[[int], WorkerHandle], timeout_s: float, log: logging.Logger
 ) -> WorkerStats:
     """Wait up to ``timeout_s`` for every worker to load its models; workers lost while starting (killed, crashed)
-    are replaced in place by ``spawn()`` once. Returns the first worker's stats; a second loss raises its error."""
+    are replaced in place by ``spawn(slot)`` once. Returns the first worker's stats; a second loss raises its error."""
     for attempt in range(2):
         refs = [w.actor.stats.remote() for w in workers]
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
@@ -205,5 +250,5 @@ def await_started(
             return stats[0]
         for i in lost:
             ray.kill(workers[i].actor, no_restart=True)
-            workers[i] = spawn()
+            workers[i] = spawn(workers[i].slot)
     raise AssertionError("unreachable")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
-from fastrl.rollout.dispatch import WorkUnit, assign_units, make_units
+from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 
@@ -21,12 +22,13 @@ from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 @dataclass(eq=False)
 class WorkerHandle:
     """A worker actor as the manager tracks it; ``ready`` holds calls (weight pushes to a replacement) that must
-    finish before it serves."""
+    finish before it serves; ``slot`` is its position (a replacement takes its predecessor's)."""
 
     worker_id: str
     actor: ray.actor.ActorHandle
     alive: bool = True
     ready: list[ray.ObjectRef] = field(default_factory=list)
+    slot: int = 0
 
 
 @dataclass
@@ -42,9 +44,12 @@ class RunOutcome:
 
 
 class RolloutRun:
-    """Runs one batch on ``workers`` (all alive). Idle detection: a worker is idle once every unit sent to it has
-    returned; while other workers still run (the tail) an idle worker is kept training in back-to-back slices of
-    ``slice_seconds``; when the last unit returns every running slice is told to stop at its next step.
+    """Runs one batch on ``workers`` (all alive): a worker queues all units of its share of the dispatch plan
+    together (``generate_batch``'s ``share``), so which requests share its decode rounds does not depend on timing,
+    while each unit still returns on its own (kept if the worker dies later). Idle detection: a worker is idle once
+    every unit sent to it has returned; while other workers still run (the tail) an idle worker is kept training in
+    back-to-back slices of ``slice_seconds``; when the last unit returns every running slice is told to stop at its
+    next step.
 
     A worker that dies (RayActorError) or hangs (past the per-round deadline of ``liveness``: it is killed) has its
     unreturned units re-sent to the least-loaded survivors, or to a replacement from ``replace`` when none survive; a
@@ -61,6 +66,7 @@ class RolloutRun:
         liveness: LivenessPolicy,
         replace: Callable[[WorkerHandle], WorkerHandle | None],
         log: logging.Logger,
+        affinity: PromptAffinity | None = None,
     ) -> None:
         self.requests = requests
         self.workers = list(workers)
@@ -68,6 +74,7 @@ class RolloutRun:
         self.replace = replace
         self.log = log
         self.cotrain = cotrain
+        self.affinity = affinity
         self.slice_seconds = slice_seconds
         self.slice_ids = slice_ids
         self.results: list[RolloutResult | None] = [None] * len(requests)
@@ -87,10 +94,21 @@ class RolloutRun:
 
     def run(self) -> RunOutcome:
         self.start = time.perf_counter()
-        plan = assign_units(make_units(self.requests, len(self.workers)), self.load)
-        by_id = {w.worker_id: w for w in self.workers}
-        for worker_id, unit in plan:
-            self._send(by_id[worker_id], unit, retry=False)
+        units = make_units(self.requests, len(self.workers))
+        homes = {}
+        if self.affinity is not None:
+            by_slot = {w.slot: w.worker_id for w in self.workers}
+            homes = {u.prompt: by_slot[s] for u in units if (s := self.affinity.home(u.prompt)) in by_slot}
+        plan = assign_units(units, self.load, homes)
+        if self.affinity is not None:
+            slot_of = {w.worker_id: w.slot for w in self.workers}
+            for worker_id, unit in plan:
+                self.affinity.record(unit.prompt, slot_of[worker_id])
+        key = uuid.uuid4().hex
+        for w in self.workers:  # a worker queues its units together, in plan order, once all have arrived
+            units = [unit for worker_id, unit in plan if worker_id == w.worker_id]
+            for index, unit in enumerate(units):
+                self._send(w, unit, retry=False, share=(key, index, len(units)))
         for w in self.workers:
             if not self.outstanding[w.worker_id]:
                 self._went_idle(w)
@@ -118,9 +136,11 @@ class RolloutRun:
         )
 
     # ---- generation -------------------------------------------------------------------------------------------
-    def _send(self, worker: WorkerHandle, unit: WorkUnit, retry: bool) -> None:
+    def _send(
+        self, worker: WorkerHandle, unit: WorkUnit, retry: bool, share: tuple[str, int, int] | None = None
+    ) -> None:
         wid = worker.worker_id
-        ref = worker.actor.generate_batch.remote([self.requests[i] for i in unit.indices])
+        ref = worker.actor.generate_batch.remote([self.requests[i] for i in unit.indices], share)
         self.gen_refs[ref] = (worker, unit)
         self.outstanding[wid] += 1
         if retry:

@@ -51,7 +51,9 @@ class WorkerTiming:
 
 @dataclass
 class DrafterTrainingStats:
-    """Co-training during one rollout (empty when no worker trained)."""
+    """Co-training during one rollout (empty when no worker trained): optimiser steps summed over workers, the
+    token-weighted training loss and top-1, the wall seconds spent, and the drafter's top-1 agreement with the
+    policy on the rollout's held-out features before and after the rollout's update (None without held-out data)."""
 
     steps: int = 0
     tokens: int = 0
@@ -59,6 +61,9 @@ class DrafterTrainingStats:
     top1: float | None = None
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    heldout_top1_before: float | None = None
+    heldout_top1: float | None = None
+    heldout_tokens: int = 0
 
 
 @dataclass
@@ -85,3 +90,6 @@ class RolloutBatch:
     drafter: DrafterTrainingStats
     drafter_version: int
     retried_requests: int = 0
+
+
+DRAFT_VOCAB_KEY = "draft_vocab"  # a drafter state's entry for its reduced draft vocabulary (ids, not a weight)

@@ -10,6 +10,7 @@ from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.engine.config import EngineConfig
 from fastrl.models.checkpoint import read_config, weight_files
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
@@ -36,6 +37,10 @@ class RolloutWorkerConfig:
     recency_decay: sampling weight of a sequence is ``recency_decay ** (newest_version - its_version)``.
     trainer: the drafter optimiser (``max_tokens_per_batch`` is also the token budget of one sampled batch).
     slice_seconds: length of one co-training slice (the tail can end at most one training step later).
+    schedule: how many updates a rollout buys (fastrl.cotrain.schedule). The default here is the wall-clock
+        ``time`` mode with nothing held out (what a server without rollout boundaries, e.g. verl's, can run);
+        ``fastrl train`` defaults to the reproducible ``steps`` mode, whose quota the Ray manager and the local
+        backend close at the end of every rollout (``finish_drafter_round``).
     max_round_records: decode-round records a worker keeps until they are collected.
     """
 
@@ -59,6 +64,7 @@ class RolloutWorkerConfig:
     recency_decay: float = 0.5
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
     slice_seconds: float = 0.25
+    schedule: CotrainSchedule = field(default_factory=lambda: CotrainSchedule(mode="time", heldout_fraction=0.0))
     max_round_records: int = 100_000
 
     def __post_init__(self) -> None:
@@ -91,6 +97,10 @@ class RolloutWorkerConfig:
             raise ValueError(f"rollout.worker.cotrain must be a bool, got {self.cotrain!r}")
         if isinstance(self.trainer, dict):
             self.trainer = DrafterTrainerConfig(**self.trainer)
+        if isinstance(self.schedule, dict):
+            self.schedule = CotrainSchedule(**self.schedule)
+        if not isinstance(self.schedule, CotrainSchedule):
+            raise ValueError(f"rollout.worker.schedule must be a CotrainSchedule, got {type(self.schedule)}")
         if not isinstance(self.trainer, DrafterTrainerConfig):
             raise ValueError(f"rollout.worker.trainer must be a DrafterTrainerConfig, got {type(self.trainer)}")
 

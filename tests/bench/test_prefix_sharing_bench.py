@@ -28,3 +28,21 @@ def test_rows_and_work(tmp_path):
 def test_bad_config_names_the_key(overrides, key):
     with pytest.raises(ValueError, match=key):
         BenchConfig(**overrides)
+
+
+def test_groups_bench_rows_agree_with_plain(tmp_path):
+    import torch
+
+    from fastrl.bench.history_groups import bench_groups_bs1
+    from fastrl.speculative.drafter import EagleDrafter
+
+    make_hf_model("llama", seed=2).save_pretrained(tmp_path / "m")
+    model = load_model(tmp_path / "m")
+    torch.manual_seed(0)
+    drafter = EagleDrafter(model.config)
+    rows = bench_groups_bs1(
+        model, drafter, None, [[5, 6, 7], [8, 9]], 2, ["suffix_4", "2_1_3+suffix_4", "bandit"],
+        ["2_1_3", "suffix_4", "disable"], 12, 1, [1.0], 0,
+    )  # fmt: skip
+    assert [r.method for r in rows] == ["fastrl plain", "fastrl suffix_4", "fastrl 2_1_3+suffix_4", "fastrl bandit"]
+    assert all(r.accept_length >= 1.0 and r.tok_s > 0 for r in rows)

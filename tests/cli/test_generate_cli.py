@@ -99,6 +99,24 @@ def test_generate_speculative_equals_plain(model_dir, tmp_path):
     assert summary["rounds"] > 0 and summary["strategies"][0]["strategy"] == "3_2_6"
 
 
+def test_generate_groups_with_history_drafts(model_dir, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6, 7]}, {"prompt_ids": [9, 8], "seed": 40}])
+    common = [f"model={model_dir}", f"prompts={prompts}", "max_new_tokens=16", "n=3", "progress=false"]
+    assert main(["generate", *common, f"output={tmp_path / 'plain.jsonl'}"]) == 0
+    assert main(["generate", *common, "strategy=suffix_8", f"output={tmp_path / 'hist.jsonl'}"]) == 0
+    plain, hist = _read(tmp_path / "plain.jsonl"), _read(tmp_path / "hist.jsonl")
+    assert [r["token_ids"] for r in plain] == [r["token_ids"] for r in hist]
+    assert [(r["prompt_index"], r["sample"]) for r in plain] == [(i, j) for i in range(2) for j in range(3)]
+    assert [r["prompt_ids"] for r in plain] == [[5, 6, 7]] * 3 + [[9, 8]] * 3
+    seeds = [r["seed"] for r in plain]
+    assert len(set(seeds)) == 6 and seeds[3] == 40
+    # sample 0 of each line is what n=1 gives
+    assert main(["generate", *common[:-2], "progress=false", f"output={tmp_path / 'one.jsonl'}"]) == 0
+    one = _read(tmp_path / "one.jsonl")
+    assert [r["token_ids"] for r in one] == [plain[0]["token_ids"], plain[3]["token_ids"]]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -106,6 +124,8 @@ def test_generate_speculative_equals_plain(model_dir, tmp_path):
         (["output=o.jsonl"], "prompts"),
         (["prompts=in.jsonl", "output=o.jsonl", "no_such_key=1"], "no_such_key"),
         (["prompts=in.jsonl", "output=o.jsonl", "batch_size=0"], "batch_size"),
+        (["prompts=in.jsonl", "output=o.jsonl", "n=0"], "generate.n"),
+        (["prompts=in.jsonl", "output=o.jsonl", "strategy=suffix_1"], "suffix_1"),
         (["prompts=in.jsonl", "output=o.jsonl", "strategy=8_4"], "8_4"),
         (["prompts=in.jsonl", "output=o.jsonl", "temperature=-1"], "temperature"),
     ],

@@ -38,7 +38,7 @@ def test_slice_trains_a_copy_and_learns(setup):
     trainer = CoTrainer(policy, DrafterTrainerConfig(lr=3e-3, warmup_steps=0))
     trainer.prepare(live, version=4)
     assert trainer.trained() is None  # nothing trained yet
-    metrics = trainer.train_slice(lambda: seqs, seconds=30.0, should_stop=stop_after(15))
+    metrics = trainer.train_slice(lambda _: seqs, seconds=30.0, should_stop=stop_after(15))
     assert metrics.error is None and metrics.steps == 15 and metrics.stopped
     assert metrics.tokens == 15 * sum(s.num_targets for s in seqs) and metrics.loss is not None
     assert states_equal(live.state_dict(), before), "the live drafter must not change"
@@ -63,9 +63,9 @@ def test_empty_data_and_stop_do_nothing(setup):
     policy, live, seqs = setup
     trainer = CoTrainer(policy, DrafterTrainerConfig())
     trainer.prepare(live, version=0)
-    empty = trainer.train_slice(lambda: [], seconds=1.0)
+    empty = trainer.train_slice(lambda _: [], seconds=1.0)
     assert empty.steps == 0 and empty.skipped is not None and empty.error is None
-    stopped = trainer.train_slice(lambda: seqs, seconds=1.0, should_stop=lambda: True)
+    stopped = trainer.train_slice(lambda _: seqs, seconds=1.0, should_stop=lambda: True)
     assert stopped.steps == 0 and stopped.stopped and stopped.skipped is None
     assert trainer.trained() is None
 
@@ -74,11 +74,11 @@ def test_diverging_slice_is_reported_and_discarded(setup):
     policy, live, seqs = setup
     trainer = CoTrainer(policy, DrafterTrainerConfig(lr=float("inf"), warmup_steps=0))
     trainer.prepare(live, version=0)
-    metrics = trainer.train_slice(lambda: seqs, seconds=5.0, should_stop=stop_after(3))
+    metrics = trainer.train_slice(lambda _: seqs, seconds=5.0, should_stop=stop_after(3))
     assert metrics.error is not None and "FloatingPointError" in metrics.error and metrics.steps == 0
     assert trainer.trained() is None
     assert all(torch.isfinite(p).all() for p in live.parameters())
-    unprepared = CoTrainer(policy, DrafterTrainerConfig()).train_slice(lambda: seqs, seconds=1.0)
+    unprepared = CoTrainer(policy, DrafterTrainerConfig()).train_slice(lambda _: seqs, seconds=1.0)
     assert unprepared.error is not None and "prepare" in unprepared.error
 
 

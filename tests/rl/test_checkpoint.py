@@ -168,3 +168,28 @@ def test_not_a_checkpoint_raises(tmp_path):
     trainer, _ = _trainer(_config(tmp_path, "run"), seed=0)
     with pytest.raises(ValueError, match="trainer_state.json is missing"):
         trainer.resume(tmp_path)
+
+
+def test_drift_is_tracked_and_survives_resume(tmp_path):
+    """track_drift keeps the initial policy (checkpointed like the KL reference) and reports KL(policy || initial):
+    0 before the first update, positive after; a resumed run reports the same values."""
+    config = _config(tmp_path, "full", kl_coef=0.0, track_drift=True, steps=3, checkpoint_every=1)
+    full, _ = _trainer(config, seed=0)
+    history = full.train()
+    assert history[0].drift_kl == pytest.approx(0.0, abs=1e-6) and history[2].drift_kl > 1e-4
+    resumed, _ = _trainer(_config(tmp_path, "resumed", kl_coef=0.0, track_drift=True, steps=3), seed=7)
+    resumed.resume(tmp_path / "full" / "step_000001")
+    assert [m.drift_kl for m in resumed.train()] == [m.drift_kl for m in history[1:]]
+
+
+def test_draft_vocabulary_is_checkpointed(tmp_path):
+    config = _config(tmp_path, "full", steps=1, checkpoint_every=1)
+    full, backend = _trainer(config, seed=0)
+    vocab = torch.arange(3, 40)
+    backend.worker.drafter.set_draft_vocab(vocab)
+    full.train()
+    assert (tmp_path / "full" / "step_000001" / "drafter" / "draft_vocab.safetensors").is_file()
+    resumed, resumed_backend = _trainer(_config(tmp_path, "resumed", steps=1), seed=3)
+    assert resumed_backend.worker.drafter.draft_vocab is None
+    resumed.resume(tmp_path / "full" / "step_000001")
+    assert torch.equal(resumed_backend.worker.drafter.draft_vocab, vocab)

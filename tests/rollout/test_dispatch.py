@@ -41,3 +41,32 @@ def test_seeds_filled_deterministically_and_ids_checked():
         check_request_ids([req(0, 0), req(0, 1)])
     with pytest.raises(ValueError, match="no workers"):
         assign_units([], {})
+
+
+def test_prompts_go_back_to_their_worker_within_the_balance():
+    from fastrl.rollout.dispatch import PromptAffinity
+
+    def group_req(i: int, group: int, prompt: list[int]) -> RolloutRequest:
+        return RolloutRequest(f"r{i}", prompt, SamplingParams(max_new_tokens=10, seed=0), group=group)
+
+    prompts = [[1, 2, g] for g in range(6)]
+    requests = [group_req(i, i // 2, prompts[i // 2]) for i in range(12)]
+    units = make_units(requests, num_workers=2)
+    assert [u.prompt for u in units] == [tuple(p) for p in prompts]
+    first = {u.prompt: w for w, u in assign_units(units, {"a": 0.0, "b": 0.0})}
+    # Next step, the same prompts in another order: each returns to its worker, and the balance holds.
+    again = make_units(list(reversed(requests)), num_workers=2)
+    load = {"a": 0.0, "b": 0.0}
+    second = {u.prompt: w for w, u in assign_units(again, load, homes=first)}
+    assert second == first and load["a"] == load["b"]
+    # A home that would unbalance the batch is overridden.
+    skewed = {tuple(p): "a" for p in prompts}
+    load = {"a": 0.0, "b": 0.0}
+    assign_units(units, load, homes=skewed)
+    assert abs(load["a"] - load["b"]) <= 2 * 20.3
+    affinity = PromptAffinity(capacity=2)
+    for g in range(3):
+        affinity.record((g,), g)
+    assert affinity.home((0,)) is None and affinity.home((2,)) == 2
+    with pytest.raises(ValueError, match="capacity"):
+        PromptAffinity(capacity=0)

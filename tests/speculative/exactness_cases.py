@@ -78,12 +78,17 @@ def models(name: str) -> tuple[CausalLM, EagleDrafter]:
 
 
 def random_strategy(rng: random.Random, vocab: int) -> Strategy:
-    """Any strategy the grammar allows: steps 1-8, topk 1-8, every valid num_draft_tokens up to 64."""
+    """Any strategy the grammar allows: EAGLE (steps 1-8, topk 1-8, every valid num_draft_tokens up to 64), history
+    (suffix_2 .. suffix_32) and their hybrids."""
+    kind = rng.choices(["eagle", "history", "hybrid"], weights=[3, 1, 1])[0]
+    history = rng.randint(2, 32) if kind != "eagle" else 0
+    if kind == "history":
+        return Strategy(0, 0, 0, history_nodes=history)
     steps = rng.randint(1, 8)
     topk = rng.randint(1, min(8, vocab))
     if topk == 1:
-        return Strategy(steps, 1, steps + 1)
-    return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))))
+        return Strategy(steps, 1, steps + 1, history_nodes=history)
+    return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))), history_nodes=history)
 
 
 def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> SamplingParams:
@@ -136,7 +141,7 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
 def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
     """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
     policy, drafter = models(case.model)
-    speculative = any(not s.is_disabled for s in selector.strategies)
+    speculative = any(s.uses_drafter for s in selector.strategies)
     drafter.set_draft_vocab(None if case.draft_vocab is None else torch.tensor(case.draft_vocab))
     engine = Engine(
         policy,

@@ -9,6 +9,7 @@ The quick profile (default suite) runs QUICK_CASES fixed-seed cases. The long pr
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 
@@ -19,17 +20,26 @@ QUICK_CASES = 48
 QUICK_SEED = 9000
 
 
+def _kind(case) -> str:
+    s = case.strategy
+    return "hybrid" if s.is_hybrid else "history" if s.is_history else "eagle"
+
+
 def _run(seeds: range, max_new_tokens: int, progress_every: int = 0) -> tuple[ExactnessReport, list[str]]:
     total = ExactnessReport(logprob_tol=1e-6)
     failures = []
+    kinds: Counter[str] = Counter()
     for done, seed in enumerate(seeds, 1):
         case = make_case(seed, max_new_tokens=max_new_tokens)
+        kinds[_kind(case)] += 1
+        kinds["reduced draft vocabulary"] += case.draft_vocab is not None
         report = run_case(case)
         total.extend(report)
         if report.bugs or report.near_ties:
             failures.append(f"{case.describe()}: {report.to_dict()['items'][:2]}")
         if progress_every and done % progress_every == 0:
             print(f"  {done} cases: {total.summary()}, {len(failures)} failing cases", flush=True)
+    print(f"case kinds: {dict(kinds)}")
     return total, failures
 
 

@@ -22,6 +22,9 @@ class TaskConfig:
     `max_checks` per solution, which bounds the worst-case length).
     `bucket_edges` are the lower edges of the size buckets used for reporting (the last bucket is open).
     `context_length` is the model context the longest prompt + response (+ bos/eos) must fit in.
+    `pool_size` > 0 turns the task into a data set: problems are drawn uniformly from a fixed pool of that many
+    (made from `pool_seed`), so a run of many steps meets the same prompts again, epoch after epoch, as RL on a
+    fixed prompt set does; 0 draws a fresh problem every time.
     """
 
     n_min: int = 2
@@ -35,6 +38,8 @@ class TaskConfig:
     max_checks: int = 3
     bucket_edges: tuple[int, ...] = DEFAULT_BUCKET_EDGES
     context_length: int = 1024
+    pool_size: int = 0
+    pool_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.n_min < 2:
@@ -57,5 +62,7 @@ class TaskConfig:
         if not edges or any(b <= a for a, b in pairwise(edges)) or edges[0] > self.n_min:
             raise ValueError(f"TaskConfig.bucket_edges must be strictly increasing and start <= n_min (got {edges})")
         self.bucket_edges = edges
+        if self.pool_size < 0:
+            raise ValueError(f"TaskConfig.pool_size must be >= 0 (0 = fresh problems; got {self.pool_size})")
         if self.context_length < 16:
             raise ValueError(f"TaskConfig.context_length must be >= 16 (got {self.context_length})")

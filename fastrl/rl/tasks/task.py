@@ -36,6 +36,8 @@ class ArithChainTask:
                 f"TaskConfig.n_max={self.config.n_max} gives sequences of up to {longest} tokens, more than "
                 f"context_length={self.config.context_length}"
             )
+        pool_rng = random.Random(self.config.pool_seed)
+        self._pool = [self._fresh_problem(pool_rng) for _ in range(self.config.pool_size)]
 
     def make_problem(self, numbers: tuple[int, ...] | list[int]) -> Problem:
         """The problem of summing `numbers` (in this order)."""
@@ -46,7 +48,13 @@ class ArithChainTask:
         return Problem(prompt=prompt, answer=sum(numbers), size=len(numbers), numbers=numbers)
 
     def sample_problem(self, rng: random.Random) -> Problem:
-        """One problem: size from the power law, terms uniform in [value_min, value_max]."""
+        """One problem: from the fixed pool when the task has one (`pool_size`), else fresh: size from the power
+        law, terms uniform in [value_min, value_max]."""
+        if self._pool:
+            return self._pool[rng.randrange(len(self._pool))]
+        return self._fresh_problem(rng)
+
+    def _fresh_problem(self, rng: random.Random) -> Problem:
         size = self.sizes.sample(rng)
         return self.make_problem([rng.randint(self.config.value_min, self.config.value_max) for _ in range(size)])
 

@@ -1,0 +1,78 @@
+"""The end of a rollout's co-training, for any set of workers: finish the updates due, merge, push, measure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter, average_drafters
+from fastrl.rollout.cotrain_stats import combine_rounds, heldout_mean
+from fastrl.rollout.types import DrafterTrainingStats
+from fastrl.rollout.worker_cotrain import RoundReport
+
+FINISH = "finish_drafter_round"
+
+
+class DrafterRounds:
+    """A backend's co-training rounds: at most one still finishing on the workers (``start`` fired their
+    ``finish_drafter_round`` calls), and the stats and drafter version of the last one closed.
+
+    ``call_all(method)`` / ``gather(calls)`` call workers and collect answers in slot order; ``version()`` is the
+    current drafter version; ``push(version, state)`` installs a drafter everywhere.
+    """
+
+    def __init__(
+        self,
+        call_all: Callable[[str], list],
+        gather: Callable[[list], list],
+        version: Callable[[], int],
+        push: Callable[[int, dict[str, Tensor]], None],
+    ) -> None:
+        self.call_all, self.gather, self.version, self.push = call_all, gather, version, push
+        self._pending: tuple[list, list[tuple[str, SliceMetrics]]] | None = None
+        self.last: tuple[DrafterTrainingStats, int] = (DrafterTrainingStats(), version())
+
+    def start(self, calls: list, slices: list[tuple[str, SliceMetrics]]) -> None:
+        """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs)."""
+        self._pending = (calls, slices)
+
+    def close(self) -> DrafterTrainingStats:
+        """Finish the pending round, if any (merge, push, measure); the last round's stats."""
+        if self._pending is not None:
+            (calls, slices), self._pending = self._pending, None
+            reports = self.gather(calls)
+
+            def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now
+                return reports if method == FINISH else self.call_all(method)
+
+            stats = close_drafter_round(call, self.version(), self.push, slices)
+            self.last = (stats, self.version())
+        return self.last[0]
+
+
+def close_drafter_round(
+    call_all: Callable[[str], list],
+    version: int,
+    push: Callable[[int, dict[str, Tensor]], None],
+    slices: list[tuple[str, SliceMetrics]],
+) -> DrafterTrainingStats:
+    """Every worker finishes the rollout's updates (``steps`` schedule) and reports them (``call_all(method)``
+    calls a worker method on every live worker and returns the answers in slot order); the copies trained on top
+    of drafter ``version`` are averaged (weighted by steps, in slot order) into ``version + 1`` and ``push``ed;
+    the held-out top-1 is measured before and after the push."""
+    reports: list[RoundReport] = call_all(FINISH)
+    stats = combine_rounds(reports, slices)
+    trained: list[TrainedDrafter] = [t for t in call_all("trained_drafter") if t is not None]
+    items = [(t.state, float(t.steps)) for t in trained if t.base_version == version]
+    if not items:
+        return stats
+    try:
+        merged = average_drafters(items)
+    except ValueError as err:
+        stats.failures.append(f"merge: {err}")
+        return stats
+    push(version + 1, merged)
+    if stats.heldout_tokens:
+        stats.heldout_top1 = heldout_mean(call_all("heldout_top1"))
+    return stats

@@ -1,0 +1,156 @@
+"""A rollout worker's co-training: its feature buffer, held-out features, the drafter copy it trains, and the
+schedule that makes the training reproducible (fastrl.cotrain.schedule)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from fastrl.cotrain.buffer import FeatureBuffer
+from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics
+from fastrl.cotrain.drafter_trainer import make_batches
+from fastrl.cotrain.eagle_loss import eagle_loss
+from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
+from fastrl.cotrain.schedule import BATCH_STREAM, NOISE_STREAM, CotrainSchedule, step_seed
+from fastrl.models.decoder import CausalLM
+from fastrl.speculative.drafter import EagleDrafter
+
+
+@dataclass
+class RoundReport:
+    """One worker's co-training in one rollout: steps and token-weighted sums of loss / top-1 over them (in step
+    order), and the live drafter's top-1 on the rollout's held-out features (sums over ``heldout_tokens``)."""
+
+    steps: int = 0
+    tokens: int = 0
+    loss_sum: float = 0.0
+    top1_sum: float = 0.0
+    heldout_tokens: int = 0
+    heldout_top1_sum: float = 0.0
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the updates taken after the tail (not reproducible)
+
+
+@dataclass
+class CotrainState:
+    """A worker's co-training state for a checkpoint: tensors (buffer ``buffer.*``, optimiser ``optim.*``) and a
+    JSON-serialisable dict (buffer layout, step counters, optimiser scalars)."""
+
+    tensors: dict[str, Tensor]
+    meta: dict
+
+
+class WorkerCoTraining:
+    """Buffer, held-out set and trainer of one worker (slot ``worker_index``). Not thread-safe on its own: the
+    EngineWorker serialises access (``lock`` guards the buffer against the stepping loop)."""
+
+    def __init__(
+        self,
+        policy: CausalLM,
+        buffer: FeatureBuffer,
+        cotrainer: CoTrainer,
+        schedule: CotrainSchedule,
+        seed: int,
+        worker_index: int = 0,
+    ) -> None:
+        self.policy = policy
+        self.buffer = buffer
+        self.cotrainer = cotrainer
+        self.schedule = schedule
+        self.seed = seed
+        self.worker_index = worker_index
+        self._pending: list[tuple[str, FeatureSequence]] = []
+        self._heldout: list[FeatureSequence] = []
+        self._heldout_version = -1
+
+    # ---- data -------------------------------------------------------------------------------------------------
+    def add(self, request_id: str, seq: FeatureSequence) -> None:
+        """Keep a finished request's features until the next commit (held-out ones go to the held-out set)."""
+        self._pending.append((request_id, seq))
+
+    def commit(self) -> None:
+        """Move pending sequences into the buffer (or the held-out set) in request-id order, so the buffer's order
+        does not depend on which request finished first."""
+        for request_id, seq in sorted(self._pending, key=lambda item: item[0]):
+            if self.schedule.is_heldout(request_id):
+                if seq.policy_version > self._heldout_version:
+                    self._heldout, self._heldout_version = [], seq.policy_version
+                self._heldout.append(seq)
+            else:
+                self.buffer.add(seq)
+        self._pending.clear()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # ---- training ---------------------------------------------------------------------------------------------
+    def train(
+        self,
+        live: EagleDrafter,
+        version: int,
+        seconds: float,
+        should_stop: Callable[[], bool],
+        rng_devices: list[int],
+    ) -> SliceMetrics:
+        """One slice: at most ``seconds``, and (``steps`` mode) at most the steps still due this rollout."""
+        due = self.schedule.quota(self.cotrainer.rollout.steps)
+        if due == 0:
+            return SliceMetrics(skipped="this rollout's updates are done")
+        if self.cotrainer.rollout.failed:
+            return SliceMetrics(skipped="a slice failed this rollout")
+        with torch.random.fork_rng(devices=rng_devices):  # training noise stays private
+            self.cotrainer.prepare(live, version)
+            return self.cotrainer.train_slice(self._next_batch, seconds, should_stop, max_steps=due)
+
+    def _next_batch(self, step: int) -> list[FeatureSequence]:
+        """The batch of the worker's step ``step``, and its noise seed: both from (seed, worker slot, step)."""
+        torch.manual_seed(step_seed(self.seed, NOISE_STREAM, self.worker_index, step))
+        rng = random.Random(step_seed(self.seed, BATCH_STREAM, self.worker_index, step))
+        return self.buffer.sample(self.cotrainer.config.max_tokens_per_batch, rng)
+
+    def take_round(self) -> RoundReport:
+        """This rollout's training totals (and reset them); none after a failed slice (its copy was discarded, and
+        the failure is in that slice's metrics)."""
+        totals = self.cotrainer.take_rollout_totals()
+        if totals.failed:
+            return RoundReport()
+        return RoundReport(totals.steps, totals.tokens, totals.loss_sum, totals.top1_sum)
+
+    @torch.no_grad()
+    def heldout_top1(self, drafter: EagleDrafter) -> tuple[int, float]:
+        """(tokens, summed top-1 agreement) of ``drafter`` with the policy on the newest held-out features."""
+        if not self._heldout:
+            return 0, 0.0
+        dtype = drafter.fc.weight.dtype
+        device = drafter.fc.weight.device
+        tokens, top1 = 0, 0.0
+        for group in make_batches(self._heldout, self.cotrainer.config.max_tokens_per_batch):
+            loss = eagle_loss(drafter, self.policy, FeatureBatch.collate(group, device, dtype))
+            tokens += loss.count
+            top1 += float(loss.top1) * loss.count
+        return tokens, top1
+
+    # ---- checkpoints ------------------------------------------------------------------------------------------
+    def state(self) -> CotrainState:
+        """Buffer and trainer state (pending sequences are committed first)."""
+        self.commit()
+        buffer_tensors, buffer_meta = self.buffer.state()
+        trainer_tensors, trainer_meta = self.cotrainer.state()
+        tensors = {f"buffer.{k}": v for k, v in buffer_tensors.items()}
+        tensors.update(trainer_tensors)
+        meta = {"worker_index": self.worker_index, "buffer": buffer_meta, "trainer": trainer_meta}
+        return CotrainState(tensors, meta)
+
+    def load_state(self, live: EagleDrafter, version: int, state: CotrainState) -> None:
+        """Restore ``state()`` (the live drafter must already be the checkpoint's)."""
+        buffer_tensors = {k.split(".", 1)[1]: v for k, v in state.tensors.items() if k.startswith("buffer.")}
+        self.buffer.load_state(buffer_tensors, state.meta["buffer"])
+        trainer_tensors = {k: v for k, v in state.tensors.items() if k.startswith("optim.")}
+        self.cotrainer.load_state(live, version, trainer_tensors, state.meta["trainer"])
+        self._pending.clear()
+        self._heldout, self._heldout_version = [], -1

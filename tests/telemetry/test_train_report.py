@@ -1,0 +1,27 @@
+"""report.png of `fastrl train`: drawn with and without co-training metrics; the new metrics reach W&B's flat view."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastrl.rl.metrics import StepMetrics
+from fastrl.telemetry.train_report import plot_train_report
+
+
+def metrics(step: int, cotrained: bool) -> StepMetrics:
+    numbers = {f.name: 0.5 for f in dataclasses.fields(StepMetrics)}
+    numbers.update(step=step, policy_version=step, response_len_max=9, response_tokens=90, accuracy_by_bucket={})
+    numbers.update(drafter_version=step + 1 if cotrained else 0, drafter_steps=6 if cotrained else 0)
+    for key in ("drafter_loss", "drafter_top1", "drafter_heldout_top1_before", "drafter_heldout_top1", "drift_kl"):
+        numbers[key] = 0.6 + 0.01 * step if cotrained else None
+    return StepMetrics(**numbers)
+
+
+def test_report_with_and_without_cotraining(tmp_path):
+    for cotrained in (True, False):
+        history = [metrics(s, cotrained) for s in range(3)]
+        png = plot_train_report(history, [3, 5, 9], tmp_path / f"report_{cotrained}.png", "test")
+        assert png.is_file() and png.stat().st_size > 10_000
+    flat = metrics(1, True).to_flat_dict()
+    assert flat["drafter_heldout_top1"] == 0.61 and flat["drafter_steps"] == 6.0 and flat["drafter_version"] == 2.0
+    assert "drafter_heldout_top1" not in metrics(1, False).to_flat_dict()
