@@ -1,0 +1,64 @@
+"""One drafter step on SmolLM2 at batch size 1, with the full vocabulary (49,152-row LM head) and with the shipped
+reduced draft vocabulary, measured side by side (interleaved repeats, medians), next to one policy forward.
+
+    python recipes/smollm2_drafter/drafter_step_cost.py [--repeats 8] [--calls 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
+from fastrl.models.checkpoint import load_model
+from fastrl.speculative.drafter import EagleDrafter
+
+
+def drafter_step(drafter: EagleDrafter, policy, cache, position: int) -> torch.Tensor:
+    """One chain step: the drafter layer on (token, feature), then its draft logits and pick.  # -> [1]"""
+    hidden = policy.config.hidden_size
+    pos = torch.tensor([[position]])
+    out = drafter(policy, torch.tensor([[42]]), torch.zeros(1, 1, hidden), pos, cache, torch.tensor([0]), pos, None)
+    return drafter.draft_logits(policy, out[:, 0]).argmax(-1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model_dir = resolve_model_dir("smollm2")
+    policy = load_model(model_dir).eval()
+    reduced = resolve_drafter("", model_dir, policy, needed=True)
+    if reduced.draft_vocab is None:
+        raise SystemExit("the shipped smollm2 drafter has no draft vocabulary")
+    full = copy.deepcopy(reduced)
+    full.set_draft_vocab(None)
+    cache = reduced.new_cache(1, 256, torch.float32, "cpu")
+    times: dict[str, list[float]] = {"full": [], "reduced": []}
+    with torch.inference_mode():
+        for _ in range(args.repeats):
+            for name, drafter in (("full", full), ("reduced", reduced)):
+                drafter_step(drafter, policy, cache, 100)
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    drafter_step(drafter, policy, cache, 100)
+                times[name].append((time.perf_counter() - start) / args.calls)
+        start = time.perf_counter()
+        for _ in range(10):
+            policy(torch.tensor([[42]]), torch.tensor([[100]]))
+        forward = (time.perf_counter() - start) / 10
+    full_s, reduced_s = statistics.median(times["full"]), statistics.median(times["reduced"])
+    print(f"draft vocabulary: {reduced.draft_vocab.numel()} of {policy.config.vocab_size} tokens")
+    print(f"drafter step, full vocabulary: {full_s * 1e3:.2f} ms")
+    print(f"drafter step, reduced:         {reduced_s * 1e3:.2f} ms  ({full_s / reduced_s:.2f}x cheaper)")
+    print(f"policy forward, 1 token:       {forward * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
