@@ -3,25 +3,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.accept_eval import AcceptResult
-from fastrl.cotrain.drafter_trainer import DrafterTrainer, make_batches
-from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.offline import OfflineDrafterReport
+from fastrl.cotrain.offline import OfflineDrafterReport, fit_drafter
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
-from fastrl.speculative.draft_vocab import coverage, most_frequent_tokens
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -124,25 +119,7 @@ def train_on_prompts(
     print(f"{len(train_prompts)} training prompts x temperatures {temperatures}, {len(held_prompts)} held out")
     train_ids = sample_responses(policy, train_prompts, temperatures, cfg, cfg.seed)
     eval_ids = sample_responses(policy, held_prompts, temperatures, cfg, cfg.seed + 1)
-    if cfg.draft_vocab_size > 0:
-        vocab = most_frequent_tokens(train_ids, cfg.draft_vocab_size, policy.config.vocab_size)
-        drafter.set_draft_vocab(vocab)
-        print(f"draft vocabulary: {vocab.numel()} tokens cover {coverage(eval_ids, vocab):.4f} of held-out tokens")
-    train = policy_features(policy, train_ids)
-    held_out = policy_features(policy, eval_ids)
-    trainer_cfg = cfg.trainer
-    if trainer_cfg.total_steps == 0:  # cosine over the whole run
-        per_epoch = len(make_batches(train, trainer_cfg.max_tokens_per_batch))
-        trainer_cfg = dataclasses.replace(trainer_cfg, total_steps=per_epoch * cfg.epochs)
-    trainer = DrafterTrainer(drafter, policy, trainer_cfg)
-    epochs = []
-    for epoch in range(cfg.epochs):
-        bar = tqdm(trainer.train_epoch(train), desc=f"drafter epoch {epoch + 1}/{cfg.epochs}", unit="step", leave=False)
-        for _ in bar:
-            pass
-        metrics = trainer.evaluate(held_out)
-        epochs.append(metrics)
-        print(f"epoch {epoch + 1}: held-out loss {metrics.loss:.4f}, top-1 {metrics.top1:.3f}", flush=True)
+    epochs, train = fit_drafter(policy, drafter, train_ids, eval_ids, cfg)
     accept = []
     for temperature in (0.0, cfg.temperature):
         for strategy in cfg.accept_strategies:

@@ -66,13 +66,17 @@ def rollout_sequences(
     return [o.prompt_ids + o.token_ids for o in outs]
 
 
-def train_offline(
-    policy: CausalLM, drafter: EagleDrafter, tokenizer: Any, cfg: OfflineDrafterConfig
-) -> OfflineDrafterReport:
-    """The whole offline recipe; `drafter` is trained in place."""
-    torch.manual_seed(cfg.seed)
-    train_ids = rollout_sequences(policy, tokenizer, cfg, cfg.num_prompts, cfg.seed)
-    eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
+def fit_drafter(
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    train_ids: list[list[int]],
+    eval_ids: list[list[int]],
+    cfg: OfflineDrafterConfig,
+) -> tuple[list[DrafterMetrics], list]:
+    """Fit `drafter` in place on the policy's features of `train_ids` for cfg.epochs (cosine over the whole run
+    unless the trainer sets total_steps), first restricting it to the draft_vocab_size most frequent tokens of the
+    training sequences when > 0; held-out metrics on `eval_ids` after each epoch. Returns (per-epoch metrics,
+    the training FeatureSequences)."""
     if cfg.draft_vocab_size > 0:
         vocab = most_frequent_tokens(train_ids, cfg.draft_vocab_size, policy.config.vocab_size)
         drafter.set_draft_vocab(vocab)
@@ -87,12 +91,22 @@ def train_offline(
     epochs = []
     for epoch in range(cfg.epochs):
         bar = tqdm(trainer.train_epoch(train), desc=f"drafter epoch {epoch + 1}/{cfg.epochs}", unit="step", leave=False)
-        last = None
         for last in bar:
             bar.set_postfix(loss=f"{last.loss:.3f}", top1=f"{last.top1:.3f}")
         metrics = trainer.evaluate(held_out)
         epochs.append(metrics)
         print(f"epoch {epoch + 1}: held-out loss {metrics.loss:.4f}, top-1 {metrics.top1:.3f}", flush=True)
+    return epochs, train
+
+
+def train_offline(
+    policy: CausalLM, drafter: EagleDrafter, tokenizer: Any, cfg: OfflineDrafterConfig
+) -> OfflineDrafterReport:
+    """The whole offline recipe; `drafter` is trained in place."""
+    torch.manual_seed(cfg.seed)
+    train_ids = rollout_sequences(policy, tokenizer, cfg, cfg.num_prompts, cfg.seed)
+    eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
+    epochs, train = fit_drafter(policy, drafter, train_ids, eval_ids, cfg)
     accept = []
     rng = random.Random(cfg.seed + 2)
     task = ArithChainTask()
