@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
-from fastrl.commands.engine_setup import build_engine, resolve_model_dir
+from fastrl.commands.engine_setup import build_engine, request_context, resolve_model_dir
 from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
@@ -37,11 +37,13 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
         ("plain", "disable", cfg.plain_batch_size or cfg.batch_size),
         ("speculative", cfg.strategy, cfg.batch_size),
     ):
-        config = EngineConfig(max_batch_size=batch, device=cfg.device, dtype=cfg.dtype)
+        context = request_context(policy.config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
+        config = EngineConfig(max_batch_size=batch, max_model_len=context, device=cfg.device, dtype=cfg.dtype)
         engine = build_engine(policy, model_dir, strategy, cfg.drafter, config, bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
-    for line, item in zip(lines, report.items, strict=True):
+    for index, item in enumerate(report.items):
+        line = lines[index // cfg.n]
         m = item.mismatch
         if m is not None:
             print(

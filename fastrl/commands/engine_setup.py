@@ -56,11 +56,21 @@ def check_device(key: str, device: str) -> None:
         raise ValueError(f"{key}={device!r}: fastrl runs on cpu or cuda")
 
 
-def check_kv_memory(key: str, config: ModelConfig, slots: int, dtype: torch.dtype, device: str) -> None:
-    """ValueError naming ``key`` (the batch size) when a KV cache of ``slots`` full-context slots cannot fit the
-    memory available now (RAM, or the CUDA device's free memory)."""
+def request_context(config: ModelConfig, prompt_lengths: list[int], max_new_tokens: int) -> int:
+    """The context a decode run needs: its longest prompt plus max_new_tokens (and the token that is fed last),
+    at most the model's; the KV cache is sized to it instead of the model's whole context."""
+    longest = max(prompt_lengths, default=1)
+    return max(2, min(config.max_position_embeddings, longest + max_new_tokens + 1))
+
+
+def check_kv_memory(
+    key: str, config: ModelConfig, slots: int, dtype: torch.dtype, device: str, length: int | None = None
+) -> None:
+    """ValueError naming ``key`` (the batch size) when a KV cache of ``slots`` slots of ``length`` entries (None:
+    the model's whole context) cannot fit the memory available now (RAM, or the CUDA device's free memory)."""
+    length = config.max_position_embeddings if length is None else length
     bytes_per_slot = (
-        2 * config.num_hidden_layers * config.max_position_embeddings * config.num_key_value_heads * config.head_dim
+        2 * config.num_hidden_layers * length * config.num_key_value_heads * config.head_dim
     ) * torch.empty((), dtype=dtype).element_size()
     need = bytes_per_slot * slots
     available = _available_bytes(device)

@@ -19,7 +19,7 @@ import torch
 
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.decode_config import DecodeConfig
-from fastrl.commands.engine_setup import build_engine, check_kv_memory, resolve_model_dir
+from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_paths import check_outputs
 from fastrl.commands.prompts_io import PromptLine, read_prompts
@@ -47,14 +47,19 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     )
     ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     lines = read_prompts(cfg.prompts)
-    engine_config = EngineConfig(
-        max_batch_size=max(1, min(cfg.batch_size, len(lines) * cfg.n)), device=cfg.device, dtype=cfg.dtype
-    )
-    check_kv_memory(
-        "batch_size", read_config(model_dir), engine_config.max_batch_size, engine_config.torch_dtype, cfg.device
-    )
     tokenizer = load_tokenizer(model_dir)
     inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
+    model_config = read_config(model_dir)
+    context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
+    engine_config = EngineConfig(
+        max_batch_size=max(1, min(cfg.batch_size, len(inputs))),
+        max_model_len=context,
+        device=cfg.device,
+        dtype=cfg.dtype,
+    )
+    check_kv_memory(
+        "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
+    )
     stream = ResultStream(targets["output"], cfg.resume)
     _check_kept(stream.done, inputs, cfg.output)
     model = load_model(model_dir, engine_config.torch_dtype, cfg.device)

@@ -31,3 +31,15 @@ def test_check_exact_rejects_disable_and_unknown_keys(tmp_path, capsys):
     assert "check_exact.strategy" in capsys.readouterr().err
     assert main(["check-exact", f"prompts={prompts}", "strategy=9_9"]) == 2
     assert "9_9" in capsys.readouterr().err
+
+
+def test_check_exact_groups_with_a_hybrid_arm(tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:3]))
+    report = tmp_path / "report.json"
+    args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=48", "n=3", "temperature=1.0"]
+    code = main(["check-exact", *args, "strategy=3_1_4+suffix_8", "progress=false"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    data = json.loads(report.read_text())
+    assert data["requests"] == 9 and data["identical"] == 9
