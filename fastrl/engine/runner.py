@@ -160,7 +160,7 @@ class ModelRunner:
             if strategy.uses_drafter:
                 pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
-            history_s = time.perf_counter() - start
+            prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
             if self.graphs is not None and not strategy.is_history:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
@@ -169,7 +169,7 @@ class ModelRunner:
                 spec.draft_time_s = time.perf_counter() - start
             else:
                 spec = speculative_round(self.spec_models, batch.inputs, self.runtimes[strategy], pending, history)
-                spec.draft_time_s += history_s
+                spec.draft_time_s += prep_s
             tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
             accepted = spec.accept_len.tolist()
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
