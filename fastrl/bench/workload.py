@@ -62,12 +62,6 @@ def bench_prompts(tokenizer: Any, workload: str, count: int, seed: int) -> list[
     return task_prompts(tokenizer, count, seed)
 
 
-def context_length(prompts: list[list[int]], new_tokens: int) -> int:
-    """KV-cache length that holds the longest prompt and `new_tokens` more (plus the speculative slack the engine
-    adds itself)."""
-    return max(len(p) for p in prompts) + new_tokens + 1
-
-
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
     """Left-pad prompts to one length for HF generate; returns (ids, attention_mask)."""
     width = max(len(p) for p in prompts)

@@ -17,9 +17,9 @@ from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
 from fastrl.bench.prefix_sharing import bench_prefix_sharing
 from fastrl.bench.report import format_table, write_json
 from fastrl.bench.spec_bs1 import bench_bs1
-from fastrl.bench.workload import bench_prompts, context_length
+from fastrl.bench.workload import bench_prompts
 from fastrl.commands.bench_config import BenchConfig
-from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
+from fastrl.commands.engine_setup import request_context, resolve_drafter, resolve_model_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.telemetry.arm_table import arm_table
@@ -54,7 +54,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     }
     if "plain_vs_hf" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, max(cfg.batch_sizes), cfg.seed)
-        length = context_length(prompts, cfg.new_tokens)
+        length = request_context(model.config, [len(p) for p in prompts], cfg.new_tokens)
         rows = [
             bench_plain_vs_hf(model, hf_model, prompts, bs, cfg.new_tokens, cfg.repeats, pad_id, cfg.device, length)
             for bs in cfg.batch_sizes
@@ -85,7 +85,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.repeats,
             cfg.bs1_temperatures,
             pad_id,
-            context_length(prompts, cfg.bs1_max_new_tokens),
+            request_context(model.config, [len(p) for p in prompts], cfg.bs1_max_new_tokens),
         )
         print(
             f"\nbatch size 1, {cfg.bs1_prompts} prompts decoded one at a time, median of {cfg.repeats}\n"
@@ -120,7 +120,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             cfg.long_tail_repeats,
             batch_size=cfg.long_tail_requests,
             bandit=BanditConfig(strategies=list(cfg.long_tail_bandit_strategies), epsilon=0.1, min_pulls=3),
-            max_model_len=context_length(prompts, cfg.long_tail_max_new_tokens),
+            max_model_len=request_context(model.config, [len(p) for p in prompts], cfg.long_tail_max_new_tokens),
         )
         print(
             f"\nlong-tail batch: {cfg.long_tail_requests} requests at T=1 "
@@ -188,7 +188,12 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     if "prefix_sharing" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, cfg.prefix_sharing_prompts, cfg.seed + 3)
         rows = bench_prefix_sharing(
-            model, prompts, list(cfg.prefix_sharing_group_sizes), cfg.repeats, cfg.device, context_length(prompts, 1)
+            model,
+            prompts,
+            list(cfg.prefix_sharing_group_sizes),
+            cfg.repeats,
+            cfg.device,
+            request_context(model.config, [len(p) for p in prompts], 1),
         )
         print(
             f"\nprefix sharing: {cfg.prefix_sharing_prompts} prompts x n samples, prefill of the whole batch\n"

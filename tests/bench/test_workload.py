@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fastrl.bench.workload import CHAT_QUESTIONS, bench_prompts, context_length
+from fastrl.bench.workload import CHAT_QUESTIONS, bench_prompts
 from fastrl.commands.bench_config import BenchConfig
+from fastrl.commands.engine_setup import request_context
+from fastrl.models.config import ModelConfig
 from tests.commands.test_train_drafter_prompts import ChatTokenizer
+from tests.helpers import make_hf_model
 
 
 class TaskTokenizer(ChatTokenizer):
@@ -27,7 +30,10 @@ def test_chat_prompts_cycle_past_the_list():
 
 
 def test_context_length_holds_the_longest_prompt_and_the_new_tokens():
-    assert context_length([[1, 2], [1, 2, 3, 4]], 10) == 15
+    config = make_hf_model("llama").config  # max_position_embeddings 256
+    model_config = ModelConfig.from_hf_dict(config.to_dict())
+    assert request_context(model_config, [2, 4], 10) == 15
+    assert request_context(model_config, [200], 100) == 256  # never past the model's context
 
 
 def test_unknown_workload_names_the_key():
