@@ -1,4 +1,5 @@
-"""Build a strategy selector from its name: ``"bandit"``, ``"ema"``, ``"disable"`` or a fixed ``"S_K_N"``."""
+"""Build a strategy selector from its name: ``"bandit"``, ``"ema"``, ``"disable"`` or a fixed strategy (``"S_K_N"``,
+``"suffix_N"``, ``"S_K_N+suffix_M"``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import Strategy
 
-SELECTOR_NAMES = ("bandit", "ema", "disable", "S_K_N")
+SELECTOR_NAMES = ("bandit", "ema", "disable", "S_K_N", "suffix_N", "S_K_N+suffix_M")
 
 
 def build_selector(

@@ -26,7 +26,7 @@ class RolloutWorkerConfig:
         initialised drafter (seeded by ``seed``, so every worker starts from the same weights) when a speculative
         strategy or co-training needs one, else none.
     strategy, bandit, ema: the strategy selector, as ``build_selector(strategy, bandit, ema)`` takes them
-        (``"disable"``, ``"S_K_N"``, ``"bandit"``, ``"ema"``).
+        (``"disable"``, ``"S_K_N"``, ``"suffix_N"``, ``"S_K_N+suffix_M"``, ``"bandit"``, ``"ema"``).
     max_batch_size, max_model_len, device, dtype, seed: the engine's (``EngineConfig``).
     torch_threads: intra-op threads of the worker process (``torch.set_num_threads``).
     num_cpus, num_gpus: Ray resources of the worker actor.

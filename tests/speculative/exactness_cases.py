@@ -27,6 +27,7 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE, Strategy, max_tree_tokens
 from tests.helpers import make_hf_model
@@ -49,14 +50,47 @@ class Case:
     inputs: list[GenerateInput]
     arrivals: list[int]
     draft_vocab: tuple[int, ...] | None = None
+    switch_space: tuple[Strategy, ...] = ()  # non-empty: a seeded selector switches among these every round
+
+    def selector(self) -> StrategySelector:
+        """The speculative run's selector: the case's one strategy, or a seeded switch over its space."""
+        if self.switch_space:
+            return SwitchingSelector(self.switch_space, seed=self.seed)
+        return FixedSelector(self.strategy)
 
     def describe(self) -> str:
         settings = sorted({_settings(i.params) for i in self.inputs})
         return (
-            f"case seed={self.seed} model={self.model} strategy={self.strategy} bs={self.batch_size} "
+            f"case seed={self.seed} model={self.model} strategy={self.strategy} "
+            f"switch_space={[str(x) for x in self.switch_space]} bs={self.batch_size} "
             f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings} "
             f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)}"
         )
+
+
+class SwitchingSelector:
+    """A seeded selector that draws any strategy of its space each round (``disable`` included when given): every
+    switch between EAGLE, history, hybrid and plain rounds must leave the tokens unchanged."""
+
+    def __init__(self, space: tuple[Strategy, ...], seed: int) -> None:
+        self._space = list(space)
+        self._rng = random.Random(seed)
+
+    @property
+    def strategies(self) -> list[Strategy]:
+        return list(self._space)
+
+    def choose(self, batch_size: int) -> Strategy:
+        return self._rng.choice(self._space)
+
+    def observe(self, stats: RoundStats) -> None:
+        """Learns nothing."""
+
+    def state_dict(self) -> dict:
+        return {"rng": self._rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._rng.setstate(state["rng"])
 
 
 @cache
@@ -131,11 +165,17 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
         inputs.append(GenerateInput(prompt, random_params(rng, max_new_tokens, vocab), request_id=f"c{seed}-{i}"))
     arrivals = [0 if rng.random() < 0.6 else rng.randint(1, 12) for _ in inputs]
     strategy = random_strategy(rng, vocab)
+    switch_space: tuple[Strategy, ...] = ()
+    if rng.random() < 0.3:  # switch every round among 2-4 strategies, plain rounds sometimes among them
+        others = [random_strategy(rng, vocab) for _ in range(rng.randint(1, 3))]
+        switch_space = tuple(dict.fromkeys([strategy, *others, *([DISABLE] if rng.random() < 0.5 else [])]))
     draft_vocab = None
-    if rng.random() < 0.35:  # a reduced draft vocabulary: any subset at least topk wide
-        size = rng.randint(max(strategy.topk, 1), vocab)
+    if rng.random() < 0.35:  # a reduced draft vocabulary: any subset at least as wide as every topk
+        widest = max(s.topk for s in (strategy, *switch_space))
+        size = rng.randint(max(widest, 1), vocab)
         draft_vocab = tuple(sorted(rng.sample(range(vocab), size)))
-    return Case(seed, name, strategy, batch_size, rng.randint(1, max_batch), inputs, arrivals, draft_vocab)
+    plain_batch_size = rng.randint(1, max_batch)
+    return Case(seed, name, strategy, batch_size, plain_batch_size, inputs, arrivals, draft_vocab, switch_space)
 
 
 def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
@@ -164,7 +204,7 @@ def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: li
 def run_case(case: Case) -> ExactnessReport:
     """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
     plain = decode(case, FixedSelector(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
-    spec = decode(case, FixedSelector(case.strategy), case.batch_size, case.arrivals)
+    spec = decode(case, case.selector(), case.batch_size, case.arrivals)
     return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=1e-6)
 
 

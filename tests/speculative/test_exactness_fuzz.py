@@ -33,6 +33,7 @@ def _run(seeds: range, max_new_tokens: int, progress_every: int = 0) -> tuple[Ex
         case = make_case(seed, max_new_tokens=max_new_tokens)
         kinds[_kind(case)] += 1
         kinds["reduced draft vocabulary"] += case.draft_vocab is not None
+        kinds["switching every round"] += bool(case.switch_space)
         report = run_case(case)
         total.extend(report)
         if report.bugs or report.near_ties:

@@ -22,7 +22,8 @@ class FastrlRolloutOptions:
     """fastrl's knobs inside verl; each invalid value raises ``ValueError`` naming its full key.
 
     strategy: ``"bandit"`` (default: the bucketed bandit picks a strategy per decode round), ``"ema"``, ``"disable"``
-        or a fixed ``"S_K_N"``. bandit / ema: their configs as dicts (fastrl's BanditConfig / EmaConfig keys).
+        or a fixed strategy (``"S_K_N"``, ``"suffix_N"``, ``"S_K_N+suffix_M"``). bandit / ema: their configs as
+        dicts (fastrl's BanditConfig / EmaConfig keys).
     drafter_dir: a fastrl drafter checkpoint; ``""`` starts from a fresh drafter (co-training then teaches it).
     cotrain: keep verification hidden states and train the drafter on idle servers; at each ``sleep`` (the end of
         a rollout) the copies trained on every server are averaged into the next drafter version, pushed to all.
