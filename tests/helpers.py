@@ -51,3 +51,30 @@ def save_hf_model(family: str, path: Path, seed: int = 0) -> Path:
     model = make_hf_model(family, seed)
     model.save_pretrained(path)
     return path
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+def chat_tokenizer():
+    """The bundled model's real HF tokenizer with a plain-ASCII chat template (every character is in its vocab)."""
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(bundled_model_dir())
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def save_chat_model(path: Path) -> Path:
+    """A copy of the bundled model whose tokenizer carries CHAT_TEMPLATE (a chat model for the commands)."""
+    import shutil
+
+    from fastrl.assets_path import bundled_model_dir
+
+    shutil.copytree(bundled_model_dir(), path, dirs_exist_ok=True)
+    chat_tokenizer().save_pretrained(path)
+    return path

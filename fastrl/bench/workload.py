@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from fastrl.models.tokenizer import chat_token_ids, has_chat_template
 from fastrl.rl.tasks.task import ArithChainTask
 
 WORKLOADS = ("auto", "task", "chat")
@@ -40,24 +41,14 @@ def chat_prompts(tokenizer: Any, count: int, seed: int) -> list[list[int]]:
     tokenizer's chat template, in a seeded order."""
     order = list(CHAT_QUESTIONS)
     random.Random(seed).shuffle(order)
-    return [
-        list(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": order[i % len(order)]}],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
-        )
-        for i in range(count)
-    ]
+    return [chat_token_ids(tokenizer, [{"role": "user", "content": order[i % len(order)]}]) for i in range(count)]
 
 
 def bench_prompts(tokenizer: Any, workload: str, count: int, seed: int) -> list[list[int]]:
     """Prompts of `workload`: task, chat, or auto (chat when the tokenizer has a chat template, else task)."""
     if workload not in WORKLOADS:
         raise ValueError(f"bench.workload must be one of {list(WORKLOADS)}, got {workload!r}")
-    if workload == "chat" or (workload == "auto" and getattr(tokenizer, "chat_template", None)):
+    if workload == "chat" or (workload == "auto" and has_chat_template(tokenizer)):
         return chat_prompts(tokenizer, count, seed)
     return task_prompts(tokenizer, count, seed)
 

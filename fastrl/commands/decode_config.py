@@ -13,10 +13,12 @@ from fastrl.sampling.params import MAX_SEED
 @dataclass
 class DecodeConfig:
     """What is decoded and how: prompts, model, sampling keys, samples per prompt, batch, device, strategy and its
-    selector settings."""
+    selector settings. chat_template: "prompt" text is one user turn through the tokenizer's chat template
+    ("messages" lines always are)."""
 
     prompts: str
     model: str = ""
+    chat_template: bool = False
     max_new_tokens: int = 512
     n: int = 1
     temperature: float = 1.0

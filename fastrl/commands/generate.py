@@ -22,6 +22,7 @@ from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_paths import check_outputs
+from fastrl.commands.prompt_tokens import line_token_ids
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.engine.config import EngineConfig
@@ -143,15 +144,9 @@ def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> l
 
 
 def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> GenerateInput:
-    """The engine input of one prompt line: its ids (tokenized text or given ids) and the sampling keys of `cfg`."""
+    """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`."""
     where = f"{cfg.prompts}:{line.line_no}"
-    if line.prompt_ids is not None:
-        ids = line.prompt_ids
-    elif tokenizer is None:
-        model = cfg.model or "the model"
-        raise ValueError(f'{where}: "prompt" text needs a tokenizer, and {model} has none; give "prompt_ids" instead')
-    else:
-        ids = tokenizer(line.prompt)["input_ids"]
+    ids = line_token_ids(line, tokenizer, cfg.chat_template, where, cfg.model or "the bundled model")
     seed = line.seed if line.seed is not None else (cfg.seed + line.line_no - 1) % MAX_SEED
     params = SamplingParams(
         max_new_tokens=cfg.max_new_tokens,

@@ -9,14 +9,18 @@ from pathlib import Path
 
 @dataclass
 class PromptLine:
-    """One input line: text or token ids, and an optional seed. ``index``: its position among the prompt lines
-    (blank lines skipped); ``line_no``: its line in the file."""
+    """One input line: text, token ids or chat messages, and an optional seed. ``index``: its position among the
+    prompt lines (blank lines skipped); ``line_no``: its line in the file."""
 
     index: int
     line_no: int
     prompt: str | None
     prompt_ids: list[int] | None
     seed: int | None
+    messages: list[dict[str, str]] | None = None
+
+
+PROMPT_KEYS = ("prompt", "prompt_ids", "messages")
 
 
 def read_prompts(path: str | Path) -> list[PromptLine]:
@@ -40,17 +44,34 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict) or ("prompt" in obj) == ("prompt_ids" in obj):
-                raise ValueError(f'{where}: each line needs exactly one of "prompt" (a string) or "prompt_ids"')
+            if not isinstance(obj, dict) or sum(key in obj for key in PROMPT_KEYS) != 1:
+                raise ValueError(
+                    f'{where}: each line needs exactly one of "prompt" (a string), "prompt_ids" (token ids) or '
+                    '"messages" (a chat: [{"role": ..., "content": ...}, ...])'
+                )
             prompt, ids, seed = obj.get("prompt"), obj.get("prompt_ids"), obj.get("seed")
+            messages = _check_messages(obj["messages"], where) if "messages" in obj else None
             if prompt is not None and not isinstance(prompt, str):
                 raise ValueError(f'{where}: "prompt" must be a string')
             if ids is not None and not (isinstance(ids, list) and all(_is_token_id(t) for t in ids)):
                 raise ValueError(f'{where}: "prompt_ids" must be a list of integers >= 0 (not booleans)')
             if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
                 raise ValueError(f'{where}: "seed" must be an integer in [0, 2**63)')
-            lines.append(PromptLine(len(lines), line_no, prompt, ids, seed))
+            lines.append(PromptLine(len(lines), line_no, prompt, ids, seed, messages))
     return lines
+
+
+def _check_messages(messages: object, where: str) -> list[dict[str, str]]:
+    """A non-empty list of {"role": str, "content": str} objects (other keys are kept for the chat template)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f'{where}: "messages" must be a non-empty list of {{"role": ..., "content": ...}} objects')
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f'{where}: "messages"[{i}] must be an object with "role" and "content"')
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                raise ValueError(f'{where}: "messages"[{i}].{key} must be a string')
+    return messages
 
 
 def _is_int(value: object) -> bool:

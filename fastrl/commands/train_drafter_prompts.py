@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
+from fastrl.commands.prompt_tokens import line_token_ids
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.accept_eval import AcceptResult
@@ -16,33 +17,20 @@ from fastrl.cotrain.offline import OfflineDrafterReport, fit_drafter
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
+from fastrl.models.tokenizer import has_chat_template
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 
 
 def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool) -> list[list[int]]:
     """Token ids of every prompt of a prompts JSONL file: "prompt" text as one user turn through the tokenizer's
-    chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "prompt_ids" as given."""
+    chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "messages" through the
+    chat template; "prompt_ids" as given."""
     lines = read_prompts(path)
     if not lines:
         raise ValueError(f"train_drafter.prompts={path}: the file holds no prompts")
-    use_chat = chat_template and bool(getattr(tokenizer, "chat_template", None))
-    out = []
-    for line in lines:
-        if line.prompt_ids is not None:
-            out.append(list(line.prompt_ids))
-        elif use_chat:
-            messages = [{"role": "user", "content": line.prompt}]
-            out.append(
-                list(
-                    tokenizer.apply_chat_template(
-                        messages, add_generation_prompt=True, tokenize=True, return_dict=True
-                    )["input_ids"]
-                )
-            )
-        else:
-            out.append(tokenizer(line.prompt)["input_ids"])
-    return out
+    chat = chat_template and has_chat_template(tokenizer)
+    return [line_token_ids(line, tokenizer, chat, f"{path}:{line.line_no}") for line in lines]
 
 
 def sample_responses(

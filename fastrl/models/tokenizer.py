@@ -1,9 +1,9 @@
-"""Tokenizer loading from a local checkpoint directory (never the network)."""
+"""Tokenizer loading from a local checkpoint directory (never the network), and chat templating."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -19,3 +19,15 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase | None:
     from transformers import AutoTokenizer  # deferred: importing transformers costs seconds
 
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether `tokenizer` (an HF tokenizer or None) carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """`messages` (role/content dicts) through the tokenizer's chat template, ending with the assistant's turn
+    opened (the generation prompt)."""
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(encoded["input_ids"])

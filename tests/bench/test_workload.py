@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import pytest
 
+from fastrl.assets_path import bundled_model_dir
 from fastrl.bench.workload import CHAT_QUESTIONS, bench_prompts
 from fastrl.commands.bench_config import BenchConfig
 from fastrl.commands.engine_setup import request_context
 from fastrl.models.config import ModelConfig
-from tests.commands.test_train_drafter_prompts import ChatTokenizer
-from tests.helpers import make_hf_model
-
-
-class TaskTokenizer(ChatTokenizer):
-    chat_template = None
+from fastrl.models.tokenizer import load_tokenizer
+from tests.helpers import chat_tokenizer, make_hf_model
 
 
 def test_auto_picks_chat_for_chat_tokenizers_and_task_otherwise():
-    chat = bench_prompts(ChatTokenizer(), "auto", 3, seed=0)
-    assert all(p[0] == 1 and p[-1] == 2 for p in chat)
-    assert bench_prompts(ChatTokenizer(), "auto", 3, 0) == chat  # seeded
-    task = bench_prompts(TaskTokenizer(), "auto", 3, seed=0)
-    assert task != chat and all(p[0] != 1 for p in task)
+    tokenizer = chat_tokenizer()
+    chat = bench_prompts(tokenizer, "auto", 3, seed=0)
+    assert all(tokenizer.decode(p).endswith("\nassistant: ") for p in chat)
+    assert bench_prompts(tokenizer, "auto", 3, 0) == chat  # seeded
+    task = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", 3, seed=0)
+    assert task != chat and not any(tokenizer.decode(p).startswith("<bos>user: ") for p in task)
 
 
 def test_chat_prompts_cycle_past_the_list():
-    prompts = bench_prompts(ChatTokenizer(), "chat", len(CHAT_QUESTIONS) + 2, seed=1)
+    prompts = bench_prompts(chat_tokenizer(), "chat", len(CHAT_QUESTIONS) + 2, seed=1)
     assert prompts[len(CHAT_QUESTIONS)] == prompts[0]
 
 

@@ -212,3 +212,26 @@ def test_bad_policy_config_is_one_clear_error(model_dir, tmp_path, monkeypatch, 
     assert main(["generate", f"model={model_dir}", "prompts=in.jsonl", "output=o.jsonl", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_chat_messages_and_chat_text_use_the_models_template(tmp_path, capsys):
+    from fastrl.models.tokenizer import chat_token_ids, load_tokenizer
+    from tests.helpers import save_chat_model
+
+    chat_dir = save_chat_model(tmp_path / "chat-model")
+    tokenizer = load_tokenizer(chat_dir)
+    chat = [{"role": "system", "content": "Add."}, {"role": "user", "content": "3+4="}]
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"messages": chat}, {"prompt": "5+1="}])
+    out = tmp_path / "out.jsonl"
+    args = [f"prompts={prompts}", f"output={out}", "max_new_tokens=4", "progress=false", "chat_template=true"]
+    assert main(["generate", f"model={chat_dir}", *args]) == 0
+    rows = _read(out)
+    assert rows[0]["prompt_ids"] == chat_token_ids(tokenizer, chat)
+    assert rows[1]["prompt_ids"] == chat_token_ids(tokenizer, [{"role": "user", "content": "5+1="}])
+    assert tokenizer.decode(rows[1]["prompt_ids"]).endswith("user: 5+1=\nassistant: ")
+    # The bundled model's tokenizer has no template: one error naming the line, before anything is written.
+    out2 = tmp_path / "out2.jsonl"
+    assert main(["generate", f"prompts={prompts}", f"output={out2}", "progress=false"]) != 0
+    assert f'{prompts}:1: "messages" needs a chat template' in capsys.readouterr().err
+    assert not out2.exists()

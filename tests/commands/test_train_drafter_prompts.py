@@ -7,21 +7,11 @@ import json
 
 import pytest
 
+from fastrl.assets_path import bundled_model_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
-
-
-class ChatTokenizer:
-    """A stand-in tokenizer: one id per character, a chat template that brackets the user turn."""
-
-    chat_template = "fake"
-
-    def __call__(self, text):
-        return {"input_ids": [ord(c) % 50 for c in text]}
-
-    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):
-        assert add_generation_prompt and tokenize and return_dict
-        return {"input_ids": [1] + self(messages[0]["content"])["input_ids"] + [2]}
+from fastrl.models.tokenizer import chat_token_ids, load_tokenizer
+from tests.helpers import chat_tokenizer
 
 
 def write_prompts(path, lines):
@@ -30,9 +20,14 @@ def write_prompts(path, lines):
 
 
 def test_text_goes_through_the_chat_template_and_ids_pass_unchanged(tmp_path):
+    tokenizer = chat_tokenizer()
     path = write_prompts(tmp_path / "p.jsonl", [{"prompt": "ab"}, {"prompt_ids": [7, 8]}])
-    assert file_prompt_ids(path, ChatTokenizer(), chat_template=True) == [[1, 47, 48, 2], [7, 8]]
-    assert file_prompt_ids(path, ChatTokenizer(), chat_template=False) == [[47, 48], [7, 8]]
+    as_user = chat_token_ids(tokenizer, [{"role": "user", "content": "ab"}])
+    assert file_prompt_ids(path, tokenizer, chat_template=True) == [as_user, [7, 8]]
+    assert file_prompt_ids(path, tokenizer, chat_template=False) == [tokenizer("ab")["input_ids"], [7, 8]]
+    # Without a template in the tokenizer, chat_template=true falls back to the text as is.
+    plain = load_tokenizer(bundled_model_dir())
+    assert file_prompt_ids(path, plain, chat_template=True) == [plain("ab")["input_ids"], [7, 8]]
 
 
 def test_split_holds_out_eval_prompts_and_names_the_key():

@@ -42,9 +42,9 @@ def smollm2():
 
 
 def chat_ids(tokenizer, text: str) -> list[int]:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
+    from fastrl.models.tokenizer import chat_token_ids
+
+    return chat_token_ids(tokenizer, [{"role": "user", "content": text}])
 
 
 def test_converted_checkpoint_is_llama_with_tied_embeddings_and_chat_tokenizer(smollm2):

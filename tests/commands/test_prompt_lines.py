@@ -1,0 +1,85 @@
+"""Prompt lines: "prompt" text, "prompt_ids" or chat "messages"; each malformed line is one error naming the file
+and line; messages (and, in chat mode, text) go through the tokenizer's chat template; a missing template or
+tokenizer is an error naming the line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.prompt_tokens import line_token_ids
+from fastrl.commands.prompts_io import read_prompts
+from fastrl.models.tokenizer import chat_token_ids, load_tokenizer
+from tests.helpers import chat_tokenizer
+
+
+def _write(path, lines):
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def test_messages_lines_are_read_with_their_seed(tmp_path):
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    path = _write(tmp_path / "p.jsonl", [{"messages": chat, "seed": 4}, {"prompt": "x"}, {"prompt_ids": [3]}])
+    lines = read_prompts(path)
+    assert lines[0].messages == chat and lines[0].seed == 4 and lines[0].prompt is None
+    assert lines[1].messages is None and lines[2].prompt_ids == [3]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ({"messages": []}, "non-empty list"),
+        ({"messages": "hi"}, "non-empty list"),
+        ({"messages": ["hi"]}, r'"messages"\[0\] must be an object'),
+        ({"messages": [{"role": "user"}]}, r'"messages"\[0\].content must be a string'),
+        ({"messages": [{"role": "user", "content": "a"}, {"role": 3, "content": "b"}]}, r"\[1\].role"),
+        ({"messages": [{"role": "user", "content": "a"}], "prompt": "b"}, "exactly one of"),
+        ({"prompt_ids": [1], "prompt": "b"}, "exactly one of"),
+        ({"seed": 3}, "exactly one of"),
+    ],
+)
+def test_a_malformed_line_names_its_file_and_line(tmp_path, line, message):
+    path = _write(tmp_path / "p.jsonl", [{"prompt": "ok"}, line])
+    with pytest.raises(ValueError, match=message) as err:
+        read_prompts(path)
+    assert f"{path}:2" in str(err.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from(["system", "user", "assistant"]), st.text("abcxyz 0123+=?", max_size=12)),
+        min_size=1,
+        max_size=4,
+    ),
+    text=st.text("abc 12+=", min_size=1, max_size=10),
+)
+def test_messages_and_chat_text_go_through_the_template(tmp_path_factory, turns, text):
+    tokenizer = chat_tokenizer()
+    messages = [{"role": r, "content": c} for r, c in turns]
+    path = _write(tmp_path_factory.mktemp("p") / "p.jsonl", [{"messages": messages}, {"prompt": text}])
+    chat_line, text_line = read_prompts(path)
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    assert line_token_ids(chat_line, tokenizer, False, "w") == list(expected["input_ids"])
+    assert line_token_ids(chat_line, tokenizer, True, "w") == list(expected["input_ids"])
+    as_user = chat_token_ids(tokenizer, [{"role": "user", "content": text}])
+    assert line_token_ids(text_line, tokenizer, True, "w") == as_user
+    assert line_token_ids(text_line, tokenizer, False, "w") == list(tokenizer(text)["input_ids"]) != as_user
+    assert tokenizer.decode(as_user).endswith(f"user: {text}\nassistant: ")
+
+
+def test_a_template_or_tokenizer_the_model_lacks_is_named(tmp_path):
+    path = _write(tmp_path / "p.jsonl", [{"messages": [{"role": "user", "content": "a"}]}, {"prompt": "b"}])
+    chat_line, text_line = read_prompts(path)
+    plain = load_tokenizer(bundled_model_dir())
+    with pytest.raises(ValueError, match=r'p.jsonl:1: "messages" needs a chat template, and the tokenizer of M'):
+        line_token_ids(chat_line, plain, False, f"{path}:1", "M")
+    with pytest.raises(ValueError, match=r"p.jsonl:2: chat_template=true needs a chat template"):
+        line_token_ids(text_line, plain, True, f"{path}:2", "M")
+    with pytest.raises(ValueError, match=r'"messages" needs a tokenizer, and M has none'):
+        line_token_ids(chat_line, None, False, f"{path}:1", "M")
