@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
-_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ENGINE_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 @dataclass
@@ -41,9 +46,9 @@ class EngineConfig:
             raise ValueError(f"engine.max_model_len must be >= 2, got {self.max_model_len}")
         if self.history_tokens < 1:
             raise ValueError(f"engine.history_tokens must be >= 1, got {self.history_tokens}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"engine.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"engine.dtype must be one of {sorted(ENGINE_DTYPES)}, got {self.dtype!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _DTYPES[self.dtype]
+        return ENGINE_DTYPES[self.dtype]

@@ -235,3 +235,28 @@ def test_chat_messages_and_chat_text_use_the_models_template(tmp_path, capsys):
     assert main(["generate", f"prompts={prompts}", f"output={out2}", "progress=false"]) != 0
     assert f'{prompts}:1: "messages" needs a chat template' in capsys.readouterr().err
     assert not out2.exists()
+
+
+@pytest.mark.parametrize(
+    "arg, key",
+    [
+        ("max_new_tokens=0", "max_new_tokens"),
+        ("temperature=-0.5", "temperature"),
+        ("temperature=nan", "temperature"),
+        ("top_p=0", "top_p"),
+        ("top_k=-1", "top_k"),
+        ("dtype=half", "dtype"),
+        ("n=0", "n"),
+        ("seed=-3", "seed"),
+    ],
+)
+@pytest.mark.parametrize("command", ["generate", "check-exact"])
+def test_a_bad_decode_key_is_one_error_naming_it(tmp_path, capsys, command, arg, key):
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6]}])
+    out = tmp_path / "out.jsonl"
+    extra = [f"output={out}"] if command == "generate" else [f"report={tmp_path / 'r.json'}"]
+    assert main([command, f"prompts={prompts}", *extra, "progress=false", arg]) != 0
+    err = capsys.readouterr().err
+    assert f"{command.replace('-', '_')}.{key} " in err and err.count("error:") == 1
+    assert not out.exists() and not (tmp_path / "r.json").exists()
