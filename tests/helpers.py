@@ -53,6 +53,11 @@ def save_hf_model(family: str, path: Path, seed: int = 0) -> Path:
     return path
 
 
+# Log-probs of the same token from a float64 engine, computed by differently shaped kernels (a plain row, a verify
+# row, another batch): float64 rounding only, ~1e-15. Anything near a float32 ulp (~1e-7) is a bug.
+FLOAT64_LOGPROB_TOL = 1e-12
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"

@@ -13,7 +13,9 @@ from fastrl.models.rope import apply_rope
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm with a learned scale (HF LlamaRMSNorm numerics: fp32 statistics)."""
+    """Root-mean-square norm with a learned scale. Statistics in float32 for float32 and narrower inputs (HF
+    LlamaRMSNorm numerics), in float64 for float64 inputs: a float64 engine must not round through float32, where a
+    last-bit difference between a plain row and a verify row can flip a float32 rounding (~1e-7 apart)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -24,7 +26,7 @@ class RMSNorm(nn.Module):
         """Normalises the last axis.  # [..., D] -> [..., D]"""
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        xf = x.float()
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
 

@@ -23,7 +23,9 @@ def process_logits(
     *,
     apply_filters: bool = True,
 ) -> torch.Tensor:
-    """Temperature-scaled, top-k / top-p filtered logits, float32, removed entries = -inf.
+    """Temperature-scaled, top-k / top-p filtered logits, removed entries = -inf, in float32 (float64 for float64
+    logits: a float64 engine samples in float64, so a last-bit difference between a plain row's and a verify row's
+    logits stays ~1e-16 instead of being rounded to a float32 ulp apart).
 
     Args:
         logits: [N, V] raw logits (any float dtype).
@@ -34,12 +36,12 @@ def process_logits(
             so no device synchronisation is needed to decide it).
 
     Returns:
-        [N, V] float32; ``log_softmax`` of it gives the log-probabilities the sampler draws from.
+        [N, V] float32 or float64; ``log_softmax`` of it gives the log-probabilities the sampler draws from.
     """
     # [N,V], [N], [N], [N] -> [N,V]
-    x = logits.to(torch.float32)
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
     greedy = temperature == 0
-    scale = torch.where(greedy, torch.ones_like(temperature), temperature).to(torch.float32)
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature).to(x.dtype)
     scaled = x / scale[:, None]
     if apply_filters:
         cutoff = _filter_cutoff(scaled, top_k, top_p)
@@ -59,7 +61,7 @@ def _filter_cutoff(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tenso
     probs = kept_sorted.softmax(dim=-1)
     # exclusive cumsum by shifting keeps it monotone (cumsum - probs need not be)
     mass_before = torch.cat([torch.zeros_like(probs[:, :1]), probs.cumsum(dim=-1)[:, :-1]], dim=1)
-    num_kept = (mass_before < top_p.to(torch.float32)[:, None]).sum(dim=-1).clamp(min=1)
+    num_kept = (mass_before < top_p.to(probs.dtype)[:, None]).sum(dim=-1).clamp(min=1)
     cutoff_p = sorted_vals.gather(1, (num_kept - 1)[:, None]).squeeze(1)
     cutoff_p = torch.where(top_p < 1, cutoff_p, torch.full_like(cutoff_p, float("-inf")))
     return torch.maximum(cutoff_k, cutoff_p)

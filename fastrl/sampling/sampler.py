@@ -86,7 +86,8 @@ class SamplingBatch:
 
 @dataclass(frozen=True)
 class SampleResult:
-    """Sampled tokens [N] int64 and their log-probabilities [N] float32 under the processed distribution."""
+    """Sampled tokens [N] int64 and their log-probabilities [N] (float32; float64 for float64 logits) under the
+    processed distribution."""
 
     tokens: torch.Tensor
     logprobs: torch.Tensor
@@ -101,7 +102,7 @@ def perturbed_logits(
     drafter uses to choose candidates that agree with the policy's sampler. `noise` may pass the rows'
     ``sampling_noise`` computed beforehand (a speculative round computes each position's noise once).
     """
-    # [N,V], batch of N, [N] -> [N,V] float32
+    # [N,V], batch of N, [N] -> [N,V] float32 (float64 for float64 logits)
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=batch.any_filter)
     return _perturb(processed, batch, positions, noise)
 
@@ -144,7 +145,7 @@ def sample(
         positions: [N] int64 absolute position (index in prompt + response) of the token being sampled.
         noise: optionally ``sampling_noise(batch, positions, V)`` computed beforehand.
     """
-    # [N,V], batch of N, [N] -> tokens [N] int64, logprobs [N] float32
+    # [N,V], batch of N, [N] -> tokens [N] int64, logprobs [N] float32 (float64 for float64 logits)
     if logits.dim() != 2 or logits.shape[0] != len(batch) or positions.shape != (len(batch),):
         raise ValueError(
             f"expected logits [N, V], positions [N] with N = {len(batch)}, got {tuple(logits.shape)}, "

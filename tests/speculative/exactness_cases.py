@@ -30,7 +30,7 @@ from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE, Strategy, max_tree_tokens
-from tests.helpers import make_hf_model
+from tests.helpers import FLOAT64_LOGPROB_TOL, make_hf_model
 
 RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied, Qwen3 qk-norm + tied
 MODELS = (*RANDOM_FAMILIES, "bundled")
@@ -205,7 +205,7 @@ def run_case(case: Case) -> ExactnessReport:
     """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
     plain = decode(case, FixedSelector(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
     spec = decode(case, case.selector(), case.batch_size, case.arrivals)
-    return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=1e-6)
+    return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=FLOAT64_LOGPROB_TOL)
 
 
 @cache
