@@ -36,6 +36,8 @@ RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied,
 MODELS = (*RANDOM_FAMILIES, "bundled")
 TOP_K_CHOICES = (1, 2, 3, 7, 50)
 DTYPE = "float64"
+# Log-prob tolerance per engine dtype: float64 rounding only; float32 plain and verify rows differ by ~2e-5 in logits.
+LOGPROB_TOLS = {"float64": FLOAT64_LOGPROB_TOL, "float32": 1e-4}
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Case:
     arrivals: list[int]
     draft_vocab: tuple[int, ...] | None = None
     switch_space: tuple[Strategy, ...] = ()  # non-empty: a seeded selector switches among these every round
+    dtype: str = DTYPE  # the engines' dtype (float32: differences may be near-ties, judged by their gap)
 
     def selector(self) -> StrategySelector:
         """The speculative run's selector: the case's one strategy, or a seeded switch over its space."""
@@ -64,7 +67,7 @@ class Case:
             f"case seed={self.seed} model={self.model} strategy={self.strategy} "
             f"switch_space={[str(x) for x in self.switch_space]} bs={self.batch_size} "
             f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings} "
-            f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)}"
+            f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)} dtype={self.dtype}"
         )
 
 
@@ -94,9 +97,10 @@ class SwitchingSelector:
 
 
 @cache
-def models(name: str) -> tuple[CausalLM, EagleDrafter]:
-    """The policy (float64) and a drafter for a model name: random families get a fresh seeded drafter, the
-    bundled model its shipped one. Cached: engines never change weights."""
+def models(name: str, dtype: str = DTYPE) -> tuple[CausalLM, EagleDrafter]:
+    """The policy and a drafter in `dtype` for a model name: random families get a fresh seeded drafter, the
+    bundled model its shipped one. Cached per dtype: engines never change weights, and one of this dtype never
+    converts them."""
     if name == "bundled":
         policy = load_model(bundled_model_dir())
         drafter = load_drafter(bundled_drafter_dir(), policy)[0]
@@ -108,7 +112,8 @@ def models(name: str) -> tuple[CausalLM, EagleDrafter]:
             policy = load_model(tmp)
         torch.manual_seed(5)
         drafter = EagleDrafter(policy.config)
-    return policy.double().eval(), drafter.double().eval()
+    torch_dtype = getattr(torch, dtype)
+    return policy.to(torch_dtype).eval(), drafter.to(torch_dtype).eval()
 
 
 def random_strategy(rng: random.Random, vocab: int) -> Strategy:
@@ -143,8 +148,9 @@ def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> Sampli
     )
 
 
-def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
-    """The case of `seed`: model, strategy, batch sizes, requests and arrival steps all drawn from it."""
+def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16, dtype: str = DTYPE) -> Case:
+    """The case of `seed`: model, strategy, batch sizes, requests and arrival steps all drawn from it; its engines
+    compute in `dtype`."""
     rng = random.Random(seed)
     name = MODELS[seed % len(MODELS)]
     policy, _ = models(name)
@@ -175,17 +181,17 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16) -> Case:
         size = rng.randint(max(widest, 1), vocab)
         draft_vocab = tuple(sorted(rng.sample(range(vocab), size)))
     plain_batch_size = rng.randint(1, max_batch)
-    return Case(seed, name, strategy, batch_size, plain_batch_size, inputs, arrivals, draft_vocab, switch_space)
+    return Case(seed, name, strategy, batch_size, plain_batch_size, inputs, arrivals, draft_vocab, switch_space, dtype)
 
 
 def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
     """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
-    policy, drafter = models(case.model)
+    policy, drafter = models(case.model, case.dtype)
     speculative = any(s.uses_drafter for s in selector.strategies)
     drafter.set_draft_vocab(None if case.draft_vocab is None else torch.tensor(case.draft_vocab))
     engine = Engine(
         policy,
-        EngineConfig(max_batch_size=batch_size, dtype=DTYPE),
+        EngineConfig(max_batch_size=batch_size, dtype=case.dtype),
         drafter=drafter if speculative else None,
         selector=selector,
     )
@@ -205,7 +211,8 @@ def run_case(case: Case) -> ExactnessReport:
     """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
     plain = decode(case, FixedSelector(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
     spec = decode(case, case.selector(), case.batch_size, case.arrivals)
-    return compare_runs(models(case.model)[0], case.inputs, plain, spec, logprob_tol=FLOAT64_LOGPROB_TOL)
+    policy = models(case.model, case.dtype)[0]
+    return compare_runs(policy, case.inputs, plain, spec, logprob_tol=LOGPROB_TOLS[case.dtype])
 
 
 @cache
