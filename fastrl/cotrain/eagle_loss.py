@@ -1,4 +1,9 @@
-"""The EAGLE training loss: regress the next policy feature, and match the policy's next-token distribution."""
+"""The EAGLE training loss: regress the next policy feature, and match the policy's next-token distribution.
+
+With a draft vocabulary set on the drafter, the token term is taken over that vocabulary only, as the drafter
+drafts: both distributions are the policy's LM head restricted to those K rows (the target is the policy's
+distribution conditioned on the draft vocabulary). The head then costs K/V of the full one in training too.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ def eagle_loss(
     feature_noise: float = 0.0,
     ce_weight: float = CE_WEIGHT,
 ) -> EagleLoss:
-    """smooth-L1(g_p, f_p) + ce_weight * CE(softmax(head(f_p)), head(g_p)) over entries with a target.
+    """smooth-L1(g_p, f_p) + ce_weight * CE(softmax(head(f_p)), head(g_p)) over entries with a target; `head` is
+    ``loss_head``: the policy's LM head, restricted to the drafter's draft vocabulary when one is set.
 
     `feature_noise` adds U(-a, a) to the input features (EAGLE's robustness to its own predicted features).
     # batch [B,S] entries -> scalars
@@ -45,9 +51,22 @@ def eagle_loss(
     m = batch.mask
     pred_m, target_m = pred[m], batch.targets[m]
     feature = F.smooth_l1_loss(pred_m, target_m)
+    head = loss_head(drafter, policy)
     with torch.no_grad():
-        target_logp = torch.log_softmax(policy.logits(target_m), dim=-1)
-    pred_logp = torch.log_softmax(policy.logits(pred_m), dim=-1)
+        target_logp = torch.log_softmax(F.linear(target_m, head), dim=-1)
+    pred_logp = torch.log_softmax(F.linear(pred_m, head), dim=-1)
     token = -(target_logp.exp() * pred_logp).sum(-1).mean()
     top1 = (pred_logp.argmax(-1) == target_logp.argmax(-1)).float().mean()
     return EagleLoss(feature + ce_weight * token, feature.detach(), token.detach(), top1.detach(), int(m.sum()))
+
+
+def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:
+    """The LM-head rows the token term uses (detached: the policy is not trained here).  # -> [K,H] (K = V if unset)
+
+    A fresh copy, not the drafter's cached ``draft_head``: that one may have been built under inference mode by a
+    decode round, and autograd cannot save an inference tensor for backward.
+    """
+    weight = policy.lm_head.weight.detach()
+    if drafter.draft_vocab is None:
+        return weight
+    return weight.index_select(0, drafter.draft_vocab.to(weight.device))

@@ -151,3 +151,47 @@ def test_most_frequent_tokens():
         most_frequent_tokens(seqs, 0, 12)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         most_frequent_tokens([[12]], 1, 12)
+
+
+def _feature_batch(model, seed: int):
+    from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
+
+    gen = torch.Generator().manual_seed(seed)
+    hidden, vocab = model.config.hidden_size, model.config.vocab_size
+    seqs = [
+        FeatureSequence(torch.randint(0, vocab, (n,), generator=gen), torch.randn(n, hidden, generator=gen), 1)
+        for n in (5, 9, 3)
+    ]
+    return FeatureBatch.collate(seqs)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_training_loss_is_taken_over_the_draft_vocabulary(model, seed):
+    import torch.nn.functional as F
+
+    from fastrl.cotrain.eagle_loss import eagle_loss
+
+    torch.manual_seed(seed)
+    drafter = EagleDrafter(model.config)
+    batch = _feature_batch(model, seed)
+    vocab = model.config.vocab_size
+    full = eagle_loss(drafter, model, batch)
+    # The whole vocabulary in another order is the same distribution: the same loss.
+    drafter.set_draft_vocab(torch.randperm(vocab, generator=torch.Generator().manual_seed(seed)))
+    permuted = eagle_loss(drafter, model, batch)
+    assert torch.allclose(permuted.total, full.total, rtol=1e-5) and torch.isclose(permuted.top1, full.top1)
+    # A subset: the token term is the cross-entropy of the two distributions restricted to it.
+    ids = torch.tensor(sorted(random.Random(seed).sample(range(vocab), 12)))
+    drafter.set_draft_vocab(ids)
+    with torch.inference_mode():  # a decode round builds the drafter's cached head in inference mode
+        drafter.draft_logits(model, torch.zeros(1, model.config.hidden_size))
+    restricted = eagle_loss(drafter, model, batch)
+    restricted.total.backward()  # the loss must not use the inference-mode cached head
+    assert drafter.fc.weight.grad is not None
+    with torch.no_grad():
+        pred = drafter(model, batch.tokens, batch.features, batch.positions)[batch.mask]
+        head = model.lm_head.weight[ids]
+        target = F.softmax(batch.targets[batch.mask] @ head.T, dim=-1)
+        token = -(target * F.log_softmax(pred @ head.T, dim=-1)).sum(-1).mean()
+    assert torch.allclose(restricted.token, token, rtol=1e-5)
+    assert not torch.allclose(restricted.token, full.token, rtol=1e-3)
