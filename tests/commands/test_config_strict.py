@@ -47,6 +47,10 @@ def test_train_unknown_key_exits_with_a_clear_error(capsys):
         (["model.path=/nonexistent"], "model.path=/nonexistent: checkpoint directory /nonexistent does not exist"),
         (["threads=-1"], "threads must be >= 1"),
         (["drafter.path=/nonexistent"], "drafter.path=/nonexistent: drafter directory /nonexistent does not exist"),
+        (
+            ["rollout.dtype=int8"],
+            "rollout.dtype must be one of ['bfloat16', 'float16', 'float32', 'float64'], got 'int8'",
+        ),
     ],
 )
 def test_train_bad_settings_are_named(tmp_path, args, message):
