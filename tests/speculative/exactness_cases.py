@@ -36,8 +36,10 @@ RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied,
 MODELS = (*RANDOM_FAMILIES, "bundled")
 TOP_K_CHOICES = (1, 2, 3, 7, 50)
 DTYPE = "float64"
-# Log-prob tolerance per engine dtype: float64 rounding only; float32 plain and verify rows differ by ~2e-5 in logits.
-LOGPROB_TOLS = {"float64": FLOAT64_LOGPROB_TOL, "float32": 1e-4}
+# Log-prob tolerance per engine dtype: float64 rounding only; float32 plain and verify rows differ by ~2e-5 in
+# logits, ~1e-4 in scaled logits at T = 0.2 (the long float32 profile saw 8.7e-5), so float32 allows 1e-3. A subtle
+# bug hides below that in float32: the float64 profile is the strict one.
+LOGPROB_TOLS = {"float64": FLOAT64_LOGPROB_TOL, "float32": 1e-3}
 
 
 @dataclass
