@@ -12,9 +12,8 @@ import statistics
 import time
 
 import torch
+from shipped import load_shipped
 
-from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
-from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -31,12 +30,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    model_dir = resolve_model_dir("smollm2")
-    policy = load_model(model_dir).eval()
-    reduced = resolve_drafter("", model_dir, policy, needed=True)
-    if reduced.draft_vocab is None:
-        raise SystemExit("the shipped smollm2 drafter has no draft vocabulary")
+    policy, reduced = load_shipped()
     full = copy.deepcopy(reduced)
     full.set_draft_vocab(None)
     cache = reduced.new_cache(1, 256, torch.float32, "cpu")

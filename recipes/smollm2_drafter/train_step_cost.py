@@ -12,11 +12,10 @@ import statistics
 import time
 
 import torch
+from shipped import load_shipped
 
-from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.cotrain.eagle_loss import eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
-from fastrl.models.checkpoint import load_model
 
 
 def main() -> None:
@@ -25,13 +24,9 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=4)
     parser.add_argument("--length", type=int, default=128)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    model_dir = resolve_model_dir("smollm2")
-    policy = load_model(model_dir).eval()
-    drafter = resolve_drafter("", model_dir, policy, needed=True).float().train()
+    policy, drafter = load_shipped()
+    drafter = drafter.float().train()
     draft_vocab = drafter.draft_vocab
-    if draft_vocab is None:
-        raise SystemExit("the shipped smollm2 drafter has no draft vocabulary")
     gen = torch.Generator().manual_seed(0)
     vocab, hidden = policy.config.vocab_size, policy.config.hidden_size
     seqs = [
