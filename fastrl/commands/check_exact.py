@@ -32,12 +32,12 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     policy = load_model(model_dir)
     inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
     ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
+    context = request_context(policy.config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
     runs = {}
     for name, strategy, batch in (
         ("plain", "disable", cfg.plain_batch_size or cfg.batch_size),
         ("speculative", cfg.strategy, cfg.batch_size),
     ):
-        context = request_context(policy.config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
         config = EngineConfig(max_batch_size=batch, max_model_len=context, device=cfg.device, dtype=cfg.dtype)
         engine = build_engine(policy, model_dir, strategy, cfg.drafter, config, bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.engine_setup import check_device
-from fastrl.engine.config import ENGINE_DTYPES
+from fastrl.engine.config import check_dtype
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
 
@@ -50,8 +50,7 @@ class DecodeConfig:
         if not 0 <= self.seed < MAX_SEED:
             raise ValueError(f"{command}.seed must be in [0, 2**63), got {self.seed}")
         check_device(f"{command}.device", self.device)
-        if self.dtype not in ENGINE_DTYPES:
-            raise ValueError(f"{command}.dtype must be one of {sorted(ENGINE_DTYPES)}, got {self.dtype!r}")
+        check_dtype(f"{command}.dtype", self.dtype)
         try:  # the sampling keys, checked as every request will be
             SamplingParams(
                 max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k

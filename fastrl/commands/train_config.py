@@ -10,7 +10,7 @@ from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.engine_setup import check_device
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
-from fastrl.engine.config import ENGINE_DTYPES
+from fastrl.engine.config import check_dtype
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.telemetry.wandb_logger import WandbConfig
@@ -112,8 +112,7 @@ class RolloutSpec:
         if self.backend not in BACKENDS:
             raise ValueError(f"rollout.backend must be one of {list(BACKENDS)}, got {self.backend!r}")
         check_device("rollout.device", self.device)
-        if self.dtype not in ENGINE_DTYPES:
-            raise ValueError(f"rollout.dtype must be one of {sorted(ENGINE_DTYPES)}, got {self.dtype!r}")
+        check_dtype("rollout.dtype", self.dtype)
 
 
 @dataclass

@@ -14,6 +14,12 @@ ENGINE_DTYPES = {
 }
 
 
+def check_dtype(key: str, dtype: str) -> None:
+    """ValueError naming ``key`` when ``dtype`` is not one an engine computes in."""
+    if dtype not in ENGINE_DTYPES:
+        raise ValueError(f"{key} must be one of {sorted(ENGINE_DTYPES)}, got {dtype!r}")
+
+
 @dataclass
 class EngineConfig:
     """How the engine runs.
@@ -46,8 +52,7 @@ class EngineConfig:
             raise ValueError(f"engine.max_model_len must be >= 2, got {self.max_model_len}")
         if self.history_tokens < 1:
             raise ValueError(f"engine.history_tokens must be >= 1, got {self.history_tokens}")
-        if self.dtype not in ENGINE_DTYPES:
-            raise ValueError(f"engine.dtype must be one of {sorted(ENGINE_DTYPES)}, got {self.dtype!r}")
+        check_dtype("engine.dtype", self.dtype)
 
     @property
     def torch_dtype(self) -> torch.dtype:
