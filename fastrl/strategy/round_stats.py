@@ -18,6 +18,8 @@ class RoundStats:
     policy accepted per row. ``emitted_tokens``: tokens appended per row, normally ``accepted + 1`` (the policy adds
     one of its own), fewer where a request stopped inside the accepted path. Times are seconds; ``draft_time_s``
     and ``verify_time_s`` are optional parts of ``wall_time_s`` (0 when not measured, and for plain rounds).
+    ``plain_time_estimate_s``: the estimated wall time plain decoding would have needed for the tokens this round
+    emitted (the selector's cost model fills it in; 0 when no estimate was made).
     """
 
     strategy: Strategy
@@ -28,6 +30,7 @@ class RoundStats:
     wall_time_s: float
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    plain_time_estimate_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -42,8 +45,8 @@ class RoundStats:
             raise ValueError("RoundStats.accepted_tokens exceeds drafted_tokens in some row")
         if not self.wall_time_s > 0.0:
             raise ValueError(f"RoundStats.wall_time_s must be > 0, got {self.wall_time_s}")
-        if self.draft_time_s < 0.0 or self.verify_time_s < 0.0:
-            raise ValueError("RoundStats.draft_time_s and verify_time_s must be >= 0")
+        if self.draft_time_s < 0.0 or self.verify_time_s < 0.0 or self.plain_time_estimate_s < 0.0:
+            raise ValueError("RoundStats.draft_time_s, verify_time_s and plain_time_estimate_s must be >= 0")
 
     @property
     def total_emitted(self) -> int:
@@ -87,6 +90,9 @@ class RoundTotals:
     wall_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    plain_time_estimate_s: float = 0.0
+    estimated_rounds: int = 0
+    estimated_wall_time_s: float = 0.0
 
     @classmethod
     def of(cls, stats: Iterable[RoundStats]) -> RoundTotals:
@@ -105,6 +111,10 @@ class RoundTotals:
         self.wall_time_s += s.wall_time_s
         self.draft_time_s += s.draft_time_s
         self.verify_time_s += s.verify_time_s
+        if s.plain_time_estimate_s > 0.0:
+            self.estimated_rounds += 1
+            self.estimated_wall_time_s += s.wall_time_s
+            self.plain_time_estimate_s += s.plain_time_estimate_s
 
     @property
     def mean_accept_length(self) -> float:
@@ -124,3 +134,14 @@ class RoundTotals:
     def goodput(self) -> float:
         """Emitted tokens per second of summed round wall time (0.0 without time)."""
         return self.emitted / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def estimated_speedup(self) -> float | None:
+        """Estimated plain-decoding time / actual time over the rounds that carry an estimate (None without any).
+
+        Above 1.0 the rounds ran faster than plain decoding would have; computed over estimated rounds only, so a
+        run with a few unestimated rounds still reports a ratio of like with like.
+        """
+        if self.estimated_rounds == 0 or self.estimated_wall_time_s <= 0.0:
+            return None
+        return self.plain_time_estimate_s / self.estimated_wall_time_s
