@@ -20,6 +20,7 @@ from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import bench_prompts
 from fastrl.commands.bench_config import BenchConfig
 from fastrl.commands.engine_setup import request_context, resolve_drafter, resolve_model_dir
+from fastrl.commands.output_guard import guard_outputs
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.telemetry.arm_table import arm_table
@@ -27,7 +28,12 @@ from fastrl.telemetry.run_stats import DEFAULT_THRESHOLDS, run_stats, write_run_
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
-    """Run the selected suites; returns the JSON payload (also written to cfg.output)."""
+    """Run the selected suites; returns the JSON payload (also written to cfg.output, checked and locked first)."""
+    with guard_outputs({"output": cfg.output}, {"model": cfg.model, "drafter": cfg.drafter}):
+        return _run_bench(cfg)
+
+
+def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     if cfg.threads:

@@ -11,6 +11,7 @@ import torch
 from fastrl.commands.check_exact_config import CheckExactConfig
 from fastrl.commands.engine_setup import build_engine, request_context, resolve_model_dir
 from fastrl.commands.generate import read_ema_json, to_generate_inputs
+from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.exactness.compare import ExactnessReport, compare_runs
@@ -22,12 +23,16 @@ EXIT_BUG = 1
 
 def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     """Both runs, compared request by request; prints one line per differing request and a summary."""
-    if cfg.report:
-        Path(cfg.report).parent.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
+    with guard_outputs({"report": cfg.report}, {"prompts": cfg.prompts, "ema_json": cfg.ema_json}) as targets:
+        return _check(cfg, model_dir, targets)
+
+
+def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> ExactnessReport:
     lines = read_prompts(cfg.prompts)
+    cfg.check_workload("check_exact", len(lines))
     tokenizer = load_tokenizer(model_dir)
     policy = load_model(model_dir)
     inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
@@ -57,8 +62,8 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
                 f"max |logprob diff| {item.logprob_diff:.3g}"
             )
     print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}")
-    if cfg.report:
-        Path(cfg.report).write_text(json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
+    if "report" in targets:
+        write_atomic(targets["report"].path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
     return report
 
 

@@ -10,6 +10,9 @@ from fastrl.commands.engine_setup import check_device
 from fastrl.engine.config import check_dtype
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
+MAX_REQUESTS = 1_000_000  # prompts x n of one run: each request's prompt, tokens and record are held in memory
+MAX_NEW_TOKENS = 1 << 20  # above any model's context (a request also stops at its model's context)
+
 
 @dataclass
 class DecodeConfig:
@@ -41,8 +44,10 @@ class DecodeConfig:
         """ValueError naming `command.key` for the first shared key out of range."""
         if not self.prompts:
             raise ValueError(f"{command}.prompts: give an input JSONL file, e.g. prompts=in.jsonl")
-        if self.n < 1:
-            raise ValueError(f"{command}.n (samples per prompt) must be >= 1, got {self.n}")
+        if not 1 <= self.n <= MAX_REQUESTS:
+            raise ValueError(f"{command}.n (samples per prompt) must be in [1, {MAX_REQUESTS}], got {self.n}")
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ValueError(f"{command}.max_new_tokens must be <= {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
         if self.batch_size < 1:
             raise ValueError(f"{command}.batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:
@@ -57,3 +62,14 @@ class DecodeConfig:
             )
         except ValueError as err:
             raise ValueError(f"{command}.{err}") from None
+
+    def check_workload(self, command: str, prompt_lines: int) -> None:
+        """ValueError naming the key when the prompts file has no prompt line, or prompts x n is over the limit
+        (checked before any request is built)."""
+        if prompt_lines == 0:
+            raise ValueError(f"{command}.prompts={self.prompts}: the file has no prompt lines; nothing to do")
+        if prompt_lines * self.n > MAX_REQUESTS:
+            raise ValueError(
+                f"{command}.n={self.n}: {prompt_lines} prompts x n = {prompt_lines * self.n} requests, over the limit "
+                f"of {MAX_REQUESTS} per run; lower n or split the prompts file"
+            )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
+from fastrl.commands.output_guard import guard_outputs, staged_directory
 from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
-from fastrl.integrations.export.selection_config import write_selection_configs
+from fastrl.integrations.export.selection_config import disable_reason, read_bandit_state, selection_files
 
 
 def export_overrides(argv: list[str]) -> list[str]:
@@ -30,10 +31,18 @@ def export_overrides(argv: list[str]) -> list[str]:
 
 
 def run_export_drafter(config: ExportDrafterConfig) -> None:
-    """Write the EAGLE checkpoint (and, given a bandit state, the selection configs) and print what was written."""
-    exported = export_eagle_drafter(config.drafter, config.output, config.format, config.dtype, config.drop_fc_bias)
-    print(f"wrote {exported.format} EAGLE drafter ({exported.architecture}, {exported.dtype}) to {exported.path}")
-    if config.bandit_state:
-        winners = write_selection_configs(config.bandit_state, config.output, str(exported.path))
+    """Write the EAGLE checkpoint (and, given a bandit state, the selection configs) and print what was written.
+    Every input is checked before anything is written; files go to a staging directory renamed into place."""
+    inputs = {"drafter": config.drafter, "bandit_state": config.bandit_state}
+    with guard_outputs({}, inputs, {"output": config.output}, config.overwrite) as targets:
+        winners = read_bandit_state(config.bandit_state) if config.bandit_state else []
+        final = targets["output"].path
+        with staged_directory(targets["output"]) as staging:
+            exported = export_eagle_drafter(config.drafter, staging, config.format, config.dtype, config.drop_fc_bias)
+            if winners:
+                for name, text in selection_files(winners, str(final)).items():
+                    (staging / name).write_text(text)
+        print(f"wrote {exported.format} EAGLE drafter ({exported.architecture}, {exported.dtype}) to {final}")
         for w in winners:
-            print(f"  batch size {w.label:>6}: {w.strategy}")
+            reason = disable_reason(w)
+            print(f"  batch size {w.label:>6}: {w.strategy}" + (f" (plain decoding: {reason})" if reason else ""))

@@ -17,6 +17,7 @@ class ExportDrafterConfig:
     dtype: str = "bfloat16"
     drop_fc_bias: bool = False
     bandit_state: str = ""
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not self.drafter:

@@ -8,6 +8,7 @@ command again (the finished lines are kept, only the rest is generated).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import sys
@@ -21,7 +22,7 @@ from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
-from fastrl.commands.output_paths import check_outputs
+from fastrl.commands.output_guard import GuardedOutputs, atomic_path, guard_outputs
 from fastrl.commands.prompt_tokens import line_token_ids
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
@@ -31,7 +32,9 @@ from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import MAX_SEED, SamplingParams
-from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.selector import StrategySelector
+from fastrl.telemetry.run_stats import read_round_log, write_run_plot, write_run_stats
 
 SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
@@ -42,56 +45,98 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
-    targets = check_outputs(
+    targets = guard_outputs(
         {"output": cfg.output, "stats_output": cfg.stats_output, "plot_output": cfg.plot_output},
         {"prompts": cfg.prompts, "ema_json": cfg.ema_json},
     )
-    ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
-    lines = read_prompts(cfg.prompts)
-    tokenizer = load_tokenizer(model_dir)
-    inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
-    model_config = read_config(model_dir)
-    context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
-    engine_config = EngineConfig(
-        max_batch_size=max(1, min(cfg.batch_size, len(inputs))),
-        max_model_len=context,
-        device=cfg.device,
-        dtype=cfg.dtype,
-    )
-    check_kv_memory(
-        "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
-    )
-    stream = ResultStream(targets["output"], cfg.resume)
-    _check_kept(stream.done, inputs, cfg.output)
-    model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
-    engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
-    pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
-    if stream.done:
-        print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
-    stream.open()
     try:
-        for index, out in _finished(engine, pending, cfg.progress):
-            record = _to_record(index, out, tokenizer)
-            if cfg.n > 1:
-                record["prompt_index"], record["sample"] = divmod(index, cfg.n)
-            stream.write(record)
-            if record.get("error"):
-                line_no = lines[index // cfg.n].line_no
-                print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
-    except KeyboardInterrupt:
-        stream.close()
-        print(
-            f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
-            "Run the same command again to finish.",
-            file=sys.stderr,
+        ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
+        lines = read_prompts(cfg.prompts)
+        cfg.check_workload("generate", len(lines))
+        tokenizer = load_tokenizer(model_dir)
+        inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
+        model_config = read_config(model_dir)
+        context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
+        engine_config = EngineConfig(
+            max_batch_size=max(1, min(cfg.batch_size, len(inputs))),
+            max_model_len=context,
+            device=cfg.device,
+            dtype=cfg.dtype,
         )
-        raise
-    stream.finish()
-    if "stats_output" in targets:
-        write_run_stats(targets["stats_output"].path, engine.round_stats, cfg.strategy, engine.selector)
-    if "plot_output" in targets:
-        write_run_plot(targets["plot_output"].path, engine.round_stats, cfg.strategy, engine.selector)
-    return [stream.done[i] for i in sorted(stream.done)]
+        check_kv_memory(
+            "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
+        )
+        stream = ResultStream(targets["output"], cfg.resume)
+        _check_kept(stream.done, inputs, cfg.output)
+        pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
+        if not pending:
+            stream.finish()
+            print(
+                f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do "
+                "(stats_output and plot_output are left as they are)",
+                file=sys.stderr,
+            )
+            return [stream.done[i] for i in sorted(stream.done)]
+        earlier = earlier_rounds(targets, bool(stream.done))
+        model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
+        engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
+        if stream.done:
+            print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
+        stream.open()
+        kept_rounds = 0  # the rounds up to the last finished request: those that made the kept results
+        try:
+            for index, out in _finished(engine, pending, cfg.progress):
+                record = _to_record(index, out, tokenizer)
+                if cfg.n > 1:
+                    record["prompt_index"], record["sample"] = divmod(index, cfg.n)
+                stream.write(record)
+                kept_rounds = len(engine.round_stats)
+                if record.get("error"):
+                    line_no = lines[index // cfg.n].line_no
+                    print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
+            stream.finish()
+        except KeyboardInterrupt:
+            stream.close()
+            write_reports(targets, earlier + engine.round_stats[:kept_rounds], cfg.strategy, engine.selector)
+            print(
+                f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
+                "Run the same command again to finish.",
+                file=sys.stderr,
+            )
+            raise
+        except OSError as err:
+            stream.close()
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ValueError(
+                f"no space left writing {cfg.output}; {len(stream.done)} of {len(inputs)} results are kept; "
+                "run the same command again"
+            ) from None
+        rounds = earlier + engine.round_stats
+        write_reports(targets, rounds, cfg.strategy, engine.selector)
+        return [stream.done[i] for i in sorted(stream.done)]
+    finally:
+        targets.release()
+
+
+def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
+    """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own ([]
+    for a fresh run, or when there is no stats file to merge)."""
+    if not resuming or "stats_output" not in targets or not targets["stats_output"].exists:
+        return []
+    return read_round_log(targets["stats_output"].path)
+
+
+def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:
+    """stats_output and plot_output of ``rounds``, each written to a temporary file renamed into place."""
+    for key, write in (("stats_output", write_run_stats), ("plot_output", write_run_plot)):
+        if key in targets:
+            target = targets[key]
+            if not target.regular:
+                write(target.path, rounds, name, selector)
+                continue
+            with atomic_path(target.path) as tmp:
+                write(tmp, rounds, name, selector)
 
 
 def _finished(
@@ -147,7 +192,7 @@ def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> Ge
     """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`."""
     where = f"{cfg.prompts}:{line.line_no}"
     ids = line_token_ids(line, tokenizer, cfg.chat_template, where, cfg.model or "the bundled model")
-    seed = line.seed if line.seed is not None else (cfg.seed + line.line_no - 1) % MAX_SEED
+    seed = line.seed if line.seed is not None else (cfg.seed + line.index) % MAX_SEED
     params = SamplingParams(
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,

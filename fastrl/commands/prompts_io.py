@@ -21,10 +21,12 @@ class PromptLine:
 
 
 PROMPT_KEYS = ("prompt", "prompt_ids", "messages")
+LINE_KEYS = (*PROMPT_KEYS, "seed")
 
 
 def read_prompts(path: str | Path) -> list[PromptLine]:
-    """Parse a prompts JSONL file; a malformed line raises ValueError naming the file and line."""
+    """Parse a prompts JSONL file; a malformed line (or a key a line may not have: a typo such as "sed" would
+    otherwise be ignored) raises ValueError naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"prompts file not found: {path}")
@@ -49,6 +51,9 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
                     f'{where}: each line needs exactly one of "prompt" (a string), "prompt_ids" (token ids) or '
                     '"messages" (a chat: [{"role": ..., "content": ...}, ...])'
                 )
+            unknown = [key for key in obj if key not in LINE_KEYS]
+            if unknown:
+                raise ValueError(f"{where}: unknown key {unknown[0]!r}; a line has only the keys {list(LINE_KEYS)}")
             prompt, ids, seed = obj.get("prompt"), obj.get("prompt_ids"), obj.get("seed")
             messages = _check_messages(obj["messages"], where) if "messages" in obj else None
             if prompt is not None and not isinstance(prompt, str):

@@ -8,13 +8,12 @@ is only opened and written.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from fastrl.commands.output_paths import OutputTarget
+from fastrl.commands.output_guard import OutputTarget, write_atomic
 
 INDEX_KEY = "index"
 
@@ -46,8 +45,10 @@ class ResultStream:
         self.done[record[INDEX_KEY]] = record
 
     def close(self) -> None:
+        """Close the file; a failing final flush (the disk is full) loses only the unflushed, unrecorded line."""
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None
 
     def finish(self) -> None:
@@ -60,7 +61,7 @@ class ResultStream:
         if indices == sorted(indices):
             return
         ordered = [json.dumps(self.done[i], allow_nan=False) + "\n" for i in sorted(self.done)]
-        _replace_regular_file(self.target.path, "".join(ordered))
+        write_atomic(self.target.path, "".join(ordered))
 
 
 def _read_finished(path: Path) -> dict[int, dict[str, Any]]:
@@ -87,17 +88,3 @@ def _read_finished(path: Path) -> dict[int, dict[str, Any]]:
         with path.open("r+b") as f:
             f.truncate(len(complete))
     return records
-
-
-def _replace_regular_file(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path`` (same permissions)."""
-    mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.commands.output_guard import guard_outputs
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import train_on_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
@@ -20,7 +21,14 @@ from fastrl.speculative.drafter_checkpoint import save_drafter
 
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
-    """Train, save the drafter to cfg.output with metrics.json beside it; returns the report."""
+    """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
+    is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
+    inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts}
+    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite):
+        return _train_drafter(cfg)
+
+
+def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)

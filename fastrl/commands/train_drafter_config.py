@@ -13,6 +13,7 @@ class TrainDrafterConfig(OfflineDrafterConfig):
 
     model: str = ""
     output: str = "runs/drafter"
+    overwrite: bool = False  # write into a non-empty output directory
     threads: int = 1
     prompts: str = ""  # a prompts JSONL file (generate's format); empty = the bundled task's prompts
     chat_template: bool = True  # prompts-file text as a user chat turn through the tokenizer's chat template

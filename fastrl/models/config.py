@@ -69,12 +69,11 @@ class ModelConfig:
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})"
             )
+        if self.hidden_size % self.num_attention_heads != 0:  # transformers refuses it too, even with a head_dim
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
         if self.head_dim is None:
-            if self.hidden_size % self.num_attention_heads != 0:
-                raise ValueError(
-                    f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
-                    f"({self.num_attention_heads}); set head_dim explicitly"
-                )
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.head_dim <= 0 or self.head_dim % 2 != 0:
             raise ValueError(f"head_dim must be a positive even integer (RoPE rotates pairs), got {self.head_dim}")

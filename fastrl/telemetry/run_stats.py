@@ -1,4 +1,8 @@
-"""The `stats_output` JSON and `plot_output` PNG of a generation run."""
+"""The `stats_output` JSON and `plot_output` PNG of a generation run.
+
+The JSON carries the run's rounds themselves (``round_log``), so a resumed run merges the rounds an earlier,
+interrupted run wrote with its own (``read_round_log``) and its stats cover the whole run.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import Strategy
 from fastrl.telemetry.arm_plots import plot_rounds
 from fastrl.telemetry.arm_table import arm_table, arm_table_json, bucket_indices
 from fastrl.telemetry.round_summary import summarize_rounds
@@ -35,7 +40,20 @@ def run_stats(stats: list[RoundStats], selector_name: str, selector: StrategySel
             }
             for b in telemetry.buckets
         ]
+    out["round_log"] = [asdict(s) | {"strategy": str(s.strategy)} for s in stats]
     return out
+
+
+def read_round_log(path: str | Path, key: str = "stats_output") -> list[RoundStats]:
+    """The rounds a stats JSON written by `run_stats` holds; ValueError naming ``key`` when it holds none."""
+    try:
+        log = json.loads(Path(path).read_text(encoding="utf-8"))["round_log"]
+        return [RoundStats(**(r | {"strategy": Strategy.parse(r["strategy"])})) for r in log]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{key}={path}: not the stats of an earlier fastrl generate run ({type(err).__name__}: {err}), so the "
+            "resumed run cannot merge them; delete it or choose another stats_output"
+        ) from None
 
 
 def write_run_stats(path: str | Path, stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> None:

@@ -1,5 +1,8 @@
 """The bandit's learned strategy selection as deployable engine config: per batch-size bucket, the arm with the best
-estimate, written as vLLM's speculative-token table and as an SGLang adaptive-speculation JSON."""
+estimate, written as vLLM's speculative-token table and as an SGLang adaptive-speculation JSON.
+
+The state is one bandit's ``state_dict`` or a `fastrl train` checkpoint's ``rollout_selector.json``
+(``{"workers": [state, ...]}``), whose workers' observations are merged into one bandit first."""
 
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ def bucket_winners(state: dict) -> list[BucketWinner]:
     try:
         policy = BanditSelector(BanditConfig.from_dict(state["config"]))
         policy.load_state_dict(state)
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"bandit_state: not a fastrl bandit state_dict ({err})") from err
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"not a fastrl bandit state_dict ({type(err).__name__}: {err})") from None
     winners = []
     thresholds = policy.config.bs_thresholds
     for bucket in policy.telemetry().buckets:
@@ -75,27 +78,99 @@ def sglang_adaptive(winners: list[BucketWinner]) -> dict:
             "speculative_eagle_topk": s.topk,
             "speculative_num_draft_tokens": s.num_draft_tokens,
             "disable": s.is_disabled,
-        }
+        } | ({"disable_reason": reason} if (reason := disable_reason(w)) else {})
     return doc
 
 
-def write_selection_configs(state_file: str | Path, output: str | Path, draft_model: str) -> list[BucketWinner]:
-    """Read a bandit state JSON; write ``vllm_speculative_config.json`` and ``sglang_adaptive_config.json`` plus
-    ``bandit_winners.json`` into ``output``; returns the winners."""
+def disable_reason(winner: BucketWinner) -> str | None:
+    """Why an exported bucket runs plain decoding (None when it speculates)."""
+    if not eagle_part(winner.strategy).is_disabled:
+        return None
+    if not winner.strategy.is_disabled:
+        return (
+            f"the bandit's winner {winner.strategy} drafts from history (suffix), which an EAGLE-only engine cannot "
+            "run; plain decoding instead"
+        )
+    if winner.estimate is None:
+        return "the bandit observed no round in this bucket; its first arm (plain decoding) is kept"
+    return f"plain decoding had the best estimate ({winner.estimate:.4g}) over {winner.pulls} rounds"
+
+
+def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list[BucketWinner]:
+    """The bucket winners of a bandit state JSON (one bandit's state_dict, or a train checkpoint's
+    rollout_selector.json with every worker's state, merged); ValueError naming ``key`` and the file."""
     path = Path(state_file)
     if not path.is_file():
-        raise ValueError(f"export.bandit_state: {path} does not exist")
-    winners = bucket_winners(json.loads(path.read_text()))
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "vllm_speculative_config.json").write_text(json.dumps(vllm_table(winners, draft_model), indent=2) + "\n")
-    (out / "sglang_adaptive_config.json").write_text(json.dumps(sglang_adaptive(winners), indent=2) + "\n")
+        raise ValueError(f"{key}={state_file}: file not found")
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{key}={state_file}: not valid JSON ({err})") from None
+    try:
+        if isinstance(state, dict) and "workers" in state:
+            state = merge_worker_states(state["workers"])
+        return bucket_winners(state)
+    except ValueError as err:
+        raise ValueError(f"{key}={state_file}: {err}") from None
+
+
+def merge_worker_states(states: object) -> dict:
+    """One bandit state_dict holding every worker's observations: per bucket and arm the windows concatenated,
+    pulls and rewards summed, round times averaged by pulls. The workers must share one bandit config."""
+    if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
+        raise ValueError("'workers' must be a non-empty list of bandit states (one per rollout worker)")
+    configs = [s.get("config") for s in states]
+    if any(c != configs[0] for c in configs):
+        raise ValueError("the workers' bandit states have different configs; they cannot be merged")
+    try:
+        merged = dict(states[0]) | {"round": sum(int(s["round"]) for s in states), "timeline": []}
+        merged["bucket_rounds"] = [sum(n) for n in zip(*(s["bucket_rounds"] for s in states), strict=True)]
+        merged["rewards"] = [
+            {arm: _merge_arm([b[arm] for b in buckets]) for arm in buckets[0]}
+            for buckets in zip(*(s["rewards"] for s in states), strict=True)
+        ]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"not a fastrl bandit state_dict per worker ({type(err).__name__}: {err})") from None
+    return merged
+
+
+def _merge_arm(arms: list[dict]) -> dict:
+    """One arm's ``ArmRewards.state`` over several workers."""
+    times: dict[int, list[tuple[float, int]]] = {}
+    for arm in arms:
+        for b, t in arm["times"]:
+            times.setdefault(int(b), []).append((float(t), max(1, int(arm["pulls"]))))
+    return {
+        "window": [sample for arm in arms for sample in arm["window"]],
+        "times": [[b, sum(t * w for t, w in ts) / sum(w for _, w in ts)] for b, ts in sorted(times.items())],
+        "pulls": sum(int(arm["pulls"]) for arm in arms),
+        "total_reward": sum(float(arm["total_reward"]) for arm in arms),
+    }
+
+
+def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, str]:
+    """File name -> text of the three selection configs: vLLM's table, SGLang's adaptive JSON and the winners."""
     rows = [
         {"min_batch_size": w.min_batch_size, "bucket": w.label, "strategy": str(w.strategy), "estimate": w.estimate,
-         "pulls": w.pulls}
+         "pulls": w.pulls, "disable_reason": disable_reason(w)}
         for w in winners
     ]  # fmt: skip
-    (out / "bandit_winners.json").write_text(json.dumps(rows, indent=2) + "\n")
+    docs = {
+        "vllm_speculative_config.json": vllm_table(winners, draft_model),
+        "sglang_adaptive_config.json": sglang_adaptive(winners),
+        "bandit_winners.json": rows,
+    }
+    return {name: json.dumps(doc, indent=2) + "\n" for name, doc in docs.items()}
+
+
+def write_selection_configs(state_file: str | Path, output: str | Path, draft_model: str) -> list[BucketWinner]:
+    """Read a bandit state JSON (``read_bandit_state``); write ``selection_files`` into ``output``; returns the
+    winners."""
+    winners = read_bandit_state(state_file)
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in selection_files(winners, draft_model).items():
+        (out / name).write_text(text)
     return winners
 
 

@@ -1,0 +1,272 @@
+"""The one output guard of every command: where a command will write is checked before it does any work, a second
+concurrent writer is refused, and files reach their place by a rename. Errors are one ValueError naming the key.
+
+``guard_outputs`` checks every output file and directory (not an input, not a directory where a file is expected,
+not a file where a directory is, a non-empty directory only with ``overwrite=true``, writable) and takes an
+exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release). ``write_atomic`` and
+``staged_directory`` write through a temporary file or directory renamed into place, so a failed or interrupted
+command never leaves a half-written output over a good one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """A checked output path. ``path``: where to write (a symlink resolved to its target, so the link itself is
+    never replaced); ``regular``: a regular file, a directory or a new one (may be rewritten through a temporary
+    file and a rename); otherwise a FIFO, a device or a socket, which is only ever opened and written in place."""
+
+    key: str
+    given: Path
+    path: Path
+    regular: bool
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+
+def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
+    """Check the output file ``value`` of config key ``key``: not a directory, not one of ``inputs`` (key -> path),
+    its directory exists (it is created if needed) and takes new files, and an existing file is writable. Nothing
+    is written to the output itself."""
+    path = _resolved(key, value)
+    _check_not_input(key, value, path, inputs)
+    if path.exists():
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"{key}={value} is a directory; give a file name")
+        regular = stat.S_ISREG(mode)
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{key}={value} is not writable")
+        if regular:
+            _probe_directory(key, value, path.parent)  # the final rewrite in order needs a file beside it
+        return OutputTarget(key, Path(value), path, regular)
+    _make_parent(key, value, path)
+    return OutputTarget(key, Path(value), path, True)
+
+
+def check_output_dir(key: str, value: str, inputs: dict[str, str], overwrite: bool) -> OutputTarget:
+    """Check the output directory ``value`` of ``key``: not a file, neither one of ``inputs`` nor inside one nor
+    holding one, empty unless ``overwrite`` (then the files the command writes replace theirs, others stay), and
+    its parent takes new files."""
+    path = _resolved(key, value)
+    _check_not_input(key, value, path, inputs)
+    for other_key, other in inputs.items():
+        if other and _contains(Path(other), path):
+            raise ValueError(f"{key}={value} is inside the {other_key} directory {other}: writing there would mix them")
+        if other and _contains(path, Path(other)):
+            raise ValueError(f"{key}={value} holds the {other_key} {other}: writing there could destroy the input")
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{key}={value} is a file; give a directory")
+        if any(path.iterdir()) and not overwrite:
+            raise ValueError(
+                f"{key}={value} is a directory that is not empty; choose a new one, or pass overwrite=true to "
+                "replace the files this command writes there"
+            )
+        _probe_directory(key, value, path)
+    else:
+        _make_parent(key, value, path)
+    return OutputTarget(key, Path(value), path, True)
+
+
+@dataclass
+class GuardedOutputs:
+    """Checked outputs by key, each under an exclusive lock until ``release`` (or the end of a ``with`` block)."""
+
+    targets: dict[str, OutputTarget]
+    locks: list[int] = field(default_factory=list)
+    lock_files: list[Path] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> OutputTarget:
+        return self.targets[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.targets
+
+    def __enter__(self) -> GuardedOutputs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Remove the lock files and drop the locks (removal first, while still held: no other writer's lock goes)."""
+        for fd, lock_file in zip(self.locks, self.lock_files, strict=True):
+            with contextlib.suppress(OSError):
+                lock_file.unlink()
+            os.close(fd)
+        self.locks, self.lock_files = [], []
+
+
+def guard_outputs(
+    files: dict[str, str],
+    inputs: dict[str, str],
+    directories: dict[str, str] | None = None,
+    overwrite: bool = False,
+) -> GuardedOutputs:
+    """Check every non-empty output file (``files``: key -> path) and directory, then lock each; two keys naming the
+    same path, a bad path or an output another process is writing is a ValueError naming the key."""
+    targets: dict[str, OutputTarget] = {}
+    checked = [(k, v, False) for k, v in files.items() if v]
+    checked += [(k, v, True) for k, v in (directories or {}).items() if v]
+    for key, value, is_dir in checked:
+        target = check_output_dir(key, value, inputs, overwrite) if is_dir else check_output(key, value, inputs)
+        for other in targets.values():
+            if _same_file(target.path, other.path):
+                raise ValueError(f"{key} and {other.key} name the same file {value}")
+        targets[key] = target
+    guarded = GuardedOutputs(targets)
+    try:
+        for target in targets.values():
+            if target.regular:
+                _lock(guarded, target)
+    except BaseException:
+        guarded.release()
+        raise
+    return guarded
+
+
+def _lock(guarded: GuardedOutputs, target: OutputTarget) -> None:
+    """Take the exclusive lock of ``target`` (``.NAME.lock`` beside it; retried when another process removed the
+    file between our open and our lock); ValueError naming the key when another process holds it."""
+    lock_file = target.path.parent / f".{target.path.name}.lock"
+    while True:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(
+                f"{target.key}={target.given} is being written by another fastrl command (pid {holder}); wait for "
+                "it to finish or choose another output"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock_file))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    guarded.locks.append(fd)
+    guarded.lock_files.append(lock_file)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, for writers that go by it) to write; renamed over ``path``
+    (keeping its permissions) when the block ends without an error, else removed."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file renamed into place."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def staged_directory(target: OutputTarget) -> Iterator[Path]:
+    """A temporary directory beside ``target`` to write into; when the block ends without an error its files are
+    renamed into ``target`` (created if needed; files of the same name replaced, others kept), else it is removed."""
+    final = target.path
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        yield staging
+        final.mkdir(exist_ok=True)
+        for item in sorted(staging.rglob("*")):
+            dest = final / item.relative_to(staging)
+            if item.is_dir():
+                dest.mkdir(exist_ok=True)
+            else:
+                os.replace(item, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _resolved(key: str, value: str) -> Path:
+    given = Path(value)
+    if given.is_symlink() and not given.exists():
+        raise ValueError(f"{key}={value}: a dangling symlink (its target {os.readlink(given)} does not exist)")
+    return given.resolve() if given.is_symlink() else given
+
+
+def _check_not_input(key: str, value: str, path: Path, inputs: dict[str, str]) -> None:
+    for other_key, other in inputs.items():
+        if other and _same_file(path, Path(other)):
+            raise ValueError(f"{key}={value} is the {other_key} file: writing it would destroy the input")
+
+
+def _make_parent(key: str, value: str, path: Path) -> None:
+    """Create the directories above a new output (ValueError naming the key when that is impossible) and check
+    that the nearest one takes new files."""
+    parent = _existing_ancestor(path.parent)
+    if not parent.is_dir():
+        raise ValueError(f"{key}={value}: {parent} is not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{key}={value}: cannot create its directory ({err.strerror})") from None
+    _probe_directory(key, value, path.parent)
+
+
+def _probe_directory(key: str, value: str, directory: Path) -> None:
+    """ValueError unless a file can be created in ``directory`` (tried for real: permission bits lie to root)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ValueError(f"{key}={value}: cannot create files in {directory} ({err.strerror})") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def _contains(directory: Path, inner: Path) -> bool:
+    """Whether ``inner`` lies strictly inside the existing directory ``directory``."""
+    if not directory.is_dir():
+        return False
+    outer, inside = directory.resolve(), inner.resolve()
+    return outer != inside and outer in inside.parents
+
+
+def _existing_ancestor(directory: Path) -> Path:
+    """The nearest ancestor of ``directory`` (itself included) that exists: where new directories would be made."""
+    current = directory.absolute()
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    return current
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
