@@ -20,8 +20,9 @@ from fastrl.rollout.liveness import LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.ray_worker import await_started, start_worker
 from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle
-from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord
+from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord, WorkerReplacement
 from fastrl.rollout.worker_cotrain import CotrainState
+from fastrl.rollout.worker_loss import log_loss, loss_record
 from fastrl.rollout.worker_stats import WorkerStats
 
 LOG = logging.getLogger("fastrl.rollout")
@@ -34,11 +35,9 @@ class RayRolloutManager:
     order. Workers whose share is done while others run the tail train the drafter in short slices; on the
     ``steps`` schedule every worker then takes the updates the tail left undone (fastrl.cotrain.schedule); the
     copies trained this rollout are averaged (weighted by steps) into drafter version v + 1, pushed to every worker.
-    A worker that dies or hangs (no decode round within ``round_timeout_s``; it is killed) mid-rollout has its
-    unfinished requests re-run on the survivors (``retried_requests``) and, with ``restart_failed_workers``, is
-    replaced by a fresh actor brought to the current weight versions and its last strategy-selector state. Workers
-    lost between rollouts are found by a health check before each rollout and weight push, and replaced the same
-    way. Every replacement is logged (logger ``fastrl.rollout``) and counted in ``replaced_workers``.
+    A worker lost mid-rollout (dead, or hung: no round in ``round_timeout_s``, killed) or before a rollout or push is
+    replaced at once (``restart_failed_workers``) at the current weights and selector state; its unfinished requests
+    re-run. Each loss is logged (``fastrl.rollout``) and reported in the next ``RolloutBatch.replacements``.
     """
 
     def __init__(self, config: RolloutManagerConfig) -> None:
@@ -59,6 +58,8 @@ class RayRolloutManager:
         self.policy_version = first.policy_version
         self.drafter_version = first.drafter_version
         self.replaced_workers = 0
+        self.rollouts = 0  # rollouts run so far: the index of the next one
+        self._replacements: list[WorkerReplacement] = []  # since the last RolloutBatch
         self._policy_ref: ray.ObjectRef | None = None
         self._drafter_ref: ray.ObjectRef | None = None
         self._seed_rng = random.Random(config.seed)
@@ -78,17 +79,8 @@ class RayRolloutManager:
         requests = with_seeds(requests, self._seed_rng)
         self._check_workers()
         cotrain, slice_s = self.config.cotrain_in_tail and self.config.worker.cotrain, self.config.worker.slice_seconds
-        run = RolloutRun(
-            requests,
-            self._alive(),
-            cotrain,
-            slice_s,
-            self._slice_ids,
-            self._liveness,
-            self._replace_now,
-            LOG,
-            self._affinity,
-        )
+        workers, ids, liveness, replace = self._alive(), self._slice_ids, self._liveness, self._replace_in_run
+        run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, self._affinity)
         try:
             outcome = run.run()
         finally:
@@ -101,16 +93,11 @@ class RayRolloutManager:
                 drafter = self._rounds.close()
         self._remember_selector_states()
         self._replace_dead()
-        return RolloutBatch(
-            results=outcome.results,
-            wall_time_s=time.perf_counter() - start,
-            tail_time_s=outcome.tail_time_s,
-            workers=outcome.timings,
-            rounds=rounds,
-            drafter=drafter,
-            drafter_version=self.drafter_version,
-            retried_requests=outcome.retried_requests,
-        )
+        self.rollouts += 1
+        replacements, self._replacements = self._replacements, []
+        wall, tail, retried = time.perf_counter() - start, outcome.tail_time_s, outcome.retried_requests
+        version, lost = self.drafter_version, replacements
+        return RolloutBatch(outcome.results, wall, tail, outcome.timings, rounds, drafter, version, retried, lost)
 
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Put ``state`` in the object store once and install it as ``version`` on every worker."""
@@ -192,8 +179,7 @@ class RayRolloutManager:
         return alive
 
     def _gather(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
-        """Results of per-worker calls, in order, skipping (and marking) workers that died or did not answer within
-        ``round_timeout_s`` (those are killed as hung)."""
+        """Results of per-worker calls, in order, skipping (and marking) the dead and the hung (killed)."""
         refs = [ref for _, ref in calls]
         ray.wait(refs, num_returns=len(refs), timeout=self.config.round_timeout_s)
         out = []
@@ -201,7 +187,7 @@ class RayRolloutManager:
             try:
                 out.append(ray.get(ref, timeout=0))
             except RayActorError:
-                worker.alive = False
+                worker.alive, worker.lost_reason = False, "died"
             except GetTimeoutError:
                 self._kill_hung(worker, f"no answer in {self.config.round_timeout_s:g} s")
         return out
@@ -209,7 +195,7 @@ class RayRolloutManager:
     def _kill_hung(self, worker: WorkerHandle, reason: str) -> None:
         LOG.warning("rollout worker %s is hung (%s): killed", worker.worker_id, reason)
         ray.kill(worker.actor, no_restart=True)
-        worker.alive = False
+        worker.alive, worker.lost_reason = False, f"hung ({reason})"
 
     def _call_all(self, method: str, *args: object) -> list:
         return self._gather([(w, getattr(w.actor, method).remote(*args)) for w in self._alive()])
@@ -236,7 +222,7 @@ class RayRolloutManager:
             if w.worker_id in problems:
                 LOG.warning("rollout worker %s was lost between rollouts: %s", w.worker_id, problems[w.worker_id])
                 ray.kill(w.actor, no_restart=True)
-                w.alive = False
+                w.alive, w.lost_reason = False, f"lost between rollouts ({problems[w.worker_id]})"
         self._replace_dead()
         self._await_ready()
 
@@ -250,7 +236,7 @@ class RayRolloutManager:
 
     def _replacement(self, dead: WorkerHandle) -> WorkerHandle:
         """A fresh actor in ``dead``'s place, brought to the current weights and to ``dead``'s last strategy-selector
-        state (its ``ready`` calls must finish before it serves)."""
+        state (its ``ready`` calls must finish before it serves; calls sent after them run after them)."""
         fresh = self._spawn(dead.slot)
         if self._policy_ref is not None:
             fresh.ready.append(fresh.actor.update_policy.remote(self.policy_version, self._policy_ref))
@@ -260,22 +246,19 @@ class RayRolloutManager:
             fresh.ready.append(fresh.actor.load_selector_state.remote(self._selector_states.pop(dead.worker_id)))
         fresh.ready.append(fresh.actor.health.remote())
         self.replaced_workers += 1
-        LOG.warning("rollout worker %s replaced by %s", dead.worker_id, fresh.worker_id)
+        self._record_loss(dead, fresh.worker_id)
         return fresh
 
-    def _replace_now(self, dead: WorkerHandle) -> WorkerHandle | None:
-        """For a rollout whose every worker is lost: a replacement that serves now (None when replacement is off
-        or it fails to start)."""
+    def _record_loss(self, dead: WorkerHandle, replacement_id: str | None) -> None:
+        log_loss(LOG, loss_record(dead, self.rollouts, self.config.worker.cotrain, replacement_id), self._replacements)
+
+    def _replace_in_run(self, dead: WorkerHandle) -> WorkerHandle | None:
+        """A replacement for ``dead`` that serves now (None: replacement is off, or it failed to start)."""
         if not self.config.restart_failed_workers:
+            self._record_loss(dead, None)
             return None
-        fresh = self._replacement(dead)
-        try:
-            ray.get(fresh.ready, timeout=self.config.worker_start_timeout_s)
-        except (RayActorError, GetTimeoutError):
-            ray.kill(fresh.actor)
-            return None
-        fresh.ready = []
-        return fresh
+        fresh = self._replacement(dead)  # a threaded actor may run calls out of order: no work before its weights
+        return fresh if self._started(fresh) else None
 
     def _adopt(self, run_workers: list[WorkerHandle]) -> None:
         """Take over the replacements a rollout started, in the slots of the workers they replaced."""
@@ -293,17 +276,19 @@ class RayRolloutManager:
             self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
-        """Finish a co-training round left running; wait for replacements to finish starting (one that fails or
-        times out is dropped)."""
+        """Finish a co-training round left running; wait for replacements to start (one that fails is dropped)."""
         self._rounds.close()
-        for w in self.workers:
-            if not w.ready:
-                continue
-            try:
-                ray.get(w.ready, timeout=self.config.worker_start_timeout_s)
-            except (RayActorError, GetTimeoutError) as err:
-                LOG.warning("replacement rollout worker %s failed to start: %s", w.worker_id, short_error(err))
-                w.alive = False
-                ray.kill(w.actor)
-            w.ready = []
+        for w in [w for w in self.workers if w.ready]:
+            self._started(w)
         self.workers = [w for w in self.workers if w.alive]
+
+    def _started(self, w: WorkerHandle) -> bool:
+        """Wait for ``w``'s start-up calls; one that fails or times out is killed (False)."""
+        try:
+            ray.get(w.ready, timeout=self.config.worker_start_timeout_s)
+        except (RayActorError, GetTimeoutError) as err:
+            LOG.warning("replacement rollout worker %s failed to start: %s", w.worker_id, short_error(err))
+            w.alive = False
+            ray.kill(w.actor)
+        w.ready = []
+        return w.alive

@@ -29,6 +29,9 @@ class WorkerHandle:
     alive: bool = True
     ready: list[ray.ObjectRef] = field(default_factory=list)
     slot: int = 0
+    lost_reason: str = ""  # once lost: why, the request ids re-run elsewhere, results it had returned
+    rerun_request_ids: list[str] = field(default_factory=list)
+    served_before_loss: int = 0
 
 
 @dataclass
@@ -51,9 +54,9 @@ class RolloutRun:
     back-to-back slices of ``slice_seconds``; when the last unit returns every running slice is told to stop at its
     next step.
 
-    A worker that dies (RayActorError) or hangs (past the per-round deadline of ``liveness``: it is killed) has its
-    unreturned units re-sent to the least-loaded survivors, or to a replacement from ``replace`` when none survive; a
-    unit's results are recorded only when its call returns, so no request is lost or counted twice.
+    A worker that dies or hangs (past ``liveness``'s per-round deadline: killed) is replaced at once by ``replace``
+    (at most one per starting worker; it serves on return); its unreturned units go to the least loaded of the
+    survivors and the replacement; results count when a call returns (none lost or counted twice).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class RolloutRun:
         self.last_slice: dict[str, int] = {}
         self.slices: list[tuple[str, SliceMetrics]] = []
         self.retried = 0
+        self.replacements_left = len(workers)
         self.first_idle: float | None = None
         self.start = 0.0
 
@@ -157,7 +161,7 @@ class RolloutRun:
             outputs = ray.get(ref)
         except RayActorError:
             self.log.warning("rollout worker %s died mid-rollout; its unfinished requests re-run", worker.worker_id)
-            self._lost(worker, [unit])
+            self._lost(worker, [unit], "died mid-rollout")
             return
         self._record(worker, unit, outputs)
         if not self.outstanding[worker.worker_id]:
@@ -181,7 +185,7 @@ class RolloutRun:
                 "rollout worker %s is hung (%s): killed; its requests re-run", worker.worker_id, verdict.reason
             )
             ray.kill(worker.actor, no_restart=True)
-            self._lost(worker, [])
+            self._lost(worker, [], f"hung mid-rollout ({verdict.reason})")
 
     def _end_slices(self) -> None:
         """Tell running slices to stop; wait for them, up to the round deadline (a worker that does not answer by
@@ -198,10 +202,11 @@ class RolloutRun:
                 self.log.warning("rollout worker %s did not end its co-training slice: killed", worker.worker_id)
                 ray.kill(worker.actor, no_restart=True)
                 worker.alive = False
+                worker.lost_reason, worker.served_before_loss = "kept co-training", self.served[worker.worker_id]
                 del self.slice_refs[ref]
 
-    def _lost(self, worker: WorkerHandle, units: list[WorkUnit]) -> None:
-        """``worker`` died: keep what it returned, re-send the rest to the survivors (or to a replacement)."""
+    def _lost(self, worker: WorkerHandle, units: list[WorkUnit], reason: str) -> None:
+        """``worker`` died: keep what it returned, replace it, re-send the rest to the survivors and the replacement."""
         worker.alive = False
         self.liveness.forget(worker.worker_id)
         wid = worker.worker_id
@@ -220,14 +225,17 @@ class RolloutRun:
             del self.slice_refs[ref]
         self.outstanding[wid] = 0
         self.load[wid] = 0.0
+        worker.lost_reason, worker.served_before_loss = reason, self.served[wid]
+        worker.rerun_request_ids = [self.requests[i].request_id for u in units for i in u.indices]
         survivors = [w for w in self.workers if w.alive]
-        if units and not survivors:
-            fresh = self.replace(worker)
-            if fresh is None:
-                raise RuntimeError("every rollout worker died; the rollout cannot finish")
+        fresh = self.replace(worker) if self.replacements_left > 0 else None
+        if fresh is not None:
+            self.replacements_left -= 1
             self.workers.append(fresh)
             self.load[fresh.worker_id] = 0.0
-            survivors = [fresh]
+            survivors.append(fresh)
+        if units and not survivors:
+            raise RuntimeError("every rollout worker died; the rollout cannot finish")
         for unit in sorted(units, key=lambda u: -u.work):
             target = min(survivors, key=lambda w: self.load[w.worker_id])
             self._send(target, unit, retry=True)
@@ -256,7 +264,7 @@ class RolloutRun:
             metrics: SliceMetrics = ray.get(ref)
         except RayActorError:
             if worker.alive:
-                self._lost(worker, [])
+                self._lost(worker, [], "died during a co-training slice")
             return
         except RayError as err:
             metrics = SliceMetrics(error=f"{type(err).__name__}: {err}")

@@ -79,6 +79,22 @@ class RoundRecord:
 
 
 @dataclass
+class WorkerReplacement:
+    """A rollout worker that was lost and replaced. ``rollout``: the manager's rollout index (0-based; the trainer's
+    step when it runs one rollout per step) during or before which it was lost; ``reason``: why (died, hung, failed);
+    ``rerun_request_ids``: its unfinished requests, re-run elsewhere; ``cotrain_sequences_lost``: co-training
+    sequences (the hidden states of the requests it had served this rollout) that died with it;
+    ``replacement_id``: the fresh worker in its slot (None when ``restart_failed_workers`` is off)."""
+
+    worker_id: str
+    rollout: int
+    reason: str
+    rerun_request_ids: list[str] = field(default_factory=list)
+    cotrain_sequences_lost: int = 0
+    replacement_id: str | None = None
+
+
+@dataclass
 class RolloutBatch:
     """Results in request order plus how the rollout went."""
 
@@ -90,6 +106,7 @@ class RolloutBatch:
     drafter: DrafterTrainingStats
     drafter_version: int
     retried_requests: int = 0
+    replacements: list[WorkerReplacement] = field(default_factory=list)
 
 
 DRAFT_VOCAB_KEY = "draft_vocab"  # a drafter state's entry for its reduced draft vocabulary (ids, not a weight)
