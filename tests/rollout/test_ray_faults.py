@@ -106,3 +106,37 @@ def test_local_ray_listens_on_loopback_only(manager):
     assert {f.process for f in found} >= {"gcs_server", "raylet"}, found
     public = [f for f in found if not f.loopback]
     assert public == [], f"listeners on non-loopback addresses: {public}"
+
+
+def test_worker_killed_mid_rollout_is_replaced_within_the_rollout_and_recorded(manager, checkpoint):
+    """kill -9 of a worker process mid-rollout: the replacement serves its re-run requests in the same rollout, and
+    the batch records the loss as a typed WorkerReplacement."""
+    requests = long_requests("kill9")
+    victim = manager.workers[0]
+    pid = ray.get(victim.actor.pid.remote())
+    served = ray.get(victim.actor.stats.remote()).requests_served
+    killed = threading.Event()
+
+    def kill_after_a_few() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed.is_set():
+            if ray.get(victim.actor.stats.remote()).requests_served >= served + 2:
+                os.kill(pid, signal.SIGKILL)
+                killed.set()
+            time.sleep(0.005)
+
+    rollout = manager.rollouts
+    killer = threading.Thread(target=kill_after_a_few)
+    killer.start()
+    batch = manager.generate(requests)
+    killer.join()
+    assert killed.is_set()
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    [lost] = batch.replacements
+    assert lost.worker_id == victim.worker_id and lost.rollout == rollout and "died" in lost.reason
+    assert lost.replacement_id in {w.worker_id for w in manager.workers}
+    rerun = {r.request_id: r.worker_id for r in batch.results if r.request_id in lost.rerun_request_ids}
+    assert len(rerun) == len(lost.rerun_request_ids) == batch.retried_requests >= 1
+    assert lost.replacement_id in set(rerun.values()), "the replacement serves re-run requests in the same rollout"
+    assert lost.cotrain_sequences_lost == 0  # this manager runs without co-training
+    assert manager.generate(mixed_requests(4, prefix="after-kill9")).replacements == []
