@@ -1,0 +1,95 @@
+"""The output guard of every command (issue 27, cases 1, 2, 4, 6): inputs are never outputs, a directory where a
+file goes (or a non-empty output directory without overwrite=true) is refused before any work, a second writer of
+the same output is refused while the first holds it, and a refused command writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.cli import main
+from fastrl.commands.output_guard import guard_outputs
+
+PROMPTS = [{"prompt": "3+4="}, {"prompt": "5+6="}]
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in PROMPTS))
+    return path
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_check_exact_never_writes_its_report_over_the_prompts(prompts, tmp_path, capsys):
+    before = prompts.read_bytes()
+    assert main(["check-exact", f"prompts={prompts}", f"report={prompts}", "strategy=8_4_32", "progress=false"]) == 2
+    assert "report=" in capsys.readouterr().err and prompts.read_bytes() == before
+    assert main(["check-exact", f"prompts={prompts}", f"report={tmp_path}", "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert f"report={tmp_path} is a directory" in err and "Traceback" not in err
+
+
+def test_export_drafter_refuses_a_directory_holding_a_model(tmp_path, capsys):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for f in bundled_model_dir().iterdir():
+        (victim / f.name).write_bytes(f.read_bytes())
+    before = _snapshot(victim)
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(victim), "--format", "sglang"]) == 2
+    assert "not empty" in capsys.readouterr().err and _snapshot(victim) == before
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(bundled_drafter_dir()), "overwrite=true"]) == 2
+    assert "is the drafter file" in capsys.readouterr().err
+
+
+def test_export_drafter_with_a_bad_bandit_state_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"config": 1}')
+    out = tmp_path / "out"
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), f"bandit_state={bad}"]) == 2
+    assert f"bandit_state={bad}: not a fastrl bandit state_dict" in capsys.readouterr().err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.json"]
+
+
+def test_export_drafter_overwrite_replaces_its_files_and_keeps_others(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "model.safetensors").write_text("stale")
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), "overwrite=true"]) == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").stat().st_size > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no staging directory or lock file is left"
+
+
+def test_a_second_writer_of_the_same_output_is_refused(prompts, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    out.write_text("")
+    with guard_outputs({"output": str(out)}, {}):  # another command holds the output
+        args = ["generate", f"prompts={prompts}", f"output={out}", "max_new_tokens=4", "progress=false"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"output={out} is being written by another fastrl command (pid {os.getpid()})" in err
+        assert out.read_text() == ""
+    assert main(args) == 0 and len(out.read_text().splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
+
+
+def test_train_drafter_refuses_an_existing_output_before_any_work(tmp_path, capsys):
+    out = tmp_path / "drafter"
+    out.mkdir()
+    (out / "drafter_config.json").write_text("{}")
+    assert main(["train-drafter", f"output={out}", "num_prompts=1", "eval_prompts=1", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"output={out} is a directory that is not empty" in err and "overwrite=true" in err
+    assert (out / "drafter_config.json").read_text() == "{}"
+
+
+def test_bench_output_that_is_a_directory_is_refused_before_any_work(tmp_path, capsys):
+    assert main(["bench", f"output={tmp_path}", "suites=[spec_bs1]"]) == 2
+    assert f"output={tmp_path} is a directory" in capsys.readouterr().err
