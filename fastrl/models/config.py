@@ -71,7 +71,8 @@ class ModelConfig:
             )
         if self.hidden_size % self.num_attention_heads != 0:  # transformers refuses it too, even with a head_dim
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads ({self.num_attention_heads})"
+                f"hidden_size ({self.hidden_size}) is not a multiple of "
+                f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads

@@ -157,3 +157,28 @@ def test_cli_writes_checkpoint_and_selection_configs(tmp_path):
     winners = write_selection_configs(state, tmp_path / "again", "draft")
     assert [str(w.strategy) for w in winners][0] == "3_1_4" and str(winners[-1].strategy) == "disable"
     assert main(["export-drafter", str(bundled_drafter_dir()), str(out), "--format", "onnx"]) == 2
+
+
+def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucket_is_disabled(tmp_path, capsys):
+    """A `fastrl train` checkpoint's rollout_selector.json ({"workers": [state, ...]}) is read with all workers'
+    observations merged; a bucket whose winner is a history arm or plain decoding says why it is disabled."""
+    config = BanditConfig(strategies=["3_1_4", "suffix_8", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0)
+    spec, suffix = Strategy.parse("3_1_4"), Strategy.parse("suffix_8")
+    workers = [BanditSelector(config), BanditSelector(config)]
+    for _ in range(4):  # worker 0 sees only batch size 1 (suffix_8 wins), worker 1 only 32 (plain decoding wins)
+        for s, t in ((spec, 0.010), (suffix, 0.005), (DISABLE, 0.012)):
+            d = 3 * (s != DISABLE)
+            workers[0].observe(RoundStats(s, 1, [d], [d], [1 + d], t))
+        for s, t in ((spec, 0.080), (suffix, 0.090), (DISABLE, 0.020)):
+            workers[1].observe(RoundStats(s, 32, [3 * (s != DISABLE)] * 32, [0] * 32, [1] * 32, t))
+    state = tmp_path / "rollout_selector.json"
+    state.write_text(json.dumps({"workers": [w.state_dict() for w in workers]}))
+    out = tmp_path / "out"
+    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), f"bandit_state={state}"]) == 0
+    sglang = json.loads((out / "sglang_adaptive_config.json").read_text())
+    assert sglang["1"]["disable"] and "suffix_8 drafts from history" in sglang["1"]["disable_reason"]
+    assert sglang["21"]["disable"] and "plain decoding had the best estimate" in sglang["21"]["disable_reason"]
+    rows = json.loads((out / "bandit_winners.json").read_text())
+    assert (rows[0]["strategy"], rows[-1]["strategy"]) == ("suffix_8", "disable")
+    assert rows[0]["pulls"] == 4 and rows[-1]["pulls"] == 4, "each bucket holds the worker that observed it"
+    assert "plain decoding: " in capsys.readouterr().out

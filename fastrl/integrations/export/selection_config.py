@@ -93,7 +93,7 @@ def disable_reason(winner: BucketWinner) -> str | None:
         )
     if winner.estimate is None:
         return "the bandit observed no round in this bucket; its first arm (plain decoding) is kept"
-    return f"plain decoding had the best estimate ({winner.estimate:.4g}) over {winner.pulls} rounds"
+    return f"plain decoding had the best estimate ({winner.estimate:.4g}; {winner.pulls} rounds of it in this bucket)"
 
 
 def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list[BucketWinner]:
