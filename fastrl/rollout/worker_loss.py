@@ -26,12 +26,12 @@ def log_loss(log: logging.Logger, record: WorkerReplacement, records: list[Worke
     co-training data lost, the replacement."""
     records.append(record)
     log.warning(
-        "rollout %d: worker %s %s; %d requests re-run (%s); %d co-training sequences lost; replacement: %s",
+        "rollout %d: worker %s %s; %s; %d requests re-run (%s); %d co-training sequences lost",
         record.rollout,
         record.worker_id,
         record.reason,
+        f"replaced by {record.replacement_id}" if record.replacement_id else "not replaced (restart_failed_workers)",
         len(record.rerun_request_ids),
         ", ".join(record.rerun_request_ids) or "none",
         record.cotrain_sequences_lost,
-        record.replacement_id or "none (restart_failed_workers=false)",
     )
