@@ -189,7 +189,8 @@ def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> l
 
 
 def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> GenerateInput:
-    """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`."""
+    """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`; without
+    a "seed" of its own the line's seed is `cfg.seed` + its index among the prompt lines (blank lines do not count)."""
     where = f"{cfg.prompts}:{line.line_no}"
     ids = line_token_ids(line, tokenizer, cfg.chat_template, where, cfg.model or "the bundled model")
     seed = line.seed if line.seed is not None else (cfg.seed + line.index) % MAX_SEED
