@@ -122,6 +122,9 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
     kept = sum(r.worker_id == victim.worker_id for r in batch.results)
     assert batch.retried_requests >= 1 and kept >= 1, "results returned before the kill are kept, the rest re-run"
     assert {t.worker_id: t.requests for t in batch.workers}[victim.worker_id] == kept
+    [lost] = batch.replacements  # the loss, as the trainer sees it
+    assert (lost.worker_id, len(lost.rerun_request_ids)) == (victim.worker_id, batch.retried_requests)
+    assert lost.cotrain_sequences_lost == kept, "the hidden states of what it served died with its buffer"
     # the dead worker was replaced by a fresh actor running the current versions
     assert manager.replaced_workers == 1 and len(manager.workers) == 2
     stats = manager.worker_stats()
