@@ -26,7 +26,8 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
-    with guard_outputs({"report": cfg.report}, {"prompts": cfg.prompts, "ema_json": cfg.ema_json}) as targets:
+    inputs = {"prompts": cfg.prompts, "ema_json": cfg.ema_json, "model": str(model_dir), "drafter": cfg.drafter}
+    with guard_outputs({"report": cfg.report}, inputs) as targets:
         return _check(cfg, model_dir, targets)
 
 

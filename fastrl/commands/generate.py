@@ -47,7 +47,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     model_dir = resolve_model_dir(cfg.model)
     targets = guard_outputs(
         {"output": cfg.output, "stats_output": cfg.stats_output, "plot_output": cfg.plot_output},
-        {"prompts": cfg.prompts, "ema_json": cfg.ema_json},
+        {"prompts": cfg.prompts, "ema_json": cfg.ema_json, "model": str(model_dir), "drafter": cfg.drafter},
     )
     try:
         ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema

@@ -93,3 +93,14 @@ def test_train_drafter_refuses_an_existing_output_before_any_work(tmp_path, caps
 def test_bench_output_that_is_a_directory_is_refused_before_any_work(tmp_path, capsys):
     assert main(["bench", f"output={tmp_path}", "suites=[spec_bs1]"]) == 2
     assert f"output={tmp_path} is a directory" in capsys.readouterr().err
+
+
+def test_an_output_that_is_a_file_of_the_model_is_refused(prompts, tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in bundled_model_dir().iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    before = _snapshot(model)
+    args = ["generate", f"model={model}", f"prompts={prompts}", f"output={model / 'config.json'}", "progress=false"]
+    assert main(args) == 2
+    assert "is a file of the model directory" in capsys.readouterr().err and _snapshot(model) == before
