@@ -9,13 +9,13 @@ from pathlib import Path
 import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
-from fastrl.commands.engine_setup import build_engine, request_context, resolve_model_dir
+from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
 from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.exactness.compare import ExactnessReport, compare_runs
-from fastrl.models.checkpoint import load_model
+from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 
 EXIT_BUG = 1
@@ -35,17 +35,22 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
     lines = read_prompts(cfg.prompts)
     cfg.check_workload("check_exact", len(lines))
     tokenizer = load_tokenizer(model_dir)
-    policy = load_model(model_dir)
     inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
     ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
-    context = request_context(policy.config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
-    runs = {}
-    for name, strategy, batch in (
-        ("plain", "disable", cfg.plain_batch_size or cfg.batch_size),
-        ("speculative", cfg.strategy, cfg.batch_size),
+    model_config = read_config(model_dir)
+    context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
+    configs = {}
+    for name, key, batch in (
+        ("plain", "plain_batch_size", cfg.plain_batch_size or cfg.batch_size),
+        ("speculative", "batch_size", cfg.batch_size),
     ):
-        config = EngineConfig(max_batch_size=batch, max_model_len=context, device=cfg.device, dtype=cfg.dtype)
-        engine = build_engine(policy, model_dir, strategy, cfg.drafter, config, bandit=cfg.bandit, ema=ema)
+        slots = min(batch, len(inputs))
+        configs[name] = EngineConfig(max_batch_size=slots, max_model_len=context, device=cfg.device, dtype=cfg.dtype)
+        check_kv_memory(key, model_config, slots, configs[name].torch_dtype, cfg.device, context)
+    policy = load_model(model_dir)
+    runs = {}
+    for name, strategy in (("plain", "disable"), ("speculative", cfg.strategy)):
+        engine = build_engine(policy, model_dir, strategy, cfg.drafter, configs[name], bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
     for index, item in enumerate(report.items):
