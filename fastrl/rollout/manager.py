@@ -276,10 +276,13 @@ class RayRolloutManager:
             self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
 
     def _await_ready(self) -> None:
-        """Finish a co-training round left running; wait for replacements to start (one that fails is dropped)."""
+        """Finish a co-training round left running; replace the workers it lost and wait for replacements to start
+        (one that fails is replaced again, as many times as there are slots; without replacement the dead go)."""
         self._rounds.close()
-        for w in [w for w in self.workers if w.ready]:
-            self._started(w)
+        for _ in range(len(self.workers) + 1):
+            self._replace_dead()
+            for w in [w for w in self.workers if w.ready]:
+                self._started(w)
         self.workers = [w for w in self.workers if w.alive]
 
     def _started(self, w: WorkerHandle) -> bool:

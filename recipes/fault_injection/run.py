@@ -186,7 +186,8 @@ def run_interrupted(out: Path, steps: int, fault: Fault) -> list[dict]:
     left = [p for p in tree if Path(f"/proc/{p}").exists()]
     still_listening = listeners(set(left))
     print(f"  driver exit code {proc.returncode}; processes left: {len(left)}; listeners left: {len(still_listening)}")
-    done = len(metrics(first))
+    # the latest complete checkpoint (the signal may land while the next one is still being written)
+    done = max((int(c.name[5:]) for c in (first / "checkpoints").glob("step_*") if c.name[5:].isdigit()), default=0)
     checkpoint = first / "checkpoints" / f"step_{done:06d}"
     resumed = launch(second, steps, f"resume={checkpoint}")
     resumed.wait(timeout=900)
