@@ -214,6 +214,7 @@ def train_fault_rows(out: Path) -> list[tuple[str, str, str, bool]]:
     """Run run.py (the worker and driver faults of `fastrl train`) and turn its per-fault lines into rows."""
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("run.py")), "--out", str(out)], text=True,
                           capture_output=True, timeout=3600)  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
     (out / "run_py.txt").write_text(proc.stdout + proc.stderr)
     rows = []
     for m in re.finditer(r"^\s+(SIG\w+)\s+(mid-rollout|between rollouts)\s+step (\d+): (\w+)", proc.stdout, re.M):
