@@ -122,7 +122,10 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
 def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
     """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own ([]
     for a fresh run, or when there is no stats file to merge)."""
-    if not resuming or "stats_output" not in targets or not targets["stats_output"].exists:
+    if not resuming or "stats_output" not in targets:
+        return []
+    if not targets["stats_output"].exists:
+        print("fastrl generate: stats_output covers only the rest: the earlier run wrote no stats", file=sys.stderr)
         return []
     return read_round_log(targets["stats_output"].path)
 
