@@ -140,3 +140,18 @@ def test_worker_killed_mid_rollout_is_replaced_within_the_rollout_and_recorded(m
     assert lost.replacement_id in set(rerun.values()), "the replacement serves re-run requests in the same rollout"
     assert lost.cotrain_sequences_lost == 0  # this manager runs without co-training
     assert manager.generate(mixed_requests(4, prefix="after-kill9")).replacements == []
+
+
+def test_a_worker_found_dead_by_any_call_is_replaced_not_dropped(manager, checkpoint):
+    """A worker whose death a report call finds (not the health check before a rollout) is replaced by the next
+    call; it used to be dropped, so two such losses left no worker."""
+    victim = manager.workers[1]
+    os.kill(ray.get(victim.actor.pid.remote()), signal.SIGKILL)
+    time.sleep(0.5)
+    assert len(manager.worker_stats()) == 1  # this call finds it dead
+    assert len(manager.worker_stats()) == 2  # the next one has replaced it
+    assert victim.worker_id not in {w.worker_id for w in manager.workers}
+    requests = mixed_requests(4, prefix="after-found-dead")
+    batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    assert [(r.worker_id, r.rerun_request_ids) for r in batch.replacements] == [(victim.worker_id, [])]
