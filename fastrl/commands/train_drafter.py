@@ -11,13 +11,14 @@ import torch
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.output_guard import guard_outputs
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
-from fastrl.commands.train_drafter_prompts import train_on_prompts
+from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
+from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafter_checkpoint import save_drafter
+from fastrl.speculative.drafter_checkpoint import load_drafter, save_drafter
 
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
@@ -37,13 +38,11 @@ def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
         raise ValueError(f"train-drafter tokenizes prompts and needs a tokenizer in {model_dir}")
     policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
-    drafter = EagleDrafter(policy.config).to(cfg.device)
-    report = (
-        train_on_prompts(policy, drafter, tokenizer, cfg)
-        if cfg.prompts
-        else train_offline(policy, drafter, tokenizer, cfg)
-    )
+    drafter = initial_drafter(policy, cfg)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
+    train_prompts, held_prompts = training_prompts(tokenizer, cfg)
+    identity = {"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter}
+    report = train_offline(policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity)
     save_drafter(drafter, cfg.output, policy_name=policy_name, version=1)
     metrics = {
         "policy": policy_name,
@@ -56,3 +55,14 @@ def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     (Path(cfg.output) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")
     return report
+
+
+def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
+    """A fresh drafter, or the one `init_drafter` names (its weights and draft vocabulary)."""
+    if not cfg.init_drafter:
+        return EagleDrafter(policy.config).to(cfg.device)
+    try:
+        drafter = load_drafter(cfg.init_drafter, policy, cfg.device)[0]
+    except ValueError as err:
+        raise ValueError(f"train_drafter.init_drafter={cfg.init_drafter}: {err}") from None
+    return drafter.float()

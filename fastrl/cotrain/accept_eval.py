@@ -22,15 +22,10 @@ class AcceptResult:
 
 
 def measure_accept_length(
-    policy: CausalLM,
-    drafter: EagleDrafter,
-    inputs: list[GenerateInput],
-    strategy: str,
-    batch_size: int = 16,
-    device: str = "cpu",
+    policy: CausalLM, drafter: EagleDrafter, inputs: list[GenerateInput], strategy: str, config: EngineConfig
 ) -> float:
-    """Run `inputs` with a fixed strategy; token-weighted mean accept length over all rows of all rounds."""
-    config = EngineConfig(max_batch_size=batch_size, device=device)
+    """Run `inputs` with a fixed strategy in an engine of `config` (its max_batch_size is the batch size);
+    token-weighted mean accept length over all rows of all rounds."""
     engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     engine.generate(inputs)
     return RoundTotals.of(engine.round_stats).mean_accept_length

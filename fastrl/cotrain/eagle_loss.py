@@ -1,4 +1,12 @@
-"""The EAGLE training loss: regress the next policy feature, and match the policy's next-token distribution.
+"""The EAGLE training loss with a training-time test (EAGLE-3): the drafter is unrolled on its own outputs as
+drafting runs it, and every unrolled step is scored against the policy.
+
+Step 0 is EAGLE-1's loss: entry j reads the policy's feature f_{p-1} and token x_p (p = position of entry j) and
+predicts g_p ≈ f_p. Step k (k >= 1) is the k-th draft of a chain rooted at entry j: it reads token x_{p+k} and the
+drafter's own step-(k-1) output at the same root, sits at position p+k, and attends to the real entries up to j
+plus the chain's own entries of steps 1..k, exactly what a draft step attends to in the drafter's cache. Its target
+is f_{p+k}. Each step is one batched forward over every root of the batch (the keys of earlier steps kept in
+`UnrolledKV`), and gradients flow through the drafter's own features from step to step.
 
 With a draft vocabulary set on the drafter, the token term is taken over that vocabulary only, as the drafter
 drafts: both distributions are the policy's LM head restricted to those K rows (the target is the policy's
@@ -7,57 +15,150 @@ distribution conditioned on the draft vocabulary). The head then costs K/V of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from fastrl.cotrain.feature_sequence import FeatureBatch
+from fastrl.cotrain.unrolled_kv import UnrolledKV
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
-CE_WEIGHT = 0.1
+
+@dataclass
+class EagleLossConfig:
+    """Weights of the loss terms and the depth of the training-time test.
+
+    total = sum_k w_k * (feature_weight * smooth-L1(g, f) + ce_weight * CE(policy, drafter)) / sum_k w_k over the
+    unrolled steps k = 0..ttt_steps-1, with w_k = step_weights[k] when given, else step_decay ** k.
+    """
+
+    ttt_steps: int = 1
+    step_weights: list[float] = field(default_factory=list)
+    step_decay: float = 0.8
+    feature_weight: float = 1.0
+    ce_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.ttt_steps < 1:
+            raise ValueError(f"drafter_trainer.ttt_steps must be >= 1 (1 = no unrolling), got {self.ttt_steps}")
+        if self.step_weights and len(self.step_weights) != self.ttt_steps:
+            raise ValueError(
+                f"drafter_trainer.step_weights needs one weight per unrolled step ({self.ttt_steps}), "
+                f"got {list(self.step_weights)}"
+            )
+        if any(w < 0 for w in self.step_weights) or (self.step_weights and sum(self.step_weights) <= 0):
+            raise ValueError(
+                f"drafter_trainer.step_weights must be >= 0 with a positive sum, got {list(self.step_weights)}"
+            )
+        if self.step_decay <= 0:
+            raise ValueError(f"drafter_trainer.step_decay must be > 0, got {self.step_decay}")
+        if self.feature_weight < 0 or self.ce_weight < 0 or self.feature_weight + self.ce_weight <= 0:
+            raise ValueError(
+                f"drafter_trainer.feature_weight and ce_weight must be >= 0, not both 0; "
+                f"got {self.feature_weight}, {self.ce_weight}"
+            )
+
+    def weights(self) -> list[float]:
+        """Per-step weights, normalised to sum to 1."""
+        raw = list(self.step_weights) or [self.step_decay**k for k in range(self.ttt_steps)]
+        total = sum(raw)
+        return [w / total for w in raw]
 
 
 @dataclass
 class EagleLoss:
-    """Loss terms (scalars) and top-1 agreement with the policy over the batch's targets."""
+    """Loss terms (scalars, step-weighted), top-1 agreement with the policy at step 0 (EAGLE-1's measure) and at
+    every unrolled step, over the batch's targets."""
 
     total: Tensor
     feature: Tensor
     token: Tensor
     top1: Tensor
     count: int
+    step_top1: list[float]
 
 
 def eagle_loss(
     drafter: EagleDrafter,
     policy: CausalLM,
     batch: FeatureBatch,
+    config: EagleLossConfig | None = None,
     feature_noise: float = 0.0,
-    ce_weight: float = CE_WEIGHT,
 ) -> EagleLoss:
-    """smooth-L1(g_p, f_p) + ce_weight * CE(softmax(head(f_p)), head(g_p)) over entries with a target; `head` is
-    ``loss_head``: the policy's LM head, restricted to the drafter's draft vocabulary when one is set.
+    """The step-weighted EAGLE loss of `config` over entries with a target; `head` is ``loss_head``: the policy's
+    LM head, restricted to the drafter's draft vocabulary when one is set.
 
-    `feature_noise` adds U(-a, a) to the input features (EAGLE's robustness to its own predicted features).
-    # batch [B,S] entries -> scalars
+    `feature_noise` adds U(-a, a) to the policy features step 0 reads (EAGLE's robustness to its own predicted
+    features; the unrolled steps read the predictions themselves).  # batch [B,S] entries -> scalars
     """
+    config = config or EagleLossConfig()
     features = batch.features
     if feature_noise > 0:
         features = features + (torch.rand_like(features) * 2 - 1) * feature_noise
-    pred = drafter(policy, batch.tokens, features, batch.positions)  # [B,S,H], causal, no cache
-    m = batch.mask
-    pred_m, target_m = pred[m], batch.targets[m]
-    feature = F.smooth_l1_loss(pred_m, target_m)
     head = loss_head(drafter, policy)
-    with torch.no_grad():
-        target_logp = torch.log_softmax(F.linear(target_m, head), dim=-1)
-    pred_logp = torch.log_softmax(F.linear(pred_m, head), dim=-1)
-    token = -(target_logp.exp() * pred_logp).sum(-1).mean()
-    top1 = (pred_logp.argmax(-1) == target_logp.argmax(-1)).float().mean()
-    return EagleLoss(feature + ce_weight * token, feature.detach(), token.detach(), top1.detach(), int(m.sum()))
+    weights = config.weights()
+    total = feature = token = batch.features.new_zeros(())
+    step_top1: list[float] = []
+    top1 = batch.features.new_zeros(())
+    for k, pred in enumerate(unrolled_predictions(drafter, policy, batch.tokens, features, batch.positions, weights)):
+        m = shifted(batch.mask, k, False)
+        if not bool(m.any()):
+            step_top1.append(float("nan"))
+            continue
+        pred_m, target_m = pred[m], shifted(batch.targets, k, 0.0)[m]
+        step_feature = F.smooth_l1_loss(pred_m, target_m)
+        with torch.no_grad():
+            target_logp = torch.log_softmax(F.linear(target_m, head), dim=-1)
+        pred_logp = torch.log_softmax(F.linear(pred_m, head), dim=-1)
+        step_token = -(target_logp.exp() * pred_logp).sum(-1).mean()
+        agree = (pred_logp.argmax(-1) == target_logp.argmax(-1)).float().mean().detach()
+        if k == 0:
+            top1 = agree
+        step_top1.append(float(agree))
+        total = total + weights[k] * (config.feature_weight * step_feature + config.ce_weight * step_token)
+        feature = feature + weights[k] * step_feature.detach()
+        token = token + weights[k] * step_token.detach()
+    return EagleLoss(total, feature, token, top1, int(batch.mask.sum()), step_top1)
+
+
+def unrolled_predictions(
+    drafter: EagleDrafter, policy: CausalLM, tokens: Tensor, features: Tensor, positions: Tensor, weights: list[float]
+) -> list[Tensor]:
+    """The drafter's outputs at every unrolled step (len(weights) of them), root j of step k at index j.
+
+    # tokens [B,S], features [B,S,H], positions [B,S] -> ttt_steps x [B,S,H]
+    """
+    if len(weights) == 1:
+        return [drafter(policy, tokens, features, positions)]  # causal, no cache
+    b, s = tokens.shape
+    cache = UnrolledKV()
+    slots = torch.arange(b, device=tokens.device)
+    preds: list[Tensor] = []
+    for k in range(len(weights)):
+        mask = ttt_mask(s, k, tokens.device).expand(b, s, (k + 1) * s)
+        index = positions + k  # cache index is unused by UnrolledKV; the write order is the layout
+        step_features = features if k == 0 else preds[-1]
+        preds.append(drafter(policy, shifted(tokens, k, 0), step_features, positions + k, cache, slots, index, mask))
+    return preds
+
+
+def ttt_mask(s: int, k: int, device: torch.device) -> Tensor:
+    """Who step k's root j attends to among the (k+1)·S entries of steps 0..k: the real (step-0) entries up to j,
+    and its own chain's entries of steps 1..k (the diagonal of each).  # -> [S,(k+1)S] bool"""
+    causal = torch.ones(s, s, dtype=torch.bool, device=device).tril()
+    diagonal = torch.eye(s, dtype=torch.bool, device=device)
+    return torch.cat([causal] + [diagonal] * k, dim=-1)
+
+
+def shifted(x: Tensor, k: int, fill: float | bool) -> Tensor:
+    """x moved k entries left along the sequence axis, `fill` in the k freed entries.  # [B,S,...] -> [B,S,...]"""
+    if k == 0:
+        return x
+    pad = torch.full_like(x[:, :k], fill)
+    return torch.cat([x[:, k:], pad], dim=1)
 
 
 def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:

@@ -1,25 +1,29 @@
-"""Offline drafter training: sample rollouts from the policy, take its features, fit the drafter, measure it."""
+"""Offline drafter training: stream the policy's rollouts of training prompts into the drafter, measure it on
+held-out prompts (loss, top-1 and accept length after every epoch, accept lengths per strategy at the end)."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from fastrl.cotrain.accept_eval import AcceptResult, measure_accept_length
-from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, DrafterTrainerConfig, make_batches
+from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
-from fastrl.engine.config import EngineConfig
-from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards
+from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
+from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
-from fastrl.speculative.draft_vocab import coverage, most_frequent_tokens
 from fastrl.speculative.drafter import EagleDrafter
+
+# Settings that do not change what a streamed run trains (a resumed run may change them).
+RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
 
 
 @dataclass
@@ -29,97 +33,118 @@ class OfflineDrafterConfig:
     num_prompts: int = 1024
     eval_prompts: int = 64
     temperature: float = 1.0
+    rollout_temperatures: list[float] = field(default_factory=list)  # one pass per temperature; [] = [temperature]
+    samples_per_prompt: int = 1
     max_new_tokens: int = 1024
     gen_batch_size: int = 64
+    shard_requests: int = 256  # requests generated, featurized and trained on at a time (bounds memory)
     epochs: int = 4
     seed: int = 0
     accept_strategies: list[str] = field(default_factory=lambda: ["3_1_4", "8_4_32"])
     accept_requests: int = 16
+    accept_batch_size: int = 16
     device: str = "cpu"
-    draft_vocab_size: int = 0  # > 0: draft over the K most frequent tokens of the training rollouts
+    draft_vocab_size: int = 0  # > 0: draft over the K most frequent tokens of the first shard's rollouts
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+
+    def __post_init__(self) -> None:
+        positive = ("num_prompts", "eval_prompts", "samples_per_prompt", "shard_requests", "epochs", "accept_requests")
+        for key in positive + ("accept_batch_size", "gen_batch_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"train_drafter.{key} must be >= 1, got {getattr(self, key)}")
+        if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
+            raise ValueError(
+                f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "
+                f"and {self.temperature}"
+            )
+
+    @property
+    def temperatures(self) -> list[float]:
+        return list(self.rollout_temperatures) or [self.temperature]
 
 
 @dataclass
 class OfflineDrafterReport:
-    """Per-epoch evaluation and the final accept lengths (per strategy and temperature)."""
+    """Per-epoch held-out evaluation and the final accept lengths (per strategy and temperature)."""
 
-    epochs: list[DrafterMetrics]
+    epochs: list[EpochReport]
     accept_lengths: list[AcceptResult]
     train_sequences: int
     train_tokens: int
 
 
-def rollout_sequences(
-    policy: CausalLM, tokenizer: Any, cfg: OfflineDrafterConfig, count: int, seed: int
-) -> list[list[int]]:
-    """Sample `count` task rollouts from the policy; returns prompt + response ids."""
-    task = ArithChainTask()
-    rng = random.Random(seed)
-    prompts = [tokenizer(task.sample_problem(rng).prompt)["input_ids"] for _ in range(count)]
-    params = [
-        SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed * 100003 + i)
-        for i in range(count)
+def task_prompts(tokenizer: Any, count: int, seed: int) -> list[list[int]]:
+    """`count` prompts of the bundled arithmetic task, drawn with `seed`."""
+    task, rng = ArithChainTask(), random.Random(seed)
+    return [tokenizer(task.sample_problem(rng).prompt)["input_ids"] for _ in range(count)]
+
+
+def accept_inputs(prompts: list[list[int]], temperature: float, cfg: OfflineDrafterConfig) -> list[GenerateInput]:
+    """The held-out requests accept length is measured on (seeds 0..n-1)."""
+    return [
+        GenerateInput(p, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, seed=i))
+        for i, p in enumerate(prompts[: cfg.accept_requests])
     ]
-    engine = Engine(policy, EngineConfig(max_batch_size=cfg.gen_batch_size, device=cfg.device))
-    outs = engine.generate([GenerateInput(p, q) for p, q in zip(prompts, params, strict=True)], progress=True)
-    return [o.prompt_ids + o.token_ids for o in outs]
 
 
-def fit_drafter(
-    policy: CausalLM,
-    drafter: EagleDrafter,
-    train_ids: list[list[int]],
-    eval_ids: list[list[int]],
-    cfg: OfflineDrafterConfig,
-) -> tuple[list[DrafterMetrics], list]:
-    """Fit `drafter` in place on the policy's features of `train_ids` for cfg.epochs (cosine over the whole run
-    unless the trainer sets total_steps), first restricting it to the draft_vocab_size most frequent tokens of the
-    training sequences when > 0; held-out metrics on `eval_ids` after each epoch. Returns (per-epoch metrics,
-    the training FeatureSequences)."""
-    if cfg.draft_vocab_size > 0:
-        vocab = most_frequent_tokens(train_ids, cfg.draft_vocab_size, policy.config.vocab_size)
-        drafter.set_draft_vocab(vocab)
-        print(f"draft vocabulary: {vocab.numel()} tokens cover {coverage(eval_ids, vocab):.4f} of held-out tokens")
-    train = policy_features(policy, train_ids)
-    held_out = policy_features(policy, eval_ids)
-    trainer_cfg = cfg.trainer
-    if trainer_cfg.total_steps == 0:  # cosine over the whole run
-        per_epoch = len(make_batches(train, trainer_cfg.max_tokens_per_batch))
-        trainer_cfg = dataclasses.replace(trainer_cfg, total_steps=per_epoch * cfg.epochs)
-    trainer = DrafterTrainer(drafter, policy, trainer_cfg)
-    epochs = []
-    for epoch in range(cfg.epochs):
-        bar = tqdm(trainer.train_epoch(train), desc=f"drafter epoch {epoch + 1}/{cfg.epochs}", unit="step", leave=False)
-        for last in bar:
-            bar.set_postfix(loss=f"{last.loss:.3f}", top1=f"{last.top1:.3f}")
-        metrics = trainer.evaluate(held_out)
-        epochs.append(metrics)
-        print(f"epoch {epoch + 1}: held-out loss {metrics.loss:.4f}, top-1 {metrics.top1:.3f}", flush=True)
-    return epochs, train
+def fingerprint(cfg: OfflineDrafterConfig, extra: dict) -> dict:
+    """The settings a resumed run must share with the run it resumes."""
+    raw = dataclasses.asdict(cfg)
+    return {**{k: v for k, v in raw.items() if k in {f.name for f in dataclasses.fields(OfflineDrafterConfig)}
+               and k not in RESUMABLE_KEYS}, **extra}  # fmt: skip
 
 
 def train_offline(
-    policy: CausalLM, drafter: EagleDrafter, tokenizer: Any, cfg: OfflineDrafterConfig
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    train_prompts: list[list[int]],
+    held_prompts: list[list[int]],
+    cfg: OfflineDrafterConfig,
+    stream_dir: str | Path,
+    policy_name: str,
+    identity: dict | None = None,
 ) -> OfflineDrafterReport:
-    """The whole offline recipe; `drafter` is trained in place."""
+    """Stream rollouts of `train_prompts` (samples_per_prompt each, one pass per rollout temperature) into
+    `drafter` (trained in place) for cfg.epochs, resuming from `stream_dir` when it holds this run; held-out
+    rollouts of `held_prompts` for loss and top-1, accept length on them after each epoch (first strategy, at
+    `temperature`) and at the end (every strategy, T=0 and T=`temperature`). `identity`: what else a resumed run
+    must match (the prompts' source, the initial drafter)."""
     torch.manual_seed(cfg.seed)
-    train_ids = rollout_sequences(policy, tokenizer, cfg, cfg.num_prompts, cfg.seed)
-    eval_ids = rollout_sequences(policy, tokenizer, cfg, cfg.eval_prompts, cfg.seed + 1)
-    epochs, train = fit_drafter(policy, drafter, train_ids, eval_ids, cfg)
+    temperatures = cfg.temperatures
+    plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed)
+    shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
+    held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1)
+    held_ids = held_plan.generate(policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
+    print(f"{len(plan)} training requests in {shards.count} shards, {len(held_ids)} held out", flush=True)
+    trainer = DrafterTrainer(drafter, policy, dataclasses.replace(cfg.trainer))
+
+    def epoch_accept() -> float:
+        inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
+        return measure(policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
+
+    run = StreamRun(
+        policy, trainer, shards, policy_features(policy, held_ids), epoch_accept, cfg.epochs, cfg.draft_vocab_size,
+        cfg.gen_batch_size, cfg.device, policy_name,
+    )  # fmt: skip
+    state = run.run(fingerprint(cfg, {"prompts": len(train_prompts), **(identity or {})}))
     accept = []
-    rng = random.Random(cfg.seed + 2)
-    task = ArithChainTask()
     for temperature in (0.0, cfg.temperature):
-        inputs = [
-            GenerateInput(
-                tokenizer(task.sample_problem(rng).prompt)["input_ids"],
-                SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, seed=i),
-            )
-            for i in range(cfg.accept_requests)
-        ]
+        inputs = accept_inputs(held_prompts, temperature, cfg)
         for strategy in cfg.accept_strategies:
-            length = measure_accept_length(policy, drafter, inputs, strategy, device=cfg.device)
+            length = measure(policy, drafter, held_plan, inputs, strategy, cfg)
             accept.append(AcceptResult(strategy, temperature, length))
             print(f"accept length {strategy} T={temperature}: {length:.2f}", flush=True)
-    return OfflineDrafterReport(epochs, accept, len(train), sum(s.num_targets for s in train))
+    return OfflineDrafterReport(state.epochs, accept, len(plan), state.tokens // max(1, cfg.epochs))
+
+
+def measure(
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    plan: RolloutPlan,
+    inputs: list[GenerateInput],
+    strategy: str,
+    cfg: OfflineDrafterConfig,
+) -> float:
+    """Accept length of `strategy` on `inputs`, in an engine sized like the plan's."""
+    config = plan.engine_config(cfg.accept_batch_size, cfg.device)
+    return measure_accept_length(policy, drafter, inputs, strategy, config)

@@ -67,3 +67,14 @@ def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
     info = read_drafter_info(tmp_path / "drafter")
     assert info.version == 1 and info.draft_vocab_size == 16
     assert json.loads((tmp_path / "drafter" / "metrics.json").read_text())["config"]["prompts"] == path
+
+
+@pytest.mark.parametrize("key", ["samples_per_prompt", "shard_requests", "accept_batch_size"])
+def test_counts_below_one_name_the_key(key):
+    with pytest.raises(ValueError, match=f"train_drafter.{key} must be >= 1"):
+        TrainDrafterConfig(**{key: 0})
+
+
+def test_stream_dir_defaults_beside_the_output():
+    assert TrainDrafterConfig(output="runs/d/").stream_path == "runs/d.stream"
+    assert TrainDrafterConfig(output="runs/d", stream_dir="s").stream_path == "s"

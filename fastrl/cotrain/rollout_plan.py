@@ -1,0 +1,81 @@
+"""What drafter training generates: every (prompt, temperature, sample) request in a fixed order with its seed, and
+the shards of those requests' rollouts on disk (generated on first need, read back on every later epoch or run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.decoder import CausalLM
+from fastrl.sampling.params import SamplingParams
+
+
+@dataclass
+class RolloutPlan:
+    """Requests of one pass per temperature over the prompts, `samples` per prompt (a prompt's samples adjacent, so
+    a shard's engine shares their prefill). Request r has seed `seed * 100003 + r`."""
+
+    prompts: list[list[int]]
+    temperatures: list[float]
+    samples: int
+    max_new_tokens: int
+    seed: int
+
+    def __len__(self) -> int:
+        return len(self.prompts) * len(self.temperatures) * self.samples
+
+    def request(self, r: int) -> GenerateInput:
+        """Request r: temperature pass r // (P * n), prompt r // n % P."""
+        per_pass = len(self.prompts) * self.samples
+        params = SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperatures[r // per_pass],
+            seed=self.seed * 100003 + r,
+        )
+        return GenerateInput(self.prompts[r % per_pass // self.samples], params)
+
+    def engine_config(self, batch_size: int, device: str) -> EngineConfig:
+        """An engine whose KV cache holds the longest prompt plus max_new_tokens (not the model's whole context:
+        SmolLM2's 8192 positions would cost 377 MB of float32 KV cache per slot)."""
+        max_model_len = max(len(p) for p in self.prompts) + self.max_new_tokens + 1
+        return EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device)
+
+    def generate(self, policy: CausalLM, requests: range, batch_size: int, device: str) -> list[list[int]]:
+        """Prompt + response ids of `requests`, in one batched engine (plain decoding)."""
+        engine = Engine(policy, self.engine_config(batch_size, device))
+        outs = engine.generate([self.request(r) for r in requests], progress=len(requests) > 1)
+        return [o.prompt_ids + o.token_ids for o in outs]
+
+
+@dataclass
+class RolloutShards:
+    """The plan's rollouts in shards of `shard_size` requests, kept as JSON files in `directory`: a shard is
+    generated the first time it is needed (written atomically) and read back afterwards, so memory holds one shard
+    and an interrupted run regenerates nothing it finished."""
+
+    plan: RolloutPlan
+    shard_size: int
+    directory: Path
+
+    @property
+    def count(self) -> int:
+        return -(-len(self.plan) // self.shard_size)
+
+    def requests(self, shard: int) -> range:
+        return range(shard * self.shard_size, min(len(self.plan), (shard + 1) * self.shard_size))
+
+    def ids(self, shard: int, policy: CausalLM, batch_size: int, device: str) -> list[list[int]]:
+        """Prompt + response ids of the shard's requests, generated now or read from its file."""
+        path = self.directory / f"shard_{shard:05d}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        ids = self.plan.generate(policy, self.requests(shard), batch_size, device)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(ids))
+        os.replace(tmp, path)
+        return ids
