@@ -23,8 +23,9 @@ def conf_dir() -> Path:
     return Path(__file__).resolve().parent / "conf"
 
 
-def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
-    """Compose config `name` from conf/ with command-line `overrides`, validated against the dataclass `schema`.
+def compose_config(name: str, schema: type[T], overrides: list[str], config_dir: Path | None = None) -> T:
+    """Compose config `name` from `config_dir` (default: conf/) with command-line `overrides`, validated against
+    the dataclass `schema`.
 
     Unknown keys (also when added with ``+key=``), wrong types and failing dataclass validation raise ValueError
     naming the key.
@@ -36,7 +37,7 @@ def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
     store.store(name=f"{name}_schema", node=schema)
     overrides = quote_string_overrides(schema, overrides)
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(config_dir or conf_dir()), version_base="1.3"):
             cfg = compose(config_name=name, overrides=overrides)
         obj: Any = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
