@@ -32,6 +32,7 @@ from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 from fastrl.telemetry.run_stats import write_run_plot, write_run_stats
+from fastrl.telemetry.speed_summary import print_generate_summary
 
 SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
@@ -87,6 +88,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         )
         raise
     stream.finish()
+    print_generate_summary(engine.round_stats, engine.selector)
     if "stats_output" in targets:
         write_run_stats(targets["stats_output"].path, engine.round_stats, cfg.strategy, engine.selector)
     if "plot_output" in targets:

@@ -10,6 +10,8 @@ from typing import TextIO
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.rollout_speed import SpeedStory, count_arm_rounds, estimated_plain_time, merge_arm_rounds
 from fastrl.strategy.round_stats import RoundStats, RoundTotals
+from fastrl.strategy.selector import StrategySelector
+from fastrl.telemetry.run_stats import selector_thresholds
 
 
 def rounds_speed(stats: list[RoundStats], thresholds: Iterable[int]) -> SpeedStory:
@@ -47,3 +49,10 @@ def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = Non
     print(f"  accept length {story.accept_length:.2f} tokens per request per decode round (1.00 = plain)", file=out)
     print(f"  against plain decoding: {story.plain_words()}", file=out)
     print(f"  strategy chosen per batch-size bucket: {story.choice_words()}", file=out)
+
+
+def print_generate_summary(stats: list[RoundStats], selector: StrategySelector, file: TextIO | None = None) -> None:
+    """The end of `fastrl generate`: the speed story of the decode rounds this run made (nothing when it made none,
+    e.g. a finished run run again)."""
+    if stats:
+        print_speed_summary("fastrl generate", rounds_speed(stats, selector_thresholds(selector)), file)
