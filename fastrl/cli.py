@@ -56,7 +56,7 @@ def _command(name: str) -> HydraCommand:
 
 def _run_command(name: str, argv: list[str], task: Callable[[Any], int | None]) -> int | None:
     """Compose the config (Hydra's compose API) and run `task` on it; with a Hydra flag, go through Hydra's main."""
-    from fastrl.cli_hydra import NO_RUN_DIR, pop_hydra_flags, run_hydra_main
+    from fastrl.cli_hydra import no_run_dir, pop_hydra_flags, run_hydra_main
     from fastrl.config_compose import compose_config
 
     command = _command(name)
@@ -64,7 +64,7 @@ def _run_command(name: str, argv: list[str], task: Callable[[Any], int | None]) 
     if not flags:
         return task(compose_config(command.config_name, command.schema, overrides))
     codes: list[int] = []
-    run_hydra_main(command, flags + overrides, lambda cfg: codes.append(task(cfg) or 0), NO_RUN_DIR)
+    run_hydra_main(command, flags + overrides, lambda cfg: codes.append(task(cfg) or 0), no_run_dir(name))
     return max(codes, default=0)
 
 

@@ -15,17 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
 from fastrl.config_compose import check_override_keys, compose_config, quote_string_overrides
 
-# Hydra settings for a command that owns no run directory (everything but train).
-NO_RUN_DIR = (
-    "hydra.output_subdir=null",
-    "hydra.run.dir=.",
-    "hydra.sweep.dir=.",
-    "hydra.sweep.subdir=.",
-    "hydra/job_logging=none",
-    "hydra/hydra_logging=none",
-)
+
+def no_run_dir(command: str) -> tuple[str, ...]:
+    """Hydra settings for a command that owns no run directory (everything but train): nothing written, logging
+    untouched; a multirun records its sweep (Hydra's multirun.yaml) in runs/multirun/<command>-<time>-<id>/."""
+    sweep = f"runs/multirun/{command}-${{now:%Y%m%d-%H%M%S}}-${{{RUN_ID_RESOLVER}:}}"
+    return (
+        "hydra.output_subdir=null",
+        "hydra.run.dir=.",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=.",
+        "hydra/job_logging=none",
+        "hydra/hydra_logging=none",
+    )
+
+
 HELP_TEMPLATE = """${hydra.help.header}
 == Config groups (group=option) ==
 $APP_CONFIG_GROUPS
@@ -59,6 +66,7 @@ VALUE_FLAGS = frozenset(
     ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 )
 OPTIONAL_VALUE_FLAGS = frozenset(("--info", "-i"))
+CFG_CHOICES = ("job", "hydra", "all")
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -77,7 +85,9 @@ def pop_hydra_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     rest: list[str] = []
     args = iter(enumerate(argv))
     for i, arg in args:
-        name = arg.partition("=")[0]
+        name, eq, value = arg.partition("=")
+        if name in ("--cfg", "-c"):
+            _check_cfg(eq and value or (argv[i + 1] if i + 1 < len(argv) else ""))
         if arg in BARE_FLAGS or (name in VALUE_FLAGS | OPTIONAL_VALUE_FLAGS and "=" in arg):
             flags.append(arg)
         elif arg in VALUE_FLAGS:
@@ -91,6 +101,11 @@ def pop_hydra_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         else:
             rest.append(arg)
     return flags, rest
+
+
+def _check_cfg(value: str) -> None:
+    if value not in CFG_CHOICES:
+        raise ValueError(f"--cfg {value}: choose one of {' | '.join(CFG_CHOICES)} (e.g. --cfg job)")
 
 
 def run_hydra_main(
@@ -115,6 +130,7 @@ def run_hydra_main(
     check_override_keys(command.name, command.schema, overrides)
     if not flags:  # a plain run: every config error is one line before Hydra makes a run directory
         compose_config(command.config_name, command.schema, [*overrides, *precheck], command.config_dir)
+    register_run_id()
     store = ConfigStore.instance()
     store.store(name=f"{command.config_name}_schema", node=command.schema)
     store.store(group="hydra/help", name=f"fastrl_{command.config_name}", node=_help_node(command))
@@ -132,13 +148,16 @@ def run_hydra_main(
         except ValueError as err:
             raise JobFailed(err) from err
 
-    quoted = quote_string_overrides(command.schema, overrides)
+    quoted = quote_string_overrides(command.schema, overrides, sweep=bool({"-m", "--multirun"} & set(flags)))
     saved = sys.argv
     sys.argv = [f"fastrl {command.name}", f"hydra/help=fastrl_{command.config_name}", *extra, *quoted, *flags]
     try:
         _main()
     except JobFailed as failed:
         raise failed.error from None
+    except SystemExit as done:  # --help and --hydra-help exit; 0 is a finished command here, not a process exit
+        if done.code not in (0, None):
+            raise
     finally:
         sys.argv = saved
 

@@ -89,16 +89,18 @@ def _unwrap_optional(kind: Any) -> Any:
     return kind
 
 
-def quote_string_overrides(schema: type, overrides: list[str]) -> list[str]:
+def quote_string_overrides(schema: type, overrides: list[str], sweep: bool = False) -> list[str]:
     """Quote the values of string-typed keys (dotted keys follow nested dataclasses), so `strategy=8_4_32` stays
     the string "8_4_32" (Hydra's grammar would read digits with underscores as the integer 8432); lists of strings
-    are quoted element-wise."""
+    are quoted element-wise, and so are a multirun's (``sweep``) comma-separated values."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
         kind = _field_type(schema, key.lstrip("+~")) if sep else None
         if kind is None or value[:1] in ("'", '"'):
             out.append(item)
+        elif kind is str and sweep and "," in value:
+            out.append(f"{key}=" + ",".join(e if e[:1] in ("'", '"') else _quote(e) for e in value.split(",")))
         elif kind is str:
             out.append(f"{key}={_quote(value)}")
         elif _is_str_list(kind) and value.startswith("[") and value.endswith("]"):

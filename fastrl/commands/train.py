@@ -211,7 +211,6 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from fastrl.cli_hydra import pop_hydra_flags, run_hydra_main
-    from fastrl.commands.run_dir import register_run_id
 
     flags, overrides = pop_hydra_flags(argv)
     try:
@@ -219,7 +218,6 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         plan = plan_run(overrides) if not flags or flags == ["-m"] or flags == ["--multirun"] else RunPlan(overrides)
     except ValueError as err:
         raise ValueError(in_user_words(str(err))) from None
-    register_run_id()
     store = ConfigStore.instance()
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
 
