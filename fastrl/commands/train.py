@@ -175,7 +175,7 @@ def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoi
         say(f"interrupted at step {trainer.step}: no checkpoint yet (checkpoint_on_interrupt=true saves one)")
         return
     say(f"interrupted at step {trainer.step}; latest checkpoint: {latest}")
-    say(f"continue with: fastrl train resume={run_dir}")
+    say(f"continue with: fastrl train resume={run_dir if latest.parent == run_dir / 'checkpoints' else latest}")
 
 
 def train_job_logging() -> dict[str, Any]:

@@ -75,9 +75,11 @@ def accept_panel(ax: Any, history: list[StepMetrics]) -> None:
     else:
         twin.set_yticks([])
     ax.set_title("accept length: what the drafter predicts of the current policy")
+    top = max([m.mean_accept_length for m in history] + [1.0])
+    ax.set_ylim(1.0 - 0.3 * max(top - 1.0, 0.5), top + 0.1 * max(top - 1.0, 0.5))  # room below 1.0 for the note
     ax.text(
         0.01,
-        0.02,
+        0.03,
         "rises when a new drafter version is trained on fresh rollouts; falls as the policy drifts from what the\n"
         "drafter learned (drift shown with rl.track_drift=true); the batch-size mix and chosen strategies move it too",
         transform=ax.transAxes,
