@@ -224,7 +224,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     def _job(cfg: TrainConfig) -> None:
         hydra_cfg = HydraConfig.get()
         run_dir = Path(hydra_cfg.runtime.output_dir)
-        logging.getLogger(LOG_NAME).info("fastrl train " + " ".join(hydra_cfg.overrides.task))
+        logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
         try:
             run_train(cfg, run_dir, plan)
         except ValueError as err:
