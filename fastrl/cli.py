@@ -5,66 +5,105 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-USAGE = """usage: fastrl <command> [key=value ...]
+if TYPE_CHECKING:
+    from fastrl.cli_hydra import HydraCommand
 
-commands:
-  train          GRPO with speculative, adaptive rollouts   fastrl train rl.steps=20 strategy=bandit
-  generate       complete prompts from a JSONL file         fastrl generate prompts=in.jsonl output=out.jsonl
-  bench          speed: fastrl vs plain vs HF generate      fastrl bench suites=[spec_bs1]
-  train-drafter  fit an EAGLE drafter offline               fastrl train-drafter output=runs/drafter
-  check-exact    speculative vs plain, mismatches judged    fastrl check-exact prompts=in.jsonl strategy=4_3_10
-  export-drafter a drafter for SGLang / vLLM                 fastrl export-drafter DIR OUT --format sglang
+# name: (what it does, an example)
+SUMMARIES = {
+    "train": ("GRPO with speculative, adaptive rollouts", "fastrl train rl.steps=20 strategy=bandit"),
+    "generate": ("complete prompts from a JSONL file", "fastrl generate prompts=in.jsonl output=out.jsonl"),
+    "bench": ("speed: fastrl vs plain vs HF generate", "fastrl bench suites=[spec_bs1]"),
+    "train-drafter": ("fit an EAGLE drafter offline", "fastrl train-drafter output=runs/drafter"),
+    "check-exact": ("speculative vs plain, mismatches judged", "fastrl check-exact prompts=in.jsonl strategy=4_3_10"),
+    "export-drafter": ("a drafter for SGLang / vLLM", "fastrl export-drafter DIR OUT --format sglang"),
+}
 
-Every key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value.
-"""
+
+def usage() -> str:
+    """`fastrl --help`: the commands with one example each."""
+    rows = "\n".join(f"  {name:<15}{summary:<42} {example}" for name, (summary, example) in SUMMARIES.items())
+    return (
+        "usage: fastrl <command> [key=value ...] [--help | --cfg job | --info | -m]\n\ncommands:\n"
+        f"{rows}\n\nEvery key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value;\n"
+        "`fastrl <command> --help` lists them with their defaults."
+    )
 
 
-def _generate(overrides: list[str]) -> None:
+def _command(name: str) -> HydraCommand:
+    """The Hydra view of command `name`: its config, schema and usage line."""
+    from fastrl.cli_hydra import HydraCommand
+    from fastrl.config_compose import conf_dir
+
+    summary, example = SUMMARIES[name]
+    config_name = name.replace("-", "_")
+    if name == "train":
+        from fastrl.commands.train_config import TrainConfig
+
+        return HydraCommand(name, conf_dir() / "train", "train", TrainConfig, summary, example, run_dir=True)
+    schema = {
+        "generate": ("fastrl.commands.generate_config", "GenerateConfig"),
+        "bench": ("fastrl.commands.bench_config", "BenchConfig"),
+        "train-drafter": ("fastrl.commands.train_drafter_config", "TrainDrafterConfig"),
+        "check-exact": ("fastrl.commands.check_exact_config", "CheckExactConfig"),
+        "export-drafter": ("fastrl.commands.export_drafter_config", "ExportDrafterConfig"),
+    }[name]
+    return HydraCommand(name, conf_dir(), config_name, getattr(import_module(schema[0]), schema[1]), summary, example)
+
+
+def _run_command(name: str, argv: list[str], task: Callable[[Any], int | None]) -> int | None:
+    """Compose the config (Hydra's compose API) and run `task` on it; with a Hydra flag, go through Hydra's main."""
+    from fastrl.cli_hydra import no_run_dir, pop_hydra_flags, run_hydra_main
+    from fastrl.config_compose import compose_config
+
+    command = _command(name)
+    flags, overrides = pop_hydra_flags(argv)
+    if not flags:
+        return task(compose_config(command.config_name, command.schema, overrides))
+    codes: list[int] = []
+    run_hydra_main(command, flags + overrides, lambda cfg: codes.append(task(cfg) or 0), no_run_dir(name))
+    return max(codes, default=0)
+
+
+def _generate(argv: list[str]) -> None:
     from fastrl.commands.generate import run_generate
-    from fastrl.commands.generate_config import GenerateConfig
-    from fastrl.config_compose import compose_config
 
-    run_generate(compose_config("generate", GenerateConfig, overrides))
+    _run_command("generate", argv, run_generate)
 
 
-def _bench(overrides: list[str]) -> None:
+def _bench(argv: list[str]) -> None:
     from fastrl.commands.bench import run_bench
-    from fastrl.commands.bench_config import BenchConfig
-    from fastrl.config_compose import compose_config
 
-    run_bench(compose_config("bench", BenchConfig, overrides))
+    _run_command("bench", argv, run_bench)
 
 
-def _train_drafter(overrides: list[str]) -> None:
+def _train_drafter(argv: list[str]) -> None:
     from fastrl.commands.train_drafter import run_train_drafter
-    from fastrl.commands.train_drafter_config import TrainDrafterConfig
-    from fastrl.config_compose import compose_config
 
-    run_train_drafter(compose_config("train_drafter", TrainDrafterConfig, overrides))
+    _run_command("train-drafter", argv, run_train_drafter)
 
 
-def _check_exact(overrides: list[str]) -> int:
+def _check_exact(argv: list[str]) -> int | None:
     from fastrl.commands.check_exact import check_exact_exit_code, run_check_exact
-    from fastrl.commands.check_exact_config import CheckExactConfig
-    from fastrl.config_compose import compose_config
 
-    return check_exact_exit_code(run_check_exact(compose_config("check_exact", CheckExactConfig, overrides)))
+    return _run_command("check-exact", argv, lambda cfg: check_exact_exit_code(run_check_exact(cfg)))
 
 
 def _export_drafter(argv: list[str]) -> None:
+    from fastrl.cli_hydra import pop_hydra_flags
     from fastrl.commands.export_drafter import export_overrides, run_export_drafter
-    from fastrl.commands.export_drafter_config import ExportDrafterConfig
-    from fastrl.config_compose import compose_config
 
-    run_export_drafter(compose_config("export_drafter", ExportDrafterConfig, export_overrides(argv)))
+    flags, rest = pop_hydra_flags(argv)
+    _run_command("export-drafter", flags + export_overrides(rest), run_export_drafter)
 
 
-def _train(overrides: list[str]) -> None:
+def _train(argv: list[str]) -> None:
     from fastrl.commands.train import hydra_entry
 
-    hydra_entry(overrides)
+    hydra_entry(_command("train"), argv)
 
 
 def commands() -> dict[str, Callable[[list[str]], int | None]]:
@@ -84,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     table = commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
+        print(usage())
         return 0
     name, overrides = argv[0], argv[1:]
     if name not in table:
-        print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{USAGE}", file=sys.stderr)
+        print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{usage()}", file=sys.stderr)
         return 2
     previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup (Ray shutdown, output flush) runs on SIGTERM too
     try:

@@ -23,8 +23,9 @@ def conf_dir() -> Path:
     return Path(__file__).resolve().parent / "conf"
 
 
-def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
-    """Compose config `name` from conf/ with command-line `overrides`, validated against the dataclass `schema`.
+def compose_config(name: str, schema: type[T], overrides: list[str], config_dir: Path | None = None) -> T:
+    """Compose config `name` from `config_dir` (default: conf/) with command-line `overrides`, validated against
+    the dataclass `schema`.
 
     Unknown keys (also when added with ``+key=``), wrong types and failing dataclass validation raise ValueError
     naming the key.
@@ -36,7 +37,7 @@ def compose_config(name: str, schema: type[T], overrides: list[str]) -> T:
     store.store(name=f"{name}_schema", node=schema)
     overrides = quote_string_overrides(schema, overrides)
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(config_dir or conf_dir()), version_base="1.3"):
             cfg = compose(config_name=name, overrides=overrides)
         obj: Any = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -88,16 +89,18 @@ def _unwrap_optional(kind: Any) -> Any:
     return kind
 
 
-def quote_string_overrides(schema: type, overrides: list[str]) -> list[str]:
+def quote_string_overrides(schema: type, overrides: list[str], sweep: bool = False) -> list[str]:
     """Quote the values of string-typed keys (dotted keys follow nested dataclasses), so `strategy=8_4_32` stays
     the string "8_4_32" (Hydra's grammar would read digits with underscores as the integer 8432); lists of strings
-    are quoted element-wise."""
+    are quoted element-wise, and so are a multirun's (``sweep``) comma-separated values."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
         kind = _field_type(schema, key.lstrip("+~")) if sep else None
         if kind is None or value[:1] in ("'", '"'):
             out.append(item)
+        elif kind is str and sweep and "," in value:
+            out.append(f"{key}=" + ",".join(e if e[:1] in ("'", '"') else _quote(e) for e in value.split(",")))
         elif kind is str:
             out.append(f"{key}={_quote(value)}")
         elif _is_str_list(kind) and value.startswith("[") and value.endswith("]"):

@@ -35,6 +35,7 @@ from fastrl.sampling.params import MAX_SEED, SamplingParams
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.telemetry.run_stats import read_round_log, write_run_plot, write_run_stats
+from fastrl.telemetry.speed_summary import print_generate_summary
 
 SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
@@ -113,6 +114,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 "run the same command again"
             ) from None
         rounds = earlier + engine.round_stats
+        print_generate_summary(rounds, engine.selector)
         write_reports(targets, rounds, cfg.strategy, engine.selector)
         return [stream.done[i] for i in sorted(stream.done)]
     finally:

@@ -1,15 +1,23 @@
-"""`fastrl train`: GRPO with speculative, adaptive rollouts and a co-trained drafter (Hydra main, multirun ready)."""
+"""`fastrl train`: GRPO with speculative, adaptive rollouts and a co-trained drafter (Hydra main, multirun ready).
+
+The run directory (see ``run_dir``) gets train.log (this run's log), metrics.jsonl (one line per step),
+checkpoints/, report.png and the offline W&B run; a run that ends before its first step leaves none of it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from fastrl.commands.run_dir import RunPlan, forget_run, keep_metrics_before, latest_checkpoint, plan_run
+from fastrl.commands.train_args import check_groups, in_user_words
 from fastrl.commands.train_config import TrainConfig
 from fastrl.commands.train_setup import build_backend, build_task, model_dir
 from fastrl.models.checkpoint import load_model
@@ -17,116 +25,217 @@ from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.checkpoint import read_trainer_state
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.trainer import GRPOTrainer
+from fastrl.telemetry.speed_summary import print_speed_summary, steps_speed
 from fastrl.telemetry.train_report import plot_train_report
 from fastrl.telemetry.wandb_logger import WandbLogger
 
+if TYPE_CHECKING:
+    from fastrl.cli_hydra import HydraCommand
+
+LOG_NAME = "fastrl.train"
+LOG_FILE = "train.log"
+
 
 class RunRecorder:
-    """The trainer's MetricsLogger: metrics.jsonl in the run directory, W&B, and response lengths for the report."""
+    """The trainer's MetricsLogger: metrics.jsonl and train.log in the run directory, W&B, and response lengths for
+    the report. ``history`` starts with the steps an earlier run left in metrics.jsonl (a resumed run directory)."""
 
-    def __init__(self, run_dir: Path, wandb: WandbLogger | None) -> None:
+    def __init__(self, run_dir: Path, wandb: WandbLogger | None, history: list[StepMetrics] | None = None) -> None:
         self.run_dir = run_dir
         self.wandb = wandb
         self.trainer: GRPOTrainer | None = None
-        self.history: list[StepMetrics] = []
+        self.history: list[StepMetrics] = list(history or [])
         self.lengths: list[int] = []
 
     def log(self, metrics: StepMetrics, step: int) -> None:
         self.history.append(metrics)
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(dataclasses.asdict(metrics)) + "\n")
+        logging.getLogger(LOG_NAME).info(f"step {step}: reward {metrics.reward_mean:.3f}; {metrics.speed().line()}")
         rollout = self.trainer.last_rollout if self.trainer is not None else None
         step_lengths = [len(r.token_ids) for r in rollout.batch.results] if rollout is not None else []
         self.lengths += step_lengths
         if self.wandb is not None:
             self.wandb.log(metrics, step)
+            self.wandb.log_choices(metrics.strategy_choices, step)
             self.wandb.log_histogram("response_length", [float(x) for x in step_lengths], step)
             if rollout is not None:
-                self.wandb.log(_arm_pulls(rollout.batch.rounds), step)
+                self.wandb.log(_arm_means(rollout.batch.rounds, self.trainer.bucket_thresholds), step)
 
 
-def _arm_pulls(rounds) -> dict[str, float]:
-    """Per (batch-size bucket, strategy) of one rollout: rounds, mean goodput and accept length, as W&B scalars."""
-    from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
+def _arm_means(rounds, thresholds: tuple[int, ...]) -> dict[str, float]:
+    """Per (batch-size bucket, strategy) of one rollout: mean goodput and accept length, as W&B scalars (the round
+    counts are StepMetrics.arm_rounds)."""
+    from fastrl.adaptive.buckets import BatchBuckets
 
-    buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
+    buckets = BatchBuckets(thresholds)
     cells: dict[str, list] = {}
     for r in rounds:
         cells.setdefault(f"{buckets.label(buckets.index(r.batch_size))}/{r.strategy}", []).append(r)
     out: dict[str, float] = {}
     for key, group in cells.items():
-        out[f"arms/{key}/pulls"] = float(len(group))
         out[f"arms/{key}/goodput"] = sum(r.emitted_tokens / r.wall_time_s for r in group) / len(group)
         out[f"arms/{key}/accept_length"] = sum(r.mean_accept_length for r in group) / len(group)
     return out
 
 
-def run_train(cfg: TrainConfig, run_dir: Path) -> list[StepMetrics]:
-    """Build everything, train, write the report; returns the metrics of the steps run."""
+def say(message: str) -> None:
+    """A line for the terminal and train.log."""
+    print(message)
+    logging.getLogger(LOG_NAME).info(message)
+
+
+def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> list[StepMetrics]:
+    """Build everything, train, write the report and the speed summary; returns the metrics of the steps run."""
+    plan = plan or RunPlan([])
     torch.set_num_threads(cfg.threads)
     run_dir.mkdir(parents=True, exist_ok=True)
     policy_dir = model_dir(cfg)
     tokenizer = load_tokenizer(policy_dir)
     if tokenizer is None:
         raise ValueError(f"model.path: {policy_dir} has no tokenizer; fastrl train needs one to read the task")
+    task = build_task(cfg)  # validates before any worker starts
+    resumed_step = int(read_trainer_state(cfg.resume)["step"]) if cfg.resume else 0
+    if cfg.resume and resumed_step >= cfg.rl.steps:
+        say(
+            f"resume: {cfg.resume} is at step {resumed_step} of rl.steps={cfg.rl.steps}: nothing left to do "
+            f"(give rl.steps=N with N > {resumed_step} to train further)"
+        )
+        return []
+    if cfg.resume:
+        say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
+    if plan.in_place and keep_metrics_before(run_dir, resumed_step):
+        say(
+            f"metrics.jsonl: the steps from {resumed_step} on that the interrupted run logged after its last "
+            "checkpoint run again; their first lines are in metrics.replaced.jsonl"
+        )
     policy = load_model(policy_dir)
     rl = dataclasses.replace(cfg.rl, checkpoint_dir=cfg.rl.checkpoint_dir or str(run_dir / "checkpoints"))
     wandb = None
     if cfg.logger.enabled:
         logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)
         wandb = WandbLogger(logger_cfg, OmegaConf.to_container(OmegaConf.structured(cfg)))
-    task = build_task(cfg)  # validates before any worker starts
-    if cfg.resume:
-        read_trainer_state(cfg.resume)  # a bad checkpoint is named before any worker starts
-    recorder = RunRecorder(run_dir, wandb)
-    backend = build_backend(cfg)
+    recorder = RunRecorder(run_dir, wandb, _earlier_steps(run_dir) if plan.in_place else None)
+    thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
     try:
-        trainer = GRPOTrainer(policy, tokenizer, task, backend, rl, logger=recorder)
-        recorder.trainer = trainer
-        if cfg.resume:
-            trainer.resume(cfg.resume)
-        history = trainer.train()
+        backend = build_backend(cfg)
+        try:
+            trainer = GRPOTrainer(policy, tokenizer, task, backend, rl, logger=recorder, bucket_thresholds=thresholds)
+            recorder.trainer = trainer
+            if cfg.resume:
+                trainer.resume(cfg.resume)
+            try:
+                history = trainer.train()
+            except KeyboardInterrupt:
+                _interrupted(cfg, trainer, run_dir, Path(rl.checkpoint_dir or run_dir / "checkpoints"))
+                raise
+        finally:
+            backend.shutdown()
+        if recorder.history:
+            story = steps_speed(recorder.history, thresholds)
+            print_speed_summary("rollouts", story)
+            logging.getLogger(LOG_NAME).info(f"rollouts: {story.line()}")
+        if cfg.report and recorder.history:
+            png = plot_train_report(
+                recorder.history,
+                recorder.lengths,
+                run_dir / "report.png",
+                f"fastrl train: strategy={cfg.strategy.name}, drafter cotrain={cfg.drafter.cotrain}",
+            )
+            if wandb is not None:
+                wandb.log_image("report", png)
+            say(f"report: {png}")
     finally:
-        backend.shutdown()
-    if cfg.report and recorder.history:
-        png = plot_train_report(
-            recorder.history,
-            recorder.lengths,
-            run_dir / "report.png",
-            f"fastrl train: strategy={cfg.strategy.name}, drafter cotrain={cfg.drafter.cotrain}",
-        )
         if wandb is not None:
-            wandb.log_image("report", png)
-        print(f"report: {png}")
+            wandb.finish()
+    say(f"run directory: {run_dir} (train.log, metrics.jsonl, checkpoints/)")
     if wandb is not None:
-        wandb.finish()
-        print(f"W&B offline run: {wandb.run_dir} (upload with `wandb sync`)")
+        say(f"W&B offline run: {wandb.run_dir} (upload with `wandb sync`)")
     return history
 
 
-def hydra_entry(argv: list[str]) -> None:
-    """Run Hydra's main (so `-m` multirun and the usual Hydra flags work) on `argv` overrides."""
-    import hydra
+def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
+    """The steps metrics.jsonl holds (a run directory being continued)."""
+    file = run_dir / "metrics.jsonl"
+    lines = file.read_text().splitlines() if file.is_file() else []
+    return [StepMetrics(**json.loads(line)) for line in lines if line.strip()]
+
+
+def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoints: Path) -> None:
+    """Ctrl-C: save a checkpoint when asked and the trainer stands between two steps; say where the latest
+    checkpoint is and how to continue."""
+    saved = None
+    if cfg.checkpoint_on_interrupt and not trainer.updating and trainer.step > 0:
+        target = checkpoints / f"step_{trainer.step:06d}"
+        saved = target if target.is_dir() else trainer.save_checkpoint(target)
+    elif cfg.checkpoint_on_interrupt:
+        say("interrupted inside a policy update (or before the first step): no consistent state to save")
+    latest = saved or latest_checkpoint(run_dir)
+    if latest is None:
+        say(f"interrupted at step {trainer.step}: no checkpoint yet (checkpoint_on_interrupt=true saves one)")
+        return
+    say(f"interrupted at step {trainer.step}; latest checkpoint: {latest}")
+    say(f"continue with: fastrl train resume={run_dir if latest.parent == run_dir / 'checkpoints' else latest}")
+
+
+def train_job_logging() -> dict[str, Any]:
+    """Hydra job logging of `fastrl train`: INFO and above to train.log in the run directory, warnings also to the
+    terminal (the terminal's INFO lines are printed by ``say``)."""
+    return {
+        "version": 1,
+        "formatters": {"plain": {"format": "[%(asctime)s][%(levelname)s] %(message)s"}},
+        "handlers": {
+            "file": {
+                "class": "logging.FileHandler",
+                "formatter": "plain",
+                "filename": f"${{hydra.runtime.output_dir}}/{LOG_FILE}",
+            },
+            "console": {"class": "logging.StreamHandler", "formatter": "plain", "level": "WARNING"},
+        },
+        "root": {"level": "INFO", "handlers": ["file", "console"]},
+        "disable_existing_loggers": False,
+    }
+
+
+def _precheck(plan: RunPlan) -> tuple[str, ...]:
+    """Stand-ins for the validation compose: rl.checkpoint_dir interpolates the run directory Hydra has not made."""
+    if any(o.partition("=")[0].lstrip("+~") == "rl.checkpoint_dir" for o in plan.overrides):
+        return ()
+    return ("rl.checkpoint_dir=run_dir/checkpoints",)
+
+
+def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
+    """`fastrl train ARGV` through Hydra's main (``-m`` multirun, ``--cfg``, ``--help`` ...): overrides checked in
+    the user's words, the run directory planned (see ``run_dir``) before Hydra makes it."""
     from hydra.core.config_store import ConfigStore
     from hydra.core.hydra_config import HydraConfig
 
-    from fastrl.config_compose import check_override_keys, conf_dir, quote_string_overrides
+    from fastrl.cli_hydra import pop_hydra_flags, run_hydra_main
 
-    check_override_keys("train", TrainConfig, argv)
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-
-    @hydra.main(config_path=str(conf_dir() / "train"), config_name="train", version_base="1.3")
-    def _main(dcfg: DictConfig) -> None:
-        try:
-            cfg: TrainConfig = OmegaConf.to_object(dcfg)
-            run_train(cfg, Path(HydraConfig.get().runtime.output_dir))
-        except ValueError as exc:  # bad configs, checkpoints or inputs: one line naming the problem
-            raise SystemExit(f"fastrl train: error: {exc}") from None
-
-    args = [quote_string_overrides(TrainConfig, [a])[0] if "=" in a and not a.startswith("-") else a for a in argv]
-    saved = sys.argv
-    sys.argv = ["fastrl train", *args]
+    flags, overrides = pop_hydra_flags(argv)
     try:
-        _main()
+        overrides = check_groups(command.config_dir, overrides)
+        plan = plan_run(overrides) if not flags or flags == ["-m"] or flags == ["--multirun"] else RunPlan(overrides)
+    except ValueError as err:
+        raise ValueError(in_user_words(str(err))) from None
+    store = ConfigStore.instance()
+    store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
+
+    def _job(cfg: TrainConfig) -> None:
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
+        try:
+            run_train(cfg, run_dir, plan)
+        except ValueError as err:
+            raise ValueError(in_user_words(str(err))) from None
+        finally:
+            if not (run_dir / "metrics.jsonl").is_file():  # ended before its first step: nothing to keep
+                forget_run(run_dir, plan)
+
+    try:
+        run_hydra_main(command, flags + plan.overrides, _job, ("hydra/job_logging=fastrl_train",), _precheck(plan))
+    except ValueError as err:
+        raise ValueError(in_user_words(str(err))) from None
     finally:
-        sys.argv = saved
+        sys.stdout.flush()

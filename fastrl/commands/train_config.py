@@ -13,9 +13,11 @@ from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.engine.config import check_dtype
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
+from fastrl.strategy.strategy import Strategy
 from fastrl.telemetry.wandb_logger import WandbConfig
 
 FRESH_DRAFTER = "fresh"
+SELECTORS = ("bandit", "ema")  # strategy.name values that are selectors, not strategies
 BACKENDS = ("ray", "local")
 
 
@@ -79,6 +81,25 @@ class StrategySpec:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     ema: EmaConfig = field(default_factory=EmaConfig)
 
+    def __post_init__(self) -> None:
+        if self.name in SELECTORS or parses_as_strategy(self.name):
+            return
+        spelled = str(self.name).replace("-", "_")
+        hint = f"; did you mean strategy.name={spelled}?" if parses_as_strategy(spelled) else ""
+        raise ValueError(
+            f"strategy.name={self.name}: expected {' | '.join(SELECTORS)}, disable or a strategy S_K_N, suffix_N or "
+            f"S_K_N+suffix_M (e.g. 4_3_10){hint}"
+        )
+
+
+def parses_as_strategy(name: str) -> bool:
+    """True when ``name`` is a strategy string (``Strategy.parse`` accepts it)."""
+    try:
+        Strategy.parse(name)
+    except ValueError:
+        return False
+    return True
+
 
 @dataclass
 class RolloutSpec:
@@ -127,6 +148,7 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     logger: WandbConfig = field(default_factory=WandbConfig)
     resume: str = ""
+    checkpoint_on_interrupt: bool = False
     report: bool = True
     threads: int = 1
 

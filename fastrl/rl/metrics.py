@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
+
+from fastrl.rl.rollout_speed import SpeedStory
 
 CORRECT_REWARD = 1.0  # a sample counts as correct when its reward reaches the task's full reward
 
@@ -26,6 +28,10 @@ class StepMetrics:
     Update: total loss, its clipped-surrogate and KL parts (token means, averaged over optimizer steps), the
     fraction of clipped tokens, the gradient norm before clipping (mean over optimizer steps), learning rate.
     Time: update and whole-step wall seconds.
+    Speed: `plain_time_estimate_s` is the estimated wall time of the rollout had it decoded plainly (None when the
+    strategy selector made no estimate), `estimated_speedup` = that / `rollout_time_s`; `arm_rounds` counts the
+    decode rounds per batch-size bucket and strategy (bucket label -> strategy -> rounds), `strategy_choices` the
+    most-chosen strategy per bucket.
     """
 
     step: int
@@ -61,16 +67,34 @@ class StepMetrics:
     drafter_heldout_top1_before: float | None = None
     drafter_heldout_top1: float | None = None
     drift_kl: float | None = None
+    rollout_tokens_per_s: float = 0.0
+    plain_time_estimate_s: float | None = None
+    estimated_speedup: float | None = None
+    arm_rounds: dict[str, dict[str, int]] = field(default_factory=dict)
+    strategy_choices: dict[str, str] = field(default_factory=dict)
 
     def to_flat_dict(self) -> dict[str, float]:
-        """Scalar view for loggers: buckets as ``accuracy/<bucket>``, None values dropped."""
+        """Scalar view for loggers: buckets as ``accuracy/<bucket>``, decode rounds as
+        ``arm_rounds/<bucket>/<strategy>``, None values and the (string) strategy choices dropped."""
         out: dict[str, float] = {}
         for key, value in asdict(self).items():
             if key == "accuracy_by_bucket":
                 out.update({f"accuracy/{k}": float(v) for k, v in value.items()})
-            elif value is not None:
+            elif key == "arm_rounds":
+                out.update({f"arm_rounds/{b}/{s}": float(n) for b, arms in value.items() for s, n in arms.items()})
+            elif key != "strategy_choices" and value is not None:
                 out[key] = float(value)
         return out
+
+    def speed(self) -> SpeedStory:
+        """The rollout's speed story (tokens/s, accept length, against plain decoding, choices per bucket)."""
+        return SpeedStory(
+            tokens=self.response_tokens,
+            wall_time_s=self.rollout_time_s,
+            accept_length=self.mean_accept_length,
+            plain_time_estimate_s=self.plain_time_estimate_s,
+            arm_rounds=self.arm_rounds,
+        )
 
     def finite(self) -> bool:
         """True when every reported number is finite."""

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.checkpoint import (
     TrainerState,
@@ -29,6 +30,7 @@ from fastrl.rl.metrics import (
     percentile,
 )
 from fastrl.rl.policy_update import PolicyUpdater, UpdateStats
+from fastrl.rl.rollout_speed import step_speed_fields
 from fastrl.rl.seeding import sample_seed, step_rng
 from fastrl.rl.task_protocol import RewardTask, TextTokenizer
 from fastrl.rl.trainer_config import GRPOConfig
@@ -78,8 +80,10 @@ class GRPOTrainer:
         backend: RolloutBackend,
         config: GRPOConfig,
         logger: MetricsLogger | None = None,
+        bucket_thresholds: tuple[int, ...] = DEFAULT_BS_THRESHOLDS,
     ) -> None:
         self.policy = policy
+        self.bucket_thresholds = tuple(bucket_thresholds)  # batch-size buckets of the metrics' strategy choices
         self.last_rollout: StepRollout | None = None
         self.tokenizer = tokenizer
         self.task = task
@@ -91,6 +95,7 @@ class GRPOTrainer:
         self.version = 0  # version of the policy's current weights
         self.device = next(policy.parameters()).device
         self._backend_synced = False
+        self.updating = False  # True while a step changes the policy: its state is then between two steps
 
     # ---- the loop -------------------------------------------------------------------------------------------
     def train(self) -> list[StepMetrics]:
@@ -106,7 +111,7 @@ class GRPOTrainer:
                 if self.logger is not None:
                     self.logger.log(metrics, metrics.step)
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics.reward_mean:.3f}", acc=f"{metrics.accuracy:.2f}")
+                bar.set_postfix({"reward": f"{metrics.reward_mean:.3f}"} | metrics.speed().postfix())
                 every = cfg.checkpoint_every
                 if every and cfg.checkpoint_dir and (self.step % every == 0 or self.step == cfg.steps):
                     self.save_checkpoint(Path(cfg.checkpoint_dir) / f"step_{self.step:06d}")
@@ -131,6 +136,7 @@ class GRPOTrainer:
         )
         prepared = self.updater.prepare(sequences, advantages)
         check = self.check_logprobs(results, prepared.old_logprobs, sequences.response_mask, step)
+        self.updating = True
         stats = self.updater.update(prepared, step)
         stats.drift_kl = prepared.drift_kl
         update_time = time.perf_counter() - update_start
@@ -139,6 +145,7 @@ class GRPOTrainer:
         self.version += 1
         self.backend.update_policy(self.version, self.policy_state())
         self.step += 1
+        self.updating = False
         return self._metrics(step, rollout_version, rollout, check, stats, update_time, time.perf_counter() - start)
 
     def rollout(self, step: int) -> StepRollout:
@@ -288,4 +295,5 @@ class GRPOTrainer:
             drafter_heldout_top1_before=drafter.heldout_top1_before,
             drafter_heldout_top1=drafter.heldout_top1,
             drift_kl=stats.drift_kl,
+            **step_speed_fields(rollout.batch, self.bucket_thresholds),
         )

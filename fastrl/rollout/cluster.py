@@ -7,6 +7,7 @@ import os
 
 import ray
 from ray._private import ray_constants
+from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR, _enable_token_auth
 
 LOOPBACK = "127.0.0.1"
 # Ray replaces a node IP of 127.0.0.1 by the machine's external address unless "clusters" are off for the process
@@ -37,6 +38,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if num_cpus > cores:
         raise ValueError(f"rollout.ray_num_cpus={num_cpus} exceeds this machine's {cores} cores")
     _loopback_only()
+    _token_auth_quietly()
     ray.init(
         address="local",
         num_cpus=num_cpus,
@@ -57,6 +59,17 @@ def _loopback_only() -> None:
     os.environ[LOCAL_ONLY_ENV] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _token_auth_quietly() -> None:
+    """Token authentication on for the Ray started here, as Ray does by default for a new local cluster, but set
+    explicitly, so Ray does not warn "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to opt out".
+
+    The token (~/.ray/auth_token, made by Ray when missing) still matters on a loopback-only Ray: other users of
+    this machine can reach 127.0.0.1. A RAY_AUTH_MODE the user set is kept as it is.
+    """
+    if AUTH_MODE_ENV_VAR not in os.environ:
+        _enable_token_auth()  # sets RAY_AUTH_MODE=token for this process and its children, refreshes Ray's config
 
 
 def check_fit(num_workers: int, num_cpus: float, num_gpus: float) -> None:

@@ -145,7 +145,15 @@ class EngineWorker:
         for s in stats:
             name = str(s.strategy)
             self._rounds.append(
-                RoundRecord(self.worker_id, name, s.batch_size, s.mean_accept_length, s.total_emitted, s.wall_time_s)
+                RoundRecord(
+                    self.worker_id,
+                    name,
+                    s.batch_size,
+                    s.mean_accept_length,
+                    s.total_emitted,
+                    s.wall_time_s,
+                    s.plain_time_estimate_s,
+                )
             )
             self._round_totals.add(s)
             self._strategy_rounds[name] += 1

@@ -76,6 +76,7 @@ class RoundRecord:
     mean_accept_length: float
     emitted_tokens: int
     wall_time_s: float
+    plain_time_estimate_s: float = 0.0  # RoundStats.plain_time_estimate_s (0: no estimate)
 
 
 @dataclass

@@ -23,9 +23,14 @@ from fastrl.telemetry.round_summary import summarize_rounds
 DEFAULT_THRESHOLDS = list(DEFAULT_BS_THRESHOLDS)
 
 
+def selector_thresholds(selector: StrategySelector) -> list[int]:
+    """The batch-size buckets a run's rounds are reported in: the bandit's own, else the default ones."""
+    return list(selector.config.bs_thresholds) if isinstance(selector, BanditSelector) else DEFAULT_THRESHOLDS
+
+
 def run_stats(stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> dict[str, Any]:
     """Summary, per-bucket arm table, timeline, and the bandit's own view (estimates) when it is one."""
-    thresholds = selector.config.bs_thresholds if isinstance(selector, BanditSelector) else DEFAULT_THRESHOLDS
+    thresholds = selector_thresholds(selector)
     out = summarize_rounds(stats).to_json()
     out["strategy_selector"] = selector_name
     out["bucket_thresholds"] = list(thresholds)
@@ -65,7 +70,7 @@ def write_run_stats(path: str | Path, stats: list[RoundStats], selector_name: st
 
 def write_run_plot(path: str | Path, stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> Path:
     """PNG of chosen strategies, accept lengths, goodput, batch size and per-bucket pulls."""
-    thresholds = list(selector.config.bs_thresholds) if isinstance(selector, BanditSelector) else DEFAULT_THRESHOLDS
+    thresholds = selector_thresholds(selector)
     labels = BatchBuckets(tuple(thresholds)).labels()
     return plot_rounds(
         stats, bucket_indices(stats, thresholds), labels, path, title=f"strategy selector: {selector_name}"

@@ -1,15 +1,17 @@
-"""The end-of-run report of `fastrl train`: one PNG with reward, rollout/tail time, accept length, drafter version
-and held-out top-1, co-training loss and response lengths over RL steps."""
+"""The end-of-run report of `fastrl train`: one PNG over RL steps with reward, time per step, rollout speed against
+plain decoding, the strategy chosen per batch-size bucket, accept length (with the drafter versions and the policy's
+drift that drive it), the drafter's held-out top-1, its co-training loss, and the response lengths."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastrl.rl.metrics import StepMetrics
+from fastrl.telemetry.report_panels import accept_panel, choice_panel, legend, speed_panel
 
 
 def plot_train_report(history: list[StepMetrics], lengths: list[int], path: str | Path, title: str) -> Path:
-    """Six panels over steps; `lengths` are every response length of the run (histogram)."""
+    """Eight panels over steps; `lengths` are the response lengths of the steps this process ran (histogram)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -18,50 +20,73 @@ def plot_train_report(history: list[StepMetrics], lengths: list[int], path: str 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     steps = [m.step for m in history]
-    fig, ax = plt.subplots(3, 2, figsize=(12, 10), constrained_layout=True)
-    ax[0, 0].plot(steps, [m.reward_mean for m in history], marker="o", label="reward")
-    ax[0, 0].plot(steps, [m.accuracy for m in history], marker=".", label="accuracy")
-    ax[0, 0].set_title("reward")
-    ax[0, 0].legend()
+    fig, ax = plt.subplots(4, 2, figsize=(13, 15), constrained_layout=True)
+    _reward_panel(ax[0, 0], history)
     ax[0, 1].plot(steps, [m.rollout_time_s for m in history], marker="o", label="rollout")
-    ax[0, 1].plot(steps, [m.tail_time_s for m in history], marker=".", label="tail")
+    plain = [(m.step, m.plain_time_estimate_s) for m in history if m.plain_time_estimate_s is not None]
+    if plain:
+        ax[0, 1].plot(*zip(*plain, strict=True), marker="s", ls="--", label="rollout, plain decoding (est.)")
+    ax[0, 1].plot(steps, [m.tail_time_s for m in history], marker=".", label="rollout tail")
     ax[0, 1].plot(steps, [m.step_time_s for m in history], marker="x", label="whole step")
     ax[0, 1].set_title("time per RL step (s)")
-    ax[0, 1].legend()
-    ax[1, 0].plot(steps, [m.mean_accept_length for m in history], marker="o", label="accept length")
-    ax[1, 0].set_title("mean accept length (tokens / round)")
-    drift = [(m.step, m.drift_kl) for m in history if m.drift_kl is not None]
-    if drift:
-        twin = ax[1, 0].twinx()
-        twin.plot([s for s, _ in drift], [k for _, k in drift], marker=".", color="C4", label="KL to initial policy")
-        twin.set_ylabel("KL to initial policy (nats / token)")
-        twin.legend(loc="lower right", fontsize=8)
-        ax[1, 0].set_title("mean accept length (tokens / round) and policy drift")
-    ax[1, 1].step(steps, [m.drafter_version for m in history], where="post", color="gray", label="version")
-    ax[1, 1].set_ylabel("drafter version")
+    ax[0, 1].legend(fontsize=8)
+    speed_panel(ax[1, 0], history)
+    choice_panel(ax[1, 1], history)
+    accept_panel(ax[2, 0], history)
+    _drafter_panel(ax[2, 1], history)
+    _cotrain_panel(ax[3, 0], history)
+    ax[3, 1].hist(lengths, bins=40, label=f"{len(lengths)} responses")
+    ax[3, 1].set_yscale("log")
+    ax[3, 1].set_title("response length (tokens)")
+    ax[3, 1].set_xlabel("tokens")
+    ax[3, 1].legend(fontsize=8)
+    for a in (ax[3, 0], ax[2, 0], ax[2, 1], ax[1, 0], ax[1, 1], ax[0, 0], ax[0, 1]):
+        a.set_xlabel("RL step")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _reward_panel(ax, history: list[StepMetrics]) -> None:
+    """Reward and accuracy; one line when they are equal at every step (an all-or-nothing reward)."""
+    steps = [m.step for m in history]
+    rewards = [m.reward_mean for m in history]
+    accuracy = [m.accuracy for m in history]
+    if rewards == accuracy:
+        ax.plot(steps, rewards, marker="o", label="reward = accuracy (the reward is 1 or 0 per sample)")
+    else:
+        ax.plot(steps, rewards, marker="o", label="reward")
+        ax.plot(steps, accuracy, marker=".", label="accuracy")
+    ax.set_title("reward")
+    ax.legend(fontsize=8)
+
+
+def _drafter_panel(ax, history: list[StepMetrics]) -> None:
+    """Drafter version (steps) and, on a twin axis, its held-out top-1 before and after each rollout's update."""
+    steps = [m.step for m in history]
+    ax.step(steps, [m.drafter_version for m in history], where="post", color="gray", label="drafter version")
+    ax.set_ylabel("drafter version")
+    twin = ax.twinx()
     heldout = [(m.step, m.drafter_heldout_top1_before, m.drafter_heldout_top1) for m in history]
     heldout = [h for h in heldout if h[1] is not None]
     if heldout:
-        twin = ax[1, 1].twinx()
         xs = [s for s, _, _ in heldout]
-        twin.plot(xs, [b for _, b, _ in heldout], marker=".", ls="--", color="C2", label="held-out top-1 before")
+        twin.plot(xs, [b for _, b, _ in heldout], marker=".", ls="--", color="C2", label="held-out top-1 before update")
         twin.plot(xs, [a for _, _, a in heldout], marker="o", color="C3", label="held-out top-1 after update")
         twin.set_ylabel("held-out top-1")
-        twin.legend(loc="lower right", fontsize=8)
-    ax[1, 1].set_title("drafter version and held-out top-1 (before / after each rollout's update)")
+    legend(ax, twin, loc="lower right")
+    ax.set_title("drafter version and held-out top-1 (before / after each rollout's update)")
+
+
+def _cotrain_panel(ax, history: list[StepMetrics]) -> None:
+    """The drafter's co-training loss and top-1 (twin axis) per step."""
     losses = [(m.step, m.drafter_loss, m.drafter_top1) for m in history if m.drafter_loss is not None]
+    twin = ax.twinx()
     if losses:
-        ax[2, 0].plot([s for s, _, _ in losses], [loss for _, loss, _ in losses], marker="o", label="loss")
-        twin = ax[2, 0].twinx()
-        twin.plot([s for s, _, _ in losses], [t for _, _, t in losses], marker=".", color="C1", label="top-1")
+        ax.plot([s for s, _, _ in losses], [loss for _, loss, _ in losses], marker="o", label="co-training loss")
+        twin.plot([s for s, _, _ in losses], [t for _, _, t in losses], marker=".", color="C1", label="training top-1")
         twin.set_ylabel("top-1")
-    ax[2, 0].set_title("drafter co-training")
-    ax[2, 1].hist(lengths, bins=40)
-    ax[2, 1].set_yscale("log")
-    ax[2, 1].set_title("response length (tokens)")
-    for a in ax[-1]:
-        a.set_xlabel("RL step" if a is not ax[2, 1] else "tokens")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    ax.set_ylabel("loss")
+    legend(ax, twin)
+    ax.set_title("drafter co-training" + ("" if losses else " (none: frozen or no drafter)"))

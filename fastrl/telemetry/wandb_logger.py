@@ -56,6 +56,11 @@ class WandbLogger:
         values = metrics.to_flat_dict() if hasattr(metrics, "to_flat_dict") else dict(metrics)
         self.run.log(values, step=step)
 
+    def log_choices(self, choices: dict[str, str], step: int) -> None:
+        """Log the strategy chosen per batch-size bucket as text values ``choice/<bucket>``."""
+        if choices:
+            self.run.log({f"choice/{bucket}": strategy for bucket, strategy in choices.items()}, step=step)
+
     def log_histogram(self, name: str, values: list[float], step: int) -> None:
         """Log a histogram (e.g. response lengths)."""
         if values:

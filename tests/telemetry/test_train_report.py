@@ -11,6 +11,10 @@ from fastrl.telemetry.train_report import plot_train_report
 def metrics(step: int, cotrained: bool) -> StepMetrics:
     numbers = {f.name: 0.5 for f in dataclasses.fields(StepMetrics)}
     numbers.update(step=step, policy_version=step, response_len_max=9, response_tokens=90, accuracy_by_bucket={})
+    numbers.update(
+        arm_rounds={"1": {"5_1_6": 3}, "2-4": {"disable": 1}}, strategy_choices={"1": "5_1_6", "2-4": "disable"}
+    )
+    numbers.update(plain_time_estimate_s=0.9 if cotrained else None, estimated_speedup=1.8 if cotrained else None)
     numbers.update(drafter_version=step + 1 if cotrained else 0, drafter_steps=6 if cotrained else 0)
     for key in ("drafter_loss", "drafter_top1", "drafter_heldout_top1_before", "drafter_heldout_top1", "drift_kl"):
         numbers[key] = 0.6 + 0.01 * step if cotrained else None

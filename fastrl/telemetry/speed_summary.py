@@ -1,0 +1,58 @@
+"""The closing speed summary of a run: `fastrl generate` (from the engine's decode rounds) and `fastrl train` (from
+its steps' metrics), printed as the lines a newcomer reads at the end."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import TextIO
+
+from fastrl.rl.metrics import StepMetrics
+from fastrl.rl.rollout_speed import SpeedStory, count_arm_rounds, estimated_plain_time, merge_arm_rounds
+from fastrl.strategy.round_stats import RoundStats, RoundTotals
+from fastrl.strategy.selector import StrategySelector
+from fastrl.telemetry.run_stats import selector_thresholds
+
+
+def rounds_speed(stats: list[RoundStats], thresholds: Iterable[int]) -> SpeedStory:
+    """The speed story of an engine's decode rounds (time = the rounds' summed wall time)."""
+    totals = RoundTotals.of(stats)
+    return SpeedStory(
+        tokens=totals.emitted,
+        wall_time_s=totals.wall_time_s,
+        accept_length=totals.mean_accept_length,
+        plain_time_estimate_s=estimated_plain_time(
+            totals.wall_time_s, [(s.wall_time_s, s.plain_time_estimate_s) for s in stats]
+        ),
+        arm_rounds=count_arm_rounds([(s.batch_size, str(s.strategy)) for s in stats], thresholds),
+    )
+
+
+def steps_speed(history: list[StepMetrics], thresholds: Iterable[int]) -> SpeedStory:
+    """The speed story of a training run's rollouts: tokens and rollout time summed over steps, accept length
+    weighted by tokens, the plain-decoding estimate summed when every step carries one (else none)."""
+    tokens = sum(m.response_tokens for m in history)
+    estimates = [m.plain_time_estimate_s for m in history]
+    return SpeedStory(
+        tokens=tokens,
+        wall_time_s=sum(m.rollout_time_s for m in history),
+        accept_length=sum(m.mean_accept_length * m.response_tokens for m in history) / tokens if tokens else 0.0,
+        plain_time_estimate_s=sum(e for e in estimates if e is not None) if history and None not in estimates else None,
+        arm_rounds=merge_arm_rounds((m.arm_rounds for m in history), thresholds),
+    )
+
+
+def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = None) -> None:
+    """``title``, then tokens/s and accept length, time against plain decoding, and the choices per bucket."""
+    out = file if file is not None else sys.stdout
+    print(f"{title}: {story.tokens} tokens in {story.wall_time_s:.1f} s, {story.tokens_per_s:.0f} tok/s", file=out)
+    print(f"  accept length {story.accept_length:.2f} tokens per request per decode round (1.00 = plain)", file=out)
+    print(f"  against plain decoding: {story.plain_words()}", file=out)
+    print(f"  strategy chosen per batch-size bucket: {story.choice_words()}", file=out)
+
+
+def print_generate_summary(stats: list[RoundStats], selector: StrategySelector, file: TextIO | None = None) -> None:
+    """The end of `fastrl generate`: the speed story of the decode rounds this run made (nothing when it made none,
+    e.g. a finished run run again)."""
+    if stats:
+        print_speed_summary("fastrl generate", rounds_speed(stats, selector_thresholds(selector)), file)

@@ -1,0 +1,97 @@
+"""Hydra's conventions on every fastrl command: --help, --cfg job|hydra|all (with a space or `=`, and -c), --resolve,
+--info, -m; none of them runs the command or writes anything."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from fastrl.cli import commands, main
+
+COMMANDS = sorted(commands())
+# a key every command's config has at its top level, as `--cfg job` prints it
+TOP_KEY = {
+    "train": "rl",
+    "generate": "prompts",
+    "bench": "workload",
+    "check-exact": "prompts",
+    "train-drafter": "num_prompts",
+    "export-drafter": "format",
+}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_names_the_command_its_groups_and_keys(command, capsys, tmp_path):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fastrl {command}: ")
+    assert "example: fastrl " in out and f"{TOP_KEY[command]}:" in out
+    assert "--cfg job|hydra|all" in out
+    if command == "train":
+        assert "strategy: bandit, disable, ema, static" in out and "rl: grpo_tiny, grpo_tiny_long" in out
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("flags", [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]])
+def test_cfg_job_prints_the_config(command, flags, capsys, tmp_path):
+    assert main([command, *flags]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert TOP_KEY[command] in config and "hydra" not in config
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_cfg_hydra_all_and_resolve(command, capsys):
+    assert main([command, "--cfg", "hydra"]) == 0
+    assert set(yaml.safe_load(capsys.readouterr().out)) == {"hydra"}
+    assert main([command, "--cfg=all", "--resolve"]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert "hydra" in config and TOP_KEY[command] in config
+    assert "${" not in json.dumps(config.get("rl", {}))  # resolved: train's checkpoint_dir is a path
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_info_shows_search_path_and_defaults(command, capsys, tmp_path):
+    assert main([command, "--info"]) == 0
+    out = capsys.readouterr().out
+    assert "Config search path" in out and "Defaults List" in out
+    assert main([command, "--info", "defaults"]) == 0
+    assert f"{command.replace('-', '_')}_schema" in capsys.readouterr().out
+    assert os.listdir(tmp_path) == []
+
+
+def test_cfg_job_shows_overrides_and_train_model_dir(capsys, tmp_path):
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    assert main(["train", "-c", "job", "rl.steps=3", f"model={model}", "strategy=static", "strategy.name=4_3_10"]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["rl"]["steps"] == 3
+    assert config["model"] == {"name": "local", "path": str(model)}
+    assert config["strategy"]["name"] == "4_3_10"
+
+
+def test_cfg_with_a_bad_key_is_one_error(capsys):
+    assert main(["generate", "--cfg", "job", "temperture=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fastrl generate: error: `fastrl generate` has no key 'temperture'; did you mean 'temperature'?"]
+
+
+def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
+    args = [f"prompts={prompts}", "max_new_tokens=3", "progress=false", "output=a.jsonl,b.jsonl"]
+    assert main(["generate", "-m", *args]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "p.jsonl", "runs"]
+    (sweep,) = (tmp_path / "runs" / "multirun").iterdir()  # Hydra's record of the sweep, nothing else
+    assert sweep.name.startswith("generate-") and os.listdir(sweep) == ["multirun.yaml"]
+    first, second = ((tmp_path / n).read_text() for n in ("a.jsonl", "b.jsonl"))
+    assert first == second and json.loads(first)["prompt_ids"] == [5, 6, 7]

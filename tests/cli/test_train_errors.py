@@ -1,0 +1,96 @@
+"""`fastrl train` errors in the user's words (issue 25's six cases): each is one `fastrl train: error:` line naming
+the key as typed, and leaves no run folder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fastrl.cli import main
+from fastrl.models.checkpoint import save_model
+from tests.rl.grpo_setup import char_tokenizer, tiny_policy
+
+TINY = ["rl.steps=1", "rl.prompts_per_step=2", "rl.samples_per_prompt=2", "rl.max_new_tokens=8", "task.n_max=6"]
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy")
+    save_model(tiny_policy(), path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def _error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("fastrl train: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # a group option that does not exist: the valid choices and the right spelling
+        (
+            ["strategy=4-3-10"],
+            "strategy=4-3-10: no such strategy option; choose one of ['bandit', 'disable', 'ema', 'static']; "
+            "a fixed strategy is spelled strategy=static strategy.name=4_3_10",
+        ),
+        # a strategy string named as strategy.name, not rollout.worker.strategy
+        (["strategy=static", "strategy.name=4-3-10"], "strategy.name=4-3-10: expected bandit | ema, disable"),
+        (["strategy.name=4-3-10"], "did you mean strategy.name=4_3_10?"),
+        # a GRPO key named as rl.steps, not GRPOConfig.steps
+        (["rl.steps=-1"], "rl.steps must be an integer >= 0, got -1"),
+        (["rl.steps=abc"], "rl.steps=abc (Value 'abc' of type 'str' could not be converted to Integer)"),
+        # model= a path that is not a directory
+        (["model=/nonexistent/ckpt"], "model=/nonexistent/ckpt: no such model option; choose one of ['bundled', "),
+        # Hydra's flags are flags, not keys
+        (["--cfg", "jobb"], "--cfg jobb: choose one of job | hydra | all"),
+        (["-c"], "--cfg rollout=local: choose one of job | hydra | all"),
+    ],
+)
+def test_one_line_naming_the_key_as_typed(args, words, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *args, "rollout=local", "logger=none", f"hydra.run.dir={run}"]) == 2
+    assert words in _error_line(capsys)
+    assert not run.exists()
+    assert "GRPOConfig" not in words and "rollout.worker" not in words
+
+
+def test_cfg_job_is_a_flag_not_a_key(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for flags in (["--cfg", "job"], ["-c", "job"]):
+        assert main(["train", *flags]) == 0
+        assert "has no key" not in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_model_dir_works_as_for_generate(policy_dir, tmp_path):
+    run = tmp_path / "run"
+    args = [*TINY, f"model={policy_dir}", "drafter=fresh", "rollout=local", "logger=none", f"hydra.run.dir={run}"]
+    assert main(["train", *args]) == 0
+    assert (run / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_a_run_failing_before_its_first_step_leaves_no_run_folder(policy_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    # passes the config checks; fails when the drafter is loaded, after Hydra made the run directory and W&B's run
+    bad_drafter = tmp_path / "drafter"
+    bad_drafter.mkdir()
+    args = [*TINY, f"model={policy_dir}", f"drafter.path={bad_drafter}", "rollout=local", "logger=wandb_offline"]
+    assert main(["train", *args]) == 2
+    assert "drafter.path=" in _error_line(capsys)
+    assert not list((tmp_path / "runs" / "train").iterdir())
+
+
+def test_reusing_a_run_directory_is_an_error(policy_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = [*TINY, f"model={policy_dir}", "drafter=fresh", "rollout=local", "logger=none", f"hydra.run.dir={run}"]
+    assert main(["train", *args]) == 0
+    capsys.readouterr()
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    assert main(["train", *args]) == 2
+    assert f"hydra.run.dir={run} holds an earlier run" in _error_line(capsys)
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
