@@ -1,4 +1,4 @@
-"""Shared test configuration: GPU tests are skipped where no CUDA device exists."""
+"""Shared test configuration: GPU tests skipped without CUDA; each test gets the root logger it found."""
 
 import pytest
 import torch
@@ -14,3 +14,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    """Hydra's main (run by in-process CLI tests) configures the root logger with handlers bound to the stderr of
+    the test that ran it; a process runs one command, a test session many: give each test the root logger it found."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
