@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from fastrl.rl.rollout_speed import SpeedStory
+from fastrl.rollout.types import WorkerReplacement
 
 CORRECT_REWARD = 1.0  # a sample counts as correct when its reward reaches the task's full reward
 
@@ -32,6 +33,9 @@ class StepMetrics:
     strategy selector made no estimate), `estimated_speedup` = that / `rollout_time_s`; `arm_rounds` counts the
     decode rounds per batch-size bucket and strategy (bucket label -> strategy -> rounds), `strategy_choices` the
     most-chosen strategy per bucket.
+    Faults: `workers_replaced` rollout workers were lost and replaced during or before the rollout, their
+    `requests_rerun` unfinished requests re-ran elsewhere and `cotrain_sequences_lost` co-training sequences died
+    with them (each loss is also one line of the run's log naming the worker).
     """
 
     step: int
@@ -72,6 +76,9 @@ class StepMetrics:
     estimated_speedup: float | None = None
     arm_rounds: dict[str, dict[str, int]] = field(default_factory=dict)
     strategy_choices: dict[str, str] = field(default_factory=dict)
+    workers_replaced: int = 0
+    requests_rerun: int = 0
+    cotrain_sequences_lost: int = 0
 
     def to_flat_dict(self) -> dict[str, float]:
         """Scalar view for loggers: buckets as ``accuracy/<bucket>``, decode rounds as
@@ -99,6 +106,15 @@ class StepMetrics:
     def finite(self) -> bool:
         """True when every reported number is finite."""
         return all(math.isfinite(v) for v in self.to_flat_dict().values())
+
+
+def worker_loss_fields(replacements: list[WorkerReplacement]) -> dict[str, int]:
+    """StepMetrics' fault counts from a rollout's worker replacements."""
+    return {
+        "workers_replaced": len(replacements),
+        "requests_rerun": sum(len(r.rerun_request_ids) for r in replacements),
+        "cotrain_sequences_lost": sum(r.cotrain_sequences_lost for r in replacements),
+    }
 
 
 class MetricsLogger(Protocol):

@@ -28,6 +28,7 @@ from fastrl.rl.metrics import (
     accuracy_by_bucket,
     mean_accept_length,
     percentile,
+    worker_loss_fields,
 )
 from fastrl.rl.policy_update import PolicyUpdater, UpdateStats
 from fastrl.rl.rollout_speed import step_speed_fields
@@ -296,4 +297,5 @@ class GRPOTrainer:
             drafter_heldout_top1=drafter.heldout_top1,
             drift_kl=stats.drift_kl,
             **step_speed_fields(rollout.batch, self.bucket_thresholds),
+            **worker_loss_fields(rollout.batch.replacements),
         )
