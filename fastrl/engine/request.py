@@ -55,6 +55,8 @@ class Request:
     pending_tokens: list[int] = field(default_factory=list)
     pending_features: list[torch.Tensor] = field(default_factory=list)
     slot: int | None = None
+    # Set by the scheduler at admission: the request (admitted in the same step) whose prompt pages this one shares.
+    prompt_source: str | None = None
     finish_reason: FinishReason | None = None
     error: str | None = None
     timings: Timings = field(default_factory=Timings)

@@ -7,6 +7,7 @@ tokens, log-probs, accept lengths, and the hidden states a caller asked for. The
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -16,11 +17,12 @@ from torch import Tensor
 from fastrl.engine.batch import RunningBatch
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
+from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
-from fastrl.engine.prefill import prefill_shared
+from fastrl.engine.prefill import prefill, prefill_shared
 from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
-from fastrl.models.kv_cache import KVCache
+from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
@@ -92,33 +94,87 @@ class ModelRunner:
                     raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
-        max_nodes = max((s.max_tree_nodes for s in speculative), default=1)
+        # Entries a round writes past a row's n tokens (its accepted path and own token), and the scratch it
+        # writes past the batch's longest row (tree nodes; the drafter's tree expansions).
+        self.lookahead = max((self.runtimes[s].max_depth + 1 for s in speculative), default=1)
+        scratch = max((s.max_tree_nodes for s in speculative), default=1)
+        if self.drafter is not None:
+            scratch = max(scratch, max(self.runtimes[s].tree_area for s in eagle) + 2)
         use_graphs = config.cuda_graphs and self.device.type == "cuda"
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
+        ps = config.page_size
+        per_request = math.ceil((self.max_model_len + self.lookahead) / ps)
+        num_pages = config.max_batch_size * per_request
+        if config.kv_cache_tokens is not None:
+            num_pages = math.ceil(config.kv_cache_tokens / ps)
+            if num_pages < per_request:
+                raise ValueError(
+                    f"engine.kv_cache_tokens = {config.kv_cache_tokens} cannot hold one request of the context "
+                    f"length {self.max_model_len} plus one round ({self.lookahead}): it needs >= {per_request * ps}"
+                )
+        self.pool = PagePool(num_pages, ps)
+        self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device)
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,
-            self.max_model_len + max_nodes,
+            self.table.max_len,
             mc.num_key_value_heads,
             mc.head_dim,
             dtype=dtype,
             device=self.device,
+            table=self.table,
         )
         self.spec_models: SpecModels | None = None
         if self.drafter is not None:
-            area = max(self.runtimes[s].tree_area for s in eagle)
-            dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
+            dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table)
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache)
         self.graphs = self._capture_graphs() if use_graphs else None
 
+    @property
+    def caches(self) -> list[KVCache]:
+        """The KV caches over the engine's page table (the policy's, and the drafter's when there is one)."""
+        return [self.cache] + ([self.spec_models.dcache] if self.spec_models and self.spec_models.dcache else [])
+
+    def kv_bytes_held(self) -> int:
+        """Bytes of the pool pages handed out plus every slot's scratch pages, over all caches."""
+        pages = self.pool.used_pages + self.table.num_slots * self.table.scratch_pages
+        return pages * sum(c.page_bytes for c in self.caches)
+
+    def _sync_pages(self) -> list[tuple[int, int]]:
+        """Apply the pool's changes to the page table and zero the pages handed out; returns the page copies
+        that must follow the next prefill."""
+        updates = self.pool.drain()
+        unmapped = [key for key, page in updates.table.items() if page is None]
+        mapped = [(key, page) for key, page in updates.table.items() if page is not None]
+        self.table.unmap([s for s, _ in unmapped], [c for _, c in unmapped])
+        self.table.map([s for (s, _), _ in mapped], [c for (_, c), _ in mapped], [p for _, p in mapped])
+        for cache in self.caches:
+            cache.clear_pages(updates.fresh)
+        return updates.copies
+
+    def resume(self, requests: list[Request]) -> None:
+        """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
+        next round), its hidden states queued for their drafter afresh."""
+        self._sync_pages()
+        tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
+        result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
+        if self.drafter is not None:
+            for row, request in enumerate(requests):
+                queue_for_drafter(
+                    request, tokens[row][1:] + [request.last_token], result.hidden[row, : len(tokens[row])]
+                )
+
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
 
-        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others copy its KV.
+        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others hold its pages.
         """
-        result = prefill_shared(self.model, self.cache, requests, self.config.prefix_sharing)
+        copies = self._sync_pages()
+        result = prefill_shared(self.model, self.cache, requests)
+        for cache in self.caches:
+            cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
         batch = RunningBatch.build(requests, self.device)
         # Every request samples from its prompt's logits with its own seed.
         sampled = sample(result.last_logits, batch.sampling, result.lengths)
@@ -144,6 +200,7 @@ class ModelRunner:
 
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
+        self._sync_pages()
         batch = RunningBatch.build(requests, self.device)
         if strategy.is_disabled:
             if self.graphs is not None:
