@@ -53,9 +53,10 @@ class Engine:
     """Generates from a CausalLM with continuous batching and, given a drafter, EAGLE speculation.
 
     Streaming use: `add_request(...)` any time, then `step()` until `has_unfinished()` is False; each step returns
-    a snapshot of every request that progressed or finished. Batch use: `generate(inputs)`. Before each decode
-    round `selector.choose(batch_size)` picks the strategy (`disable` = plain round), after it `selector.observe`
-    gets the round's RoundStats (also kept in `round_stats`). Outputs never depend on the strategy.
+    the new tokens of every request that progressed, and the full output of every request that finished. Batch
+    use: `generate(inputs)`. Before each decode round `selector.choose(batch_size)` picks the strategy
+    (`disable` = plain round), after it `selector.observe` gets the round's RoundStats (also kept in
+    `round_stats`). Outputs never depend on the strategy.
 
     History strategies (``suffix_N``, ``S_K_N+suffix_M``) draft from `history`, a suffix index the engine keeps
     current with every prompt and emitted token (requests with the same prompt form one group); pass one index to

@@ -59,6 +59,9 @@ class PagePool:
 
     def ensure(self, slot: int, entries: int) -> bool:
         """Give `slot` pages covering entries [0, entries); False (and nothing taken) when too few are free."""
+        held = self._held.get(slot)
+        if held is not None and len(held) * self.page_size >= entries:
+            return True  # the common case in a round: the last page still has room
         held = self._held.setdefault(slot, [])
         missing = self.pages_for(entries) - len(held)
         if missing > len(self._free):

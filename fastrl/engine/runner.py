@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import RunningBatch
+from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
 from fastrl.engine.page_pool import PagePool
@@ -113,6 +113,7 @@ class ModelRunner:
                     f"length {self.max_model_len} plus one round ({self.lookahead}): it needs >= {per_request * ps}"
                 )
         self.pool = PagePool(num_pages, ps)
+        self.state = SlotState(slots, self.device)
         self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device)
         self.cache = KVCache(
             mc.num_hidden_layers,
@@ -159,6 +160,7 @@ class ModelRunner:
         next round), its hidden states queued for their drafter afresh."""
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
+        self.state.admit(requests, [len(t) for t in tokens])
         result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
         if self.drafter is not None:
             for row, request in enumerate(requests):
@@ -175,10 +177,12 @@ class ModelRunner:
         result = prefill_shared(self.model, self.cache, requests)
         for cache in self.caches:
             cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
-        batch = RunningBatch.build(requests, self.device)
+        slots = self.state.admit(requests, [len(r.prompt_ids) for r in requests])
         # Every request samples from its prompt's logits with its own seed.
-        sampled = sample(result.last_logits, batch.sampling, result.lengths)
-        tokens, logprobs = sampled.tokens.tolist(), sampled.logprobs.tolist()
+        sampled = sample(result.last_logits, self.state.inputs(requests).sampling, result.lengths)
+        self.state.last[slots] = sampled.tokens
+        tokens, logprobs = read_back(sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1))[:2]
+        tokens, logprobs = [t[0] for t in tokens], [lp[0] for lp in logprobs]
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
@@ -201,15 +205,15 @@ class ModelRunner:
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
         self._sync_pages()
-        batch = RunningBatch.build(requests, self.device)
+        inputs = self.state.inputs(requests)
         if strategy.is_disabled:
             if self.graphs is not None:
-                result = self.graphs.run_plain(batch.inputs)
+                result = self.graphs.run_plain(inputs)
             else:
-                result = plain_round(self.model, self.cache, batch.inputs)
+                result = plain_round(self.model, self.cache, inputs)
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accepted = [0] * len(requests)
+            accept_len = torch.zeros_like(result.tokens)
             drafted, draft_s, verify_s = 0, 0.0, 0.0
         else:
             start = time.perf_counter()
@@ -221,16 +225,16 @@ class ModelRunner:
             if self.graphs is not None and not strategy.is_history:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
-                spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
+                root_feature = catch_drafter_up(self.spec_models, inputs, pending, self.graphs.base)
+                spec = self.graphs.run_speculative(inputs, root_feature, strategy)
                 spec.draft_time_s = time.perf_counter() - start
             else:
-                spec = speculative_round(self.spec_models, batch.inputs, self.runtimes[strategy], pending, history)
+                spec = speculative_round(self.spec_models, inputs, self.runtimes[strategy], pending, history)
                 spec.draft_time_s += prep_s
-            tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
-            accepted = spec.accept_len.tolist()
+            tokens, logprobs, hidden, accept_len = spec.tokens, spec.logprobs, spec.hidden, spec.accept_len
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
-        token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
+        self.state.advance(inputs.slots, tokens, accept_len + 1)
+        token_rows, logprob_rows, accepted = read_back(tokens, logprobs, accept_len)
         out_tokens, out_logprobs, out_hidden = [], [], []
         for row, request in enumerate(requests):
             count = accepted[row] + 1
@@ -240,8 +244,6 @@ class ModelRunner:
                 queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
             want = request.want_hidden_states
             out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
         return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
 
     def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
@@ -264,3 +266,19 @@ class ModelRunner:
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
+
+
+def read_back(tokens: Tensor, logprobs: Tensor, accept_len: Tensor | None = None) -> tuple[list, list, list[int]]:
+    """A round's results in one device-to-host copy: tokens and log-probs per row, accepted drafts per row.
+
+    # tokens/logprobs [B,K], accept_len [B] -> lists (float64 holds token ids and float32 log-probs exactly)
+    """
+    k = tokens.shape[1]
+    columns = [tokens.to(torch.float64), logprobs.to(torch.float64)]
+    if accept_len is not None:
+        columns.append(accept_len.to(torch.float64).unsqueeze(1))
+    rows = torch.cat(columns, dim=1).tolist()
+    token_rows = [[int(t) for t in row[:k]] for row in rows]
+    logprob_rows = [row[k : 2 * k] for row in rows]
+    accepted = [int(row[2 * k]) for row in rows] if accept_len is not None else [0] * len(rows)
+    return token_rows, logprob_rows, accepted

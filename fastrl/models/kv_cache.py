@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa
+
 
 class PageTable:
     """Which physical page holds entries `[c * page_size, (c + 1) * page_size)` of each slot: `table[slot, c]`.
@@ -109,6 +111,7 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         table: PageTable | None = None,
+        backend: AttentionBackend | None = None,
     ) -> None:
         sizes = {
             "num_layers": num_layers,
@@ -128,6 +131,7 @@ class KVCache:
                 f"KVCache: table has {table.num_slots} slots x {table.max_len} entries, need {num_slots} x {max_len}"
             )
         self.table = table
+        self.backend: AttentionBackend = backend or PagedSdpa()
         self.num_layers = num_layers
         self.num_slots = num_slots
         self.max_len = table.max_len
@@ -161,21 +165,49 @@ class KVCache:
         ps = self.page_size
         return rows.pages.gather(1, torch.div(index, ps, rounding_mode="floor")) * ps + index.remainder(ps)
 
+    def metadata(self, slots: Tensor | SlotRows, index: Tensor, mask: Tensor) -> AttentionMetadata:
+        """One forward's attention over this cache: new entries at `index`, keys [0, L) under `mask`.
+
+        # slots [B], index [B,S], mask [B,1,S,L] bool -> AttentionMetadata
+        """
+        rows = self.rows(slots)
+        kv_len = mask.shape[-1]
+        if kv_len > self.max_len:
+            raise ValueError(f"attention over {kv_len} cache entries exceeds max_len {self.max_len}")
+        pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
+        return AttentionMetadata(rows.index, self.entries(rows, index).reshape(-1), pages, kv_len, mask)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
+        """Store this layer's new K/V and attend over the cache (the backend's work).
+
+        # q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]
+        """
+        return self.backend.attend(self, layer, q, k, v, meta, gqa)
+
+    def store(self, layer: int, entries: Tensor, k: Tensor, v: Tensor) -> None:
+        """Writes new K/V at physical entries (row-major over [B,S]).  # entries [B*S], k/v [B,kvh,S,hd]"""
+        n, kvh = entries.shape[0], self.num_kv_heads
+        self.k[layer].index_copy_(0, entries, k.transpose(1, 2).reshape(n, kvh, self.head_dim))
+        self.v[layer].index_copy_(0, entries, v.transpose(1, 2).reshape(n, kvh, self.head_dim))
+
+    def gather(self, layer: int, pages: Tensor, length: int) -> tuple[Tensor, Tensor]:
+        """Entries [0, length) of each row, one indexed copy of whole pages.  # pages [B,C] -> 2 x [B,kvh,L,hd]"""
+        b, c = pages.shape
+        flat = pages.reshape(-1)
+        shape = (b, c * self.page_size, self.num_kv_heads, self.head_dim)
+        # index_select over [pages, page_entries] rows: whole-page copies (faster than advanced indexing on a CPU).
+        k = self.k[layer].view(self.table.total_pages, -1).index_select(0, flat).view(shape)
+        v = self.v[layer].view(self.table.total_pages, -1).index_select(0, flat).view(shape)
+        return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
+
     def write(self, layer: int, slots: Tensor | SlotRows, index: Tensor, k: Tensor, v: Tensor) -> None:
         """Stores new entries at per-row cache indices.  # slots [B], index [B,S], k/v [B,kvh,S,hd] -> in place"""
-        flat = self.entries(self.rows(slots), index).reshape(-1)
-        self.k[layer].index_copy_(0, flat, k.transpose(1, 2).reshape(flat.shape[0], self.num_kv_heads, -1))
-        self.v[layer].index_copy_(0, flat, v.transpose(1, 2).reshape(flat.shape[0], self.num_kv_heads, -1))
+        self.store(layer, self.entries(self.rows(slots), index).reshape(-1), k, v)
 
     def read(self, layer: int, slots: Tensor | SlotRows, length: int) -> tuple[Tensor, Tensor]:
         """The first `length` entries of each slot, gathered page by page.  # [B] -> 2 x [B,kvh,L,hd]"""
-        rows = self.rows(slots)
-        pages = rows.pages[:, : math.ceil(length / self.page_size)]
-        b, c = pages.shape
-        shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
-        k = self.k[layer].view(shape)[pages].view(b, c * self.page_size, self.num_kv_heads, self.head_dim)
-        v = self.v[layer].view(shape)[pages].view(b, c * self.page_size, self.num_kv_heads, self.head_dim)
-        return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
+        pages = self.rows(slots).pages[:, : math.ceil(length / self.page_size)]
+        return self.gather(layer, pages, length)
 
     def move(self, slots: Tensor | SlotRows, src: Tensor, dst: Tensor) -> None:
         """Copies entries src -> dst in every layer; all sources are read before any write, so overlapping ranges

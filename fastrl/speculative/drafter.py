@@ -123,4 +123,4 @@ class EagleDrafter(nn.Module):
             raise ValueError("EagleDrafter: slots [B] are required with a cache")
         index = positions if cache_index is None else cache_index
         mask = attention_mask(positions, index, attn_mask)
-        return self.layer(x, cos, sin, cache, cache.rows(slots), index, mask)
+        return self.layer(x, cos, sin, cache, meta=cache.metadata(slots, index, mask))
