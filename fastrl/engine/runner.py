@@ -114,6 +114,7 @@ class ModelRunner:
                 )
         self.pool = PagePool(num_pages, ps)
         self.state = SlotState(slots, self.device)
+        self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device)
         self.cache = KVCache(
             mc.num_hidden_layers,
@@ -143,9 +144,9 @@ class ModelRunner:
         pages = self.pool.used_pages + self.table.num_slots * self.table.scratch_pages
         return pages * sum(c.page_bytes for c in self.caches)
 
-    def _sync_pages(self) -> list[tuple[int, int]]:
-        """Apply the pool's changes to the page table and zero the pages handed out; returns the page copies
-        that must follow the next prefill."""
+    def _sync_pages(self) -> None:
+        """Apply the pool's changes to the page table and zero the pages handed out; keep the page copies that
+        must follow the next prefill of new prompts."""
         updates = self.pool.drain()
         unmapped = [key for key, page in updates.table.items() if page is None]
         mapped = [(key, page) for key, page in updates.table.items() if page is not None]
@@ -153,7 +154,7 @@ class ModelRunner:
         self.table.map([s for (s, _), _ in mapped], [c for (_, c), _ in mapped], [p for _, p in mapped])
         for cache in self.caches:
             cache.clear_pages(updates.fresh)
-        return updates.copies
+        self._pending_copies += updates.copies
 
     def resume(self, requests: list[Request]) -> None:
         """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
@@ -173,8 +174,9 @@ class ModelRunner:
 
         Requests with the same prompt (the n samples of a GRPO group) prefill once; the others hold its pages.
         """
-        copies = self._sync_pages()
+        self._sync_pages()
         result = prefill_shared(self.model, self.cache, requests)
+        copies, self._pending_copies = self._pending_copies, []
         for cache in self.caches:
             cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
         slots = self.state.admit(requests, [len(r.prompt_ids) for r in requests])

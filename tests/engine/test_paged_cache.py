@@ -26,12 +26,15 @@ def model(tmp_path_factory):
 
 
 def _workload(vocab: int, count: int, seed: int) -> list[GenerateInput]:
-    """Long-tail lengths, greedy and sampled rows, two GRPO-like groups sharing a prompt."""
+    """Long-tail lengths, greedy and sampled rows, GRPO-like groups sharing a prompt at the start and at the end
+    (under memory pressure the last group is admitted with preempted requests being recomputed)."""
     rng = random.Random(seed)
-    shared = [rng.randrange(3, vocab) for _ in range(21)]
+    first, last = ([rng.randrange(3, vocab) for _ in range(n)] for n in (21, 19))
     out = []
     for i in range(count):
-        prompt = shared if i < 6 else [rng.randrange(3, vocab) for _ in range(rng.randint(3, 30))]
+        prompt = (
+            first if i < 6 else last if i >= count - 6 else [rng.randrange(3, vocab) for _ in range(rng.randint(3, 30))]
+        )
         new = rng.choice([4, 9, 17, 40, 90])
         params = SamplingParams(max_new_tokens=new, temperature=rng.choice([0.0, 1.0]), seed=i, ignore_eos=True)
         out.append(GenerateInput(prompt, params, request_id=f"r{i}"))
