@@ -127,3 +127,38 @@ def test_pages_follow_the_tokens_alive(model):
 def test_a_pool_too_small_for_one_request_is_refused(model):
     with pytest.raises(ValueError, match="engine.kv_cache_tokens"):
         Engine(model, EngineConfig(max_batch_size=2, max_model_len=100, kv_cache_tokens=50))
+
+
+def test_a_recompute_and_a_shared_prompt_admitted_in_one_step(model):
+    """A preempted request readmitted in the same step as a new GRPO group: the group's shared pages and the
+    recomputed KV both hold, and every output equals the unconstrained run's."""
+    base = dict(max_batch_size=4, dtype="float64", max_model_len=128, page_size=8)
+    params = [
+        SamplingParams(max_new_tokens=n, temperature=1.0, seed=i, ignore_eos=True) for i, n in enumerate((110, 100))
+    ]
+    group = SamplingParams(max_new_tokens=5, temperature=1.0, ignore_eos=True)
+    jobs = [([5 + i for i in range(10)], params[0], "a"), ([7 + i for i in range(10)], params[1], "b")]
+    jobs += [([9 + i % 20 for i in range(13)], group, f"g{j}") for j in range(2)]
+
+    def run(tokens: int | None) -> tuple[dict, list[set[str]]]:
+        engine = Engine(model, EngineConfig(**base, kv_cache_tokens=tokens))
+        for prompt, p, rid in jobs[:2]:
+            engine.add_request(prompt, p, rid)
+        outs, admitted_together, step, added = {}, [], 0, False
+        while engine.has_unfinished():
+            before = {r.request_id for r in engine.scheduler.running}
+            outs.update({o.request_id: o for o in engine.step() if o.finished})
+            admitted_together.append({r.request_id for r in engine.scheduler.running} - before)
+            step += 1
+            if not added and (step == 50 if tokens is None else engine.scheduler.preemptions == 1):
+                added = True
+                for prompt, p, rid in jobs[2:]:  # the group arrives while "b" waits for pages (tight run)
+                    engine.add_request(prompt, p, rid)
+        assert tokens is None or engine.scheduler.preemptions > 0
+        return outs, admitted_together
+
+    free, _ = run(None)
+    tight, together = run(136)
+    assert any({"b", "g0", "g1"} <= ids for ids in together)
+    for rid, out in free.items():
+        assert tight[rid].token_ids == out.token_ids
