@@ -55,5 +55,5 @@ class PagedSdpa:
     ) -> Tensor:
         """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
         cache.store(layer, meta.write, k, v)
-        keys, values = cache.gather(layer, meta.pages, meta.kv_len)
+        keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.mask, enable_gqa=gqa)

@@ -147,6 +147,7 @@ class KVCache:
         self.v = torch.empty(shape, dtype=dtype, device=self.device)
         self.k[:, first:].zero_()
         self.v[:, first:].zero_()
+        self._gathered: tuple[Tensor, Tensor] | None = None
 
     @property
     def page_bytes(self) -> int:
@@ -190,15 +191,33 @@ class KVCache:
         self.k[layer].index_copy_(0, entries, k.transpose(1, 2).reshape(n, kvh, self.head_dim))
         self.v[layer].index_copy_(0, entries, v.transpose(1, 2).reshape(n, kvh, self.head_dim))
 
-    def gather(self, layer: int, pages: Tensor, length: int) -> tuple[Tensor, Tensor]:
-        """Entries [0, length) of each row, one indexed copy of whole pages.  # pages [B,C] -> 2 x [B,kvh,L,hd]"""
+    def gather(self, layer: int, pages: Tensor, length: int, reuse: bool = False) -> tuple[Tensor, Tensor]:
+        """Entries [0, length) of each row, one indexed copy of whole pages.  # pages [B,C] -> 2 x [B,kvh,L,hd]
+
+        `reuse` (attention, which consumes the result before the next gather) copies into buffers this cache keeps
+        on a CPU, overwritten by the next reusing gather.
+        """
         b, c = pages.shape
         flat = pages.reshape(-1)
         shape = (b, c * self.page_size, self.num_kv_heads, self.head_dim)
         # index_select over [pages, page_entries] rows: whole-page copies (faster than advanced indexing on a CPU).
-        k = self.k[layer].view(self.table.total_pages, -1).index_select(0, flat).view(shape)
-        v = self.v[layer].view(self.table.total_pages, -1).index_select(0, flat).view(shape)
+        k_pages = self.k[layer].view(self.table.total_pages, -1)
+        v_pages = self.v[layer].view(self.table.total_pages, -1)
+        if reuse and self.device.type == "cpu":  # into reused buffers: no allocation (and page faults) per layer
+            k_out, v_out = self._gather_buffers(flat.shape[0])
+            k = torch.index_select(k_pages, 0, flat, out=k_out).view(shape)
+            v = torch.index_select(v_pages, 0, flat, out=v_out).view(shape)
+        else:  # a CUDA graph keeps the addresses it captured: allocate from its pool
+            k, v = k_pages.index_select(0, flat).view(shape), v_pages.index_select(0, flat).view(shape)
         return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
+
+    def _gather_buffers(self, pages: int) -> tuple[Tensor, Tensor]:
+        """Two [pages, page_entries] buffers, grown when a forward needs more (a gather's result lives only until
+        the layer's attention has run).  # -> 2 x [pages, ps*kvh*hd]"""
+        if self._gathered is None or self._gathered[0].shape[0] < pages:
+            width = self.page_size * self.num_kv_heads * self.head_dim
+            self._gathered = tuple(torch.empty(pages, width, dtype=self.dtype, device=self.device) for _ in range(2))
+        return self._gathered[0][:pages], self._gathered[1][:pages]
 
     def write(self, layer: int, slots: Tensor | SlotRows, index: Tensor, k: Tensor, v: Tensor) -> None:
         """Stores new entries at per-row cache indices.  # slots [B], index [B,S], k/v [B,kvh,S,hd] -> in place"""
