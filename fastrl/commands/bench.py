@@ -12,6 +12,7 @@ import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.history_groups import bench_groups_bs1
+from fastrl.bench.kv_memory import long_tail_lengths, memory_at, trace_kv_bytes
 from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
 from fastrl.bench.prefix_sharing import bench_prefix_sharing
@@ -191,6 +192,8 @@ def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
             flush=True,
         )
         payload["groups_bs1"] = [asdict(r) for r in rows]
+    if "kv_memory" in cfg.suites:
+        _bench_kv_memory(cfg, model, tokenizer, model_dir, payload)
     if "prefix_sharing" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, cfg.prefix_sharing_prompts, cfg.seed + 3)
         rows = bench_prefix_sharing(
@@ -219,3 +222,45 @@ def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
 
 def _opt(value: float | None) -> float | str:
     return "" if value is None else value
+
+
+def _bench_kv_memory(cfg: BenchConfig, model, tokenizer, model_dir: Path, payload: dict[str, Any]) -> None:
+    """KV bytes held vs tokens alive over a long-tail run, and memory at each of cfg.kv_memory_new_tokens."""
+    prompts = bench_prompts(tokenizer, cfg.workload, cfg.kv_memory_requests, cfg.seed + 5)
+    cap = model.config.max_position_embeddings - max(len(p) for p in prompts) - 8
+    lengths = long_tail_lengths(len(prompts), cap, cfg.seed + 5)
+    trace = trace_kv_bytes(model, prompts, lengths, request_context(model.config, [len(p) for p in prompts], cap))
+    print(
+        f"\nKV bytes over a long-tail run: {trace.requests} requests, {trace.rounds} steps, responses "
+        f"{min(lengths)}..{max(lengths)} tokens\n"
+        + format_table(
+            ["held/(alive+scratch) max", "mean", "peak held MB", "peak alive MB", "scratch MB", "slot cache MB"],
+            [
+                [trace.max_ratio, trace.mean_ratio]
+                + [
+                    b / 2**20
+                    for b in (trace.peak_held_bytes, trace.peak_alive_bytes, trace.scratch_bytes, trace.dense_bytes)
+                ]
+            ],
+        ),
+        flush=True,
+    )
+    rows = [memory_at(str(model_dir), n, cfg.kv_memory_requests, cfg.seed) for n in cfg.kv_memory_new_tokens]
+    print(
+        f"\n{cfg.kv_memory_requests} task prompts at T=0 per max_new_tokens, each in a fresh process\n"
+        + format_table(
+            ["max_new_tokens", "tokens", "peak KV MB", "peak RSS increase MB", "RSS vs first"],
+            [
+                [
+                    r.max_new_tokens,
+                    r.generated_tokens,
+                    r.peak_kv_bytes / 2**20,
+                    r.rss_increase_bytes / 2**20,
+                    r.rss_increase_bytes / rows[0].rss_increase_bytes,
+                ]
+                for r in rows
+            ],
+        ),
+        flush=True,
+    )
+    payload["kv_memory"] = {"trace": asdict(trace), "by_max_new_tokens": [asdict(r) for r in rows]}

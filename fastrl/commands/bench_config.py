@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from fastrl.bench.workload import WORKLOADS
 
-SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1")
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory")
 
 
 @dataclass
@@ -48,6 +48,8 @@ class BenchConfig:
     )
     prefix_sharing_prompts: int = 16
     prefix_sharing_group_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
+    kv_memory_requests: int = 64
+    kv_memory_new_tokens: list[int] = field(default_factory=lambda: [73, 960])
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -74,6 +76,7 @@ class BenchConfig:
             "groups_n",
             "groups_max_new_tokens",
             "long_tail_repeats",
+            "kv_memory_requests",
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")

@@ -34,6 +34,11 @@ class EngineConfig:
         prompt's KV into each other's slots.
     history_tokens: token budget of the history index that history strategies (suffix_N, hybrids) draft from
         (prompts, sibling responses and kept earlier responses; least recently used groups are evicted first).
+    page_size: KV-cache entries per page; requests take pages as their tokens arrive and free them at finish.
+    kv_cache_tokens: tokens the shared KV pool holds (rounded up to pages); None sizes it so that every slot can
+        reach the context length (nothing ever waits for pages). Smaller pools admit requests while pages last
+        and preempt (then recompute) the latest admitted when a round finds too few; it must hold at least one
+        request of the context length.
     """
 
     max_batch_size: int = 64
@@ -44,6 +49,8 @@ class EngineConfig:
     cuda_graphs: bool = True
     prefix_sharing: bool = True
     history_tokens: int = 200_000
+    page_size: int = 16
+    kv_cache_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -52,6 +59,10 @@ class EngineConfig:
             raise ValueError(f"engine.max_model_len must be >= 2, got {self.max_model_len}")
         if self.history_tokens < 1:
             raise ValueError(f"engine.history_tokens must be >= 1, got {self.history_tokens}")
+        if self.page_size < 1:
+            raise ValueError(f"engine.page_size must be >= 1, got {self.page_size}")
+        if self.kv_cache_tokens is not None and self.kv_cache_tokens < 1:
+            raise ValueError(f"engine.kv_cache_tokens must be >= 1 or None, got {self.kv_cache_tokens}")
         check_dtype("engine.dtype", self.dtype)
 
     @property

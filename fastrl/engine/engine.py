@@ -53,9 +53,10 @@ class Engine:
     """Generates from a CausalLM with continuous batching and, given a drafter, EAGLE speculation.
 
     Streaming use: `add_request(...)` any time, then `step()` until `has_unfinished()` is False; each step returns
-    a snapshot of every request that progressed or finished. Batch use: `generate(inputs)`. Before each decode
-    round `selector.choose(batch_size)` picks the strategy (`disable` = plain round), after it `selector.observe`
-    gets the round's RoundStats (also kept in `round_stats`). Outputs never depend on the strategy.
+    the new tokens of every request that progressed, and the full output of every request that finished. Batch
+    use: `generate(inputs)`. Before each decode round `selector.choose(batch_size)` picks the strategy
+    (`disable` = plain round), after it `selector.observe` gets the round's RoundStats (also kept in
+    `round_stats`). Outputs never depend on the strategy.
 
     History strategies (``suffix_N``, ``S_K_N+suffix_M``) draft from `history`, a suffix index the engine keeps
     current with every prompt and emitted token (requests with the same prompt form one group); pass one index to
@@ -78,7 +79,14 @@ class Engine:
         self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies, history)
         self.max_model_len = self.runner.max_model_len
         mc = model.config
-        self.scheduler = Scheduler(self.config.max_batch_size, self.max_model_len, mc.vocab_size)
+        self.scheduler = Scheduler(
+            self.config.max_batch_size,
+            self.max_model_len,
+            mc.vocab_size,
+            self.runner.pool,
+            self.runner.lookahead,
+            self.config.prefix_sharing,
+        )
         eos = mc.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.round_stats: list[RoundStats] = []
@@ -142,31 +150,44 @@ class Engine:
     # ---- stepping -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        """Admit and prefill waiting requests, then run one decode round over the other running requests."""
+        """Admit and prefill waiting requests (recomputing preempted ones), then run one decode round over the other
+        running requests, once each has pages for it."""
         progressed: dict[str, list[int]] = {}
         finished: list[Request] = self._rejected
         self._rejected = []
         admitted = self.scheduler.admit()
-        if admitted:
-            self._prefill(admitted, progressed)
-        active = [r for r in self.scheduler.running if not r.finished and r.request_id not in progressed]
+        fresh = [r for r in admitted if not r.output_ids]
+        resumed = [r for r in admitted if r.output_ids]
+        if resumed:
+            self.runner.resume(resumed)
+        if fresh:
+            self._prefill(fresh, progressed)
+        finished += self._release()
+        prefilled = {r.request_id for r in fresh}
+        active = [r for r in self.scheduler.running if not r.finished and r.request_id not in prefilled]
+        active = self.scheduler.reserve(active)
         if active:
             self._decode(active, progressed)
-        released = self.scheduler.release_finished()
-        if self.history is not None:
-            for r in released:  # a response that ended in an error teaches the index nothing
-                self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
-        finished += released
+        finished += self._release()
         for r in finished:
             self._live_ids.discard(r.request_id)
         done_ids = {r.request_id for r in finished}
         outputs = [r.to_output(progressed.get(r.request_id)) for r in finished]
+        live = list(self.scheduler.running) + list(self.scheduler.waiting)  # a request preempted after it progressed
         outputs += [
             r.to_output(progressed[r.request_id])
-            for r in self.scheduler.running
+            for r in live
             if r.request_id in progressed and r.request_id not in done_ids
         ]
         return outputs
+
+    def _release(self) -> list[Request]:
+        """Free the slots and pages of finished requests and tell the history index; returns them."""
+        released = self.scheduler.release_finished()
+        if self.history is not None:
+            for r in released:  # a response that ended in an error teaches the index nothing
+                self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
+        return released
 
     def generate(self, inputs: Iterable[GenerateInput], progress: bool = False) -> list[RequestOutput]:
         """Run a batch to completion; outputs come back in input order."""

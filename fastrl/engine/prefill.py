@@ -1,7 +1,8 @@
 """Batched prefill: write the prompts' KV into their slots and return hidden states and last-token logits.
 
 With prefix sharing, requests whose prompts are identical (the n samples of one GRPO prompt) prefill once: the
-first of them runs the model, the others get a copy of its KV, hidden states and logits.
+first of them runs the model; the others hold its full prompt pages by reference (the scheduler arranged that, and
+a copy of the partial last page the runner makes after this prefill) and get a copy of its hidden states and logits.
 """
 
 from __future__ import annotations
@@ -31,52 +32,50 @@ class PrefillResult:
     computed_rows: int = 0
 
 
-def prefill(model: CausalLM, cache: KVCache, requests: list[Request], pad_id: int = 0) -> PrefillResult:
-    """Run the prompts of `requests` (already holding slots) through the model. # B prompts -> [B,S,H], [B,V]"""
+def prefill(
+    model: CausalLM, cache: KVCache, prompts: list[list[int]], slots: list[int], pad_id: int = 0
+) -> PrefillResult:
+    """Run `prompts` through the model, writing their KV into `slots`' pages.  # B prompts -> [B,S,H], [B,V]"""
     device = next(model.parameters()).device
-    lengths = torch.tensor([len(r.prompt_ids) for r in requests], dtype=torch.long, device=device)
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     width = int(lengths.max())
-    ids = torch.full((len(requests), width), pad_id, dtype=torch.long, device=device)
-    for row, request in enumerate(requests):
-        ids[row, : len(request.prompt_ids)] = torch.tensor(request.prompt_ids, dtype=torch.long, device=device)
-    positions = torch.arange(width, device=device).unsqueeze(0).expand(len(requests), -1)
-    slots = torch.tensor([r.slot for r in requests], dtype=torch.long, device=device)
-    # Padding tokens write KV past a prompt's end; those positions are overwritten before anything attends to them.
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        ids[row, : len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
+    positions = torch.arange(width, device=device).unsqueeze(0).expand(len(prompts), -1)
+    slot_ids = torch.tensor(slots, dtype=torch.long, device=device)
+    # Padding tokens write KV past a prompt's end (into scratch pages, or the prompt's own last page past its
+    # end); nothing attends to those entries before they are overwritten.
     out = model(
-        ids, positions, cache=cache, slots=slots, attn_mask=causal_mask_by_index(positions, width), compute_logits=False
+        ids,
+        positions,
+        cache=cache,
+        slots=slot_ids,
+        attn_mask=causal_mask_by_index(positions, width),
+        compute_logits=False,
     )
-    rows = torch.arange(len(requests), device=device)
+    rows = torch.arange(len(prompts), device=device)
     last_hidden = out.hidden[rows, lengths - 1]
     return PrefillResult(
-        hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(requests)
+        hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(prompts)
     )
 
 
-def prefill_shared(model: CausalLM, cache: KVCache, requests: list[Request], share: bool = True) -> PrefillResult:
-    """`prefill`, running each distinct prompt once and copying its KV to the slots of its duplicates.
+def prefill_shared(model: CausalLM, cache: KVCache, requests: list[Request]) -> PrefillResult:
+    """`prefill` of the requests' prompts, running only those that do not share another's prompt pages
+    (`Request.prompt_source`, set by the scheduler, names the request whose prefill fills them).
 
     Row b of the result belongs to requests[b] either way.  # B prompts -> [B,S,H], [B,V]
     """
-    if not share:
-        return prefill(model, cache, requests)
-    first: dict[tuple[int, ...], int] = {}
-    source = [first.setdefault(tuple(r.prompt_ids), row) for row, r in enumerate(requests)]
-    unique_rows = sorted(first.values())
+    row_of = {r.request_id: row for row, r in enumerate(requests)}
+    source = [row if r.prompt_source is None else row_of[r.prompt_source] for row, r in enumerate(requests)]
+    unique_rows = sorted(set(source))
+    computed = [requests[row] for row in unique_rows]
+    result = prefill(model, cache, [r.prompt_ids for r in computed], [r.slot for r in computed])
     if len(unique_rows) == len(requests):
-        return prefill(model, cache, requests)
-    result = prefill(model, cache, [requests[row] for row in unique_rows])
+        return result
     position = {row: i for i, row in enumerate(unique_rows)}
     take = torch.tensor([position[s] for s in source], dtype=torch.long, device=result.lengths.device)
-    copies = [
-        (requests[s].slot, r.slot, len(r.prompt_ids))
-        for row, (s, r) in enumerate(zip(source, requests, strict=True))
-        if s != row
-    ]
-    for length in sorted({n for _, _, n in copies}):
-        pairs = [(src, dst) for src, dst, n in copies if n == length]
-        src = torch.tensor([p[0] for p in pairs], dtype=torch.long, device=cache.device)
-        dst = torch.tensor([p[1] for p in pairs], dtype=torch.long, device=cache.device)
-        cache.copy_slots(src, dst, length)
     return PrefillResult(
         hidden=result.hidden.index_select(0, take),
         last_logits=result.last_logits.index_select(0, take),

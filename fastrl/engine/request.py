@@ -55,6 +55,8 @@ class Request:
     pending_tokens: list[int] = field(default_factory=list)
     pending_features: list[torch.Tensor] = field(default_factory=list)
     slot: int | None = None
+    # Set by the scheduler at admission: the request (admitted in the same step) whose prompt pages this one shares.
+    prompt_source: str | None = None
     finish_reason: FinishReason | None = None
     error: str | None = None
     timings: Timings = field(default_factory=Timings)
@@ -73,9 +75,13 @@ class Request:
         return self.finish_reason is not None
 
     def to_output(self, new_token_ids: list[int] | None = None) -> RequestOutput:
-        """Snapshot of this request for the caller."""
-        # The hidden-state history is concatenated once, in the final output (not in every streaming snapshot).
-        hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states and self.finished else None
+        """What the caller gets: while the request runs, a delta (its new tokens only: no copy of what was already
+        reported); when it has finished, the full output."""
+        new = list(new_token_ids or [])
+        timings = Timings(self.timings.arrival, self.timings.first_token, self.timings.finished)
+        if not self.finished:
+            return RequestOutput(self.request_id, [], [], [], None, None, self.seed, [], new, None, None, timings)
+        hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states else None
         return RequestOutput(
             request_id=self.request_id,
             prompt_ids=list(self.prompt_ids),
@@ -85,16 +91,18 @@ class Request:
             error=self.error,
             seed=self.seed,
             accept_lengths=list(self.accept_lengths),
-            new_token_ids=list(new_token_ids or []),
+            new_token_ids=new,
             hidden_states=hidden,
-            prompt_hidden_states=self.prompt_hidden_states if self.finished else None,
-            timings=Timings(self.timings.arrival, self.timings.first_token, self.timings.finished),
+            prompt_hidden_states=self.prompt_hidden_states,
+            timings=timings,
         )
 
 
 @dataclass
 class RequestOutput:
-    """What the engine returns for a request.
+    """What the engine returns for a request: `Engine.step` gives, for a request still running, a delta (only
+    `request_id`, `seed`, `new_token_ids` and `timings` are filled; the lists below are empty), and the full output
+    once it has finished.
 
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids).

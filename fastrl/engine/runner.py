@@ -7,20 +7,22 @@ tokens, log-probs, accept lengths, and the hidden states a caller asked for. The
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from fastrl.engine.batch import RunningBatch
+from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
+from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
-from fastrl.engine.prefill import prefill_shared
+from fastrl.engine.prefill import prefill, prefill_shared
 from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
-from fastrl.models.kv_cache import KVCache
+from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
@@ -92,37 +94,97 @@ class ModelRunner:
                     raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
-        max_nodes = max((s.max_tree_nodes for s in speculative), default=1)
+        # Entries a round writes past a row's n tokens (its accepted path and own token), and the scratch it
+        # writes past the batch's longest row (tree nodes; the drafter's tree expansions).
+        self.lookahead = max((self.runtimes[s].max_depth + 1 for s in speculative), default=1)
+        scratch = max((s.max_tree_nodes for s in speculative), default=1)
+        if self.drafter is not None:
+            scratch = max(scratch, max(self.runtimes[s].tree_area for s in eagle) + 2)
         use_graphs = config.cuda_graphs and self.device.type == "cuda"
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
+        ps = config.page_size
+        per_request = math.ceil((self.max_model_len + self.lookahead) / ps)
+        num_pages = config.max_batch_size * per_request
+        if config.kv_cache_tokens is not None:
+            num_pages = math.ceil(config.kv_cache_tokens / ps)
+            if num_pages < per_request:
+                raise ValueError(
+                    f"engine.kv_cache_tokens = {config.kv_cache_tokens} cannot hold one request of the context "
+                    f"length {self.max_model_len} plus one round ({self.lookahead}): it needs >= {per_request * ps}"
+                )
+        self.pool = PagePool(num_pages, ps)
+        self.state = SlotState(slots, self.device)
+        self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
+        self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device)
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,
-            self.max_model_len + max_nodes,
+            self.table.max_len,
             mc.num_key_value_heads,
             mc.head_dim,
             dtype=dtype,
             device=self.device,
+            table=self.table,
         )
         self.spec_models: SpecModels | None = None
         if self.drafter is not None:
-            area = max(self.runtimes[s].tree_area for s in eagle)
-            dcache = self.drafter.new_cache(slots, self.max_model_len + area + 2, dtype, self.device)
+            dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table)
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache)
         self.graphs = self._capture_graphs() if use_graphs else None
 
+    @property
+    def caches(self) -> list[KVCache]:
+        """The KV caches over the engine's page table (the policy's, and the drafter's when there is one)."""
+        return [self.cache] + ([self.spec_models.dcache] if self.spec_models and self.spec_models.dcache else [])
+
+    def kv_bytes_held(self) -> int:
+        """Bytes of the pool pages handed out plus every slot's scratch pages, over all caches."""
+        pages = self.pool.used_pages + self.table.num_slots * self.table.scratch_pages
+        return pages * sum(c.page_bytes for c in self.caches)
+
+    def _sync_pages(self) -> None:
+        """Apply the pool's changes to the page table and zero the pages handed out; keep the page copies that
+        must follow the next prefill of new prompts."""
+        updates = self.pool.drain()
+        unmapped = [key for key, page in updates.table.items() if page is None]
+        mapped = [(key, page) for key, page in updates.table.items() if page is not None]
+        self.table.unmap([s for s, _ in unmapped], [c for _, c in unmapped])
+        self.table.map([s for (s, _), _ in mapped], [c for (_, c), _ in mapped], [p for _, p in mapped])
+        for cache in self.caches:
+            cache.clear_pages(updates.fresh)
+        self._pending_copies += updates.copies
+
+    def resume(self, requests: list[Request]) -> None:
+        """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
+        next round), its hidden states queued for their drafter afresh."""
+        self._sync_pages()
+        tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
+        self.state.admit(requests, [len(t) for t in tokens])
+        result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
+        if self.drafter is not None:
+            for row, request in enumerate(requests):
+                queue_for_drafter(
+                    request, tokens[row][1:] + [request.last_token], result.hidden[row, : len(tokens[row])]
+                )
+
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
 
-        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others copy its KV.
+        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others hold its pages.
         """
-        result = prefill_shared(self.model, self.cache, requests, self.config.prefix_sharing)
-        batch = RunningBatch.build(requests, self.device)
+        self._sync_pages()
+        result = prefill_shared(self.model, self.cache, requests)
+        copies, self._pending_copies = self._pending_copies, []
+        for cache in self.caches:
+            cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
+        slots = self.state.admit(requests, [len(r.prompt_ids) for r in requests])
         # Every request samples from its prompt's logits with its own seed.
-        sampled = sample(result.last_logits, batch.sampling, result.lengths)
-        tokens, logprobs = sampled.tokens.tolist(), sampled.logprobs.tolist()
+        sampled = sample(result.last_logits, self.state.inputs(requests).sampling, result.lengths)
+        self.state.last[slots] = sampled.tokens
+        tokens, logprobs = read_back(sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1))[:2]
+        tokens, logprobs = [t[0] for t in tokens], [lp[0] for lp in logprobs]
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
@@ -144,15 +206,16 @@ class ModelRunner:
 
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
-        batch = RunningBatch.build(requests, self.device)
+        self._sync_pages()
+        inputs = self.state.inputs(requests)
         if strategy.is_disabled:
             if self.graphs is not None:
-                result = self.graphs.run_plain(batch.inputs)
+                result = self.graphs.run_plain(inputs)
             else:
-                result = plain_round(self.model, self.cache, batch.inputs)
+                result = plain_round(self.model, self.cache, inputs)
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accepted = [0] * len(requests)
+            accept_len = torch.zeros_like(result.tokens)
             drafted, draft_s, verify_s = 0, 0.0, 0.0
         else:
             start = time.perf_counter()
@@ -164,16 +227,16 @@ class ModelRunner:
             if self.graphs is not None and not strategy.is_history:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                root_feature = catch_drafter_up(self.spec_models, batch.inputs, pending, self.graphs.base)
-                spec = self.graphs.run_speculative(batch.inputs, root_feature, strategy)
+                root_feature = catch_drafter_up(self.spec_models, inputs, pending, self.graphs.base)
+                spec = self.graphs.run_speculative(inputs, root_feature, strategy)
                 spec.draft_time_s = time.perf_counter() - start
             else:
-                spec = speculative_round(self.spec_models, batch.inputs, self.runtimes[strategy], pending, history)
+                spec = speculative_round(self.spec_models, inputs, self.runtimes[strategy], pending, history)
                 spec.draft_time_s += prep_s
-            tokens, logprobs, hidden = spec.tokens, spec.logprobs, spec.hidden
-            accepted = spec.accept_len.tolist()
+            tokens, logprobs, hidden, accept_len = spec.tokens, spec.logprobs, spec.hidden, spec.accept_len
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
-        token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
+        self.state.advance(inputs.slots, tokens, accept_len + 1)
+        token_rows, logprob_rows, accepted = read_back(tokens, logprobs, accept_len)
         out_tokens, out_logprobs, out_hidden = [], [], []
         for row, request in enumerate(requests):
             count = accepted[row] + 1
@@ -183,8 +246,6 @@ class ModelRunner:
                 queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
             want = request.want_hidden_states
             out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
         return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
 
     def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
@@ -207,3 +268,19 @@ class ModelRunner:
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
+
+
+def read_back(tokens: Tensor, logprobs: Tensor, accept_len: Tensor | None = None) -> tuple[list, list, list[int]]:
+    """A round's results in one device-to-host copy: tokens and log-probs per row, accepted drafts per row.
+
+    # tokens/logprobs [B,K], accept_len [B] -> lists (float64 holds token ids and float32 log-probs exactly)
+    """
+    k = tokens.shape[1]
+    columns = [tokens.to(torch.float64), logprobs.to(torch.float64)]
+    if accept_len is not None:
+        columns.append(accept_len.to(torch.float64).unsqueeze(1))
+    rows = torch.cat(columns, dim=1).tolist()
+    token_rows = [[int(t) for t in row[:k]] for row in rows]
+    logprob_rows = [row[k : 2 * k] for row in rows]
+    accepted = [int(row[2 * k]) for row in rows] if accept_len is not None else [0] * len(rows)
+    return token_rows, logprob_rows, accepted

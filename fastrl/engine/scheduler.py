@@ -1,25 +1,44 @@
-"""Continuous-batching scheduler: a FIFO of waiting requests and a pool of KV-cache slots."""
+"""Continuous-batching scheduler: a FIFO of waiting requests, batch slots, and KV pages taken as tokens arrive."""
 
 from __future__ import annotations
 
 from collections import deque
 
+from fastrl.engine.page_pool import PagePool
 from fastrl.engine.request import FinishReason, Request
 
 
 class Scheduler:
-    """Admits waiting requests into free KV slots and releases slots of finished requests.
+    """Admits waiting requests into free slots while KV pages last, and releases slots and pages at finish.
 
-    The running batch is kept ordered by slot so that consecutive slots read as one slice of the cache.
+    A request is admitted when a slot is free and the pool holds its prefill plus one round (`lookahead` entries
+    past its tokens); before each decode round `reserve` gives every running request pages for that round,
+    preempting the most recently admitted ones when the pool runs out (their pages are freed; they wait at the
+    head of the queue and are recomputed by a prefill over their tokens when readmitted). Requests admitted in
+    the same step with identical prompts share the prompt's pages (`prefix_sharing`).
     """
 
-    def __init__(self, num_slots: int, max_model_len: int, vocab_size: int) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        vocab_size: int,
+        pool: PagePool,
+        lookahead: int = 1,
+        prefix_sharing: bool = True,
+    ) -> None:
         self.num_slots = num_slots
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
+        self.pool = pool
+        self.lookahead = lookahead
+        self.prefix_sharing = prefix_sharing
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.preemptions = 0
         self._free_slots: list[int] = list(range(num_slots))
+        self._admitted: dict[str, int] = {}  # request id -> admission order
+        self._order = 0
 
     def validate(self, request: Request) -> str | None:
         """The reason a request cannot run, or None when it can."""
@@ -38,15 +57,63 @@ class Scheduler:
         self.waiting.append(request)
 
     def admit(self) -> list[Request]:
-        """Move waiting requests into free slots (FIFO); returns the newly admitted ones."""
-        admitted = []
+        """Move waiting requests into free slots (FIFO) while pages last; returns the newly admitted ones.
+
+        A request resumed after preemption holds pages for its `num_tokens - 1` entries (it is recomputed), a new
+        one for its prompt (shared with an identical prompt admitted in the same step when sharing is on).
+        """
+        admitted: list[Request] = []
+        first_of: dict[tuple[int, ...], Request] = {}
         while self.waiting and self._free_slots:
-            request = self.waiting.popleft()
-            request.slot = self._free_slots.pop(0)
+            request = self.waiting[0]
+            entries = request.num_tokens - 1 if request.output_ids else len(request.prompt_ids)
+            if self.pool.pages_for(entries + self.lookahead) > self.pool.free_pages:
+                break  # wait for pages to free up (FIFO: nobody overtakes the head)
+            slot = self._free_slots.pop(0)
+            source = first_of.get(tuple(request.prompt_ids)) if self.prefix_sharing and not request.output_ids else None
+            taken = self.pool.share(source.slot, slot, entries) if source else self.pool.ensure(slot, entries)
+            if not taken:
+                self._free_slots.insert(0, slot)
+                break
+            if source is None and not request.output_ids:
+                first_of[tuple(request.prompt_ids)] = request
+            self.waiting.popleft()
+            request.slot = slot
+            request.prompt_source = None if source is None else source.request_id
+            self._admitted[request.request_id] = self._order
+            self._order += 1
             admitted.append(request)
         if admitted:
             self.running = sorted(self.running + admitted, key=lambda r: r.slot)
         return admitted
+
+    def reserve(self, requests: list[Request]) -> list[Request]:
+        """Give each of `requests` pages for one more round, preempting the latest admitted running requests when
+        the pool runs short; returns those of `requests` that keep running (in order)."""
+        for request in sorted(requests, key=lambda r: self._admitted[r.request_id]):
+            while request.slot is not None and not self.pool.ensure(
+                request.slot, request.num_tokens - 1 + self.lookahead
+            ):
+                victim = max((r for r in self.running if not r.finished), key=lambda r: self._admitted[r.request_id])
+                self._preempt(victim)
+        return [r for r in requests if r.slot is not None]
+
+    def _preempt(self, request: Request) -> None:
+        """Free a running request's slot and pages; it waits at the head of the queue to be recomputed."""
+        if len([r for r in self.running if not r.finished]) == 1:
+            raise RuntimeError(
+                f"request {request.request_id}: {request.num_tokens} tokens do not fit the KV cache's "
+                f"{self.pool.num_pages} pages of {self.pool.page_size} even alone"
+            )
+        self.pool.release(request.slot)
+        self._free_slots.append(request.slot)
+        self._free_slots.sort()
+        self.running.remove(request)
+        del self._admitted[request.request_id]
+        request.slot = None
+        request.pending_tokens, request.pending_features = [], []
+        self.waiting.appendleft(request)
+        self.preemptions += 1
 
     def check_finished(self, request: Request, eos_ids: frozenset[int]) -> bool:
         """Set the request's finish reason from its last token and length; True when it finished."""
@@ -74,6 +141,8 @@ class Scheduler:
         if done:
             self.running = [r for r in self.running if not r.finished]
             for r in done:
+                self.pool.release(r.slot)
+                self._admitted.pop(r.request_id, None)
                 self._free_slots.append(r.slot)
             self._free_slots.sort()
         return done

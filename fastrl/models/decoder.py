@@ -82,7 +82,7 @@ class CausalLM(nn.Module):
             raise ValueError(f"positions {tuple(positions.shape)} must match input_ids {tuple(input_ids.shape)}")
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary(positions, x.dtype)
-        rows = None
+        meta = None
         if cache is None:
             if attn_mask is not None and attn_mask.shape[-1] != input_ids.shape[1]:
                 raise ValueError(f"without a cache attn_mask must be [B,S,S], got {tuple(attn_mask.shape)}")
@@ -93,10 +93,8 @@ class CausalLM(nn.Module):
             if cache_index is None:
                 cache_index = positions
             mask = attention_mask(positions, cache_index, attn_mask, kv_len)
-            if mask.shape[-1] > cache.max_len:
-                raise ValueError(f"attention over {mask.shape[-1]} cache entries exceeds max_len {cache.max_len}")
-            rows = cache.rows(slots)
+            meta = cache.metadata(slots, cache_index, mask)  # one description of this forward for every layer
         for layer in self.model.layers:
-            x = layer(x, cos, sin, cache, rows, cache_index, mask)
+            x = layer(x, cos, sin, cache, attn_mask=mask, meta=meta)
         hidden = self.model.norm(x)
         return ModelOutput(logits=self.lm_head(hidden) if compute_logits else None, hidden=hidden)

@@ -1,34 +1,103 @@
-"""Slot-based KV cache addressed by absolute position (gpt-fast style)."""
+"""Paged KV cache addressed by (slot, cache index): a page table maps each slot's index range to fixed-size pages."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa
+
+
+class PageTable:
+    """Which physical page holds entries `[c * page_size, (c + 1) * page_size)` of each slot: `table[slot, c]`.
+
+    Dense (`num_pages` None): every slot owns `columns` pages of its own, mapped once (a slot-per-sequence cache).
+    Paged (`num_pages` given): pages `[0, num_pages)` are the shared pool, mapped into columns by `map` as tokens
+    arrive and unmapped at finish (`fastrl.engine.page_pool.PagePool` decides which); every slot also owns
+    `scratch_pages` pages `[num_pages + slot * scratch_pages, ...)`, and a column not mapped to a pool page reads
+    and writes scratch page `column % scratch_pages` of its slot. Scratch takes what is written past a row's own
+    pages (a speculative round's tree nodes, prefill padding): any `scratch_pages` consecutive columns hit distinct
+    scratch pages, so a round's tree of up to `(scratch_pages - 1) * page_size` entries never collides with itself.
+
+    The policy and the drafter caches of an engine share one PageTable (entry p of both belongs to position p).
+    `table` is updated in place, so a CUDA graph that read it at capture reads the current mapping at replay.
+    """
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_len: int,
+        page_size: int = 16,
+        num_pages: int | None = None,
+        scratch_len: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        for name, value in {"num_slots": num_slots, "max_len": max_len, "page_size": page_size}.items():
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"PageTable: {name} must be a positive int, got {value!r}")
+        if num_pages is not None and num_pages < 1:
+            raise ValueError(f"PageTable: num_pages must be >= 1 or None, got {num_pages}")
+        self.num_slots = num_slots
+        self.page_size = page_size
+        self.columns = math.ceil(max_len / page_size)
+        self.max_len = self.columns * page_size
+        self.device = torch.device(device)
+        self.paged = num_pages is not None
+        cols = torch.arange(self.columns)
+        slots = torch.arange(num_slots).unsqueeze(1)
+        if num_pages is None:
+            self.num_pages = num_slots * self.columns
+            self.scratch_pages = 0
+            self._default = slots * self.columns + cols
+        else:
+            self.num_pages = num_pages
+            self.scratch_pages = math.ceil(scratch_len / page_size) + 1
+            self._default = num_pages + slots * self.scratch_pages + cols % self.scratch_pages
+        self.total_pages = self.num_pages + num_slots * self.scratch_pages
+        self._default = self._default.to(self.device)
+        self.table = self._default.clone()  # [num_slots, columns] long
+
+    def map(self, slots: list[int], columns: list[int], pages: list[int]) -> None:
+        """Point `table[slots[i], columns[i]]` at pool page `pages[i]` (one indexed write for all of them)."""
+        if not self.paged:
+            raise ValueError("PageTable.map: a dense table (num_pages None) maps every slot once, at construction")
+        if slots:
+            s = torch.tensor(slots, dtype=torch.long, device=self.device)
+            c = torch.tensor(columns, dtype=torch.long, device=self.device)
+            self.table[s, c] = torch.tensor(pages, dtype=torch.long, device=self.device)
+
+    def unmap(self, slots: list[int], columns: list[int]) -> None:
+        """Point the given columns back at their slot's scratch pages."""
+        if slots:
+            s = torch.tensor(slots, dtype=torch.long, device=self.device)
+            c = torch.tensor(columns, dtype=torch.long, device=self.device)
+            self.table[s, c] = self._default[s, c]
+
 
 @dataclass(frozen=True)
 class SlotRows:
-    """A resolved selection of cache slots, computed once per forward by `KVCache.rows` and reused by every layer.
+    """A resolved selection of slots, computed once per forward by `KVCache.rows` and reused by every layer.
 
-    index: [B] long slot ids on the cache device; column: the same as [B,1]; span: `slice(a, a + B)` when the slots
-    are the contiguous ascending range a..a+B-1 (reads are then free views), else None.
+    index: [B] long slot ids; column: the same as [B,1]; pages: [B,C] their page-table rows.
     """
 
     index: Tensor
     column: Tensor
-    span: slice | None
+    pages: Tensor
 
 
 class KVCache:
-    """Per-layer K/V storage `[num_slots, kv_heads, max_len, head_dim]`, one slot per sequence.
+    """Per-layer K/V pages `[num_layers, total_pages * page_size, kv_heads, head_dim]` behind a `PageTable`.
 
-    Entries are addressed by cache index (normally the token's absolute position): nothing is ever rolled back;
-    stale entries past a sequence's length are simply never attended to, and are overwritten later. All layers
-    live in two tensors `k`, `v` of shape `[num_layers, num_slots, kv_heads, max_len, head_dim]`, so `k[layer]`
-    is the per-layer tensor and `move` touches every layer in one index copy.
+    Entries are addressed by (slot, cache index), the index normally the token's absolute position: nothing is ever
+    rolled back; stale entries past a sequence's length are never attended to and are overwritten later. Reads
+    gather whole pages of the table's columns `[0, ceil(L / page_size))`: attention covers each row's own pages
+    (and, past them, its scratch pages, which its mask leaves out unless they hold this round's tree).
 
+    Without `table` the cache is dense (every slot owns `max_len` entries), as a standalone model or drafter needs.
     `slots` arguments accept a LongTensor [B] or a `SlotRows` from `rows()` (cheaper when reused across layers).
     """
 
@@ -41,6 +110,8 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        table: PageTable | None = None,
+        backend: AttentionBackend | None = None,
     ) -> None:
         sizes = {
             "num_layers": num_layers,
@@ -52,41 +123,110 @@ class KVCache:
         for name, value in sizes.items():
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"KVCache: {name} must be a positive int, got {value!r}")
+        self.device = torch.device(device)
+        if table is None:
+            table = PageTable(num_slots, max_len, min(16, max_len), None, 0, self.device)
+        elif table.num_slots != num_slots or table.max_len < max_len:
+            raise ValueError(
+                f"KVCache: table has {table.num_slots} slots x {table.max_len} entries, need {num_slots} x {max_len}"
+            )
+        self.table = table
+        self.backend: AttentionBackend = backend or PagedSdpa()
         self.num_layers = num_layers
         self.num_slots = num_slots
-        self.max_len = max_len
+        self.max_len = table.max_len
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
-        self.device = torch.device(device)
-        shape = (num_layers, num_slots, num_kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=self.device)
-        self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.page_size = table.page_size
+        shape = (num_layers, table.total_pages * table.page_size, num_kv_heads, head_dim)
+        # The pool is left unwritten (a CPU keeps untouched memory unmapped: memory follows pages handed out, which
+        # `clear_pages` zeroes); dense caches and the scratch pages are zeroed now.
+        first = table.num_pages * table.page_size if table.paged else 0
+        self.k = torch.empty(shape, dtype=dtype, device=self.device)
+        self.v = torch.empty(shape, dtype=dtype, device=self.device)
+        self.k[:, first:].zero_()
+        self.v[:, first:].zero_()
+        self._gathered: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of K and V one page holds over every layer."""
+        return 2 * self.num_layers * self.page_size * self.num_kv_heads * self.head_dim * self.k.element_size()
 
     def rows(self, slots: Tensor | SlotRows) -> SlotRows:
-        """Resolves slot ids once. Contiguity is detected only for CPU `slots` (no device sync).  # [B] -> SlotRows"""
+        """Resolves slot ids and their page-table rows once.  # [B] -> SlotRows"""
         if isinstance(slots, SlotRows):
             return slots
-        span = None
-        if slots.device.type == "cpu" and slots.dim() == 1 and slots.numel() > 0:
-            ids = slots.tolist()
-            if ids == list(range(ids[0], ids[0] + len(ids))) and ids[0] >= 0:
-                span = slice(ids[0], ids[0] + len(ids))
         index = slots.to(device=self.device, dtype=torch.long)
-        return SlotRows(index=index, column=index.unsqueeze(1), span=span)
+        return SlotRows(index=index, column=index.unsqueeze(1), pages=self.table.table.index_select(0, index))
+
+    def entries(self, rows: SlotRows, index: Tensor) -> Tensor:
+        """Physical entry of each (row, cache index).  # rows [B], index [B,S] -> [B,S] long"""
+        ps = self.page_size
+        return rows.pages.gather(1, torch.div(index, ps, rounding_mode="floor")) * ps + index.remainder(ps)
+
+    def metadata(self, slots: Tensor | SlotRows, index: Tensor, mask: Tensor) -> AttentionMetadata:
+        """One forward's attention over this cache: new entries at `index`, keys [0, L) under `mask`.
+
+        # slots [B], index [B,S], mask [B,1,S,L] bool -> AttentionMetadata
+        """
+        rows = self.rows(slots)
+        kv_len = mask.shape[-1]
+        if kv_len > self.max_len:
+            raise ValueError(f"attention over {kv_len} cache entries exceeds max_len {self.max_len}")
+        pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
+        return AttentionMetadata(rows.index, self.entries(rows, index).reshape(-1), pages, kv_len, mask)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
+        """Store this layer's new K/V and attend over the cache (the backend's work).
+
+        # q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]
+        """
+        return self.backend.attend(self, layer, q, k, v, meta, gqa)
+
+    def store(self, layer: int, entries: Tensor, k: Tensor, v: Tensor) -> None:
+        """Writes new K/V at physical entries (row-major over [B,S]).  # entries [B*S], k/v [B,kvh,S,hd]"""
+        n, kvh = entries.shape[0], self.num_kv_heads
+        self.k[layer].index_copy_(0, entries, k.transpose(1, 2).reshape(n, kvh, self.head_dim))
+        self.v[layer].index_copy_(0, entries, v.transpose(1, 2).reshape(n, kvh, self.head_dim))
+
+    def gather(self, layer: int, pages: Tensor, length: int, reuse: bool = False) -> tuple[Tensor, Tensor]:
+        """Entries [0, length) of each row, one indexed copy of whole pages.  # pages [B,C] -> 2 x [B,kvh,L,hd]
+
+        `reuse` (attention, which consumes the result before the next gather) copies into buffers this cache keeps
+        on a CPU, overwritten by the next reusing gather.
+        """
+        b, c = pages.shape
+        flat = pages.reshape(-1)
+        shape = (b, c * self.page_size, self.num_kv_heads, self.head_dim)
+        # index_select over [pages, page_entries] rows: whole-page copies (faster than advanced indexing on a CPU).
+        k_pages = self.k[layer].view(self.table.total_pages, -1)
+        v_pages = self.v[layer].view(self.table.total_pages, -1)
+        if reuse and self.device.type == "cpu":  # into reused buffers: no allocation (and page faults) per layer
+            k_out, v_out = self._gather_buffers(flat.shape[0])
+            k = torch.index_select(k_pages, 0, flat, out=k_out).view(shape)
+            v = torch.index_select(v_pages, 0, flat, out=v_out).view(shape)
+        else:  # a CUDA graph keeps the addresses it captured: allocate from its pool
+            k, v = k_pages.index_select(0, flat).view(shape), v_pages.index_select(0, flat).view(shape)
+        return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
+
+    def _gather_buffers(self, pages: int) -> tuple[Tensor, Tensor]:
+        """Two [pages, page_entries] buffers, grown when a forward needs more (a gather's result lives only until
+        the layer's attention has run).  # -> 2 x [pages, ps*kvh*hd]"""
+        if self._gathered is None or self._gathered[0].shape[0] < pages:
+            width = self.page_size * self.num_kv_heads * self.head_dim
+            self._gathered = tuple(torch.empty(pages, width, dtype=self.dtype, device=self.device) for _ in range(2))
+        return self._gathered[0][:pages], self._gathered[1][:pages]
 
     def write(self, layer: int, slots: Tensor | SlotRows, index: Tensor, k: Tensor, v: Tensor) -> None:
         """Stores new entries at per-row cache indices.  # slots [B], index [B,S], k/v [B,kvh,S,hd] -> in place"""
-        rows = self.rows(slots)
-        self.k[layer][rows.column, :, index] = k.transpose(1, 2)
-        self.v[layer][rows.column, :, index] = v.transpose(1, 2)
+        self.store(layer, self.entries(self.rows(slots), index).reshape(-1), k, v)
 
     def read(self, layer: int, slots: Tensor | SlotRows, length: int) -> tuple[Tensor, Tensor]:
-        """The first `length` entries of each slot (a view for contiguous slots).  # [B] -> 2 x [B,kvh,L,hd]"""
-        rows = self.rows(slots)
-        if rows.span is not None:
-            return self.k[layer, rows.span, :, :length], self.v[layer, rows.span, :, :length]
-        return self.k[layer, rows.index, :, :length], self.v[layer, rows.index, :, :length]
+        """The first `length` entries of each slot, gathered page by page.  # [B] -> 2 x [B,kvh,L,hd]"""
+        pages = self.rows(slots).pages[:, : math.ceil(length / self.page_size)]
+        return self.gather(layer, pages, length)
 
     def move(self, slots: Tensor | SlotRows, src: Tensor, dst: Tensor) -> None:
         """Copies entries src -> dst in every layer; all sources are read before any write, so overlapping ranges
@@ -94,18 +234,26 @@ class KVCache:
         if src.shape != dst.shape or src.dim() != 2:
             raise ValueError(f"KVCache.move: src {tuple(src.shape)} and dst {tuple(dst.shape)} must both be [B,M]")
         rows = self.rows(slots)
-        self.k[:, rows.column, :, dst] = self.k[:, rows.column, :, src]
-        self.v[:, rows.column, :, dst] = self.v[:, rows.column, :, src]
+        src_flat, dst_flat = self.entries(rows, src).reshape(-1), self.entries(rows, dst).reshape(-1)
+        self.k.index_copy_(1, dst_flat, self.k.index_select(1, src_flat))
+        self.v.index_copy_(1, dst_flat, self.v.index_select(1, src_flat))
 
-    def copy_slots(self, src: Tensor, dst: Tensor, length: int) -> None:
-        """Copies the first `length` entries of slots `src` into slots `dst` in every layer (prefix sharing).
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
+        """Copies whole pages src[i] -> dst[i] in every layer (a shared prompt's partial last page).  # in place"""
+        if len(src) != len(dst):
+            raise ValueError(f"KVCache.copy_pages: {len(src)} sources for {len(dst)} destinations")
+        if src:
+            ps = self.page_size
+            offsets = torch.arange(ps, device=self.device)
+            s = (torch.tensor(src, device=self.device).unsqueeze(1) * ps + offsets).reshape(-1)
+            d = (torch.tensor(dst, device=self.device).unsqueeze(1) * ps + offsets).reshape(-1)
+            self.k.index_copy_(1, d, self.k.index_select(1, s))
+            self.v.index_copy_(1, d, self.v.index_select(1, s))
 
-        # src/dst [M] long slot ids -> in place
-        """
-        if src.shape != dst.shape or src.dim() != 1:
-            raise ValueError(f"KVCache.copy_slots: src {tuple(src.shape)} and dst {tuple(dst.shape)} must both be [M]")
-        if not 0 < length <= self.max_len:
-            raise ValueError(f"KVCache.copy_slots: length must be in [1, {self.max_len}], got {length}")
-        src, dst = src.to(self.device), dst.to(self.device)
-        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
-        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
+    def clear_pages(self, pages: list[int]) -> None:
+        """Zeroes pages about to be handed to a sequence, so nothing it attends past its tokens is non-finite."""
+        if pages:
+            ps = self.page_size
+            idx = torch.tensor(pages, device=self.device).unsqueeze(1) * ps + torch.arange(ps, device=self.device)
+            self.k.index_fill_(1, idx.reshape(-1), 0)
+            self.v.index_fill_(1, idx.reshape(-1), 0)

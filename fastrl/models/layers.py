@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fastrl.models.attention import AttentionMetadata
 from fastrl.models.config import ModelConfig
 from fastrl.models.kv_cache import KVCache, SlotRows
 from fastrl.models.masks import sdpa_mask
@@ -48,8 +49,8 @@ class MLP(nn.Module):
 class Attention(nn.Module):
     """Grouped-query self-attention with RoPE, optional q/k/v(/o) bias and optional per-head q/k RMSNorm (Qwen3).
 
-    With a cache, the new K/V are written at `cache_index` of the given slots first, then the first L entries of
-    those slots (L = attn_mask.shape[-1]) are the keys; without one, the keys are the new tokens.
+    With a cache, the cache's attention backend stores the new K/V and attends over the entries `meta` names
+    (one `AttentionMetadata` per forward); without one, the keys are the new tokens under `attn_mask`.
     """
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
@@ -70,12 +71,11 @@ class Attention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        attn_mask: Tensor,
+        attn_mask: Tensor | None,
         cache: KVCache | None = None,
-        slots: SlotRows | Tensor | None = None,
-        cache_index: Tensor | None = None,
+        meta: AttentionMetadata | None = None,
     ) -> Tensor:
-        """# x [B,S,H], cos/sin [B,S,1,hd], attn_mask [B,1,S,L] bool, slots [B], cache_index [B,S] -> [B,S,H]"""
+        """# x [B,S,H], cos/sin [B,S,1,hd], attn_mask [B,1,S,S] bool (no cache) -> [B,S,H]"""
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, -1, self.head_dim)
         k = self.k_proj(x).view(b, s, -1, self.head_dim)
@@ -84,10 +84,10 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, cos, sin).transpose(1, 2)
         k = apply_rope(k, cos, sin).transpose(1, 2)
-        if cache is not None:
-            cache.write(self.layer_idx, slots, cache_index, k, v)
-            k, v = cache.read(self.layer_idx, slots, attn_mask.shape[-1])
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.enable_gqa)
+        if cache is not None and meta is not None:
+            out = cache.attend(self.layer_idx, q, k, v, meta, self.enable_gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.enable_gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -119,20 +119,29 @@ class DecoderLayer(nn.Module):
         slots: SlotRows | Tensor | None = None,
         cache_index: Tensor | None = None,
         attn_mask: Tensor | None = None,
+        meta: AttentionMetadata | None = None,
     ) -> Tensor:
         """# hidden [B,S,H], cos/sin [B,S,1,hd], slots [B], cache_index [B,S], attn_mask [B,1,S,L] bool -> [B,S,H]
 
         attn_mask (True = may attend) is either the prepared SDPA mask [B,1,S,L] that `masks.attention_mask` builds
         once per forward, or a raw [B,S,L] mask (prepared here). It is required with a cache (its last axis is the
         number of cache entries attended); None without a cache means causal over the new tokens in order.
+        A model running several layers passes `meta` (from `cache.metadata`, built once per forward) instead of
+        slots / cache_index / attn_mask.
         """
-        if attn_mask is None:
+        if meta is not None:
+            attn_mask = meta.mask
+        elif attn_mask is None:
             if cache is not None:
                 raise ValueError("DecoderLayer: attn_mask is required when a cache is given")
             s = hidden.shape[1]
             attn_mask = torch.ones(s, s, dtype=torch.bool, device=hidden.device).tril()
         elif attn_mask.dim() == 3:
             attn_mask = sdpa_mask(attn_mask)
+        if cache is not None and meta is None:
+            if slots is None or cache_index is None:
+                raise ValueError("DecoderLayer: slots and cache_index are required with a cache (or pass meta)")
+            meta = cache.metadata(slots, cache_index, attn_mask)
         normed = hidden if self.input_layernorm is None else self.input_layernorm(hidden)
-        hidden = hidden + self.self_attn(normed, cos, sin, attn_mask, cache, slots, cache_index)
+        hidden = hidden + self.self_attn(normed, cos, sin, attn_mask, cache, meta)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
-from fastrl.models.kv_cache import KVCache
+from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.layers import DecoderLayer
 from fastrl.models.masks import attention_mask
 from fastrl.models.rope import RotaryEmbedding
@@ -86,10 +86,17 @@ class EagleDrafter(nn.Module):
             self._head_key = key
         return self._head
 
-    def new_cache(self, num_slots: int, max_len: int, dtype: torch.dtype, device: torch.device | str) -> KVCache:
-        """A one-layer KV cache for this drafter."""
+    def new_cache(
+        self,
+        num_slots: int,
+        max_len: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        table: PageTable | None = None,
+    ) -> KVCache:
+        """A one-layer KV cache for this drafter (paged over the policy's `table` when given, else dense)."""
         c = self.config
-        return KVCache(1, num_slots, max_len, c.num_key_value_heads, c.head_dim, dtype=dtype, device=device)
+        return KVCache(1, num_slots, max_len, c.num_key_value_heads, c.head_dim, dtype, device, table)
 
     def forward(
         self,
@@ -116,4 +123,4 @@ class EagleDrafter(nn.Module):
             raise ValueError("EagleDrafter: slots [B] are required with a cache")
         index = positions if cache_index is None else cache_index
         mask = attention_mask(positions, index, attn_mask)
-        return self.layer(x, cos, sin, cache, cache.rows(slots), index, mask)
+        return self.layer(x, cos, sin, cache, meta=cache.metadata(slots, index, mask))

@@ -13,7 +13,6 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import load_model
-from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from tests.helpers import FLOAT64_LOGPROB_TOL, make_hf_model
@@ -79,19 +78,3 @@ def test_sharing_under_speculation(model):
     engine, spec = _run(model, inputs, True, 12, "4_2_8", drafter)
     assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
     assert engine.prefill_rows.computed == 3
-
-
-def test_copy_slots_copies_the_prefix_only():
-    cache = KVCache(2, 4, 8, 1, 2)
-    cache.k.normal_()
-    cache.v.normal_()
-    before_k, before_v = cache.k.clone(), cache.v.clone()
-    cache.copy_slots(torch.tensor([0]), torch.tensor([2]), 5)
-    assert torch.equal(cache.k[:, 2, :, :5], before_k[:, 0, :, :5])
-    assert torch.equal(cache.v[:, 2, :, :5], before_v[:, 0, :, :5])
-    assert torch.equal(cache.k[:, 2, :, 5:], before_k[:, 2, :, 5:])
-    assert torch.equal(cache.k[:, [0, 1, 3]], before_k[:, [0, 1, 3]])
-    with pytest.raises(ValueError, match="length"):
-        cache.copy_slots(torch.tensor([0]), torch.tensor([1]), 9)
-    with pytest.raises(ValueError, match="src"):
-        cache.copy_slots(torch.tensor([0, 1]), torch.tensor([1]), 3)

@@ -1,0 +1,59 @@
+"""Attention over the paged KV cache, behind one small backend interface.
+
+Every forward (prefill, plain decode, tree verify, drafter steps) describes its attention once, in an
+`AttentionMetadata` built by `KVCache.metadata`: where the new tokens' K/V go, which pages hold each row's keys,
+how many keys are attended and the mask over them (causal, or `[prefix | tree-ancestor]` for a tree). A backend
+turns (q, k, v, metadata) into the attention output for one layer; every layer of the forward reads the same
+metadata, so nothing about the batch is recomputed per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from fastrl.models.kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """One forward's attention over the cache.
+
+    slots: [B] slot ids; write: [B*S] physical cache entries of the new tokens, row-major; pages: [B,C] the
+    pages holding each row's entries [0, C * page_size) (C = ceil(kv_len / page_size)); kv_len: entries
+    attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key).
+    """
+
+    slots: Tensor
+    write: Tensor
+    pages: Tensor
+    kv_len: int
+    mask: Tensor
+
+
+class AttentionBackend(Protocol):
+    """Stores the new K/V of one layer and attends over the cache as `meta` says."""
+
+    def attend(
+        self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool
+    ) -> Tensor:
+        """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
+        ...
+
+
+class PagedSdpa:
+    """The portable backend: write the new entries in place, gather each row's pages into `[B,kvh,L,hd]` (one
+    indexed copy per layer) and run scaled_dot_product_attention with the mask. CPU and GPU alike; on a GPU the
+    page-table shapes are static per batch bucket, so it is captured in the round's CUDA graph."""
+
+    def attend(
+        self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool
+    ) -> Tensor:
+        """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
+        cache.store(layer, meta.write, k, v)
+        keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.mask, enable_gqa=gqa)
