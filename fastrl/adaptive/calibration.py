@@ -1,0 +1,155 @@
+"""Round costs measured at engine start: a few timed rounds of every arm at a few batch sizes, cached on disk.
+
+For each calibration batch size a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV
+cache) decodes that many requests and runs every arm round-robin, ``rounds + 1`` times (the first pass is a
+warm-up); the round times the engine itself measures become a ``CostModel``. Requests ignore EOS and have budget
+for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/`` (``$FASTRL_CACHE``,
+else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, torch threads, arms, sizes and
+rounds, and reused by later engines with the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import statistics
+from pathlib import Path
+
+import torch
+
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.round_times import calibration_sizes
+from fastrl.engine.engine import Engine
+from fastrl.models.named import cache_root
+from fastrl.sampling.params import SamplingParams
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
+
+PLAIN_REPEATS = 3
+"""Plain rounds per calibration pass (one of every other arm)."""
+PROMPT_TOKENS = 16
+"""Calibration prompts: a random pattern of this many tokens, said twice (history arms then find matches)."""
+
+
+class ScriptedSelector:
+    """Plays the strategy ``next`` holds; its strategy space is every arm calibrated."""
+
+    def __init__(self, strategies: list[Strategy]) -> None:
+        self._strategies = list(strategies)
+        self.next = self._strategies[0]
+
+    @property
+    def strategies(self) -> list[Strategy]:
+        """Every arm calibrated."""
+        return list(self._strategies)
+
+    def choose(self, batch_size: int) -> Strategy:
+        """The scripted strategy."""
+        return self.next
+
+    def observe(self, stats: RoundStats) -> None:
+        """The calibration reads the engine's round statistics instead."""
+
+    def state_dict(self) -> dict:
+        """Nothing to resume."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to restore."""
+
+
+def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
+    """Time ``rounds`` rounds (after a warm-up) of every arm at every batch size, on engines built like ``engine``.
+
+    Plain rounds are cheap and are the reference of every speedup estimate: each pass times ``PLAIN_REPEATS`` of
+    them. An arm slower at some size than ``max_accept_length`` plain rounds can never win there, nor at larger
+    sizes (verification grows with the batch faster than a plain round): larger sizes do not time it.
+    """
+    arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
+    rng = random.Random(seed)
+    vocab = engine.model.config.vocab_size
+    budget = (rounds + 1) * (sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    points: list[tuple[Strategy, int, float]] = []
+    for size in sizes:
+        pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
+        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * PROMPT_TOKENS + budget + 1)
+        script = ScriptedSelector([*arms, DISABLE])
+        timed = Engine(engine.model, config, drafter=engine.drafter, selector=script)
+        for row in range(size):
+            params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + row, ignore_eos=True)
+            timed.add_request(pattern + pattern, params)
+        timed.step()  # prefill
+        times: dict[Strategy, list[float]] = {arm: [] for arm in [*arms, DISABLE]}
+        for repeat in range(rounds + 1):
+            for arm in [*arms] + [DISABLE] * PLAIN_REPEATS:
+                script.next = arm
+                timed.step()
+                if repeat > 0:
+                    times[arm].append(timed.round_stats[-1].wall_time_s)
+        points += [(arm, size, t) for arm, measured in times.items() for t in measured]
+        plain = statistics.median(times[DISABLE])
+        arms = [arm for arm in arms if statistics.median(times[arm]) <= arm.max_accept_length * plain]
+    return CostModel.fit(points)
+
+
+def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
+    """What a calibration depends on: policy and drafter shapes, device, dtype, threads, arms, sizes, rounds."""
+    drafter = engine.drafter
+    device = torch.device(engine.config.device)
+    described = {
+        "policy": dataclasses.asdict(engine.model.config),
+        "drafter": None if drafter is None else repr(drafter.config),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "dtype": engine.config.dtype,
+        "cuda_graphs": engine.config.cuda_graphs,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "arms": sorted(str(a) for a in arms),
+        "sizes": sizes,
+        "rounds": rounds,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def load_or_measure(
+    engine: Engine, arms: list[Strategy], rounds: int, seed: int, cache_dir: Path | None = None
+) -> CostModel:
+    """The cached calibration for this engine and these arms, measured (and cached) when there is none."""
+    sizes = calibration_sizes(engine.config.max_batch_size)
+    path = (cache_dir or cache_root() / "calibration") / f"{calibration_key(engine, arms, sizes, rounds)}.json"
+    if path.is_file():
+        try:
+            rows = json.loads(path.read_text())
+            return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
+    model = measure(engine, arms, sizes, rounds, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
+    tmp.replace(path)
+    return model
+
+
+def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel | None:
+    """Give the engine's bandit (when it has one that wants a calibration and has none) its round costs."""
+    selector = engine.selector
+    if not isinstance(selector, BanditSelector) or not selector.config.calibrate:
+        return None
+    if selector.times.calibration is None:
+        config = selector.config
+        selector.set_calibration(load_or_measure(engine, selector.strategies, config.min_pulls, config.seed, cache_dir))
+    return selector.times.calibration
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"

@@ -1,0 +1,129 @@
+"""Round wall time per (arm, batch size): a calibration curve, corrected by every round the engine runs.
+
+The calibration (``fastrl.adaptive.calibration``) times a few rounds of every arm at a few batch sizes at engine
+start; between and beyond them it interpolates (``CostModel``). Real rounds differ from calibration rounds (longer
+contexts, a warm cache, other processes), so each arm keeps the running log-ratio of its measured to its calibrated
+times (arms it has not measured use the ratio of all arms), and each (arm, batch size) it has run keeps its own
+running log-time, which wins as its rounds accumulate. Updates move the logs by at most ``MAX_STEP`` so that one
+stalled round (a page fault, another process) cannot swing an estimate. Without a calibration an arm's time is
+its own measurements, interpolated in batch size; an arm never measured has no time (None).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.strategy.strategy import DISABLE, Strategy
+
+MAX_STEP = 0.3
+"""Largest change of a log-time or log-ratio from one round."""
+RATIO_ALPHA = 0.05
+"""EMA weight of one round in an arm's measured / calibrated ratio."""
+SIZE_ALPHA = 0.2
+"""EMA weight of one round in the log-time of its exact (arm, batch size)."""
+CALIBRATION_ROUNDS = 3.0
+"""Weight, in rounds, of the corrected calibration against an (arm, batch size)'s own log-time."""
+
+
+def calibration_sizes(max_batch_size: int) -> list[int]:
+    """Batch sizes a calibration times: 1, 8, 64, ... below ``max_batch_size``, and ``max_batch_size`` itself."""
+    sizes, b = [], 1
+    while b < max_batch_size:
+        sizes.append(b)
+        b *= 8
+    return sizes + [max_batch_size]
+
+
+@dataclass
+class LogMean:
+    """A running mean of logs (EMA after the first ``1 / alpha`` values, plain mean before), steps clipped."""
+
+    value: float = 0.0
+    count: int = 0
+
+    def add(self, log_value: float, alpha: float) -> None:
+        self.count += 1
+        step = (log_value - self.value) * max(alpha, 1.0 / self.count)
+        self.value += step if self.count == 1 else max(-MAX_STEP, min(MAX_STEP, step))
+
+
+class RoundTimes:
+    """Predicted seconds of one round of each arm at any batch size (see the module docstring)."""
+
+    def __init__(self, calibration: CostModel | None = None) -> None:
+        self.calibration = calibration
+        self.ratio: dict[Strategy, LogMean] = {}
+        self.all_ratio = LogMean()
+        self.sizes: dict[Strategy, dict[int, LogMean]] = {}
+
+    def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
+        """The calibration curve at ``batch_size`` (None without a calibration of ``arm``)."""
+        if self.calibration is None or arm not in self.calibration.measured_strategies:
+            return None
+        return self.calibration.round_time(arm, batch_size)
+
+    def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
+        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
+        log_time = math.log(seconds)
+        self.sizes.setdefault(arm, {}).setdefault(batch_size, LogMean()).add(log_time, SIZE_ALPHA)
+        calibrated = self.calibrated(arm, batch_size)
+        if calibrated is not None:
+            log_ratio = log_time - math.log(calibrated)
+            self.ratio.setdefault(arm, LogMean()).add(log_ratio, RATIO_ALPHA)
+            self.all_ratio.add(log_ratio, RATIO_ALPHA)
+
+    def seconds(self, arm: Strategy, batch_size: int) -> float | None:
+        """Predicted wall time of one round (None when ``arm`` was neither calibrated nor measured)."""
+        base = self._corrected(arm, batch_size)
+        own = self.sizes.get(arm, {}).get(batch_size)
+        if own is None:
+            return base if base is not None else self._interpolated(arm, batch_size)
+        if base is None:
+            return math.exp(own.value)
+        weight = min(own.count, 1.0 / SIZE_ALPHA)
+        return math.exp((weight * own.value + CALIBRATION_ROUNDS * math.log(base)) / (weight + CALIBRATION_ROUNDS))
+
+    def plain_seconds(self, batch_size: int) -> float | None:
+        """Predicted wall time of one plain round."""
+        return self.seconds(DISABLE, batch_size)
+
+    def _corrected(self, arm: Strategy, batch_size: int) -> float | None:
+        calibrated = self.calibrated(arm, batch_size)
+        if calibrated is None:
+            return None
+        ratio = self.ratio.get(arm)
+        log_ratio = ratio.value if ratio is not None else self.all_ratio.value
+        return calibrated * math.exp(log_ratio)
+
+    def _interpolated(self, arm: Strategy, batch_size: int) -> float | None:
+        """Linear in batch size between the arm's measured sizes; the nearest one outside them."""
+        measured = self.sizes.get(arm)
+        if not measured:
+            return None
+        sizes = sorted(measured)
+        i = bisect.bisect_left(sizes, batch_size)
+        if i == 0 or i == len(sizes):
+            return math.exp(measured[sizes[min(i, len(sizes) - 1)]].value)
+        lo, hi = sizes[i - 1], sizes[i]
+        frac = (batch_size - lo) / (hi - lo)
+        return (1 - frac) * math.exp(measured[lo].value) + frac * math.exp(measured[hi].value)
+
+    def state(self) -> dict:
+        """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
+        return {
+            "ratio": {str(a): [m.value, m.count] for a, m in self.ratio.items()},
+            "all_ratio": [self.all_ratio.value, self.all_ratio.count],
+            "sizes": {str(a): [[b, m.value, m.count] for b, m in sorted(s.items())] for a, s in self.sizes.items()},
+        }
+
+    def load(self, state: dict) -> None:
+        """Restore ``state`` (arms outside it start unmeasured)."""
+        self.ratio = {Strategy.parse(a): LogMean(float(v), int(n)) for a, (v, n) in state["ratio"].items()}
+        self.all_ratio = LogMean(float(state["all_ratio"][0]), int(state["all_ratio"][1]))
+        self.sizes = {
+            Strategy.parse(a): {int(b): LogMean(float(v), int(n)) for b, v, n in rows}
+            for a, rows in state["sizes"].items()
+        }
