@@ -4,10 +4,12 @@ Goodput is decomposed: batch size x tokens per row / round time. Tokens per row 
 shared by every arm of one draft source (``DepthAcceptance``: a round of any EAGLE arm teaches all of them; an arm
 never pulled is predicted from its family). Round time comes from a calibration at engine start, corrected by
 every round run (``RoundTimes``). Each round takes the arm with the best predicted goodput at the batch size at
-hand, unless another arm's optimistic goodput (every depth's acceptance at its upper confidence bound, see
-``BanditConfig.epsilon``) beats that prediction: then the most optimistic one is pulled to learn. An arm that would
-lose even if every draft were accepted at its bound (a 32-token tree at batch 256) is never pulled; an arm with no
-time at all (no calibration) is pulled ``min_pulls`` times to time it.
+hand, unless another arm predicted within ``explore_within`` of it has an optimistic goodput (every depth's
+acceptance at its upper confidence bound, see ``BanditConfig.epsilon``) that beats that prediction: then the most
+optimistic one is pulled to learn. Acceptance does not depend on the batch size, so an arm predicted to lose clearly
+at one batch size is learned where it is close (at small batch, where verifying a tree is nearly free), never where
+a pull is costly (a 32-token tree at batch 256); an arm with no time at all (no calibration) is pulled
+``min_pulls`` times to time it.
 
 Choices are per batch size; the buckets (``bs_thresholds``) group telemetry, the exported per-bucket winners and
 ``bucket_strategies``. The selector also knows what a plain round costs at every batch size, so it estimates what
@@ -56,7 +58,7 @@ class BanditSelector:
 
     def set_calibration(self, calibration: CostModel) -> None:
         """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
-        self.times.calibration = calibration
+        self.times.set_calibration(calibration)
 
     def choose(self, batch_size: int) -> Strategy:
         """The arm of ``batch_size``'s bucket with the best predicted goodput, or one that might beat it."""
@@ -69,9 +71,11 @@ class BanditSelector:
             if self.times.seconds(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
-        if self._z > 0.0:
-            hopeful, hope = self._best(arms, batch_size, self._z)
-            if hopeful != best and best_value is not None and hope is not None and hope > best_value:
+        if self._z > 0.0 and best_value is not None:
+            floor = self.config.explore_within * best_value
+            near = [arm for arm in arms if (self.predict(arm, batch_size) or 0.0) >= floor]
+            hopeful, hope = self._best(near, batch_size, self._z)
+            if hopeful != best and hope is not None and hope > best_value:
                 return self._record(batch_size, bucket, hopeful, "explore")
         return self._record(batch_size, bucket, best, "exploit")
 
@@ -145,7 +149,7 @@ class BanditSelector:
     def state_dict(self) -> dict:
         """Config, calibration, acceptance counts, round times, per-bucket rewards and the timeline (plain data): a
         resumed run continues identically, and ``warm_start`` carries what was learned into another run."""
-        calibration = self.times.calibration
+        calibration = self.times.calibration()
         return {
             "version": STATE_VERSION,
             "config": dataclasses.asdict(self.config),
@@ -184,7 +188,7 @@ class BanditSelector:
         _check_version(state)
         if state.get("calibration"):
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
-            self.times.calibration = CostModel.fit(points)
+            self.times.set_calibration(CostModel.fit(points))
         self.acceptance.load(state["acceptance"])
         self.times.load(state["times"])
 

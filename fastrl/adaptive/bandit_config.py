@@ -36,7 +36,10 @@ class BanditConfig:
     """Exploration: an arm other than the predicted best is pulled only while its optimistic goodput (every depth's
     acceptance raised to its one-sided ``1 - epsilon`` normal bound) still beats the best's prediction; 0 or 0.5
     and above never explore."""
-    window_size: int = 64
+    explore_within: float = 0.8
+    """Only arms predicted at least this fraction of the best arm's goodput at the batch size at hand are explored
+    there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
+    window_size: int = 256
     """Acceptance memory, in rounds of an arm: older rounds' per-depth counts decay by exp(-1/window_size) per
     round, so the estimate follows a drafter and a policy that change under training."""
     prior_rows: float = 4.0
@@ -94,8 +97,12 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.reward must be one of {list(REWARDS)}, got {self.reward!r}")
         if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
             raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
-        if isinstance(self.prior_rows, bool) or not isinstance(self.prior_rows, int | float) or not self.prior_rows >= 0:
+        prior = self.prior_rows
+        if isinstance(prior, bool) or not isinstance(prior, int | float) or not prior >= 0:
             raise ValueError(f"BanditConfig.prior_rows must be a number >= 0, got {self.prior_rows!r}")
+        within = self.explore_within
+        if isinstance(within, bool) or not isinstance(within, int | float) or not 0.0 <= within <= 1.0:
+            raise ValueError(f"BanditConfig.explore_within must be a number in [0, 1], got {within!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:

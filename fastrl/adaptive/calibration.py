@@ -139,10 +139,10 @@ def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel
     selector = engine.selector
     if not isinstance(selector, BanditSelector) or not selector.config.calibrate:
         return None
-    if selector.times.calibration is None:
+    if selector.times.calibration() is None:
         config = selector.config
         selector.set_calibration(load_or_measure(engine, selector.strategies, config.min_pulls, config.seed, cache_dir))
-    return selector.times.calibration
+    return selector.times.calibration()
 
 
 def _cpu_name() -> str:

@@ -1,17 +1,19 @@
-"""Tokens per round of every arm, predicted from what any arm observed: per-depth acceptance shared within a family.
+"""Tokens per round of every arm, predicted from what any arm observed: per-depth acceptance shared by one source.
 
 A request row of a speculative round accepts drafted tokens depth by depth until the first miss, so a round of a
 ``steps``-deep strategy that accepted ``a`` tokens is ``a`` hits at depths 1..a and, when ``a < steps``, one miss at
 depth ``a + 1``. The chance of a hit at depth ``d`` given a hit at ``d - 1`` (the depth's hazard) hardly depends on
 the batch size, and arms drafted by one source share it closely: every EAGLE chain ``S_1_S+1`` follows the same
-greedy chain, and a wider tree only raises it. So each arm's hazard at a depth is its own hits over its own trials,
-shrunk toward its family's pooled hazard (``prior_rows`` rows of weight; a family is EAGLE, history or hybrid arms),
-itself shrunk toward 1/2 with ``BASE_ROWS`` rows. An arm never pulled is predicted from its family's rounds alone,
-and never below an arm whose tree it contains (``7_1_8`` holds ``3_1_4``'s chain, ``8_4_32`` holds ``8_4_16``'s tree).
+greedy chain, and a larger tree only raises it. So each arm's hazard at a depth is its own hits over its own trials,
+shrunk (``prior_rows`` rows of weight) toward the pooled hazard of the arms of its source whose trees contain its
+own (an upper bound: ``7_1_8`` for ``3_1_4``, ``8_4_32`` for both), itself shrunk toward 1/2 with ``BASE_ROWS`` rows.
+An arm never pulled is predicted from those arms' rounds, and never below an arm whose tree it contains: its
+estimate lies between what the smaller trees and the larger ones of its source measured.
 
 An arm's counts decay by exp(-1 / ``memory_rounds``) at each of its rounds, so the estimate follows an
 acceptance that drifts as the drafter and policy train. Expected tokens per row = 1 + sum_d prod_{j<=d} h_j; the
-optimistic value raises every hazard by ``z`` standard errors (the exploration bound).
+optimistic value raises every hazard by ``z`` standard errors (the exploration bound: an arm with few rounds at the
+deep levels may still be much better than its mean says).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import Strategy
 
 BASE_ROWS = 2.0
-"""Weight (rows) of the uninformed hazard 1/2 that a family's pooled hazard is shrunk toward."""
+"""Weight (rows) of the uninformed hazard 1/2 that the pooled prior is shrunk toward."""
 
 
 def family(strategy: Strategy) -> str:
@@ -88,13 +90,14 @@ class DepthAcceptance:
         return counts.trials[0] if counts else 0.0
 
     def hazards(self, arm: Strategy, z: float = 0.0) -> list[float]:
-        """The arm's hit probability at each depth given the one before, raised by ``z`` standard errors. [steps]"""
+        """The arm's hit probability at each depth given a hit at the one before, raised by ``z`` standard errors
+        (of the rows it rests on: its own, the prior's weight and ``BASE_ROWS``). [steps]"""
         own = self.counts[arm]
-        pooled = [arm_counts for other, arm_counts in self.counts.items() if family(other) == family(arm)]
+        pooled = [arm_counts for other, arm_counts in self.counts.items() if contains(other, arm)]
         out = []
         for d in range(len(own.hits)):
-            hits = sum(c.hits[d] for c in pooled if d < len(c.hits))
-            trials = sum(c.trials[d] for c in pooled if d < len(c.trials))
+            hits = sum(c.hits[d] for c in pooled)
+            trials = sum(c.trials[d] for c in pooled)
             prior = (hits + 0.5 * BASE_ROWS) / (trials + BASE_ROWS)
             weight = self.prior_rows * trials / (trials + self.prior_rows)  # a prior only as firm as its data
             n = own.trials[d] + weight + BASE_ROWS
@@ -103,8 +106,8 @@ class DepthAcceptance:
         return out
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
-        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), optimistic by ``z``: at
-        least what any arm it contains is expected to emit (a larger tree of one source keeps the smaller's nodes)."""
+        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), optimistic by ``z``; at
+        least what any arm whose tree it contains is expected to emit (a larger tree keeps the smaller's nodes)."""
         if arm.is_disabled:
             return 1.0
         return max(self._path_tokens(other, z) for other in self.counts if contains(arm, other))

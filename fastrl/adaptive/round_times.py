@@ -37,6 +37,32 @@ def calibration_sizes(max_batch_size: int) -> list[int]:
     return sizes + [max_batch_size]
 
 
+def knee_curve(points: list[tuple[int, float]], batch_size: int) -> float:
+    """Round time at ``batch_size`` from measured ``(batch size, seconds)`` points (sorted by size).
+
+    A forward costs about the same for any number of tokens up to a knee, then grows linearly, so between two
+    measured sizes the time is the larger of the left point (flat) and the line through the next two points
+    (linear), never above the straight line between the two (which overestimates a flat-then-linear cost); below
+    the smallest size, the smallest's time; above the largest, the last segment's line with a non-negative slope.
+    """
+    sizes = [b for b, _ in points]
+    times = [t for _, t in points]
+    if batch_size <= sizes[0] or len(sizes) == 1:
+        return times[0] if batch_size <= sizes[0] else times[-1]
+    i = bisect.bisect_left(sizes, batch_size)
+    if i == len(sizes):
+        slope = max(0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
+        return times[-1] + slope * (batch_size - sizes[-1])
+    if sizes[i] == batch_size:
+        return times[i]
+    lo, hi = i - 1, i
+    chord = times[lo] + (batch_size - sizes[lo]) / (sizes[hi] - sizes[lo]) * (times[hi] - times[lo])
+    if hi + 1 == len(sizes):
+        return chord
+    slope = max(0.0, (times[hi + 1] - times[hi]) / (sizes[hi + 1] - sizes[hi]))
+    return min(chord, max(times[lo], times[hi] - slope * (sizes[hi] - batch_size)))
+
+
 @dataclass
 class LogMean:
     """A running mean of logs (EMA after the first ``1 / alpha`` values, plain mean before), steps clipped."""
@@ -54,16 +80,28 @@ class RoundTimes:
     """Predicted seconds of one round of each arm at any batch size (see the module docstring)."""
 
     def __init__(self, calibration: CostModel | None = None) -> None:
-        self.calibration = calibration
+        self._calibration: CostModel | None = None
+        self._curves: dict[Strategy, list[tuple[int, float]]] = {}
+        self.set_calibration(calibration)
         self.ratio: dict[Strategy, LogMean] = {}
         self.all_ratio = LogMean()
         self.sizes: dict[Strategy, dict[int, LogMean]] = {}
 
+    def calibration(self) -> CostModel | None:
+        """The calibration in use (None before one is given)."""
+        return self._calibration
+
+    def set_calibration(self, calibration: CostModel | None) -> None:
+        """Use ``calibration`` (what rounds taught keeps correcting it)."""
+        self._calibration = calibration
+        self._curves = {}
+        for arm, size, seconds in calibration.measurements() if calibration is not None else []:
+            self._curves.setdefault(arm, []).append((size, seconds))
+
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
-        """The calibration curve at ``batch_size`` (None without a calibration of ``arm``)."""
-        if self.calibration is None or arm not in self.calibration.measured_strategies:
-            return None
-        return self.calibration.round_time(arm, batch_size)
+        """The calibration curve at ``batch_size`` (None without a calibration of ``arm``), see ``knee_curve``."""
+        points = self._curves.get(arm)
+        return None if points is None else knee_curve(points, batch_size)
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""

@@ -234,5 +234,6 @@ def main(argv: list[str] | None = None) -> None:
         print()
         print(format_comparison(compare(workload, settings, selectors), settings.buckets.labels()))
 
+
 if __name__ == "__main__":
     main()
