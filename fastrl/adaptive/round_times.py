@@ -1,10 +1,11 @@
 """Round wall time per (arm, batch size): a calibration curve, corrected by every round the engine runs.
 
 The calibration (``fastrl.adaptive.calibration``) times a few rounds of every arm at a few batch sizes at engine
-start; between and beyond them it interpolates (``CostModel``). Real rounds differ from calibration rounds (longer
-contexts, a warm cache, other processes), so each arm keeps the running log-ratio of its measured to its calibrated
-times (arms it has not measured use the ratio of all arms), and each (arm, batch size) it has run keeps its own
-running log-time, which wins as its rounds accumulate. Updates move the logs by at most ``MAX_STEP`` so that one
+start; between them a knee-shaped curve interpolates (``knee_curve``). Real rounds differ from calibration rounds
+(longer contexts, a warm cache, other processes), so each (arm, batch size) run keeps the running log-time of its
+rounds, and the prediction is the calibration curve times the measured / calibrated ratio, interpolated between the
+sizes the arm ran at (each shrunk toward the arm's overall ratio while it has few rounds; an arm never run takes the
+ratio of all arms). Updates move the logs by at most ``MAX_STEP`` so that one
 stalled round (a page fault, another process) cannot swing an estimate. Without a calibration an arm's time is
 its own measurements, interpolated in batch size; an arm never measured has no time (None).
 """
@@ -115,26 +116,40 @@ class RoundTimes:
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
         """Predicted wall time of one round (None when ``arm`` was neither calibrated nor measured)."""
-        base = self._corrected(arm, batch_size)
-        own = self.sizes.get(arm, {}).get(batch_size)
-        if own is None:
-            return base if base is not None else self._interpolated(arm, batch_size)
-        if base is None:
-            return math.exp(own.value)
-        weight = min(own.count, 1.0 / SIZE_ALPHA)
-        return math.exp((weight * own.value + CALIBRATION_ROUNDS * math.log(base)) / (weight + CALIBRATION_ROUNDS))
+        calibrated = self.calibrated(arm, batch_size)
+        if calibrated is None:
+            return self._interpolated(arm, batch_size)
+        return calibrated * math.exp(self._log_ratio(arm, batch_size))
 
     def plain_seconds(self, batch_size: int) -> float | None:
         """Predicted wall time of one plain round."""
         return self.seconds(DISABLE, batch_size)
 
-    def _corrected(self, arm: Strategy, batch_size: int) -> float | None:
-        calibrated = self.calibrated(arm, batch_size)
-        if calibrated is None:
-            return None
+    def _log_ratio(self, arm: Strategy, batch_size: int) -> float:
+        """log(measured / calibrated) at ``batch_size``: linear between the nearest sizes the arm ran at (each
+        size's own ratio, shrunk toward the arm's over ``CALIBRATION_ROUNDS`` rounds), the nearest outside them;
+        the arm's ratio (all arms' for an arm never run) where it ran at no size."""
         ratio = self.ratio.get(arm)
-        log_ratio = ratio.value if ratio is not None else self.all_ratio.value
-        return calibrated * math.exp(log_ratio)
+        overall = ratio.value if ratio is not None else self.all_ratio.value
+        measured = self.sizes.get(arm)
+        if not measured:
+            return overall
+        sizes = sorted(measured)
+
+        def at(size: int) -> float:
+            own = measured[size]
+            weight = min(own.count, 1.0 / SIZE_ALPHA)
+            log_ratio = own.value - math.log(self.calibrated(arm, size))
+            return (weight * log_ratio + CALIBRATION_ROUNDS * overall) / (weight + CALIBRATION_ROUNDS)
+
+        i = bisect.bisect_left(sizes, batch_size)
+        if i < len(sizes) and sizes[i] == batch_size:
+            return at(batch_size)
+        if i == 0 or i == len(sizes):
+            return at(sizes[min(i, len(sizes) - 1)])
+        lo, hi = sizes[i - 1], sizes[i]
+        frac = (batch_size - lo) / (hi - lo)
+        return (1 - frac) * at(lo) + frac * at(hi)
 
     def _interpolated(self, arm: Strategy, batch_size: int) -> float | None:
         """Linear in batch size between the arm's measured sizes; the nearest one outside them."""

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.adaptive.factory import build_selector
-from fastrl.bench.timing import EngineRun, Timing
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
@@ -45,8 +42,8 @@ def bench_long_tail(
     bandit: BanditConfig | None = None,
     max_model_len: int | None = None,
 ) -> list[LongTailRow]:
-    """Run the same batch under each strategy selector ('disable' first is the baseline), the selectors taking turns
-    in every repeat (so that a slow spell of a shared machine hits them alike); outputs must agree.
+    """Run the same batch under each strategy selector ('disable' first is the baseline), the engines stepping in
+    lockstep (see ``run_lockstep``), ``repeats`` times: the median summed step time of each; outputs must agree.
     `max_model_len` bounds the KV cache (None: the model's whole context)."""
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
@@ -55,25 +52,27 @@ def bench_long_tail(
     names = ["disable"] + [p for p in selectors if p != "disable"]
     if "bandit" in names:  # calibrate once, untimed: every timed engine then reads the cached calibration
         _engine(policy, drafter, "bandit", batch_size, bandit, max_model_len)
-    run = {name: partial(_run, policy, drafter, name, inputs, batch_size, bandit, max_model_len) for name in names}
-    timings = time_interleaved(run, repeats)
-    reference = None
+    times: dict[str, list[float]] = {name: [] for name in names}
+    engines: dict[str, Engine] = {}
+    outputs: dict[str, list] = {}
+    for _ in range(repeats):
+        engines = {name: _engine(policy, drafter, name, batch_size, bandit, max_model_len) for name in names}
+        seconds, outputs = run_lockstep(engines, inputs)
+        for name in names:
+            times[name].append(seconds[name])
+    reference = [o.token_ids for o in outputs["disable"]]
     rows: list[LongTailRow] = []
     for name in names:
-        timing = timings[name]
-        engine = timing.result.engine
-        tokens = [o.token_ids for o in timing.result.outputs]
-        if reference is None:
-            reference = tokens
-        elif tokens != reference:
+        if [o.token_ids for o in outputs[name]] != reference:
             raise RuntimeError(f"selector {name} changed the output: exactness is broken")
+        engine, wall = engines[name], statistics.median(times[name])
         summary = summarize_rounds(engine.round_stats)
-        base = rows[0].wall_s if rows else timing.median_s
+        base = statistics.median(times["disable"])
         rows.append(
             LongTailRow(
                 name,
-                timing.median_s,
-                base / timing.median_s,
+                wall,
+                base / wall,
                 summary.rounds,
                 summary.mean_accept_length,
                 engine.round_stats,
@@ -102,29 +101,20 @@ def _engine(
     return engine
 
 
-def _run(
-    policy: CausalLM,
-    drafter: EagleDrafter,
-    name: str,
-    inputs: list[GenerateInput],
-    batch_size: int,
-    bandit: BanditConfig | None,
-    max_model_len: int | None,
-) -> EngineRun:
-    engine = _engine(policy, drafter, name, batch_size, bandit, max_model_len)
-    return EngineRun(engine, engine.generate(inputs))
-
-
-def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, Timing]:
-    """Each callable ``repeats`` times, taking turns in every repeat; the median wall time of each, its last result."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    results: dict[str, object] = {}
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            results[name] = fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: Timing(statistics.median(t), t, results[name]) for name, t in times.items()}
+def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tuple[dict[str, float], dict[str, list]]:
+    """Generate ``inputs`` on every engine, the engines taking turns step by step, so that a shared machine's slow
+    and fast spells fall on all of them alike; each engine's summed step time and its outputs in input order."""
+    ids = {name: [e.add_request(i.prompt_ids, i.params, i.request_id) for i in inputs] for name, e in engines.items()}
+    seconds = dict.fromkeys(engines, 0.0)
+    finished: dict[str, dict] = {name: {} for name in engines}
+    while any(e.has_unfinished() for e in engines.values()):
+        for name, engine in engines.items():
+            if engine.has_unfinished():
+                start = time.perf_counter()
+                out = engine.step()
+                seconds[name] += time.perf_counter() - start
+                finished[name].update({o.request_id: o for o in out if o.finished})
+    return seconds, {name: [finished[name][i] for i in ids[name]] for name in engines}
 
 
 def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
