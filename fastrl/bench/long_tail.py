@@ -102,18 +102,18 @@ def _engine(
 
 
 def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tuple[dict[str, float], dict[str, list]]:
-    """Generate ``inputs`` on every engine, the engines taking turns step by step, so that a shared machine's slow
-    and fast spells fall on all of them alike; each engine's summed step time and its outputs in input order."""
+    """Generate ``inputs`` on every engine, one step at a time, the next step always the unfinished engine's that has
+    used the least time so far: their steps spread over the same stretch of wall-clock time, so a shared machine's
+    slow and fast spells fall on all of them alike. Each engine's summed step time, and its outputs in input order."""
     ids = {name: [e.add_request(i.prompt_ids, i.params, i.request_id) for i in inputs] for name, e in engines.items()}
     seconds = dict.fromkeys(engines, 0.0)
     finished: dict[str, dict] = {name: {} for name in engines}
-    while any(e.has_unfinished() for e in engines.values()):
-        for name, engine in engines.items():
-            if engine.has_unfinished():
-                start = time.perf_counter()
-                out = engine.step()
-                seconds[name] += time.perf_counter() - start
-                finished[name].update({o.request_id: o for o in out if o.finished})
+    while running := [name for name, e in engines.items() if e.has_unfinished()]:
+        name = min(running, key=seconds.__getitem__)
+        start = time.perf_counter()
+        out = engines[name].step()
+        seconds[name] += time.perf_counter() - start
+        finished[name].update({o.request_id: o for o in out if o.finished})
     return seconds, {name: [finished[name][i] for i in ids[name]] for name in engines}
 
 
