@@ -49,6 +49,7 @@ class BanditSelector:
         self._bucket_rounds = [0] * len(self._arms)
         self._last_batch = list(self._buckets.thresholds)
         self._round = 0
+        self._last_strategy: Strategy | None = None
         self._timeline: list[ChoiceRecord] = []
 
     @property
@@ -68,7 +69,7 @@ class BanditSelector:
             return self._record(batch_size, bucket, DISABLE, "bs_threshold")
         arms = self._arms[bucket]
         for arm in arms:
-            if self.times.seconds(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
+            if self.times.calibrated(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
         if self._z > 0.0 and best_value is not None:
@@ -99,12 +100,17 @@ class BanditSelector:
 
     def observe(self, stats: RoundStats) -> None:
         """Learn acceptance and round time from the round (rounds past ``bs_threshold`` and strategies outside the
-        arms teach nothing)."""
+        arms teach nothing). The first drafter round after rounds without the drafter also feeds the drafter every
+        token emitted meanwhile (its catch-up): its time says little about the arm's, and is not learned."""
         threshold = self.config.bs_threshold
         if (threshold is not None and stats.batch_size > threshold) or stats.strategy not in self._pulls:
             return
         self.acceptance.observe(stats)
-        self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
+        last = self._last_strategy
+        catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
+        if not catching_up:
+            self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
+        self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
         bucket = self._buckets.index(stats.batch_size)
         rewards = self._rewards[bucket].get(stats.strategy)
@@ -158,6 +164,7 @@ class BanditSelector:
             "times": self.times.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
+            "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
             "rewards": [{str(arm): r.state() for arm, r in bucket.items()} for bucket in self._rewards],
@@ -172,6 +179,8 @@ class BanditSelector:
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
+        last = state["last_strategy"]
+        self._last_strategy = None if last is None else Strategy.parse(last)
         self._bucket_rounds = [int(n) for n in state["bucket_rounds"]]
         self._last_batch = [int(n) for n in state["last_batch"]]
         self._rewards = [

@@ -1,4 +1,4 @@
-"""Configuration of the bucketed epsilon-greedy (BEG) bandit, validated on construction."""
+"""Configuration of the predictive bandit (``BanditSelector``), validated on construction."""
 
 from __future__ import annotations
 

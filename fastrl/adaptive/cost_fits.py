@@ -47,7 +47,8 @@ def h100_cost_model(path: str | Path, strategies: list[Strategy], sizes: tuple[i
             continue
         strategy = Strategy.parse(name.removeprefix("T=0.0 fastrl "))
         round_ms = 1000.0 * row["accept_length"] / row["tok_s"]
-        parts = costs["t_verify_ms"][str(_nearest(ks, strategy.num_draft_tokens))] + strategy.steps * costs["t_draft_ms"]
+        verify_ms = costs["t_verify_ms"][str(_nearest(ks, strategy.num_draft_tokens))]
+        parts = verify_ms + strategy.steps * costs["t_draft_ms"]
         steps.append(strategy.steps)
         overhead.append(round_ms - parts)
     slope, base = np.polyfit(steps, overhead, 1)

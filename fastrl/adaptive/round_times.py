@@ -4,8 +4,8 @@ The calibration (``fastrl.adaptive.calibration``) times a few rounds of every ar
 start; between them a knee-shaped curve interpolates (``knee_curve``). Real rounds differ from calibration rounds
 (longer contexts, a warm cache, other processes), so each (arm, batch size) run keeps the running log-time of its
 rounds, and the prediction is the calibration curve times the measured / calibrated ratio, interpolated between the
-sizes the arm ran at (each shrunk toward the arm's overall ratio while it has few rounds; an arm never run takes the
-ratio of all arms). Updates move the logs by at most ``MAX_STEP`` so that one
+sizes the arm ran at (each shrunk toward the arm's overall ratio while it has few rounds, that one toward all arms'
+ratio; an arm never run takes the ratio of all arms). Updates move the logs by at most ``MAX_STEP`` so that one
 stalled round (a page fault, another process) cannot swing an estimate. Without a calibration an arm's time is
 its own measurements, interpolated in batch size; an arm never measured has no time (None).
 """
@@ -130,7 +130,10 @@ class RoundTimes:
         size's own ratio, shrunk toward the arm's over ``CALIBRATION_ROUNDS`` rounds), the nearest outside them;
         the arm's ratio (all arms' for an arm never run) where it ran at no size."""
         ratio = self.ratio.get(arm)
-        overall = ratio.value if ratio is not None else self.all_ratio.value
+        overall = self.all_ratio.value
+        if ratio is not None:  # the arm's own ratio, shrunk toward all arms' while it has few rounds
+            weight = min(ratio.count, 1.0 / RATIO_ALPHA)
+            overall = (weight * ratio.value + CALIBRATION_ROUNDS * overall) / (weight + CALIBRATION_ROUNDS)
         measured = self.sizes.get(arm)
         if not measured:
             return overall
