@@ -50,6 +50,7 @@ class BanditSelector:
         self._last_batch = list(self._buckets.thresholds)
         self._round = 0
         self._last_strategy: Strategy | None = None
+        self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
 
     @property
@@ -59,6 +60,7 @@ class BanditSelector:
 
     def set_calibration(self, calibration: CostModel) -> None:
         """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
+        self._memo.clear()
         self.times.set_calibration(calibration)
 
     def choose(self, batch_size: int) -> Strategy:
@@ -82,12 +84,16 @@ class BanditSelector:
 
     def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
         """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
-        raised by ``z`` standard errors; None while the arm's round time is unknown."""
-        tokens = self.acceptance.tokens_per_row(arm, z)
-        if self.config.reward == "accept_length":
-            return tokens
-        seconds = self.times.seconds(arm, batch_size)
-        return None if seconds is None else batch_size * tokens / seconds
+        raised by ``z`` standard errors; None while the arm's round time is unknown. Memoised until ``observe``."""
+        key = (arm, batch_size, z)
+        if key not in self._memo:
+            tokens = self.acceptance.tokens_per_row(arm, z)
+            if self.config.reward == "accept_length":
+                self._memo[key] = tokens
+            else:
+                seconds = self.times.seconds(arm, batch_size)
+                self._memo[key] = None if seconds is None else batch_size * tokens / seconds
+        return self._memo[key]
 
     def _best(self, arms: list[Strategy], batch_size: int, z: float) -> tuple[Strategy, float | None]:
         """The arm with the highest prediction (first in arm order on ties; the first arm if none has one)."""
@@ -105,6 +111,7 @@ class BanditSelector:
         threshold = self.config.bs_threshold
         if (threshold is not None and stats.batch_size > threshold) or stats.strategy not in self._pulls:
             return
+        self._memo.clear()
         self.acceptance.observe(stats)
         last = self._last_strategy
         catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
@@ -197,9 +204,10 @@ class BanditSelector:
         _check_version(state)
         if state.get("calibration"):
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
-            self.times.set_calibration(CostModel.fit(points))
+            self.set_calibration(CostModel.fit(points))
         self.acceptance.load(state["acceptance"])
         self.times.load(state["times"])
+        self._memo.clear()
 
 
 def _check_version(state: dict) -> None:

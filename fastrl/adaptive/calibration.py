@@ -1,11 +1,11 @@
 """Round costs measured at engine start: a few timed rounds of every arm at a few batch sizes, cached on disk.
 
 For each calibration batch size a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV
-cache) decodes that many requests and runs every arm round-robin, ``rounds + 1`` times (the first pass is a
-warm-up); the round times the engine itself measures become a ``CostModel``. Requests ignore EOS and have budget
-for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/`` (``$FASTRL_CACHE``,
-else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, torch threads, arms, sizes and
-rounds, and reused by later engines with the same key.
+cache) decodes that many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass
+is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and have
+budget for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/``
+(``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, torch
+threads, arms, sizes and rounds, and reused by later engines with the same key.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import json
 import random
 import statistics
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -64,35 +65,45 @@ class ScriptedSelector:
 def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
     """Time ``rounds`` rounds (after a warm-up) of every arm at every batch size, on engines built like ``engine``.
 
-    Plain rounds are cheap and are the reference of every speedup estimate: each pass times ``PLAIN_REPEATS`` of
-    them. An arm slower at some size than ``max_accept_length`` plain rounds can never win there, nor at larger
-    sizes (verification grows with the batch faster than a plain round): larger sizes do not time it.
+    The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
+    machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
+    level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
+    estimate: each pass times ``PLAIN_REPEATS`` of them. An arm slower at a size than ``max_accept_length`` plain
+    rounds can never win there, nor at larger sizes: it is timed at larger sizes no more.
     """
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
     rng = random.Random(seed)
     vocab = engine.model.config.vocab_size
     budget = (rounds + 1) * (sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
-    points: list[tuple[Strategy, int, float]] = []
+    timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
     for size in sizes:
         pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
         config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * PROMPT_TOKENS + budget + 1)
         script = ScriptedSelector([*arms, DISABLE])
-        timed = Engine(engine.model, config, drafter=engine.drafter, selector=script)
+        timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
         for row in range(size):
             params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + row, ignore_eos=True)
-            timed.add_request(pattern + pattern, params)
-        timed.step()  # prefill
-        times: dict[Strategy, list[float]] = {arm: [] for arm in [*arms, DISABLE]}
-        for repeat in range(rounds + 1):
-            for arm in [*arms] + [DISABLE] * PLAIN_REPEATS:
-                script.next = arm
-                timed.step()
-                if repeat > 0:
-                    times[arm].append(timed.round_stats[-1].wall_time_s)
-        points += [(arm, size, t) for arm, measured in times.items() for t in measured]
-        plain = statistics.median(times[DISABLE])
-        arms = [arm for arm in arms if statistics.median(times[arm]) <= arm.max_accept_length * plain]
-    return CostModel.fit(points)
+            timed[size][0].add_request(pattern + pattern, params)
+        timed[size][0].step()  # prefill
+    times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
+    for repeat in range(rounds + 1):
+        for arm in [*arms] + [DISABLE] * PLAIN_REPEATS:
+            for size, (engine_at, script) in timed.items():
+                if arm.is_disabled or _worth_timing(times, arm, size, sizes):
+                    script.next = arm
+                    engine_at.step()
+                    if repeat > 0:
+                        times[(arm, size)].append(engine_at.round_stats[-1].wall_time_s)
+    return CostModel.fit([(arm, size, t) for (arm, size), measured in times.items() for t in measured])
+
+
+def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
+    """False once ``arm`` was slower than ``max_accept_length`` plain rounds at a smaller size."""
+    for smaller in sizes[: sizes.index(size)]:
+        own, plain = times.get((arm, smaller)), times.get((DISABLE, smaller))
+        if own and plain and statistics.median(own) > arm.max_accept_length * statistics.median(plain):
+            return False
+    return True
 
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
