@@ -39,9 +39,9 @@ class BanditConfig:
     explore_within: float = 0.8
     """Only arms predicted at least this fraction of the best arm's goodput at the batch size at hand are explored
     there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
-    window_size: int = 256
-    """Acceptance memory, in rounds of an arm: older rounds' per-depth counts decay by exp(-1/window_size) per
-    round, so the estimate follows a drafter and a policy that change under training."""
+    window_size: int = 128
+    """Acceptance memory, in rounds: every arm's per-depth counts decay by exp(-1/window_size) per round, so the
+    estimate follows a drafter and a policy that change under training, and an arm left alone is tried again."""
     prior_rows: float = 4.0
     """Weight, in request rows, of the acceptance the arm's family (EAGLE, history, hybrid arms) measured at a
     depth, in an arm's own estimate there: an arm never pulled is predicted from its family's rounds."""

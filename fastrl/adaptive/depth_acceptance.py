@@ -10,7 +10,7 @@ own (an upper bound: ``7_1_8`` for ``3_1_4``, ``8_4_32`` for both), itself shrun
 An arm never pulled is predicted from those arms' rounds, and never below an arm whose tree it contains: its
 estimate lies between what the smaller trees and the larger ones of its source measured.
 
-An arm's counts decay by exp(-1 / ``memory_rounds``) at each of its rounds, so the estimate follows an
+Every arm's counts decay by exp(-1 / ``memory_rounds``) at each round observed, so the estimate follows an
 acceptance that drifts as the drafter and policy train. Expected tokens per row = 1 + sum_d prod_{j<=d} h_j; the
 optimistic value raises every hazard by ``z`` standard errors (the exploration bound: an arm with few rounds at the
 deep levels may still be much better than its mean says).
@@ -70,13 +70,14 @@ class DepthAcceptance:
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
+        keep = math.exp(-1.0 / self.memory_rounds)
+        for every in self.counts.values():  # all arms forget, so an arm left alone regains its uncertainty
+            every.hits = [h * keep for h in every.hits]
+            every.trials = [t * keep for t in every.trials]
         counts = self.counts.get(stats.strategy)
         if counts is None:
             return
         steps = len(counts.hits)
-        keep = math.exp(-1.0 / self.memory_rounds)
-        counts.hits = [h * keep for h in counts.hits]
-        counts.trials = [t * keep for t in counts.trials]
         for accepted in stats.accepted_tokens:
             for d in range(min(accepted, steps)):
                 counts.hits[d] += 1.0
