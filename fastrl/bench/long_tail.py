@@ -124,3 +124,68 @@ def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
         for row in rows
         for s in row.round_stats
     ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the long-tail table with the bundled model: every selector against plain, the bandit's choices per
+    bucket, decode-round seconds per bucket, and the bandit's estimated plain time against the plain run's."""
+    import argparse
+
+    import torch
+
+    from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
+    from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+    from fastrl.bench.workload import bench_prompts
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.speculative.drafter_checkpoint import load_drafter
+    from fastrl.strategy.round_stats import RoundTotals
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--group", type=int, default=1, help="samples per prompt (4: GRPO groups)")
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
+    parser.add_argument("--arms", default="7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    policy = load_model(bundled_model_dir())
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    prompts = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", -(-args.requests // args.group), 2)
+    prompts = [p for p in prompts for _ in range(args.group)][: args.requests]
+    context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
+    bandit = BanditConfig(strategies=args.arms.split(","))
+    rows = bench_long_tail(
+        policy,
+        drafter,
+        prompts,
+        args.selectors.split(","),
+        args.max_new_tokens,
+        args.repeats,
+        args.requests,
+        bandit,
+        context,
+    )
+    buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
+    for row in rows:
+        totals, per = RoundTotals.of(row.round_stats), {}
+        for s in row.round_stats:
+            cell = per.setdefault(buckets.label(buckets.index(s.batch_size)), [0.0, 0.0, {}])
+            cell[0] += s.wall_time_s
+            cell[1] += s.plain_time_estimate_s
+            cell[2][str(s.strategy)] = cell[2].get(str(s.strategy), 0) + 1
+        estimate = totals.estimated_speedup
+        print(
+            f"{row.selector:>16} wall {row.wall_s:7.2f}s speedup {row.speedup:5.3f} rounds {row.rounds:5d} "
+            f"decode {totals.wall_time_s:6.2f}s accept {row.mean_accept_length:4.2f} "
+            f"estimated speedup {'-' if estimate is None else f'{estimate:.3f}'}"
+        )
+        for label in buckets.labels():
+            if label in per:
+                seconds, plain, choices = per[label]
+                print(f"{'':>18}bucket {label:>5}: decode {seconds:6.2f}s, plain estimate {plain:6.2f}s, {choices}")
+
+
+if __name__ == "__main__":
+    main()
