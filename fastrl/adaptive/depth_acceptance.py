@@ -67,9 +67,11 @@ class DepthAcceptance:
         self.prior_rows = prior_rows
         self.memory_rounds = memory_rounds
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
+        self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
+        self._tokens.clear()
         keep = math.exp(-1.0 / self.memory_rounds)
         for every in self.counts.values():  # all arms forget, so an arm left alone regains its uncertainty
             every.hits = [h * keep for h in every.hits]
@@ -114,11 +116,13 @@ class DepthAcceptance:
         return max(self._path_tokens(other, z) for other in self.counts if contains(arm, other))
 
     def _path_tokens(self, arm: Strategy, z: float) -> float:
-        total, alive = 1.0, 1.0
-        for hazard in self.hazards(arm, z):
-            alive *= hazard
-            total += alive
-        return total
+        if (arm, z) not in self._tokens:
+            total, alive = 1.0, 1.0
+            for hazard in self.hazards(arm, z):
+                alive *= hazard
+                total += alive
+            self._tokens[(arm, z)] = total
+        return self._tokens[(arm, z)]
 
     def state(self) -> dict:
         """Plain-data snapshot: {arm: [hits, trials]}."""
@@ -126,6 +130,7 @@ class DepthAcceptance:
 
     def load(self, state: dict) -> None:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
+        self._tokens.clear()
         for arm, counts in self.counts.items():
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):
