@@ -4,8 +4,8 @@ Goodput is decomposed: batch size x tokens per row / round time. Tokens per row 
 shared by every arm of one draft source (``DepthAcceptance``: a round of any EAGLE arm teaches all of them; an arm
 never pulled is predicted from its family). Round time comes from a calibration at engine start, corrected by
 every round run (``RoundTimes``). Each round takes the arm with the best predicted goodput at the batch size at
-hand, unless another arm predicted within ``explore_within`` of it (half that for an arm with fewer own rows than
-``prior_rows``, whose prediction is only its prior) has an optimistic goodput (every depth's
+hand, unless another arm predicted within ``explore_within`` of it (or with fewer own rows than ``prior_rows``,
+whose prediction is only its prior) has an optimistic goodput (every depth's
 acceptance at its upper confidence bound, see ``BanditConfig.epsilon``) that beats that prediction: then the most
 optimistic one is pulled to learn. Acceptance does not depend on the batch size, so an arm predicted to lose clearly
 at one batch size is learned where it is close (at small batch, where verifying a tree is nearly free), never where
@@ -77,11 +77,7 @@ class BanditSelector:
         best, best_value = self._best(arms, batch_size, 0.0)
         if self._z > 0.0 and best_value is not None:
             floor = self.config.explore_within * best_value
-            near = [
-                arm
-                for arm in arms
-                if (self.predict(arm, batch_size) or 0.0) >= (floor / 2 if self._unknown(arm) else floor)
-            ]
+            near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
             hopeful, hope = self._best(near, batch_size, self._z)
             if hopeful != best and hope is not None and hope > best_value:
                 return self._record(batch_size, bucket, hopeful, "explore")
