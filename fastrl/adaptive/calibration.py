@@ -68,13 +68,16 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
     machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
     level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
-    estimate: each pass times ``PLAIN_REPEATS`` of them. An arm slower at a size than ``max_accept_length`` plain
-    rounds can never win there, nor at larger sizes: it is timed at larger sizes no more.
+    estimate: each pass times ``PLAIN_REPEATS`` of them, then runs one untimed drafter round (the drafter catches
+    up on the plain rounds' tokens, which would inflate whichever arm came first), then times every arm. An arm
+    slower at a size than ``max_accept_length`` plain rounds can never win there, nor at larger sizes: it is timed
+    at larger sizes no more.
     """
+
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
     rng = random.Random(seed)
     vocab = engine.model.config.vocab_size
-    budget = (rounds + 1) * (sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    budget = (rounds + 1) * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
     for size in sizes:
         pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
@@ -86,13 +89,15 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
             timed[size][0].add_request(pattern + pattern, params)
         timed[size][0].step()  # prefill
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
+    drafter_arms = [arm for arm in arms if arm.uses_drafter]
+    catch_up = drafter_arms[:1]  # after plain rounds the drafter reads the tokens it missed: an untimed round
     for repeat in range(rounds + 1):
-        for arm in [*arms] + [DISABLE] * PLAIN_REPEATS:
+        for step, arm in enumerate([DISABLE] * PLAIN_REPEATS + catch_up + arms):
             for size, (engine_at, script) in timed.items():
                 if arm.is_disabled or _worth_timing(times, arm, size, sizes):
                     script.next = arm
                     engine_at.step()
-                    if repeat > 0:
+                    if repeat > 0 and not (catch_up and step == PLAIN_REPEATS):
                         times[(arm, size)].append(engine_at.round_stats[-1].wall_time_s)
     return CostModel.fit([(arm, size, t) for (arm, size), measured in times.items() for t in measured])
 

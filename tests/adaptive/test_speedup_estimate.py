@@ -21,7 +21,7 @@ from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.round_stats import RoundTotals
 from fastrl.strategy.strategy import DISABLE
 
-REQUESTS, NEW_TOKENS, REPEATS = 16, 96, 3
+REQUESTS, NEW_TOKENS, REPEATS = 16, 128, 5
 
 
 @pytest.fixture(scope="module")
