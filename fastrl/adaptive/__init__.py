@@ -1,5 +1,5 @@
-"""Strategy selectors: the bucketed epsilon-greedy bandit, the EMA tier controller, a fixed strategy, and the
-workload simulator that compares them against a per-bucket oracle."""
+"""Strategy selectors: the predictive bandit (goodput from shared acceptance and calibrated round times), the EMA
+tier controller, a fixed strategy, and the workload simulator that compares them against a per-bucket oracle."""
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig

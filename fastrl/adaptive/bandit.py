@@ -1,51 +1,57 @@
-"""BEG: a bucketed epsilon-greedy bandit that picks the speculation strategy of every decode round.
+"""The bandit: picks the strategy of every decode round by predicted goodput, and explores only where it might win.
 
-Rounds are grouped by batch size into buckets (``bs_thresholds``); each bucket runs its own epsilon-greedy bandit
-over its arms and a sliding window of each arm's last ``window_size`` rounds. Departures from the published
-implementation, whose default gave each bucket a single arm so that it never explored:
+Goodput is decomposed: batch size x tokens per row / round time. Tokens per row come from per-depth acceptance
+shared by every arm of one draft source (``DepthAcceptance``: a round of any EAGLE arm teaches all of them; an arm
+never pulled is predicted from its family). Round time comes from a calibration at engine start, corrected by
+every round run (``RoundTimes``). Each round takes the arm with the best predicted goodput at the batch size at
+hand, unless another arm predicted within ``explore_within`` of it (or with fewer own rows than ``prior_rows``,
+whose prediction is only its prior) has an optimistic goodput (every depth's
+acceptance at its upper confidence bound, see ``BanditConfig.epsilon``) that beats that prediction: then the most
+optimistic one is pulled to learn. Acceptance does not depend on the batch size, so an arm predicted to lose clearly
+at one batch size is learned where it is close (at small batch, where verifying a tree is nearly free), never where
+a pull is costly (a 32-token tree at batch 256); an arm with no time at all (no calibration) is pulled
+``min_pulls`` times to time it.
 
-* every bucket may hold any set of arms (all of them by default);
-* a bucket first tries each of its arms once, round-robin in arm order, before it exploits;
-* an arm with no rounds in a bucket borrows the estimate of the nearest bucket that has some, and a bucket's
-  first few rounds of an arm are shrunk toward that neighbour's accept length (``borrow_rows``);
-* the estimate is decomposed: accept length from the window (it hardly depends on the batch size) over the round
-  time measured at the batch size at hand (interpolated between measured batch sizes). A bucket spans a range of
-  batch sizes and the batch decays while an arm waits for its next pull, so a plain mean of past goodputs would
-  compare arms measured at different batch sizes;
-* exploration is cost- and value-aware (``cost_aware_exploration``): the time it loses to one arm is bounded.
-
-With these, on the simulated GRPO workloads (``python -m fastrl.adaptive.sim``) the bandit reaches the per-bucket
-oracle's goodput and beats every single static strategy.
+Choices are per batch size; the buckets (``bs_thresholds``) group telemetry, the exported per-bucket winners and
+``bucket_strategies``. The selector also knows what a plain round costs at every batch size, so it estimates what
+plain decoding would have taken for each round's tokens (``plain_time_estimate``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 
-from fastrl.adaptive.arm_rewards import ArmRewards, RoundSample
+from fastrl.adaptive.arm_rewards import ArmRewards
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.depth_acceptance import DepthAcceptance
+from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class BanditSelector:
-    """A ``StrategySelector``: one epsilon-greedy bandit per batch-size bucket (see the module docstring)."""
+    """A ``StrategySelector`` choosing by predicted goodput per batch size (see the module docstring)."""
 
-    def __init__(self, config: BanditConfig | None = None) -> None:
+    def __init__(self, config: BanditConfig | None = None, calibration: CostModel | None = None) -> None:
         self.config = config or BanditConfig()
         self.config.validate()
         self._buckets = self.config.buckets()
         self._arms = self.config.arms_per_bucket()
         self._strategies = self.config.all_strategies()
-        self._rewards = [{arm: ArmRewards(self.config.window_size) for arm in arms} for arms in self._arms]
+        self._z = self.config.exploration_z()
+        self.acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.window_size)
+        self.times = RoundTimes(calibration)
+        self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
+        self._pulls = {arm: 0 for arm in self._strategies}
         self._bucket_rounds = [0] * len(self._arms)
         self._last_batch = list(self._buckets.thresholds)
-        self._rng = random.Random(self.config.seed)
         self._round = 0
+        self._last_strategy: Strategy | None = None
+        self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
 
     @property
@@ -53,138 +59,89 @@ class BanditSelector:
         """Every strategy ``choose`` may return."""
         return list(self._strategies)
 
+    def set_calibration(self, calibration: CostModel) -> None:
+        """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
+        self._memo.clear()
+        self.times.set_calibration(calibration)
+
     def choose(self, batch_size: int) -> Strategy:
-        """Epsilon-greedy over the arms of ``batch_size``'s bucket, after each was tried once."""
+        """The arm of ``batch_size``'s bucket with the best predicted goodput, or one that might beat it."""
         bucket = self._buckets.index(batch_size)
         threshold = self.config.bs_threshold
         if threshold is not None and batch_size > threshold:
             return self._record(batch_size, bucket, DISABLE, "bs_threshold")
         arms = self._arms[bucket]
-        if self.config.explore_untried:
-            fewest = min(arms, key=lambda a: self._rewards[bucket][a].pulls)  # round-robin, first arm on ties
-            if self._rewards[bucket][fewest].pulls < self.config.min_pulls:
-                return self._record(batch_size, bucket, fewest, "untried")
-        greedy = self._greedy(bucket, batch_size)
-        if self.config.epsilon > 0 and self._rng.random() < self.config.epsilon:
-            candidate = arms[self._rng.randrange(len(arms))]
-            if self._worth_exploring(bucket, candidate, greedy, batch_size):
-                return self._record(batch_size, bucket, candidate, "explore")
-        return self._record(batch_size, bucket, greedy, "exploit")
+        for arm in arms:
+            if self.times.calibrated(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
+                return self._record(batch_size, bucket, arm, "untimed")
+        best, best_value = self._best(arms, batch_size, 0.0)
+        if self._z > 0.0 and best_value is not None:
+            floor = self.config.explore_within * best_value
+            near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
+            hopeful, hope = self._best(near, batch_size, self._z)
+            if hopeful != best and hope is not None and hope > best_value:
+                return self._record(batch_size, bucket, hopeful, "explore")
+        return self._record(batch_size, bucket, best, "exploit")
 
-    def _worth_exploring(self, bucket: int, candidate: Strategy, greedy: Strategy, batch_size: int) -> bool:
-        """Keep an exploration candidate with probability min(1, t_g / t_c) * min(1, v_c / v_g) (``t``: round time
-        at this batch size, ``v``: estimated reward; ``g`` the greedy arm, ``c`` the candidate).
+    def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
+        """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
+        raised by ``z`` standard errors; None while the arm's round time is unknown. Memoised until ``observe``."""
+        key = (arm, batch_size, z)
+        if key not in self._memo:
+            tokens = self.acceptance.tokens_per_row(arm, z)
+            if self.config.reward == "accept_length":
+                self._memo[key] = tokens
+            else:
+                seconds = self.times.seconds(arm, batch_size)
+                self._memo[key] = None if seconds is None else batch_size * tokens / seconds
+        return self._memo[key]
 
-        The time factor spends exploration in proportion to time rather than rounds (at batch 256 a 32-token tree
-        round costs dozens of plain rounds); the value factor explores an arm in proportion to how close it is
-        to the best. The fraction of time lost to exploring one arm, (epsilon / arms) * r * (1 - r) with
-        r = v_c / v_g, is then at most epsilon / (4 * arms), while arms near the best, the ones that may overtake
-        it when acceptance drifts, are explored at nearly the full rate.
-        """
-        if not self.config.cost_aware_exploration or candidate == greedy:
-            return True
-        keep = 1.0
-        mine, theirs = self.round_time(bucket, candidate, batch_size), self.round_time(bucket, greedy, batch_size)
-        if mine is not None and theirs is not None:
-            keep *= min(1.0, theirs / mine)
-        value, _ = self.estimate(bucket, candidate, batch_size)
-        best, _ = self.estimate(bucket, greedy, batch_size)
-        if value is not None and best is not None and best > 0:
-            keep *= min(1.0, value / best)
-        return keep >= 1.0 or self._rng.random() < keep
+    def _unknown(self, arm: Strategy) -> bool:
+        """True while the arm's own acceptance rests on fewer rows than its prior: its prediction is the prior's."""
+        return not arm.is_disabled and self.acceptance.rows(arm) < self.config.prior_rows
+
+    def _best(self, arms: list[Strategy], batch_size: int, z: float) -> tuple[Strategy, float | None]:
+        """The arm with the highest prediction (first in arm order on ties; the first arm if none has one)."""
+        best, best_value = arms[0], None
+        for arm in arms:
+            value = self.predict(arm, batch_size, z)
+            if value is not None and (best_value is None or value > best_value):
+                best, best_value = arm, value
+        return best, best_value
 
     def observe(self, stats: RoundStats) -> None:
-        """Credit the round's reward to its strategy in its batch size's bucket (rounds past ``bs_threshold``
-        and strategies outside the bucket's arms are not learned from)."""
+        """Learn acceptance and round time from the round (rounds past ``bs_threshold`` and strategies outside the
+        arms teach nothing). The first drafter round after rounds without the drafter also feeds the drafter every
+        token emitted meanwhile (its catch-up): its time says little about the arm's, and is not learned."""
         threshold = self.config.bs_threshold
-        if threshold is not None and stats.batch_size > threshold:
+        if (threshold is not None and stats.batch_size > threshold) or stats.strategy not in self._pulls:
             return
+        self._memo.clear()
+        self.acceptance.observe(stats)
+        last = self._last_strategy
+        catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
+        if not catching_up:
+            self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
+        self._last_strategy = stats.strategy
+        self._pulls[stats.strategy] += 1
         bucket = self._buckets.index(stats.batch_size)
         rewards = self._rewards[bucket].get(stats.strategy)
-        if rewards is None:
-            return
-        accept_sum = stats.mean_accept_length * stats.batch_size
-        rewards.add(RoundSample(stats.batch_size, stats.wall_time_s, accept_sum, self.reward(stats)))
+        if rewards is not None:
+            rewards.add(self.reward(stats), 1.0 / self.config.window_size)
         self._bucket_rounds[bucket] += 1
         self._last_batch[bucket] = stats.batch_size
 
     def reward(self, stats: RoundStats) -> float:
         """The configured reward of one round (see ``BanditConfig``)."""
-        if self.config.reward == "accept_length":
-            return stats.mean_accept_length
-        return stats.goodput
+        return stats.mean_accept_length if self.config.reward == "accept_length" else stats.goodput
 
-    def estimate(self, bucket: int, arm: Strategy, batch_size: int) -> tuple[float | None, int | None]:
-        """Estimated reward of ``arm`` at ``batch_size`` in ``bucket``, and the neighbouring bucket whose data it
-        leans on (None when it uses only its own, or when no bucket has data).
-
-        The estimate is decomposed. Accept length (tokens per request per round) is the window's rows-weighted
-        mean, shrunk toward the nearest bucket that measured the arm with a prior worth ``borrow_rows`` rows
-        (acceptance hardly depends on the batch size, so a bucket's first noisy rounds lean on its neighbour;
-        with no rounds of its own, a bucket borrows the neighbour's estimate outright). Round time is the arm's
-        measured time at this batch size, interpolated between the nearest measured ones (see ``round_time``):
-        rewards in one bucket come from different batch sizes (the batch decays while an arm waits for its next
-        pull), and this compares every arm at the batch size at hand. ``goodput`` = batch size * accept length /
-        round time (tokens per second); ``accept_length`` = accept length.
-        """
-        own = self._rewards[bucket][arm]
-        neighbour = self._neighbour(bucket, arm) if self.config.borrow_neighbours else None
-        if not len(own) and neighbour is None:
-            return None, None
-        if len(own):
-            accept_length = own.accept_length()
-            if neighbour is not None:
-                prior, rows = self._rewards[neighbour][arm], self.config.borrow_rows
-                accept_length = (own.accept_sum() + rows * prior.accept_length()) / (own.rows() + rows)
-        else:
-            accept_length = self._rewards[neighbour][arm].accept_length()
-        if self.config.reward == "accept_length":
-            return accept_length, neighbour
-        seconds = self.round_time(bucket if len(own) else neighbour, arm, batch_size)
-        return batch_size * accept_length / seconds, neighbour
-
-    def round_time(self, bucket: int, arm: Strategy, batch_size: int) -> float | None:
-        """Round time of ``arm`` at ``batch_size`` from ``bucket``'s measurements (None if it has none).
-
-        Linear between the nearest measured batch sizes; outside them, the nearest measurement scaled by how the
-        time of the most-pulled arm measured at both batch sizes changes between them (unscaled if none is).
-        """
-        rewards = self._rewards[bucket][arm]
-        seconds = rewards.interpolated_time(batch_size)
-        if seconds is not None:
-            return seconds
-        nearest = rewards.nearest_size(batch_size)
-        if nearest is None:
-            return None
-        references = sorted(self._rewards[bucket].items(), key=lambda item: -item[1].pulls)
-        for other, reference in references:
-            if other == arm:
-                continue
-            here, there = reference.interpolated_time(batch_size), reference.interpolated_time(nearest)
-            if here is not None and there is not None:
-                return rewards.times[nearest] * here / there
-        return rewards.times[nearest]
-
-    def _neighbour(self, bucket: int, arm: Strategy) -> int | None:
-        """The nearest other bucket with rounds of ``arm`` (more rows wins at equal distance)."""
-        for distance in range(1, len(self._arms)):
-            found = [
-                other
-                for other in (bucket - distance, bucket + distance)
-                if 0 <= other < len(self._arms) and arm in self._rewards[other] and len(self._rewards[other][arm])
-            ]
-            if found:
-                return max(found, key=lambda other: self._rewards[other][arm].rows())
-        return None
-
-    def _greedy(self, bucket: int, batch_size: int) -> Strategy:
-        """The arm with the best estimate (first in arm order on ties; the first arm if none has an estimate)."""
-        best_arm, best_value = self._arms[bucket][0], None
-        for arm in self._arms[bucket]:
-            value, _ = self.estimate(bucket, arm, batch_size)
-            if value is not None and (best_value is None or value > best_value):
-                best_arm, best_value = arm, value
-        return best_arm
+    def plain_time_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
+        """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
+        plain round time at this batch size x the tokens emitted per row (0.0 while plain's time is unknown)."""
+        if strategy.is_disabled:
+            return wall_time_s
+        seconds = self.times.plain_seconds(batch_size)
+        return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
 
     def _record(self, batch_size: int, bucket: int, strategy: Strategy, reason: str) -> Strategy:
         if self.config.timeline_limit > 0:
@@ -195,27 +152,31 @@ class BanditSelector:
         return strategy
 
     def telemetry(self) -> BanditTelemetry:
-        """Per (bucket, arm) pulls and mean rewards, and the timeline of recent choices."""
+        """Per (bucket, arm) pulls, mean rewards and the prediction at the bucket's last batch size; the timeline."""
         buckets = []
         for index, arms in enumerate(self._arms):
-            rows = []
+            batch, rows = self._last_batch[index], []
             for arm in arms:
-                rewards = self._rewards[index][arm]
-                value, source = self.estimate(index, arm, self._last_batch[index])
-                rows.append(
-                    ArmTelemetry(arm, rewards.pulls, rewards.window_mean(), rewards.all_time_mean(), value, source)
-                )
+                r = self._rewards[index][arm]
+                tokens, seconds = self.acceptance.tokens_per_row(arm), self.times.seconds(arm, batch)
+                value = self.predict(arm, batch)
+                rows.append(ArmTelemetry(arm, r.pulls, r.recent_mean(), r.all_time_mean(), value, tokens, seconds))
             buckets.append(BucketTelemetry(index, self._buckets.label(index), self._bucket_rounds[index], rows))
         return BanditTelemetry(buckets, list(self._timeline))
 
     def state_dict(self) -> dict:
-        """Config, RNG state, every window and total, and the timeline: a resumed run continues identically."""
-        version, internal, gauss = self._rng.getstate()
+        """Config, calibration, acceptance counts, round times, per-bucket rewards and the timeline (plain data): a
+        resumed run continues identically, and ``warm_start`` carries what was learned into another run."""
+        calibration = self.times.calibration()
         return {
             "version": STATE_VERSION,
             "config": dataclasses.asdict(self.config),
-            "rng": [version, list(internal), gauss],
+            "calibration": None if calibration is None else [[str(s), b, t] for s, b, t in calibration.measurements()],
+            "acceptance": self.acceptance.state(),
+            "times": self.times.state(),
+            "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
+            "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
             "rewards": [{str(arm): r.state() for arm, r in bucket.items()} for bucket in self._rewards],
@@ -223,20 +184,41 @@ class BanditSelector:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict``; the saved config must equal this policy's."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"bandit state version {state.get('version')!r} != {STATE_VERSION}")
-        saved = BanditConfig.from_dict(state["config"])
-        if saved != self.config:
+        """Restore ``state_dict`` exactly; the saved config must equal this selector's."""
+        _check_version(state)
+        if BanditConfig.from_dict(state["config"]) != self.config:
             raise ValueError("bandit state_dict was saved with a different BanditConfig")
-        version, internal, gauss = state["rng"]
-        self._rng.setstate((version, tuple(internal), gauss))
+        self.warm_start(state)
+        self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
+        last = state["last_strategy"]
+        self._last_strategy = None if last is None else Strategy.parse(last)
         self._bucket_rounds = [int(n) for n in state["bucket_rounds"]]
         self._last_batch = [int(n) for n in state["last_batch"]]
-        for bucket, saved_bucket in zip(self._rewards, state["rewards"], strict=True):
-            for arm, rewards in bucket.items():
-                rewards.load(saved_bucket[str(arm)])
+        self._rewards = [
+            {arm: ArmRewards.load(saved[str(arm)]) for arm in bucket}
+            for bucket, saved in zip(self._rewards, state["rewards"], strict=True)
+        ]
         self._timeline = [
             ChoiceRecord(int(r), int(b), int(k), Strategy.parse(s), reason) for r, b, k, s, reason in state["timeline"]
         ]
+
+    def warm_start(self, state: dict) -> None:
+        """Take the calibration, acceptance counts and round times of a saved state, whatever its config (arms
+        outside this selector's are ignored): a new run or RL step starts from what an earlier one learned."""
+        _check_version(state)
+        if state.get("calibration"):
+            points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
+            self.set_calibration(CostModel.fit(points))
+        self.acceptance.load(state["acceptance"])
+        self.times.load(state["times"])
+        self._memo.clear()
+
+
+def _check_version(state: dict) -> None:
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != STATE_VERSION:
+        raise ValueError(
+            f"bandit state version {version!r} != {STATE_VERSION} (version 1 was the epsilon-greedy bandit's window "
+            "of rewards, which the predictive bandit cannot use: start without it)"
+        )

@@ -1,4 +1,4 @@
-"""Configuration of the bucketed epsilon-greedy (BEG) bandit, validated on construction."""
+"""Configuration of the predictive bandit (``BanditSelector``), validated on construction."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
@@ -17,44 +18,44 @@ REWARDS = ("goodput", "accept_length")
 class BanditConfig:
     """Knobs of ``BanditSelector``; every invalid value raises ``ValueError`` naming its key.
 
-    ``reward``: ``"goodput"`` (default) is the round's emitted tokens per second of wall time, so ``disable`` wins
-    wherever speculation does not pay; the bandit estimates it as batch size * accept length / round time at the
-    batch size at hand (see ``BanditSelector.estimate``). ``"accept_length"`` is the mean tokens per request per round
-    (accepted + 1), the seeds' reward: it ignores the round's cost, so it can never choose ``disable`` (which always
-    scores 1.0, the least any strategy can score; it is picked only to try or explore it, or if every arm ties at
-    1.0) and always prefers the largest tree, even at batch sizes where verifying it costs more than it saves.
+    ``reward``: ``"goodput"`` (default) is emitted tokens per second of wall time: the bandit predicts it for every
+    arm as batch size * tokens per row / round time at the batch size at hand, so ``disable`` wins wherever
+    speculation does not pay. ``"accept_length"`` is the mean tokens per request per round (accepted + 1), the
+    seeds' reward: it ignores the round's cost, so it never prefers ``disable`` (which scores 1.0, the least any
+    strategy can) and always prefers the largest tree, even where verifying it costs more than it saves.
     """
 
     strategies: list[str] = field(default_factory=lambda: ["8_4_32", "8_4_16", "8_4_8", "disable"])
     """The strategy space (the arms)."""
     bs_thresholds: list[int] = field(default_factory=lambda: list(DEFAULT_BS_THRESHOLDS))
-    """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default."""
+    """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default. Choices
+    are made per batch size; buckets group the telemetry, the exported per-bucket winners and ``bucket_strategies``."""
     bucket_strategies: dict[int, list[str]] | None = None
     """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm)."""
-    epsilon: float = 0.05
-    """Probability of a uniformly random arm in a round (after every arm of the bucket was tried)."""
-    window_size: int = 32
-    """Rewards per (bucket, arm) kept for the estimate (a sliding window follows drifting acceptance)."""
+    epsilon: float = 0.1
+    """Exploration: an arm other than the predicted best is pulled only while its optimistic goodput (every depth's
+    acceptance raised to its one-sided ``1 - epsilon`` normal bound) still beats the best's prediction; 0 or 0.5
+    and above never explore."""
+    explore_within: float = 0.8
+    """Only arms predicted at least this fraction of the best arm's goodput at the batch size at hand are explored
+    there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
+    window_size: int = 128
+    """Acceptance memory, in rounds: every arm's per-depth counts decay by exp(-1/window_size) per round, so the
+    estimate follows a drafter and a policy that change under training, and an arm left alone is tried again."""
+    prior_rows: float = 4.0
+    """Weight, in request rows, of the acceptance the arm's family (EAGLE, history, hybrid arms) measured at a
+    depth, in an arm's own estimate there: an arm never pulled is predicted from its family's rounds."""
+    min_pulls: int = 3
+    """Timed rounds of each arm at each calibration batch size (after one warm-up round); without a calibration,
+    rounds an arm is pulled at the first chance so that its round time is measured."""
+    calibrate: bool = True
+    """Time every arm at a few batch sizes when an engine starts (cached per model, drafter, device and dtype)."""
     reward: str = "goodput"
     """``"goodput"`` or ``"accept_length"`` (see the class docstring)."""
     bs_threshold: int | None = None
     """If set, rounds with a larger batch size decode plainly (``disable``) and are not learned from."""
-    explore_untried: bool = True
-    """Try every arm of a bucket once (round-robin in arm order) before exploiting there."""
-    min_pulls: int = 1
-    """With ``explore_untried``, rounds each arm gets in a bucket (round-robin) before exploitation starts; more
-    than one guards against a single noisy timing (e.g. the first, cold round of a strategy) deciding the bucket."""
-    cost_aware_exploration: bool = True
-    """Keep an exploration candidate with probability min(1, t_greedy / t_candidate) * min(1, v_candidate /
-    v_greedy) (round time and estimated reward at the current batch size): a costly or clearly worse arm is
-    explored less, bounding the time lost to exploring one arm by epsilon / (4 * arms)."""
-    borrow_neighbours: bool = True
-    """An arm with no rewards in a bucket takes its estimate from the nearest bucket that has some; with few
-    rewards, its accept length is shrunk toward that bucket's (see ``borrow_rows``)."""
-    borrow_rows: int = 16
-    """Weight, in request rows, of the neighbouring bucket's accept length in a bucket's own estimate."""
     seed: int = 0
-    """Seed of the policy's own ``random.Random``."""
+    """Seeds the calibration requests (their prompt tokens and sampling)."""
     timeline_limit: int = 100_000
     """Most recent choices kept for telemetry."""
 
@@ -96,8 +97,14 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.reward must be one of {list(REWARDS)}, got {self.reward!r}")
         if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
             raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
-        if isinstance(self.borrow_rows, bool) or not isinstance(self.borrow_rows, int) or self.borrow_rows < 0:
-            raise ValueError(f"BanditConfig.borrow_rows must be an int >= 0, got {self.borrow_rows!r}")
+        prior = self.prior_rows
+        if isinstance(prior, bool) or not isinstance(prior, int | float) or not prior >= 0:
+            raise ValueError(f"BanditConfig.prior_rows must be a number >= 0, got {self.prior_rows!r}")
+        within = self.explore_within
+        if isinstance(within, bool) or not isinstance(within, int | float) or not 0.0 <= within <= 1.0:
+            raise ValueError(f"BanditConfig.explore_within must be a number in [0, 1], got {within!r}")
+        if not isinstance(self.calibrate, bool):
+            raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:
             raise ValueError(f"BanditConfig.timeline_limit must be an int >= 0, got {self.timeline_limit!r}")
         if self.bucket_strategies is not None:
@@ -118,6 +125,10 @@ class BanditConfig:
             outside = [str(a) for a in arms if a not in space]
             if outside:
                 raise ValueError(f"{key}: arms {outside} are not in BanditConfig.strategies")
+
+    def exploration_z(self) -> float:
+        """Standard errors an arm's acceptance is raised by when deciding whether to explore it (0: never)."""
+        return NormalDist().inv_cdf(1.0 - self.epsilon) if 0.0 < self.epsilon < 0.5 else 0.0
 
     def strategy_space(self) -> list[Strategy]:
         """The parsed arms, in configured order."""

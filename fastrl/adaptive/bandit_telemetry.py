@@ -6,21 +6,22 @@ from dataclasses import dataclass
 
 from fastrl.strategy.strategy import Strategy
 
-CHOICE_REASONS = ("untried", "explore", "exploit", "bs_threshold")
+CHOICE_REASONS = ("untimed", "explore", "exploit", "bs_threshold")
 
 
 @dataclass(frozen=True)
 class ArmTelemetry:
-    """One arm in one bucket: pulls, window and all-time mean reward, and the estimate the bandit acts on."""
+    """One arm in one bucket: pulls, recent and all-time mean reward, and the prediction the bandit acts on at the
+    bucket's last batch size (its parts: tokens per row from every arm's acceptance, round time from the
+    calibration and the rounds run; None where unknown)."""
 
     strategy: Strategy
     pulls: int
     window_mean: float | None
     all_time_mean: float | None
     estimate: float | None
-    borrowed_from: int | None
-    """Index of the neighbouring bucket the estimate leans on: borrowed outright when the arm has no rounds in
-    this bucket, else the prior its accept length is shrunk toward (None when there is none)."""
+    tokens_per_row: float
+    round_time_s: float | None
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,11 @@ class CostModel:
         """Strategies with measured timings."""
         return sorted(self._tables)
 
+    def measurements(self) -> list[tuple[Strategy, int, float]]:
+        """The measured table as ``(strategy, batch_size, seconds)`` points (``fit`` rebuilds the same model)."""
+        tables = sorted(self._tables.items())
+        return [(s, b, t) for s, (sizes, times) in tables for b, t in zip(sizes, times, strict=True)]
+
     def round_time(self, strategy: Strategy, batch_size: int) -> float:
         """Wall time (seconds) of one round of ``strategy`` over ``batch_size`` requests."""
         if batch_size < 1:

@@ -17,6 +17,7 @@ import numpy as np
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.oracle import OracleSelector, oracle_table
+from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.adaptive.workload import Workload
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
@@ -131,6 +132,19 @@ def simulate(selector: StrategySelector, workload: Workload, settings: SimSettin
     return result
 
 
+def simulated_calibration(settings: SimSettings, max_batch_size: int, rounds: int = 3) -> CostModel:
+    """What an engine's calibration would measure on ``settings.cost``: ``rounds`` noisy rounds of every arm at
+    each calibration batch size."""
+    rng = np.random.default_rng([settings.seed, 5])
+    points = [
+        (arm, size, settings.cost.round_time(arm, size) * float(np.exp(settings.time_noise * rng.standard_normal())))
+        for size in calibration_sizes(max_batch_size)
+        for arm in dict.fromkeys([*settings.strategies, DISABLE])
+        for _ in range(rounds)
+    ]
+    return CostModel.fit(points)
+
+
 @dataclass
 class Comparison:
     """Every selector's result on one workload, with the references the adaptive selectors are judged against."""
@@ -208,14 +222,15 @@ def main(argv: list[str] | None = None) -> None:
         names = [n for n in names if Strategy.parse(n) in cost.measured_strategies]
     settings = SimSettings(cost=cost, strategies=tuple(parse_strategy_space(names)), seed=args.seed)
     tiers = [t for t in EmaConfig().candidate_steps if cost.has_strategy(Strategy(t, 1, t + 1))]
-    selectors: dict[str, Callable[[], StrategySelector]] = {
-        "bandit": lambda: BanditSelector(BanditConfig(strategies=names, seed=args.seed)),
-    }
-    if tiers:
-        selectors["ema [" + ",".join(map(str, tiers)) + "]"] = lambda: EmaSelector(EmaConfig(candidate_steps=tiers))
     source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)
     print(f"cost model: {source}; arms {names}; per-bucket columns: goodput relative to plain decoding")
     for workload in standard_workloads(args.rollouts):
+        calibration = simulated_calibration(settings, workload.requests_per_rollout)
+        selectors: dict[str, Callable[[], StrategySelector]] = {
+            "bandit": lambda c=calibration: BanditSelector(BanditConfig(strategies=names), calibration=c),
+        }
+        if tiers:
+            selectors["ema [" + ",".join(map(str, tiers)) + "]"] = lambda: EmaSelector(EmaConfig(candidate_steps=tiers))
         print()
         print(format_comparison(compare(workload, settings, selectors), settings.buckets.labels()))
 

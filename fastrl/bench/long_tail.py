@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass, field
-from functools import partial
 
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.adaptive.factory import build_selector
-from fastrl.bench.timing import EngineRun, time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
@@ -41,31 +42,37 @@ def bench_long_tail(
     bandit: BanditConfig | None = None,
     max_model_len: int | None = None,
 ) -> list[LongTailRow]:
-    """Run the same batch under each strategy selector ('disable' first is the baseline); outputs must agree.
+    """Run the same batch under each strategy selector ('disable' first is the baseline), the engines stepping in
+    lockstep (see ``run_lockstep``), ``repeats`` times: the median summed step time of each; outputs must agree.
     `max_model_len` bounds the KV cache (None: the model's whole context)."""
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
         for i, p in enumerate(prompts)
     ]
-    reference = None
+    names = ["disable"] + [p for p in selectors if p != "disable"]
+    if "bandit" in names:  # calibrate once, untimed: every timed engine then reads the cached calibration
+        _engine(policy, drafter, "bandit", batch_size, bandit, max_model_len)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    engines: dict[str, Engine] = {}
+    outputs: dict[str, list] = {}
+    for _ in range(repeats):
+        engines = {name: _engine(policy, drafter, name, batch_size, bandit, max_model_len) for name in names}
+        seconds, outputs = run_lockstep(engines, inputs)
+        for name in names:
+            times[name].append(seconds[name])
+    reference = [o.token_ids for o in outputs["disable"]]
     rows: list[LongTailRow] = []
-    for name in ["disable"] + [p for p in selectors if p != "disable"]:
-        timing = time_median(
-            partial(_run, policy, drafter, name, inputs, batch_size, bandit, max_model_len), repeats, warmup=0
-        )
-        engine = timing.result.engine
-        tokens = [o.token_ids for o in timing.result.outputs]
-        if reference is None:
-            reference = tokens
-        elif tokens != reference:
+    for name in names:
+        if [o.token_ids for o in outputs[name]] != reference:
             raise RuntimeError(f"selector {name} changed the output: exactness is broken")
+        engine, wall = engines[name], statistics.median(times[name])
         summary = summarize_rounds(engine.round_stats)
-        base = rows[0].wall_s if rows else timing.median_s
+        base = statistics.median(times["disable"])
         rows.append(
             LongTailRow(
                 name,
-                timing.median_s,
-                base / timing.median_s,
+                wall,
+                base / wall,
                 summary.rounds,
                 summary.mean_accept_length,
                 engine.round_stats,
@@ -75,24 +82,39 @@ def bench_long_tail(
     return rows
 
 
-def _run(
+def _engine(
     policy: CausalLM,
     drafter: EagleDrafter,
     name: str,
-    inputs: list[GenerateInput],
     batch_size: int,
     bandit: BanditConfig | None,
     max_model_len: int | None,
-) -> EngineRun:
+) -> Engine:
+    device = str(next(policy.parameters()).device)
     engine = Engine(
         policy,
-        EngineConfig(
-            max_batch_size=batch_size, max_model_len=max_model_len, device=str(next(policy.parameters()).device)
-        ),
+        EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device),
         drafter=None if name == "disable" else drafter,
         selector=build_selector(name, bandit=bandit),
     )
-    return EngineRun(engine, engine.generate(inputs))
+    calibrate_engine(engine)  # the bandit's round costs, as engine start gives them (from the cache once measured)
+    return engine
+
+
+def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tuple[dict[str, float], dict[str, list]]:
+    """Generate ``inputs`` on every engine, one step at a time, the next step always the unfinished engine's that has
+    used the least time so far: their steps spread over the same stretch of wall-clock time, so a shared machine's
+    slow and fast spells fall on all of them alike. Each engine's summed step time, and its outputs in input order."""
+    ids = {name: [e.add_request(i.prompt_ids, i.params, i.request_id) for i in inputs] for name, e in engines.items()}
+    seconds = dict.fromkeys(engines, 0.0)
+    finished: dict[str, dict] = {name: {} for name in engines}
+    while running := [name for name, e in engines.items() if e.has_unfinished()]:
+        name = min(running, key=seconds.__getitem__)
+        start = time.perf_counter()
+        out = engines[name].step()
+        seconds[name] += time.perf_counter() - start
+        finished[name].update({o.request_id: o for o in out if o.finished})
+    return seconds, {name: [finished[name][i] for i in ids[name]] for name in engines}
 
 
 def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
@@ -102,3 +124,68 @@ def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
         for row in rows
         for s in row.round_stats
     ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the long-tail table with the bundled model: every selector against plain, the bandit's choices per
+    bucket, decode-round seconds per bucket, and the bandit's estimated plain time against the plain run's."""
+    import argparse
+
+    import torch
+
+    from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
+    from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+    from fastrl.bench.workload import bench_prompts
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.speculative.drafter_checkpoint import load_drafter
+    from fastrl.strategy.round_stats import RoundTotals
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--group", type=int, default=1, help="samples per prompt (4: GRPO groups)")
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
+    parser.add_argument("--arms", default="7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    policy = load_model(bundled_model_dir())
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    prompts = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", -(-args.requests // args.group), 2)
+    prompts = [p for p in prompts for _ in range(args.group)][: args.requests]
+    context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
+    bandit = BanditConfig(strategies=args.arms.split(","))
+    rows = bench_long_tail(
+        policy,
+        drafter,
+        prompts,
+        args.selectors.split(","),
+        args.max_new_tokens,
+        args.repeats,
+        args.requests,
+        bandit,
+        context,
+    )
+    buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
+    for row in rows:
+        totals, per = RoundTotals.of(row.round_stats), {}
+        for s in row.round_stats:
+            cell = per.setdefault(buckets.label(buckets.index(s.batch_size)), [0.0, 0.0, {}])
+            cell[0] += s.wall_time_s
+            cell[1] += s.plain_time_estimate_s
+            cell[2][str(s.strategy)] = cell[2].get(str(s.strategy), 0) + 1
+        estimate = totals.estimated_speedup
+        print(
+            f"{row.selector:>16} wall {row.wall_s:7.2f}s speedup {row.speedup:5.3f} rounds {row.rounds:5d} "
+            f"decode {totals.wall_time_s:6.2f}s accept {row.mean_accept_length:4.2f} "
+            f"estimated speedup {'-' if estimate is None else f'{estimate:.3f}'}"
+        )
+        for label in buckets.labels():
+            if label in per:
+                seconds, plain, choices = per[label]
+                print(f"{'':>18}bucket {label:>5}: decode {seconds:6.2f}s, plain estimate {plain:6.2f}s, {choices}")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_dir
@@ -125,4 +126,6 @@ def build_engine(
     strategy_selector: StrategySelector = build_selector(strategy, bandit=bandit, ema=ema)
     needed = any(s.uses_drafter for s in strategy_selector.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
-    return Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)
+    engine = Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)
+    calibrate_engine(engine)  # the bandit's round costs (cached per model, device and dtype)
+    return engine

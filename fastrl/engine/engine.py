@@ -23,7 +23,7 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.history.index import HistoryConfig, HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
-from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.selector import StrategySelector, plain_time_estimate
 from fastrl.strategy.strategy import DISABLE
 
 
@@ -227,9 +227,10 @@ class Engine:
             drafted_tokens=[out.drafted] * len(requests),
             accepted_tokens=out.accepted,
             emitted_tokens=emitted,
-            wall_time_s=max(time.perf_counter() - start, 1e-9),
+            wall_time_s=(wall := max(time.perf_counter() - start, 1e-9)),
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
+            plain_time_estimate_s=plain_time_estimate(self.selector, strategy, len(requests), emitted, wall),
         )
         self.round_stats.append(stats)
         self._info.observe(stats)

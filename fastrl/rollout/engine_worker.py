@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.cotrain.buffer import FeatureBuffer
 from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics, TrainedDrafter
 from fastrl.cotrain.feature_sequence import FeatureSequence
@@ -49,6 +50,7 @@ class EngineWorker:
         self.engine = Engine(
             self.policy, engine_config, drafter=self.drafter, selector=config.build_strategy_selector()
         )
+        calibrate_engine(self.engine)  # the bandit's round costs; its state then lives as long as the worker
         self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
         self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
         self.cotraining = (

@@ -39,3 +39,24 @@ class StrategySelector(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Restore what ``state_dict`` returned."""
         ...
+
+
+@runtime_checkable
+class PlainTimeEstimator(Protocol):
+    """A selector that also knows what plain decoding costs (the bandit's cost model): it estimates, for every round,
+    the seconds plain decoding would have needed for the tokens the round emitted."""
+
+    def plain_time_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
+        """Estimated plain-decoding seconds for a round of ``strategy`` that emitted ``emitted`` tokens per row in
+        ``wall_time_s`` (0.0 when unknown)."""
+        ...
+
+
+def plain_time_estimate(
+    selector: StrategySelector, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float
+) -> float:
+    """What plain decoding would have taken for a round's tokens: the selector's estimate when it makes one; else a
+    plain round's own time, and 0.0 (no estimate) for a speculative round."""
+    if isinstance(selector, PlainTimeEstimator):
+        return selector.plain_time_estimate(strategy, batch_size, emitted, wall_time_s)
+    return wall_time_s if strategy.is_disabled else 0.0

@@ -137,8 +137,8 @@ def _trained_bandit_state() -> dict:
     spec = Strategy.parse("3_1_4")
     for _ in range(6):
         bandit.observe(RoundStats(spec, 1, [3], [3], [4], 0.010))
+        bandit.observe(RoundStats(spec, 32, [3] * 32, [3] * 32, [4] * 32, 0.160))  # same acceptance, 8x the cost
         bandit.observe(RoundStats(DISABLE, 1, [0], [0], [1], 0.008))
-        bandit.observe(RoundStats(spec, 32, [3] * 32, [0] * 32, [1] * 32, 0.080))
         bandit.observe(RoundStats(DISABLE, 32, [0] * 32, [0] * 32, [1] * 32, 0.020))
     return bandit.state_dict()
 

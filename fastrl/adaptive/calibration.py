@@ -1,0 +1,171 @@
+"""Round costs measured at engine start: a few timed rounds of every arm at a few batch sizes, cached on disk.
+
+For each calibration batch size a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV
+cache) decodes that many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass
+is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and have
+budget for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/``
+(``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, torch
+threads, arms, sizes and rounds, and reused by later engines with the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.round_times import calibration_sizes
+from fastrl.engine.engine import Engine
+from fastrl.models.named import cache_root
+from fastrl.sampling.params import SamplingParams
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
+
+PLAIN_REPEATS = 3
+"""Plain rounds per calibration pass (one of every other arm)."""
+PROMPT_TOKENS = 16
+"""Calibration prompts: a random pattern of this many tokens, said twice (history arms then find matches)."""
+
+
+class ScriptedSelector:
+    """Plays the strategy ``next`` holds; its strategy space is every arm calibrated."""
+
+    def __init__(self, strategies: list[Strategy]) -> None:
+        self._strategies = list(strategies)
+        self.next = self._strategies[0]
+
+    @property
+    def strategies(self) -> list[Strategy]:
+        """Every arm calibrated."""
+        return list(self._strategies)
+
+    def choose(self, batch_size: int) -> Strategy:
+        """The scripted strategy."""
+        return self.next
+
+    def observe(self, stats: RoundStats) -> None:
+        """The calibration reads the engine's round statistics instead."""
+
+    def state_dict(self) -> dict:
+        """Nothing to resume."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to restore."""
+
+
+def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
+    """Time ``rounds`` rounds (after a warm-up) of every arm at every batch size, on engines built like ``engine``.
+
+    The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
+    machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
+    level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
+    estimate: each pass times ``PLAIN_REPEATS`` of them, then runs one untimed drafter round (the drafter catches
+    up on the plain rounds' tokens, which would inflate whichever arm came first), then times every arm. An arm
+    slower at a size than ``max_accept_length`` plain rounds can never win there, nor at larger sizes: it is timed
+    at larger sizes no more.
+    """
+
+    arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
+    rng = random.Random(seed)
+    vocab = engine.model.config.vocab_size
+    budget = (rounds + 1) * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
+    for size in sizes:
+        pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
+        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * PROMPT_TOKENS + budget + 1)
+        script = ScriptedSelector([*arms, DISABLE])
+        timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
+        for row in range(size):
+            params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + row, ignore_eos=True)
+            timed[size][0].add_request(pattern + pattern, params)
+        timed[size][0].step()  # prefill
+    times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
+    drafter_arms = [arm for arm in arms if arm.uses_drafter]
+    catch_up = drafter_arms[:1]  # after plain rounds the drafter reads the tokens it missed: an untimed round
+    for repeat in range(rounds + 1):
+        for step, arm in enumerate([DISABLE] * PLAIN_REPEATS + catch_up + arms):
+            for size, (engine_at, script) in timed.items():
+                if arm.is_disabled or _worth_timing(times, arm, size, sizes):
+                    script.next = arm
+                    engine_at.step()
+                    if repeat > 0 and not (catch_up and step == PLAIN_REPEATS):
+                        times[(arm, size)].append(engine_at.round_stats[-1].wall_time_s)
+    return CostModel.fit([(arm, size, t) for (arm, size), measured in times.items() for t in measured])
+
+
+def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
+    """False once ``arm`` was slower than ``max_accept_length`` plain rounds at a smaller size."""
+    for smaller in sizes[: sizes.index(size)]:
+        own, plain = times.get((arm, smaller)), times.get((DISABLE, smaller))
+        if own and plain and statistics.median(own) > arm.max_accept_length * statistics.median(plain):
+            return False
+    return True
+
+
+def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
+    """What a calibration depends on: policy and drafter shapes, device, dtype, threads, arms, sizes, rounds."""
+    drafter = engine.drafter
+    device = torch.device(engine.config.device)
+    described = {
+        "policy": dataclasses.asdict(engine.model.config),
+        "drafter": None if drafter is None else repr(drafter.config),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "dtype": engine.config.dtype,
+        "cuda_graphs": engine.config.cuda_graphs,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "arms": sorted(str(a) for a in arms),
+        "sizes": sizes,
+        "rounds": rounds,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def load_or_measure(
+    engine: Engine, arms: list[Strategy], rounds: int, seed: int, cache_dir: Path | None = None
+) -> CostModel:
+    """The cached calibration for this engine and these arms, measured (and cached) when there is none."""
+    sizes = calibration_sizes(engine.config.max_batch_size)
+    path = (cache_dir or cache_root() / "calibration") / f"{calibration_key(engine, arms, sizes, rounds)}.json"
+    if path.is_file():
+        try:
+            rows = json.loads(path.read_text())
+            return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
+    model = measure(engine, arms, sizes, rounds, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
+    tmp.replace(path)
+    return model
+
+
+def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel | None:
+    """Give the engine's bandit (when it has one that wants a calibration and has none) its round costs."""
+    selector = engine.selector
+    if not isinstance(selector, BanditSelector) or not selector.config.calibrate:
+        return None
+    if selector.times.calibration() is None:
+        config = selector.config
+        selector.set_calibration(load_or_measure(engine, selector.strategies, config.min_pulls, config.seed, cache_dir))
+    return selector.times.calibration()
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"

@@ -1,0 +1,89 @@
+"""Every run measures its own speedup: the plain-decoding time the bandit estimates for a speculative run's rounds
+against a real plain run of the same requests, and the calibration cache."""
+
+import statistics
+
+import pytest
+
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.calibration import calibrate_engine
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.bench.long_tail import run_lockstep
+from fastrl.bench.workload import task_prompts
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundTotals
+from fastrl.strategy.strategy import DISABLE
+
+REQUESTS, NEW_TOKENS, REPEATS = 16, 128, 5
+
+
+@pytest.fixture(scope="module")
+def models():
+    policy = load_model(bundled_model_dir())
+    return policy, load_drafter(bundled_drafter_dir(), policy)[0]
+
+
+def test_estimated_plain_time_matches_a_real_plain_run(models, tmp_path):
+    """Every round speculates (the bandit's one arm is 3_1_4), so the estimate is the plain cost model alone; the
+    plain engine steps in lockstep with it (a shared machine's load falls on both alike) and the median ratio over
+    repeats must be within 10%."""
+    policy, drafter = models
+    prompts = task_prompts(load_tokenizer(bundled_model_dir()), REQUESTS, 0)
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    config = EngineConfig(max_batch_size=REQUESTS, max_model_len=512)
+    ratios = []
+    for _ in range(REPEATS):
+        spec = Engine(policy, config, drafter=drafter, selector=BanditSelector(BanditConfig(strategies=["3_1_4"])))
+        calibrate_engine(spec, tmp_path)  # measured once, then read from tmp_path
+        plain = Engine(policy, config, selector=FixedSelector(DISABLE))
+        _, outputs = run_lockstep({"plain": plain, "spec": spec}, inputs)
+        assert [o.token_ids for o in outputs["plain"]] == [o.token_ids for o in outputs["spec"]]
+        totals = RoundTotals.of(spec.round_stats)
+        assert totals.estimated_rounds == totals.rounds > 0 and all(
+            not s.strategy.is_disabled for s in spec.round_stats
+        )
+        ratios.append(totals.plain_time_estimate_s / sum(s.wall_time_s for s in plain.round_stats))
+        assert totals.estimated_speedup == pytest.approx(totals.plain_time_estimate_s / totals.wall_time_s)
+    assert len(list(tmp_path.glob("*.json"))) == 1  # one calibration, cached and reused
+    assert abs(statistics.median(ratios) - 1.0) <= 0.10, ratios
+
+
+def test_plain_rounds_estimate_themselves_and_fixed_strategies_make_no_estimate(models):
+    policy, drafter = models
+    inputs = [GenerateInput([5, 6, 7, 8], SamplingParams(max_new_tokens=8, seed=i)) for i in range(2)]
+    plain = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64))
+    plain.generate(inputs)
+    assert all(s.plain_time_estimate_s == s.wall_time_s for s in plain.round_stats)
+    assert RoundTotals.of(plain.round_stats).estimated_speedup == pytest.approx(1.0)
+    fixed = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), drafter, FixedSelector("3_1_4"))
+    fixed.generate(inputs)
+    assert RoundTotals.of(fixed.round_stats).estimated_speedup is None
+
+
+def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp_path):
+    policy, drafter = models
+    config = EngineConfig(max_batch_size=2, max_model_len=64)
+    engine = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
+    calibration = calibrate_engine(engine, tmp_path)
+    assert {str(s) for s in calibration.measured_strategies} == {"3_1_4", "disable"}
+    assert {b for _, b, _ in calibration.measurements()} == {1, 2}
+    (path,) = tmp_path.glob("*.json")
+    other = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["5_1_6", "disable"], min_pulls=1)))
+    calibrate_engine(other, tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 2  # other arms, another key
+    path.write_text("{not json")
+    again = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
+    with pytest.raises(ValueError, match="calibration cache .* unreadable"):
+        calibrate_engine(again, tmp_path)
+    off = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4"], calibrate=False)))
+    assert calibrate_engine(off, tmp_path) is None
