@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.bandit_merge import merge_bandit_states
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 
@@ -108,44 +109,10 @@ def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list
         raise ValueError(f"{key}={state_file}: not valid JSON ({err})") from None
     try:
         if isinstance(state, dict) and "workers" in state:
-            state = merge_worker_states(state["workers"])
+            state = merge_bandit_states(state["workers"])
         return bucket_winners(state)
     except ValueError as err:
         raise ValueError(f"{key}={state_file}: {err}") from None
-
-
-def merge_worker_states(states: object) -> dict:
-    """One bandit state_dict holding every worker's observations: per bucket and arm the windows concatenated,
-    pulls and rewards summed, round times averaged by pulls. The workers must share one bandit config."""
-    if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
-        raise ValueError("'workers' must be a non-empty list of bandit states (one per rollout worker)")
-    configs = [s.get("config") for s in states]
-    if any(c != configs[0] for c in configs):
-        raise ValueError("the workers' bandit states have different configs; they cannot be merged")
-    try:
-        merged = dict(states[0]) | {"round": sum(int(s["round"]) for s in states), "timeline": []}
-        merged["bucket_rounds"] = [sum(n) for n in zip(*(s["bucket_rounds"] for s in states), strict=True)]
-        merged["rewards"] = [
-            {arm: _merge_arm([b[arm] for b in buckets]) for arm in buckets[0]}
-            for buckets in zip(*(s["rewards"] for s in states), strict=True)
-        ]
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"not a fastrl bandit state_dict per worker ({type(err).__name__}: {err})") from None
-    return merged
-
-
-def _merge_arm(arms: list[dict]) -> dict:
-    """One arm's ``ArmRewards.state`` over several workers."""
-    times: dict[int, list[tuple[float, int]]] = {}
-    for arm in arms:
-        for b, t in arm["times"]:
-            times.setdefault(int(b), []).append((float(t), max(1, int(arm["pulls"]))))
-    return {
-        "window": [sample for arm in arms for sample in arm["window"]],
-        "times": [[b, sum(t * w for t, w in ts) / sum(w for _, w in ts)] for b, ts in sorted(times.items())],
-        "pulls": sum(int(arm["pulls"]) for arm in arms),
-        "total_reward": sum(float(arm["total_reward"]) for arm in arms),
-    }
 
 
 def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, str]:
