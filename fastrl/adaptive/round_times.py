@@ -1,6 +1,6 @@
 """Round wall time per (arm, batch size): a calibration curve, corrected by every round the engine runs.
 
-The calibration (``fastrl.adaptive.calibration``) times a few rounds of every arm at a few batch sizes at engine
+The calibration (``fastrl.engine.calibration``) times a few rounds of every arm at a few batch sizes at engine
 start; between them a knee-shaped curve interpolates (``knee_curve``). Real rounds differ from calibration rounds
 (longer contexts, a warm cache, other processes), so each (arm, batch size) run keeps the running log-time of its
 rounds, and the prediction is the calibration curve times the measured / calibrated ratio, interpolated between the

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.adaptive.factory import build_selector
+from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM

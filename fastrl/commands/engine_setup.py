@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_dir
+from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import read_config

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from fastrl.adaptive.calibration import calibrate_engine
 from fastrl.cotrain.buffer import FeatureBuffer
 from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics, TrainedDrafter
 from fastrl.cotrain.feature_sequence import FeatureSequence
+from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
