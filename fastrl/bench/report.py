@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fastrl.commands.output_guard import write_atomic
+
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     """A plain aligned table (floats with 3 significant decimals)."""
@@ -25,4 +27,4 @@ def write_json(path: str | Path, payload: Any) -> None:
     """Write a benchmark's results (a dict or a list of records) as indented JSON."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomic(path, json.dumps(payload, indent=2) + "\n")  # a failed write never leaves half a file

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import torch
 
 from fastrl.commands.engine_setup import resolve_model_dir
-from fastrl.commands.output_guard import guard_outputs
+from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
@@ -25,11 +24,11 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
     inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts}
-    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite):
-        return _train_drafter(cfg)
+    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite) as targets:
+        return _train_drafter(cfg, targets["output"])
 
 
-def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
+def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDrafterReport:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
@@ -43,7 +42,6 @@ def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     train_prompts, held_prompts = training_prompts(tokenizer, cfg)
     identity = {"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter}
     report = train_offline(policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity)
-    save_drafter(drafter, cfg.output, policy_name=policy_name, version=1)
     metrics = {
         "policy": policy_name,
         "train_sequences": report.train_sequences,
@@ -52,7 +50,9 @@ def _train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
         "accept_lengths": [dataclasses.asdict(a) for a in report.accept_lengths],
         "config": dataclasses.asdict(cfg),
     }
-    (Path(cfg.output) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    with staged_directory(output) as staging:  # the drafter and its metrics reach the output together, or not at all
+        save_drafter(drafter, staging, policy_name=policy_name, version=1)
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")
     return report
 
