@@ -30,3 +30,15 @@ def _restore_root_logging():
             root.removeHandler(handler)
             handler.close()
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory):
+    """A saved tiny random policy with the character tokenizer (the `fastrl train model=DIR` tests' model)."""
+    from fastrl.models.checkpoint import save_model
+    from tests.rl.grpo_setup import char_tokenizer, tiny_policy
+
+    path = tmp_path_factory.mktemp("policy")
+    save_model(tiny_policy(), path)
+    char_tokenizer().save_pretrained(path)
+    return path

@@ -8,18 +8,8 @@ import os
 import pytest
 
 from fastrl.cli import main
-from fastrl.models.checkpoint import save_model
-from tests.rl.grpo_setup import char_tokenizer, tiny_policy
 
 TINY = ["rl.steps=1", "rl.prompts_per_step=2", "rl.samples_per_prompt=2", "rl.max_new_tokens=8", "task.n_max=6"]
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy")
-    save_model(tiny_policy(), path)
-    char_tokenizer().save_pretrained(path)
-    return path
 
 
 def _error_line(capsys) -> str:

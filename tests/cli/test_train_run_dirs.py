@@ -16,8 +16,6 @@ import pytest
 
 from fastrl.cli import main
 from fastrl.commands.run_dir import latest_checkpoint
-from fastrl.models.checkpoint import save_model
-from tests.rl.grpo_setup import char_tokenizer, tiny_policy
 
 TINY = [
     "drafter=fresh",
@@ -30,14 +28,6 @@ TINY = [
     "task.n_max=6",
     "report=false",
 ]
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy")
-    save_model(tiny_policy(), path)
-    char_tokenizer().save_pretrained(path)
-    return path
 
 
 def _steps(run: Path) -> list[int]:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from fastrl.cli import main
-from fastrl.models.checkpoint import save_model
-from tests.rl.grpo_setup import char_tokenizer, tiny_policy
 
 COMMON = [
     "model=local",
@@ -22,14 +18,6 @@ COMMON = [
     "task.n_max=6",
     "task.context_length=256",
 ]
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy")
-    save_model(tiny_policy(), path)
-    char_tokenizer().save_pretrained(path)
-    return path
 
 
 def test_train_local_writes_metrics_and_report(policy_dir, tmp_path):
