@@ -33,6 +33,7 @@ from fastrl.rl.metrics import (
 from fastrl.rl.policy_update import PolicyUpdater, UpdateStats
 from fastrl.rl.rollout_speed import step_speed_fields
 from fastrl.rl.seeding import sample_seed, step_rng
+from fastrl.rl.step_boundary import step_boundary
 from fastrl.rl.task_protocol import RewardTask, TextTokenizer
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.rollout.backend import RolloutBackend
@@ -107,22 +108,29 @@ class GRPOTrainer:
         history: list[StepMetrics] = []
         with tqdm(total=cfg.steps, initial=self.step, desc="grpo", unit="step", disable=not cfg.progress) as bar:
             while self.step < cfg.steps:
-                metrics = self.train_step()
-                history.append(metrics)
-                if self.logger is not None:
-                    self.logger.log(metrics, metrics.step)
-                bar.update(1)
-                bar.set_postfix({"reward": f"{metrics.reward_mean:.3f}"} | metrics.speed().postfix())
-                every = cfg.checkpoint_every
-                if every and cfg.checkpoint_dir and (self.step % every == 0 or self.step == cfg.steps):
-                    self.save_checkpoint(Path(cfg.checkpoint_dir) / f"step_{self.step:06d}")
+                start = time.perf_counter()
+                rollout = self.rollout(self.step)  # an interrupt here finds the trainer between two steps
+                with step_boundary():  # from here an interrupt waits for the step's metrics and checkpoint
+                    metrics = self.update_step(rollout, start)
+                    history.append(metrics)
+                    if self.logger is not None:
+                        self.logger.log(metrics, metrics.step)
+                    bar.update(1)
+                    bar.set_postfix({"reward": f"{metrics.reward_mean:.3f}"} | metrics.speed().postfix())
+                    every = cfg.checkpoint_every
+                    if every and cfg.checkpoint_dir and (self.step % every == 0 or self.step == cfg.steps):
+                        self.save_checkpoint(Path(cfg.checkpoint_dir) / f"step_{self.step:06d}")
         return history
 
     def train_step(self) -> StepMetrics:
         """One GRPO step (rollout, update, weight push); returns its metrics."""
         start = time.perf_counter()
+        return self.update_step(self.rollout(self.step), start)
+
+    def update_step(self, rollout: StepRollout, start: float) -> StepMetrics:
+        """The step's second half after its rollout (started at ``start``, perf_counter): advantages, log-prob
+        check, policy update, weight push; returns the step's metrics."""
         step = self.step
-        rollout = self.rollout(step)
         self.last_rollout = rollout
         results = rollout.batch.results
         n = self.config.samples_per_prompt

@@ -1,0 +1,45 @@
+"""Interrupts inside a training step's policy update wait for the step's end; a second one stops at once."""
+
+import os
+import signal
+
+import pytest
+
+from fastrl.rl.step_boundary import step_boundary
+
+
+def _interrupt() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_inside_the_block_is_raised_when_the_block_ends(number):
+    done = []
+    before = signal.getsignal(number)
+    with pytest.raises(KeyboardInterrupt, match="held to the end of the step"):
+        with step_boundary():
+            os.kill(os.getpid(), number)
+            done.append("update finished")
+    assert done == ["update finished"]
+    assert signal.getsignal(number) is before
+
+
+def test_a_second_interrupt_stops_at_once():
+    done = []
+    with pytest.raises(KeyboardInterrupt, match="again"):
+        with step_boundary():
+            _interrupt()
+            done.append("first held")
+            _interrupt()
+            done.append("never reached")
+    assert done == ["first held"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_quiet_block_raises_nothing_and_an_error_inside_is_kept():
+    with step_boundary():
+        pass
+    with pytest.raises(ValueError, match="boom"):
+        with step_boundary():
+            raise ValueError("boom")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
