@@ -11,14 +11,6 @@ import pytest
 
 from fastrl.cli import main
 from fastrl.commands.decode_config import MAX_REQUESTS
-from tests.helpers import make_hf_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    make_hf_model("llama").save_pretrained(path)
-    return path
 
 
 def _prompts(path: Path, lines: list[str]) -> Path:

@@ -10,14 +10,6 @@ import torch
 from fastrl.cli import main
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import save_drafter
-from tests.helpers import make_hf_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    make_hf_model("llama").save_pretrained(path)
-    return path
 
 
 def _write(path, lines):

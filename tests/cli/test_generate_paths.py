@@ -18,13 +18,6 @@ from tests.helpers import make_hf_model
 PROMPTS = [{"prompt_ids": [5, 6, 7]}, {"prompt_ids": [8, 9]}]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    make_hf_model("llama").save_pretrained(path)
-    return path
-
-
 @pytest.fixture
 def prompts(tmp_path):
     path = tmp_path / "in.jsonl"

@@ -14,16 +14,8 @@ from pathlib import Path
 import pytest
 
 from fastrl.cli import main
-from tests.helpers import make_hf_model
 
 N_PROMPTS = 12
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    make_hf_model("llama").save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
