@@ -11,6 +11,7 @@ command never leaves a half-written output over a good one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -179,6 +180,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        raise _no_space(err, f"{path}; it is left as it was") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -205,8 +208,18 @@ def staged_directory(target: OutputTarget) -> Iterator[Path]:
                 dest.mkdir(exist_ok=True)
             else:
                 os.replace(item, dest)
+    except OSError as err:
+        raise _no_space(err, f"into {final}; its files are left as they were") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _no_space(err: OSError, where: str) -> Exception:
+    """A full disk or quota as one ValueError saying what was kept (the CLI prints it as one line); any other
+    OSError unchanged."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ValueError(f"no space left writing {where}")
+    return err
 
 
 def _resolved(key: str, value: str) -> Path:

@@ -4,6 +4,7 @@ the same output is refused while the first holds it, and a refused command write
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -11,7 +12,7 @@ import pytest
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.cli import main
-from fastrl.commands.output_guard import guard_outputs
+from fastrl.commands.output_guard import OutputTarget, atomic_path, guard_outputs, staged_directory
 
 PROMPTS = [{"prompt": "3+4="}, {"prompt": "5+6="}]
 
@@ -104,3 +105,35 @@ def test_an_output_that_is_a_file_of_the_model_is_refused(prompts, tmp_path, cap
     args = ["generate", f"model={model}", f"prompts={prompts}", f"output={model / 'config.json'}", "progress=false"]
     assert main(args) == 2
     assert "is a file of the model directory" in capsys.readouterr().err and _snapshot(model) == before
+
+
+def _disk_full() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_while_writing_a_file_keeps_the_old_one_and_says_so(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("earlier report")
+    with pytest.raises(ValueError, match=f"^no space left writing {target}; it is left as it was$"):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half a rep")
+            raise _disk_full()
+    assert target.read_text() == "earlier report" and [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_a_full_disk_while_staging_a_directory_keeps_its_files_and_says_so(tmp_path):
+    final = tmp_path / "drafter"
+    final.mkdir()
+    (final / "drafter.safetensors").write_bytes(b"earlier weights")
+    with pytest.raises(ValueError, match=f"^no space left writing into {final}; its files are left as they were$"):
+        with staged_directory(OutputTarget(key="output", given=final, path=final, regular=True)) as staging:
+            (staging / "drafter.safetensors").write_bytes(b"half")
+            raise _disk_full()
+    assert _snapshot(final) == {"drafter.safetensors": b"earlier weights"}
+    assert [p.name for p in tmp_path.iterdir()] == ["drafter"]
+
+
+def test_other_write_errors_pass_through_unchanged(tmp_path):
+    with pytest.raises(PermissionError):
+        with atomic_path(tmp_path / "x.json"):
+            raise PermissionError(errno.EACCES, "denied")
