@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import Tensor
 
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
+from fastrl.tensor_files import save_tensors
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -150,5 +150,5 @@ def save_model(model: CausalLM, path: str | Path, dtype: torch.dtype | None = No
     dtype = dtype or model.model.embed_tokens.weight.dtype
     tensors = {name: t.detach().to(device="cpu", dtype=dtype).contiguous() for name, t in state.items()}
     config = model.config.to_hf_dict(dtype=dtype)
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    save_tensors(tensors, directory / WEIGHTS_FILE, metadata={"format": "pt"})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")

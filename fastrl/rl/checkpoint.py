@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from fastrl.models.checkpoint import load_model, read_safetensors, save_model
 from fastrl.models.decoder import CausalLM
@@ -45,6 +44,7 @@ from fastrl.speculative.drafter_checkpoint import (
     read_drafter_weights,
     save_drafter,
 )
+from fastrl.tensor_files import save_tensors
 
 FORMAT = "fastrl-grpo-checkpoint"
 FORMAT_VERSION = 1
@@ -94,7 +94,7 @@ def save_training_checkpoint(
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     rng_tensors = {"torch_cpu": rng.torch_cpu}
     rng_tensors.update({f"torch_cuda.{i}": s for i, s in enumerate(rng.torch_cuda)})
-    save_file(rng_tensors, str(tmp / RNG_FILE))
+    save_tensors(rng_tensors, tmp / RNG_FILE)
     save_model(policy, tmp / POLICY_DIR)
     if reference is not None:
         save_model(reference, tmp / REFERENCE_DIR)

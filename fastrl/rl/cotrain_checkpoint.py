@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from safetensors.torch import save_file
-
 from fastrl.models.checkpoint import read_safetensors
 from fastrl.rollout.worker_cotrain import CotrainState
+from fastrl.tensor_files import save_tensors
 
 
 def save_cotrain_states(states: list[CotrainState], directory: Path) -> None:
@@ -18,7 +17,7 @@ def save_cotrain_states(states: list[CotrainState], directory: Path) -> None:
     directory.mkdir(parents=True)
     for i, state in enumerate(states):
         tensors = {k: v.contiguous() for k, v in state.tensors.items()}
-        save_file(tensors, str(directory / f"worker_{i}.safetensors"))
+        save_tensors(tensors, directory / f"worker_{i}.safetensors")
         (directory / f"worker_{i}.json").write_text(json.dumps(state.meta) + "\n")
 
 

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+
+from fastrl.tensor_files import save_tensors
 
 TENSORS_FILE = "optimizer.safetensors"
 META_FILE = "optimizer.json"
@@ -28,7 +30,7 @@ def save_optimizer(optimizer: torch.optim.Optimizer, directory: str | Path) -> N
             else:
                 scalars.setdefault(str(param_id), {})[key] = value
     meta = {"param_groups": state["param_groups"], "scalars": scalars}
-    save_file(tensors, str(directory / TENSORS_FILE), metadata={"format": "pt"})
+    save_tensors(tensors, directory / TENSORS_FILE, metadata={"format": "pt"})
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.tensor_files import save_tensors
 
 CONFIG_FILE = "drafter_config.json"
 WEIGHTS_FILE = "drafter.safetensors"
@@ -56,9 +56,9 @@ def save_drafter(
     vocab = drafter.draft_vocab
     meta["draft_vocab_size"] = None if vocab is None else int(vocab.numel())
     tensors = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in drafter.state_dict().items()}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    save_tensors(tensors, directory / WEIGHTS_FILE, metadata={"format": "pt"})
     if vocab is not None:
-        save_file({"ids": vocab.detach().to("cpu").contiguous()}, str(directory / DRAFT_VOCAB_FILE))
+        save_tensors({"ids": vocab.detach().to("cpu").contiguous()}, directory / DRAFT_VOCAB_FILE)
     else:
         (directory / DRAFT_VOCAB_FILE).unlink(missing_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")

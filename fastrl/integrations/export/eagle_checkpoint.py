@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_drafter_info
+from fastrl.tensor_files import save_tensors
 
 FORMATS = ("sglang", "vllm")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -88,7 +89,7 @@ def export_eagle_drafter(
     tensors = {names[k]: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / OUTPUT_WEIGHTS), metadata={"format": "pt"})
+    save_tensors(tensors, out / OUTPUT_WEIGHTS, metadata={"format": "pt"})
     config = dict(layer)
     config.update(
         architectures=[table[model_type]],
