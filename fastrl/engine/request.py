@@ -51,9 +51,6 @@ class Request:
     accept_lengths: list[int] = field(default_factory=list)
     hidden_states: list[torch.Tensor] = field(default_factory=list)
     prompt_hidden_states: torch.Tensor | None = None
-    # Entries the drafter has not read yet: token x_p with the policy hidden state f_{p-1} (chunks of [k,H]).
-    pending_tokens: list[int] = field(default_factory=list)
-    pending_features: list[torch.Tensor] = field(default_factory=list)
     slot: int | None = None
     # Set by the scheduler at admission: the request (admitted in the same step) whose prompt pages this one shares.
     prompt_source: str | None = None

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
+from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
@@ -130,6 +130,7 @@ class ModelRunner:
         if self.drafter is not None:
             dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table)
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
+            self.feed = DrafterFeed(slots, mc.hidden_size, dtype, self.device, self.lookahead)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache)
         self.graphs = self._capture_graphs() if use_graphs else None
@@ -161,13 +162,11 @@ class ModelRunner:
         next round), its hidden states queued for their drafter afresh."""
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
-        self.state.admit(requests, [len(t) for t in tokens])
+        slots = self.state.admit(requests, [len(t) for t in tokens])
         result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
         if self.drafter is not None:
-            for row, request in enumerate(requests):
-                queue_for_drafter(
-                    request, tokens[row][1:] + [request.last_token], result.hidden[row, : len(tokens[row])]
-                )
+            fed = [t + [r.last_token] for t, r in zip(tokens, requests, strict=True)]
+            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
 
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
@@ -185,13 +184,14 @@ class ModelRunner:
         self.state.last[slots] = sampled.tokens
         tokens, logprobs = read_back(sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1))[:2]
         tokens, logprobs = [t[0] for t in tokens], [lp[0] for lp in logprobs]
+        if self.drafter is not None:
+            fed = [r.prompt_ids + [t] for r, t in zip(requests, tokens, strict=True)]
+            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
             length = len(request.prompt_ids)
             states = result.hidden[row]
-            if self.drafter is not None:
-                queue_for_drafter(request, request.prompt_ids[1:] + [tokens[row]], states[:length])
             want = request.want_hidden_states
             prompt_hidden.append(states[: length - 1].detach().to("cpu", torch.float32) if want else None)
             hidden.append(states[length - 1 : length].detach().to("cpu", torch.float32) if want else None)
@@ -221,7 +221,7 @@ class ModelRunner:
             start = time.perf_counter()
             pending = None
             if strategy.uses_drafter:
-                pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
+                pending = self.feed.take(inputs.slots, [r.slot for r in requests])
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
             if self.graphs is not None and not strategy.is_history:
@@ -237,13 +237,13 @@ class ModelRunner:
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
         self.state.advance(inputs.slots, tokens, accept_len + 1)
         token_rows, logprob_rows, accepted = read_back(tokens, logprobs, accept_len)
+        if self.drafter is not None:
+            self.feed.append(inputs.slots, [r.slot for r in requests], tokens, hidden, [a + 1 for a in accepted])
         out_tokens, out_logprobs, out_hidden = [], [], []
         for row, request in enumerate(requests):
             count = accepted[row] + 1
             out_tokens.append(token_rows[row][:count])
             out_logprobs.append(logprob_rows[row][:count])
-            if self.drafter is not None:
-                queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
             want = request.want_hidden_states
             out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
         return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
