@@ -123,7 +123,7 @@ class Engine:
         if request_id in self._live_ids:
             raise ValueError(f"request id {request_id!r} is already running in this engine")
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
-        request = Request(request_id, list(prompt_ids), params, seed, want_hidden_states=return_hidden_states)
+        request = Request(request_id, list(prompt_ids), params, seed, return_hidden_states=return_hidden_states)
         request.timings.arrival = now()
         problem = self.scheduler.validate(request)
         if problem is not None:

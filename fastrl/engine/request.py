@@ -45,7 +45,7 @@ class Request:
     prompt_ids: list[int]
     params: SamplingParams
     seed: int
-    want_hidden_states: bool = False
+    return_hidden_states: bool = False
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     accept_lengths: list[int] = field(default_factory=list)
