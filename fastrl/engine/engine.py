@@ -165,7 +165,7 @@ class Engine:
         finished += self._release()
         prefilled = {r.request_id for r in fresh}
         active = [r for r in self.scheduler.running if not r.finished and r.request_id not in prefilled]
-        active = self.scheduler.reserve(active)
+        active = sorted(self.scheduler.reserve(active), key=lambda r: r.slot)  # slot order: keys read in place
         if active:
             self._decode(active, progressed)
         finished += self._release()
