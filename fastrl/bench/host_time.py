@@ -10,6 +10,9 @@ them to compare two trees side by side:
 
     PYTHONPATH=/path/to/base python fastrl/bench/host_time.py throughput 1,64,256 64
     PYTHONPATH=$PWD          python fastrl/bench/host_time.py throughput 1,64,256 64
+
+`view` compares, in one process and pair by pair, rounds that read keys in place (home pages) with the same pool
+gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 """
 
 from __future__ import annotations
@@ -115,6 +118,25 @@ def bench_host_time(
     return rows
 
 
+def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> list[float]:
+    """Paired CPU-time ratios (gather / view) of greedy generation with the default pool, whose rows read their
+    keys in place, and with the same pool given as `kv_cache_tokens` (no home pages: every round gathers)."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    view = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256))
+    pool_tokens = view.runner.pool.num_pages * view.runner.pool.page_size
+    gather = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256, kv_cache_tokens=pool_tokens))
+
+    def run(engine: Engine) -> float:
+        start = time.process_time()
+        engine.generate([GenerateInput(p, params) for p in prompts])
+        return time.process_time() - start
+
+    run(view), run(gather)  # warm-up
+    return [run(gather) / run(view) for _ in range(pairs)]
+
+
 def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3) -> float:
     """Greedy tokens per CPU second at `batch` (prompts of 20-60 random tokens, EOS ignored), median of repeats."""
     rng = random.Random(0)
@@ -135,12 +157,16 @@ def main(argv: list[str]) -> None:
     from fastrl.models.checkpoint import load_model
 
     torch.set_num_threads(1)
-    if len(argv) < 2 or argv[0] != "throughput":
-        raise ValueError(f"usage: host_time.py throughput BATCHES [NEW_TOKENS]; got {argv}")
+    if len(argv) < 2 or argv[0] not in ("throughput", "view"):
+        raise ValueError(f"usage: host_time.py throughput|view BATCHES [NEW_TOKENS]; got {argv}")
     model = load_model(resolve_model_dir(None))
     new_tokens = int(argv[2]) if len(argv) > 2 else 64
     for batch in [int(x) for x in argv[1].split(",")]:
-        print(f"batch {batch}: {throughput(model, batch, new_tokens):.0f} tok/CPU-s", flush=True)
+        if argv[0] == "view":
+            ratios = home_view_ab(model, batch, new_tokens, 5)
+            print(f"batch {batch}: gather / view CPU time {[round(r, 2) for r in ratios]}", flush=True)
+        else:
+            print(f"batch {batch}: {throughput(model, batch, new_tokens):.0f} tok/CPU-s", flush=True)
 
 
 if __name__ == "__main__":
