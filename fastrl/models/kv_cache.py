@@ -148,18 +148,15 @@ class KVCache:
         self.dtype = dtype
         self.page_size = table.page_size
         shape = (num_layers, table.total_pages * table.page_size, num_kv_heads, head_dim)
-        # The pool is left unwritten (memory follows the pages handed out, which `clear_pages` zeroes): on a CPU it
-        # is zero memory the OS maps only when written (a home view reads pages nobody holds: zeros, never junk);
-        # dense caches and the scratch pages are zeroed now.
-        first = table.num_pages * table.page_size if table.paged else 0
+        # A home view reads pages nobody holds (masked), so nothing in the cache may be junk. On a CPU the pool is
+        # zero memory the OS maps only when written (resident memory follows the pages handed out, which
+        # `clear_pages` zeroes); elsewhere (and dense caches) all is zeroed at once.
         if table.paged and self.device.type == "cpu":
             self._maps = [mmap.mmap(-1, math.prod(shape) * dtype.itemsize) for _ in range(2)]
             self.k, self.v = (torch.frombuffer(m, dtype=dtype).view(shape) for m in self._maps)
-        else:
-            self.k = torch.empty(shape, dtype=dtype, device=self.device)
-            self.v = torch.empty(shape, dtype=dtype, device=self.device)
-        self.k[:, first:].zero_()
-        self.v[:, first:].zero_()
+        else:  # on an accelerator the memory is held anyway: all zeros
+            self.k = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.v = torch.zeros(shape, dtype=dtype, device=self.device)
         self._gathered: tuple[Tensor, Tensor] | None = None
 
     @property
