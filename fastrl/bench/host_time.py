@@ -1,12 +1,18 @@
-"""Plain-decoding throughput and host time per round, in CPU seconds of this process (steadier than wall time on a
-shared machine), for comparing two checkouts side by side.
+"""Host time per decode round (CPU time outside the policy's and the drafter's forwards) and plain-decoding
+throughput, in CPU seconds of this process (steadier than wall time on a shared machine).
 
-It uses only the engine's public API, so the same file runs against another checkout by path; alternate them:
+`bench_host_time` is the `fastrl bench suites=[host_time]` suite: for plain rounds and one speculative strategy it
+measures the cost of each extra row (the slope between two batch sizes at ~100-token rows) and the cost of a round
+at long rows against short ones, all in one run.
 
-    PYTHONPATH=/path/to/main   python fastrl/bench/host_time.py throughput 1,64,256 64
-    PYTHONPATH=$PWD            python fastrl/bench/host_time.py throughput 1,64,256 64
-    PYTHONPATH=/path/to/main   python fastrl/bench/host_time.py host
-    PYTHONPATH=$PWD            python fastrl/bench/host_time.py host
+Run as a script it uses only the engine's public API, so the same file times another checkout by path; alternate
+them to compare two trees side by side:
+
+    PYTHONPATH=/path/to/base python fastrl/bench/host_time.py throughput 1,64,256 64
+    PYTHONPATH=$PWD          python fastrl/bench/host_time.py throughput 1,64,256 64
+
+`view` compares, in one process and pair by pair, rounds that read keys in place (home pages) with the same pool
+gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 """
 
 from __future__ import annotations
@@ -15,15 +21,120 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
-from fastrl.models.checkpoint import load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
+from fastrl.strategy.strategy import Strategy
+
+
+class ForwardClock:
+    """CPU time spent inside the given modules' forwards (outermost call only, so nested modules count once)."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.inside = 0.0
+        self._depth = 0
+        self._entered = 0.0
+        self._hooks = []
+        for module in modules:
+            self._hooks.append(module.register_forward_pre_hook(self._pre))
+            self._hooks.append(module.register_forward_hook(self._post))
+
+    def _pre(self, *_: object) -> None:
+        if self._depth == 0:
+            self._entered = time.process_time()
+        self._depth += 1
+
+    def _post(self, *_: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.inside += time.process_time() - self._entered
+
+    def remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+
+def round_host_time(
+    model: CausalLM, drafter: nn.Module | None, strategy: str, batch: int, prompt_len: int, rounds: int = 8
+) -> float:
+    """CPU seconds of one decode step outside the policy's and drafter's forwards (T=1), median over `rounds`
+    steps after two warm-up steps; every row has `prompt_len` prompt tokens."""
+    selector = FixedSelector(Strategy.parse(strategy))
+    rng = random.Random(0)
+    config = EngineConfig(max_batch_size=batch, max_model_len=prompt_len + 8 * (rounds + 4))
+    engine = Engine(model, config, drafter=drafter if selector.strategies[0].uses_drafter else None, selector=selector)
+    params = SamplingParams(max_new_tokens=4 * (rounds + 4), temperature=1.0, ignore_eos=True)
+    for _ in range(batch):
+        engine.add_request([rng.randrange(3, model.config.vocab_size) for _ in range(prompt_len)], params)
+    engine.step()  # prefill
+    engine.step()
+    clock = ForwardClock([m for m in (model, model.lm_head, drafter) if m is not None])
+    host = []
+    try:
+        for _ in range(rounds):
+            clock.inside = 0.0
+            start = time.process_time()
+            engine.step()
+            host.append(time.process_time() - start - clock.inside)
+    finally:
+        clock.remove()
+    return statistics.median(host)
+
+
+@dataclass
+class HostTimeRow:
+    """One strategy's host time per round: us per extra row (batch small -> large at short rows) and the ratio of a
+    round at long rows to one at short rows (batch `length_batch`)."""
+
+    strategy: str
+    per_row_us: float
+    long_vs_short: float
+    small_batch_us: float
+    large_batch_us: float
+
+
+def bench_host_time(
+    model: CausalLM,
+    drafter: nn.Module | None,
+    strategies: list[str],
+    batches: tuple[int, int] = (64, 256),
+    lengths: tuple[int, int] = (100, 850),
+    length_batch: int = 16,
+) -> list[HostTimeRow]:
+    """The host-time suite (see the module docstring): per strategy, interleaved so load drifts hit all alike."""
+    rows = []
+    for strategy in strategies:
+        small, large = (round_host_time(model, drafter, strategy, b, lengths[0]) for b in batches)
+        short, long = (round_host_time(model, drafter, strategy, length_batch, n) for n in lengths)
+        slope = (large - small) / (batches[1] - batches[0]) * 1e6
+        rows.append(HostTimeRow(strategy, slope, long / short, small * 1e6, large * 1e6))
+    return rows
+
+
+def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> list[float]:
+    """Paired CPU-time ratios (gather / view) of greedy generation with the default pool, whose rows read their
+    keys in place, and with the same pool given as `kv_cache_tokens` (no home pages: every round gathers)."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    view = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256))
+    pool_tokens = view.runner.pool.num_pages * view.runner.pool.page_size
+    gather = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256, kv_cache_tokens=pool_tokens))
+
+    def run(engine: Engine) -> float:
+        start = time.process_time()
+        engine.generate([GenerateInput(p, params) for p in prompts])
+        return time.process_time() - start
+
+    run(view), run(gather)  # warm-up
+    return [run(gather) / run(view) for _ in range(pairs)]
 
 
 def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3) -> float:
@@ -41,44 +152,21 @@ def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3) -
     return batch * new_tokens / statistics.median(times)
 
 
-def host_time(model: CausalLM, batch: int, prompt_len: int, rounds: int = 8) -> float:
-    """CPU seconds of one plain step outside `CausalLM.forward` (T=1), median over `rounds`."""
-    inside, entered = [0.0], [0.0]
-    pre = model.register_forward_pre_hook(lambda m, a: entered.__setitem__(0, time.process_time()))
-    post = model.register_forward_hook(
-        lambda m, a, o: inside.__setitem__(0, inside[0] + time.process_time() - entered[0])
-    )
-    rng = random.Random(0)
-    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=prompt_len + rounds + 8))
-    params = SamplingParams(max_new_tokens=rounds + 4, temperature=1.0, ignore_eos=True)
-    for _ in range(batch):
-        engine.add_request([rng.randrange(3, model.config.vocab_size) for _ in range(prompt_len)], params)
-    engine.step()
-    engine.step()
-    host = []
-    for _ in range(rounds):
-        inside[0] = 0.0
-        start = time.process_time()
-        engine.step()
-        host.append(time.process_time() - start - inside[0])
-    pre.remove()
-    post.remove()
-    return statistics.median(host)
-
-
 def main(argv: list[str]) -> None:
+    from fastrl.commands.engine_setup import resolve_model_dir
+    from fastrl.models.checkpoint import load_model
+
     torch.set_num_threads(1)
+    if len(argv) < 2 or argv[0] not in ("throughput", "view"):
+        raise ValueError(f"usage: host_time.py throughput|view BATCHES [NEW_TOKENS]; got {argv}")
     model = load_model(resolve_model_dir(None))
-    if argv[0] == "throughput":
-        new_tokens = int(argv[2]) if len(argv) > 2 else 64
-        for batch in [int(x) for x in argv[1].split(",")]:
+    new_tokens = int(argv[2]) if len(argv) > 2 else 64
+    for batch in [int(x) for x in argv[1].split(",")]:
+        if argv[0] == "view":
+            ratios = home_view_ab(model, batch, new_tokens, 5)
+            print(f"batch {batch}: gather / view CPU time {[round(r, 2) for r in ratios]}", flush=True)
+        else:
             print(f"batch {batch}: {throughput(model, batch, new_tokens):.0f} tok/CPU-s", flush=True)
-    elif argv[0] == "host":
-        t = {key: host_time(model, *key) for key in ((64, 100), (256, 100), (16, 100), (16, 850))}
-        print(f"host per extra row (batch 64 -> 256, 100-token rows): {(t[256, 100] - t[64, 100]) / 192 * 1e6:.1f} us")
-        print(f"host at 850-token rows vs 100-token rows (batch 16): {t[16, 850] / t[16, 100]:.2f}x")
-    else:
-        raise ValueError(f"usage: host_time.py throughput BATCHES [NEW_TOKENS] | host; got {argv}")
 
 
 if __name__ == "__main__":

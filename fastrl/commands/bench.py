@@ -12,6 +12,7 @@ import torch
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.history_groups import bench_groups_bs1
+from fastrl.bench.host_time import bench_host_time
 from fastrl.bench.kv_memory import long_tail_lengths, memory_at, trace_kv_bytes
 from fastrl.bench.long_tail import bench_long_tail, cost_measurements
 from fastrl.bench.plain_vs_hf import bench_plain_vs_hf
@@ -24,6 +25,7 @@ from fastrl.commands.engine_setup import request_context, resolve_drafter, resol
 from fastrl.commands.output_guard import guard_outputs
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
+from fastrl.strategy.strategy import Strategy
 from fastrl.telemetry.arm_table import arm_table
 from fastrl.telemetry.run_stats import DEFAULT_THRESHOLDS, run_stats, write_run_plot
 
@@ -194,6 +196,8 @@ def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
         payload["groups_bs1"] = [asdict(r) for r in rows]
     if "kv_memory" in cfg.suites:
         _bench_kv_memory(cfg, model, tokenizer, model_dir, payload)
+    if "host_time" in cfg.suites:
+        _bench_host_time(cfg, model, model_dir, payload)
     if "prefix_sharing" in cfg.suites:
         prompts = bench_prompts(tokenizer, cfg.workload, cfg.prefix_sharing_prompts, cfg.seed + 3)
         rows = bench_prefix_sharing(
@@ -222,6 +226,22 @@ def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
 
 def _opt(value: float | None) -> float | str:
     return "" if value is None else value
+
+
+def _bench_host_time(cfg: BenchConfig, model, model_dir: Path, payload: dict[str, Any]) -> None:
+    """Host CPU time per decode round outside the forwards: us per extra row, long rows vs short rows."""
+    speculative = any(not Strategy.parse(s).is_disabled for s in cfg.host_time_strategies)
+    drafter = resolve_drafter(cfg.drafter, model_dir, model, speculative)
+    rows = bench_host_time(model, drafter, list(cfg.host_time_strategies))
+    print(
+        "\nhost CPU time per decode round outside the policy and drafter forwards (T=1, median of 8 rounds)\n"
+        + format_table(
+            ["strategy", "us per extra row (64->256)", "850 vs 100-token rows", "batch 64 us", "batch 256 us"],
+            [[r.strategy, r.per_row_us, r.long_vs_short, r.small_batch_us, r.large_batch_us] for r in rows],
+        ),
+        flush=True,
+    )
+    payload["host_time"] = [asdict(r) for r in rows]
 
 
 def _bench_kv_memory(cfg: BenchConfig, model, tokenizer, model_dir: Path, payload: dict[str, Any]) -> None:

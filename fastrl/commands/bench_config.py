@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from fastrl.bench.workload import WORKLOADS
 
-SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory")
+SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory", "host_time")
 
 
 @dataclass
@@ -50,6 +50,7 @@ class BenchConfig:
     prefix_sharing_group_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
     kv_memory_requests: int = 64
     kv_memory_new_tokens: list[int] = field(default_factory=lambda: [73, 960])
+    host_time_strategies: list[str] = field(default_factory=lambda: ["disable", "3_1_4"])
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:

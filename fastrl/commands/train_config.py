@@ -10,7 +10,7 @@ from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.engine_setup import check_device
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
-from fastrl.engine.config import check_dtype
+from fastrl.engine.config import EngineConfig
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.strategy.strategy import Strategy
@@ -106,8 +106,10 @@ class RolloutSpec:
     """Where rollouts run: `ray` (worker actors; a local Ray is started when none runs, or join `ray_address`) or
     `local` (one engine in this process).
 
-    dtype is the rollout engines' compute dtype (their copy of the policy and drafter; training stays float32).
-    The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
+    engine: every rollout engine's settings (`EngineConfig`: max_batch_size, max_model_len, device, dtype,
+    page_size, kv_cache_tokens, cuda_graphs, prefix_sharing, history_tokens); its seed is `rl.seed`.
+    engine.dtype is the rollout engines' compute dtype (their copy of the policy and drafter; training stays
+    float32). The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
     verify row, batch of 1 or 64): float32 rounding flips about one near-tie per 1e5 tokens between the two,
     float64's is ~1e9 times smaller. On a GPU use bfloat16 and accept near-tie flips (`fastrl check-exact`).
 
@@ -119,21 +121,18 @@ class RolloutSpec:
     num_workers: int = 2
     ray_address: str = ""
     ray_num_cpus: int | None = None
-    max_batch_size: int = 64
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(dtype="float64"))
     torch_threads: int = 1
     cotrain_in_tail: bool = True
     overlap_drafter_round: bool = True
     restart_failed_workers: bool = True
-    device: str = "cpu"
-    dtype: str = "float64"
 
     round_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"rollout.backend must be one of {list(BACKENDS)}, got {self.backend!r}")
-        check_device("rollout.device", self.device)
-        check_dtype("rollout.dtype", self.dtype)
+        check_device("rollout.engine.device", self.engine.device)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
@@ -43,10 +44,7 @@ def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:
         strategy=cfg.strategy.name,
         bandit=cfg.strategy.bandit,
         ema=cfg.strategy.ema,
-        max_batch_size=cfg.rollout.max_batch_size,
-        device=cfg.rollout.device,
-        dtype=cfg.rollout.dtype,
-        seed=cfg.rl.seed,
+        engine=replace(cfg.rollout.engine, seed=cfg.rl.seed),
         torch_threads=cfg.rollout.torch_threads,
         cotrain=d.cotrain,
         buffer_tokens=d.buffer_tokens,

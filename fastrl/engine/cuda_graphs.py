@@ -186,7 +186,7 @@ class CudaGraphRounds:
         captured = self.spec[(strategy, bucket)]
         captured.graph.replay()
         out = captured.outputs
-        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accept_len[:b])
+        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b])
 
     def _bucket(self, batch_size: int) -> int:
         bucket = self.bucket_for(batch_size)

@@ -1,40 +1,92 @@
-"""Bookkeeping of what each request's drafter still has to read (see fastrl.speculative.drafting)."""
+"""What each slot's drafter has not read yet, kept on the device and indexed by slot (see
+fastrl.speculative.drafting for what an entry is: token x_p read with feature f_{p-1}).
+
+A prefill (or the recompute of a preempted request) feeds the drafter its prompt at once, all but the last entry,
+which stays pending as the next round's root. Every decode round appends the entries it emitted with a few
+batched writes, whatever the batch size; a speculative round takes every row's pending entries in one gather and
+the drafter reads them (`catch_up`). The host keeps each slot's pending count as a plain int (it knows what
+every round emitted), so sizing a round's input needs no read of a device value.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from fastrl.engine.request import Request
-from fastrl.speculative.drafting import DrafterInput
+from fastrl.speculative.drafting import DrafterInput, catch_up
+from fastrl.speculative.round import SpecModels
 
 
-def queue_for_drafter(request: Request, tokens: list[int], features: Tensor) -> None:
-    """Record drafter entries: token i read with feature row i (the hidden state that produced it).  # [k,H]"""
-    request.pending_tokens.extend(tokens)
-    request.pending_features.append(features)
+class DrafterFeed:
+    """Device tensors indexed by slot: tokens [S,W] long, features [S,W,H], counts [S] long (valid entries of
+    each slot, left-aligned); W grows when a round would write past it."""
+
+    def __init__(self, num_slots: int, hidden_size: int, dtype: torch.dtype, device: torch.device, width: int) -> None:
+        self.device = device
+        self.tokens = torch.zeros(num_slots, width, dtype=torch.long, device=device)
+        self.features = torch.zeros(num_slots, width, hidden_size, dtype=dtype, device=device)
+        self.counts = torch.zeros(num_slots, dtype=torch.long, device=device)
+        self._pending = [0] * num_slots  # the host's copy of counts
+
+    def clear(self, slots: Tensor, slot_ids: list[int]) -> None:
+        """Nothing pending for these slots (newly admitted requests).  # slots [B]"""
+        self.counts[slots] = 0
+        for slot in slot_ids:
+            self._pending[slot] = 0
+
+    def append(self, slots: Tensor, slot_ids: list[int], tokens: Tensor, features: Tensor, counts: list[int]) -> None:
+        """Queue `counts[b]` entries of row b after what its slot holds (entries past a row's count are written
+        too, as padding the next append overwrites).  # slots [B], tokens [B,K], features [B,K,H]"""
+        k = tokens.shape[1]
+        self._fit(max(self._pending[s] for s in slot_ids) + k)
+        cols = self.counts[slots].unsqueeze(1) + torch.arange(k, device=self.device)  # [B,K]
+        rows = slots.unsqueeze(1).expand_as(cols)
+        self.tokens[rows, cols] = tokens
+        self.features[rows, cols] = features.to(self.features.dtype)
+        self.counts[slots] += torch.tensor(counts, dtype=torch.long, device=self.device)
+        for slot, count in zip(slot_ids, counts, strict=True):
+            self._pending[slot] += count
+
+    def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
+        """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,H], [B]"""
+        width = max(self._pending[s] for s in slot_ids)
+        if min(self._pending[s] for s in slot_ids) < 1:
+            raise RuntimeError("a request reached a speculative round with nothing for its drafter to read")
+        taken = DrafterInput(self.tokens[slots, :width], self.features[slots, :width], self.counts[slots])
+        self.clear(slots, slot_ids)
+        return taken
+
+    def _fit(self, width: int) -> None:
+        """Grow the width to at least `width` entries (doubling), keeping what is held."""
+        old = self.tokens.shape[1]
+        if width <= old:
+            return
+        new = max(width, 2 * old)
+        tokens = torch.zeros(self.tokens.shape[0], new, dtype=torch.long, device=self.device)
+        features = self.features.new_zeros(self.features.shape[0], new, self.features.shape[2])
+        tokens[:, :old], features[:, :old] = self.tokens, self.features
+        self.tokens, self.features = tokens, features
 
 
-def take_drafter_input(requests: list[Request], hidden_size: int, device: torch.device) -> DrafterInput:
-    """Collect and clear the pending entries of every request, left-aligned.  # -> [B,K], [B,K,H], [B]
+def feed_prompts(
+    models: SpecModels, feed: DrafterFeed, slots: Tensor, slot_ids: list[int], tokens: list[list[int]], hidden: Tensor
+) -> None:
+    """Feed the drafter every entry of fresh sequences but the last, which stays pending as the root of the next
+    round: entry p (1 <= p < T) reads token p with feature p-1; `tokens[b]` are row b's T tokens (prompt, or the
+    prompt and output of a recomputed request) followed by its next token, `hidden` the prefill's hidden states.
 
-    One concatenation and one scatter for the whole batch (no per-request tensor work: at large batch that would
-    be most of a GPU round's host time).
+    # slots [B], hidden [B,S,H] (S >= T_b) -> drafter cache entries 1..T_b-1 written, one entry pending per row
     """
-    counts = [len(r.pending_tokens) for r in requests]
-    if min(counts) < 1:
-        raise RuntimeError("a request reached a speculative round with nothing for its drafter to read")
-    b, width = len(requests), max(counts)
-    flat_tokens = [t for r in requests for t in r.pending_tokens]
-    flat_features = torch.cat([f for r in requests for f in r.pending_features], dim=0)  # [sum(counts),H]
-    rows = [row for row, c in enumerate(counts) for _ in range(c)]
-    cols = [col for c in counts for col in range(c)]
-    index = torch.tensor([rows, cols], dtype=torch.long, device=device)
-    tokens = torch.zeros(b, width, dtype=torch.long, device=device)
-    tokens[index[0], index[1]] = torch.tensor(flat_tokens, dtype=torch.long, device=device)
-    features = torch.zeros(b, width, hidden_size, dtype=flat_features.dtype, device=device)
-    features[index[0], index[1]] = flat_features.to(device)
-    for request in requests:
-        request.pending_tokens = []
-        request.pending_features = []
-    return DrafterInput(tokens, features, torch.tensor(counts, dtype=torch.long, device=device))
+    feed.clear(slots, slot_ids)
+    sizes = [len(t) - 1 for t in tokens]  # T_b: entries 1..T_b-1 now, entry T_b pending
+    b, width = len(tokens), max(sizes)
+    rows = torch.arange(b, device=feed.device)
+    last = torch.tensor(sizes, dtype=torch.long, device=feed.device) - 1
+    root_tokens = torch.tensor([t[-1] for t in tokens], dtype=torch.long, device=feed.device).unsqueeze(1)
+    if width > 1:
+        padded = torch.tensor([t[1:-1] + [0] * (width - s) for t, s in zip(tokens, sizes, strict=True)])
+        counts = last.clamp(min=0)
+        prefix = DrafterInput(padded.to(feed.device), hidden[:, : width - 1], counts)
+        dslots = models.dcache.rows(slots)
+        catch_up(models.drafter, models.policy, models.dcache, dslots, counts, width, prefix)  # padding at width + 1
+    feed.append(slots, slot_ids, root_tokens, hidden[rows, last].unsqueeze(1), [1] * b)

@@ -123,7 +123,7 @@ class Engine:
         if request_id in self._live_ids:
             raise ValueError(f"request id {request_id!r} is already running in this engine")
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
-        request = Request(request_id, list(prompt_ids), params, seed, want_hidden_states=return_hidden_states)
+        request = Request(request_id, list(prompt_ids), params, seed, return_hidden_states=return_hidden_states)
         request.timings.arrival = now()
         problem = self.scheduler.validate(request)
         if problem is not None:
@@ -165,7 +165,7 @@ class Engine:
         finished += self._release()
         prefilled = {r.request_id for r in fresh}
         active = [r for r in self.scheduler.running if not r.finished and r.request_id not in prefilled]
-        active = self.scheduler.reserve(active)
+        active = sorted(self.scheduler.reserve(active), key=lambda r: r.slot)  # slot order: keys read in place
         if active:
             self._decode(active, progressed)
         finished += self._release()

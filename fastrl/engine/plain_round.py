@@ -25,11 +25,14 @@ class PlainRoundResult:
     hidden: torch.Tensor
 
 
-def plain_round(model: CausalLM, cache: KVCache, inputs: DecodeInputs, kv_len: int | None = None) -> PlainRoundResult:
+def plain_round(
+    model: CausalLM, cache: KVCache, inputs: DecodeInputs, kv_len: int | None = None, first_slot: int | None = None
+) -> PlainRoundResult:
     """Feed each row's last token at position `lengths` and sample the next one. # [B] -> [B], [B], [B,H]
 
     Attention covers cache entries [0, kv_len): by default the batch's longest row (one host sync); a CUDA graph
-    passes a fixed kv_len (the whole cache).
+    passes a fixed kv_len (the whole cache). `first_slot`: the rows are slots first_slot, first_slot + 1, ... at
+    home (`KVCache.metadata`).
     """
     positions = inputs.lengths.unsqueeze(1)
     key_length = int(inputs.lengths.max()) + 1 if kv_len is None else kv_len
@@ -39,6 +42,7 @@ def plain_round(model: CausalLM, cache: KVCache, inputs: DecodeInputs, kv_len: i
         cache=cache,
         slots=inputs.slots,
         attn_mask=causal_mask_by_index(positions, key_length),
+        first_slot=first_slot,
     )
     result = sample(out.logits[:, 0], inputs.sampling, inputs.lengths + 1)
     return PlainRoundResult(tokens=result.tokens, logprobs=result.logprobs, hidden=out.hidden[:, 0])

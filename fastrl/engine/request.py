@@ -45,15 +45,12 @@ class Request:
     prompt_ids: list[int]
     params: SamplingParams
     seed: int
-    want_hidden_states: bool = False
+    return_hidden_states: bool = False
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     accept_lengths: list[int] = field(default_factory=list)
     hidden_states: list[torch.Tensor] = field(default_factory=list)
     prompt_hidden_states: torch.Tensor | None = None
-    # Entries the drafter has not read yet: token x_p with the policy hidden state f_{p-1} (chunks of [k,H]).
-    pending_tokens: list[int] = field(default_factory=list)
-    pending_features: list[torch.Tensor] = field(default_factory=list)
     slot: int | None = None
     # Set by the scheduler at admission: the request (admitted in the same step) whose prompt pages this one shares.
     prompt_source: str | None = None

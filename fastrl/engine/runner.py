@@ -16,7 +16,7 @@ from torch import Tensor
 
 from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.drafter_feed import queue_for_drafter, take_drafter_input
+from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
@@ -112,10 +112,12 @@ class ModelRunner:
                     f"engine.kv_cache_tokens = {config.kv_cache_tokens} cannot hold one request of the context "
                     f"length {self.max_model_len} plus one round ({self.lookahead}): it needs >= {per_request * ps}"
                 )
-        self.pool = PagePool(num_pages, ps)
+        # The default pool holds every slot's context: each slot gets its own home range of pages (read in place).
+        home = per_request if config.kv_cache_tokens is None else None
+        self.pool = PagePool(num_pages, ps, home)
         self.state = SlotState(slots, self.device)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
-        self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device)
+        self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,
@@ -130,6 +132,7 @@ class ModelRunner:
         if self.drafter is not None:
             dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table)
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
+            self.feed = DrafterFeed(slots, mc.hidden_size, dtype, self.device, self.lookahead)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache)
         self.graphs = self._capture_graphs() if use_graphs else None
@@ -153,7 +156,7 @@ class ModelRunner:
         self.table.unmap([s for s, _ in unmapped], [c for _, c in unmapped])
         self.table.map([s for (s, _), _ in mapped], [c for (_, c), _ in mapped], [p for _, p in mapped])
         for cache in self.caches:
-            cache.clear_pages(updates.fresh)
+            cache.clear_pages(updates.fresh + updates.freed)
         self._pending_copies += updates.copies
 
     def resume(self, requests: list[Request]) -> None:
@@ -161,13 +164,11 @@ class ModelRunner:
         next round), its hidden states queued for their drafter afresh."""
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
-        self.state.admit(requests, [len(t) for t in tokens])
+        slots = self.state.admit(requests, [len(t) for t in tokens])
         result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
         if self.drafter is not None:
-            for row, request in enumerate(requests):
-                queue_for_drafter(
-                    request, tokens[row][1:] + [request.last_token], result.hidden[row, : len(tokens[row])]
-                )
+            fed = [t + [r.last_token] for t, r in zip(tokens, requests, strict=True)]
+            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
 
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
@@ -185,14 +186,15 @@ class ModelRunner:
         self.state.last[slots] = sampled.tokens
         tokens, logprobs = read_back(sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1))[:2]
         tokens, logprobs = [t[0] for t in tokens], [lp[0] for lp in logprobs]
+        if self.drafter is not None:
+            fed = [r.prompt_ids + [t] for r, t in zip(requests, tokens, strict=True)]
+            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
             length = len(request.prompt_ids)
             states = result.hidden[row]
-            if self.drafter is not None:
-                queue_for_drafter(request, request.prompt_ids[1:] + [tokens[row]], states[:length])
-            want = request.want_hidden_states
+            want = request.return_hidden_states
             prompt_hidden.append(states[: length - 1].detach().to("cpu", torch.float32) if want else None)
             hidden.append(states[length - 1 : length].detach().to("cpu", torch.float32) if want else None)
         return StepOutput(
@@ -212,16 +214,16 @@ class ModelRunner:
             if self.graphs is not None:
                 result = self.graphs.run_plain(inputs)
             else:
-                result = plain_round(self.model, self.cache, inputs)
+                result = plain_round(self.model, self.cache, inputs, first_slot=self._home_rows(requests))
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accept_len = torch.zeros_like(result.tokens)
+            accepted = torch.zeros_like(result.tokens)
             drafted, draft_s, verify_s = 0, 0.0, 0.0
         else:
             start = time.perf_counter()
             pending = None
             if strategy.uses_drafter:
-                pending = take_drafter_input(requests, self.model.config.hidden_size, self.device)
+                pending = self.feed.take(inputs.slots, [r.slot for r in requests])
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
             if self.graphs is not None and not strategy.is_history:
@@ -233,20 +235,30 @@ class ModelRunner:
             else:
                 spec = speculative_round(self.spec_models, inputs, self.runtimes[strategy], pending, history)
                 spec.draft_time_s += prep_s
-            tokens, logprobs, hidden, accept_len = spec.tokens, spec.logprobs, spec.hidden, spec.accept_len
+            tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
-        self.state.advance(inputs.slots, tokens, accept_len + 1)
-        token_rows, logprob_rows, accepted = read_back(tokens, logprobs, accept_len)
+        self.state.advance(inputs.slots, tokens, accepted + 1)
+        token_rows, logprob_rows, accepted_rows = read_back(tokens, logprobs, accepted)
+        if self.drafter is not None:
+            emitted = [a + 1 for a in accepted_rows]
+            self.feed.append(inputs.slots, [r.slot for r in requests], tokens, hidden, emitted)
         out_tokens, out_logprobs, out_hidden = [], [], []
         for row, request in enumerate(requests):
-            count = accepted[row] + 1
+            count = accepted_rows[row] + 1
             out_tokens.append(token_rows[row][:count])
             out_logprobs.append(logprob_rows[row][:count])
-            if self.drafter is not None:
-                queue_for_drafter(request, token_rows[row][:count], hidden[row, :count])
-            want = request.want_hidden_states
+            want = request.return_hidden_states
             out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
-        return StepOutput(out_tokens, out_logprobs, accepted, out_hidden, [], drafted, draft_s, verify_s)
+        return StepOutput(out_tokens, out_logprobs, accepted_rows, out_hidden, [], drafted, draft_s, verify_s)
+
+    def _home_rows(self, requests: list[Request]) -> int | None:
+        """The first slot when the rows are consecutive slots in order, all holding only their home pages (their
+        keys are then read in place), else None.  # host lists only"""
+        first = requests[0].slot
+        for row, request in enumerate(requests):
+            if request.slot != first + row or not self.pool.at_home(request.slot):
+                return None
+        return first
 
     def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
         """Every row's history draft (suffix index over its prompt, its group's responses and kept ones), padded to
@@ -270,17 +282,17 @@ class ModelRunner:
         return graphs
 
 
-def read_back(tokens: Tensor, logprobs: Tensor, accept_len: Tensor | None = None) -> tuple[list, list, list[int]]:
+def read_back(tokens: Tensor, logprobs: Tensor, accepted: Tensor | None = None) -> tuple[list, list, list[int]]:
     """A round's results in one device-to-host copy: tokens and log-probs per row, accepted drafts per row.
 
-    # tokens/logprobs [B,K], accept_len [B] -> lists (float64 holds token ids and float32 log-probs exactly)
+    # tokens/logprobs [B,K], accepted [B] -> lists (float64 holds token ids and float32 log-probs exactly)
     """
     k = tokens.shape[1]
     columns = [tokens.to(torch.float64), logprobs.to(torch.float64)]
-    if accept_len is not None:
-        columns.append(accept_len.to(torch.float64).unsqueeze(1))
+    if accepted is not None:
+        columns.append(accepted.to(torch.float64).unsqueeze(1))
     rows = torch.cat(columns, dim=1).tolist()
     token_rows = [[int(t) for t in row[:k]] for row in rows]
     logprob_rows = [row[k : 2 * k] for row in rows]
-    accepted = [int(row[2 * k]) for row in rows] if accept_len is not None else [0] * len(rows)
+    accepted = [int(row[2 * k]) for row in rows] if accepted is not None else [0] * len(rows)
     return token_rows, logprob_rows, accepted

@@ -111,7 +111,6 @@ class Scheduler:
         self.running.remove(request)
         del self._admitted[request.request_id]
         request.slot = None
-        request.pending_tokens, request.pending_features = [], []
         self.waiting.appendleft(request)
         self.preemptions += 1
 

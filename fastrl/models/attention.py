@@ -25,7 +25,8 @@ class AttentionMetadata:
 
     slots: [B] slot ids; write: [B*S] physical cache entries of the new tokens, row-major; pages: [B,C] the
     pages holding each row's entries [0, C * page_size) (C = ceil(kv_len / page_size)); kv_len: entries
-    attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key).
+    attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key);
+    first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place).
     """
 
     slots: Tensor
@@ -33,6 +34,7 @@ class AttentionMetadata:
     pages: Tensor
     kv_len: int
     mask: Tensor
+    first_slot: int | None = None
 
 
 class AttentionBackend(Protocol):
@@ -55,5 +57,8 @@ class PagedSdpa:
     ) -> Tensor:
         """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
         cache.store(layer, meta.write, k, v)
-        keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
+        if meta.first_slot is not None:
+            keys, values = cache.home_view(layer, meta.first_slot, q.shape[0], meta.kv_len)
+        else:
+            keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.mask, enable_gqa=gqa)

@@ -68,6 +68,7 @@ class CausalLM(nn.Module):
         attn_mask: Tensor | None = None,
         compute_logits: bool = True,
         kv_len: int | None = None,
+        first_slot: int | None = None,
     ) -> ModelOutput:
         """One forward over S new tokens per row.  # input_ids/positions [B,S] -> logits [B,S,V], hidden [B,S,H]
 
@@ -76,7 +77,8 @@ class CausalLM(nn.Module):
         `cache_index` [B,S] (default: positions) of each row's slot, then every token attends over cache entries
         [0, L) of its slot: `attn_mask` [B,S,L] bool (True = may attend) or None for causal by cache index
         (entry j visible iff j <= cache_index), with L = `kv_len` (default max(cache_index)+1: one host sync).
-        Rows whose mask row is all False (padding) give finite, meaningless outputs.
+        Rows whose mask row is all False (padding) give finite, meaningless outputs. `first_slot`: see
+        `KVCache.metadata` (rows that are consecutive slots at home read their keys in place).
         """
         if positions.shape != input_ids.shape:
             raise ValueError(f"positions {tuple(positions.shape)} must match input_ids {tuple(input_ids.shape)}")
@@ -93,7 +95,9 @@ class CausalLM(nn.Module):
             if cache_index is None:
                 cache_index = positions
             mask = attention_mask(positions, cache_index, attn_mask, kv_len)
-            meta = cache.metadata(slots, cache_index, mask)  # one description of this forward for every layer
+            meta = cache.metadata(
+                slots, cache_index, mask, first_slot
+            )  # one description of this forward for every layer
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache, attn_mask=mask, meta=meta)
         hidden = self.model.norm(x)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,9 @@ class PageTable:
     pages (a speculative round's tree nodes, prefill padding): any `scratch_pages` consecutive columns hit distinct
     scratch pages, so a round's tree of up to `(scratch_pages - 1) * page_size` entries never collides with itself.
 
+    `home_stride` R (paged, with `num_pages >= num_slots * R`): the pool hands column c of slot s page
+    `s * R + c` when it can (`PagePool.home_stride`), so rows whose pages are all at home are read as a view.
+
     The policy and the drafter caches of an engine share one PageTable (entry p of both belongs to position p).
     `table` is updated in place, so a CUDA graph that read it at capture reads the current mapping at replay.
     """
@@ -34,12 +38,16 @@ class PageTable:
         num_pages: int | None = None,
         scratch_len: int = 0,
         device: torch.device | str = "cpu",
+        home_stride: int | None = None,
     ) -> None:
         for name, value in {"num_slots": num_slots, "max_len": max_len, "page_size": page_size}.items():
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"PageTable: {name} must be a positive int, got {value!r}")
         if num_pages is not None and num_pages < 1:
             raise ValueError(f"PageTable: num_pages must be >= 1 or None, got {num_pages}")
+        if home_stride is not None and (num_pages is None or home_stride < 1 or home_stride * num_slots > num_pages):
+            raise ValueError(f"PageTable: home_stride {home_stride} x {num_slots} slots exceeds the pool ({num_pages})")
+        self.home_stride = home_stride
         self.num_slots = num_slots
         self.page_size = page_size
         self.columns = math.ceil(max_len / page_size)
@@ -140,13 +148,15 @@ class KVCache:
         self.dtype = dtype
         self.page_size = table.page_size
         shape = (num_layers, table.total_pages * table.page_size, num_kv_heads, head_dim)
-        # The pool is left unwritten (a CPU keeps untouched memory unmapped: memory follows pages handed out, which
-        # `clear_pages` zeroes); dense caches and the scratch pages are zeroed now.
-        first = table.num_pages * table.page_size if table.paged else 0
-        self.k = torch.empty(shape, dtype=dtype, device=self.device)
-        self.v = torch.empty(shape, dtype=dtype, device=self.device)
-        self.k[:, first:].zero_()
-        self.v[:, first:].zero_()
+        # A home view reads pages nobody holds (masked), so nothing in the cache may be junk. On a CPU the pool is
+        # zero memory the OS maps only when written (resident memory follows the pages handed out, which
+        # `clear_pages` zeroes); elsewhere (and dense caches) all is zeroed at once.
+        if table.paged and self.device.type == "cpu":
+            self._maps = [mmap.mmap(-1, math.prod(shape) * dtype.itemsize) for _ in range(2)]
+            self.k, self.v = (torch.frombuffer(m, dtype=dtype).view(shape) for m in self._maps)
+        else:  # on an accelerator the memory is held anyway: all zeros
+            self.k = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.v = torch.zeros(shape, dtype=dtype, device=self.device)
         self._gathered: tuple[Tensor, Tensor] | None = None
 
     @property
@@ -166,17 +176,24 @@ class KVCache:
         ps = self.page_size
         return rows.pages.gather(1, torch.div(index, ps, rounding_mode="floor")) * ps + index.remainder(ps)
 
-    def metadata(self, slots: Tensor | SlotRows, index: Tensor, mask: Tensor) -> AttentionMetadata:
+    def metadata(
+        self, slots: Tensor | SlotRows, index: Tensor, mask: Tensor, first_slot: int | None = None
+    ) -> AttentionMetadata:
         """One forward's attention over this cache: new entries at `index`, keys [0, L) under `mask`.
 
+        `first_slot` (the caller vouches for it): row b is slot first_slot + b and every page it holds is its
+        home page, so its keys are read in place (`home_view`).
         # slots [B], index [B,S], mask [B,1,S,L] bool -> AttentionMetadata
         """
         rows = self.rows(slots)
         kv_len = mask.shape[-1]
         if kv_len > self.max_len:
             raise ValueError(f"attention over {kv_len} cache entries exceeds max_len {self.max_len}")
+        stride = self.table.home_stride
+        if first_slot is not None and (stride is None or kv_len > stride * self.page_size):
+            first_slot = None  # no home pages, or the keys run past them: gather
         pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
-        return AttentionMetadata(rows.index, self.entries(rows, index).reshape(-1), pages, kv_len, mask)
+        return AttentionMetadata(rows.index, self.entries(rows, index).reshape(-1), pages, kv_len, mask, first_slot)
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
         """Store this layer's new K/V and attend over the cache (the backend's work).
@@ -209,6 +226,16 @@ class KVCache:
             v = torch.index_select(v_pages, 0, flat, out=v_out).view(shape)
         else:  # a CUDA graph keeps the addresses it captured: allocate from its pool
             k, v = k_pages.index_select(0, flat).view(shape), v_pages.index_select(0, flat).view(shape)
+        return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
+
+    def home_view(self, layer: int, first_slot: int, rows: int, length: int) -> tuple[Tensor, Tensor]:
+        """Entries [0, length) of slots first_slot .. first_slot + rows - 1 read in place from their home pages
+        (a view, no copy).  # -> 2 x [rows,kvh,L,hd]"""
+        width = self.table.home_stride * self.page_size
+        start = first_slot * width
+        shape = (rows, width, self.num_kv_heads, self.head_dim)
+        k = self.k[layer, start : start + rows * width].view(shape)
+        v = self.v[layer, start : start + rows * width].view(shape)
         return k[:, :length].transpose(1, 2), v[:, :length].transpose(1, 2)
 
     def _gather_buffers(self, pages: int) -> tuple[Tensor, Tensor]:

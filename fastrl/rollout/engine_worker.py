@@ -43,7 +43,7 @@ class EngineWorker:
         self.config = config
         self._lock = threading.RLock()  # engine, weights, buffer, counters
         self._train_lock = threading.Lock()  # one slice at a time; policy pushes wait for it
-        engine_config = config.engine_config()
+        engine_config = config.engine
         self.policy = load_model(config.model_dir, engine_config.torch_dtype, engine_config.device)
         self.drafter, self.drafter_version = self._initial_drafter()
         self.policy_version = 0
@@ -54,7 +54,9 @@ class EngineWorker:
         self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
         self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
         self.cotraining = (
-            WorkerCoTraining(self.policy, self.buffer, self.cotrainer, config.schedule, config.seed, worker_index)
+            WorkerCoTraining(
+                self.policy, self.buffer, self.cotrainer, config.schedule, config.engine.seed, worker_index
+            )
             if self.cotrainer is not None
             else None
         )
@@ -68,14 +70,14 @@ class EngineWorker:
     def _initial_drafter(self) -> tuple[EagleDrafter | None, int]:
         c = self.config
         if c.drafter_dir:
-            drafter, info = load_drafter(c.drafter_dir, self.policy, c.device)
+            drafter, info = load_drafter(c.drafter_dir, self.policy, c.engine.device)
             return drafter, info.version
         if not c.needs_drafter():
             return None, 0
         with torch.random.fork_rng(devices=[]):  # every worker initialises the same weights; global RNG untouched
-            torch.manual_seed(c.seed)
+            torch.manual_seed(c.engine.seed)
             drafter = EagleDrafter(self.policy.config)
-        return drafter.to(device=c.device, dtype=c.engine_config().torch_dtype).eval(), 0
+        return drafter.to(device=c.engine.device, dtype=c.engine.torch_dtype).eval(), 0
 
     # ---- generation -------------------------------------------------------------------------------------------
     def submit(self, request: RolloutRequest) -> None:
@@ -264,7 +266,7 @@ class EngineWorker:
             self.cotraining.load_state(self.drafter, self.drafter_version, state)
 
     def _rng_devices(self) -> list[int]:
-        device = torch.device(self.config.device)
+        device = torch.device(self.config.engine.device)
         return [device.index or 0] if device.type == "cuda" else []
 
     # ---- reports ----------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from fastrl.adaptive.bandit_config import BanditConfig
@@ -27,7 +27,9 @@ class RolloutWorkerConfig:
         strategy or co-training needs one, else none.
     strategy, bandit, ema: the strategy selector, as ``build_selector(strategy, bandit, ema)`` takes them
         (``"disable"``, ``"S_K_N"``, ``"suffix_N"``, ``"S_K_N+suffix_M"``, ``"bandit"``, ``"ema"``).
-    max_batch_size, max_model_len, device, dtype, seed: the engine's (``EngineConfig``).
+    engine: the worker's engine (``EngineConfig``, or a dict of its keys): batch size, context length, device,
+        dtype, seed (also the seed of a fresh drafter and of co-training), KV pages, CUDA graphs, prefix sharing,
+        history budget. Every engine setting reaches the worker through it.
     torch_threads: intra-op threads of the worker process (``torch.set_num_threads``).
     num_cpus, num_gpus: Ray resources of the worker actor.
     max_concurrent_calls: request-API calls one actor serves at once (its default concurrency group).
@@ -49,11 +51,7 @@ class RolloutWorkerConfig:
     strategy: str = "disable"
     bandit: BanditConfig | dict | None = None
     ema: EmaConfig | dict | str | None = None
-    max_batch_size: int = 64
-    max_model_len: int | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    seed: int = 0
+    engine: EngineConfig | dict = field(default_factory=EngineConfig)
     torch_threads: int = 1
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -72,10 +70,17 @@ class RolloutWorkerConfig:
             raise ValueError(f"rollout.worker.model_dir must name a checkpoint directory, got {self.model_dir!r}")
         if not isinstance(self.drafter_dir, str):
             raise ValueError(f"rollout.worker.drafter_dir must be a path or '', got {self.drafter_dir!r}")
-        try:
-            self.engine_config()
-        except ValueError as err:
-            raise ValueError(f"rollout.worker: {err}") from err
+        if isinstance(self.engine, dict):
+            known = {f.name for f in fields(EngineConfig)}
+            unknown = sorted(set(self.engine) - known)
+            if unknown:
+                raise ValueError(f"rollout.worker.engine.{unknown[0]}: unknown key (known: {sorted(known)})")
+            try:
+                self.engine = EngineConfig(**self.engine)
+            except ValueError as err:
+                raise ValueError(f"rollout.worker: {err}") from err
+        if not isinstance(self.engine, EngineConfig):
+            raise ValueError(f"rollout.worker.engine must be an EngineConfig or a dict, got {type(self.engine)}")
         try:
             self.build_strategy_selector()
         except ValueError as err:
@@ -117,16 +122,6 @@ class RolloutWorkerConfig:
                 check_drafter_files(self.drafter_dir, policy)
             except ValueError as err:
                 raise ValueError(f"rollout.worker.drafter_dir: {err}") from None
-
-    def engine_config(self) -> EngineConfig:
-        """The engine settings of this worker."""
-        return EngineConfig(
-            max_batch_size=self.max_batch_size,
-            max_model_len=self.max_model_len,
-            device=self.device,
-            dtype=self.dtype,
-            seed=self.seed,
-        )
 
     def build_strategy_selector(self) -> StrategySelector:
         """A fresh strategy selector (each worker owns one)."""

@@ -42,13 +42,13 @@ class SpecRoundResult:
     """Per row, the emitted tokens (accepted drafts, then the policy's own token) and what produced them.
 
     tokens: [B,D+1], logprobs: [B,D+1], hidden: [B,D+1,H] (entry j produced token j); entries past
-    accept_len[b] are padding. accept_len: [B] accepted draft tokens. Times in seconds.
+    accepted[b] are padding. accepted: [B] accepted draft tokens. Times in seconds.
     """
 
     tokens: Tensor
     logprobs: Tensor
     hidden: Tensor
-    accept_len: Tensor
+    accepted: Tensor
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
 
@@ -174,12 +174,12 @@ def verify_trees(
     # Compact the accepted path's KV from its tree slots to its sequence positions (a no-op past the path).
     depth_range = runtime.level_range.unsqueeze(0)
     dst = n.unsqueeze(1) + depth_range
-    src = torch.where(depth_range <= acc.accept_len.unsqueeze(1), base + acc.path, dst)
+    src = torch.where(depth_range <= acc.accepted.unsqueeze(1), base + acc.path, dst)
     cache.move(slots, src, dst)
     path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
         logprobs=sampled.logprobs.view(b, nodes).gather(1, acc.path),
         hidden=path_hidden,
-        accept_len=acc.accept_len,
+        accepted=acc.accepted,
     )

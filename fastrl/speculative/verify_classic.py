@@ -27,18 +27,18 @@ class ClassicVerifyResult:
     """Outcome of verifying B draft chains of length K.
 
     Attributes:
-        accept_lengths: [B] int64 in [0, K], number of leading drafts accepted.
+        accepted: [B] int64 in [0, K], number of leading drafts accepted.
         next_tokens: [B] int64, the token emitted after the accepted drafts (resampled or bonus).
         tokens: [B, K+1] int64, the emitted tokens (accepted drafts then next token), padded with -1;
-            row b holds accept_lengths[b] + 1 tokens.
+            row b holds accepted[b] + 1 tokens.
     """
 
-    accept_lengths: torch.Tensor
+    accepted: torch.Tensor
     next_tokens: torch.Tensor
     tokens: torch.Tensor
 
 
-def accept_lengths(
+def count_accepted(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor, uniforms: torch.Tensor
 ) -> torch.Tensor:
     """Number of leading drafts accepted: draft k passes when ``u_k * q_k(x_k) < p_k(x_k)``.
@@ -58,8 +58,8 @@ def accept_lengths(
     return accepted.to(torch.int64).cumprod(dim=1).sum(dim=1)
 
 
-def emission_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, accept_len: torch.Tensor) -> torch.Tensor:
-    """Unnormalised distribution of the token emitted after ``accept_len`` accepted drafts.
+def emission_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
+    """Unnormalised distribution of the token emitted after ``accepted`` accepted drafts.
 
     ``(p_n - q_n)+`` at the first rejected position n < K, or p_n itself when that residual has no mass;
     ``p_K`` (the bonus distribution) when all K drafts were accepted.
@@ -70,7 +70,7 @@ def emission_weights(target_probs: torch.Tensor, draft_probs: torch.Tensor, acce
         raise ValueError(f"target_probs needs K+1 = {draft_probs.shape[1] + 1} positions, got {k_plus_1}")
     # q at position K is zero, so the bonus case is the residual formula with nothing subtracted.
     q_padded = torch.cat([draft_probs, draft_probs.new_zeros(b, 1, vocab)], dim=1)
-    at = accept_len[:, None, None].expand(b, 1, vocab)
+    at = accepted[:, None, None].expand(b, 1, vocab)
     p_n = target_probs.gather(1, at).squeeze(1).to(torch.float32)
     q_n = q_padded.gather(1, at).squeeze(1).to(torch.float32)
     residual = (p_n - q_n).clamp(min=0)
@@ -99,7 +99,7 @@ def verify_classic(
     emitted token at position ``positions + n`` is ``argmax(log(weights) + gumbel_noise(seed, positions + n,
     stream=CLASSIC_RESAMPLE_STREAM))``.
     """
-    # [B,K+1,V], [B,K,V], [B,K], [B], [B] -> accept_lengths [B], next_tokens [B], tokens [B,K+1]
+    # [B,K+1,V], [B,K,V], [B,K], [B], [B] -> accepted [B], next_tokens [B], tokens [B,K+1]
     b, k = draft_tokens.shape
     vocab = target_probs.shape[-1]
     device = target_probs.device
@@ -108,7 +108,7 @@ def verify_classic(
     uniforms = uniform_noise(
         seeds.to(device).repeat_interleave(k), draft_positions, 1, device=device, stream=CLASSIC_ACCEPT_STREAM
     ).view(b, k)
-    n = accept_lengths(target_probs, draft_probs, draft_tokens.to(device), uniforms)
+    n = count_accepted(target_probs, draft_probs, draft_tokens.to(device), uniforms)
     weights = emission_weights(target_probs, draft_probs, n)
     noise = gumbel_noise(seeds, positions.to(device) + n, vocab, device=device, stream=CLASSIC_RESAMPLE_STREAM)
     next_tokens = (weights.log() + noise).argmax(dim=-1)
@@ -116,4 +116,4 @@ def verify_classic(
     drafts_padded = torch.cat([draft_tokens.to(device), next_tokens[:, None]], dim=1)
     tokens = torch.where(slots < n[:, None], drafts_padded, torch.full_like(drafts_padded, -1))
     tokens = torch.where(slots == n[:, None], next_tokens[:, None], tokens)
-    return ClassicVerifyResult(accept_lengths=n, next_tokens=next_tokens, tokens=tokens)
+    return ClassicVerifyResult(accepted=n, next_tokens=next_tokens, tokens=tokens)

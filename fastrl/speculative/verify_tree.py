@@ -20,12 +20,12 @@ from fastrl.speculative.draft_tree import DraftTree
 class Acceptance:
     """Per row: accepted draft tokens, and the accepted path's node indices by depth.
 
-    accept_len: [B] long, number of accepted draft tokens (emitted tokens = accept_len + 1)
-    path:       [B,D+1] long, path[b,d] = node at depth d on the accepted path for d <= accept_len[b]; entries
+    accepted: [B] long, number of accepted draft tokens (emitted tokens = accepted + 1)
+    path:       [B,D+1] long, path[b,d] = node at depth d on the accepted path for d <= accepted[b]; entries
                 beyond repeat the deepest accepted node
     """
 
-    accept_len: Tensor
+    accepted: Tensor
     path: Tensor
 
 
@@ -36,10 +36,10 @@ def verify_tree(tree: DraftTree, targets: Tensor, max_depth: int) -> Acceptance:
     match[:, 0] = True
     accepted = ~(tree.ancestors & ~match.unsqueeze(1)).any(dim=-1)  # every node on the way matches
     deepest = torch.where(accepted, tree.depths, -1).argmax(dim=1)
-    accept_len = tree.depths.gather(1, deepest.unsqueeze(1)).squeeze(1)
+    accepted = tree.depths.gather(1, deepest.unsqueeze(1)).squeeze(1)
     on_path = tree.ancestors.gather(1, deepest.view(-1, 1, 1).expand(-1, 1, tree.num_nodes)).squeeze(1)
     levels = torch.arange(max_depth + 1, device=targets.device)
     at_level = on_path.unsqueeze(1) & (tree.depths.unsqueeze(1) == levels.view(1, -1, 1))  # [B,D+1,N]
     path = torch.where(at_level.any(-1), at_level.float().argmax(-1), -1)
     path = torch.where(path < 0, deepest.unsqueeze(1), path)
-    return Acceptance(accept_len=accept_len, path=path)
+    return Acceptance(accepted=accepted, path=path)

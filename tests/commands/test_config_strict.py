@@ -48,8 +48,8 @@ def test_train_unknown_key_exits_with_a_clear_error(capsys):
         (["threads=-1"], "threads must be >= 1"),
         (["drafter.path=/nonexistent"], "drafter.path=/nonexistent: drafter directory /nonexistent does not exist"),
         (
-            ["rollout.dtype=int8"],
-            "rollout.dtype must be one of ['bfloat16', 'float16', 'float32', 'float64'], got 'int8'",
+            ["rollout.engine.dtype=int8"],
+            "engine.dtype must be one of ['bfloat16', 'float16', 'float32', 'float64'], got 'int8'",
         ),
     ],
 )

@@ -13,6 +13,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.engine.page_pool import PagePool
 from fastrl.models.checkpoint import load_model
+from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from tests.helpers import make_hf_model
@@ -58,6 +59,30 @@ def test_pool_hands_out_lowest_pages_shares_by_reference_and_frees_at_last_relea
     pool.release(1)
     assert pool.free_pages == 6 and pool.drain().table[(1, 1)] is None
     assert pool.ensure(2, 1) and pool.pages_of(2) == [0]
+
+
+def test_home_pages_keep_a_slot_in_place_and_shared_or_borrowed_pages_do_not():
+    pool = PagePool(num_pages=12, page_size=4, home_stride=3)  # slot s's home pages are 3s, 3s+1, 3s+2
+    assert pool.ensure(1, 9) and pool.pages_of(1) == [3, 4, 5] and pool.at_home(1)
+    assert pool.share(1, 2, 5) and pool.pages_of(2) == [3, 7]  # its prompt's full page is slot 1's
+    assert not pool.at_home(2) and pool.at_home(1)
+    assert pool.ensure(0, 4) and pool.pages_of(0) == [0] and pool.at_home(0)
+    pool.release(2)
+    assert pool.drain().freed == [7] and pool.ensure(2, 8) and pool.pages_of(2) == [6, 7] and pool.at_home(2)
+    assert pool.free_pages == 12 - 6
+
+
+def test_a_home_view_reads_what_a_gather_reads():
+    table = PageTable(3, 32, 4, num_pages=24, scratch_len=4, home_stride=8)
+    cache = KVCache(2, 3, 32, 2, 8, dtype=torch.float64, table=table)
+    table.map([1] * 5 + [2] * 5, list(range(5)) * 2, list(range(8, 13)) + list(range(16, 21)))  # home pages
+    slots = torch.tensor([1, 2])
+    index = torch.arange(20).expand(2, 20)
+    cache.write(1, slots, index, *(torch.randn(2, 2, 20, 8, dtype=torch.float64) for _ in range(2)))
+    viewed = cache.home_view(1, 1, 2, 19)
+    gathered = cache.read(1, slots, 19)
+    assert all(torch.equal(a, b) for a, b in zip(viewed, gathered, strict=True))
+    assert viewed[0].abs().sum() > 0
 
 
 def test_shared_prompt_pages_are_bitwise_an_unshared_prefill(model):

@@ -1,16 +1,21 @@
-"""A plain round's work does not grow with the batch: the same aten ops and host syncs at 4 rows as at 32."""
+"""A decode round's work does not grow with the batch: the same aten ops and host syncs at 4 rows as at 32, for
+plain rounds and speculative ones (a chain and a tree)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import Strategy
 from tests.helpers import make_hf_model
 
 SYNC_OPS = ("aten._local_scalar_dense", "aten.item")  # a tensor's value read by the host (.item(), int(t), ...)
@@ -35,11 +40,19 @@ def model(tmp_path_factory):
     return load_model(path)
 
 
-def _round_ops(model, batch: int, prompt_len: int) -> Counter[str]:
+@pytest.fixture(scope="module")
+def drafter(model):
+    torch.manual_seed(0)
+    return EagleDrafter(model.config)
+
+
+def _round_ops(model, batch: int, prompt_len: int, strategy: str = "disable", drafter=None) -> Counter[str]:
     # One page per request (taken at admission), so that the rounds compared take no pages: a round that does
     # adds one table write and one page clear for all its rows together.
-    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=128, page_size=256))
-    params = SamplingParams(max_new_tokens=8, temperature=1.0, ignore_eos=True)
+    selector = FixedSelector(Strategy.parse(strategy))
+    config = EngineConfig(max_batch_size=batch, max_model_len=128, page_size=256)
+    engine = Engine(model, config, drafter=drafter, selector=selector)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, ignore_eos=True)
     for i in range(batch):
         engine.add_request([3 + (i + j) % 50 for j in range(prompt_len + i % 7)], params)
     engine.step()  # admission and prefill
@@ -55,3 +68,14 @@ def test_a_plain_round_dispatches_the_same_ops_at_any_batch_size_and_length(mode
     assert small == large == longer
     syncs = sum(small[op] for op in SYNC_OPS)
     assert syncs <= 1  # the attention length (the batch's longest row); results come back in one copy
+
+
+@pytest.mark.parametrize("strategy", ["3_1_4", "2_2_4"])
+def test_a_speculative_round_dispatches_the_same_ops_at_any_batch_size_and_length(model, drafter, strategy):
+    small = _round_ops(model, 4, 10, strategy, drafter)
+    large = _round_ops(model, 32, 10, strategy, drafter)
+    longer = _round_ops(model, 4, 60, strategy, drafter)
+    assert sum(small.values()) > 0
+    assert small == large == longer
+    syncs = sum(small[op] for op in SYNC_OPS)
+    assert syncs <= 1  # the tree's base (the batch's longest row); results come back in one copy

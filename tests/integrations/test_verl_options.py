@@ -18,8 +18,16 @@ def _worker_config(**options):
 
 def test_defaults_make_a_bandit_worker_with_cotraining():
     config = _worker_config()
-    assert config.strategy == "bandit" and config.cotrain and config.dtype == "float32" and config.seed == 42
+    assert (
+        config.strategy == "bandit" and config.cotrain and config.engine.dtype == "float32" and config.engine.seed == 42
+    )
     assert config.max_concurrent_calls == 256 and config.num_gpus == 0
+
+
+def test_engine_keys_reach_the_worker():
+    config = _worker_config(engine={"page_size": 8, "kv_cache_tokens": 4096, "prefix_sharing": False})
+    assert (config.engine.page_size, config.engine.kv_cache_tokens, config.engine.prefix_sharing) == (8, 4096, False)
+    assert config.engine.max_model_len == 72
 
 
 @pytest.mark.parametrize(
@@ -30,6 +38,9 @@ def test_defaults_make_a_bandit_worker_with_cotraining():
         ({"slice_seconds": -1.0}, "slice_seconds"),
         ({"device": "tpu"}, "device"),
         ({"max_batch_size": 0}, "max_batch_size"),
+        ({"engine": {"page_size": 0}}, "engine.page_size"),
+        ({"engine": {"max_batch_size": 4}}, "engine.max_batch_size"),
+        ({"engine": [1]}, "engine"),
         ({"trainer": {"learning_rate": 1.0}}, "trainer"),
         ({"bandit": {"strategies": ["8_4_32"], "epsilon": 2.0}}, "bandit.epsilon"),
         ({"drafter_sync_timeout_s": 0}, "drafter_sync_timeout_s"),

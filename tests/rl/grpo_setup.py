@@ -55,7 +55,11 @@ def local_backend(
     """An in-process rollout backend serving `weights` (saved to `directory`); `seed` initialises its drafter."""
     save_model(weights, directory)
     config = RolloutWorkerConfig(
-        model_dir=str(directory), strategy=strategy, cotrain=cotrain, max_batch_size=16, seed=seed, slice_seconds=0.05
+        model_dir=str(directory),
+        strategy=strategy,
+        cotrain=cotrain,
+        engine={"max_batch_size": 16, "seed": seed},
+        slice_seconds=0.05,
     )
     return LocalRollout(config, seed=seed)
 

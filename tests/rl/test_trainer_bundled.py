@@ -30,7 +30,7 @@ def test_three_grpo_steps_on_the_bundled_model():
         progress=False,
         logprob_tolerance=1e-4,
     )
-    backend = LocalRollout(RolloutWorkerConfig(model_dir=str(MODEL), max_batch_size=16, cotrain=False))
+    backend = LocalRollout(RolloutWorkerConfig(model_dir=str(MODEL), engine={"max_batch_size": 16}, cotrain=False))
     trainer = GRPOTrainer(load_model(MODEL), load_tokenizer(MODEL), task, backend, config)
     history = trainer.train()
     assert [m.policy_version for m in history] == [0, 1, 2] and backend.policy_version == 3

@@ -61,7 +61,7 @@ def worker_config(ckpt: TinyCheckpoint, **overrides) -> RolloutWorkerConfig:
         model_dir=ckpt.policy,
         drafter_dir=ckpt.drafter,
         strategy="3_2_4",
-        max_batch_size=4,
+        engine=EngineConfig(max_batch_size=4),
         num_cpus=0.5,
         slice_seconds=0.05,
         trainer=DrafterTrainerConfig(max_tokens_per_batch=512, warmup_steps=0),

@@ -92,4 +92,4 @@ def test_tied_policy_update_with_or_without_lm_head(tmp_path):
 
 
 def worker_config_plain(model_dir: str) -> RolloutWorkerConfig:
-    return RolloutWorkerConfig(model_dir=model_dir, strategy="disable", cotrain=False, max_batch_size=2)
+    return RolloutWorkerConfig(model_dir=model_dir, strategy="disable", cotrain=False, engine={"max_batch_size": 2})

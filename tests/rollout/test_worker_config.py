@@ -13,8 +13,10 @@ from fastrl.rollout.worker_config import RolloutWorkerConfig
     [
         ({"model_dir": ""}, "model_dir"),
         ({"strategy": "9_9"}, "strategy"),
-        ({"max_batch_size": 0}, "max_batch_size"),
-        ({"dtype": "int8"}, "dtype"),
+        ({"engine": {"max_batch_size": 0}}, "engine.max_batch_size"),
+        ({"engine": {"dtype": "int8"}}, "engine.dtype"),
+        ({"engine": {"page_sise": 8}}, "engine.page_sise"),
+        ({"engine": 3}, "engine"),
         ({"torch_threads": 0}, "torch_threads"),
         ({"num_cpus": -1}, "num_cpus"),
         ({"buffer_tokens": 1}, "buffer_tokens"),
@@ -35,6 +37,8 @@ def test_worker_config_accepts_policies_and_trainer_dicts():
     assert config.needs_drafter()
     assert RolloutWorkerConfig(model_dir="m", trainer={"lr": 1e-4}).trainer.lr == 1e-4
     assert not RolloutWorkerConfig(model_dir="m", cotrain=False).needs_drafter()
+    engine = RolloutWorkerConfig(model_dir="m", engine={"page_size": 8, "kv_cache_tokens": 512}).engine
+    assert (engine.page_size, engine.kv_cache_tokens, engine.max_batch_size) == (8, 512, 64)
 
 
 @pytest.mark.parametrize(

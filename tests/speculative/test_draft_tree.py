@@ -35,7 +35,7 @@ def test_verify_accepts_longest_agreeing_path():
     # Policy samples: after root 6, after node 2 -> 8, after node 4 -> 11
     targets = torch.tensor([[6, 0, 8, 0, 11, 0]])
     acc = verify_tree(tree, targets, max_depth=3)
-    assert acc.accept_len.tolist() == [2]
+    assert acc.accepted.tolist() == [2]
     assert acc.path[0, :3].tolist() == [0, 2, 4]
     # emitted = targets along the path: 6, 8, then the policy's own 11
     assert targets.gather(1, acc.path)[0, :3].tolist() == [6, 8, 11]
@@ -44,7 +44,7 @@ def test_verify_accepts_longest_agreeing_path():
 def test_verify_rejects_at_root():
     tree = _tree([-1, 0, 1], [0, 5, 6])
     acc = verify_tree(tree, torch.tensor([[4, 6, 1]]), max_depth=2)
-    assert acc.accept_len.tolist() == [0]
+    assert acc.accepted.tolist() == [0]
     assert acc.path[0].tolist() == [0, 0, 0]
 
 
@@ -58,7 +58,7 @@ def test_verify_batched_rows_independent():
     )
     targets = torch.tensor([[1, 2, 3, 4], [1, 9, 3, 4]])
     acc = verify_tree(both, targets, max_depth=3)
-    assert acc.accept_len.tolist() == [3, 1]
+    assert acc.accepted.tolist() == [3, 1]
 
 
 def test_finalize_keeps_best_ancestor_closed_in_topological_order():

@@ -248,7 +248,7 @@ def test_pads_are_never_on_the_accepted_path(conts, extra, data):
     acc = verify_tree(tree, targets, max_depth=5)
     assert (acc.path < real).all()
     expected = _walk(pad_draft(draft, real), targets[0].tolist())
-    assert acc.accept_len.tolist() == [expected, expected]
+    assert acc.accepted.tolist() == [expected, expected]
 
 
 def test_batched_tree_matches_drafts():

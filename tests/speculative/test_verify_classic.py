@@ -5,7 +5,7 @@ import torch
 
 from fastrl.sampling.goodness_of_fit import chi_square_test
 from fastrl.sampling.noise import SAMPLE_STREAM, gumbel_noise
-from fastrl.speculative.verify_classic import accept_lengths, emission_weights, verify_classic
+from fastrl.speculative.verify_classic import count_accepted, emission_weights, verify_classic
 
 NUM_CHAINS = 20000
 
@@ -64,15 +64,15 @@ def test_first_emitted_token_is_distributed_as_target(name, num_drafts):
     positions = torch.full((NUM_CHAINS,), 50)
     drafts = _draft(draft, seeds, positions)
     result = verify_classic(target, draft, drafts, seeds, positions)
-    assert ((result.accept_lengths >= 0) & (result.accept_lengths <= num_drafts)).all()
+    assert ((result.accepted >= 0) & (result.accepted <= num_drafts)).all()
     first = result.tokens[:, 0]
     test = chi_square_test(torch.bincount(first, minlength=vocab), p)
     assert test.impossible == 0, name
     assert test.p_value > 1e-3, (name, test)
     if name == "q_equals_p":
-        assert (result.accept_lengths == num_drafts).all()
+        assert (result.accepted == num_drafts).all()
     if name == "disjoint_supports":
-        assert (result.accept_lengths == 0).all()
+        assert (result.accepted == 0).all()
 
 
 def _markov(seed: int, vocab: int, sharpness: float) -> torch.Tensor:
@@ -104,11 +104,11 @@ def test_joint_distribution_of_first_two_emitted_tokens():
     first_round = round_from(context, start)
     e0 = first_round.tokens[:, 0]
     second_round = round_from(e0, start + 1)  # used only by chains that emitted a single token in round one
-    e1 = torch.where(first_round.accept_lengths >= 1, first_round.tokens[:, 1], second_round.tokens[:, 0])
+    e1 = torch.where(first_round.accepted >= 1, first_round.tokens[:, 1], second_round.tokens[:, 0])
     expected = target_chain[0][:, None] * target_chain
     test = chi_square_test(torch.bincount(e0 * vocab + e1, minlength=vocab * vocab), expected.flatten())
     assert test.impossible == 0 and test.p_value > 1e-3, test
-    assert (first_round.accept_lengths == 0).any() and (first_round.accept_lengths == k).any()
+    assert (first_round.accepted == 0).any() and (first_round.accepted == k).any()
 
 
 def test_expected_accept_length_matches_theory():
@@ -121,7 +121,7 @@ def test_expected_accept_length_matches_theory():
     seeds, positions = torch.arange(n), torch.full((n,), 5)
     draft = q.expand(n, k, vocab)
     result = verify_classic(p.expand(n, k + 1, vocab), draft, _draft(draft, seeds, positions), seeds, positions)
-    lengths = result.accept_lengths.double()
+    lengths = result.accepted.double()
     stderr = lengths.std().item() / n**0.5
     assert abs(lengths.mean().item() - theory) < 4 * stderr, (lengths.mean().item(), theory, stderr)
     for j in range(1, k + 1):  # P(accept_length >= j) = alpha ** j
@@ -134,12 +134,12 @@ def test_accept_rule_edge_cases_without_nan():
     draft = torch.tensor([[[0.0, 0.5, 0.5]]])
     u = torch.tensor([[0.999999]])
     # q(x) = 0 < p(x): always accepted
-    assert accept_lengths(target, draft, torch.tensor([[0]]), u).tolist() == [1]
+    assert count_accepted(target, draft, torch.tensor([[0]]), u).tolist() == [1]
     # p(x) = 0 < q(x): always rejected, even for the smallest uniform
-    assert accept_lengths(target, draft, torch.tensor([[2]]), torch.tensor([[1e-9]])).tolist() == [0]
+    assert count_accepted(target, draft, torch.tensor([[2]]), torch.tensor([[1e-9]])).tolist() == [0]
     # p(x) = q(x) = 0 (an adversarial draft that was not sampled from q): rejected
     zero = torch.tensor([[[0.0, 1.0, 0.0]]])
-    assert accept_lengths(torch.cat([zero, zero], 1), zero, torch.tensor([[0]]), torch.tensor([[1e-9]])).tolist() == [0]
+    assert count_accepted(torch.cat([zero, zero], 1), zero, torch.tensor([[0]]), torch.tensor([[1e-9]])).tolist() == [0]
 
 
 def test_empty_residual_falls_back_to_target():
@@ -150,7 +150,7 @@ def test_empty_residual_falls_back_to_target():
     assert torch.equal(weights, target[:, 0])
     seeds, positions = torch.arange(NUM_CHAINS), torch.zeros(NUM_CHAINS, dtype=torch.int64)
     result = verify_classic(target, draft, torch.zeros(NUM_CHAINS, 1, dtype=torch.int64), seeds, positions)
-    assert (result.accept_lengths == 0).all()
+    assert (result.accepted == 0).all()
     test = chi_square_test(torch.bincount(result.next_tokens, minlength=4), p)
     assert test.impossible == 0 and test.p_value > 1e-3
 
@@ -161,7 +161,7 @@ def test_bonus_token_comes_from_the_last_target_row():
     weights = emission_weights(target, draft, torch.tensor([1]))
     assert torch.equal(weights, target[:, 1])
     result = verify_classic(target, draft, torch.tensor([[1]]), torch.tensor([3]), torch.tensor([9]))
-    assert result.accept_lengths.tolist() == [1]
+    assert result.accepted.tolist() == [1]
     assert result.tokens.tolist() == [[1, 2]] and result.next_tokens.tolist() == [2]
 
 
@@ -176,7 +176,7 @@ def test_token_layout_reproducibility_and_row_independence():
     again = verify_classic(target, draft, drafts, seeds, positions)
     assert torch.equal(result.tokens, again.tokens)
     for row in range(b):
-        n = int(result.accept_lengths[row])
+        n = int(result.accepted[row])
         assert result.tokens[row, :n].tolist() == drafts[row, :n].tolist()
         assert int(result.tokens[row, n]) == int(result.next_tokens[row])
         assert (result.tokens[row, n + 1 :] == -1).all()
@@ -189,7 +189,7 @@ def test_token_layout_reproducibility_and_row_independence():
             positions[row : row + 1],
         )
         assert torch.equal(alone.tokens[0], result.tokens[row])
-    assert len(set(result.accept_lengths.tolist())) > 1
+    assert len(set(result.accepted.tolist())) > 1
 
 
 def test_zero_drafts_samples_from_target():
@@ -202,5 +202,5 @@ def test_zero_drafts_samples_from_target():
         torch.arange(n),
         torch.zeros(n, dtype=torch.int64),
     )
-    assert (result.accept_lengths == 0).all()
+    assert (result.accepted == 0).all()
     assert chi_square_test(torch.bincount(result.next_tokens, minlength=3), p).p_value > 1e-3

@@ -10,11 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+from fastrl.engine.config import EngineConfig
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 
 PREFIX = "actor_rollout_ref.rollout.custom.fastrl."
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+# Engine settings with an option of their own here (or taken from verl's rollout config): not in `engine`.
+OWN_ENGINE_KEYS = frozenset({"max_batch_size", "device", "dtype", "seed", "max_model_len"})
 
 
 @dataclass
@@ -32,6 +37,8 @@ class FastrlRolloutOptions:
     device: ``"auto"`` = cuda when the server sees a GPU, else cpu. dtype: ``"auto"`` = verl's rollout dtype on
         cuda, float32 on cpu.
     torch_threads, num_cpus: intra-op threads and Ray CPUs of each engine actor.
+    engine: any other ``EngineConfig`` key (``page_size``, ``kv_cache_tokens``, ``cuda_graphs``, ``prefix_sharing``,
+        ``history_tokens``) as a dict; the context length is verl's, and the keys above have their own options.
     seed: base seed of request seeds (a request's seed is derived from it and its request id, see
         ``requests.request_seed``); None takes verl's ``actor_rollout_ref.rollout.seed``.
     drafter_sync_timeout_s: how long a sleeping server waits for the other servers' co-trained drafters.
@@ -53,6 +60,7 @@ class FastrlRolloutOptions:
     torch_threads: int = 1
     num_cpus: float = 1.0
     seed: int | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
     drafter_sync_timeout_s: float = 60.0
     export_dir: str = ""
 
@@ -71,6 +79,12 @@ class FastrlRolloutOptions:
         unknown = sorted(set(self.trainer) - known)
         if unknown:
             raise ValueError(f"{PREFIX}trainer: unknown keys {unknown} (known: {sorted(known)})")
+        if not isinstance(self.engine, Mapping):
+            raise ValueError(f"{PREFIX}engine must be a mapping of EngineConfig keys, got {self.engine!r}")
+        known = {f.name for f in dataclasses.fields(EngineConfig)} - OWN_ENGINE_KEYS
+        unknown = sorted(set(self.engine) - known)
+        if unknown:
+            raise ValueError(f"{PREFIX}engine.{unknown[0]}: not an engine key set here (known: {sorted(known)})")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"{PREFIX}seed must be null or an integer >= 0, got {self.seed!r}")
         timeout = self.drafter_sync_timeout_s
@@ -105,17 +119,26 @@ class FastrlRolloutOptions:
         """The engine-worker config of one server (errors renamed to this section's keys)."""
         dtype = self.dtype if self.dtype != "auto" else (rollout_dtype if device != "cpu" else "float32")
         try:
+            engine = EngineConfig(
+                **self.engine,
+                max_batch_size=self.max_batch_size,
+                max_model_len=max_model_len,
+                device=device,
+                dtype=dtype,
+                seed=self.seed if self.seed is not None else rollout_seed,
+            )
+        except ValueError as err:  # "engine.KEY ...": an option of this section, or a key of its engine dict
+            key = str(err).partition(" ")[0].removeprefix("engine.")
+            name = key if key in OWN_ENGINE_KEYS else f"engine.{key}"
+            raise ValueError(f"{PREFIX}{name}{str(err)[len(key) + len('engine.') :]}") from err
+        try:
             return RolloutWorkerConfig(
                 model_dir=model_dir,
                 drafter_dir=self.drafter_dir,
                 strategy=self.strategy,
                 bandit=dict(self.bandit) if self.bandit is not None else None,
                 ema=dict(self.ema) if self.ema is not None else None,
-                max_batch_size=self.max_batch_size,
-                max_model_len=max_model_len,
-                device=device,
-                dtype=dtype,
-                seed=self.seed if self.seed is not None else rollout_seed,
+                engine=engine,
                 torch_threads=self.torch_threads,
                 num_cpus=self.num_cpus,
                 num_gpus=0.0,  # the GPU is the trainer worker's (hybrid) or the replica's placeholder's

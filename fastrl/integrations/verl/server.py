@@ -60,7 +60,7 @@ class FastrlServer:
             device=device,
             calls=self.config.max_num_seqs,
         )
-        self._seed = worker_config.seed
+        self._seed = worker_config.engine.seed
         self._limits = RequestLimits(self.config.prompt_length, self.config.response_length, self.config.ignore_eos)
         env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": cuda_visible_devices}
         self._worker = RolloutWorkerActor.options(
