@@ -115,7 +115,7 @@ class DrafterTrainer:
         self.drafter.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        batch = FeatureBatch.collate(seqs, self.device, self.dtype)
+        batch = FeatureBatch.collate(seqs, self.device, self.dtype, self.drafter.config.hidden_size)
         with torch.enable_grad():
             loss = eagle_loss(self.drafter, self.policy, batch, self.config, self.config.feature_noise)
             self.optimizer.zero_grad(set_to_none=True)
@@ -140,7 +140,10 @@ class DrafterTrainer:
         count = 0
         for group in make_batches(seqs, self.config.max_tokens_per_batch):
             loss = eagle_loss(
-                self.drafter, self.policy, FeatureBatch.collate(group, self.device, self.dtype), self.config
+                self.drafter,
+                self.policy,
+                FeatureBatch.collate(group, self.device, self.dtype, self.drafter.config.hidden_size),
+                self.config,
             )
             for i, v in enumerate((loss.total, loss.feature, loss.token, loss.top1)):
                 totals[i] += float(v) * loss.count

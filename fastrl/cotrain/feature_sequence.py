@@ -12,8 +12,9 @@ from torch import Tensor
 class FeatureSequence:
     """Drafter entries of one sequence: entry i reads token x_{p} and feature f_{p-1}, p = start_position + i.
 
-    tokens: [S] long; features: [S,H] (features[i] = f_{p-1}, the policy's final-norm hidden state); the target of
-    entry i is features[i + 1] (= f_p), so the last entry has none. `policy_version` tags the policy that produced
+    tokens: [S] long; features: [S,F] (features[i] = f_{p-1}, the policy's final-norm hidden state, F = H; or with
+    EAGLE-3's fused input, F = m·H: m-1 lower layers' outputs, then f_{p-1} last); the target of entry i is the last H
+    columns of features[i + 1] (= f_p), so the last entry has none. `policy_version` tags the policy that produced
     the features (co-training keeps recent versions).
     """
 
@@ -45,8 +46,8 @@ class FeatureSequence:
 class FeatureBatch:
     """Right-padded batch of FeatureSequences.
 
-    tokens [B,S], features [B,S,H], targets [B,S,H] (features shifted by one), positions [B,S], mask [B,S] bool
-    (True where a target exists).
+    tokens [B,S], features [B,S,F], targets [B,S,H] (the last H feature columns shifted by one), positions [B,S],
+    mask [B,S] bool (True where a target exists).
     """
 
     tokens: Tensor
@@ -57,13 +58,19 @@ class FeatureBatch:
 
     @classmethod
     def collate(
-        cls, seqs: list[FeatureSequence], device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+        cls,
+        seqs: list[FeatureSequence],
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        target_size: int = 0,
     ) -> FeatureBatch:
+        """Pad `seqs` into one batch; targets are the last `target_size` feature columns (0 = all of them)."""
         width = max(s.tokens.shape[0] for s in seqs)
-        hidden = seqs[0].features.shape[1]
+        size = seqs[0].features.shape[1]
+        hidden = target_size or size
         b = len(seqs)
         tokens = torch.zeros(b, width, dtype=torch.long)
-        features = torch.zeros(b, width, hidden)
+        features = torch.zeros(b, width, size)
         targets = torch.zeros(b, width, hidden)
         positions = torch.zeros(b, width, dtype=torch.long)
         mask = torch.zeros(b, width, dtype=torch.bool)
@@ -71,7 +78,7 @@ class FeatureBatch:
             n = s.tokens.shape[0]
             tokens[row, :n] = s.tokens
             features[row, :n] = s.features.float()
-            targets[row, : n - 1] = s.features[1:].float()
+            targets[row, : n - 1] = s.features[1:, size - hidden :].float()
             positions[row] = s.start_position + torch.arange(width)
             mask[row, : n - 1] = True
         return cls(

@@ -1,0 +1,72 @@
+"""Speedup of fixed strategies over plain decoding with the bundled drafter, paired: every repeat times plain and
+each strategy back to back (order rotated), and the ratio is taken within the repeat, so load changes on a shared
+CPU move both sides of a ratio alike. bs=1, held-out task prompts, tokens checked identical to plain.
+
+  python recipes/drafter_ttt/paired_speed.py --temperature 1 --strategies 3_1_4 7_1_8 8_4_32 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.engine_setup import resolve_drafter
+from fastrl.cotrain.offline import task_prompts
+from fastrl.engine.engine import GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.models.tokenizer import load_tokenizer
+from fastrl.sampling.params import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).parent))
+from side_by_side import decode  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=2000)  # held out: no training run draws prompts with it
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--strategies", nargs="+", default=["3_1_4", "7_1_8", "8_4_32"])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model_dir = bundled_model_dir()
+    policy = load_model(model_dir).eval()
+    drafter = resolve_drafter("", model_dir, policy, needed=True)
+    prompts = task_prompts(load_tokenizer(model_dir), args.prompts, args.seed)
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=args.temperature, seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    arms = ["disable"] + list(args.strategies)
+    ratios: dict[str, list[float]] = {s: [] for s in args.strategies}
+    accept: dict[str, float] = {}
+    reference = None
+    for r in range(args.repeats):
+        seconds = {}
+        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
+            start = time.perf_counter()
+            tokens, length = decode(policy, None if arm == "disable" else drafter, arm, inputs)
+            seconds[arm] = time.perf_counter() - start
+            reference = reference or (tokens if arm == "disable" else None)
+            if reference is not None and tokens != reference:
+                raise RuntimeError(f"{arm}: output differs from plain decoding")
+            accept[arm] = length
+        for s in args.strategies:
+            ratios[s].append(seconds["disable"] / seconds[s])
+    for s in args.strategies:
+        spread = ", ".join(f"{x:.2f}" for x in sorted(ratios[s]))
+        print(
+            f"T={args.temperature:g} {s}: accept {accept[s]:.2f}, speedup median {statistics.median(ratios[s]):.2f}x "
+            f"(repeats: {spread})"
+        )
+
+
+if __name__ == "__main__":
+    main()

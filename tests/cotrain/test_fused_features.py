@@ -1,0 +1,61 @@
+"""EAGLE-3's fused input: the extra layers' states come before the final-norm state, the hooks leave the policy as
+they found it, training targets stay the final-norm state, and a fresh fused drafter starts as the last-layer one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.feature_sequence import FeatureBatch
+from fastrl.cotrain.features import policy_features
+from fastrl.cotrain.fused_drafter import FusedEagleDrafter
+from fastrl.models.checkpoint import load_model
+from fastrl.speculative.drafter import EagleDrafter
+from tests.helpers import make_hf_model
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy")
+    make_hf_model("llama").save_pretrained(path)
+    return load_model(path).eval()
+
+
+def sequences() -> list[list[int]]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(3, 97, (n,), generator=g).tolist() for n in (12, 7)]
+
+
+def test_fused_features_end_with_the_final_state(policy):
+    hidden = policy.config.hidden_size
+    plain = policy_features(policy, sequences())
+    fused = policy_features(policy, sequences(), extra_layers=(0, 1))
+    for p, f in zip(plain, fused, strict=True):
+        assert f.features.shape == (p.features.shape[0], 3 * hidden)
+        torch.testing.assert_close(f.features[:, 2 * hidden :], p.features)
+        assert not torch.allclose(f.features[:, :hidden], f.features[:, hidden : 2 * hidden])
+    assert all(not layer._forward_hooks for layer in policy.model.layers)
+    batch = FeatureBatch.collate(fused, target_size=hidden)
+    torch.testing.assert_close(batch.targets[0, :10], fused[0].features[1:11, 2 * hidden :])
+
+
+def test_bad_layer_is_named(policy):
+    with pytest.raises(ValueError, match="extra_layers"):
+        policy_features(policy, sequences(), extra_layers=(len(policy.model.layers),))
+
+
+def test_fresh_fused_drafter_starts_as_last_layer_one_and_trains(policy):
+    fused_seqs = policy_features(policy, sequences(), extra_layers=(0,))
+    torch.manual_seed(0)
+    last = EagleDrafter(policy.config).eval()
+    torch.manual_seed(0)
+    fused = FusedEagleDrafter(policy.config, (0,)).eval()
+    batch = FeatureBatch.collate(fused_seqs, target_size=policy.config.hidden_size)
+    plain_features = batch.features[..., policy.config.hidden_size :]
+    with torch.no_grad():
+        expected = last(policy, batch.tokens, plain_features, batch.positions)
+        torch.testing.assert_close(fused(policy, batch.tokens, batch.features, batch.positions), expected)
+    before = fused.fuse.weight.clone()
+    DrafterTrainer(fused, policy, DrafterTrainerConfig(lr=1e-2, warmup_steps=0)).train_step(fused_seqs)
+    assert not torch.equal(fused.fuse.weight, before)
