@@ -19,7 +19,9 @@ class StepMetrics:
     Rollout: `policy_version` generated the samples; rewards (mean, std), accuracy (fraction of samples with
     reward >= CORRECT_REWARD) overall and per problem-size bucket, response lengths in tokens, the fraction cut
     by max_new_tokens / context, the rollout's wall time and tail time (after the first worker ran dry), the
-    mean accepted tokens per decode round (1.0 for plain decoding), the drafter version after the rollout and
+    mean accepted tokens per decode round (1.0 for plain decoding) and `speculative_accept_length`, the same over
+    the rounds that drafted only (None when none did: the drafter's quality apart from the selector's choice of
+    plain decoding), the drafter version after the rollout and
     its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
     `drafter_time_s` wall seconds summed over workers, in the tail or after it),
     and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
@@ -72,6 +74,7 @@ class StepMetrics:
     drafter_heldout_top1: float | None = None
     drift_kl: float | None = None
     rollout_tokens_per_s: float = 0.0
+    speculative_accept_length: float | None = None
     plain_time_estimate_s: float | None = None
     estimated_speedup: float | None = None
     arm_rounds: dict[str, dict[str, int]] = field(default_factory=dict)

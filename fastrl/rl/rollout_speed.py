@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastrl.adaptive.buckets import BatchBuckets
-from fastrl.rollout.types import RolloutBatch
+from fastrl.rollout.types import RolloutBatch, RoundRecord
+from fastrl.strategy.strategy import DISABLE_NAME
 
 
 @dataclass
@@ -106,6 +107,14 @@ def estimated_plain_time(wall_time_s: float, round_times: Iterable[tuple[float, 
     return wall_time_s * sum(p for _, p in estimated) / wall
 
 
+def speculative_accept_length(rounds: Iterable[RoundRecord]) -> float | None:
+    """Row-weighted tokens per round over the rounds that drafted (not ``disable``): the drafter's quality, apart
+    from how often the selector chose plain decoding. None when no round drafted."""
+    drafted = [(r.mean_accept_length, r.batch_size) for r in rounds if r.strategy != DISABLE_NAME]
+    rows = sum(n for _, n in drafted)
+    return sum(length * n for length, n in drafted) / rows if rows else None
+
+
 def step_speed_fields(batch: RolloutBatch, thresholds: Iterable[int]) -> dict[str, Any]:
     """StepMetrics' speed keys of one rollout: tokens/s, the plain-decoding estimate and the speedup, decode rounds
     and the chosen strategy per batch-size bucket."""
@@ -118,6 +127,7 @@ def step_speed_fields(batch: RolloutBatch, thresholds: Iterable[int]) -> dict[st
         arm_rounds=count_arm_rounds([(r.batch_size, r.strategy) for r in batch.rounds], thresholds),
     )
     return {
+        "speculative_accept_length": speculative_accept_length(batch.rounds),
         "rollout_tokens_per_s": story.tokens_per_s,
         "plain_time_estimate_s": story.plain_time_estimate_s,
         "estimated_speedup": story.speedup,

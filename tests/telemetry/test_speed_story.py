@@ -80,6 +80,7 @@ def test_train_step_fields_and_the_run_summary():
     assert fields["strategy_choices"] == {"1": "5_1_6", "5-20": "disable"}
     none = step_speed_fields(_batch([RoundRecord("w0", "5_1_6", 1, 3.0, 4, 0.5)], 2.0), THRESHOLDS)
     assert none["plain_time_estimate_s"] is None and none["estimated_speedup"] is None
+    assert fields["speculative_accept_length"] == 3.0  # the plain round's 8 rows are left out
 
     history = [_metrics(0, fields, tokens=100, rollout=2.0), _metrics(1, fields, tokens=300, rollout=4.0)]
     story = steps_speed(history, THRESHOLDS)
@@ -90,6 +91,18 @@ def test_train_step_fields_and_the_run_summary():
     flat = history[0].to_flat_dict()
     assert flat["arm_rounds/1/5_1_6"] == 1.0 and flat["estimated_speedup"] == pytest.approx(1.5)
     assert all(isinstance(v, float) for v in flat.values())
+
+
+def test_speculative_accept_length_weighs_rows_and_leaves_plain_rounds_out():
+    records = [
+        RoundRecord("w0", "5_1_6", 2, 3.0, 6, 0.5),
+        RoundRecord("w0", "suffix_8", 6, 2.0, 12, 0.5),
+        RoundRecord("w1", "disable", 30, 1.0, 30, 0.5),
+    ]
+    fields = step_speed_fields(_batch(records, 2.0), THRESHOLDS)
+    assert fields["speculative_accept_length"] == pytest.approx((2 * 3.0 + 6 * 2.0) / 8)
+    plain = step_speed_fields(_batch(records[2:], 2.0), THRESHOLDS)
+    assert plain["speculative_accept_length"] is None
 
 
 def _metrics(step: int, speed: dict, tokens: int, rollout: float) -> StepMetrics:
