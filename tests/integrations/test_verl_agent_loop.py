@@ -95,35 +95,44 @@ def test_request_through_verl_equals_fastrl_generate(stack, tmp_path):
 
 
 def test_idle_server_cotrains_in_the_tail_and_sleep_merges_drafters(stack, export_dir, tmp_path):
-    """Server 1 finishes its short request while server 0 runs a long one: server 1 co-trains in that tail.
+    """Server 1 finishes its short requests while server 0 runs long ones: server 1 co-trains in that tail.
     At sleep the co-trained copies are averaged into the next drafter version on both servers; the bandit's state
     and the engines survive sleep / wake_up."""
     _, servers, agent_loops, first = stack
     replicas = servers.get_replicas()
     prompt = _rows(first)[0][0]
 
+    sampled = {"temperature": 1.0, "logprobs": False}
+
+    def generate(replica, tokens: int, request_id: str):
+        params = {**sampled, "max_tokens": tokens, "ignore_eos": True}
+        return (
+            replicas[replica]
+            .servers[0]
+            .generate.remote(prompt_ids=prompt, sampling_params=params, request_id=request_id)
+        )
+
     async def tail():
-        sampled = {"temperature": 1.0, "logprobs": False}
-        long = (
-            replicas[0]
-            .servers[0]
-            .generate.remote(
-                prompt_ids=prompt, sampling_params={**sampled, "max_tokens": 40, "ignore_eos": True}, request_id="long"
-            )
-        )
-        await (
-            replicas[1]
-            .servers[0]
-            .generate.remote(prompt_ids=prompt, sampling_params={**sampled, "max_tokens": 2}, request_id="short")
-        )
-        return await long
+        """Server 0 always has a long request in flight (the next is sent before the last is awaited) while server 1
+        finishes short ones and goes idle, until server 1 reports co-training steps (a few tries: whether the hub
+        has heard that server 0 is busy when server 1 asks is a race between two actors' calls)."""
+        long, lengths = generate(0, 40, "long-0"), []
+        for attempt in range(20):
+            await generate(1, 2, f"short-{attempt}")
+            following = generate(0, 40, f"long-{attempt + 1}")
+            lengths.append(len((await long).token_ids))
+            long = following
+            if (await replicas[1].reports())[0].cotrain_steps > 0:
+                break
+        lengths.append(len((await long).token_ids))
+        return lengths
 
     async def state():
         reports = [r for replica in replicas for r in await replica.reports()]
         bandits = [await replica.servers[0].strategy_selector_state.remote() for replica in replicas]
         return reports, bandits
 
-    assert len(asyncio.run(tail()).token_ids) == 40
+    assert set(asyncio.run(tail())) == {40}
     before, bandits = asyncio.run(state())
     assert before[1].cotrain_steps > 0  # the idle server trained while the other ran the tail
 
