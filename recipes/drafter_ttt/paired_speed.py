@@ -2,7 +2,7 @@
 each strategy back to back (order rotated), and the ratio is taken within the repeat, so load changes on a shared
 CPU move both sides of a ratio alike. bs=1, held-out task prompts, tokens checked identical to plain.
 
-  python recipes/drafter_ttt/paired_speed.py --temperature 1 --strategies 3_1_4 7_1_8 8_4_32 --repeats 3
+  python recipes/drafter_ttt/paired_speed.py --temperature 1 --strategies 3_1_4 7_1_8 8_4_32 --repeats 3 [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategies", nargs="+", default=["3_1_4", "7_1_8", "8_4_32"])
+    parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model_dir = bundled_model_dir()
     policy = load_model(model_dir).eval()
-    drafter = resolve_drafter("", model_dir, policy, needed=True)
+    drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True)
     prompts = task_prompts(load_tokenizer(model_dir), args.prompts, args.seed)
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=args.temperature, seed=i))
