@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Train the EAGLE drafter shipped with the bundled model (fastrl/assets/arith-tiny-drafter), all three stages of its
+# Train the EAGLE drafter shipped with the bundled model (fastrl/assets/arith-tiny-drafter), all four stages of its
 # lineage (docs/benchmarks.md "Drafter training"): rollouts sampled from the policy, its hidden states taken, the
 # drafter fitted, accept lengths measured after every epoch. Each stage resumes if rerun; outputs under runs/.
 #   1. EAGLE-1 loss (trainer.ttt_steps=1), 4,096 T=1 prompts x 8 epochs (~567k tokens an epoch)
 #   2. training-time test (ttt_steps=3) on 1,024 prompts at T=0 and T=1 (~300k tokens), one epoch
-#   3. the same on 4,096 fresh prompts at T=0 and T=1 (~1.2M tokens), one epoch: the shipped drafter
-# Extra arguments go to every stage (e.g. threads=2). On this 2-core CPU: hours for stage 1, ~45 and ~40 min after.
+#   3. the same on 4,096 fresh prompts at T=0 and T=1 (~1.2M tokens), one epoch
+#   4. the same on 8,192 fresh prompts at T=0 and T=1 (~2.4M tokens), one epoch: the shipped drafter
+# Extra arguments go to every stage (e.g. threads=2). On this 2-core CPU: hours for stage 1, ~45, ~40 and ~50 min after.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=runs/bundled_drafter
@@ -19,4 +20,7 @@ fastrl train-drafter init_drafter=$out/stage1 output=$out/stage2 num_prompts=102
 fastrl train-drafter init_drafter=$out/stage2 output=$out/stage3 num_prompts=4096 \
   eval_prompts=64 'rollout_temperatures=[0.0,1.0]' epochs=1 shard_requests=512 gen_batch_size=128 seed=31 \
   trainer.ttt_steps=3 trainer.lr=5e-4 trainer.warmup_steps=10 'accept_strategies=[7_1_8,11_1_12,8_4_32]' "$@"
-echo "shipped drafter: $out/stage3 (copy it to fastrl/assets/arith-tiny-drafter)"
+fastrl train-drafter init_drafter=$out/stage3 output=$out/stage4 num_prompts=8192 \
+  eval_prompts=64 'rollout_temperatures=[0.0,1.0]' epochs=1 shard_requests=512 gen_batch_size=128 seed=47 \
+  trainer.ttt_steps=3 trainer.lr=5e-4 trainer.warmup_steps=10 'accept_strategies=[7_1_8,11_1_12,8_4_32]' "$@"
+echo "shipped drafter: $out/stage4 (copy it to fastrl/assets/arith-tiny-drafter)"
