@@ -262,8 +262,9 @@ class KVCache:
             raise ValueError(f"KVCache.move: src {tuple(src.shape)} and dst {tuple(dst.shape)} must both be [B,M]")
         rows = self.rows(slots)
         src_flat, dst_flat = self.entries(rows, src).reshape(-1), self.entries(rows, dst).reshape(-1)
-        self.k.index_copy_(1, dst_flat, self.k.index_select(1, src_flat))
-        self.v.index_copy_(1, dst_flat, self.v.index_select(1, src_flat))
+        for layer in (*self.k, *self.v):  # per layer, entries as rows: much faster than indexing dim 1 of [L,E,..]
+            entries = layer.view(layer.shape[0], -1)
+            entries.index_copy_(0, dst_flat, entries.index_select(0, src_flat))
 
     def copy_pages(self, src: list[int], dst: list[int]) -> None:
         """Copies whole pages src[i] -> dst[i] in every layer (a shared prompt's partial last page).  # in place"""
@@ -278,7 +279,8 @@ class KVCache:
             self.v.index_copy_(1, d, self.v.index_select(1, s))
 
     def clear_pages(self, pages: list[int]) -> None:
-        """Zeroes pages about to be handed to a sequence, so nothing it attends past its tokens is non-finite."""
+        """Zeroes pages (freed ones, before anyone holds them again), so nothing attended past a row's tokens is
+        non-finite."""
         if pages:
             ps = self.page_size
             idx = torch.tensor(pages, device=self.device).unsqueeze(1) * ps + torch.arange(ps, device=self.device)
