@@ -178,15 +178,18 @@ def verify_trees(
     out = policy(tree.tokens, n.unsqueeze(1) + tree.depths, cache=cache, slots=slots, cache_index=index, attn_mask=mask)
     rows = torch.arange(b, device=n.device).repeat_interleave(nodes)
     positions = (n.unsqueeze(1) + tree.depths + 1).reshape(-1)
-    node_noise = None if noise is None else noise.gather(1, tree.depths.unsqueeze(-1).expand(-1, -1, vocab))
-    node_noise = None if node_noise is None else node_noise.reshape(b * nodes, vocab)
+    node_noise = None
+    if noise is not None:  # the noise of each node's depth (a chain's node i is at depth i)
+        depths = tree.depths.unsqueeze(-1).expand(-1, -1, vocab)
+        node_noise = noise[:, :nodes] if runtime.verifies_chain else noise.gather(1, depths)
+        node_noise = node_noise.reshape(b * nodes, vocab)
     sampled = sample(out.logits.reshape(b * nodes, -1), inputs.sampling.index(rows), positions, node_noise)
     targets = sampled.tokens.view(b, nodes)
     acc = verify_tree(tree, targets, runtime.max_depth)
 
     # The accepted path's KV to its sequence positions: node path[d] sits at n + path[d], its token at n + d (a
     # no-op past the path). A chain's node d is its depth-d node, so a chain's path is in place already.
-    if not runtime.is_chain:
+    if not runtime.verifies_chain:
         depth_range = runtime.level_range.unsqueeze(0)
         dst = n.unsqueeze(1) + depth_range
         src = torch.where(depth_range <= acc.accepted.unsqueeze(1), n.unsqueeze(1) + acc.path, dst)
