@@ -194,10 +194,14 @@ def verify_trees(
         dst = n.unsqueeze(1) + depth_range
         src = torch.where(depth_range <= acc.accepted.unsqueeze(1), n.unsqueeze(1) + acc.path, dst)
         cache.move(slots, src, dst)
+    logprobs = sampled.logprobs.view(b, nodes)
+    if runtime.verifies_chain:  # the path's first accepted + 1 nodes are the chain's first ones (the rest: padding)
+        levels = runtime.max_depth + 1
+        return SpecRoundResult(targets[:, :levels], logprobs[:, :levels], out.hidden[:, :levels], acc.accepted)
     path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
-        logprobs=sampled.logprobs.view(b, nodes).gather(1, acc.path),
+        logprobs=logprobs.gather(1, acc.path),
         hidden=path_hidden,
         accepted=acc.accepted,
     )
