@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa
+from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa, mask_bias
 
 
 class PageTable:
@@ -193,7 +193,10 @@ class KVCache:
         if first_slot is not None and (stride is None or kv_len > stride * self.page_size):
             first_slot = None  # no home pages, or the keys run past them: gather
         pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
-        return AttentionMetadata(rows.index, self.entries(rows, index).reshape(-1), pages, kv_len, mask, first_slot)
+        # On a CPU the bool mask becomes a float bias once here rather than inside attention at every layer.
+        bias = mask_bias(mask, self.dtype) if self.device.type == "cpu" and self.num_layers > 1 else None
+        entries = self.entries(rows, index).reshape(-1)
+        return AttentionMetadata(rows.index, entries, pages, kv_len, mask, first_slot, bias)
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
         """Store this layer's new K/V and attend over the cache (the backend's work).
