@@ -93,6 +93,7 @@ class Engine:
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
         self._rejected: list[Request] = []
+        self._finishing = False  # a running request finished since the last release
         self._live_ids: set[str] = set()
         self._next_id = 0
 
@@ -177,6 +178,9 @@ class Engine:
 
     def _release(self) -> list[Request]:
         """Free the slots and pages of finished requests and tell the history index; returns them."""
+        if not self._finishing:
+            return []  # nobody finished since the last release: no scan of the running requests
+        self._finishing = False
         released = self.scheduler.release_finished()
         if self.history is not None:
             for r in released:  # a response that ended in an error teaches the index nothing
@@ -254,6 +258,7 @@ class Engine:
     def _finish(self, request: Request, reason: FinishReason) -> None:
         """Mark a request finished (its slot and pages are released after the round)."""
         request.finish_reason = reason
+        self._finishing = True
         if reason == FinishReason.ERROR:  # NaN or infinite logits: the last token and any after it mean nothing
             request.error = (
                 f"request {request.request_id}: non-finite logits at generated token {len(request.logprobs) - 1}"

@@ -75,6 +75,11 @@ class PagePool:
     def pages_of(self, slot: int) -> list[int]:
         return self._held.get(slot, [])
 
+    def has_room(self, slot: int, entries: int) -> bool:
+        """True when `slot` already holds pages covering entries [0, entries) (`ensure` would take nothing)."""
+        held = self._held.get(slot)
+        return held is not None and len(held) * self.page_size >= entries
+
     def ensure(self, slot: int, entries: int) -> bool:
         """Give `slot` pages covering entries [0, entries); False (and nothing taken) when too few are free."""
         held = self._held.get(slot)
