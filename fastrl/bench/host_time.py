@@ -11,6 +11,9 @@ them to compare two trees side by side:
     PYTHONPATH=/path/to/base python fastrl/bench/host_time.py throughput 1,64,256 64
     PYTHONPATH=$PWD          python fastrl/bench/host_time.py throughput 1,64,256 64
 
+`host` runs the host-time suite itself the same way (`python fastrl/bench/host_time.py host disable,3_1_4`), so
+its figures for two trees can be alternated too.
+
 `view` compares, in one process and pair by pair, rounds that read keys in place (home pages) with the same pool
 gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 """
@@ -157,9 +160,24 @@ def main(argv: list[str]) -> None:
     from fastrl.models.checkpoint import load_model
 
     torch.set_num_threads(1)
-    if len(argv) < 2 or argv[0] not in ("throughput", "view"):
-        raise ValueError(f"usage: host_time.py throughput|view BATCHES [NEW_TOKENS]; got {argv}")
-    model = load_model(resolve_model_dir(None))
+    if len(argv) < 2 or argv[0] not in ("throughput", "view", "host"):
+        raise ValueError(f"usage: host_time.py throughput|view BATCHES [NEW_TOKENS] | host STRATEGIES; got {argv}")
+    model_dir = resolve_model_dir(None)
+    model = load_model(model_dir)
+    if argv[0] == "host":
+        from fastrl.commands.bench_config import BenchConfig
+        from fastrl.commands.engine_setup import resolve_drafter
+
+        strategies = argv[1].split(",")
+        speculative = any(not Strategy.parse(s).is_disabled for s in strategies)
+        drafter = resolve_drafter(BenchConfig().drafter, model_dir, model, speculative)
+        for row in bench_host_time(model, drafter, strategies):
+            print(
+                f"{row.strategy}: {row.per_row_us:.1f} us per extra row (64 -> 256: {row.small_batch_us:.0f} -> "
+                f"{row.large_batch_us:.0f} us), 850- vs 100-token rows {row.long_vs_short:.2f}",
+                flush=True,
+            )
+        return
     new_tokens = int(argv[2]) if len(argv) > 2 else 64
     for batch in [int(x) for x in argv[1].split(",")]:
         if argv[0] == "view":

@@ -3,17 +3,16 @@ per step, the strategy of each round chosen by a StrategySelector."""
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.finish import FINISH_CODES
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
 from fastrl.engine.runner import ModelRunner, StepOutput
 from fastrl.engine.scheduler import Scheduler
@@ -94,6 +93,7 @@ class Engine:
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
         self._rejected: list[Request] = []
+        self._finishing = False  # a running request finished since the last release
         self._live_ids: set[str] = set()
         self._next_id = 0
 
@@ -152,7 +152,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Admit and prefill waiting requests (recomputing preempted ones), then run one decode round over the other
         running requests, once each has pages for it."""
-        progressed: dict[str, list[int]] = {}
+        progressed: dict[str, tuple[Request, list[int]]] = {}
         finished: list[Request] = self._rejected
         self._rejected = []
         admitted = self.scheduler.admit()
@@ -163,26 +163,24 @@ class Engine:
         if fresh:
             self._prefill(fresh, progressed)
         finished += self._release()
-        prefilled = {r.request_id for r in fresh}
-        active = [r for r in self.scheduler.running if not r.finished and r.request_id not in prefilled]
-        active = sorted(self.scheduler.reserve(active), key=lambda r: r.slot)  # slot order: keys read in place
+        running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
+        active = [r for r in running if r.request_id not in progressed] if fresh else list(running)
+        active = self.scheduler.reserve(active)
         if active:
             self._decode(active, progressed)
         finished += self._release()
         for r in finished:
             self._live_ids.discard(r.request_id)
-        done_ids = {r.request_id for r in finished}
-        outputs = [r.to_output(progressed.get(r.request_id)) for r in finished]
-        live = list(self.scheduler.running) + list(self.scheduler.waiting)  # a request preempted after it progressed
-        outputs += [
-            r.to_output(progressed[r.request_id])
-            for r in live
-            if r.request_id in progressed and r.request_id not in done_ids
-        ]
+        outputs = [r.to_output(progressed[r.request_id][1] if r.request_id in progressed else None) for r in finished]
+        # Deltas of the others that progressed (a request preempted after it progressed is waiting again).
+        outputs += [r.to_output(tokens) for r, tokens in progressed.values() if not r.finished]
         return outputs
 
     def _release(self) -> list[Request]:
         """Free the slots and pages of finished requests and tell the history index; returns them."""
+        if not self._finishing:
+            return []  # nobody finished since the last release: no scan of the running requests
+        self._finishing = False
         released = self.scheduler.release_finished()
         if self.history is not None:
             for r in released:  # a response that ended in an error teaches the index nothing
@@ -206,15 +204,17 @@ class Engine:
         return [results[i] for i in ids]
 
     # ---- internals ------------------------------------------------------------------------------------------
-    def _prefill(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
+    def _prefill(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
         out = self.runner.prefill(requests)
         self.prefill_rows.add(len(requests), out.prefill_rows)
+        first_token = now()
         for row, request in enumerate(requests):
             if out.prompt_hidden[row] is not None:
                 request.prompt_hidden_states = out.prompt_hidden[row]
+            request.timings.first_token = first_token
         self._emit_rows(requests, out, progressed)
 
-    def _decode(self, requests: list[Request], progressed: dict[str, list[int]]) -> None:
+    def _decode(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
         strategy = self.selector.choose(len(requests))
         start = time.perf_counter()
         out = self.runner.decode(requests, strategy)
@@ -236,40 +236,31 @@ class Engine:
         self._info.observe(stats)
         self.selector.observe(stats)
 
-    def _emit_rows(self, requests: list[Request], out: StepOutput, progressed: dict[str, list[int]]) -> list[int]:
-        """Emit each row's tokens in order, stopping where the request finishes; returns the counts emitted."""
-        emitted = []
-        for row, request in enumerate(requests):
-            hidden = out.hidden[row]
-            n = 0
-            for j, (token, logprob) in enumerate(zip(out.tokens[row], out.logprobs[row], strict=True)):
-                n += 1
-                if self._emit(request, token, logprob, None if hidden is None else hidden[j : j + 1], progressed):
-                    break
-            if self.history is not None:
-                self.history.extend(request.request_id, out.tokens[row][:n])
-            emitted.append(n)
-        return emitted
+    def _emit_rows(
+        self, requests: list[Request], out: StepOutput, progressed: dict[str, tuple[Request, list[int]]]
+    ) -> list[int]:
+        """Append each row's emitted tokens (the runner already cut them where the request finishes, and says
+        why in `out.finish`); returns the counts emitted."""
+        for request, tokens, logprobs, hidden in zip(requests, out.tokens, out.logprobs, out.hidden, strict=True):
+            request.output_ids += tokens
+            request.logprobs += logprobs
+            progressed[request.request_id] = (request, tokens)
+            if hidden is not None:
+                request.hidden_states.append(hidden)
+        for row, code in enumerate(out.finish):
+            if code:
+                self._finish(requests[row], FINISH_CODES[code])
+        if self.history is not None:
+            for request, tokens in zip(requests, out.tokens, strict=True):
+                self.history.extend(request.request_id, tokens)
+        return [len(tokens) for tokens in out.tokens]
 
-    def _emit(
-        self, request: Request, token: int, logprob: float, hidden: Tensor | None, progressed: dict[str, list[int]]
-    ) -> bool:
-        """Append one generated token (and its [1,H] hidden state when asked for); True when it finished."""
-        if request.timings.first_token is None:
-            request.timings.first_token = now()
-        request.output_ids.append(token)
-        request.logprobs.append(logprob)
-        progressed.setdefault(request.request_id, []).append(token)
-        if hidden is not None:
-            request.hidden_states.append(hidden)
-        if not math.isfinite(logprob):  # NaN or infinite logits: this token and any after it mean nothing
-            request.finish_reason = FinishReason.ERROR
+    def _finish(self, request: Request, reason: FinishReason) -> None:
+        """Mark a request finished (its slot and pages are released after the round)."""
+        request.finish_reason = reason
+        self._finishing = True
+        if reason == FinishReason.ERROR:  # NaN or infinite logits: the last token and any after it mean nothing
             request.error = (
                 f"request {request.request_id}: non-finite logits at generated token {len(request.logprobs) - 1}"
             )
-            request.timings.finished = now()
-            return True
-        done = self.scheduler.check_finished(request, self.eos_ids)
-        if done:
-            request.timings.finished = now()
-        return done
+        request.timings.finished = now()

@@ -16,9 +16,10 @@ class PageUpdates:
     """What changed since the last drain.
 
     table: (slot, column) -> pool page, or None for "back to the slot's scratch" (the last change wins);
-    fresh: pages handed out (zeroed before use); freed: pages nobody holds any more (zeroed too: a home view
-    attends over them, masked, and masked keys must be finite); copies: (src, dst) page copies to run after the
-    prefill that fills src (a shared prompt's partial last page, which each sibling continues on its own).
+    fresh: pages handed out (already zero: never written, or zeroed when freed); freed: pages nobody holds any
+    more, to be zeroed (a home view attends over them, masked, and masked keys must be finite; nothing writes a
+    page nobody holds, so a freed page stays zero until it is handed out again); copies: (src, dst) page copies to
+    run after the prefill that fills src (a shared prompt's partial last page, which each sibling continues on its own).
     """
 
     table: dict[tuple[int, int], int | None] = field(default_factory=dict)
@@ -63,12 +64,21 @@ class PagePool:
         """True when every page `slot` holds is its home page of that column (always False without a stride)."""
         return self.home_stride is not None and slot not in self._away
 
+    def all_at_home(self, slots: list[int]) -> bool:
+        """`at_home` for every slot of `slots` (set operations, not a loop over the slots)."""
+        return self.home_stride is not None and self._away.isdisjoint(slots)
+
     def pages_for(self, entries: int) -> int:
         """Pages that hold `entries` cache entries."""
         return math.ceil(entries / self.page_size)
 
     def pages_of(self, slot: int) -> list[int]:
         return self._held.get(slot, [])
+
+    def has_room(self, slot: int, entries: int) -> bool:
+        """True when `slot` already holds pages covering entries [0, entries) (`ensure` would take nothing)."""
+        held = self._held.get(slot)
+        return held is not None and len(held) * self.page_size >= entries
 
     def ensure(self, slot: int, entries: int) -> bool:
         """Give `slot` pages covering entries [0, entries); False (and nothing taken) when too few are free."""

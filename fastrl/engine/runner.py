@@ -20,6 +20,7 @@ from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
+from fastrl.engine.read_back import read_back
 from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, PageTable
@@ -37,15 +38,17 @@ from fastrl.strategy.strategy import Strategy
 class StepOutput:
     """What one prefill or decode round produced, per request row, as plain values.
 
-    tokens[b] / logprobs[b]: the row's candidate tokens in order (accepted drafts, then the policy's own token; one
-    token for prefill and plain rounds); the engine emits them until the request finishes. accepted[b]: accepted
-    draft tokens (0 for plain). hidden[b]: the hidden state behind each token, [len(tokens[b]),H] float32 on the
-    CPU, only for requests that asked for hidden states (else None). prompt_hidden[b]: a prefill's prompt hidden
-    states [P-1,H] for such requests.
+    tokens[b] / logprobs[b]: the tokens row b emits, in order (accepted drafts, then the policy's own token; one
+    token for prefill and plain rounds), already cut where the request finishes; finish[b]: why it finishes
+    (a `fastrl.engine.finish.FINISH_CODES` key), 0 while it runs. accepted[b]: accepted draft tokens (0 for
+    plain). hidden[b]: the hidden state behind each emitted token, [len(tokens[b]),H] float32 on the CPU, only
+    for requests that asked for hidden states (else None). prompt_hidden[b]: a prefill's prompt hidden states
+    [P-1,H] for such requests.
     """
 
     tokens: list[list[int]]
     logprobs: list[list[float]]
+    finish: list[int]
     accepted: list[int]
     hidden: list[Tensor | None]
     prompt_hidden: list[Tensor | None] = field(default_factory=list)
@@ -115,7 +118,9 @@ class ModelRunner:
         # The default pool holds every slot's context: each slot gets its own home range of pages (read in place).
         home = per_request if config.kv_cache_tokens is None else None
         self.pool = PagePool(num_pages, ps, home)
-        self.state = SlotState(slots, self.device)
+        eos = mc.eos_token_id
+        eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+        self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
         self.cache = KVCache(
@@ -148,15 +153,16 @@ class ModelRunner:
         return pages * sum(c.page_bytes for c in self.caches)
 
     def _sync_pages(self) -> None:
-        """Apply the pool's changes to the page table and zero the pages handed out; keep the page copies that
-        must follow the next prefill of new prompts."""
+        """Apply the pool's changes to the page table and zero the pages freed (pages handed out are zero already:
+        never written, or zeroed when freed); keep the page copies that must follow the next prefill of new
+        prompts."""
         updates = self.pool.drain()
         unmapped = [key for key, page in updates.table.items() if page is None]
         mapped = [(key, page) for key, page in updates.table.items() if page is not None]
         self.table.unmap([s for s, _ in unmapped], [c for _, c in unmapped])
         self.table.map([s for (s, _), _ in mapped], [c for (_, c), _ in mapped], [p for _, p in mapped])
         for cache in self.caches:
-            cache.clear_pages(updates.fresh + updates.freed)
+            cache.clear_pages(updates.freed)
         self._pending_copies += updates.copies
 
     def resume(self, requests: list[Request]) -> None:
@@ -181,14 +187,17 @@ class ModelRunner:
         for cache in self.caches:
             cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
         slots = self.state.admit(requests, [len(r.prompt_ids) for r in requests])
+        slot_ids = [r.slot for r in requests]
         # Every request samples from its prompt's logits with its own seed.
-        sampled = sample(result.last_logits, self.state.inputs(requests).sampling, result.lengths)
+        sampled = sample(result.last_logits, self.state.inputs(slot_ids).sampling, result.lengths)
         self.state.last[slots] = sampled.tokens
-        tokens, logprobs = read_back(sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1))[:2]
-        tokens, logprobs = [t[0] for t in tokens], [lp[0] for lp in logprobs]
+        tokens, logprobs = sampled.tokens.unsqueeze(1), sampled.logprobs.unsqueeze(1)
+        one = torch.ones_like(sampled.tokens)
+        finish = self.state.finish(slots, tokens, logprobs, one, self.state.lengths[slots])
+        back = read_back(tokens, logprobs, torch.zeros_like(one), finish)
         if self.drafter is not None:
-            fed = [r.prompt_ids + [t] for r, t in zip(requests, tokens, strict=True)]
-            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
+            fed = [r.prompt_ids + t for r, t in zip(requests, back.tokens, strict=True)]
+            feed_prompts(self.spec_models, self.feed, slots, slot_ids, fed, result.hidden)
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
@@ -198,9 +207,10 @@ class ModelRunner:
             prompt_hidden.append(states[: length - 1].detach().to("cpu", torch.float32) if want else None)
             hidden.append(states[length - 1 : length].detach().to("cpu", torch.float32) if want else None)
         return StepOutput(
-            tokens=[[t] for t in tokens],
-            logprobs=[[lp] for lp in logprobs],
-            accepted=[0] * len(requests),
+            tokens=back.tokens,
+            logprobs=back.logprobs,
+            finish=back.finish,
+            accepted=back.accepted,
             hidden=hidden,
             prompt_hidden=prompt_hidden,
             prefill_rows=result.computed_rows,
@@ -209,12 +219,13 @@ class ModelRunner:
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
         self._sync_pages()
-        inputs = self.state.inputs(requests)
+        slot_ids = [r.slot for r in requests]
+        inputs = self.state.inputs(slot_ids)
         if strategy.is_disabled:
             if self.graphs is not None:
                 result = self.graphs.run_plain(inputs)
             else:
-                result = plain_round(self.model, self.cache, inputs, first_slot=self._home_rows(requests))
+                result = plain_round(self.model, self.cache, inputs, first_slot=self._home_rows(slot_ids))
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
             accepted = torch.zeros_like(result.tokens)
@@ -223,7 +234,7 @@ class ModelRunner:
             start = time.perf_counter()
             pending = None
             if strategy.uses_drafter:
-                pending = self.feed.take(inputs.slots, [r.slot for r in requests])
+                pending = self.feed.take(inputs.slots, slot_ids)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
             if self.graphs is not None and not strategy.is_history:
@@ -237,27 +248,28 @@ class ModelRunner:
                 spec.draft_time_s += prep_s
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
-        self.state.advance(inputs.slots, tokens, accepted + 1)
-        token_rows, logprob_rows, accepted_rows = read_back(tokens, logprobs, accepted)
+        candidates = accepted + 1
+        finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
+        self.state.advance(inputs.slots, tokens, candidates)
+        back = read_back(tokens, logprobs, accepted, finish)
         if self.drafter is not None:
-            emitted = [a + 1 for a in accepted_rows]
-            self.feed.append(inputs.slots, [r.slot for r in requests], tokens, hidden, emitted)
-        out_tokens, out_logprobs, out_hidden = [], [], []
-        for row, request in enumerate(requests):
-            count = accepted_rows[row] + 1
-            out_tokens.append(token_rows[row][:count])
-            out_logprobs.append(logprob_rows[row][:count])
-            want = request.return_hidden_states
-            out_hidden.append(hidden[row, :count].detach().to("cpu", torch.float32) if want else None)
-        return StepOutput(out_tokens, out_logprobs, accepted_rows, out_hidden, [], drafted, draft_s, verify_s)
+            self.feed.append(inputs.slots, slot_ids, tokens, hidden, [a + 1 for a in back.accepted])
+        out_hidden: list[Tensor | None] = [None] * len(requests)
+        wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
+        if wanted:  # one copy of the rows that asked, cut per row where it finished
+            rows = hidden[torch.tensor(wanted, device=hidden.device)].detach().to("cpu", torch.float32)
+            for i, row in enumerate(wanted):
+                out_hidden[row] = rows[i, : len(back.tokens[row])]
+        return StepOutput(
+            back.tokens, back.logprobs, back.finish, back.accepted, out_hidden, [], drafted, draft_s, verify_s
+        )
 
-    def _home_rows(self, requests: list[Request]) -> int | None:
+    def _home_rows(self, slot_ids: list[int]) -> int | None:
         """The first slot when the rows are consecutive slots in order, all holding only their home pages (their
         keys are then read in place), else None.  # host lists only"""
-        first = requests[0].slot
-        for row, request in enumerate(requests):
-            if request.slot != first + row or not self.pool.at_home(request.slot):
-                return None
+        first = slot_ids[0]
+        if slot_ids != list(range(first, first + len(slot_ids))) or not self.pool.all_at_home(slot_ids):
+            return None
         return first
 
     def _history_tree(self, requests: list[Request], strategy: Strategy) -> DraftTree:
@@ -280,19 +292,3 @@ class ModelRunner:
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
-
-
-def read_back(tokens: Tensor, logprobs: Tensor, accepted: Tensor | None = None) -> tuple[list, list, list[int]]:
-    """A round's results in one device-to-host copy: tokens and log-probs per row, accepted drafts per row.
-
-    # tokens/logprobs [B,K], accepted [B] -> lists (float64 holds token ids and float32 log-probs exactly)
-    """
-    k = tokens.shape[1]
-    columns = [tokens.to(torch.float64), logprobs.to(torch.float64)]
-    if accepted is not None:
-        columns.append(accepted.to(torch.float64).unsqueeze(1))
-    rows = torch.cat(columns, dim=1).tolist()
-    token_rows = [[int(t) for t in row[:k]] for row in rows]
-    logprob_rows = [row[k : 2 * k] for row in rows]
-    accepted = [int(row[2 * k]) for row in rows] if accepted is not None else [0] * len(rows)
-    return token_rows, logprob_rows, accepted

@@ -89,8 +89,16 @@ class Scheduler:
 
     def reserve(self, requests: list[Request]) -> list[Request]:
         """Give each of `requests` pages for one more round, preempting the latest admitted running requests when
-        the pool runs short; returns those of `requests` that keep running (in order)."""
-        for request in sorted(requests, key=lambda r: self._admitted[r.request_id]):
+        the pool runs short; returns those of `requests` that keep running (in order).
+
+        Only the requests whose pages are full take part (in admission order): the others take nothing and
+        preempt nobody, so leaving them out changes nothing but the host work.
+        """
+        pool, lookahead = self.pool, self.lookahead
+        needy = [r for r in requests if not pool.has_room(r.slot, r.num_tokens - 1 + lookahead)]
+        if not needy:
+            return requests
+        for request in sorted(needy, key=lambda r: self._admitted[r.request_id]):
             while request.slot is not None and not self.pool.ensure(
                 request.slot, request.num_tokens - 1 + self.lookahead
             ):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -26,7 +27,9 @@ class AttentionMetadata:
     slots: [B] slot ids; write: [B*S] physical cache entries of the new tokens, row-major; pages: [B,C] the
     pages holding each row's entries [0, C * page_size) (C = ceil(kv_len / page_size)); kv_len: entries
     attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key);
-    first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place).
+    first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place);
+    bias: the mask as an additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype, made once
+    per forward where given (scaled_dot_product_attention would convert the bool mask the same way at every layer).
     """
 
     slots: Tensor
@@ -35,6 +38,7 @@ class AttentionMetadata:
     kv_len: int
     mask: Tensor
     first_slot: int | None = None
+    bias: Tensor | None = None
 
 
 class AttentionBackend(Protocol):
@@ -61,4 +65,13 @@ class PagedSdpa:
             keys, values = cache.home_view(layer, meta.first_slot, q.shape[0], meta.kv_len)
         else:
             keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.mask, enable_gqa=gqa)
+        mask = meta.mask if meta.bias is None else meta.bias
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+
+
+def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool attention mask as the additive bias scaled_dot_product_attention makes of it (0 / -inf), bit for bit.
+
+    # [B,1,S,L] bool -> [B,1,S,L] dtype
+    """
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))

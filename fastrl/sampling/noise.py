@@ -12,6 +12,11 @@ shifts only ever see non-negative values. Integer results are therefore bit-iden
     uniform:   u = ((h >> 8) + 0.5) / 2**24         in (0, 1), exact in float64
     gumbel:    g = -log(-log(u))                    computed in float64, returned as float32
 
+Over the [N, V] grid the same words are computed in int32 holding each word's bit pattern (`_words32`): the
+multiplications wrap modulo 2**32, right shifts are made logical by a mask, and the buffers are reused in place,
+which halves the memory every op touches; `tests/sampling/test_gumbel_noise.py` checks them bit for bit against a
+pure-Python reference.
+
 Uniforms are returned as float64 because 24-bit uniforms of the form (x + 0.5) / 2**24 are not all
 representable in float32 (the largest would round to 1.0). The Gumbel values are computed in float64 and rounded
 once to float32, so a last-bit difference between CPU and CUDA ``log`` almost never reaches the float32 result.
@@ -58,22 +63,66 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # [N] int64, [N] int64 -> ([N], [N]) int64 32-bit lanes
+def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    # [N] int64, [N] int64 -> [2, N] int64 32-bit lanes (lane a, lane b), both lanes computed at once
     words = (
         seeds & MASK32,
         (seeds >> 32) & MASK32,  # the mask makes this the high word whatever the shift does with a sign bit
         positions & MASK32,
         (positions >> 32) & MASK32,
     )
-    lanes = []
-    for salt in (SALT_LANE_A, SALT_LANE_B):
-        lane = words[0] ^ mix32_int(salt ^ stream)
-        lane = _mix32(lane)
-        for word in words[1:]:
-            lane = _mix32(lane ^ word)
-        lanes.append(lane)
-    return lanes[0], lanes[1]
+    salts = [mix32_int(salt ^ stream) for salt in (SALT_LANE_A, SALT_LANE_B)]
+    lanes = _mix32(words[0].unsqueeze(0) ^ torch.tensor(salts, device=seeds.device).unsqueeze(1))
+    for word in words[1:]:
+        lanes = _mix32(lanes ^ word)
+    return lanes
+
+
+def _as_int32(words: torch.Tensor) -> torch.Tensor:
+    # [*] int64 in [0, 2**32) -> [*] int32 with the same 32-bit pattern
+    return (words - ((words >> 31) << 32)).to(torch.int32)
+
+
+def _mix32_words_(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    # [*] int32 bit patterns, in place (tmp: a buffer of the same shape) -> x = mix32(x); what _mix32 computes
+    for shift, mul in ((SHIFT_1, MUL_A), (SHIFT_2, MUL_B)):
+        torch.bitwise_right_shift(x, shift, out=tmp).bitwise_and_((1 << (32 - shift)) - 1)  # logical shift
+        x.bitwise_xor_(tmp).mul_(mul)  # int32 products wrap modulo 2**32
+    torch.bitwise_right_shift(x, SHIFT_3, out=tmp).bitwise_and_((1 << (32 - SHIFT_3)) - 1)
+    return x.bitwise_xor_(tmp)
+
+
+def _words32(
+    seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hash of every (row, vocab index) as int32 bit patterns, and a spare buffer of the same shape.
+
+    # [N], [N] -> [N, V] int32, [N, V] int32 (scratch)
+    """
+    if seeds.dim() != 1 or positions.shape != seeds.shape:
+        raise ValueError(
+            f"seeds and positions must both be 1-D of equal length, got {seeds.shape} and {positions.shape}"
+        )
+    if not 0 <= stream < MAX_STREAM:
+        raise ValueError(f"stream must be an integer in [0, 2**32), got {stream}")
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    device = seeds.device if device is None else torch.device(device)
+    seeds = seeds.to(device=device, dtype=torch.int64)
+    positions = positions.to(device=device, dtype=torch.int64)
+    lanes = _as_int32(_row_lanes(seeds, positions, stream))
+    index_key = _as_int32(_mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX))
+    h = torch.bitwise_xor(lanes[0].unsqueeze(1), index_key.unsqueeze(0))
+    tmp = torch.empty_like(h)
+    _mix32_words_(h, tmp)
+    h.add_(lanes[1].unsqueeze(1))  # wraps modulo 2**32
+    return _mix32_words_(h, tmp), tmp
+
+
+def _uniform_bits(words: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    # [N, V] int32 bit patterns -> out = the top UNIFORM_BITS bits of each word, as non-negative int32
+    torch.bitwise_right_shift(words, 32 - UNIFORM_BITS, out=out)
+    return out.bitwise_and_((1 << UNIFORM_BITS) - 1)
 
 
 def hash_bits(
@@ -93,22 +142,8 @@ def hash_bits(
         stream: an independent noise family, an int in [0, 2**32) (see the ``*_STREAM`` constants).
     """
     # [N], [N] -> [N, V] int64
-    if seeds.dim() != 1 or positions.shape != seeds.shape:
-        raise ValueError(
-            f"seeds and positions must both be 1-D of equal length, got {seeds.shape} and {positions.shape}"
-        )
-    if not 0 <= stream < MAX_STREAM:
-        raise ValueError(f"stream must be an integer in [0, 2**32), got {stream}")
-    if vocab_size < 1:
-        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-    device = seeds.device if device is None else torch.device(device)
-    seeds = seeds.to(device=device, dtype=torch.int64)
-    positions = positions.to(device=device, dtype=torch.int64)
-    lane_a, lane_b = _row_lanes(seeds, positions, stream)
-    index_key = _mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX)
-    h = _mix32(lane_a[:, None] ^ index_key[None, :])
-    h.add_(lane_b[:, None]).bitwise_and_(MASK32)
-    return _mix32(h)
+    words, _ = _words32(seeds, positions, vocab_size, device, stream)
+    return words.to(torch.int64).bitwise_and_(MASK32)
 
 
 def uniform_noise(
@@ -123,8 +158,8 @@ def uniform_noise(
     Same arguments as :func:`hash_bits`; the same (seed, position, index, stream) always gives the same value.
     """
     # [N], [N] -> [N, V] float64
-    bits = hash_bits(seeds, positions, vocab_size, device=device, stream=stream) >> (32 - UNIFORM_BITS)
-    return bits.to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
+    return _uniform_bits(words, tmp).to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
 
 
 def gumbel_noise(

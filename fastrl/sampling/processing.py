@@ -43,9 +43,10 @@ def process_logits(
     greedy = temperature == 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature).to(x.dtype)
     scaled = x / scale[:, None]
-    if apply_filters:
-        cutoff = _filter_cutoff(scaled, top_k, top_p)
-        scaled = scaled.masked_fill(scaled < cutoff[:, None], float("-inf"))
+    if not apply_filters:
+        return scaled  # greedy rows were divided by 1: their raw logits exactly
+    cutoff = _filter_cutoff(scaled, top_k, top_p)
+    scaled = scaled.masked_fill(scaled < cutoff[:, None], float("-inf"))
     return torch.where(greedy[:, None], x, scaled)
 
 

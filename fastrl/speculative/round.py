@@ -2,9 +2,11 @@
 
 The round has two parts. `catch_up` feeds each row's drafter the entries it has not read (their number varies from
 round to round). `draft_and_verify` is everything after it; its shapes depend only on the batch size, the strategy
-and `base`, the cache index where the round's tree nodes go, so on a GPU it is captured once per strategy and
-batch bucket as a CUDA graph (with `base` fixed at the end of the cache) and replayed; on a CPU `base` is the
-batch's longest row, which keeps attention short.
+and `base` (>= every row's length: attention covers policy cache entries [0, base + N), the drafter's tree steps go
+to its entries past base), so on a GPU it is captured once per strategy and batch bucket as a CUDA graph (with
+`base` fixed at the end of the cache) and replayed; on a CPU `base` is the batch's longest row, which keeps
+attention short. The policy writes row b's tree node i at its entry n_b + i, so a chain's accepted path is at its
+sequence positions already; a tree's is moved there.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ def draft_and_verify(
 ) -> SpecRoundResult:
     """The part of a round after catch-up, with no host synchronisation: what a CUDA graph captures.
 
-    `base` >= every row's length: tree nodes go to policy cache entries [base, base + N) and drafter entries
-    [base + 1, base + 1 + T).  # [B] rows, root_feature [B,H] -> SpecRoundResult
+    `base` >= every row's length: tree node i of row b goes to policy cache entry n_b + i (attention covers
+    [0, base + N)) and the drafter's to entries [base + 1, base + 1 + T).  # [B] rows, root_feature [B,H] -> result
     """
     return verify_trees(models, inputs, draft_trees(models, inputs, root_feature, runtime, base), runtime, base)
 
@@ -147,39 +149,59 @@ def draft_trees(
     return Draft(tree, noise)
 
 
+def tree_attention_mask(ancestors: Tensor, lengths: Tensor, kv_len: int) -> Tensor:
+    """Which cache entries each tree node attends: row b's prefix [0, n_b) and, at entries n_b + j, tree node j
+    when it is the node itself or one of its ancestors; nothing else (stale entries past the tree included).
+
+    # ancestors [B,N,N] bool, lengths [B] (n), kv_len >= max(n) + N -> [B,N,kv_len] bool
+    """
+    b, nodes, _ = ancestors.shape
+    offset = torch.arange(kv_len, device=lengths.device).unsqueeze(0) - lengths.unsqueeze(1)  # [B,L] node j = key - n
+    in_tree = (offset >= 0) & (offset < nodes)
+    node = offset.clamp(0, nodes - 1).unsqueeze(1).expand(b, nodes, kv_len)
+    return (offset < 0).unsqueeze(1) | (ancestors.gather(2, node) & in_tree.unsqueeze(1))
+
+
 def verify_trees(
     models: SpecModels, inputs: DecodeInputs, draft: Draft, runtime: StrategyRuntime, base: int
 ) -> SpecRoundResult:
-    """One policy forward over every tree node, the policy's sample at each node, the longest agreeing path;
-    the accepted path's KV is compacted to its sequence positions."""
+    """One policy forward over every tree node (node i of row b at cache entry n_b + i), the policy's sample at
+    each node, the longest agreeing path; the accepted path's KV ends at its sequence positions."""
     policy, cache, tree, noise = models.policy, models.cache, draft.tree, draft.noise
     n = inputs.lengths
     b = n.shape[0]
     vocab = policy.config.vocab_size
     slots = cache.rows(inputs.slots)
     nodes = tree.num_nodes
-    prefix = torch.arange(base, device=n.device)
-    prefix_mask = (prefix < n.unsqueeze(1)).unsqueeze(1).expand(b, nodes, base)
-    mask = torch.cat([prefix_mask, tree.ancestors], dim=-1)
-    index = (base + runtime.node_range).expand(b, nodes)
+    index = n.unsqueeze(1) + runtime.node_range  # [B,N] node i at cache entry n + i
+    mask = tree_attention_mask(tree.ancestors, n, base + nodes)
     out = policy(tree.tokens, n.unsqueeze(1) + tree.depths, cache=cache, slots=slots, cache_index=index, attn_mask=mask)
     rows = torch.arange(b, device=n.device).repeat_interleave(nodes)
     positions = (n.unsqueeze(1) + tree.depths + 1).reshape(-1)
-    node_noise = None if noise is None else noise.gather(1, tree.depths.unsqueeze(-1).expand(-1, -1, vocab))
-    node_noise = None if node_noise is None else node_noise.reshape(b * nodes, vocab)
+    node_noise = None
+    if noise is not None:  # the noise of each node's depth (a chain's node i is at depth i)
+        depths = tree.depths.unsqueeze(-1).expand(-1, -1, vocab)
+        node_noise = noise[:, :nodes] if runtime.verifies_chain else noise.gather(1, depths)
+        node_noise = node_noise.reshape(b * nodes, vocab)
     sampled = sample(out.logits.reshape(b * nodes, -1), inputs.sampling.index(rows), positions, node_noise)
     targets = sampled.tokens.view(b, nodes)
     acc = verify_tree(tree, targets, runtime.max_depth)
 
-    # Compact the accepted path's KV from its tree slots to its sequence positions (a no-op past the path).
-    depth_range = runtime.level_range.unsqueeze(0)
-    dst = n.unsqueeze(1) + depth_range
-    src = torch.where(depth_range <= acc.accepted.unsqueeze(1), base + acc.path, dst)
-    cache.move(slots, src, dst)
+    # The accepted path's KV to its sequence positions: node path[d] sits at n + path[d], its token at n + d (a
+    # no-op past the path). A chain's node d is its depth-d node, so a chain's path is in place already.
+    if not runtime.verifies_chain:
+        depth_range = runtime.level_range.unsqueeze(0)
+        dst = n.unsqueeze(1) + depth_range
+        src = torch.where(depth_range <= acc.accepted.unsqueeze(1), n.unsqueeze(1) + acc.path, dst)
+        cache.move(slots, src, dst)
+    logprobs = sampled.logprobs.view(b, nodes)
+    if runtime.verifies_chain:  # the path's first accepted + 1 nodes are the chain's first ones (the rest: padding)
+        levels = runtime.max_depth + 1
+        return SpecRoundResult(targets[:, :levels], logprobs[:, :levels], out.hidden[:, :levels], acc.accepted)
     path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
-        logprobs=sampled.logprobs.view(b, nodes).gather(1, acc.path),
+        logprobs=logprobs.gather(1, acc.path),
         hidden=path_hidden,
         accepted=acc.accepted,
     )

@@ -33,6 +33,11 @@ class StrategyRuntime:
         return self.chain is not None
 
     @property
+    def verifies_chain(self) -> bool:
+        """True when the verified tree is the EAGLE chain alone (no history nodes): node i is at depth i."""
+        return self.chain is not None and not self.strategy.is_history
+
+    @property
     def noise_levels(self) -> int:
         """Positions past the root whose sampler noise a round uses: the drafter's `steps` levels and the
         verifier's targets at depths 0..max_depth."""
