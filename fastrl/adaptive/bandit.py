@@ -30,7 +30,7 @@ from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 class BanditSelector:
@@ -50,6 +50,8 @@ class BanditSelector:
         self._bucket_rounds = [0] * len(self._arms)
         self._last_batch = list(self._buckets.thresholds)
         self._round = 0
+        self._credit = 0.0  # seconds of exploration the budget still allows
+        self._since_plain = 0  # rounds learned from since the last plain one
         self._last_strategy: Strategy | None = None
         self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
@@ -80,8 +82,23 @@ class BanditSelector:
             near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
             hopeful, hope = self._best(near, batch_size, self._z)
             if hopeful != best and hope is not None and hope > best_value:
-                return self._record(batch_size, bucket, hopeful, "explore")
+                cost = self._exploration_cost(hopeful, batch_size, best_value)
+                if self.config.explore_budget is None or cost <= self._credit:
+                    self._credit -= cost
+                    return self._record(batch_size, bucket, hopeful, "explore")
+        if self._anchor_due(arms, best) and best_value is not None:
+            cost = self._exploration_cost(DISABLE, batch_size, best_value)
+            if self.config.explore_budget is None or cost <= self._credit:
+                self._credit -= cost
+                return self._record(batch_size, bucket, DISABLE, "anchor")
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _anchor_due(self, arms: list[Strategy], best: Strategy) -> bool:
+        """True when ``anchor_every`` rounds ran without a plain one and plain is an arm here but not the best (only
+        for the goodput reward, and only when the bandit explores at all)."""
+        every, goodput = self.config.anchor_every, self.config.reward == "goodput"
+        due = every > 0 and self._since_plain >= every and goodput and self._z > 0.0
+        return due and DISABLE in arms and best != DISABLE
 
     def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
         """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
@@ -99,6 +116,13 @@ class BanditSelector:
     def _unknown(self, arm: Strategy) -> bool:
         """True while the arm's own acceptance rests on fewer rows than its prior: its prediction is the prior's."""
         return not arm.is_disabled and self.acceptance.rows(arm) < self.config.prior_rows
+
+    def _exploration_cost(self, arm: Strategy, batch_size: int, best_value: float) -> float:
+        """Predicted seconds a round of ``arm`` loses against the best arm (whose goodput is ``best_value``)."""
+        seconds, value = self.times.seconds(arm, batch_size), self.predict(arm, batch_size)
+        if seconds is None or value is None:
+            return 0.0
+        return max(0.0, seconds * (1.0 - value / best_value))
 
     def _best(self, arms: list[Strategy], batch_size: int, z: float) -> tuple[Strategy, float | None]:
         """The arm with the highest prediction (first in arm order on ties; the first arm if none has one)."""
@@ -124,6 +148,9 @@ class BanditSelector:
             self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
+        self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
+        if self.config.explore_budget is not None:
+            self._credit += self.config.explore_budget * stats.wall_time_s
         bucket = self._buckets.index(stats.batch_size)
         rewards = self._rewards[bucket].get(stats.strategy)
         if rewards is not None:
@@ -176,6 +203,8 @@ class BanditSelector:
             "times": self.times.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
+            "explore_credit": self._credit,
+            "since_plain": self._since_plain,
             "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
@@ -191,6 +220,8 @@ class BanditSelector:
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
+        self._credit = float(state["explore_credit"])
+        self._since_plain = int(state["since_plain"])
         last = state["last_strategy"]
         self._last_strategy = None if last is None else Strategy.parse(last)
         self._bucket_rounds = [int(n) for n in state["bucket_rounds"]]
@@ -211,7 +242,7 @@ class BanditSelector:
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
             self.set_calibration(CostModel.fit(points))
         self.acceptance.load(state["acceptance"])
-        self.times.load(state["times"])
+        self.times.load_state(state["times"])
         self._memo.clear()
 
 

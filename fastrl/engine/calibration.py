@@ -31,8 +31,11 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 
 PLAIN_REPEATS = 3
 """Plain rounds per calibration pass (one of every other arm)."""
-PROMPT_TOKENS = 16
-"""Calibration prompts: a random pattern of this many tokens, said twice (history arms then find matches)."""
+PROMPT_TOKENS = 64
+"""Calibration prompts: a random pattern of this many tokens (fewer where the model's context is short), said
+twice (history arms then find matches). Rollout contexts run to hundreds of tokens, and attention over them weighs
+on a plain round more than on a verify of a few tokens per row: at batch 64 on this CPU, a 32-token prompt put a
+3_1_4 round at 3.0x a plain one, a 512-token prompt at 2.2x, the long-tail rollouts at 2.3-2.5x."""
 
 
 class ScriptedSelector:
@@ -71,7 +74,8 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     estimate: each pass times ``PLAIN_REPEATS`` of them, then runs one untimed drafter round (the drafter catches
     up on the plain rounds' tokens, which would inflate whichever arm came first), then times every arm. An arm
     slower at a size than ``max_accept_length`` plain rounds can never win there, nor at larger sizes: it is timed
-    at larger sizes no more.
+    at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain rounds of the same pass
+    times the median plain round: a load that comes and goes between passes cancels out of the ratios.
     """
 
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
@@ -79,9 +83,10 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     vocab = engine.model.config.vocab_size
     budget = (rounds + 1) * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
+    prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
-        pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
-        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * PROMPT_TOKENS + budget + 1)
+        pattern = [rng.randrange(vocab) for _ in range(prompt)]
+        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * prompt + budget + 1)
         script = ScriptedSelector([*arms, DISABLE])
         timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
         for row in range(size):
@@ -89,6 +94,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
             timed[size][0].add_request(pattern + pattern, params)
         timed[size][0].step()  # prefill
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
+    relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
     drafter_arms = [arm for arm in arms if arm.uses_drafter]
     catch_up = drafter_arms[:1]  # after plain rounds the drafter reads the tokens it missed: an untimed round
     for repeat in range(rounds + 1):
@@ -98,8 +104,15 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
                     script.next = arm
                     engine_at.step()
                     if repeat > 0 and not (catch_up and step == PLAIN_REPEATS):
-                        times[(arm, size)].append(engine_at.round_stats[-1].wall_time_s)
-    return CostModel.fit([(arm, size, t) for (arm, size), measured in times.items() for t in measured])
+                        seconds = engine_at.round_stats[-1].wall_time_s
+                        times[(arm, size)].append(seconds)
+                        plain_pass = times[(DISABLE, size)][-PLAIN_REPEATS:]
+                        relative[(arm, size)].append(seconds / statistics.median(plain_pass))
+    points = [(DISABLE, size, t) for size in sizes for t in times[(DISABLE, size)]]
+    for (arm, size), ratios in relative.items():
+        if not arm.is_disabled:
+            points.append((arm, size, statistics.median(ratios) * statistics.median(times[(DISABLE, size)])))
+    return CostModel.fit(points)
 
 
 def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
@@ -126,6 +139,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "arms": sorted(str(a) for a in arms),
         "sizes": sizes,
         "rounds": rounds,
+        "prompt_tokens": PROMPT_TOKENS,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
