@@ -67,11 +67,16 @@ class DepthAcceptance:
         self.prior_rows = prior_rows
         self.memory_rounds = memory_rounds
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
+        # containment, once: choose() asks for every arm's prediction every round
+        self._holders = {arm: [o for o in self.counts if contains(o, arm)] for arm in self.counts}
+        self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
+        self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
         self._tokens.clear()
+        self._estimated.clear()
         keep = math.exp(-1.0 / self.memory_rounds)
         for every in self.counts.values():  # all arms forget, so an arm left alone regains its uncertainty
             every.hits = [h * keep for h in every.hits]
@@ -99,8 +104,10 @@ class DepthAcceptance:
 
     def _estimates(self, arm: Strategy) -> list[tuple[float, float]]:
         """(hazard, rows it rests on) per depth. [steps]"""
+        if arm in self._estimated:
+            return self._estimated[arm]
         own = self.counts[arm]
-        pooled = [arm_counts for other, arm_counts in self.counts.items() if contains(other, arm)]
+        pooled = [self.counts[other] for other in self._holders[arm]]
         out = []
         for d in range(len(own.hits)):
             hits = sum(c.hits[d] for c in pooled)
@@ -109,6 +116,7 @@ class DepthAcceptance:
             weight = self.prior_rows * trials / (trials + self.prior_rows)  # a prior only as firm as its data
             n = own.trials[d] + weight + BASE_ROWS
             out.append(((own.hits[d] + weight * prior + 0.5 * BASE_ROWS) / n, n))
+        self._estimated[arm] = out
         return out
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
@@ -117,7 +125,7 @@ class DepthAcceptance:
         keeps the smaller's nodes)."""
         if arm.is_disabled:
             return 1.0
-        return max(self._path_tokens(other, z) for other in self.counts if contains(arm, other))
+        return max(self._path_tokens(other, z) for other in self._held[arm])
 
     def _path_tokens(self, arm: Strategy, z: float) -> float:
         """1 + sum_d prod_{j<=d} h_j, plus ``z`` times its standard error (delta method over independent hazards:
@@ -150,6 +158,7 @@ class DepthAcceptance:
     def load(self, state: dict) -> None:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
         self._tokens.clear()
+        self._estimated.clear()
         for arm, counts in self.counts.items():
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):
