@@ -2,15 +2,17 @@
 
 Goodput is decomposed: batch size x tokens per row / round time. Tokens per row come from per-depth acceptance
 shared by every arm of one draft source (``DepthAcceptance``: a round of any EAGLE arm teaches all of them; an arm
-never pulled is predicted from its family). Round time comes from a calibration at engine start, corrected by
-every round run (``RoundTimes``). Each round takes the arm with the best predicted goodput at the batch size at
-hand, unless another arm predicted within ``explore_within`` of it (or with fewer own rows than ``prior_rows``,
-whose prediction is only its prior) has an optimistic goodput (every depth's
-acceptance at its upper confidence bound, see ``BanditConfig.epsilon``) that beats that prediction: then the most
-optimistic one is pulled to learn. Acceptance does not depend on the batch size, so an arm predicted to lose clearly
-at one batch size is learned where it is close (at small batch, where verifying a tree is nearly free), never where
-a pull is costly (a 32-token tree at batch 256); an arm with no time at all (no calibration) is pulled
-``min_pulls`` times to time it.
+never pulled is predicted from its family). Round time comes from a calibration at engine start times the machine's
+current load times a slow per-arm bias, both learned from every round run (``RoundTimes``). Each round takes the arm
+with the best predicted goodput at the batch size at hand, unless another arm predicted within ``explore_within`` of
+it (or with fewer own rows than ``prior_rows``, whose prediction is only its prior) has an optimistic goodput (tokens
+per row raised by its standard error, see ``BanditConfig.epsilon``) that beats that prediction and the exploration
+credit (``explore_budget``) covers its predicted loss: then the most optimistic one is pulled to learn. Acceptance
+does not depend on the batch size, so an arm predicted to lose clearly at one batch size is learned where it is
+close (at small batch, where verifying a tree is nearly free), never where a pull is costly (a 32-token tree at
+batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` times to time it. Every
+``anchor_every`` rounds without a plain round, one is run (credit permitting): plain's cost, the reference of the
+speedup estimate, is then measured under the load of the moment.
 
 Choices are per batch size; the buckets (``bs_thresholds``) group telemetry, the exported per-bucket winners and
 ``bucket_strategies``. The selector also knows what a plain round costs at every batch size, so it estimates what
