@@ -31,6 +31,9 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 
 PLAIN_REPEATS = 3
 """Plain rounds per calibration pass (one of every other arm)."""
+MIN_PASSES = 5
+"""Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
+and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
 PROMPT_TOKENS = 64
 """Calibration prompts: a random pattern of this many tokens (fewer where the model's context is short), said
 twice (history arms then find matches). Rollout contexts run to hundreds of tokens, and attention over them weighs
@@ -66,22 +69,24 @@ class ScriptedSelector:
 
 
 def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
-    """Time ``rounds`` rounds (after a warm-up) of every arm at every batch size, on engines built like ``engine``.
+    """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size, on engines
+    built like ``engine``.
 
     The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
     machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
     level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
-    estimate: each pass times ``PLAIN_REPEATS`` of them, then runs one untimed drafter round (the drafter catches
-    up on the plain rounds' tokens, which would inflate whichever arm came first), then times every arm. An arm
-    slower at a size than ``max_accept_length`` plain rounds can never win there, nor at larger sizes: it is timed
-    at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain rounds of the same pass
+    estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
+    drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which
+    would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win
+    there, nor at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain rounds of the same pass
     times the median plain round: a load that comes and goes between passes cancels out of the ratios.
     """
 
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
     rng = random.Random(seed)
     vocab = engine.model.config.vocab_size
-    budget = (rounds + 1) * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    passes = max(rounds, MIN_PASSES) + 1
+    budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
     prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
@@ -95,15 +100,19 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
         timed[size][0].step()  # prefill
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
     relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
-    drafter_arms = [arm for arm in arms if arm.uses_drafter]
-    catch_up = drafter_arms[:1]  # after plain rounds the drafter reads the tokens it missed: an untimed round
-    for repeat in range(rounds + 1):
-        for step, arm in enumerate([DISABLE] * PLAIN_REPEATS + catch_up + arms):
+    last: dict[int, Strategy] = dict.fromkeys(timed, DISABLE)
+    for repeat in range(passes):
+        turn = repeat % max(len(arms), 1)
+        order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
+        for arm in [DISABLE] * PLAIN_REPEATS + order:
             for size, (engine_at, script) in timed.items():
                 if arm.is_disabled or _worth_timing(times, arm, size, sizes):
                     script.next = arm
+                    if arm.uses_drafter and not last[size].uses_drafter:
+                        engine_at.step()  # the drafter reads the tokens it missed: an untimed catch-up round
                     engine_at.step()
-                    if repeat > 0 and not (catch_up and step == PLAIN_REPEATS):
+                    last[size] = arm
+                    if repeat > 0:
                         seconds = engine_at.round_stats[-1].wall_time_s
                         times[(arm, size)].append(seconds)
                         plain_pass = times[(DISABLE, size)][-PLAIN_REPEATS:]
@@ -140,6 +149,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "sizes": sizes,
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
+        "passes": MIN_PASSES,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
