@@ -78,8 +78,9 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
     drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which
     would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win
-    there, nor at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain rounds of the same pass
-    times the median plain round: a load that comes and goes between passes cancels out of the ratios.
+    there, nor at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds'
+    ratios to the plain rounds of the same pass times the median plain round: a load that comes and goes between
+    passes cancels out of the ratios.
     """
 
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
