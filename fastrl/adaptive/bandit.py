@@ -252,6 +252,7 @@ def _check_version(state: dict) -> None:
     version = state.get("version") if isinstance(state, dict) else None
     if version != STATE_VERSION:
         raise ValueError(
-            f"bandit state version {version!r} != {STATE_VERSION} (version 1 was the epsilon-greedy bandit's window "
-            "of rewards, which the predictive bandit cannot use: start without it)"
+            f"bandit state version {version!r} != {STATE_VERSION} (version 2 held per-arm time ratios without the "
+            "shared load, version 1 was the epsilon-greedy bandit's window of rewards: neither fits this bandit's "
+            "model, start without it)"
         )
