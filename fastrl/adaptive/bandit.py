@@ -2,15 +2,17 @@
 
 Goodput is decomposed: batch size x tokens per row / round time. Tokens per row come from per-depth acceptance
 shared by every arm of one draft source (``DepthAcceptance``: a round of any EAGLE arm teaches all of them; an arm
-never pulled is predicted from its family). Round time comes from a calibration at engine start, corrected by
-every round run (``RoundTimes``). Each round takes the arm with the best predicted goodput at the batch size at
-hand, unless another arm predicted within ``explore_within`` of it (or with fewer own rows than ``prior_rows``,
-whose prediction is only its prior) has an optimistic goodput (every depth's
-acceptance at its upper confidence bound, see ``BanditConfig.epsilon``) that beats that prediction: then the most
-optimistic one is pulled to learn. Acceptance does not depend on the batch size, so an arm predicted to lose clearly
-at one batch size is learned where it is close (at small batch, where verifying a tree is nearly free), never where
-a pull is costly (a 32-token tree at batch 256); an arm with no time at all (no calibration) is pulled
-``min_pulls`` times to time it.
+never pulled is predicted from its family). Round time comes from a calibration at engine start times the machine's
+current load times a slow per-arm bias, both learned from every round run (``RoundTimes``). Each round takes the arm
+with the best predicted goodput at the batch size at hand, unless another arm predicted within ``explore_within`` of
+it (or with fewer own rows than ``prior_rows``, whose prediction is only its prior) has an optimistic goodput (tokens
+per row raised by its standard error, see ``BanditConfig.epsilon``) that beats that prediction and the exploration
+credit (``explore_budget``) covers its predicted loss: then the most optimistic one is pulled to learn. Acceptance
+does not depend on the batch size, so an arm predicted to lose clearly at one batch size is learned where it is
+close (at small batch, where verifying a tree is nearly free), never where a pull is costly (a 32-token tree at
+batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` times to time it. Every
+``anchor_every`` rounds without a plain round, one is run (credit permitting): plain's cost, the reference of the
+speedup estimate, is then measured under the load of the moment.
 
 Choices are per batch size; the buckets (``bs_thresholds``) group telemetry, the exported per-bucket winners and
 ``bucket_strategies``. The selector also knows what a plain round costs at every batch size, so it estimates what
@@ -30,7 +32,7 @@ from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 class BanditSelector:
@@ -50,6 +52,8 @@ class BanditSelector:
         self._bucket_rounds = [0] * len(self._arms)
         self._last_batch = list(self._buckets.thresholds)
         self._round = 0
+        self._credit = 0.0  # seconds of exploration the budget still allows
+        self._since_plain = 0  # rounds learned from since the last plain one
         self._last_strategy: Strategy | None = None
         self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
@@ -80,8 +84,23 @@ class BanditSelector:
             near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
             hopeful, hope = self._best(near, batch_size, self._z)
             if hopeful != best and hope is not None and hope > best_value:
-                return self._record(batch_size, bucket, hopeful, "explore")
+                cost = self._exploration_cost(hopeful, batch_size, best_value)
+                if self.config.explore_budget is None or cost <= self._credit:
+                    self._credit -= cost
+                    return self._record(batch_size, bucket, hopeful, "explore")
+        if self._anchor_due(arms, best) and best_value is not None:
+            cost = self._exploration_cost(DISABLE, batch_size, best_value)
+            if self.config.explore_budget is None or cost <= self._credit:
+                self._credit -= cost
+                return self._record(batch_size, bucket, DISABLE, "anchor")
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _anchor_due(self, arms: list[Strategy], best: Strategy) -> bool:
+        """True when ``anchor_every`` rounds ran without a plain one and plain is an arm here but not the best (only
+        for the goodput reward, and only when the bandit explores at all)."""
+        every, goodput = self.config.anchor_every, self.config.reward == "goodput"
+        due = every > 0 and self._since_plain >= every and goodput and self._z > 0.0
+        return due and DISABLE in arms and best != DISABLE
 
     def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
         """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
@@ -99,6 +118,13 @@ class BanditSelector:
     def _unknown(self, arm: Strategy) -> bool:
         """True while the arm's own acceptance rests on fewer rows than its prior: its prediction is the prior's."""
         return not arm.is_disabled and self.acceptance.rows(arm) < self.config.prior_rows
+
+    def _exploration_cost(self, arm: Strategy, batch_size: int, best_value: float) -> float:
+        """Predicted seconds a round of ``arm`` loses against the best arm (whose goodput is ``best_value``)."""
+        seconds, value = self.times.seconds(arm, batch_size), self.predict(arm, batch_size)
+        if seconds is None or value is None:
+            return 0.0
+        return max(0.0, seconds * (1.0 - value / best_value))
 
     def _best(self, arms: list[Strategy], batch_size: int, z: float) -> tuple[Strategy, float | None]:
         """The arm with the highest prediction (first in arm order on ties; the first arm if none has one)."""
@@ -124,6 +150,9 @@ class BanditSelector:
             self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
+        self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
+        if self.config.explore_budget is not None:
+            self._credit += self.config.explore_budget * stats.wall_time_s
         bucket = self._buckets.index(stats.batch_size)
         rewards = self._rewards[bucket].get(stats.strategy)
         if rewards is not None:
@@ -176,6 +205,8 @@ class BanditSelector:
             "times": self.times.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
+            "explore_credit": self._credit,
+            "since_plain": self._since_plain,
             "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
@@ -191,6 +222,8 @@ class BanditSelector:
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
+        self._credit = float(state["explore_credit"])
+        self._since_plain = int(state["since_plain"])
         last = state["last_strategy"]
         self._last_strategy = None if last is None else Strategy.parse(last)
         self._bucket_rounds = [int(n) for n in state["bucket_rounds"]]
@@ -211,7 +244,7 @@ class BanditSelector:
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
             self.set_calibration(CostModel.fit(points))
         self.acceptance.load(state["acceptance"])
-        self.times.load(state["times"])
+        self.times.load_state(state["times"])
         self._memo.clear()
 
 
@@ -219,6 +252,7 @@ def _check_version(state: dict) -> None:
     version = state.get("version") if isinstance(state, dict) else None
     if version != STATE_VERSION:
         raise ValueError(
-            f"bandit state version {version!r} != {STATE_VERSION} (version 1 was the epsilon-greedy bandit's window "
-            "of rewards, which the predictive bandit cannot use: start without it)"
+            f"bandit state version {version!r} != {STATE_VERSION} (version 2 held per-arm time ratios without the "
+            "shared load, version 1 was the epsilon-greedy bandit's window of rewards: neither fits this bandit's "
+            "model, start without it)"
         )

@@ -39,6 +39,16 @@ class BanditConfig:
     explore_within: float = 0.8
     """Only arms predicted at least this fraction of the best arm's goodput at the batch size at hand are explored
     there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
+    explore_budget: float | None = 0.2
+    """Exploration spends at most this fraction of the time rounds took: every round learned from adds this
+    fraction of its wall time to a credit, every exploratory pull takes its predicted cost (the arm's round time
+    less the time the best arm would take for the tokens the arm is predicted to emit), and an arm is explored only
+    while the credit covers it. So a run never pays more than this for learning, and an arm that costs 3x the best
+    at batch 64 is learned at small batch sizes, where a pull costs little. None: no limit."""
+    anchor_every: int = 64
+    """A plain round every this many rounds that ran none (while the exploration credit covers its cost; 0: never):
+    plain's round time is the reference of every speedup estimate, and measured beside the speculative rounds of
+    the moment it follows the machine's state where the calibration, taken at another time, may not."""
     window_size: int = 128
     """Acceptance memory, in rounds: every arm's per-depth counts decay by exp(-1/window_size) per round, so the
     estimate follows a drafter and a policy that change under training, and an arm left alone is tried again."""
@@ -103,6 +113,12 @@ class BanditConfig:
         within = self.explore_within
         if isinstance(within, bool) or not isinstance(within, int | float) or not 0.0 <= within <= 1.0:
             raise ValueError(f"BanditConfig.explore_within must be a number in [0, 1], got {within!r}")
+        budget = self.explore_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or not budget >= 0):
+            raise ValueError(f"BanditConfig.explore_budget must be None or a number >= 0, got {budget!r}")
+        anchor = self.anchor_every
+        if isinstance(anchor, bool) or not isinstance(anchor, int) or anchor < 0:
+            raise ValueError(f"BanditConfig.anchor_every must be an int >= 0, got {anchor!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:

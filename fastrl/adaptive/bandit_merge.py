@@ -63,17 +63,18 @@ def _pool(means: list[list]) -> list:
 
 
 def _merge_times(states: list[dict]) -> dict:
-    ratio: dict[str, list[list]] = {}
+    """Round-time state: the shared load, the per-arm biases and per-size means, each pooled by its count."""
+    bias: dict[str, list[list]] = {}
     sizes: dict[str, dict[int, list[list]]] = {}
     for state in states:
-        for arm, mean in state["ratio"].items():
-            ratio.setdefault(arm, []).append(mean)
+        for arm, mean in state["bias"].items():
+            bias.setdefault(arm, []).append(mean)
         for arm, rows in state["sizes"].items():
             for b, v, n in rows:
                 sizes.setdefault(arm, {}).setdefault(int(b), []).append([v, n])
     return {
-        "ratio": {arm: _pool(means) for arm, means in ratio.items()},
-        "all_ratio": _pool([s["all_ratio"] for s in states]),
+        "load": _pool([s["load"] for s in states]),
+        "bias": {arm: _pool(means) for arm, means in bias.items()},
         "sizes": {arm: [[b, *_pool(means)] for b, means in sorted(by_b.items())] for arm, by_b in sizes.items()},
     }
 

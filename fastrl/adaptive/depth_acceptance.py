@@ -12,8 +12,8 @@ estimate lies between what the smaller trees and the larger ones of its source m
 
 Every arm's counts decay by exp(-1 / ``memory_rounds``) at each round observed, so the estimate follows an
 acceptance that drifts as the drafter and policy train. Expected tokens per row = 1 + sum_d prod_{j<=d} h_j; the
-optimistic value raises every hazard by ``z`` standard errors (the exploration bound: an arm with few rounds at the
-deep levels may still be much better than its mean says).
+optimistic value raises that expectation by ``z`` of its standard errors (the exploration bound: an arm with few
+rounds at the deep levels may still be much better than its mean says).
 """
 
 from __future__ import annotations
@@ -67,11 +67,16 @@ class DepthAcceptance:
         self.prior_rows = prior_rows
         self.memory_rounds = memory_rounds
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
+        # containment, once: choose() asks for every arm's prediction every round
+        self._holders = {arm: [o for o in self.counts if contains(o, arm)] for arm in self.counts}
+        self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
+        self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
         self._tokens.clear()
+        self._estimated.clear()
         keep = math.exp(-1.0 / self.memory_rounds)
         for every in self.counts.values():  # all arms forget, so an arm left alone regains its uncertainty
             every.hits = [h * keep for h in every.hits]
@@ -93,10 +98,16 @@ class DepthAcceptance:
         return counts.trials[0] if counts else 0.0
 
     def hazards(self, arm: Strategy, z: float = 0.0) -> list[float]:
-        """The arm's hit probability at each depth given a hit at the one before, raised by ``z`` standard errors
-        (of the rows it rests on: its own, the prior's weight and ``BASE_ROWS``). [steps]"""
+        """The arm's hit probability at each depth given a hit at the one before, each raised by ``z`` of its own
+        standard errors (of the rows it rests on: its own, the prior's weight and ``BASE_ROWS``). [steps]"""
+        return [min(1.0, mean + z * math.sqrt(mean * (1.0 - mean) / (n + 1.0))) for mean, n in self._estimates(arm)]
+
+    def _estimates(self, arm: Strategy) -> list[tuple[float, float]]:
+        """(hazard, rows it rests on) per depth. [steps]"""
+        if arm in self._estimated:
+            return self._estimated[arm]
         own = self.counts[arm]
-        pooled = [arm_counts for other, arm_counts in self.counts.items() if contains(other, arm)]
+        pooled = [self.counts[other] for other in self._holders[arm]]
         out = []
         for d in range(len(own.hits)):
             hits = sum(c.hits[d] for c in pooled)
@@ -104,24 +115,40 @@ class DepthAcceptance:
             prior = (hits + 0.5 * BASE_ROWS) / (trials + BASE_ROWS)
             weight = self.prior_rows * trials / (trials + self.prior_rows)  # a prior only as firm as its data
             n = own.trials[d] + weight + BASE_ROWS
-            mean = (own.hits[d] + weight * prior + 0.5 * BASE_ROWS) / n
-            out.append(min(1.0, mean + z * math.sqrt(mean * (1.0 - mean) / (n + 1.0))))
+            out.append(((own.hits[d] + weight * prior + 0.5 * BASE_ROWS) / n, n))
+        self._estimated[arm] = out
         return out
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
-        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), optimistic by ``z``; at
-        least what any arm whose tree it contains is expected to emit (a larger tree keeps the smaller's nodes)."""
+        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), raised by ``z`` standard
+        errors of that expectation; at least what any arm whose tree it contains is expected to emit (a larger tree
+        keeps the smaller's nodes)."""
         if arm.is_disabled:
             return 1.0
-        return max(self._path_tokens(other, z) for other in self.counts if contains(arm, other))
+        return max(self._path_tokens(other, z) for other in self._held[arm])
 
     def _path_tokens(self, arm: Strategy, z: float) -> float:
-        if (arm, z) not in self._tokens:
-            total, alive = 1.0, 1.0
+        """1 + sum_d prod_{j<=d} h_j, plus ``z`` times its standard error (delta method over independent hazards:
+        d tokens / d h_j = sum_{d>=j} prod_{i<=d} h_i / h_j): one bound on the whole path, not one per depth, so a
+        deep tree is not made optimistic depth after depth."""
+        if (arm, z) not in self._tokens and self.rows(arm) < self.prior_rows:  # a guess: every depth optimistic
+            alive, total = 1.0, 1.0
             for hazard in self.hazards(arm, z):
                 alive *= hazard
                 total += alive
             self._tokens[(arm, z)] = total
+        if (arm, z) not in self._tokens:
+            estimates = self._estimates(arm)
+            alive, survival = 1.0, []
+            for hazard, _ in estimates:
+                alive *= hazard
+                survival.append(alive)
+            total, variance, tail = 1.0 + sum(survival), 0.0, sum(survival)
+            for (hazard, n), reached in zip(estimates, survival, strict=True):
+                if hazard > 0.0:
+                    variance += (tail / hazard) ** 2 * hazard * (1.0 - hazard) / (n + 1.0)
+                tail -= reached
+            self._tokens[(arm, z)] = total + z * math.sqrt(variance)
         return self._tokens[(arm, z)]
 
     def state(self) -> dict:
@@ -131,6 +158,7 @@ class DepthAcceptance:
     def load(self, state: dict) -> None:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
         self._tokens.clear()
+        self._estimated.clear()
         for arm, counts in self.counts.items():
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):

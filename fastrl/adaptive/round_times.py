@@ -1,13 +1,23 @@
-"""Round wall time per (arm, batch size): a calibration curve, corrected by every round the engine runs.
+"""Round wall time per (arm, batch size): a calibration curve, times the machine's current load, times a slow per-arm
+bias.
 
 The calibration (``fastrl.engine.calibration``) times a few rounds of every arm at a few batch sizes at engine
-start; between them a knee-shaped curve interpolates (``knee_curve``). Real rounds differ from calibration rounds
-(longer contexts, a warm cache, other processes), so each (arm, batch size) run keeps the running log-time of its
-rounds, and the prediction is the calibration curve times the measured / calibrated ratio, interpolated between the
-sizes the arm ran at (each shrunk toward the arm's overall ratio while it has few rounds, that one toward all arms'
-ratio; an arm never run takes the ratio of all arms). Updates move the logs by at most ``MAX_STEP`` so that one
-stalled round (a page fault, another process) cannot swing an estimate. Without a calibration an arm's time is
-its own measurements, interpolated in batch size; an arm never measured has no time (None).
+start; between them a knee-shaped curve interpolates (``knee_curve``). A shared machine's round times swing 2-3x
+with its load within minutes, and a calibration may be stale (cached from a run under another load), so the time of
+one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``:
+
+* ``load`` is one fast-moving term shared by every arm, learned from every round's residual whatever arm ran (an
+  EMA with weight ``LOAD_ALPHA``). A uniformly stale calibration is absorbed here within a few rounds.
+* ``bias(arm, b)`` is what the calibration got wrong about one arm relative to the others (real contexts are longer
+  than the calibration's, a drafter round costs more beside a long cache): a slow mean of the residuals left after
+  removing the load of the moment, kept per (arm, batch size) and interpolated between the sizes the arm ran at,
+  each size's mean shrunk toward the arm's overall one, that one toward 0 with ``BIAS_PRIOR_ROUNDS`` rounds of
+  weight (the calibration is trusted until rounds say otherwise).
+
+Comparisons between arms at one moment then cancel the load, and the plain-time estimate follows the machine's
+current state. Updates move a log by at most ``MAX_STEP`` so that one stalled round cannot swing an estimate. An
+arm without a calibration is timed by its own rounds alone (its "calibration" is 1 s and its bias has no prior);
+an arm neither calibrated nor measured has no time (None).
 """
 
 from __future__ import annotations
@@ -20,13 +30,17 @@ from fastrl.adaptive.cost_model import CostModel
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 MAX_STEP = 0.3
-"""Largest change of a log-time or log-ratio from one round."""
-RATIO_ALPHA = 0.05
-"""EMA weight of one round in an arm's measured / calibrated ratio."""
-SIZE_ALPHA = 0.2
-"""EMA weight of one round in the log-time of its exact (arm, batch size)."""
-CALIBRATION_ROUNDS = 3.0
-"""Weight, in rounds, of the corrected calibration against an (arm, batch size)'s own log-time."""
+"""Largest change of a log-time, log-load or log-bias from one round."""
+LOAD_ALPHA = 0.2
+"""EMA weight of one round in the shared load: it follows the machine within a few rounds."""
+BIAS_ALPHA = 0.05
+"""EMA weight of one round in an arm's bias (after its first ``1 / BIAS_ALPHA`` rounds, a plain mean before)."""
+BIAS_PRIOR_ROUNDS = 8.0
+"""Weight, in rounds, of the calibration's own word (bias 0) against an arm's measured bias."""
+ERROR_CLIP = 1.0
+"""Largest log-error of one round against its prediction that is learned from (a stalled round counts as e x)."""
+SIZE_ROUNDS = 3.0
+"""Weight, in rounds, of the arm's overall bias against one batch size's own mean."""
 
 
 def calibration_sizes(max_batch_size: int) -> list[int]:
@@ -76,6 +90,9 @@ class LogMean:
         step = (log_value - self.value) * max(alpha, 1.0 / self.count)
         self.value += step if self.count == 1 else max(-MAX_STEP, min(MAX_STEP, step))
 
+    def state(self) -> list:
+        return [self.value, self.count]
+
 
 class RoundTimes:
     """Predicted seconds of one round of each arm at any batch size (see the module docstring)."""
@@ -84,8 +101,8 @@ class RoundTimes:
         self._calibration: CostModel | None = None
         self._curves: dict[Strategy, list[tuple[int, float]]] = {}
         self.set_calibration(calibration)
-        self.ratio: dict[Strategy, LogMean] = {}
-        self.all_ratio = LogMean()
+        self.load = LogMean()
+        self.bias: dict[Strategy, LogMean] = {}
         self.sizes: dict[Strategy, dict[int, LogMean]] = {}
 
     def calibration(self) -> CostModel | None:
@@ -105,45 +122,50 @@ class RoundTimes:
         return None if points is None else knee_curve(points, batch_size)
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
-        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
-        log_time = math.log(seconds)
-        self.sizes.setdefault(arm, {}).setdefault(batch_size, LogMean()).add(log_time, SIZE_ALPHA)
-        calibrated = self.calibrated(arm, batch_size)
-        if calibrated is not None:
-            log_ratio = log_time - math.log(calibrated)
-            self.ratio.setdefault(arm, LogMean()).add(log_ratio, RATIO_ALPHA)
-            self.all_ratio.add(log_ratio, RATIO_ALPHA)
+        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``: its error against the
+        prediction (at most ``ERROR_CLIP`` in log) moves the load first, and what the moved load leaves of it moves
+        the arm's bias (an arm without a calibration moves only its own)."""
+        target = self._bias(arm, batch_size)
+        error = math.log(seconds) - self._log_calibrated(arm, batch_size) - self.load.value - target
+        if arm in self._curves:
+            error = max(-ERROR_CLIP, min(ERROR_CLIP, error))
+            before = self.load.value
+            self.load.add(before + error, LOAD_ALPHA)
+            error -= self.load.value - before
+        self.bias.setdefault(arm, LogMean()).add(target + error, BIAS_ALPHA)
+        self.sizes.setdefault(arm, {}).setdefault(batch_size, LogMean()).add(target + error, BIAS_ALPHA)
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
-        """Predicted wall time of one round (None when ``arm`` was neither calibrated nor measured)."""
-        calibrated = self.calibrated(arm, batch_size)
-        if calibrated is None:
-            return self._interpolated(arm, batch_size)
-        return calibrated * math.exp(self._log_ratio(arm, batch_size))
+        """Predicted wall time of one round now (None when ``arm`` was neither calibrated nor measured)."""
+        if arm not in self._curves and not self.sizes.get(arm):
+            return None
+        return math.exp(self._log_calibrated(arm, batch_size) + self.load.value + self._bias(arm, batch_size))
 
     def plain_seconds(self, batch_size: int) -> float | None:
-        """Predicted wall time of one plain round."""
+        """Predicted wall time of one plain round now."""
         return self.seconds(DISABLE, batch_size)
 
-    def _log_ratio(self, arm: Strategy, batch_size: int) -> float:
-        """log(measured / calibrated) at ``batch_size``: linear between the nearest sizes the arm ran at (each
-        size's own ratio, shrunk toward the arm's over ``CALIBRATION_ROUNDS`` rounds), the nearest outside them;
-        the arm's ratio (all arms' for an arm never run) where it ran at no size."""
-        ratio = self.ratio.get(arm)
-        overall = self.all_ratio.value
-        if ratio is not None:  # the arm's own ratio, shrunk toward all arms' while it has few rounds
-            weight = min(ratio.count, 1.0 / RATIO_ALPHA)
-            overall = (weight * ratio.value + CALIBRATION_ROUNDS * overall) / (weight + CALIBRATION_ROUNDS)
-        measured = self.sizes.get(arm)
-        if not measured:
-            return overall
+    def _log_calibrated(self, arm: Strategy, batch_size: int) -> float:
+        calibrated = self.calibrated(arm, batch_size)
+        return 0.0 if calibrated is None else math.log(calibrated)
+
+    def _bias(self, arm: Strategy, batch_size: int) -> float:
+        """log(time / (calibrated x load)) at ``batch_size``: linear between the nearest sizes the arm ran at (each
+        size's own mean shrunk toward the arm's over ``SIZE_ROUNDS`` rounds), the nearest outside them; the arm's
+        own mean (shrunk toward 0 over ``BIAS_PRIOR_ROUNDS`` while calibrated) where it ran at no size."""
+        own = self.bias.get(arm)
+        if own is None:
+            return 0.0
+        prior = BIAS_PRIOR_ROUNDS if arm in self._curves else 0.0
+        weight = min(own.count, 1.0 / BIAS_ALPHA)
+        overall = weight * own.value / (weight + prior)
+        measured = self.sizes[arm]
         sizes = sorted(measured)
 
         def at(size: int) -> float:
-            own = measured[size]
-            weight = min(own.count, 1.0 / SIZE_ALPHA)
-            log_ratio = own.value - math.log(self.calibrated(arm, size))
-            return (weight * log_ratio + CALIBRATION_ROUNDS * overall) / (weight + CALIBRATION_ROUNDS)
+            mean = measured[size]
+            weight = min(mean.count, 1.0 / BIAS_ALPHA)
+            return (weight * mean.value + SIZE_ROUNDS * overall) / (weight + SIZE_ROUNDS)
 
         i = bisect.bisect_left(sizes, batch_size)
         if i < len(sizes) and sizes[i] == batch_size:
@@ -154,31 +176,18 @@ class RoundTimes:
         frac = (batch_size - lo) / (hi - lo)
         return (1 - frac) * at(lo) + frac * at(hi)
 
-    def _interpolated(self, arm: Strategy, batch_size: int) -> float | None:
-        """Linear in batch size between the arm's measured sizes; the nearest one outside them."""
-        measured = self.sizes.get(arm)
-        if not measured:
-            return None
-        sizes = sorted(measured)
-        i = bisect.bisect_left(sizes, batch_size)
-        if i == 0 or i == len(sizes):
-            return math.exp(measured[sizes[min(i, len(sizes) - 1)]].value)
-        lo, hi = sizes[i - 1], sizes[i]
-        frac = (batch_size - lo) / (hi - lo)
-        return (1 - frac) * math.exp(measured[lo].value) + frac * math.exp(measured[hi].value)
-
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
         return {
-            "ratio": {str(a): [m.value, m.count] for a, m in self.ratio.items()},
-            "all_ratio": [self.all_ratio.value, self.all_ratio.count],
+            "load": self.load.state(),
+            "bias": {str(a): m.state() for a, m in self.bias.items()},
             "sizes": {str(a): [[b, m.value, m.count] for b, m in sorted(s.items())] for a, s in self.sizes.items()},
         }
 
-    def load(self, state: dict) -> None:
+    def load_state(self, state: dict) -> None:
         """Restore ``state`` (arms outside it start unmeasured)."""
-        self.ratio = {Strategy.parse(a): LogMean(float(v), int(n)) for a, (v, n) in state["ratio"].items()}
-        self.all_ratio = LogMean(float(state["all_ratio"][0]), int(state["all_ratio"][1]))
+        self.load = LogMean(float(state["load"][0]), int(state["load"][1]))
+        self.bias = {Strategy.parse(a): LogMean(float(v), int(n)) for a, (v, n) in state["bias"].items()}
         self.sizes = {
             Strategy.parse(a): {int(b): LogMean(float(v), int(n)) for b, v, n in rows}
             for a, rows in state["sizes"].items()

@@ -53,6 +53,11 @@ class SimResult:
     """Every round's batch size (only with ``SimSettings.record_choices``)."""
     rollout_starts: list[int] = field(default_factory=list)
     """Index into ``choices`` of each rollout's first round (only with ``SimSettings.record_choices``)."""
+    plain_estimate_s: float = 0.0
+    """What the selector estimated plain decoding would have taken for the run's tokens (0.0 for selectors that
+    make no estimate, see ``BanditSelector.plain_time_estimate``)."""
+    plain_truth_s: float = 0.0
+    """What plain decoding would have taken for the same rounds' tokens under the load of the moment (no noise)."""
 
     @property
     def tokens(self) -> int:
@@ -86,6 +91,15 @@ class SimSettings:
     time_noise: float = 0.05
     """Relative (log-normal) noise on each round's wall time, as measured timings have."""
     record_choices: bool = False
+    load: tuple[float, ...] = ()
+    """A machine whose load changes: every round's cost, every arm alike, is multiplied by ``load[i]`` during the
+    ``i``-th stretch of ``load_period`` emitted tokens (cycling; empty: no load). Stretches of work, not of rounds or
+    time: every selector meets the same load at the same point of the workload, as with common random numbers."""
+    load_period: int = 2000
+
+    def load_factor(self, tokens_done: int) -> float:
+        """The load's multiplier of every arm's round cost once the run has emitted ``tokens_done`` tokens."""
+        return self.load[(tokens_done // self.load_period) % len(self.load)] if self.load else 1.0
 
 
 def rollout_lengths(workload: Workload, seed: int) -> list[np.ndarray]:
@@ -117,10 +131,16 @@ def simulate(selector: StrategySelector, workload: Workload, settings: SimSettin
             accepted = profile.sample_accepted(strategy, hits[running], accept_rng)
             emitted = np.minimum(accepted + 1, remaining[running])
             remaining[running] -= emitted
-            wall = settings.cost.round_time(strategy, batch)
+            load = settings.load_factor(result.tokens)
+            wall = settings.cost.round_time(strategy, batch) * load
             if settings.time_noise > 0:
                 wall *= float(np.exp(settings.time_noise * noise_rng.standard_normal()))
             drafted = 0 if strategy.is_disabled else strategy.max_tree_nodes - 1
+            estimate = getattr(selector, "plain_time_estimate", None)
+            if estimate is not None:
+                result.plain_estimate_s += estimate(strategy, batch, emitted.tolist(), wall)
+                plain = settings.cost.round_time(DISABLE, batch) * load * float(emitted.sum()) / batch
+                result.plain_truth_s += wall if strategy.is_disabled else plain
             selector.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
             totals = result.buckets[buckets.index(batch)]
             totals.tokens += int(emitted.sum())

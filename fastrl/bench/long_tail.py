@@ -29,6 +29,10 @@ class LongTailRow:
     mean_accept_length: float
     round_stats: list = field(default_factory=list, repr=False)
     strategy_selector: object = field(default=None, repr=False)
+    decode_s: float = 0.0
+    """Median over repeats of the summed decode-round times (the selector's part: prefill is the same for all)."""
+    decode_speedup: float = 0.0
+    """Plain's median decode time over this selector's."""
 
 
 def bench_long_tail(
@@ -53,6 +57,7 @@ def bench_long_tail(
     if "bandit" in names:  # calibrate once, untimed: every timed engine then reads the cached calibration
         _engine(policy, drafter, "bandit", batch_size, bandit, max_model_len)
     times: dict[str, list[float]] = {name: [] for name in names}
+    decode: dict[str, list[float]] = {name: [] for name in names}
     engines: dict[str, Engine] = {}
     outputs: dict[str, list] = {}
     for _ in range(repeats):
@@ -60,6 +65,7 @@ def bench_long_tail(
         seconds, outputs = run_lockstep(engines, inputs)
         for name in names:
             times[name].append(seconds[name])
+            decode[name].append(sum(s.wall_time_s for s in engines[name].round_stats))
     reference = [o.token_ids for o in outputs["disable"]]
     rows: list[LongTailRow] = []
     for name in names:
@@ -77,6 +83,8 @@ def bench_long_tail(
                 summary.mean_accept_length,
                 engine.round_stats,
                 engine.selector,
+                statistics.median(decode[name]),
+                statistics.median(decode["disable"]) / statistics.median(decode[name]),
             )
         )
     return rows
@@ -177,8 +185,9 @@ def main(argv: list[str] | None = None) -> None:
             cell[2][str(s.strategy)] = cell[2].get(str(s.strategy), 0) + 1
         estimate = totals.estimated_speedup
         print(
-            f"{row.selector:>16} wall {row.wall_s:7.2f}s speedup {row.speedup:5.3f} rounds {row.rounds:5d} "
-            f"decode {totals.wall_time_s:6.2f}s accept {row.mean_accept_length:4.2f} "
+            f"{row.selector:>16} wall {row.wall_s:7.2f}s speedup {row.speedup:5.3f} decode {row.decode_s:6.2f}s "
+            f"speedup {row.decode_speedup:5.3f} (medians) | last repeat: rounds {row.rounds:5d} decode "
+            f"{totals.wall_time_s:6.2f}s accept {row.mean_accept_length:4.2f} "
             f"estimated speedup {'-' if estimate is None else f'{estimate:.3f}'}"
         )
         for label in buckets.labels():

@@ -31,8 +31,14 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 
 PLAIN_REPEATS = 3
 """Plain rounds per calibration pass (one of every other arm)."""
-PROMPT_TOKENS = 16
-"""Calibration prompts: a random pattern of this many tokens, said twice (history arms then find matches)."""
+MIN_PASSES = 5
+"""Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
+and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
+PROMPT_TOKENS = 64
+"""Calibration prompts: a random pattern of this many tokens (fewer where the model's context is short), said
+twice (history arms then find matches). Rollout contexts run to hundreds of tokens, and attention over them weighs
+on a plain round more than on a verify of a few tokens per row: at batch 64 on this CPU, a 32-token prompt put a
+3_1_4 round at 3.0x a plain one, a 512-token prompt at 2.2x, the long-tail rollouts at 2.3-2.5x."""
 
 
 class ScriptedSelector:
@@ -63,25 +69,30 @@ class ScriptedSelector:
 
 
 def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
-    """Time ``rounds`` rounds (after a warm-up) of every arm at every batch size, on engines built like ``engine``.
+    """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size, on engines
+    built like ``engine``.
 
     The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
     machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
     level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
-    estimate: each pass times ``PLAIN_REPEATS`` of them, then runs one untimed drafter round (the drafter catches
-    up on the plain rounds' tokens, which would inflate whichever arm came first), then times every arm. An arm
-    slower at a size than ``max_accept_length`` plain rounds can never win there, nor at larger sizes: it is timed
-    at larger sizes no more.
+    estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
+    drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which
+    would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win
+    there, nor at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds'
+    ratios to the plain rounds of the same pass times the median plain round: a load that comes and goes between
+    passes cancels out of the ratios.
     """
 
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
     rng = random.Random(seed)
     vocab = engine.model.config.vocab_size
-    budget = (rounds + 1) * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    passes = max(rounds, MIN_PASSES) + 1
+    budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
+    prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
-        pattern = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
-        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * PROMPT_TOKENS + budget + 1)
+        pattern = [rng.randrange(vocab) for _ in range(prompt)]
+        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * prompt + budget + 1)
         script = ScriptedSelector([*arms, DISABLE])
         timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
         for row in range(size):
@@ -89,17 +100,29 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
             timed[size][0].add_request(pattern + pattern, params)
         timed[size][0].step()  # prefill
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
-    drafter_arms = [arm for arm in arms if arm.uses_drafter]
-    catch_up = drafter_arms[:1]  # after plain rounds the drafter reads the tokens it missed: an untimed round
-    for repeat in range(rounds + 1):
-        for step, arm in enumerate([DISABLE] * PLAIN_REPEATS + catch_up + arms):
+    relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
+    last: dict[int, Strategy] = dict.fromkeys(timed, DISABLE)
+    for repeat in range(passes):
+        turn = repeat % max(len(arms), 1)
+        order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
+        for arm in [DISABLE] * PLAIN_REPEATS + order:
             for size, (engine_at, script) in timed.items():
                 if arm.is_disabled or _worth_timing(times, arm, size, sizes):
                     script.next = arm
+                    if arm.uses_drafter and not last[size].uses_drafter:
+                        engine_at.step()  # the drafter reads the tokens it missed: an untimed catch-up round
                     engine_at.step()
-                    if repeat > 0 and not (catch_up and step == PLAIN_REPEATS):
-                        times[(arm, size)].append(engine_at.round_stats[-1].wall_time_s)
-    return CostModel.fit([(arm, size, t) for (arm, size), measured in times.items() for t in measured])
+                    last[size] = arm
+                    if repeat > 0:
+                        seconds = engine_at.round_stats[-1].wall_time_s
+                        times[(arm, size)].append(seconds)
+                        plain_pass = times[(DISABLE, size)][-PLAIN_REPEATS:]
+                        relative[(arm, size)].append(seconds / statistics.median(plain_pass))
+    points = [(DISABLE, size, t) for size in sizes for t in times[(DISABLE, size)]]
+    for (arm, size), ratios in relative.items():
+        if not arm.is_disabled:
+            points.append((arm, size, statistics.median(ratios) * statistics.median(times[(DISABLE, size)])))
+    return CostModel.fit(points)
 
 
 def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
@@ -126,6 +149,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "arms": sorted(str(a) for a in arms),
         "sizes": sizes,
         "rounds": rounds,
+        "prompt_tokens": PROMPT_TOKENS,
+        "passes": MIN_PASSES,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

@@ -185,6 +185,8 @@ def test_state_dict_round_trip_continues_identically():
         BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3)).load_state_dict(state)
     with pytest.raises(ValueError, match="version 1"):
         resumed.load_state_dict(state | {"version": 1})
+    with pytest.raises(ValueError, match="version 2 held per-arm time ratios"):
+        resumed.warm_start(state | {"version": 2})
 
 
 def test_warm_start_carries_calibration_and_acceptance_across_configs():
