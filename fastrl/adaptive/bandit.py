@@ -7,7 +7,10 @@ current load times a slow per-arm bias, both learned from every round run (``Rou
 with the best predicted goodput at the batch size at hand, unless another arm predicted within ``explore_within`` of
 it (or with fewer own rows than ``prior_rows``, whose prediction is only its prior) has an optimistic goodput (tokens
 per row raised by its standard error, see ``BanditConfig.epsilon``) that beats that prediction and the exploration
-credit (``explore_budget``) covers its predicted loss: then the most optimistic one is pulled to learn. Acceptance
+credit (``explore_budget``) covers its predicted loss: then the most optimistic one is pulled to learn, and the
+credit pays the loss with the tokens the round really emitted (its predicted time less the time the best arm's
+predicted goodput needs for those tokens), so acceptance that flatters an arm cannot stretch exploration past the
+budget, while the machine's load swings, which every arm shares, are not charged to exploration. Acceptance
 does not depend on the batch size, so an arm predicted to lose clearly at one batch size is learned where it is
 close (at small batch, where verifying a tree is nearly free), never where a pull is costly (a 32-token tree at
 batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` times to time it. Every
@@ -53,6 +56,9 @@ class BanditSelector:
         self._last_batch = list(self._buckets.thresholds)
         self._round = 0
         self._credit = 0.0  # seconds of exploration the budget still allows
+        # When the round in flight explores: the best arm's predicted goodput and the pulled arm's predicted time.
+        self._explore_best: float | None = None
+        self._explore_seconds = 0.0
         self._since_plain = 0  # rounds learned from since the last plain one
         self._last_strategy: Strategy | None = None
         self._memo: dict[tuple[Strategy, int, float], float | None] = {}
@@ -86,14 +92,18 @@ class BanditSelector:
             if hopeful != best and hope is not None and hope > best_value:
                 cost = self._exploration_cost(hopeful, batch_size, best_value)
                 if self.config.explore_budget is None or cost <= self._credit:
-                    self._credit -= cost
+                    self._explore(hopeful, batch_size, best_value)
                     return self._record(batch_size, bucket, hopeful, "explore")
         if self._anchor_due(arms, best) and best_value is not None:
             cost = self._exploration_cost(DISABLE, batch_size, best_value)
             if self.config.explore_budget is None or cost <= self._credit:
-                self._credit -= cost
+                self._explore(DISABLE, batch_size, best_value)
                 return self._record(batch_size, bucket, DISABLE, "anchor")
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _explore(self, arm: Strategy, batch_size: int, best_value: float) -> None:
+        """Remember what the exploratory round of ``arm`` is charged against when ``observe`` sees it."""
+        self._explore_best, self._explore_seconds = best_value, self.times.seconds(arm, batch_size) or 0.0
 
     def _anchor_due(self, arms: list[Strategy], best: Strategy) -> bool:
         """True when ``anchor_every`` rounds ran without a plain one and plain is an arm here but not the best (only
@@ -153,6 +163,9 @@ class BanditSelector:
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
         if self.config.explore_budget is not None:
             self._credit += self.config.explore_budget * stats.wall_time_s
+            if self._explore_best is not None:  # an exploratory round pays for the tokens it failed to emit
+                self._credit -= max(0.0, self._explore_seconds - stats.total_emitted / self._explore_best)
+        self._explore_best = None
         bucket = self._buckets.index(stats.batch_size)
         rewards = self._rewards[bucket].get(stats.strategy)
         if rewards is not None:
@@ -206,6 +219,8 @@ class BanditSelector:
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
             "explore_credit": self._credit,
+            "explore_best": self._explore_best,
+            "explore_seconds": self._explore_seconds,
             "since_plain": self._since_plain,
             "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
@@ -223,6 +238,9 @@ class BanditSelector:
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
         self._credit = float(state["explore_credit"])
+        best = state["explore_best"]
+        self._explore_best = None if best is None else float(best)
+        self._explore_seconds = float(state["explore_seconds"])
         self._since_plain = int(state["since_plain"])
         last = state["last_strategy"]
         self._last_strategy = None if last is None else Strategy.parse(last)

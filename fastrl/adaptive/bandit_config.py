@@ -41,9 +41,11 @@ class BanditConfig:
     there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
     explore_budget: float | None = 0.2
     """Exploration spends at most this fraction of the time rounds took: every round learned from adds this
-    fraction of its wall time to a credit, every exploratory pull takes its predicted cost (the arm's round time
-    less the time the best arm would take for the tokens the arm is predicted to emit), and an arm is explored only
-    while the credit covers it. So a run never pays more than this for learning, and an arm that costs 3x the best
+    fraction of its wall time to a credit, an arm is explored only while the credit covers the pull's predicted cost
+    (the arm's round time less the time the best arm would take for the tokens the arm is predicted to emit), and
+    every exploratory round takes its cost with the tokens it really emitted from the credit (its predicted round
+    time less the time the best arm's predicted goodput needs for those tokens), so acceptance that flatters an arm
+    cannot overspend it. So a run never pays more than this for learning, and an arm that costs 3x the best
     at batch 64 is learned at small batch sizes, where a pull costs little. None: no limit."""
     anchor_every: int = 64
     """A plain round every this many rounds that ran none (while the exploration credit covers its cost; 0: never):
