@@ -86,8 +86,6 @@ class Engine:
             self.runner.lookahead,
             self.config.prefix_sharing,
         )
-        eos = mc.eos_token_id
-        self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.round_stats: list[RoundStats] = []
         self.prefill_rows = PrefillCounts()
         self._info = ServerInfo()

@@ -9,8 +9,8 @@ on each token in this order (the first that holds names the reason):
     LENGTH   the request now has max_new_tokens generated tokens
     CONTEXT  the request now has max_model_len tokens
 
-`Scheduler.check_finished` states the same rules one token at a time; `tests/engine/test_finish_rules.py` checks
-that both agree on random cases.
+`tests/engine/test_finish_rules.py` checks them against the same rules applied one token at a time, on random
+cases.
 """
 
 from __future__ import annotations

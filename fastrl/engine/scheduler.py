@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from fastrl.engine.page_pool import PagePool
-from fastrl.engine.request import FinishReason, Request
+from fastrl.engine.request import Request
 
 
 class Scheduler:
@@ -121,20 +121,6 @@ class Scheduler:
         request.slot = None
         self.waiting.appendleft(request)
         self.preemptions += 1
-
-    def check_finished(self, request: Request, eos_ids: frozenset[int]) -> bool:
-        """Set the request's finish reason from its last token and length; True when it finished."""
-        if request.finished:
-            return True
-        params = request.params
-        token = request.output_ids[-1]
-        if token in params.stop_token_ids or (not params.ignore_eos and token in eos_ids):
-            request.finish_reason = FinishReason.STOP
-        elif len(request.output_ids) >= params.max_new_tokens:
-            request.finish_reason = FinishReason.LENGTH
-        elif request.num_tokens >= self.max_model_len:
-            request.finish_reason = FinishReason.CONTEXT
-        return request.finished
 
     def remaining_budget(self, request: Request) -> int:
         """How many more tokens the request may emit before a length limit stops it."""

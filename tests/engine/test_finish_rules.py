@@ -1,5 +1,5 @@
 """The finish rules decided in tensors (`fastrl.engine.finish`) give what the one-token-at-a-time rules give
-(`Scheduler.check_finished`, and the non-finite log-prob check before it), on random cases; and an engine whose
+(the engine's rules before them, restated here as the reference), on random cases; and an engine whose
 requests stop on EOS, stop ids, length and context emits what those rules say."""
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import torch
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.engine.finish import FINISH_CODES, finish_rows
-from fastrl.engine.page_pool import PagePool
 from fastrl.engine.request import FinishReason, Request
-from fastrl.engine.scheduler import Scheduler
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from tests.helpers import make_hf_model
@@ -24,14 +22,19 @@ VOCAB = 12
 EOS = 2
 
 
-def _one_token_at_a_time(request: Request, tokens: list[int], logprobs: list[float], scheduler: Scheduler):
+def _one_token_at_a_time(request: Request, tokens: list[int], logprobs: list[float], max_model_len: int):
     """What the engine did before: append token by token, stop at the first that finishes the request."""
+    params = request.params
     for n, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True), start=1):
         request.output_ids.append(token)
         if not math.isfinite(logprob):
             return n, FinishReason.ERROR
-        if scheduler.check_finished(request, frozenset([EOS])):
-            return n, request.finish_reason
+        if token in params.stop_token_ids or (not params.ignore_eos and token == EOS):
+            return n, FinishReason.STOP
+        if len(request.output_ids) >= params.max_new_tokens:
+            return n, FinishReason.LENGTH
+        if request.num_tokens >= max_model_len:
+            return n, FinishReason.CONTEXT
     return len(tokens), None
 
 
@@ -39,7 +42,6 @@ def _one_token_at_a_time(request: Request, tokens: list[int], logprobs: list[flo
 def test_finish_rules_in_tensors_match_the_token_by_token_rules(seed):
     rng = random.Random(seed)
     max_model_len = rng.randint(20, 40)
-    scheduler = Scheduler(8, max_model_len, VOCAB, PagePool(64, 16))
     rows, k = 64, rng.randint(1, 6)
     tokens = torch.tensor([[rng.randrange(VOCAB) for _ in range(k)] for _ in range(rows)])
     logprobs = torch.tensor(
@@ -68,7 +70,7 @@ def test_finish_rules_in_tensors_match_the_token_by_token_rules(seed):
     for row, request in enumerate(requests):
         count = int(candidates[row])
         expected = _one_token_at_a_time(
-            request, tokens[row, :count].tolist(), logprobs[row, :count].tolist(), scheduler
+            request, tokens[row, :count].tolist(), logprobs[row, :count].tolist(), max_model_len
         )
         code = int(finish.code[row])
         assert (int(finish.emitted[row]), FINISH_CODES.get(code)) == expected, (row, request)
