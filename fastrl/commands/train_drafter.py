@@ -11,6 +11,7 @@ from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
+from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
 from fastrl.models.decoder import CausalLM
@@ -58,11 +59,29 @@ def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDraf
 
 
 def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
-    """A fresh drafter, or the one `init_drafter` names (its weights and draft vocabulary)."""
+    """A fresh drafter, or the one `init_drafter` names (its weights and draft vocabulary). With `extra_layers`
+    the drafter reads EAGLE-3's fused input: a last-layer `init_drafter` is wrapped in a FusedEagleDrafter whose
+    fuse starts as the identity on the last layer, so training starts from exactly the drafter it was given."""
+    layers = tuple(cfg.extra_layers)
+    count = policy.config.num_hidden_layers
+    if any(i >= count for i in layers):
+        raise ValueError(f"train_drafter.extra_layers={list(layers)}: the policy has decoder layers 0..{count - 1}")
     if not cfg.init_drafter:
-        return EagleDrafter(policy.config).to(cfg.device)
+        fresh = FusedEagleDrafter(policy.config, layers) if layers else EagleDrafter(policy.config)
+        return fresh.to(cfg.device)
     try:
-        drafter = load_drafter(cfg.init_drafter, policy, cfg.device)[0]
+        drafter = load_drafter(cfg.init_drafter, policy, cfg.device)[0].float()
     except ValueError as err:
         raise ValueError(f"train_drafter.init_drafter={cfg.init_drafter}: {err}") from None
-    return drafter.float()
+    held = tuple(getattr(drafter, "extra_layers", ()))
+    if held == layers:
+        return drafter
+    if held:
+        raise ValueError(
+            f"train_drafter.init_drafter={cfg.init_drafter} reads layers {list(held)} + the last; "
+            f"extra_layers={list(layers)} differs"
+        )
+    fused = FusedEagleDrafter(drafter.config, layers).to(cfg.device)
+    fused.load_state_dict(drafter.state_dict(), strict=False)  # all but `fuse`, which stays the identity
+    fused.set_draft_vocab(drafter.draft_vocab)
+    return fused

@@ -45,6 +45,7 @@ class OfflineDrafterConfig:
     accept_batch_size: int = 16
     device: str = "cpu"
     draft_vocab_size: int = 0  # > 0: draft over the K most frequent tokens of the first shard's rollouts
+    extra_layers: list[int] = field(default_factory=list)  # EAGLE-3 fused input: these decoder layers + the last
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
 
     def __post_init__(self) -> None:
@@ -52,6 +53,10 @@ class OfflineDrafterConfig:
         for key in positive + ("accept_batch_size", "gen_batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"train_drafter.{key} must be >= 1, got {getattr(self, key)}")
+        if list(self.extra_layers) != sorted(set(self.extra_layers)) or any(i < 0 for i in self.extra_layers):
+            raise ValueError(
+                f"train_drafter.extra_layers must be distinct ascending decoder layer indices, got {self.extra_layers}"
+            )
         if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
             raise ValueError(
                 f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "
@@ -122,9 +127,11 @@ def train_offline(
         inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
         return measure(policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
 
+    layers = tuple(cfg.extra_layers)
+    held_features = policy_features(policy, held_ids, extra_layers=layers)
     run = StreamRun(
-        policy, trainer, shards, policy_features(policy, held_ids), epoch_accept, cfg.epochs, cfg.draft_vocab_size,
-        cfg.gen_batch_size, cfg.device, policy_name,
+        policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
+        cfg.gen_batch_size, cfg.device, policy_name, layers,
     )  # fmt: skip
     state = run.run(fingerprint(cfg, {"prompts": len(train_prompts), **(identity or {})}))
     accept = []

@@ -1,0 +1,53 @@
+"""`fastrl train-drafter extra_layers=[...]`: a drafter reading EAGLE-3's fused input (low, middle and last policy
+layers), started from a last-layer drafter as exactly that drafter, with bad layer settings named before any work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.commands.train_drafter import initial_drafter
+from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.cotrain.features import policy_features
+from fastrl.cotrain.fused_drafter import FusedEagleDrafter
+from fastrl.models.checkpoint import load_model
+from fastrl.speculative.drafter_checkpoint import load_drafter
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_model(bundled_model_dir()).eval()
+
+
+def test_a_last_layer_init_drafter_becomes_a_fused_one_that_drafts_the_same(policy):
+    cfg = TrainDrafterConfig(init_drafter=str(bundled_drafter_dir()), extra_layers=[0, 2])
+    fused = initial_drafter(policy, cfg).eval()
+    base = load_drafter(bundled_drafter_dir(), policy)[0].float().eval()
+    assert isinstance(fused, FusedEagleDrafter) and fused.extra_layers == (0, 2)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, policy.config.vocab_size, (40,), generator=g).tolist()
+    wide = policy_features(policy, [ids], extra_layers=(0, 2))[0]
+    last = policy_features(policy, [ids])[0]
+    h = policy.config.hidden_size
+    assert wide.features.shape[-1] == 3 * h and torch.equal(wide.features[:, -h:], last.features)
+    tokens, positions = wide.tokens.unsqueeze(0), torch.arange(len(wide.tokens)).unsqueeze(0)
+    with torch.no_grad():
+        a = fused(policy, tokens, wide.features.unsqueeze(0), positions)
+        b = base(policy, tokens, last.features.unsqueeze(0), positions)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # Training moves the fuse off the identity: the lower layers then matter.
+    with torch.no_grad():
+        fused.fuse.weight[:, :h] += 0.1
+        moved = fused(policy, tokens, wide.features.unsqueeze(0), positions)
+    assert (moved - b).abs().max() > 1e-3
+
+
+def test_a_fresh_fused_drafter_and_bad_layers(policy):
+    count = policy.config.num_hidden_layers
+    assert isinstance(initial_drafter(policy, TrainDrafterConfig(extra_layers=[1])), FusedEagleDrafter)
+    with pytest.raises(ValueError, match=rf"extra_layers=\[0, {count}\]: the policy has decoder layers 0..{count - 1}"):
+        initial_drafter(policy, TrainDrafterConfig(extra_layers=[0, count]))
+    for bad in ([2, 0], [1, 1], [-1]):
+        with pytest.raises(ValueError, match="train_drafter.extra_layers must be distinct ascending"):
+            TrainDrafterConfig(extra_layers=bad)
