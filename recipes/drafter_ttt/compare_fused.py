@@ -24,7 +24,6 @@ from fastrl.cotrain.accept_eval import measure_accept_length
 from fastrl.cotrain.chain_accept import greedy_chain_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig, make_batches
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.cotrain.offline import task_prompts
 from fastrl.cotrain.rollout_plan import RolloutPlan
 from fastrl.engine.config import EngineConfig
@@ -33,6 +32,7 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 
 
 def main() -> None:
