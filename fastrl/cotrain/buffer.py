@@ -18,9 +18,19 @@ class FeatureBuffer:
     ``capacity_tokens`` the oldest version is evicted first and, within a version, the oldest sequence first.
     ``sample`` draws without replacement with weight ``recency_decay ** (newest - version)`` per sequence, so the
     drafter mostly follows the current policy while older data still regularises it.
+
+    ``feature_size`` (None: any) is the width F of every sequence's features, the drafter's input: H, or
+    (len(extra_layers) + 1) * H for a fused drafter, whose entries then take F / H times the memory
+    (``num_bytes``); a sequence of another width is a ValueError.
     """
 
-    def __init__(self, capacity_tokens: int, retention_versions: int = 0, recency_decay: float = 0.5) -> None:
+    def __init__(
+        self,
+        capacity_tokens: int,
+        retention_versions: int = 0,
+        recency_decay: float = 0.5,
+        feature_size: int | None = None,
+    ) -> None:
         if capacity_tokens < 2:
             raise ValueError(f"FeatureBuffer.capacity_tokens must be >= 2, got {capacity_tokens}")
         if retention_versions < 0:
@@ -30,6 +40,9 @@ class FeatureBuffer:
         self.capacity_tokens = capacity_tokens
         self.retention_versions = retention_versions
         self.recency_decay = recency_decay
+        if feature_size is not None and feature_size < 1:
+            raise ValueError(f"FeatureBuffer.feature_size must be >= 1, got {feature_size}")
+        self.feature_size = feature_size
         self._by_version: dict[int, deque[FeatureSequence]] = {}
         self._tokens = 0
         self._sequences = 0
@@ -38,6 +51,15 @@ class FeatureBuffer:
     def num_tokens(self) -> int:
         """Entries held, over all sequences."""
         return self._tokens
+
+    @property
+    def num_bytes(self) -> int:
+        """Memory held by the sequences' tokens and features."""
+        return sum(
+            s.tokens.numel() * s.tokens.element_size() + s.features.numel() * s.features.element_size()
+            for seqs in self._by_version.values()
+            for s in seqs
+        )
 
     @property
     def num_sequences(self) -> int:
@@ -53,7 +75,13 @@ class FeatureBuffer:
 
     def add(self, seq: FeatureSequence) -> None:
         """Keep ``seq`` (cut to the capacity); sequences without a target (< 2 tokens) or from a version older than
-        the retention window are dropped. Evicts as needed."""
+        the retention window are dropped. Evicts as needed. ValueError when its feature width is not
+        ``feature_size``."""
+        if self.feature_size is not None and seq.features.shape[-1] != self.feature_size:
+            raise ValueError(
+                f"FeatureBuffer: a sequence's features are [.., {seq.features.shape[-1]}], this buffer holds the "
+                f"drafter's input [.., {self.feature_size}] (feature_size)"
+            )
         if seq.tokens.shape[0] < 2:
             return
         if seq.tokens.shape[0] > self.capacity_tokens:

@@ -124,9 +124,13 @@ class CudaGraphRounds:
         buckets: list[int],
         base: int,
         static: StaticInputs,
+        feature_layers: tuple[int, ...] = (),
     ) -> None:
         """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
-        tree area (max_model_len); `static` the input buffers every graph reads."""
+        tree area (max_model_len); `static` the input buffers every graph reads; `feature_layers` the policy layers
+        a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
+        take them from `models`). The static root feature stays [.., H]: it is the drafter's own output."""
+        self.feature_layers = feature_layers
         self.models = models
         self.policy, self.cache = policy, cache
         self.runtimes = runtimes
@@ -152,7 +156,9 @@ class CudaGraphRounds:
         kv_len = self.base + 1
         for bucket in sorted(self.buckets, reverse=True):
             inputs = self.static.view(bucket)
-            self.plain[bucket] = self._capture(lambda i=inputs: plain_round(self.policy, self.cache, i, kv_len))
+            self.plain[bucket] = self._capture(
+                lambda i=inputs: plain_round(self.policy, self.cache, i, kv_len, feature_layers=self.feature_layers)
+            )
             if self.models is None:
                 continue
             feature = self.static.root_feature[:bucket]
@@ -169,7 +175,7 @@ class CudaGraphRounds:
         return next((b for b in self.buckets if b >= batch_size), None)
 
     def run_plain(self, inputs: DecodeInputs) -> PlainRoundResult:
-        """Replay the plain round of the batch's bucket.  # [b] rows -> [b] tokens, logprobs, [b,H] hidden"""
+        """Replay the plain round of the batch's bucket.  # [b] rows -> [b] tokens, logprobs, [b,F] hidden"""
         b = inputs.lengths.shape[0]
         bucket = self._bucket(b)
         self.static.load(inputs, bucket)

@@ -18,13 +18,14 @@ from fastrl.speculative.round import SpecModels
 
 
 class DrafterFeed:
-    """Device tensors indexed by slot: tokens [S,W] long, features [S,W,H], counts [S] long (valid entries of
-    each slot, left-aligned); W grows when a round would write past it."""
+    """Device tensors indexed by slot: tokens [S,W] long, features [S,W,F], counts [S] long (valid entries of
+    each slot, left-aligned); W grows when a round would write past it. F is the drafter's `feature_size`: H, or
+    (len(extra_layers) + 1) * H for a fused drafter, whose entries then hold the policy's fused features."""
 
-    def __init__(self, num_slots: int, hidden_size: int, dtype: torch.dtype, device: torch.device, width: int) -> None:
+    def __init__(self, num_slots: int, feature_size: int, dtype: torch.dtype, device: torch.device, width: int) -> None:
         self.device = device
         self.tokens = torch.zeros(num_slots, width, dtype=torch.long, device=device)
-        self.features = torch.zeros(num_slots, width, hidden_size, dtype=dtype, device=device)
+        self.features = torch.zeros(num_slots, width, feature_size, dtype=dtype, device=device)
         self.counts = torch.zeros(num_slots, dtype=torch.long, device=device)
         self._pending = [0] * num_slots  # the host's copy of counts
 
@@ -36,7 +37,10 @@ class DrafterFeed:
 
     def append(self, slots: Tensor, slot_ids: list[int], tokens: Tensor, features: Tensor, counts: list[int]) -> None:
         """Queue `counts[b]` entries of row b after what its slot holds (entries past a row's count are written
-        too, as padding the next append overwrites).  # slots [B], tokens [B,K], features [B,K,H]"""
+        too, as padding the next append overwrites).  # slots [B], tokens [B,K], features [B,K,F]"""
+        if features.shape[-1] != self.features.shape[-1]:
+            width = self.features.shape[-1]
+            raise ValueError(f"DrafterFeed: features are [.., {features.shape[-1]}], the drafter reads [.., {width}]")
         k = tokens.shape[1]
         self._fit(max(self._pending[s] for s in slot_ids) + k)
         cols = self.counts[slots].unsqueeze(1) + torch.arange(k, device=self.device)  # [B,K]
@@ -48,7 +52,7 @@ class DrafterFeed:
             self._pending[slot] += count
 
     def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
-        """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,H], [B]"""
+        """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,F], [B]"""
         width = max(self._pending[s] for s in slot_ids)
         if min(self._pending[s] for s in slot_ids) < 1:
             raise RuntimeError("a request reached a speculative round with nothing for its drafter to read")
@@ -69,13 +73,18 @@ class DrafterFeed:
 
 
 def feed_prompts(
-    models: SpecModels, feed: DrafterFeed, slots: Tensor, slot_ids: list[int], tokens: list[list[int]], hidden: Tensor
+    models: SpecModels,
+    feed: DrafterFeed,
+    slots: Tensor,
+    slot_ids: list[int],
+    tokens: list[list[int]],
+    features: Tensor,
 ) -> None:
     """Feed the drafter every entry of fresh sequences but the last, which stays pending as the root of the next
     round: entry p (1 <= p < T) reads token p with feature p-1; `tokens[b]` are row b's T tokens (prompt, or the
-    prompt and output of a recomputed request) followed by its next token, `hidden` the prefill's hidden states.
+    prompt and output of a recomputed request) followed by its next token, `features` the prefill's features.
 
-    # slots [B], hidden [B,S,H] (S >= T_b) -> drafter cache entries 1..T_b-1 written, one entry pending per row
+    # slots [B], features [B,S,F] (S >= T_b) -> drafter cache entries 1..T_b-1 written, one entry pending per row
     """
     feed.clear(slots, slot_ids)
     sizes = [len(t) - 1 for t in tokens]  # T_b: entries 1..T_b-1 now, entry T_b pending
@@ -86,7 +95,7 @@ def feed_prompts(
     if width > 1:
         padded = torch.tensor([t[1:-1] + [0] * (width - s) for t, s in zip(tokens, sizes, strict=True)])
         counts = last.clamp(min=0)
-        prefix = DrafterInput(padded.to(feed.device), hidden[:, : width - 1], counts)
+        prefix = DrafterInput(padded.to(feed.device), features[:, : width - 1], counts)
         dslots = models.dcache.rows(slots)
         catch_up(models.drafter, models.policy, models.dcache, dslots, counts, width, prefix)  # padding at width + 1
-    feed.append(slots, slot_ids, root_tokens, hidden[rows, last].unsqueeze(1), [1] * b)
+    feed.append(slots, slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)

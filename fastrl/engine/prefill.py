@@ -21,21 +21,28 @@ from fastrl.models.masks import causal_mask_by_index
 class PrefillResult:
     """Outputs of a prefill over B prompts right-padded to S tokens.
 
-    hidden:      [B,S,H] policy hidden states (rows past a prompt's length are padding)
+    features:    [B,S,F] the drafter's features of every prompt position (`ModelOutput.features`: the final-norm
+                 state, F = H, or with `feature_layers` a fused drafter's input); rows past a prompt's length
+                 are padding
     last_logits: [B,V] logits at each prompt's last token (they sample the first response token)
     lengths:     [B] prompt lengths
     """
 
-    hidden: torch.Tensor
+    features: torch.Tensor
     last_logits: torch.Tensor
     lengths: torch.Tensor
     computed_rows: int = 0
 
 
 def prefill(
-    model: CausalLM, cache: KVCache, prompts: list[list[int]], slots: list[int], pad_id: int = 0
+    model: CausalLM,
+    cache: KVCache,
+    prompts: list[list[int]],
+    slots: list[int],
+    pad_id: int = 0,
+    feature_layers: tuple[int, ...] = (),
 ) -> PrefillResult:
-    """Run `prompts` through the model, writing their KV into `slots`' pages.  # B prompts -> [B,S,H], [B,V]"""
+    """Run `prompts` through the model, writing their KV into `slots`' pages.  # B prompts -> [B,S,F], [B,V]"""
     device = next(model.parameters()).device
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     width = int(lengths.max())
@@ -53,31 +60,36 @@ def prefill(
         slots=slot_ids,
         attn_mask=causal_mask_by_index(positions, width),
         compute_logits=False,
+        feature_layers=feature_layers,
     )
     rows = torch.arange(len(prompts), device=device)
     last_hidden = out.hidden[rows, lengths - 1]
     return PrefillResult(
-        hidden=out.hidden, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(prompts)
+        features=out.features, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(prompts)
     )
 
 
-def prefill_shared(model: CausalLM, cache: KVCache, requests: list[Request]) -> PrefillResult:
+def prefill_shared(
+    model: CausalLM, cache: KVCache, requests: list[Request], feature_layers: tuple[int, ...] = ()
+) -> PrefillResult:
     """`prefill` of the requests' prompts, running only those that do not share another's prompt pages
     (`Request.prompt_source`, set by the scheduler, names the request whose prefill fills them).
 
-    Row b of the result belongs to requests[b] either way.  # B prompts -> [B,S,H], [B,V]
+    Row b of the result belongs to requests[b] either way.  # B prompts -> [B,S,F], [B,V]
     """
     row_of = {r.request_id: row for row, r in enumerate(requests)}
     source = [row if r.prompt_source is None else row_of[r.prompt_source] for row, r in enumerate(requests)]
     unique_rows = sorted(set(source))
     computed = [requests[row] for row in unique_rows]
-    result = prefill(model, cache, [r.prompt_ids for r in computed], [r.slot for r in computed])
+    result = prefill(
+        model, cache, [r.prompt_ids for r in computed], [r.slot for r in computed], feature_layers=feature_layers
+    )
     if len(unique_rows) == len(requests):
         return result
     position = {row: i for i, row in enumerate(unique_rows)}
     take = torch.tensor([position[s] for s in source], dtype=torch.long, device=result.lengths.device)
     return PrefillResult(
-        hidden=result.hidden.index_select(0, take),
+        features=result.features.index_select(0, take),
         last_logits=result.last_logits.index_select(0, take),
         lengths=result.lengths.index_select(0, take),
         computed_rows=len(unique_rows),

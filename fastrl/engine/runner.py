@@ -27,6 +27,7 @@ from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.speculative.history.tree import history_draft_tree
 from fastrl.speculative.round import SpecModels, catch_drafter_up, speculative_round
@@ -41,9 +42,10 @@ class StepOutput:
     tokens[b] / logprobs[b]: the tokens row b emits, in order (accepted drafts, then the policy's own token; one
     token for prefill and plain rounds), already cut where the request finishes; finish[b]: why it finishes
     (a `fastrl.engine.finish.FINISH_CODES` key), 0 while it runs. accepted[b]: accepted draft tokens (0 for
-    plain). hidden[b]: the hidden state behind each emitted token, [len(tokens[b]),H] float32 on the CPU, only
+    plain). hidden[b]: the hidden state behind each emitted token, [len(tokens[b]),F] float32 on the CPU, only
     for requests that asked for hidden states (else None). prompt_hidden[b]: a prefill's prompt hidden states
-    [P-1,H] for such requests.
+    [P-1,F] for such requests. F is the drafter's `feature_size`: H (the final-norm state), or for a fused
+    drafter its input, the outputs of its `extra_layers` then the final-norm state (what co-training needs).
     """
 
     tokens: list[list[int]]
@@ -90,6 +92,9 @@ class ModelRunner:
             if s.topk > mc.vocab_size:
                 raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
         self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if eagle and drafter else None
+        # What the drafter reads (and co-training keeps): the final-norm state, or a fused drafter's layers too.
+        self.feature_layers: tuple[int, ...] = drafter.extra_layers if drafter is not None else ()
+        check_extra_layers(self.feature_layers, mc.num_hidden_layers)
         if self.drafter is not None and self.drafter.draft_vocab is not None:
             width = self.drafter.draft_vocab.numel()
             for s in eagle:
@@ -136,10 +141,10 @@ class ModelRunner:
         self.spec_models: SpecModels | None = None
         if self.drafter is not None:
             dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table)
-            self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache)
-            self.feed = DrafterFeed(slots, mc.hidden_size, dtype, self.device, self.lookahead)
+            self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache, self.feature_layers)
+            self.feed = DrafterFeed(slots, self.drafter.feature_size, dtype, self.device, self.lookahead)
         elif speculative:
-            self.spec_models = SpecModels(self.model, self.cache)
+            self.spec_models = SpecModels(self.model, self.cache, feature_layers=self.feature_layers)
         self.graphs = self._capture_graphs() if use_graphs else None
 
     @property
@@ -171,10 +176,10 @@ class ModelRunner:
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
         slots = self.state.admit(requests, [len(t) for t in tokens])
-        result = prefill(self.model, self.cache, tokens, [r.slot for r in requests])
+        result = prefill(self.model, self.cache, tokens, [r.slot for r in requests], feature_layers=self.feature_layers)
         if self.drafter is not None:
             fed = [t + [r.last_token] for t, r in zip(tokens, requests, strict=True)]
-            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.hidden)
+            feed_prompts(self.spec_models, self.feed, slots, [r.slot for r in requests], fed, result.features)
 
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
@@ -182,7 +187,7 @@ class ModelRunner:
         Requests with the same prompt (the n samples of a GRPO group) prefill once; the others hold its pages.
         """
         self._sync_pages()
-        result = prefill_shared(self.model, self.cache, requests)
+        result = prefill_shared(self.model, self.cache, requests, self.feature_layers)
         copies, self._pending_copies = self._pending_copies, []
         for cache in self.caches:
             cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
@@ -197,12 +202,12 @@ class ModelRunner:
         back = read_back(tokens, logprobs, torch.zeros_like(one), finish)
         if self.drafter is not None:
             fed = [r.prompt_ids + t for r, t in zip(requests, back.tokens, strict=True)]
-            feed_prompts(self.spec_models, self.feed, slots, slot_ids, fed, result.hidden)
+            feed_prompts(self.spec_models, self.feed, slots, slot_ids, fed, result.features)
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
             length = len(request.prompt_ids)
-            states = result.hidden[row]
+            states = result.features[row]
             want = request.return_hidden_states
             prompt_hidden.append(states[: length - 1].detach().to("cpu", torch.float32) if want else None)
             hidden.append(states[length - 1 : length].detach().to("cpu", torch.float32) if want else None)
@@ -225,7 +230,10 @@ class ModelRunner:
             if self.graphs is not None:
                 result = self.graphs.run_plain(inputs)
             else:
-                result = plain_round(self.model, self.cache, inputs, first_slot=self._home_rows(slot_ids))
+                first = self._home_rows(slot_ids)
+                result = plain_round(
+                    self.model, self.cache, inputs, first_slot=first, feature_layers=self.feature_layers
+                )
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
             accepted = torch.zeros_like(result.tokens)
@@ -288,7 +296,9 @@ class ModelRunner:
         static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
         eagle = {s: r for s, r in self.runtimes.items() if not s.is_history}  # history rounds draft on the host
         models = self.spec_models if self.drafter is not None else None
-        graphs = CudaGraphRounds(self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static)
+        graphs = CudaGraphRounds(
+            self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static, self.feature_layers
+        )
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs

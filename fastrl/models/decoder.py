@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from fastrl.models.config import ModelConfig
@@ -15,10 +16,13 @@ from fastrl.models.rope import RotaryEmbedding
 
 @dataclass
 class ModelOutput:
-    """logits: [B,S,V] (None when not computed); hidden: [B,S,H], the final-norm output (HF `last_hidden_state`)."""
+    """logits: [B,S,V] (None when not computed); hidden: [B,S,H], the final-norm output (HF `last_hidden_state`);
+    features: [B,S,F] what a drafter reads, the outputs of the forward's `feature_layers` (in order) then `hidden`,
+    F = (len(feature_layers) + 1) * H (`hidden` itself when no feature layers were asked for)."""
 
     logits: Tensor | None
     hidden: Tensor
+    features: Tensor
 
 
 class DecoderStack(nn.Module):
@@ -69,8 +73,10 @@ class CausalLM(nn.Module):
         compute_logits: bool = True,
         kv_len: int | None = None,
         first_slot: int | None = None,
+        feature_layers: tuple[int, ...] = (),
     ) -> ModelOutput:
-        """One forward over S new tokens per row.  # input_ids/positions [B,S] -> logits [B,S,V], hidden [B,S,H]
+        """One forward over S new tokens per row.  # input_ids/positions [B,S] -> logits [B,S,V], hidden [B,S,H],
+        features [B,S,(len(feature_layers)+1)*H]
 
         positions: RoPE positions. Without `cache`, keys are the new tokens themselves and `attn_mask` is [B,S,S]
         (None: causal by position). With `cache` (and `slots` [B], required), the new K/V are first written at
@@ -79,6 +85,8 @@ class CausalLM(nn.Module):
         (entry j visible iff j <= cache_index), with L = `kv_len` (default max(cache_index)+1: one host sync).
         Rows whose mask row is all False (padding) give finite, meaningless outputs. `first_slot`: see
         `KVCache.metadata` (rows that are consecutive slots at home read their keys in place).
+        `feature_layers`: decoder layers (0-based, ascending) whose outputs `features` holds before the final-norm
+        state, for a fused (EAGLE-3 input) drafter; ValueError on an index outside the decoder.
         """
         if positions.shape != input_ids.shape:
             raise ValueError(f"positions {tuple(positions.shape)} must match input_ids {tuple(input_ids.shape)}")
@@ -98,7 +106,16 @@ class CausalLM(nn.Module):
             meta = cache.metadata(
                 slots, cache_index, mask, first_slot
             )  # one description of this forward for every layer
-        for layer in self.model.layers:
+        if feature_layers and not all(0 <= i < len(self.model.layers) for i in feature_layers):
+            raise ValueError(
+                f"feature_layers {list(feature_layers)} outside the policy's {len(self.model.layers)} decoder layers"
+            )
+        kept: list[Tensor] = []
+        for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, cache, attn_mask=mask, meta=meta)
+            if i in feature_layers:
+                kept.append(x)
         hidden = self.model.norm(x)
-        return ModelOutput(logits=self.lm_head(hidden) if compute_logits else None, hidden=hidden)
+        features = torch.cat(kept + [hidden], dim=-1) if kept else hidden
+        logits = self.lm_head(hidden) if compute_logits else None
+        return ModelOutput(logits=logits, hidden=hidden, features=features)

@@ -36,7 +36,7 @@ from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
 from fastrl.rl.seeding import GlobalRngState
 from fastrl.rollout.backend import RolloutBackend
-from fastrl.rollout.types import DRAFT_VOCAB_KEY
+from fastrl.rollout.types import DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import (
     read_draft_vocab,
@@ -44,6 +44,7 @@ from fastrl.speculative.drafter_checkpoint import (
     read_drafter_weights,
     save_drafter,
 )
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 from fastrl.tensor_files import save_tensors
 
 FORMAT = "fastrl-grpo-checkpoint"
@@ -205,6 +206,8 @@ def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple
     vocab = read_draft_vocab(folder, info)
     if vocab is not None:
         state[DRAFT_VOCAB_KEY] = vocab
+    if info.extra_layers:
+        state[EXTRA_LAYERS_KEY] = torch.tensor(info.extra_layers, dtype=torch.long)
     return info.version, state
 
 
@@ -213,8 +216,10 @@ def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) ->
     version, tensors = backend.drafter_state()
     if not tensors:
         return
-    drafter = EagleDrafter(policy.config)
-    weights = {k: v.to("cpu", torch.float32) for k, v in tensors.items() if k != DRAFT_VOCAB_KEY}
+    layers = tuple(tensors[EXTRA_LAYERS_KEY].tolist()) if EXTRA_LAYERS_KEY in tensors else ()
+    drafter = FusedEagleDrafter(policy.config, layers) if layers else EagleDrafter(policy.config)
+    ids = (DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY)
+    weights = {k: v.to("cpu", torch.float32) for k, v in tensors.items() if k not in ids}
     drafter.load_state_dict(weights, strict=True)
     if DRAFT_VOCAB_KEY in tensors:
         drafter.set_draft_vocab(tensors[DRAFT_VOCAB_KEY])

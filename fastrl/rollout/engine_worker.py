@@ -18,7 +18,7 @@ from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
 from fastrl.models.decoder import CausalLM
-from fastrl.rollout.types import DRAFT_VOCAB_KEY, RolloutRequest, RolloutResult, RoundRecord
+from fastrl.rollout.types import DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY, RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTraining
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
@@ -51,7 +51,9 @@ class EngineWorker:
             self.policy, engine_config, drafter=self.drafter, selector=config.build_strategy_selector()
         )
         calibrate_engine(self.engine)  # the bandit's round costs; its state then lives as long as the worker
-        self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay)
+        # Entries are as wide as the drafter's input: H, or (len(extra_layers) + 1) * H for a fused drafter.
+        width = self.drafter.feature_size if self.drafter is not None else None
+        self.buffer = FeatureBuffer(config.buffer_tokens, config.retention_versions, config.recency_decay, width)
         self.cotrainer = CoTrainer(self.policy, config.trainer) if config.cotrain and self.drafter is not None else None
         self.cotraining = (
             WorkerCoTraining(
@@ -173,25 +175,34 @@ class EngineWorker:
 
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
-        ``DRAFT_VOCAB_KEY``); the co-training copy restarts from them."""
+        ``DRAFT_VOCAB_KEY``); the co-training copy restarts from them. A state with ``EXTRA_LAYERS_KEY`` must name
+        the live drafter's extra layers (ValueError otherwise: a drafter cannot change the layers it reads)."""
         with self._lock:
             if self.drafter is None:
                 raise ValueError(f"worker {self.worker_id} runs without a drafter; cannot load drafter weights")
+            if EXTRA_LAYERS_KEY in state and tuple(state[EXTRA_LAYERS_KEY].tolist()) != self.drafter.extra_layers:
+                raise ValueError(
+                    f"drafter state's {EXTRA_LAYERS_KEY} {state[EXTRA_LAYERS_KEY].tolist()} differ from the live "
+                    f"drafter's {list(self.drafter.extra_layers)}"
+                )
+            weights = {k: v for k, v in state.items() if k not in (DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY)}
             with torch.no_grad():
-                self.drafter.load_state_dict({k: v for k, v in state.items() if k != DRAFT_VOCAB_KEY})
+                self.drafter.load_state_dict(weights)
             if DRAFT_VOCAB_KEY in state:
                 self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             self.drafter_version = int(version)
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
         """The live drafter's version and CPU float32 weights ({} without a drafter), with its reduced draft
-        vocabulary under ``DRAFT_VOCAB_KEY`` when it has one."""
+        vocabulary under ``DRAFT_VOCAB_KEY`` when it has one and a fused drafter's layers under ``EXTRA_LAYERS_KEY``."""
         with self._lock:
             if self.drafter is None:
                 return self.drafter_version, {}
             state = {k: v.detach().to("cpu", torch.float32).clone() for k, v in self.drafter.state_dict().items()}
             if self.drafter.draft_vocab is not None:
                 state[DRAFT_VOCAB_KEY] = self.drafter.draft_vocab.detach().to("cpu").clone()
+            if self.drafter.extra_layers:
+                state[EXTRA_LAYERS_KEY] = torch.tensor(self.drafter.extra_layers, dtype=torch.long)
             return self.drafter_version, state
 
     def selector_state(self) -> dict:

@@ -111,3 +111,4 @@ class RolloutBatch:
 
 
 DRAFT_VOCAB_KEY = "draft_vocab"  # a drafter state's entry for its reduced draft vocabulary (ids, not a weight)
+EXTRA_LAYERS_KEY = "extra_layers"  # a fused drafter state's policy layers ([m-1] long, not a weight)

@@ -28,7 +28,11 @@ class EagleDrafter(nn.Module):
     or the drafter's own prediction of it inside a draft tree), and outputs g_p, a prediction of f_p; the policy's
     LM head on g_p gives the draft distribution of x_{p+1}. Entries live in a one-layer KVCache at cache index p
     (index 0 is never written: x_0 has no preceding feature).
+
+    `extra_layers` is empty: the policy feature is the final-norm state alone (`FusedEagleDrafter` reads more).
     """
+
+    extra_layers: tuple[int, ...] = ()
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -40,6 +44,11 @@ class EagleDrafter(nn.Module):
         self.register_buffer("draft_vocab", None, persistent=False)
         self._head: Tensor | None = None
         self._head_key: tuple | None = None
+
+    @property
+    def feature_size(self) -> int:
+        """Width of the policy features this drafter reads: (len(extra_layers) + 1) * H."""
+        return (len(self.extra_layers) + 1) * self.config.hidden_size
 
     def set_draft_vocab(self, ids: Tensor | None) -> None:
         """Restrict drafting to the token ids `ids` (the reduced draft vocabulary, FR-Spec / EAGLE-3's d2t), or

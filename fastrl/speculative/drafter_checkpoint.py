@@ -1,5 +1,9 @@
 """Drafter checkpoints: a small directory (drafter_config.json + drafter.safetensors, and draft_vocab.safetensors
-when the drafter has a reduced draft vocabulary) naming the policy it serves."""
+when the drafter has a reduced draft vocabulary) naming the policy it serves.
+
+A fused drafter (EAGLE-3's input: `FusedEagleDrafter`) records `"extra_layers": [i, j, ...]` (the policy decoder
+layers whose outputs it reads before the final-norm state) and holds `fuse.weight` [H, m*H], m = len + 1; absent or
+[] means the final-norm state alone (every format_version 1 checkpoint)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
 from fastrl.tensor_files import save_tensors
 
 CONFIG_FILE = "drafter_config.json"
@@ -21,7 +26,7 @@ WEIGHTS_FILE = "drafter.safetensors"
 DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
 SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FORMAT = "fastrl-eagle-drafter"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: extra_layers (fused drafters); 1 is read as extra_layers = []
 
 
 @dataclass
@@ -34,6 +39,13 @@ class DrafterInfo:
     version: int
     layer_config: ModelConfig
     draft_vocab_size: int | None = None
+    extra_layers: tuple[int, ...] = ()
+
+    def build(self) -> EagleDrafter:
+        """A drafter of this checkpoint's kind and geometry (random weights): fused when it has extra layers."""
+        if self.extra_layers:
+            return FusedEagleDrafter(self.layer_config, self.extra_layers)
+        return EagleDrafter(self.layer_config)
 
 
 def save_drafter(
@@ -52,6 +64,7 @@ def save_drafter(
         "policy": {"name": policy_name, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size},
         "version": int(version),
         "layer": c.to_hf_dict(),
+        "extra_layers": list(drafter.extra_layers),
     }
     vocab = drafter.draft_vocab
     meta["draft_vocab_size"] = None if vocab is None else int(vocab.numel())
@@ -75,7 +88,14 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             raise ValueError("not a JSON object")
         if meta.get("format") != FORMAT:
             raise ValueError(f"format is {meta.get('format')!r}, expected {FORMAT!r}")
+        version = meta.get("format_version", 1)
+        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            raise ValueError(f"format_version is {version!r}, this fastrl reads 1 .. {FORMAT_VERSION}")
         policy = meta["policy"]
+        extra = meta.get("extra_layers") or []
+        if not isinstance(extra, list):
+            raise ValueError(f"extra_layers must be a list of decoder layer indices, got {extra!r}")
+        check_extra_layers(tuple(extra))
         return DrafterInfo(
             policy_name=str(policy["name"]),
             policy_hidden_size=int(policy["hidden_size"]),
@@ -83,6 +103,7 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             version=int(meta["version"]),
             layer_config=ModelConfig.from_hf_dict(meta["layer"]),
             draft_vocab_size=None if meta.get("draft_vocab_size") is None else int(meta["draft_vocab_size"]),
+            extra_layers=tuple(extra),
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter config ({exc})") from None
@@ -102,6 +123,8 @@ def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> N
         pc.head_dim,
     ):
         problems.append("attention head geometry differs from the policy's")
+    if info.extra_layers and info.extra_layers[-1] >= pc.num_hidden_layers:
+        problems.append(f"extra_layers {list(info.extra_layers)} outside the policy's {pc.num_hidden_layers} layers")
     if problems:
         raise ValueError(
             f"drafter {path} (trained for {info.policy_name!r}) does not fit this policy: " + "; ".join(problems)
@@ -117,6 +140,25 @@ def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
     tensors = read_safetensors(weights)
     check_weights(tensors, weights)
     return tensors
+
+
+def check_drafter_tensors(path: str | Path, drafter: EagleDrafter, tensors: dict[str, torch.Tensor]) -> None:
+    """ValueError naming the file and the keys when the stored tensors are not exactly `drafter`'s (missing,
+    unexpected, or mis-shaped: e.g. a `fuse.weight` whose width does not match `extra_layers`)."""
+    weights = Path(path) / WEIGHTS_FILE
+    expected = drafter.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    shapes = [
+        f"{k} {list(tensors[k].shape)} (expected {list(expected[k].shape)})"
+        for k in expected
+        if k in tensors and tensors[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or shapes:
+        kind = f"extra_layers {list(drafter.extra_layers)}" if drafter.extra_layers else "no extra_layers"
+        raise ValueError(
+            f"{weights}: missing {missing}, unexpected {unexpected}, mis-shaped {shapes} for a drafter with {kind}"
+        )
 
 
 def read_draft_vocab(path: str | Path, info: DrafterInfo) -> torch.Tensor | None:
@@ -143,7 +185,9 @@ def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> Drafter
         raise ValueError(f"drafter directory {path} does not exist")
     info = read_drafter_info(path)
     check_drafter_fit(path, info, policy_config)
-    read_drafter_weights(path)
+    with torch.device("meta"):  # shapes only: no memory for the weights
+        drafter = info.build()
+    check_drafter_tensors(path, drafter, read_drafter_weights(path))
     read_draft_vocab(path, info)
     return info
 
@@ -151,21 +195,15 @@ def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> Drafter
 def load_drafter(
     path: str | Path, policy: CausalLM, device: torch.device | str = "cpu"
 ) -> tuple[EagleDrafter, DrafterInfo]:
-    """Load a drafter for `policy`; a drafter whose hidden size, vocabulary or head geometry does not fit the
-    policy is a ValueError naming both."""
+    """Load a drafter for `policy` (a `FusedEagleDrafter` when the checkpoint has extra_layers); a drafter whose
+    hidden size, vocabulary, head geometry or extra layers do not fit the policy is a ValueError naming both."""
     if not Path(path).is_dir():
         raise ValueError(f"drafter directory {path} does not exist")
     info = read_drafter_info(path)
     check_drafter_fit(path, info, policy.config)
-    drafter = EagleDrafter(info.layer_config)
-    weights = Path(path) / WEIGHTS_FILE
+    drafter = info.build()
     tensors = read_drafter_weights(path)
-    expected = drafter.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    shapes = [k for k in expected if k in tensors and tensors[k].shape != expected[k].shape]
-    if missing or unexpected or shapes:
-        raise ValueError(f"{weights}: missing {missing}, unexpected {unexpected}, mis-shaped {shapes}")
+    check_drafter_tensors(path, drafter, tensors)
     drafter.load_state_dict(tensors)
     drafter.set_draft_vocab(read_draft_vocab(path, info))
     dtype = policy.lm_head.weight.dtype

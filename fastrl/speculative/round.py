@@ -31,19 +31,22 @@ from fastrl.speculative.verify_tree import verify_tree
 @dataclass(frozen=True)
 class SpecModels:
     """What a speculative round runs on: the policy and its KV cache, and (for EAGLE strategies) the drafter and
-    its cache. History-only rounds need no drafter."""
+    its cache. History-only rounds need no drafter. `feature_layers`: the policy layers whose outputs the verify
+    forward returns with its final-norm states (`ModelOutput.features`: a fused drafter's `extra_layers`)."""
 
     policy: CausalLM
     cache: KVCache
     drafter: EagleDrafter | None = None
     dcache: KVCache | None = None
+    feature_layers: tuple[int, ...] = ()
 
 
 @dataclass
 class SpecRoundResult:
     """Per row, the emitted tokens (accepted drafts, then the policy's own token) and what produced them.
 
-    tokens: [B,D+1], logprobs: [B,D+1], hidden: [B,D+1,H] (entry j produced token j); entries past
+    tokens: [B,D+1], logprobs: [B,D+1], hidden: [B,D+1,F] (the features, `ModelOutput.features`, of the
+    state that produced token j: what the drafter reads next; F = H without feature layers); entries past
     accepted[b] are padding. accepted: [B] accepted draft tokens. Times in seconds.
     """
 
@@ -175,7 +178,15 @@ def verify_trees(
     nodes = tree.num_nodes
     index = n.unsqueeze(1) + runtime.node_range  # [B,N] node i at cache entry n + i
     mask = tree_attention_mask(tree.ancestors, n, base + nodes)
-    out = policy(tree.tokens, n.unsqueeze(1) + tree.depths, cache=cache, slots=slots, cache_index=index, attn_mask=mask)
+    out = policy(
+        tree.tokens,
+        n.unsqueeze(1) + tree.depths,
+        cache=cache,
+        slots=slots,
+        cache_index=index,
+        attn_mask=mask,
+        feature_layers=models.feature_layers,
+    )
     rows = torch.arange(b, device=n.device).repeat_interleave(nodes)
     positions = (n.unsqueeze(1) + tree.depths + 1).reshape(-1)
     node_noise = None
@@ -197,8 +208,8 @@ def verify_trees(
     logprobs = sampled.logprobs.view(b, nodes)
     if runtime.verifies_chain:  # the path's first accepted + 1 nodes are the chain's first ones (the rest: padding)
         levels = runtime.max_depth + 1
-        return SpecRoundResult(targets[:, :levels], logprobs[:, :levels], out.hidden[:, :levels], acc.accepted)
-    path_hidden = out.hidden.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.hidden.shape[-1]))
+        return SpecRoundResult(targets[:, :levels], logprobs[:, :levels], out.features[:, :levels], acc.accepted)
+    path_hidden = out.features.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.features.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
         logprobs=logprobs.gather(1, acc.path),

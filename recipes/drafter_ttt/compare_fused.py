@@ -4,9 +4,9 @@ length at bs=1, in one run.
 
   python recipes/drafter_ttt/compare_fused.py --prompts 512 --epochs 3
 
-Accept length is computed on held-out T=0 rollouts by `greedy_chain_accept_length` (the engine feeds drafters the
-last layer only); for the last-layer arm it is printed beside the engine's own measure of the same prompts as a
-check. Writes JSON (``--out``).
+Accept length is computed on held-out T=0 rollouts by `greedy_chain_accept_length`; for both arms it is printed
+beside the engine's own `7_1_8` measure (bs=1) of the first `--check` prompts (the engine feeds a fused drafter its
+fused features). Writes JSON (``--out``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from fastrl.cotrain.accept_eval import measure_accept_length
 from fastrl.cotrain.chain_accept import greedy_chain_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig, make_batches
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.cotrain.offline import task_prompts
 from fastrl.cotrain.rollout_plan import RolloutPlan
 from fastrl.engine.config import EngineConfig
@@ -33,6 +32,7 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--ttt-steps", type=int, default=3)
     parser.add_argument("--layers", type=int, nargs="+", default=[0, 2])  # decoder layers fused before the last
     parser.add_argument("--held-out", type=int, default=64)
-    parser.add_argument("--check", type=int, default=16)  # prompts the engine also measures (last-layer arm)
+    parser.add_argument("--check", type=int, default=16)  # prompts the engine also measures (both arms)
     parser.add_argument("--depths", type=int, nargs="+", default=[3, 7, 11])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/drafter_ttt/compare_fused.json")
@@ -79,7 +79,7 @@ def main() -> None:
         row["held_top1"] = round(trainer.evaluate(held[name]).top1, 4)
         for depth in args.depths:
             row[f"chain{depth} T=0"] = round(greedy_chain_accept_length(drafter, policy, held[name], lengths, depth), 3)
-        if not extra:
+        if args.check:
             check = args.check
             inputs = [
                 GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=0.0)) for p in held_prompts[:check]

@@ -9,9 +9,9 @@ import torch
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.feature_sequence import FeatureBatch
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 from tests.helpers import make_hf_model
 
 

@@ -72,3 +72,29 @@ def test_speculative_matches_plain_up_to_ties(dtype, strategy, capsys):
         print(f"\n{dtype} {strategy}: {report.summary()}")
     assert not report.bugs, report.to_dict()["items"][:3]
     assert report.identical >= len(inputs) // 2
+
+
+@pytest.mark.parametrize("strategy", ["5_1_6", "3_2_6"])
+def test_fused_drafter_graphs_equal_eager_and_return_fused_features(strategy):
+    """A fused drafter (layers 0 and 2, random fuse): graph replay gives the eager rounds' tokens and the same
+    fused hidden states ([.., 3H]: what the drafter and co-training read), and both equal plain decoding."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from tests.speculative.fused_helpers import random_fused_drafter
+
+    inputs = [GenerateInput(i.prompt_ids, i.params, i.request_id, return_hidden_states=True) for i in _inputs(10)]
+    runs = []
+    for graphs in (True, False):
+        policy = load_model(bundled_model_dir())
+        shipped = load_drafter(bundled_drafter_dir(), policy)[0]
+        fused = random_fused_drafter(policy.config, (0, 2), seed=1)
+        fused.load_state_dict({**shipped.state_dict(), "fuse.weight": fused.fuse.weight})
+        config = EngineConfig(max_batch_size=4, device="cuda", dtype="float64", cuda_graphs=graphs)
+        engine = Engine(policy, config, drafter=fused, selector=FixedSelector(strategy))
+        assert (engine.runner.graphs is not None) == graphs
+        runs.append(engine.generate(inputs))
+    _, plain = _run("float64", "disable", 10, False, inputs)
+    hidden = load_model(bundled_model_dir()).config.hidden_size
+    for a, b, p in zip(*runs, plain, strict=True):
+        assert a.token_ids == b.token_ids == p.token_ids
+        assert a.hidden_states.shape == (len(a.token_ids), 3 * hidden)
+        torch.testing.assert_close(a.hidden_states, b.hidden_states, rtol=0, atol=1e-6)

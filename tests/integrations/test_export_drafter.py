@@ -182,3 +182,19 @@ def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucke
     assert (rows[0]["strategy"], rows[-1]["strategy"]) == ("suffix_8", "disable")
     assert rows[0]["pulls"] == 4 and rows[-1]["pulls"] == 4, "each bucket holds the worker that observed it"
     assert "plain decoding: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "vllm"])
+def test_a_fused_drafter_is_refused_with_the_reason(tmp_path, capsys, fmt):
+    """EAGLE-3's layout normalises embed and fused state separately and ends with a norm; fastrl's fused drafter
+    does neither, so no exact export exists: one clear error, nothing written."""
+    from fastrl.speculative.drafter_checkpoint import save_drafter
+    from fastrl.speculative.fused_drafter import FusedEagleDrafter
+
+    policy = load_model(bundled_model_dir())
+    save_drafter(FusedEagleDrafter(policy.config, (0, 2)), tmp_path / "fused", "arith-tiny")
+    with pytest.raises(ValueError, match=r"extra_layers \[0, 2\].*no exact translation exists"):
+        export_eagle_drafter(tmp_path / "fused", tmp_path / "direct", fmt)
+    assert not (tmp_path / "direct").exists()
+    assert main(["export-drafter", str(tmp_path / "fused"), str(tmp_path / "out"), "--format", fmt]) == 2
+    assert "hidden_norm" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -27,10 +27,12 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE, Strategy, max_tree_tokens
 from tests.helpers import FLOAT64_LOGPROB_TOL, make_hf_model
+from tests.speculative.fused_helpers import random_fused_drafter
 
 RANDOM_FAMILIES = ("llama", "qwen2", "qwen3")  # Llama GQA, Qwen2 bias + untied, Qwen3 qk-norm + tied
 MODELS = (*RANDOM_FAMILIES, "bundled")
@@ -56,6 +58,7 @@ class Case:
     draft_vocab: tuple[int, ...] | None = None
     switch_space: tuple[Strategy, ...] = ()  # non-empty: a seeded selector switches among these every round
     dtype: str = DTYPE  # the engines' dtype (float32: differences may be near-ties, judged by their gap)
+    fused: tuple[int, ...] = ()  # non-empty: a fused drafter (EAGLE-3 input) reading these layers, random fuse
 
     def selector(self) -> StrategySelector:
         """The speculative run's selector: the case's one strategy, or a seeded switch over its space."""
@@ -69,7 +72,8 @@ class Case:
             f"case seed={self.seed} model={self.model} strategy={self.strategy} "
             f"switch_space={[str(x) for x in self.switch_space]} bs={self.batch_size} "
             f"plain_bs={self.plain_batch_size} requests={len(self.inputs)} settings={settings} "
-            f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)} dtype={self.dtype}"
+            f"draft_vocab={None if self.draft_vocab is None else len(self.draft_vocab)} dtype={self.dtype} "
+            f"fused={list(self.fused)}"
         )
 
 
@@ -116,6 +120,16 @@ def models(name: str, dtype: str = DTYPE) -> tuple[CausalLM, EagleDrafter]:
         drafter = EagleDrafter(policy.config)
     torch_dtype = getattr(torch, dtype)
     return policy.to(torch_dtype).eval(), drafter.to(torch_dtype).eval()
+
+
+@cache
+def fused_drafter(name: str, layers: tuple[int, ...], dtype: str = DTYPE) -> FusedEagleDrafter:
+    """A fused drafter over `layers` with the model's drafter weights (the shipped one for the bundled model) and
+    random fuse weights (seeded by the layers), in `dtype`."""
+    policy, base = models(name, dtype)
+    drafter = random_fused_drafter(policy.config, layers, seed=sum(layers) + 31)
+    drafter.load_state_dict({**base.state_dict(), "fuse.weight": drafter.fuse.weight}, strict=True)
+    return drafter.to(getattr(torch, dtype)).eval()
 
 
 def random_strategy(rng: random.Random, vocab: int) -> Strategy:
@@ -183,12 +197,20 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16, dtype: s
         size = rng.randint(max(widest, 1), vocab)
         draft_vocab = tuple(sorted(rng.sample(range(vocab), size)))
     plain_batch_size = rng.randint(1, max_batch)
-    return Case(seed, name, strategy, batch_size, plain_batch_size, inputs, arrivals, draft_vocab, switch_space, dtype)
+    fused: tuple[int, ...] = ()
+    if rng.random() < 0.3:  # drawn last: the earlier draws of a seed stay what they were before fused drafters
+        layers = policy.config.num_hidden_layers
+        fused = tuple(sorted(rng.sample(range(layers), rng.randint(1, min(2, layers)))))
+    return Case(
+        seed, name, strategy, batch_size, plain_batch_size, inputs, arrivals, draft_vocab, switch_space, dtype, fused
+    )
 
 
 def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
     """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
     policy, drafter = models(case.model, case.dtype)
+    if case.fused:
+        drafter = fused_drafter(case.model, case.fused, case.dtype)
     speculative = any(s.uses_drafter for s in selector.strategies)
     drafter.set_draft_vocab(None if case.draft_vocab is None else torch.tensor(case.draft_vocab))
     engine = Engine(

@@ -46,6 +46,7 @@ def _run(
         kinds[_kind(case)] += 1
         kinds["reduced draft vocabulary"] += case.draft_vocab is not None
         kinds["switching every round"] += bool(case.switch_space)
+        kinds["fused drafter"] += bool(case.fused)
         report = run_case(case)
         total.extend(report)
         if report.bugs or (report.near_ties and dtype == "float64"):

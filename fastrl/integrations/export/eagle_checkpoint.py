@@ -10,6 +10,8 @@ The layout matched (third_party/README.md cites the loaders):
 * vLLM ``vllm/model_executor/models/llama_eagle.py``: the same names, but the draft config names the *target*
   architecture (``LlamaForCausalLM``; vLLM's ``EAGLEConfig`` prefixes ``Eagle``), only Llama has an EAGLE-1
   model there, and its ``fc`` has no bias: a drafter with a non-zero ``fc.bias`` cannot be served exactly.
+
+A fused drafter (``extra_layers``, EAGLE-3's input) is refused: see ``FUSED_REFUSAL``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,20 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 SGLANG_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle", "qwen2": "Qwen2ForCausalLMEagle"}
 VLLM_ARCHITECTURES = {"llama": "LlamaForCausalLM"}
 OUTPUT_WEIGHTS = "model.safetensors"
+# Why a fused drafter has no exact EAGLE-3 export (read from SGLang's python/sglang/srt/models/llama_eagle3.py and
+# vLLM's vllm/model_executor/models/llama_eagle3.py).
+FUSED_REFUSAL = (
+    "export-drafter cannot write a fused drafter (extra_layers {layers}) in the EAGLE-3 layout that SGLang and vLLM "
+    "load (LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM): no exact translation exists. Their draft computes "
+    "h = fc(aux states, 3H -> H, no bias in vLLM), then attention over cat(input_layernorm(embed), "
+    "hidden_norm(h)) (2H -> q/k/v) with h as the residual, and a final norm before the LM head; fastrl's drafter "
+    "mixes embed and fused feature through fc(cat(embed, fuse(features))) (with bias) before an attention over H "
+    "with no input norm, and its output feeds the LM head without a norm. The per-token RMS norms cannot be "
+    "folded into linear weights, and the aux states those engines capture are residual-stream layer inputs "
+    "(eagle_aux_hidden_state_layer_ids), never the final-norm state fastrl's fused input ends with. Serving a "
+    "fused drafter there needs a drafter trained in the EAGLE-3 architecture itself; a last-layer drafter "
+    "exports as EAGLE(-1/2)."
+)
 
 
 @dataclass(frozen=True)
@@ -62,13 +78,15 @@ def export_eagle_drafter(
     """Write ``drafter_dir`` (a fastrl drafter checkpoint) to ``output`` as an EAGLE checkpoint for ``fmt``.
 
     ValueError naming the key when the format, dtype or model family is unsupported, or (vLLM) when ``fc.bias``
-    is non-zero and ``drop_fc_bias`` is not set.
+    is non-zero and ``drop_fc_bias`` is not set; for a fused drafter, ``FUSED_REFUSAL`` (nothing is written).
     """
     if fmt not in FORMATS:
         raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
     if dtype not in DTYPES:
         raise ValueError(f"export.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     info = read_drafter_info(drafter_dir)
+    if info.extra_layers:
+        raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
     layer = info.layer_config.to_hf_dict()
     model_type = str(layer.get("model_type"))
     table = SGLANG_ARCHITECTURES if fmt == "sglang" else VLLM_ARCHITECTURES
