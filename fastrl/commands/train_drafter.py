@@ -11,7 +11,6 @@ from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
-from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.models.checkpoint import load_model
 from fastrl.models.decoder import CausalLM
@@ -19,6 +18,7 @@ from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter, save_drafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
 
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
@@ -63,9 +63,10 @@ def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
     the drafter reads EAGLE-3's fused input: a last-layer `init_drafter` is wrapped in a FusedEagleDrafter whose
     fuse starts as the identity on the last layer, so training starts from exactly the drafter it was given."""
     layers = tuple(cfg.extra_layers)
-    count = policy.config.num_hidden_layers
-    if any(i >= count for i in layers):
-        raise ValueError(f"train_drafter.extra_layers={list(layers)}: the policy has decoder layers 0..{count - 1}")
+    try:
+        check_extra_layers(layers, policy.config.num_hidden_layers)
+    except ValueError as err:
+        raise ValueError(f"train_drafter.{err}") from None
     if not cfg.init_drafter:
         fresh = FusedEagleDrafter(policy.config, layers) if layers else EagleDrafter(policy.config)
         return fresh.to(cfg.device)
@@ -73,7 +74,7 @@ def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
         drafter = load_drafter(cfg.init_drafter, policy, cfg.device)[0].float()
     except ValueError as err:
         raise ValueError(f"train_drafter.init_drafter={cfg.init_drafter}: {err}") from None
-    held = tuple(getattr(drafter, "extra_layers", ()))
+    held = drafter.extra_layers
     if held == layers:
         return drafter
     if held:

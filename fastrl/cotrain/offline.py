@@ -21,6 +21,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.fused_drafter import check_extra_layers
 
 # Settings that do not change what a streamed run trains (a resumed run may change them).
 RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
@@ -53,10 +54,10 @@ class OfflineDrafterConfig:
         for key in positive + ("accept_batch_size", "gen_batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"train_drafter.{key} must be >= 1, got {getattr(self, key)}")
-        if list(self.extra_layers) != sorted(set(self.extra_layers)) or any(i < 0 for i in self.extra_layers):
-            raise ValueError(
-                f"train_drafter.extra_layers must be distinct ascending decoder layer indices, got {self.extra_layers}"
-            )
+        try:
+            check_extra_layers(tuple(self.extra_layers))
+        except ValueError as err:
+            raise ValueError(f"train_drafter.{err}") from None
         if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
             raise ValueError(
                 f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "
@@ -127,11 +128,10 @@ def train_offline(
         inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
         return measure(policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
 
-    layers = tuple(cfg.extra_layers)
-    held_features = policy_features(policy, held_ids, extra_layers=layers)
+    held_features = policy_features(policy, held_ids, extra_layers=drafter.extra_layers)
     run = StreamRun(
         policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
-        cfg.gen_batch_size, cfg.device, policy_name, layers,
+        cfg.gen_batch_size, cfg.device, policy_name,
     )  # fmt: skip
     state = run.run(fingerprint(cfg, {"prompts": len(train_prompts), **(identity or {})}))
     accept = []

@@ -93,7 +93,6 @@ class StreamRun:
     gen_batch_size: int
     device: str
     policy_name: str
-    extra_layers: tuple[int, ...] = ()  # a fused drafter's extra policy layers (its features are [.., m*H])
 
     def run(self, fingerprint: dict, stop_after_shards: int | None = None) -> StreamState:
         """Train to the end (or for `stop_after_shards` shards), resuming from the shards' directory when it holds
@@ -130,7 +129,7 @@ class StreamRun:
         drafter = self.trainer.drafter
         if self.draft_vocab_size > 0 and drafter.draft_vocab is None:
             drafter.set_draft_vocab(most_frequent_tokens(ids, self.draft_vocab_size, self.policy.config.vocab_size))
-        seqs = policy_features(self.policy, ids, extra_layers=self.extra_layers)
+        seqs = policy_features(self.policy, ids, extra_layers=drafter.extra_layers)
         seed = self.trainer.config.seed * 1_000_003 + state.epoch * 10_007 + state.shard
         batches = make_batches(seqs, self.trainer.config.max_tokens_per_batch, random.Random(seed))
         if state.total_steps == 0:  # cosine over the whole run, sized by the first shard

@@ -10,9 +10,9 @@ from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.commands.train_drafter import initial_drafter
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.fused_drafter import FusedEagleDrafter
 from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,9 @@ def test_a_last_layer_init_drafter_becomes_a_fused_one_that_drafts_the_same(poli
 def test_a_fresh_fused_drafter_and_bad_layers(policy):
     count = policy.config.num_hidden_layers
     assert isinstance(initial_drafter(policy, TrainDrafterConfig(extra_layers=[1])), FusedEagleDrafter)
-    with pytest.raises(ValueError, match=rf"extra_layers=\[0, {count}\]: the policy has decoder layers 0..{count - 1}"):
+    outside = rf"train_drafter.extra_layers \[0, {count}\] lie outside the policy's {count}"
+    with pytest.raises(ValueError, match=outside):
         initial_drafter(policy, TrainDrafterConfig(extra_layers=[0, count]))
     for bad in ([2, 0], [1, 1], [-1]):
-        with pytest.raises(ValueError, match="train_drafter.extra_layers must be distinct ascending"):
+        with pytest.raises(ValueError, match="train_drafter.extra_layers must be"):
             TrainDrafterConfig(extra_layers=bad)
