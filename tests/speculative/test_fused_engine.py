@@ -110,7 +110,7 @@ class FedEntries:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.entries: dict[str, dict[int, tuple[int, torch.Tensor]]] = {}
+        self.entries: dict[str, dict[int, list[tuple[int, torch.Tensor]]]] = {}
         self.calls = 0
 
     def __call__(self, drafter, policy, dcache, slots, lengths, base, new):
