@@ -24,6 +24,8 @@ once to float32, so a last-bit difference between CPU and CUDA ``log`` almost ne
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 MASK32 = 0xFFFFFFFF
@@ -92,6 +94,18 @@ def _mix32_words_(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     return x.bitwise_xor_(tmp)
 
 
+def _index_key(vocab_size: int, device: torch.device) -> torch.Tensor:
+    # -> [V] int32: mix32(index ^ SALT_INDEX), the per-column half of every element's hash
+    return _as_int32(_mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX))
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_index_key(vocab_size: int) -> torch.Tensor:
+    # -> [V] int32, computed once per vocabulary size on the CPU (read only: callers never write it). Not cached
+    # on other devices, where the first call may happen inside a CUDA-graph capture.
+    return _index_key(vocab_size, torch.device("cpu"))
+
+
 def _words32(
     seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,7 +125,7 @@ def _words32(
     seeds = seeds.to(device=device, dtype=torch.int64)
     positions = positions.to(device=device, dtype=torch.int64)
     lanes = _as_int32(_row_lanes(seeds, positions, stream))
-    index_key = _as_int32(_mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX))
+    index_key = _cpu_index_key(vocab_size) if device.type == "cpu" else _index_key(vocab_size, device)
     h = torch.bitwise_xor(lanes[0].unsqueeze(1), index_key.unsqueeze(0))
     tmp = torch.empty_like(h)
     _mix32_words_(h, tmp)
