@@ -65,15 +65,8 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# Up to this many rows, CPU row lanes are mixed in Python: ~45 tensor ops on a handful of values cost more than
-# the integer arithmetic (~4 us a row here; a round at batch 1 samples 1 to ~5 rows).
-PYTHON_LANE_ROWS = 16
-
-
 def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
     # [N] int64, [N] int64 -> [2, N] int64 32-bit lanes (lane a, lane b), both lanes computed at once
-    if seeds.device.type == "cpu" and seeds.shape[0] <= PYTHON_LANE_ROWS:
-        return _row_lanes_python(seeds.tolist(), positions.tolist(), stream)
     words = (
         seeds & MASK32,
         (seeds >> 32) & MASK32,  # the mask makes this the high word whatever the shift does with a sign bit
@@ -85,21 +78,6 @@ def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> tor
     for word in words[1:]:
         lanes = _mix32(lanes ^ word)
     return lanes
-
-
-def _row_lanes_python(seeds: list[int], positions: list[int], stream: int) -> torch.Tensor:
-    # N seeds, N positions -> [2, N] int64 on the CPU: what the tensor path of _row_lanes computes, on Python ints
-    lanes = []
-    for salt in (SALT_LANE_A, SALT_LANE_B):
-        key = mix32_int(salt ^ stream)
-        row = []
-        for seed, position in zip(seeds, positions, strict=True):
-            lane = mix32_int(seed ^ key)  # mix32_int keeps the low 32 bits of its argument: seed_lo ^ key
-            for word in ((seed >> 32) & MASK32, position & MASK32, (position >> 32) & MASK32):
-                lane = mix32_int(lane ^ word)
-            row.append(lane)
-        lanes.append(row)
-    return torch.tensor(lanes, dtype=torch.int64)
 
 
 def _as_int32(words: torch.Tensor) -> torch.Tensor:

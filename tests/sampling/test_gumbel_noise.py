@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fastrl.sampling.goodness_of_fit import chi_square_test
-from fastrl.sampling.noise import PYTHON_LANE_ROWS, gumbel_noise, hash_bits, uniform_noise
+from fastrl.sampling.noise import gumbel_noise, hash_bits, uniform_noise
 
 M32 = 2**32 - 1
 
@@ -85,24 +85,6 @@ def test_deterministic_and_row_independent():
     for row in range(4):
         alone = gumbel_noise(seeds[row : row + 1], positions[row : row + 1], 50)
         assert torch.equal(alone[0], a[row])
-
-
-@pytest.mark.parametrize("stream", [0, 2, 2**32 - 1])
-def test_few_rows_mixed_in_python_equal_the_tensor_path_and_the_reference(stream):
-    # Up to PYTHON_LANE_ROWS rows take the Python lanes; a batch of more rows takes the tensor path.
-    gen = torch.Generator().manual_seed(stream)
-    extremes = [0, 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1]
-    seeds = torch.tensor(extremes + torch.randint(0, 2**63 - 1, (20,), generator=gen).tolist(), dtype=torch.int64)
-    positions = torch.tensor(extremes[::-1] + torch.randint(0, 2**40, (20,), generator=gen).tolist())
-    n = seeds.shape[0]
-    assert n > PYTHON_LANE_ROWS
-    batch = hash_bits(seeds, positions, 33, stream=stream)
-    for start in range(0, n, 3):
-        for size in (1, PYTHON_LANE_ROWS):
-            rows = slice(start, min(n, start + size))
-            assert torch.equal(hash_bits(seeds[rows], positions[rows], 33, stream=stream), batch[rows])
-    for row in range(n):
-        assert int(batch[row, 32]) == _ref_bits(int(seeds[row]), int(positions[row]), 32, stream)
 
 
 @pytest.mark.parametrize(
