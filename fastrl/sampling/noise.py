@@ -160,6 +160,38 @@ def hash_bits(
     return words.to(torch.int64).bitwise_and_(MASK32)
 
 
+def uniform_bits(
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    vocab_size: int,
+    device: torch.device | str | None = None,
+    stream: int = 0,
+) -> torch.Tensor:
+    """The uniforms' 24-bit integers h >> 8, as int32 in [0, 2**24): ``u = (bits + 0.5) / 2**24``.
+
+    Same arguments as :func:`hash_bits`. An element's uniform and Gumbel value are monotone non-decreasing
+    functions of these bits, which the lazy Gumbel-argmax (`sampling/gumbel_argmax.py`) uses to bound values it
+    does not compute.
+    """
+    # [N], [N] -> [N, V] int32
+    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
+    return _uniform_bits(words, tmp)
+
+
+def uniform_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """``(bits + 0.5) / 2**24`` in (0, 1), exact in float64.  # [*] int32 in [0, 2**24) -> [*] float64"""
+    return bits.to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+
+
+def gumbel_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """``-log(-log(u))`` of the uniforms of :func:`uniform_bits`, in float64, rounded once to float32.
+
+    An element's value does not depend on the tensor it is computed in (its shape, the other elements), which
+    the lazy Gumbel-argmax relies on (`tests/sampling/test_gumbel_argmax.py`).  # [*] int32 -> [*] float32
+    """
+    return uniform_from_bits(bits).log_().neg_().log_().neg_().to(torch.float32)
+
+
 def uniform_noise(
     seeds: torch.Tensor,
     positions: torch.Tensor,
@@ -172,8 +204,7 @@ def uniform_noise(
     Same arguments as :func:`hash_bits`; the same (seed, position, index, stream) always gives the same value.
     """
     # [N], [N] -> [N, V] float64
-    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
-    return _uniform_bits(words, tmp).to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+    return uniform_from_bits(uniform_bits(seeds, positions, vocab_size, device=device, stream=stream))
 
 
 def gumbel_noise(
@@ -189,5 +220,4 @@ def gumbel_noise(
     grid of u); the values are finite, between about -2.9 and 17.3.
     """
     # [N], [N] -> [N, V] float32
-    u = uniform_noise(seeds, positions, vocab_size, device=device, stream=stream)
-    return u.log_().neg_().log_().neg_().to(torch.float32)
+    return gumbel_from_bits(uniform_bits(seeds, positions, vocab_size, device=device, stream=stream))
