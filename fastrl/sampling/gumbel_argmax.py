@@ -7,14 +7,14 @@ bucket (its top `BOUND_BITS` bits), read from a small table, bounds it from abov
     bound    ub_i = x_i + table[bits_i >> (24 - BOUND_BITS)]    >= x_i + g_i   (rounding is monotone)
     anchor   t = x_j + g_j at j = argmax(ub), computed exactly   <= max_i (x_i + g_i)
     winners  an entry with ub_i < t has x_i + g_i < t, so it is not the argmax; the others (one or two as a rule)
-             get their exact value, and the argmax over them in vocabulary order is torch.argmax's answer (first
-             index on ties, the first NaN if any).
+             get their exact value, and the first of those equal to their maximum is torch.argmax's answer (a row
+             with a NaN has the first NaN as anchor and t = NaN: no candidate, and the anchor is the answer).
 
 The token is bit for bit the one of the full computation (`tests/sampling/test_gumbel_argmax.py`: the table's
-bound on all 2**24 integers, and the two argmaxes on adversarial rows). It pays only on wide rows: measured on
-this project's 2-core CPU, bits to token, 64 rows of 32000 entries take 11.9 ms against 18.6 ms in full, but
-256 rows of 91 entries 242 us against 195 us (the index and candidate passes cost more than the logs saved), so
-`sample` uses it from `LAZY_MIN_VOCAB` entries up. The candidates' number depends on the data, so it runs on CPU
+bound on all 2**24 integers, and the two argmaxes on adversarial rows). It pays on wide rows: on this project's
+2-core CPU (one thread, bits to token, full / lazy CPU time) 1.62x at 256 x 4096, 1.98x at 64 x 32000, 1.70x at
+16 x 49152, but 0.65x at 256 x 91 (its fixed ops cost more than the logs saved), so `sample` uses it from
+`LAZY_MIN_VOCAB` entries up. The candidates' number depends on the data, so it runs on CPU
 tensors only (no host synchronisation, no shape that changes under a CUDA graph elsewhere).
 """
 
@@ -59,6 +59,10 @@ def gumbel_argmax(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     ub = x + gumbel_bound_table().index_select(0, bucket).view(bits.shape)  # [N,V], in the dtype of x + g
     anchor = ub.argmax(dim=-1, keepdim=True)  # [N,1]
     t = x.gather(1, anchor) + gumbel_from_bits(bits.gather(1, anchor))  # [N,1] exact value of the anchor
-    rows, cols = torch.lt(ub, t).logical_not_().nonzero(as_tuple=True)  # a NaN bound (NaN x) stays a candidate
-    exact = x[rows, cols] + gumbel_from_bits(bits[rows, cols])
-    return ub.fill_(float("-inf")).index_put_((rows, cols), exact).argmax(dim=-1)
+    # A row with a NaN has its first NaN as anchor (argmax's rule, for ub as for x + g) and t = NaN: no candidate,
+    # and the anchor is the answer.
+    rows, cols = torch.ge(ub, t).nonzero(as_tuple=True)  # [C] candidates, row-major (rows ascending)
+    exact = x[rows, cols] + gumbel_from_bits(bits[rows, cols])  # [C]
+    row_max = torch.empty(x.shape[0], dtype=exact.dtype).scatter_reduce_(0, rows, exact, "amax", include_self=False)
+    first_winner = torch.where(exact == row_max[rows], cols, x.shape[1])  # [C] col of a winner, else V
+    return anchor.squeeze(1).scatter_reduce_(0, rows, first_winner, "amin", include_self=False)

@@ -167,4 +167,8 @@ def _sampled_tokens(
     if batch.all_greedy or noise is not None or processed.device.type != "cpu" or vocab < LAZY_MIN_VOCAB:
         return _perturb(processed, batch, positions, noise).argmax(dim=-1)
     bits = uniform_bits(batch.seeds, positions, vocab, device=processed.device, stream=SAMPLE_STREAM)
-    return torch.where(batch.temperature == 0, processed.argmax(dim=-1), gumbel_argmax(processed, bits))
+    tokens = gumbel_argmax(processed, bits)
+    greedy = batch.temperature == 0
+    if bool(greedy.any()):  # a CPU tensor: no device synchronisation
+        tokens = torch.where(greedy, processed.argmax(dim=-1), tokens)
+    return tokens
