@@ -50,9 +50,7 @@ def test_plain_with_the_lazy_argmax_equals_speculative_with_full_noise(models, s
     policy, drafter = models
     config = EngineConfig(max_batch_size=10, dtype="float64")
     plain = Engine(policy, config, selector=FixedSelector(Strategy.parse("disable"))).generate(_inputs())
-    spec = Engine(policy, config, drafter=drafter, selector=FixedSelector(Strategy.parse(strategy))).generate(
-        _inputs()
-    )
+    spec = Engine(policy, config, drafter=drafter, selector=FixedSelector(Strategy.parse(strategy))).generate(_inputs())
     for a, b in zip(plain, spec, strict=True):
         assert a.token_ids == b.token_ids, a.request_id
         assert a.finish_reason == b.finish_reason
