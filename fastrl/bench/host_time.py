@@ -14,6 +14,10 @@ them to compare two trees side by side:
 `host` runs the host-time suite itself the same way (`python fastrl/bench/host_time.py host disable,3_1_4`), so
 its figures for two trees can be alternated too.
 
+`sampled` is `throughput` at temperature 1 (per-request seeds), on the bundled model or a named one as the fourth
+argument: `python fastrl/bench/host_time.py sampled 1,16 32 smollm2`. `gumbel` times the lazy Gumbel-argmax
+against the full one, bits to token, on a few shapes (`python fastrl/bench/host_time.py gumbel`).
+
 `view` compares, in one process and pair by pair, rounds that read keys in place (home pages) with the same pool
 gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 """
@@ -140,19 +144,51 @@ def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> li
     return [run(gather) / run(view) for _ in range(pairs)]
 
 
-def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3) -> float:
-    """Greedy tokens per CPU second at `batch` (prompts of 20-60 random tokens, EOS ignored), median of repeats."""
+def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3, temperature: float = 0.0) -> float:
+    """Tokens per CPU second of plain decoding at `batch` (prompts of 20-60 random tokens, EOS ignored; greedy, or
+    sampled with per-request seeds at `temperature` > 0), median of repeats."""
     rng = random.Random(0)
     prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
-    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256))
-    params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    engine.generate([GenerateInput(p, params) for p in prompts])  # warm-up
+    selector = FixedSelector(Strategy.parse("disable"))
+    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256), selector=selector)
+    params = [
+        SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i, ignore_eos=True)
+        for i in range(batch)
+    ]
+    inputs = [GenerateInput(p, q) for p, q in zip(prompts, params, strict=True)]
+    engine.generate(inputs)  # warm-up
     times = []
     for _ in range(repeats):
         start = time.process_time()
-        engine.generate([GenerateInput(p, params) for p in prompts])
+        engine.generate(inputs)
         times.append(time.process_time() - start)
     return batch * new_tokens / statistics.median(times)
+
+
+def lazy_argmax_ab(shapes: list[tuple[int, int]], pairs: int = 21) -> list[tuple[int, int, float, float]]:
+    """CPU seconds (median of alternated pairs) of the full Gumbel-argmax and the lazy one, from the uniforms'
+    bits to the token, per [rows, vocabulary] shape: (rows, vocab, full, lazy). Needs a tree with
+    `sampling/gumbel_argmax.py`."""
+    from fastrl.sampling.gumbel_argmax import gumbel_argmax
+    from fastrl.sampling.noise import gumbel_from_bits, uniform_bits
+
+    results = []
+    for rows, vocab in shapes:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, vocab, generator=gen) * 3
+        seeds = torch.randint(0, 2**62, (rows,), generator=gen)
+        bits = uniform_bits(seeds, torch.randint(0, 1000, (rows,), generator=gen), vocab)
+        ways = (lambda x, bits: (x + gumbel_from_bits(bits)).argmax(-1), gumbel_argmax)
+        if not torch.equal(ways[0](x, bits), ways[1](x, bits)):
+            raise AssertionError(f"lazy and full Gumbel-argmax differ at {rows} x {vocab}")
+        full, lazy = [], []
+        for _ in range(pairs):
+            for way, acc in zip(ways, (full, lazy), strict=True):
+                start = time.process_time()
+                way(x, bits)
+                acc.append(time.process_time() - start)
+        results.append((rows, vocab, statistics.median(full), statistics.median(lazy)))
+    return results
 
 
 def main(argv: list[str]) -> None:
@@ -160,9 +196,18 @@ def main(argv: list[str]) -> None:
     from fastrl.models.checkpoint import load_model
 
     torch.set_num_threads(1)
-    if len(argv) < 2 or argv[0] not in ("throughput", "view", "host"):
-        raise ValueError(f"usage: host_time.py throughput|view BATCHES [NEW_TOKENS] | host STRATEGIES; got {argv}")
-    model_dir = resolve_model_dir(None)
+    if argv[:1] == ["gumbel"]:
+        for rows, vocab, full, lazy in lazy_argmax_ab([(256, 91), (1024, 91), (256, 4096), (64, 32000), (16, 49152)]):
+            print(
+                f"{rows} x {vocab}: full {full * 1e3:.3f} ms, lazy {lazy * 1e3:.3f} ms, full / lazy {full / lazy:.2f}"
+            )
+        return
+    if len(argv) < 2 or argv[0] not in ("throughput", "sampled", "view", "host"):
+        raise ValueError(
+            "usage: host_time.py throughput|sampled|view BATCHES [NEW_TOKENS [MODEL]] | host STRATEGIES | gumbel; "
+            f"got {argv}"
+        )
+    model_dir = resolve_model_dir(argv[3] if len(argv) > 3 else None)
     model = load_model(model_dir)
     if argv[0] == "host":
         from fastrl.commands.bench_config import BenchConfig
@@ -184,7 +229,9 @@ def main(argv: list[str]) -> None:
             ratios = home_view_ab(model, batch, new_tokens, 5)
             print(f"batch {batch}: gather / view CPU time {[round(r, 2) for r in ratios]}", flush=True)
         else:
-            print(f"batch {batch}: {throughput(model, batch, new_tokens):.0f} tok/CPU-s", flush=True)
+            temperature = 1.0 if argv[0] == "sampled" else 0.0
+            rate = throughput(model, batch, new_tokens, temperature=temperature)
+            print(f"batch {batch}: {rate:.1f} tok/CPU-s ({argv[0]})", flush=True)
 
 
 if __name__ == "__main__":

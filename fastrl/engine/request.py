@@ -20,7 +20,7 @@ class FinishReason(str, Enum):
     ERROR = "error"  # the request was invalid; see RequestOutput.error
 
 
-@dataclass
+@dataclass(slots=True)
 class Timings:
     """Wall-clock marks of one request, in seconds since the epoch (time.perf_counter based)."""
 
@@ -73,10 +73,12 @@ class Request:
 
     def to_output(self, new_token_ids: list[int] | None = None) -> RequestOutput:
         """What the caller gets: while the request runs, a delta (its new tokens only: no copy of what was already
-        reported); when it has finished, the full output."""
-        new = list(new_token_ids or [])
-        timings = Timings(self.timings.arrival, self.timings.first_token, self.timings.finished)
-        if not self.finished:
+        reported); when it has finished, the full output. `new_token_ids` is handed over, not copied (the engine
+        passes a list of the round's read-back that nothing else keeps)."""
+        new = [] if new_token_ids is None else new_token_ids
+        t = self.timings
+        timings = Timings(t.arrival, t.first_token, t.finished)
+        if self.finish_reason is None:
             return RequestOutput(self.request_id, [], [], [], None, None, self.seed, [], new, None, None, timings)
         hidden = torch.cat(self.hidden_states, dim=0) if self.hidden_states else None
         return RequestOutput(
@@ -95,7 +97,7 @@ class Request:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """What the engine returns for a request: `Engine.step` gives, for a request still running, a delta (only
     `request_id`, `seed`, `new_token_ids` and `timings` are filled; the lists below are empty), and the full output

@@ -24,6 +24,8 @@ once to float32, so a last-bit difference between CPU and CUDA ``log`` almost ne
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 MASK32 = 0xFFFFFFFF
@@ -92,6 +94,18 @@ def _mix32_words_(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     return x.bitwise_xor_(tmp)
 
 
+def _index_key(vocab_size: int, device: torch.device) -> torch.Tensor:
+    # -> [V] int32: mix32(index ^ SALT_INDEX), the per-column half of every element's hash
+    return _as_int32(_mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX))
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_index_key(vocab_size: int) -> torch.Tensor:
+    # -> [V] int32, computed once per vocabulary size on the CPU (read only: callers never write it). Not cached
+    # on other devices, where the first call may happen inside a CUDA-graph capture.
+    return _index_key(vocab_size, torch.device("cpu"))
+
+
 def _words32(
     seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,7 +125,7 @@ def _words32(
     seeds = seeds.to(device=device, dtype=torch.int64)
     positions = positions.to(device=device, dtype=torch.int64)
     lanes = _as_int32(_row_lanes(seeds, positions, stream))
-    index_key = _as_int32(_mix32(torch.arange(vocab_size, device=device, dtype=torch.int64) ^ SALT_INDEX))
+    index_key = _cpu_index_key(vocab_size) if device.type == "cpu" else _index_key(vocab_size, device)
     h = torch.bitwise_xor(lanes[0].unsqueeze(1), index_key.unsqueeze(0))
     tmp = torch.empty_like(h)
     _mix32_words_(h, tmp)
@@ -146,6 +160,38 @@ def hash_bits(
     return words.to(torch.int64).bitwise_and_(MASK32)
 
 
+def uniform_bits(
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    vocab_size: int,
+    device: torch.device | str | None = None,
+    stream: int = 0,
+) -> torch.Tensor:
+    """The uniforms' 24-bit integers h >> 8, as int32 in [0, 2**24): ``u = (bits + 0.5) / 2**24``.
+
+    Same arguments as :func:`hash_bits`. An element's uniform and Gumbel value are monotone non-decreasing
+    functions of these bits, which the lazy Gumbel-argmax (`sampling/gumbel_argmax.py`) uses to bound values it
+    does not compute.
+    """
+    # [N], [N] -> [N, V] int32
+    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
+    return _uniform_bits(words, tmp)
+
+
+def uniform_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """``(bits + 0.5) / 2**24`` in (0, 1), exact in float64.  # [*] int32 in [0, 2**24) -> [*] float64"""
+    return bits.to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+
+
+def gumbel_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """``-log(-log(u))`` of the uniforms of :func:`uniform_bits`, in float64, rounded once to float32.
+
+    An element's value does not depend on the tensor it is computed in (its shape, the other elements), which
+    the lazy Gumbel-argmax relies on (`tests/sampling/test_gumbel_argmax.py`).  # [*] int32 -> [*] float32
+    """
+    return uniform_from_bits(bits).log_().neg_().log_().neg_().to(torch.float32)
+
+
 def uniform_noise(
     seeds: torch.Tensor,
     positions: torch.Tensor,
@@ -158,8 +204,7 @@ def uniform_noise(
     Same arguments as :func:`hash_bits`; the same (seed, position, index, stream) always gives the same value.
     """
     # [N], [N] -> [N, V] float64
-    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
-    return _uniform_bits(words, tmp).to(torch.float64).add_(0.5).mul_(2.0**-UNIFORM_BITS)
+    return uniform_from_bits(uniform_bits(seeds, positions, vocab_size, device=device, stream=stream))
 
 
 def gumbel_noise(
@@ -175,5 +220,4 @@ def gumbel_noise(
     grid of u); the values are finite, between about -2.9 and 17.3.
     """
     # [N], [N] -> [N, V] float32
-    u = uniform_noise(seeds, positions, vocab_size, device=device, stream=stream)
-    return u.log_().neg_().log_().neg_().to(torch.float32)
+    return gumbel_from_bits(uniform_bits(seeds, positions, vocab_size, device=device, stream=stream))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.sampling.noise import SAMPLE_STREAM, gumbel_noise
+from fastrl.sampling.gumbel_argmax import LAZY_MIN_VOCAB, gumbel_argmax
+from fastrl.sampling.noise import SAMPLE_STREAM, gumbel_noise, uniform_bits
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.processing import process_logits
 
@@ -152,6 +153,22 @@ def sample(
             f"{tuple(positions.shape)}"
         )
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=batch.any_filter)
-    tokens = _perturb(processed, batch, positions, noise).argmax(dim=-1)
+    tokens = _sampled_tokens(processed, batch, positions, noise)
     logprobs = torch.log_softmax(processed, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     return SampleResult(tokens=tokens, logprobs=logprobs)
+
+
+def _sampled_tokens(
+    processed: torch.Tensor, batch: SamplingBatch, positions: torch.Tensor, noise: torch.Tensor | None
+) -> torch.Tensor:
+    """argmax of the perturbed logits; on wide CPU rows whose noise is not given, the lazy Gumbel-argmax (the
+    same tokens, most Gumbel values never computed).  # [N,V] -> [N] int64"""
+    vocab = processed.shape[-1]
+    if batch.all_greedy or noise is not None or processed.device.type != "cpu" or vocab < LAZY_MIN_VOCAB:
+        return _perturb(processed, batch, positions, noise).argmax(dim=-1)
+    bits = uniform_bits(batch.seeds, positions, vocab, device=processed.device, stream=SAMPLE_STREAM)
+    tokens = gumbel_argmax(processed, bits)
+    greedy = batch.temperature == 0
+    if bool(greedy.any()):  # a CPU tensor: no device synchronisation
+        tokens = torch.where(greedy, processed.argmax(dim=-1), tokens)
+    return tokens
