@@ -47,19 +47,9 @@ def loaded_comparison(workload: str, costs: str, stale: bool = False):
 
 
 CASES = [(w, c) for w in ("stationary", "drafter-improves", "large-batch") for c in COSTS]
-SHORT = {
-    ("drafter-improves", "cpu-measured"): "0.96x the oracle: at batch 1 it explores 8_4_16 and stays on 3_1_4 "
-    "where the oracle, knowing the phase, decodes plainly through the weak drafter's rollouts"
-}
 
 
-@pytest.mark.parametrize(
-    ("workload", "costs"),
-    [
-        pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=SHORT[case])) if case in SHORT else case
-        for case in CASES
-    ],
-)
+@pytest.mark.parametrize(("workload", "costs"), CASES)
 def test_bandit_under_a_changing_load_stays_near_the_oracle_and_estimates_plain(workload, costs):
     result = loaded_comparison(workload, costs)
     bandit = result.results["bandit"]
