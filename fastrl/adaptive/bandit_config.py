@@ -52,11 +52,13 @@ class BanditConfig:
     plain's round time is the reference of every speedup estimate, and measured beside the speculative rounds of
     the moment it follows the machine's state where the calibration, taken at another time, may not."""
     window_size: int = 128
-    """Acceptance memory, in rounds: every arm's per-depth counts decay by exp(-1/window_size) per round, so the
-    estimate follows a drafter and a policy that change under training, and an arm left alone is tried again."""
+    """Acceptance memory, in rounds of the arm (of any chain, for the EAGLE chains): an arm's per-depth counts decay
+    by exp(-1/window_size) per round of its own and 8x more slowly per round of another arm, so the estimate follows
+    a drafter and a policy that change under training, and an arm left alone is tried again after many rounds."""
     prior_rows: float = 4.0
-    """Weight, in request rows, of the acceptance the arm's family (EAGLE, history, hybrid arms) measured at a
-    depth, in an arm's own estimate there: an arm never pulled is predicted from its family's rounds."""
+    """Most weight, in request rows, of the acceptance the arm's family (the arms of its draft source whose trees
+    contain it or that it contains) measured at a depth, in an arm's own estimate there; it fades as the arm's own
+    rows accumulate: an arm never pulled is predicted from its family's rounds, a measured one from its own."""
     min_pulls: int = 3
     """Timed rounds of each arm at each calibration batch size (after one warm-up round); without a calibration,
     rounds an arm is pulled at the first chance so that its round time is measured."""

@@ -4,16 +4,22 @@ A request row of a speculative round accepts drafted tokens depth by depth until
 ``steps``-deep strategy that accepted ``a`` tokens is ``a`` hits at depths 1..a and, when ``a < steps``, one miss at
 depth ``a + 1``. The chance of a hit at depth ``d`` given a hit at ``d - 1`` (the depth's hazard) hardly depends on
 the batch size, and arms drafted by one source share it closely: every EAGLE chain ``S_1_S+1`` follows the same
-greedy chain, and a larger tree only raises it. So each arm's hazard at a depth is its own hits over its own trials,
-shrunk (``prior_rows`` rows of weight) toward the pooled hazard of the arms of its source whose trees contain its
-own (an upper bound: ``7_1_8`` for ``3_1_4``, ``8_4_32`` for both), itself shrunk toward 1/2 with ``BASE_ROWS`` rows.
-An arm never pulled is predicted from those arms' rounds, and never below an arm whose tree it contains: its
-estimate lies between what the smaller trees and the larger ones of its source measured.
+greedy chain (the chains pool their rows outright, down to the depth each drafts), and a larger tree only raises it.
+So each arm's hazard at a depth is its own hits over its own trials, shrunk toward the pooled hazard of the arms of
+its source that its tree contains or that contain it (a larger tree an upper bound, a smaller one a lower bound),
+with a weight of at most ``prior_rows`` rows that fades as the arm's own rows accumulate (``prior_rows / (prior_rows
++ own rows)`` of it): an arm's own rows, once it has some, outweigh its family's. Where neither the arm nor its pool
+has rows at a depth, the hazard is the one at the depth before (``BASE_ROWS`` rows of weight; 1/2 at depth 1): a
+drafter that misses at depth 1 is not assumed to hit half the time at depth 5. An arm is predicted never below an
+arm whose tree it contains.
 
-Every arm's counts decay by exp(-1 / ``memory_rounds``) at each round observed, so the estimate follows an
-acceptance that drifts as the drafter and policy train. Expected tokens per row = 1 + sum_d prod_{j<=d} h_j; the
-optimistic value raises that expectation by ``z`` of its standard errors (the exploration bound: an arm with few
-rounds at the deep levels may still be much better than its mean says).
+Evidence is forgotten as newer evidence of the same arm replaces it: a round of an arm (or of a chain, for the
+chains) decays its counts by exp(-1 / ``memory_rounds``), so the estimate follows an acceptance that drifts as the
+drafter and policy train; every other round decays them ``IDLE_MEMORY`` times more slowly, so an arm left alone
+regains its uncertainty (and is tried again) only after many rounds, not after a few dozen plain ones. Expected
+tokens per row = 1 + sum_d prod_{j<=d} h_j; the optimistic value raises that expectation by ``z`` of its standard
+errors (the exploration bound: an arm with few rounds at the deep levels may still be much better than its mean
+says).
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import Strategy
 
 BASE_ROWS = 2.0
-"""Weight (rows) of the uninformed hazard 1/2 that the pooled prior is shrunk toward."""
+"""Weight (rows) of the hazard of the depth before (1/2 at depth 1) that a depth's estimate is shrunk toward."""
+IDLE_MEMORY = 8.0
+"""How many times more slowly an arm's counts decay over other arms' rounds (plain ones included) than over its
+own."""
 
 
 def family(strategy: Strategy) -> str:
@@ -38,6 +47,12 @@ def family(strategy: Strategy) -> str:
 def depth(strategy: Strategy) -> int:
     """Most draft tokens one row can accept in a round of ``strategy``."""
     return strategy.max_accept_length - 1
+
+
+def is_chain(strategy: Strategy) -> bool:
+    """True for an EAGLE chain (``S_1_S+1``): every chain drafts the same greedy path, so all measure one hazard per
+    depth."""
+    return not strategy.is_history and strategy.topk == 1 and strategy.num_draft_tokens == strategy.steps + 1
 
 
 def contains(big: Strategy, small: Strategy) -> bool:
@@ -68,7 +83,11 @@ class DepthAcceptance:
         self.memory_rounds = memory_rounds
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
         # containment, once: choose() asks for every arm's prediction every round
-        self._holders = {arm: [o for o in self.counts if contains(o, arm)] for arm in self.counts}
+        self._pool = {arm: [o for o in self.counts if contains(o, arm) or contains(arm, o)] for arm in self.counts}
+        # chains share their rows outright (one greedy path), down to the depth each drafts
+        self._twins = {
+            arm: [o for o in self.counts if o == arm or is_chain(o) and is_chain(arm)] for arm in self.counts
+        }
         self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
         self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
@@ -77,8 +96,10 @@ class DepthAcceptance:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
         self._tokens.clear()
         self._estimated.clear()
-        keep = math.exp(-1.0 / self.memory_rounds)
-        for every in self.counts.values():  # all arms forget, so an arm left alone regains its uncertainty
+        ran = self._twins.get(stats.strategy, [])
+        for arm, every in self.counts.items():  # an arm's newer rows replace its older ones; idle arms forget slowly
+            memory = self.memory_rounds if arm in ran else IDLE_MEMORY * self.memory_rounds
+            keep = math.exp(-1.0 / memory)
             every.hits = [h * keep for h in every.hits]
             every.trials = [t * keep for t in every.trials]
         counts = self.counts.get(stats.strategy)
@@ -93,9 +114,10 @@ class DepthAcceptance:
                 counts.trials[accepted] += 1.0
 
     def rows(self, arm: Strategy) -> float:
-        """Decayed rows the arm's own estimate rests on (its trials at depth 1)."""
-        counts = self.counts.get(arm)
-        return counts.trials[0] if counts else 0.0
+        """Decayed rows the arm's own estimate rests on (its and its twin chains' trials at depth 1)."""
+        if arm not in self.counts:
+            return 0.0
+        return sum(self.counts[twin].trials[0] for twin in self._twins[arm])
 
     def hazards(self, arm: Strategy, z: float = 0.0) -> list[float]:
         """The arm's hit probability at each depth given a hit at the one before, each raised by ``z`` of its own
@@ -103,19 +125,24 @@ class DepthAcceptance:
         return [min(1.0, mean + z * math.sqrt(mean * (1.0 - mean) / (n + 1.0))) for mean, n in self._estimates(arm)]
 
     def _estimates(self, arm: Strategy) -> list[tuple[float, float]]:
-        """(hazard, rows it rests on) per depth. [steps]"""
+        """(hazard, rows it rests on) per depth: own rows, the pool's (at most ``prior_rows``), and ``BASE_ROWS`` of
+        the depth before's hazard. [steps]"""
         if arm in self._estimated:
             return self._estimated[arm]
-        own = self.counts[arm]
-        pooled = [self.counts[other] for other in self._holders[arm]]
-        out = []
-        for d in range(len(own.hits)):
-            hits = sum(c.hits[d] for c in pooled)
-            trials = sum(c.trials[d] for c in pooled)
-            prior = (hits + 0.5 * BASE_ROWS) / (trials + BASE_ROWS)
-            weight = self.prior_rows * trials / (trials + self.prior_rows)  # a prior only as firm as its data
-            n = own.trials[d] + weight + BASE_ROWS
-            out.append(((own.hits[d] + weight * prior + 0.5 * BASE_ROWS) / n, n))
+        own = [self.counts[twin] for twin in self._twins[arm]]
+        pooled = [self.counts[other] for other in self._pool[arm]]
+        out, before, pooled_before = [], 0.5, 0.5
+        for d in range(len(self.counts[arm].hits)):
+            own_hits, own_trials = _sum_at(own, d)
+            hits, trials = _sum_at(pooled, d)
+            prior = (hits + pooled_before * BASE_ROWS) / (trials + BASE_ROWS)
+            # a prior only as firm as its data, and fading as the arm's own rows accumulate
+            weight = self.prior_rows * trials / (trials + self.prior_rows)
+            weight *= self.prior_rows / (self.prior_rows + own_trials) if self.prior_rows > 0 else 0.0
+            n = own_trials + weight + BASE_ROWS
+            before = (own_hits + weight * prior + before * BASE_ROWS) / n
+            pooled_before = prior
+            out.append((before, n))
         self._estimated[arm] = out
         return out
 
@@ -163,3 +190,9 @@ class DepthAcceptance:
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):
                 counts.hits, counts.trials = [float(h) for h in saved[0]], [float(t) for t in saved[1]]
+
+
+def _sum_at(counts: list[DepthCounts], d: int) -> tuple[float, float]:
+    """Hits and trials at depth index ``d`` summed over the arms that draft that deep."""
+    deep = [c for c in counts if d < len(c.hits)]
+    return sum(c.hits[d] for c in deep), sum(c.trials[d] for c in deep)

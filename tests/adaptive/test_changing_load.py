@@ -47,19 +47,9 @@ def loaded_comparison(workload: str, costs: str, stale: bool = False):
 
 
 CASES = [(w, c) for w in ("stationary", "drafter-improves", "large-batch") for c in COSTS]
-SHORT = {
-    ("drafter-improves", "cpu-measured"): "0.96x the oracle: at batch 1 it explores 8_4_16 and stays on 3_1_4 "
-    "where the oracle, knowing the phase, decodes plainly through the weak drafter's rollouts"
-}
 
 
-@pytest.mark.parametrize(
-    ("workload", "costs"),
-    [
-        pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=SHORT[case])) if case in SHORT else case
-        for case in CASES
-    ],
-)
+@pytest.mark.parametrize(("workload", "costs"), CASES)
 def test_bandit_under_a_changing_load_stays_near_the_oracle_and_estimates_plain(workload, costs):
     result = loaded_comparison(workload, costs)
     bandit = result.results["bandit"]
@@ -116,3 +106,26 @@ def test_a_bias_of_one_arm_is_learned_against_the_others_at_the_same_load():
     assert ratio == pytest.approx(expected, rel=0.08)
     assert LOAD[(399 // 37) % len(LOAD)] == 1.0  # the last stretch ran at load 1: plain follows it, not the mean
     assert abs(math.log(times.seconds(DISABLE, 4) / times.calibrated(DISABLE, 4))) < 0.15
+
+
+@functools.cache
+def short_context_comparison(workload: str, costs: str):
+    """The calibration's prompts were shorter than the rollouts' contexts: at batch 8 and above it puts every
+    speculative round at 1.2x its real time relative to a plain one (this CPU: 2.8x a plain round at batch 64
+    calibrated, 2.3-2.5x in the rollouts): the bias learned from the rounds run corrects it."""
+    settings = settings_for(0, COSTS[costs]())
+    calibration = simulated_calibration(settings, WORKLOADS[workload].requests_per_rollout)
+    off = [(s, b, t * (1.2 if not s.is_disabled and b >= 8 else 1.0)) for s, b, t in calibration.measurements()]
+    names = [str(s) for s in settings.strategies]
+    selectors = {"bandit": lambda: BanditSelector(BanditConfig(strategies=names), calibration=CostModel.fit(off))}
+    return compare(WORKLOADS[workload], settings, selectors)
+
+
+@pytest.mark.parametrize("costs", ["cpu-measured", "h100-fitted"])
+@pytest.mark.parametrize("workload", ["stationary", "large-batch"])
+def test_a_calibration_with_short_contexts_is_corrected_at_large_batch(workload, costs):
+    result = short_context_comparison(workload, costs)
+    bandit = result.results["bandit"]
+    assert bandit.goodput >= 0.97 * result.oracle.goodput
+    assert bandit.goodput >= result.plain.goodput
+    assert bandit.goodput >= 0.98 * result.best_static.goodput
