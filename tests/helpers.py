@@ -83,3 +83,28 @@ def save_chat_model(path: Path) -> Path:
     shutil.copytree(bundled_model_dir(), path, dirs_exist_ok=True)
     chat_tokenizer().save_pretrained(path)
     return path
+
+
+def last_layer_drafter(policy):
+    """The shipped bundled drafter's weights but its fuse, as a last-layer EagleDrafter (float32, eval). The shipped
+    drafter reads EAGLE-3's fused input; tests of what only a last-layer drafter does (export to SGLang / vLLM, a
+    fused drafter starting from the identity fuse) take it from here."""
+    from fastrl.assets_path import bundled_drafter_dir
+    from fastrl.speculative.drafter import EagleDrafter
+    from fastrl.speculative.drafter_checkpoint import load_drafter
+
+    shipped = load_drafter(bundled_drafter_dir(), policy)[0]
+    drafter = EagleDrafter(shipped.config)
+    drafter.load_state_dict({k: v for k, v in shipped.state_dict().items() if not k.startswith("fuse.")})
+    drafter.set_draft_vocab(shipped.draft_vocab)
+    return drafter.float().eval()
+
+
+def write_last_layer_drafter(directory: str | Path) -> Path:
+    """`last_layer_drafter` saved as a drafter checkpoint in `directory` (for commands that read one)."""
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.models.checkpoint import load_model
+    from fastrl.speculative.drafter_checkpoint import save_drafter
+
+    save_drafter(last_layer_drafter(load_model(bundled_model_dir())), directory, "arith-tiny", version=1)
+    return Path(directory)

@@ -10,9 +10,10 @@ import os
 
 import pytest
 
-from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.assets_path import bundled_model_dir
 from fastrl.cli import main
 from fastrl.commands.output_guard import OutputTarget, atomic_path, guard_outputs, staged_directory
+from tests.helpers import write_last_layer_drafter
 
 PROMPTS = [{"prompt": "3+4="}, {"prompt": "5+6="}]
 
@@ -22,6 +23,12 @@ def prompts(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in PROMPTS))
     return path
+
+
+@pytest.fixture(scope="module")
+def drafter_dir(tmp_path_factory):
+    """A last-layer drafter (the shipped one reads a fused input, which export-drafter refuses before any guard)."""
+    return write_last_layer_drafter(tmp_path_factory.mktemp("drafter"))
 
 
 def _snapshot(directory) -> dict[str, bytes]:
@@ -37,33 +44,33 @@ def test_check_exact_never_writes_its_report_over_the_prompts(prompts, tmp_path,
     assert f"report={tmp_path} is a directory" in err and "Traceback" not in err
 
 
-def test_export_drafter_refuses_a_directory_holding_a_model(tmp_path, capsys):
+def test_export_drafter_refuses_a_directory_holding_a_model(drafter_dir, tmp_path, capsys):
     victim = tmp_path / "victim"
     victim.mkdir()
     for f in bundled_model_dir().iterdir():
         (victim / f.name).write_bytes(f.read_bytes())
     before = _snapshot(victim)
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(victim), "--format", "sglang"]) == 2
+    assert main(["export-drafter", str(drafter_dir), str(victim), "--format", "sglang"]) == 2
     assert "not empty" in capsys.readouterr().err and _snapshot(victim) == before
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(bundled_drafter_dir()), "overwrite=true"]) == 2
+    assert main(["export-drafter", str(drafter_dir), str(drafter_dir), "overwrite=true"]) == 2
     assert "is the drafter file" in capsys.readouterr().err
 
 
-def test_export_drafter_with_a_bad_bandit_state_writes_nothing(tmp_path, capsys):
+def test_export_drafter_with_a_bad_bandit_state_writes_nothing(drafter_dir, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"config": 1}')
     out = tmp_path / "out"
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), f"bandit_state={bad}"]) == 2
+    assert main(["export-drafter", str(drafter_dir), str(out), f"bandit_state={bad}"]) == 2
     assert f"bandit_state={bad}: not a fastrl bandit state_dict" in capsys.readouterr().err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.json"]
 
 
-def test_export_drafter_overwrite_replaces_its_files_and_keeps_others(tmp_path):
+def test_export_drafter_overwrite_replaces_its_files_and_keeps_others(drafter_dir, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     (out / "model.safetensors").write_text("stale")
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), "overwrite=true"]) == 0
+    assert main(["export-drafter", str(drafter_dir), str(out), "overwrite=true"]) == 0
     assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").stat().st_size > 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no staging directory or lock file is left"
 

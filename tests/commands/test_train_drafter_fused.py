@@ -13,6 +13,7 @@ from fastrl.cotrain.features import policy_features
 from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter
+from tests.helpers import write_last_layer_drafter
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,14 @@ def policy():
     return load_model(bundled_model_dir()).eval()
 
 
-def test_a_last_layer_init_drafter_becomes_a_fused_one_that_drafts_the_same(policy):
-    cfg = TrainDrafterConfig(init_drafter=str(bundled_drafter_dir()), extra_layers=[0, 2])
-    fused = initial_drafter(policy, cfg).eval()
-    base = load_drafter(bundled_drafter_dir(), policy)[0].float().eval()
-    assert isinstance(fused, FusedEagleDrafter) and fused.extra_layers == (0, 2)
+def test_a_last_layer_init_drafter_becomes_a_fused_one_that_drafts_the_same(policy, tmp_path):
+    init = write_last_layer_drafter(tmp_path / "last")
+    fused = initial_drafter(policy, TrainDrafterConfig(init_drafter=str(init), extra_layers=[1, 3])).eval()
+    base = load_drafter(init, policy)[0].float().eval()
+    assert isinstance(fused, FusedEagleDrafter) and fused.extra_layers == (1, 3)
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(3, policy.config.vocab_size, (40,), generator=g).tolist()
-    wide = policy_features(policy, [ids], extra_layers=(0, 2))[0]
+    wide = policy_features(policy, [ids], extra_layers=(1, 3))[0]
     last = policy_features(policy, [ids])[0]
     h = policy.config.hidden_size
     assert wide.features.shape[-1] == 3 * h and torch.equal(wide.features[:, -h:], last.features)
@@ -49,6 +50,10 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
     outside = rf"train_drafter.extra_layers \[0, {count}\] lie outside the policy's {count}"
     with pytest.raises(ValueError, match=outside):
         initial_drafter(policy, TrainDrafterConfig(extra_layers=[0, count]))
+    shipped = str(bundled_drafter_dir())  # reads layers 0 and 2: kept as it is, or refused for other layers
+    assert initial_drafter(policy, TrainDrafterConfig(init_drafter=shipped, extra_layers=[0, 2])).extra_layers == (0, 2)
+    with pytest.raises(ValueError, match=r"reads layers \[0, 2\] \+ the last; extra_layers=\[1\] differs"):
+        initial_drafter(policy, TrainDrafterConfig(init_drafter=shipped, extra_layers=[1]))
     for bad in ([2, 0], [1, 1], [-1]):
         with pytest.raises(ValueError, match="train_drafter.extra_layers must be"):
             TrainDrafterConfig(extra_layers=bad)

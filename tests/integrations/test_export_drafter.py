@@ -4,6 +4,7 @@ EAGLE draft forward, gives fastrl's draft logits; the vLLM variant and the learn
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
+from tests.helpers import write_last_layer_drafter
 
 
 class SglangEagleDraft:
@@ -77,9 +79,15 @@ class SglangEagleDraft:
 
 
 @pytest.fixture(scope="module")
-def models():
+def drafter_dir(tmp_path_factory) -> Path:
+    """The shipped drafter's last-layer part: the shipped one reads a fused input, which these formats cannot hold."""
+    return write_last_layer_drafter(tmp_path_factory.mktemp("last_layer_drafter"))
+
+
+@pytest.fixture(scope="module")
+def models(drafter_dir):
     policy = load_model(bundled_model_dir())
-    drafter, _ = load_drafter(bundled_drafter_dir(), policy)
+    drafter, _ = load_drafter(drafter_dir, policy)
     return policy, drafter
 
 
@@ -102,8 +110,8 @@ def _fastrl_and_sglang_logits(models, out_dir) -> tuple[Tensor, Tensor]:
     return ours, theirs
 
 
-def test_sglang_checkpoint_layout(models, tmp_path):
-    exported = export_eagle_drafter(bundled_drafter_dir(), tmp_path, "sglang")
+def test_sglang_checkpoint_layout(drafter_dir, models, tmp_path):
+    exported = export_eagle_drafter(drafter_dir, tmp_path, "sglang")
     config = json.loads((tmp_path / "config.json").read_text())
     tensors = load_file(str(tmp_path / "model.safetensors"))
     assert config["architectures"] == ["LlamaForCausalLMEagle"] and config["num_hidden_layers"] == 1
@@ -112,23 +120,23 @@ def test_sglang_checkpoint_layout(models, tmp_path):
     assert all(t.dtype == torch.bfloat16 for t in tensors.values()) and exported.dtype == "bfloat16"
 
 
-def test_exported_drafter_gives_fastrl_draft_logits_in_sglang_forward(models, tmp_path):
-    export_eagle_drafter(bundled_drafter_dir(), tmp_path / "f32", "sglang", dtype="float32")
+def test_exported_drafter_gives_fastrl_draft_logits_in_sglang_forward(drafter_dir, models, tmp_path):
+    export_eagle_drafter(drafter_dir, tmp_path / "f32", "sglang", dtype="float32")
     ours, theirs = _fastrl_and_sglang_logits(models, tmp_path / "f32")
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
-    export_eagle_drafter(bundled_drafter_dir(), tmp_path / "bf16", "sglang")  # the default: bf16 weights
+    export_eagle_drafter(drafter_dir, tmp_path / "bf16", "sglang")  # the default: bf16 weights
     ours, theirs = _fastrl_and_sglang_logits(models, tmp_path / "bf16")
     assert (theirs.argmax(-1) == ours.argmax(-1)).float().mean() >= 0.9
     assert (theirs - ours).abs().max() < 0.05 * ours.abs().max()
 
 
-def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_drop(tmp_path):
+def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_drop(drafter_dir, tmp_path):
     with pytest.raises(ValueError, match="drop_fc_bias"):
-        export_eagle_drafter(bundled_drafter_dir(), tmp_path, "vllm")
-    exported = export_eagle_drafter(bundled_drafter_dir(), tmp_path, "vllm", drop_fc_bias=True)
+        export_eagle_drafter(drafter_dir, tmp_path, "vllm")
+    exported = export_eagle_drafter(drafter_dir, tmp_path, "vllm", drop_fc_bias=True)
     assert exported.architecture == "LlamaForCausalLM" and "fc.bias" not in exported.tensor_names
     with pytest.raises(ValueError, match="export.format"):
-        export_eagle_drafter(bundled_drafter_dir(), tmp_path, "trtllm")
+        export_eagle_drafter(drafter_dir, tmp_path, "trtllm")
 
 
 def _trained_bandit_state() -> dict:
@@ -143,11 +151,11 @@ def _trained_bandit_state() -> dict:
     return bandit.state_dict()
 
 
-def test_cli_writes_checkpoint_and_selection_configs(tmp_path):
+def test_cli_writes_checkpoint_and_selection_configs(drafter_dir, tmp_path):
     state = tmp_path / "bandit_state.json"
     state.write_text(json.dumps(_trained_bandit_state()))
     out = tmp_path / "out"
-    code = main(["export-drafter", str(bundled_drafter_dir()), str(out), "--format", "sglang", f"bandit_state={state}"])
+    code = main(["export-drafter", str(drafter_dir), str(out), "--format", "sglang", f"bandit_state={state}"])
     assert code == 0 and (out / "model.safetensors").is_file()
     vllm = json.loads((out / "vllm_speculative_config.json").read_text())
     assert vllm["num_speculative_tokens_per_batch_size"]["1"] == 3
@@ -156,10 +164,12 @@ def test_cli_writes_checkpoint_and_selection_configs(tmp_path):
     assert sglang["1"]["speculative_num_steps"] == 3 and sglang["21"]["disable"]
     winners = write_selection_configs(state, tmp_path / "again", "draft")
     assert [str(w.strategy) for w in winners][0] == "3_1_4" and str(winners[-1].strategy) == "disable"
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), "--format", "onnx"]) == 2
+    assert main(["export-drafter", str(drafter_dir), str(out), "--format", "onnx"]) == 2
 
 
-def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucket_is_disabled(tmp_path, capsys):
+def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucket_is_disabled(
+    drafter_dir, tmp_path, capsys
+):
     """A `fastrl train` checkpoint's rollout_selector.json ({"workers": [state, ...]}) is read with all workers'
     observations merged; a bucket whose winner is a history arm or plain decoding says why it is disabled."""
     config = BanditConfig(strategies=["3_1_4", "suffix_8", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0)
@@ -174,7 +184,7 @@ def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucke
     state = tmp_path / "rollout_selector.json"
     state.write_text(json.dumps({"workers": [w.state_dict() for w in workers]}))
     out = tmp_path / "out"
-    assert main(["export-drafter", str(bundled_drafter_dir()), str(out), f"bandit_state={state}"]) == 0
+    assert main(["export-drafter", str(drafter_dir), str(out), f"bandit_state={state}"]) == 0
     sglang = json.loads((out / "sglang_adaptive_config.json").read_text())
     assert sglang["1"]["disable"] and "suffix_8 drafts from history" in sglang["1"]["disable_reason"]
     assert sglang["21"]["disable"] and "plain decoding had the best estimate" in sglang["21"]["disable_reason"]
@@ -193,6 +203,9 @@ def test_a_fused_drafter_is_refused_with_the_reason(tmp_path, capsys, fmt):
 
     policy = load_model(bundled_model_dir())
     save_drafter(FusedEagleDrafter(policy.config, (0, 2)), tmp_path / "fused", "arith-tiny")
+    shipped = str(bundled_drafter_dir())  # the shipped drafter reads the fused input too
+    assert main(["export-drafter", shipped, str(tmp_path / "shipped"), "--format", fmt]) == 2
+    assert "no exact translation exists" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"extra_layers \[0, 2\].*no exact translation exists"):
         export_eagle_drafter(tmp_path / "fused", tmp_path / "direct", fmt)
     assert not (tmp_path / "direct").exists()

@@ -24,14 +24,16 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter
+from tests.helpers import last_layer_drafter
 
 LAYERS = (0, 2)
 
 
 @cache
 def bundled():
+    """The bundled policy, the shipped drafter's last-layer part and the tokenizer."""
     policy = load_model(bundled_model_dir()).eval()
-    return policy, load_drafter(bundled_drafter_dir(), policy)[0], load_tokenizer(bundled_model_dir())
+    return policy, last_layer_drafter(policy), load_tokenizer(bundled_model_dir())
 
 
 def fused_from_shipped(scale: float) -> FusedEagleDrafter:
@@ -89,3 +91,24 @@ def test_engine_accept_length_is_the_chain_walks():
     assert abs(engine - walk) <= 0.02 * walk
     assert abs(other - walk) > 0.03 * walk  # features of other layers change acceptance: the agreement means something
     assert walk > 1.5
+
+
+def test_the_shipped_fused_drafter_accepts_in_the_engine_what_its_features_give_offline():
+    """The shipped drafter was trained on the fused input (layers 0, 2 and the last): the engine's greedy 7_1_8
+    accept length is the walk's over those features, and well above the walk over the last layer alone."""
+    policy = load_model(bundled_model_dir()).eval()
+    shipped = load_drafter(bundled_drafter_dir(), policy)[0]
+    assert isinstance(shipped, FusedEagleDrafter) and shipped.extra_layers == LAYERS
+    held = prompts(12, seed=9)  # 4 prompts put the two 4% apart: at ~5 tokens a round, one near-tie moves a lot
+    inputs = [GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=0.0)) for p in held]
+    rollouts = Engine(policy, EngineConfig(max_batch_size=12)).generate(inputs)
+    sequences = [p + o.token_ids for p, o in zip(held, rollouts, strict=True)]
+    lengths = [len(p) for p in held]
+    engine = measure_accept_length(policy, shipped, inputs, "7_1_8", EngineConfig(max_batch_size=1))
+    walk, other = (
+        greedy_chain_accept_length(shipped, policy, policy_features(policy, sequences, extra_layers=layers), lengths, 7)
+        for layers in (LAYERS, (1, 3))
+    )
+    print(f"shipped fused drafter 7_1_8 T=0 bs=1: engine {engine:.4f}, walk {walk:.4f}, over layers 1, 3 {other:.4f}")
+    assert abs(engine - walk) <= 0.02 * walk and walk > 3.0
+    assert other < 0.9 * walk  # the trained fuse depends on the layers it reads
