@@ -115,7 +115,7 @@ class DrafterTrainer:
         self.drafter.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        batch = FeatureBatch.collate(seqs, self.device, self.dtype, self.drafter.config.hidden_size)
+        batch = FeatureBatch.collate(seqs, self.device, self.dtype, target_size=self.drafter.config.hidden_size)
         if batch.features.shape[-1] != self.drafter.feature_size:  # a fused drafter would read them as its own
             raise ValueError(
                 f"train_step: features are [.., {batch.features.shape[-1]}], the drafter reads "
@@ -147,7 +147,7 @@ class DrafterTrainer:
             loss = eagle_loss(
                 self.drafter,
                 self.policy,
-                FeatureBatch.collate(group, self.device, self.dtype, self.drafter.config.hidden_size),
+                FeatureBatch.collate(group, self.device, self.dtype, target_size=self.drafter.config.hidden_size),
                 self.config,
             )
             for i, v in enumerate((loss.total, loss.feature, loss.token, loss.top1)):

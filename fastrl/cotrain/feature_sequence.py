@@ -62,12 +62,16 @@ class FeatureBatch:
         seqs: list[FeatureSequence],
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
-        target_size: int = 0,
+        *,
+        target_size: int,
     ) -> FeatureBatch:
-        """Pad `seqs` into one batch; targets are the last `target_size` feature columns (0 = all of them)."""
+        """Pad `seqs` into one batch; targets are the last `target_size` feature columns: the drafter's hidden size
+        (a fused drafter's features are wider than what it predicts, so the caller always says it)."""
         width = max(s.tokens.shape[0] for s in seqs)
         size = seqs[0].features.shape[1]
-        hidden = target_size or size
+        hidden = target_size
+        if not 0 < hidden <= size:
+            raise ValueError(f"FeatureBatch.collate: target_size {hidden} must be in 1..{size} (the features' width)")
         b = len(seqs)
         tokens = torch.zeros(b, width, dtype=torch.long)
         features = torch.zeros(b, width, size)

@@ -129,8 +129,9 @@ class WorkerCoTraining:
         dtype = drafter.fc.weight.dtype
         device = drafter.fc.weight.device
         tokens, top1 = 0, 0.0
+        hidden = drafter.config.hidden_size
         for group in make_batches(self._heldout, self.cotrainer.config.max_tokens_per_batch):
-            loss = eagle_loss(drafter, self.policy, FeatureBatch.collate(group, device, dtype))
+            loss = eagle_loss(drafter, self.policy, FeatureBatch.collate(group, device, dtype, target_size=hidden))
             tokens += loss.count
             top1 += float(loss.top1) * loss.count
         return tokens, top1

@@ -35,7 +35,7 @@ def main() -> None:
         )
         for _ in range(args.sequences)
     ]
-    batch = FeatureBatch.collate(seqs)
+    batch = FeatureBatch.collate(seqs, target_size=hidden)
     times: dict[str, list[float]] = {"full vocabulary": [], f"draft vocabulary ({draft_vocab.numel()})": []}
     for _ in range(args.repeats):
         for name, ids in zip(times, (None, draft_vocab), strict=True):

@@ -26,7 +26,7 @@ def setup(tmp_path_factory):
     drafter = EagleDrafter(policy.config).eval()
     g = torch.Generator().manual_seed(1)
     seqs = policy_features(policy, [torch.randint(3, 97, (n,), generator=g).tolist() for n in (13, 9, 11)])
-    return policy, drafter, FeatureBatch.collate(seqs)
+    return policy, drafter, FeatureBatch.collate(seqs, target_size=policy.config.hidden_size)
 
 
 def drafted_chain(drafter, policy, batch: FeatureBatch, row: int, root: int, steps: int) -> list[torch.Tensor]:

@@ -75,6 +75,17 @@ def test_slice_trains_fuse_and_the_state_keeps_extra_layers(fused_worker, tmp_pa
     assert torch.equal(loaded.fuse.weight.float(), now["fuse.weight"])
 
 
+def test_heldout_top1_of_a_fused_drafter(fused_worker):
+    """The held-out measure `fastrl train` reports after each rollout: its feature targets are the final-norm
+    columns of the fused features (a full-width target once made every co-trained fused run fail here)."""
+    cotraining = fused_worker.cotraining
+    sequences = fused_worker.buffer.sample(10**9, random.Random(1))
+    assert sequences
+    cotraining._heldout = sequences  # what the held-out schedule would have kept from these rollouts
+    tokens, top1_sum = cotraining.heldout_top1(fused_worker.drafter)
+    assert tokens == sum(s.num_targets for s in sequences) and 0.0 <= top1_sum <= tokens
+
+
 def test_features_of_another_width_are_refused(fused_worker):
     hidden = fused_worker.policy.config.hidden_size
     last_layer = FeatureSequence(torch.arange(3, 9), torch.zeros(6, hidden), 1, 0)

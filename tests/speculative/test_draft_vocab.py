@@ -162,7 +162,7 @@ def _feature_batch(model, seed: int):
         FeatureSequence(torch.randint(0, vocab, (n,), generator=gen), torch.randn(n, hidden, generator=gen), 1)
         for n in (5, 9, 3)
     ]
-    return FeatureBatch.collate(seqs)
+    return FeatureBatch.collate(seqs, target_size=hidden)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
