@@ -34,22 +34,11 @@ PLAIN_REPEATS = 3
 MIN_PASSES = 5
 """Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
 and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
-PATTERN_SHARE = 4
-"""Calibration prompts: a random pattern of a ``PATTERN_SHARE``-th of the engine's context (``max_model_len``, else
-the model's), said twice (history arms then find matches), so rounds are timed over half the context the engine's
-requests may reach: a rollout's rounds run over contexts from its prompt to its longest response, and attention
-over them weighs on a plain round more than on a verify of a few tokens per row (at batch 64 on this CPU, a
-128-token context put a 3_1_4 round at 2.8x a plain one, the long-tail rollouts measured 2.3-2.5x, a 512-token
-prompt gave 2.2x)."""
-PATTERN_TOKENS = (16, 256)
-"""Fewest and most tokens of the calibration pattern (fewer still where the model's context is short)."""
-
-
-def pattern_tokens(engine: Engine) -> int:
-    """Tokens of the calibration pattern for ``engine`` (see ``PATTERN_SHARE``)."""
-    context = engine.config.max_model_len or engine.model.config.max_position_embeddings
-    low, high = PATTERN_TOKENS
-    return min(high, max(low, context // PATTERN_SHARE))
+PROMPT_TOKENS = 64
+"""Calibration prompts: a random pattern of this many tokens (fewer where the model's context is short), said
+twice (history arms then find matches). Rollout contexts run to hundreds of tokens, and attention over them weighs
+on a plain round more than on a verify of a few tokens per row: at batch 64 on this CPU, a 32-token prompt put a
+3_1_4 round at 3.0x a plain one, a 512-token prompt at 2.2x, the long-tail rollouts at 2.3-2.5x."""
 
 
 class ScriptedSelector:
@@ -100,7 +89,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     passes = max(rounds, MIN_PASSES) + 1
     budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
-    prompt = max(1, min(pattern_tokens(engine), (engine.model.config.max_position_embeddings - budget - 1) // 2))
+    prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
         pattern = [rng.randrange(vocab) for _ in range(prompt)]
         config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * prompt + budget + 1)
@@ -146,8 +135,7 @@ def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bo
 
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
-    """What a calibration depends on: policy and drafter shapes, device, dtype, threads, arms, sizes, rounds and the
-    calibration pattern's length (a share of the engine's context)."""
+    """What a calibration depends on: policy and drafter shapes, device, dtype, threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
     described = {
@@ -161,7 +149,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "arms": sorted(str(a) for a in arms),
         "sizes": sizes,
         "rounds": rounds,
-        "pattern_tokens": pattern_tokens(engine),
+        "prompt_tokens": PROMPT_TOKENS,
         "passes": MIN_PASSES,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
