@@ -80,9 +80,9 @@ def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
     if held:
         raise ValueError(
             f"train_drafter.init_drafter={cfg.init_drafter} reads layers {list(held)} + the last; "
-            f"extra_layers={list(layers)} differs"
+            f"extra_layers={list(layers)} differs (pass extra_layers={list(held)} to continue it)"
         )
     fused = FusedEagleDrafter(drafter.config, layers).to(cfg.device)
-    fused.load_state_dict(drafter.state_dict(), strict=False)  # all but `fuse`, which stays the identity
+    fused.load_state_dict({**drafter.state_dict(), "fuse.weight": fused.fuse.weight})  # the fuse stays the identity
     fused.set_draft_vocab(drafter.draft_vocab)
     return fused

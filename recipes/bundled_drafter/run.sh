@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train the EAGLE drafter shipped with the bundled model (fastrl/assets/arith-tiny-drafter), all four stages of its
+# Train the EAGLE drafter shipped with the bundled model (fastrl/assets/arith-tiny-drafter), all five stages of its
 # lineage (docs/benchmarks.md "Drafter training"): rollouts sampled from the policy, its hidden states taken, the
 # drafter fitted, accept lengths measured after every epoch. Each stage resumes if rerun; outputs under runs/.
 #   1. EAGLE-1 loss (trainer.ttt_steps=1), 4,096 T=1 prompts x 8 epochs (~567k tokens an epoch)
