@@ -30,17 +30,21 @@ class DrafterRounds:
         push: Callable[[int, dict[str, Tensor]], None],
     ) -> None:
         self.call_all, self.gather, self.version, self.push = call_all, gather, version, push
-        self._pending: tuple[list, list[tuple[str, SliceMetrics]]] | None = None
+        self._pending: tuple[list, list[tuple[str, SliceMetrics]], list] | None = None
         self.last: tuple[DrafterTrainingStats, int] = (DrafterTrainingStats(), version())
 
-    def start(self, calls: list, slices: list[tuple[str, SliceMetrics]]) -> None:
-        """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs)."""
-        self._pending = (calls, slices)
+    def start(self, calls: list, slices: list[tuple[str, SliceMetrics]], running: list | None = None) -> None:
+        """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs), the
+        co-training slices that ended within it, and those still running (``running``: (worker, ref) pairs, each
+        worker with a ``worker_id``; a worker finishes its slice before its ``finish_drafter_round``)."""
+        self._pending = (calls, slices, list(running or []))
 
     def close(self) -> DrafterTrainingStats:
-        """Finish the pending round, if any (merge, push, measure); the last round's stats."""
+        """Finish the pending round, if any (collect the slices still running, merge, push, measure); the last
+        round's stats."""
         if self._pending is not None:
-            (calls, slices), self._pending = self._pending, None
+            (calls, slices, running), self._pending = self._pending, None
+            slices = slices + [(w.worker_id, m) for w, ref in running for m in self.gather([(w, ref)])]
             reports = self.gather(calls)
 
             def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now

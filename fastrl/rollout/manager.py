@@ -88,7 +88,8 @@ class RayRolloutManager:
         rounds = self._take_rounds()
         drafter = DrafterTrainingStats()
         if self.config.worker.cotrain:
-            self._rounds.start([(w, w.actor.finish_drafter_round.remote()) for w in self._alive()], outcome.slices)
+            finish = [(w, w.actor.finish_drafter_round.remote()) for w in self._alive()]
+            self._rounds.start(finish, outcome.slices, outcome.running_slices)
             if not self.config.overlap_drafter_round:
                 drafter = self._rounds.close()
         self._remember_selector_states()

@@ -36,7 +36,9 @@ class WorkerHandle:
 
 @dataclass
 class RunOutcome:
-    """Results in request order and how the rollout went (times in seconds from its start)."""
+    """Results in request order and how the rollout went (times in seconds from its start). ``slices``: the
+    co-training slices that ended within the rollout; ``running_slices``: those still in a training step when the
+    last result came back (told to stop at its end; the backend collects them with the rollout's drafter round)."""
 
     results: list[RolloutResult]
     generation_s: float
@@ -44,6 +46,7 @@ class RunOutcome:
     timings: list[WorkerTiming]
     slices: list[tuple[str, SliceMetrics]]
     retried_requests: int
+    running_slices: list[tuple[WorkerHandle, ray.ObjectRef]] = field(default_factory=list)
 
 
 class RolloutRun:
@@ -126,7 +129,7 @@ class RolloutRun:
                     self._slice_done(ref)
             self._check_liveness()
         end = self._now()
-        self._end_slices()
+        running = self._end_slices()
         missing = [self.requests[i].request_id for i, r in enumerate(self.results) if r is None]
         if missing:
             raise RuntimeError(f"rollout finished without results for {missing}")
@@ -137,6 +140,7 @@ class RolloutRun:
             timings=self._timings(end),
             slices=self.slices,
             retried_requests=self.retried,
+            running_slices=running,
         )
 
     # ---- generation -------------------------------------------------------------------------------------------
@@ -187,23 +191,15 @@ class RolloutRun:
             ray.kill(worker.actor, no_restart=True)
             self._lost(worker, [], f"hung mid-rollout ({verdict.reason})")
 
-    def _end_slices(self) -> None:
-        """Tell running slices to stop; wait for them, up to the round deadline (a worker that does not answer by
-        then is killed as hung and replaced after the rollout)."""
-        for w, sid in list(self.slice_refs.values()):
+    def _end_slices(self) -> list[tuple[WorkerHandle, ray.ObjectRef]]:
+        """Tell running slices to stop at the end of their training step, and hand them over without waiting: a
+        drafter step takes seconds on a CPU, and the rollout's results must not wait for one (its updates belong to
+        the drafter round, which overlaps the policy update; a slice that never ends is killed there as hung)."""
+        running = list(self.slice_refs.items())
+        for _, (w, sid) in running:
             w.actor.stop_training.remote(sid)
-        deadline = time.monotonic() + self.liveness.policy.round_timeout_s
-        while self.slice_refs:
-            ready, _ = ray.wait(list(self.slice_refs), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            if ready:
-                self._slice_done(ready[0])
-                continue
-            for ref, (worker, _) in list(self.slice_refs.items()):
-                self.log.warning("rollout worker %s did not end its co-training slice: killed", worker.worker_id)
-                ray.kill(worker.actor, no_restart=True)
-                worker.alive = False
-                worker.lost_reason, worker.served_before_loss = "kept co-training", self.served[worker.worker_id]
-                del self.slice_refs[ref]
+        self.slice_refs.clear()
+        return [(w, ref) for ref, (w, _) in running]
 
     def _lost(self, worker: WorkerHandle, units: list[WorkUnit], reason: str) -> None:
         """``worker`` died: keep what it returned, replace it, re-send the rest to the survivors and the replacement."""

@@ -1,0 +1,63 @@
+"""DrafterRounds: a rollout hands over the co-training slices still in a training step, and the round collects them
+(their seconds and failures count) before the workers' finish reports; a worker lost meanwhile is skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastrl.cotrain.cotrainer import SliceMetrics
+from fastrl.rollout.drafter_round import DrafterRounds
+from fastrl.rollout.worker_cotrain import RoundReport
+
+
+@dataclass(eq=False)
+class Worker:
+    worker_id: str
+    alive: bool = True
+
+
+def make_rounds(answers: dict[str, object], log: list[str]) -> DrafterRounds:
+    """Calls are (worker, key) pairs; ``answers[key]`` is what the call returned (absent: the worker died)."""
+
+    def gather(calls: list) -> list:
+        log.extend(key for _, key in calls)
+        return [answers[key] for worker, key in calls if key in answers and worker.alive]
+
+    def call_all(method: str) -> list:
+        log.append(method)
+        return []
+
+    return DrafterRounds(call_all, gather, lambda: 0, lambda version, state: None)
+
+
+def test_running_slices_count_in_the_round_and_come_before_the_finish_reports() -> None:
+    w0, w1 = Worker("w0"), Worker("w1")
+    answers = {
+        "slice-1": SliceMetrics(steps=1, tokens=40, seconds=2.5, stopped=True),
+        "finish-0": RoundReport(steps=1, tokens=40, loss_sum=4.0, top1_sum=20.0, seconds=1.0),
+        "finish-1": RoundReport(steps=1, tokens=40, loss_sum=2.0, top1_sum=30.0),
+    }
+    log: list[str] = []
+    rounds = make_rounds(answers, log)
+    ended = [("w1", SliceMetrics(steps=0, seconds=0.25, stopped=True))]
+    rounds.start([(w0, "finish-0"), (w1, "finish-1")], ended, [(w1, "slice-1")])
+    stats = rounds.close()
+    assert log[:2] == ["slice-1", "finish-0"]  # the running slice is collected first
+    assert stats.steps == 2 and stats.tokens == 80  # steps from the finish reports, whoever took them
+    assert stats.seconds == 0.25 + 2.5 + 1.0
+    assert stats.loss == 6.0 / 80 and stats.top1 == 50.0 / 80
+    assert rounds.close() is stats  # closed once; later calls return the last stats
+
+
+def test_a_running_slice_that_failed_is_a_failure_and_a_lost_worker_is_skipped() -> None:
+    w0, w1 = Worker("w0"), Worker("w1", alive=False)
+    answers = {
+        "slice-0": SliceMetrics(seconds=0.5, error="FloatingPointError: loss is nan"),
+        "slice-1": SliceMetrics(steps=1, seconds=3.0),
+        "finish-0": RoundReport(),
+    }
+    rounds = make_rounds(answers, [])
+    rounds.start([(w0, "finish-0"), (w1, "finish-1")], [], [(w0, "slice-0"), (w1, "slice-1")])
+    stats = rounds.close()
+    assert stats.failures == ["w0: FloatingPointError: loss is nan"]
+    assert stats.seconds == 0.5  # the lost worker's slice never answered
