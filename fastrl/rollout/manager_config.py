@@ -18,8 +18,9 @@ class RolloutManagerConfig:
     ray_num_cpus: CPUs of a local Ray (default: every core); ignored when joining a cluster.
     cotrain_in_tail: give idle workers co-training slices while the tail runs (needs ``worker.cotrain``).
     overlap_drafter_round: ``generate`` returns as soon as the rollout is done, leaving the updates the tail did
-        not cover (``steps`` schedule), a tail slice still in its training step, the merge and the push running; they finish at the next call (the trainer
-        calls ``finish_rollout`` after its policy update, so they overlap it). The same updates either way.
+        not cover (``steps`` schedule), a tail slice still in its training step, the merge and the push running;
+        they finish at the next call (the trainer calls ``finish_rollout`` after its policy update, so they
+        overlap it). The same updates either way.
     restart_failed_workers: replace a worker that died (after the rollout it died in; its work is re-run on the
         survivors at once) with a fresh actor brought to the current policy and drafter versions.
     worker_start_timeout_s: how long a worker may take to start (load its models) before it is given up.
