@@ -107,6 +107,30 @@ def estimated_plain_time(wall_time_s: float, round_times: Iterable[tuple[float, 
     return wall_time_s * sum(p for _, p in estimated) / wall
 
 
+def rollout_plain_time(batch: RolloutBatch) -> float | None:
+    """The plain-decoding estimate of a rollout: each worker's generation time (``WorkerTiming.busy_s``) with its
+    decode rounds replaced by their plain estimates (rounds without one scaled like those that carry one, see
+    ``estimated_plain_time``), and the rollout's time outside its slowest worker's generation (dispatch, gathering,
+    co-training after the batch: a plain run pays it too) kept as it is. Without worker timings, the whole wall
+    time is scaled. None when no round carries an estimate."""
+    rounds = [(r.wall_time_s, r.plain_time_estimate_s) for r in batch.rounds]
+    if estimated_plain_time(1.0, rounds) is None:
+        return None
+    if not batch.workers:
+        return estimated_plain_time(batch.wall_time_s, rounds)
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for r in batch.rounds:
+        by_worker.setdefault(r.worker_id, []).append((r.wall_time_s, r.plain_time_estimate_s))
+    busy, plain = [], []
+    for timing in batch.workers:
+        own = by_worker.get(timing.worker_id, [])
+        decode = sum(wall for wall, _ in own)
+        estimate = estimated_plain_time(decode, own)
+        busy.append(timing.busy_s)
+        plain.append(timing.busy_s + (estimate - decode if estimate is not None else 0.0))
+    return batch.wall_time_s - max(busy) + max(plain)
+
+
 def speculative_accept_length(rounds: Iterable[RoundRecord]) -> float | None:
     """Row-weighted tokens per round over the rounds that drafted (not ``disable``): the drafter's quality, apart
     from how often the selector chose plain decoding. None when no round drafted."""
@@ -118,12 +142,11 @@ def speculative_accept_length(rounds: Iterable[RoundRecord]) -> float | None:
 def step_speed_fields(batch: RolloutBatch, thresholds: Iterable[int]) -> dict[str, Any]:
     """StepMetrics' speed keys of one rollout: tokens/s, the plain-decoding estimate and the speedup, decode rounds
     and the chosen strategy per batch-size bucket."""
-    rounds = [(r.wall_time_s, r.plain_time_estimate_s) for r in batch.rounds]
     story = SpeedStory(
         tokens=sum(len(r.token_ids) for r in batch.results),
         wall_time_s=batch.wall_time_s,
         accept_length=0.0,  # StepMetrics.mean_accept_length holds it
-        plain_time_estimate_s=estimated_plain_time(batch.wall_time_s, rounds),
+        plain_time_estimate_s=rollout_plain_time(batch),
         arm_rounds=count_arm_rounds([(r.batch_size, r.strategy) for r in batch.rounds], thresholds),
     )
     return {

@@ -11,8 +11,14 @@ import matplotlib
 import pytest
 
 from fastrl.rl.metrics import StepMetrics
-from fastrl.rl.rollout_speed import SpeedStory, count_arm_rounds, estimated_plain_time, step_speed_fields
-from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RoundRecord
+from fastrl.rl.rollout_speed import (
+    SpeedStory,
+    count_arm_rounds,
+    estimated_plain_time,
+    rollout_plain_time,
+    step_speed_fields,
+)
+from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RoundRecord, WorkerTiming
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import Strategy
 from fastrl.telemetry.report_panels import choice_panel
@@ -60,6 +66,27 @@ def test_partly_estimated_rounds_scale_the_wall_time():
     # only the estimated rounds' ratio counts: 2 s estimated for 1 s of estimated rounds -> 2x the whole wall time
     assert estimated_plain_time(10.0, [(1.0, 2.0), (3.0, 0.0)]) == pytest.approx(20.0)
     assert estimated_plain_time(10.0, [(1.0, 0.0)]) is None
+
+
+def test_a_rollout_estimate_swaps_each_workers_rounds_and_keeps_the_time_outside_generation():
+    records = [
+        RoundRecord("w0", "5_1_6", 1, 3.0, 4, 1.0, 1.5),
+        RoundRecord("w0", "5_1_6", 1, 3.0, 4, 1.0, 1.5),
+        RoundRecord("w0", "7_1_8", 1, 3.0, 4, 1.0, 0.0),
+        RoundRecord("w1", "3_1_4", 4, 2.0, 8, 1.0, 3.0),
+    ]
+    workers = [WorkerTiming("w0", 4, 3.5, 0.5), WorkerTiming("w1", 4, 2.0, 2.0)]
+    batch = RolloutBatch([], 5.0, 1.5, workers, records, DrafterTrainingStats(), 0)
+    # w0 -> 3.5 + (4.5 - 3.0) = 5.0; w1 -> 2.0 + (3.0 - 1.0) = 4.0; outside generation: 5.0 - 3.5 = 1.5
+    assert rollout_plain_time(batch) == pytest.approx(1.5 + 5.0)
+    assert step_speed_fields(batch, THRESHOLDS)["estimated_speedup"] == pytest.approx(6.5 / 5.0)
+    # a worker whose rounds carry no estimate keeps its time; without timings the wall time is scaled
+    batch.rounds = records[2:]
+    assert rollout_plain_time(batch) == pytest.approx(1.5 + max(3.5, 4.0))
+    batch.workers = []
+    assert rollout_plain_time(batch) == pytest.approx(5.0 * 3.0 / 1.0)
+    batch.rounds = records[2:3]
+    assert rollout_plain_time(batch) is None
 
 
 def test_ties_choose_deterministically_and_buckets_keep_their_order():
