@@ -2,10 +2,11 @@
 fastrl.speculative.drafting for what an entry is: token x_p read with feature f_{p-1}).
 
 A prefill (or the recompute of a preempted request) feeds the drafter its prompt at once, all but the last entry,
-which stays pending as the next round's root. Every decode round appends the entries it emitted with a few
-batched writes, whatever the batch size; a speculative round takes every row's pending entries in one gather and
-the drafter reads them (`catch_up`). The host keeps each slot's pending count as a plain int (it knows what
-every round emitted), so sizing a round's input needs no read of a device value.
+which stays pending as the next round's root (at a prefill with shared prompts, only over the rows that ran the
+policy: their siblings hold the same drafter entries through the shared pages). Every decode round appends the
+entries it emitted with a few batched writes, whatever the batch size; a speculative round takes every row's
+pending entries in one gather and the drafter reads them (`catch_up`). The host keeps each slot's pending count as
+a plain int (it knows what every round emitted), so sizing a round's input needs no read of a device value.
 """
 
 from __future__ import annotations
@@ -79,23 +80,36 @@ def feed_prompts(
     slot_ids: list[int],
     tokens: list[list[int]],
     features: Tensor,
+    computed: list[int] | None = None,
 ) -> None:
     """Feed the drafter every entry of fresh sequences but the last, which stays pending as the root of the next
     round: entry p (1 <= p < T) reads token p with feature p-1; `tokens[b]` are row b's T tokens (prompt, or the
     prompt and output of a recomputed request) followed by its next token, `features` the prefill's features.
 
-    # slots [B], features [B,S,F] (S >= T_b) -> drafter cache entries 1..T_b-1 written, one entry pending per row
+    `computed` (ascending rows; None: every row) names the rows whose entries 1..T-1 the drafter computes: the other
+    rows are GRPO siblings of one of them, holding its prompt's full pages by reference, and get their partial last
+    page as a copy of its drafter page, which the caller makes after this catch-up. Every row gets its own pending
+    root (its own next token).
+
+    # slots [B], features [B,S,F] (S >= T_b) -> drafter cache entries 1..T_b-1 of the computed rows written, one
+    # entry pending per row
     """
     feed.clear(slots, slot_ids)
     sizes = [len(t) - 1 for t in tokens]  # T_b: entries 1..T_b-1 now, entry T_b pending
-    b, width = len(tokens), max(sizes)
+    b = len(tokens)
     rows = torch.arange(b, device=feed.device)
     last = torch.tensor(sizes, dtype=torch.long, device=feed.device) - 1
     root_tokens = torch.tensor([t[-1] for t in tokens], dtype=torch.long, device=feed.device).unsqueeze(1)
+    run = list(range(b)) if computed is None else computed
+    width = max(sizes[row] for row in run)
     if width > 1:
-        padded = torch.tensor([t[1:-1] + [0] * (width - s) for t, s in zip(tokens, sizes, strict=True)])
-        counts = last.clamp(min=0)
-        prefix = DrafterInput(padded.to(feed.device), features[:, : width - 1], counts)
-        dslots = models.dcache.rows(slots)
+        padded = torch.tensor([tokens[row][1:-1] + [0] * (width - sizes[row]) for row in run])  # [R,width-1]
+        prefix_features, run_slots, counts = features[:, : width - 1], slots, last.clamp(min=0)
+        if len(run) < b:  # the computed rows only: [R,width-1,F], [R], [R]
+            take = torch.tensor(run, dtype=torch.long, device=feed.device)
+            prefix_features = prefix_features.index_select(0, take)
+            run_slots, counts = slots.index_select(0, take), counts.index_select(0, take)
+        prefix = DrafterInput(padded.to(feed.device), prefix_features, counts)
+        dslots = models.dcache.rows(run_slots)
         catch_up(models.drafter, models.policy, models.dcache, dslots, counts, width, prefix)  # padding at width + 1
     feed.append(slots, slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)

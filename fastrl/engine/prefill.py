@@ -3,6 +3,7 @@
 With prefix sharing, requests whose prompts are identical (the n samples of one GRPO prompt) prefill once: the
 first of them runs the model; the others hold its full prompt pages by reference (the scheduler arranged that, and
 a copy of the partial last page the runner makes after this prefill) and get a copy of its hidden states and logits.
+The result says which rows ran (`PrefillResult.computed`), so the drafter's catch-up can run over those rows only.
 """
 
 from __future__ import annotations
@@ -26,12 +27,19 @@ class PrefillResult:
                  are padding
     last_logits: [B,V] logits at each prompt's last token (they sample the first response token)
     lengths:     [B] prompt lengths
+    computed:    the rows whose prompt the model ran (ascending; one per distinct prompt under sharing, every row
+                 without): the other rows copy one of theirs and hold its prompt's pages
     """
 
     features: torch.Tensor
     last_logits: torch.Tensor
     lengths: torch.Tensor
-    computed_rows: int = 0
+    computed: list[int]
+
+    @property
+    def computed_rows(self) -> int:
+        """How many rows the model ran."""
+        return len(self.computed)
 
 
 def prefill(
@@ -65,7 +73,10 @@ def prefill(
     rows = torch.arange(len(prompts), device=device)
     last_hidden = out.hidden[rows, lengths - 1]
     return PrefillResult(
-        features=out.features, last_logits=model.logits(last_hidden), lengths=lengths, computed_rows=len(prompts)
+        features=out.features,
+        last_logits=model.logits(last_hidden),
+        lengths=lengths,
+        computed=list(range(len(prompts))),
     )
 
 
@@ -92,5 +103,5 @@ def prefill_shared(
         features=result.features.index_select(0, take),
         last_logits=result.last_logits.index_select(0, take),
         lengths=result.lengths.index_select(0, take),
-        computed_rows=len(unique_rows),
+        computed=unique_rows,
     )

@@ -184,13 +184,15 @@ class ModelRunner:
     def prefill(self, requests: list[Request]) -> StepOutput:
         """Prefill the prompts of `requests` (in their slots) and sample each one's first token.
 
-        Requests with the same prompt (the n samples of a GRPO group) prefill once; the others hold its pages.
+        Requests with the same prompt (the n samples of a GRPO group) prefill once, policy and drafter: the others
+        hold its full pages and get a copy of its partial last page, the policy's after the policy's prefill, the
+        drafter's after the drafter's catch-up.
         """
         self._sync_pages()
         result = prefill_shared(self.model, self.cache, requests, self.feature_layers)
         copies, self._pending_copies = self._pending_copies, []
-        for cache in self.caches:
-            cache.copy_pages([src for src, _ in copies], [dst for _, dst in copies])
+        src, dst = [s for s, _ in copies], [d for _, d in copies]
+        self.cache.copy_pages(src, dst)
         slots = self.state.admit(requests, [len(r.prompt_ids) for r in requests])
         slot_ids = [r.slot for r in requests]
         # Every request samples from its prompt's logits with its own seed.
@@ -202,7 +204,8 @@ class ModelRunner:
         back = read_back(tokens, logprobs, torch.zeros_like(one), finish)
         if self.drafter is not None:
             fed = [r.prompt_ids + t for r, t in zip(requests, back.tokens, strict=True)]
-            feed_prompts(self.spec_models, self.feed, slots, slot_ids, fed, result.features)
+            feed_prompts(self.spec_models, self.feed, slots, slot_ids, fed, result.features, result.computed)
+            self.spec_models.dcache.copy_pages(src, dst)
         hidden: list[Tensor | None] = []
         prompt_hidden: list[Tensor | None] = []
         for row, request in enumerate(requests):
