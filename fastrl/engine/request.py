@@ -106,9 +106,11 @@ class RequestOutput:
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids).
     `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the
-    policy's last hidden state at the position that produced it (absolute position len(prompt) - 1 + i):
-    shape [len(token_ids), hidden_size]. `prompt_hidden_states` (same condition) holds the hidden states at prompt
-    positions 0 .. len(prompt) - 2, so that together they cover every position that produced a token.
+    drafter's features at the position that produced it (absolute position len(prompt) - 1 + i): the policy's
+    final-norm state, or with a fused drafter the outputs of its extra layers then that state (`ModelOutput.features`):
+    shape [len(token_ids), F], F = hidden_size or (len(extra_layers) + 1) * hidden_size. `prompt_hidden_states`
+    (same condition) holds them at prompt positions 0 .. len(prompt) - 2, so that together they cover every position
+    that produced a token.
     """
 
     request_id: str
