@@ -61,8 +61,14 @@ class RolloutTotals:
         self.top1_sum += metrics.top1 * metrics.tokens
 
 
+TRAIN_DTYPE = torch.float32
+"""The training copy's dtype, whatever the engine's: float64 rollouts (CPU) would double every step's cost, bf16
+ones (GPU) would lose AdamW's small updates; what is published is float32 either way (``trained``)."""
+
+
 class CoTrainer:
-    """Trains a copy of the live drafter in short slices; the live drafter (used by rollouts) is never touched.
+    """Trains a float32 copy of the live drafter in short slices; the live drafter (used by rollouts) is never
+    touched.
 
     ``prepare(live, version)`` makes the copy start from the live weights whenever the live version changed (the
     optimiser state is kept across versions). ``train_slice`` runs DrafterTrainer steps until its time is up, the
@@ -86,7 +92,7 @@ class CoTrainer:
         if self._drafter is not None and self._base_version == version:
             return
         if self._drafter is None:
-            self._drafter = copy.deepcopy(live)
+            self._drafter = copy.deepcopy(live).to(TRAIN_DTYPE)
             self._trainer = None
         else:
             with torch.no_grad():

@@ -162,12 +162,13 @@ def shifted(x: Tensor, k: int, fill: float | bool) -> Tensor:
 
 
 def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:
-    """The LM-head rows the token term uses (detached: the policy is not trained here).  # -> [K,H] (K = V if unset)
+    """The LM-head rows the token term uses (detached: the policy is not trained here), in the drafter's dtype.
+    # -> [K,H] (K = V if unset)
 
     A fresh copy, not the drafter's cached ``draft_head``: that one may have been built under inference mode by a
     decode round, and autograd cannot save an inference tensor for backward.
     """
-    weight = policy.lm_head.weight.detach()
+    weight = policy.lm_head.weight.detach().to(drafter.fc.weight.dtype)
     if drafter.draft_vocab is None:
         return weight
     return weight.index_select(0, drafter.draft_vocab.to(weight.device))

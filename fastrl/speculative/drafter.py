@@ -123,7 +123,8 @@ class EagleDrafter(nn.Module):
         Masks follow `CausalLM.forward`: with a cache, `attn_mask` [B,S,L] over cache entries [0, L) (None: causal
         by cache index); without one, over the S new entries (None: causal by position).
         """
-        x = self.fc(torch.cat([policy.embed(tokens), features.to(self.fc.weight.dtype)], dim=-1))
+        dtype = self.fc.weight.dtype  # a training copy may run in another dtype than the policy
+        x = self.fc(torch.cat([policy.embed(tokens).to(dtype), features.to(dtype)], dim=-1))
         cos, sin = self.rotary(positions, x.dtype)
         if cache is None:
             mask = attention_mask(positions, None, attn_mask)

@@ -104,3 +104,30 @@ def test_average_is_weighted_by_steps():
 def test_average_refuses_bad_inputs(items, message):
     with pytest.raises(ValueError, match=message):
         average_drafters(items)
+
+
+@pytest.mark.parametrize("engine_dtype", [torch.float64, torch.bfloat16])
+def test_the_copy_trains_in_float32_whatever_the_engines_dtype(setup, engine_dtype):
+    """A float64 (CPU) or bf16 (GPU) engine's drafter is co-trained as a float32 copy: the steps' loss is that of
+    float64 steps within float32 precision (from bf16 weights too: a bf16 copy would be ~10x further off), the live
+    drafter and the policy stay in the engine's dtype, and the published state is float32 and finite."""
+    policy32, live32, seqs = setup
+    policy = copy.deepcopy(policy32).to(engine_dtype)
+    live = copy.deepcopy(live32).to(engine_dtype)
+    config = DrafterTrainerConfig(lr=3e-3, warmup_steps=0, feature_noise=0.0)
+    trainer = CoTrainer(policy, config)
+    trainer.prepare(live, version=1)
+    metrics = trainer.train_slice(lambda _: seqs, seconds=30.0, max_steps=2)
+    assert metrics.error is None and metrics.steps == 2
+    assert live.fc.weight.dtype == engine_dtype and policy.lm_head.weight.dtype == engine_dtype
+    trained = trainer.trained()
+    assert trained is not None and all(
+        v.dtype == torch.float32 and torch.isfinite(v).all() for v in trained.state.values()
+    )
+    reference = DrafterTrainer(
+        copy.deepcopy(live32).to(torch.float64), copy.deepcopy(policy32).to(torch.float64), config
+    )
+    expected = [reference.train_step(seqs) for _ in range(2)]
+    expected_loss = sum(m.loss * m.tokens for m in expected) / sum(m.tokens for m in expected)
+    # float32 steps: within 1e-5 of float64 ones, from a float64 engine or a bf16 one (a bf16 copy: ~2e-3 off)
+    assert metrics.loss == pytest.approx(expected_loss, rel=1e-5 if engine_dtype == torch.float64 else 2e-4)
