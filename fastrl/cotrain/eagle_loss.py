@@ -168,7 +168,7 @@ def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:
     A fresh copy, not the drafter's cached ``draft_head``: that one may have been built under inference mode by a
     decode round, and autograd cannot save an inference tensor for backward.
     """
-    weight = policy.lm_head.weight.detach().to(drafter.fc.weight.dtype)
-    if drafter.draft_vocab is None:
-        return weight
-    return weight.index_select(0, drafter.draft_vocab.to(weight.device))
+    weight = policy.lm_head.weight.detach()
+    if drafter.draft_vocab is not None:
+        weight = weight.index_select(0, drafter.draft_vocab.to(weight.device))
+    return weight.to(drafter.fc.weight.dtype)  # the rows first: only they are cast

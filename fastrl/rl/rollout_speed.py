@@ -113,14 +113,12 @@ def rollout_plain_time(batch: RolloutBatch) -> float | None:
     ``estimated_plain_time``), and the rollout's time outside its slowest worker's generation (dispatch, gathering,
     co-training after the batch: a plain run pays it too) kept as it is. Without worker timings, the whole wall
     time is scaled. None when no round carries an estimate."""
-    rounds = [(r.wall_time_s, r.plain_time_estimate_s) for r in batch.rounds]
-    if estimated_plain_time(1.0, rounds) is None:
-        return None
-    if not batch.workers:
-        return estimated_plain_time(batch.wall_time_s, rounds)
     by_worker: dict[str, list[tuple[float, float]]] = {}
     for r in batch.rounds:
         by_worker.setdefault(r.worker_id, []).append((r.wall_time_s, r.plain_time_estimate_s))
+    scaled = estimated_plain_time(batch.wall_time_s, [pair for own in by_worker.values() for pair in own])
+    if scaled is None or not batch.workers:
+        return scaled
     busy, plain = [], []
     for timing in batch.workers:
         own = by_worker.get(timing.worker_id, [])
