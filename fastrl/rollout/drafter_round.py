@@ -18,8 +18,9 @@ class DrafterRounds:
     """A backend's co-training rounds: at most one still finishing on the workers (``start`` fired their
     ``finish_drafter_round`` calls), and the stats and drafter version of the last one closed.
 
-    ``call_all(method)`` / ``gather(calls)`` call workers and collect answers in slot order; ``version()`` is the
-    current drafter version; ``push(version, state)`` installs a drafter everywhere.
+    ``call_all(method)`` / ``gather(calls)`` call workers and collect answers in slot order (``gather`` skips a worker
+    that died or did not answer within its deadline, and marks it not ``alive``); ``version()`` is the current drafter
+    version; ``push(version, state)`` installs a drafter everywhere.
     """
 
     def __init__(
@@ -36,7 +37,8 @@ class DrafterRounds:
     def start(self, calls: list, slices: list[tuple[str, SliceMetrics]], running: list | None = None) -> None:
         """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs), the
         co-training slices that ended within it, and those still running (``running``: (worker, ref) pairs, each
-        worker with a ``worker_id``; a worker finishes its slice before its ``finish_drafter_round``)."""
+        worker with a ``worker_id`` and an ``alive`` flag; a worker finishes its slice before its
+        ``finish_drafter_round``)."""
         self._pending = (calls, slices, list(running or []))
 
     def close(self) -> DrafterTrainingStats:
@@ -44,7 +46,11 @@ class DrafterRounds:
         round's stats."""
         if self._pending is not None:
             (calls, slices, running), self._pending = self._pending, None
-            slices = slices + [(w.worker_id, m) for w, ref in running for m in self.gather([(w, ref)])]
+            # One gather for every running slice (one deadline, however many hang); it marks those that did not
+            # answer as lost, and the answers of the others come in order.
+            answers = self.gather(running)
+            answered = [w for w, _ in running if w.alive]
+            slices = slices + [(w.worker_id, m) for w, m in zip(answered, answers, strict=True)]
             reports = self.gather(calls)
 
             def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now

@@ -19,9 +19,11 @@ class Worker:
 def make_rounds(answers: dict[str, object], log: list[str]) -> DrafterRounds:
     """Calls are (worker, key) pairs; ``answers[key]`` is what the call returned (absent: the worker died)."""
 
-    def gather(calls: list) -> list:
-        log.extend(key for _, key in calls)
-        return [answers[key] for worker, key in calls if key in answers and worker.alive]
+    def gather(calls: list) -> list:  # as the Ray manager's: a call without an answer marks its worker lost
+        log.append(",".join(key for _, key in calls))
+        for worker, key in calls:
+            worker.alive = worker.alive and key in answers
+        return [answers[key] for worker, key in calls if worker.alive]
 
     def call_all(method: str) -> list:
         log.append(method)
@@ -42,7 +44,7 @@ def test_running_slices_count_in_the_round_and_come_before_the_finish_reports() 
     ended = [("w1", SliceMetrics(steps=0, seconds=0.25, stopped=True))]
     rounds.start([(w0, "finish-0"), (w1, "finish-1")], ended, [(w1, "slice-1")])
     stats = rounds.close()
-    assert log[:2] == ["slice-1", "finish-0"]  # the running slice is collected first
+    assert log[:2] == ["slice-1", "finish-0,finish-1"]  # the running slice is collected first
     assert stats.steps == 2 and stats.tokens == 80  # steps from the finish reports, whoever took them
     assert stats.seconds == 0.25 + 2.5 + 1.0
     assert stats.loss == 6.0 / 80 and stats.top1 == 50.0 / 80
@@ -61,3 +63,25 @@ def test_a_running_slice_that_failed_is_a_failure_and_a_lost_worker_is_skipped()
     stats = rounds.close()
     assert stats.failures == ["w0: FloatingPointError: loss is nan"]
     assert stats.seconds == 0.5  # the lost worker's slice never answered
+
+
+def test_every_running_slice_is_collected_in_one_gather_and_a_hung_one_is_skipped() -> None:
+    """Two workers in a training step at the end of the rollout: one gather (one deadline) collects both; the one
+    that never answers is marked lost there and its slice is not counted, while the other's is, under its own id."""
+    w0, w1, w2 = Worker("w0"), Worker("w1"), Worker("w2")
+    answers = {
+        "slice-0": SliceMetrics(steps=1, seconds=2.0),
+        "slice-2": SliceMetrics(steps=1, seconds=3.0, error="RuntimeError: boom"),
+        "finish-0": RoundReport(),
+        "finish-2": RoundReport(),
+    }
+    log: list[str] = []
+    rounds = make_rounds(answers, log)
+    rounds.start(
+        [(w0, "finish-0"), (w1, "finish-1"), (w2, "finish-2")], [], [(w0, "slice-0"), (w1, "slice-1"), (w2, "slice-2")]
+    )
+    stats = rounds.close()
+    assert log[0] == "slice-0,slice-1,slice-2"
+    assert not w1.alive and w0.alive and w2.alive
+    assert stats.seconds == 2.0 + 3.0
+    assert stats.failures == ["w2: RuntimeError: boom"]
