@@ -1,8 +1,12 @@
-"""Speedup of fixed strategies over plain decoding with the bundled drafter, paired: every repeat times plain and
-each strategy back to back (order rotated), and the ratio is taken within the repeat, so load changes on a shared
-CPU move both sides of a ratio alike. bs=1, held-out task prompts, tokens checked identical to plain.
+"""Speedup of fixed strategies over plain decoding, paired: every repeat times plain and each strategy back to back
+(order rotated), and the ratio is taken within the repeat, so load changes on a shared CPU move both sides of a
+ratio alike. bs=1, tokens checked identical to plain. Held-out task prompts of the bundled model by default; a named
+model (`--model smollm2`) with a prompts file (`--prompts-file`, `fastrl generate`'s format, text through the chat
+template) and that model's shipped drafter unless `--drafter` names another.
 
   python recipes/drafter_ttt/paired_speed.py --temperature 1 --strategies 3_1_4 7_1_8 8_4_32 --repeats 3 [--drafter DIR]
+  python recipes/drafter_ttt/paired_speed.py --model smollm2 --prompts-file recipes/smollm2_drafter/heldout_prompts.jsonl \
+      --temperature 0 --max-new-tokens 128 --strategies 3_1_4 5_1_6 --repeats 3
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from fastrl.assets_path import bundled_model_dir
-from fastrl.commands.engine_setup import resolve_drafter
+from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
+from fastrl.commands.prompt_tokens import line_token_ids
+from fastrl.commands.prompts_io import read_prompts
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.checkpoint import load_model
@@ -41,14 +46,23 @@ def main() -> None:
         help="wall time, or CPU seconds of this one-thread process (steadier when other jobs share the CPU)",
     )
     parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
+    parser.add_argument("--model", default="", help="a named model or checkpoint directory (default: the bundled one)")
+    parser.add_argument("--prompts-file", default="", help="prompts JSONL (default: --prompts held-out task prompts)")
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model_dir = bundled_model_dir()
+    model_dir = resolve_model_dir(args.model)
     policy = load_model(model_dir).eval()
     drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True)
-    prompts = task_prompts(load_tokenizer(model_dir), args.prompts, args.seed)
+    tokenizer = load_tokenizer(model_dir)
+    if args.prompts_file:
+        lines = read_prompts(args.prompts_file)
+        where = args.prompts_file
+        prompts = [line_token_ids(line, tokenizer, True, f"{where}:{line.line_no}") for line in lines]
+    else:
+        prompts = task_prompts(tokenizer, args.prompts, args.seed)
     inputs = [
-        GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=args.temperature, seed=i))
+        GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=i))
         for i, p in enumerate(prompts)
     ]
     arms = ["disable"] + list(args.strategies)
