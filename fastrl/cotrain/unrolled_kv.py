@@ -23,8 +23,9 @@ class UnrolledKV:
         self._k: list[Tensor] = []
         self._v: list[Tensor] = []
 
-    def metadata(self, slots: Tensor, index: Tensor, mask: Tensor) -> AttentionMetadata:
-        """One step's attention: its rows in batch order over the first mask.shape[-1] entries of all steps.
+    def metadata(self, slots: Tensor, index: Tensor, mask: Tensor, first_slot: int | None = None) -> AttentionMetadata:
+        """One step's attention: its rows in batch order over the first mask.shape[-1] entries of all steps
+        (`first_slot`, for `KVCache.metadata`'s signature, has no meaning here: these entries are never paged).
 
         # slots [B], index [B,S] (unused), mask [B,1,S,L] bool -> AttentionMetadata
         """

@@ -30,7 +30,7 @@ from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.speculative.history.tree import history_draft_tree
-from fastrl.speculative.round import SpecModels, catch_drafter_up, speculative_round
+from fastrl.speculative.round import InPlaceReads, SpecModels, catch_drafter_up, speculative_round
 from fastrl.speculative.runtime import build_runtimes
 from fastrl.strategy.strategy import Strategy
 
@@ -255,7 +255,10 @@ class ModelRunner:
                 spec = self.graphs.run_speculative(inputs, root_feature, strategy)
                 spec.draft_time_s = time.perf_counter() - start
             else:
-                spec = speculative_round(self.spec_models, inputs, self.runtimes[strategy], pending, history)
+                runtime = self.runtimes[strategy]
+                lengths = [r.num_tokens - 1 for r in requests]
+                reads = InPlaceReads.decide(self._home_rows(slot_ids), lengths, runtime, self.lookahead)
+                spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads)
                 spec.draft_time_s += prep_s
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s

@@ -34,9 +34,7 @@ def grow_chain(ctx: DraftContext) -> DraftTree:
         mask = torch.cat([prefix_mask, torch.ones(b, 1, level, dtype=torch.bool, device=dev)], dim=-1)
         index = torch.full((b, 1), base + level, dtype=torch.long, device=dev)
         positions = (lengths + level).unsqueeze(1)
-        step = ctx.drafter(
-            ctx.policy, token.unsqueeze(1), feature.unsqueeze(1), positions, ctx.dcache, ctx.slots, index, mask
-        )
+        step = ctx.step(token.unsqueeze(1), feature.unsqueeze(1), positions, index, mask)
         feature = step[:, 0]
         noise = ctx.level_noise(level)
         pick = perturbed_logits(ctx.logits(feature), ctx.sampling, lengths + level + 1, noise).argmax(-1)

@@ -25,7 +25,8 @@ class DraftContext:
     slots: the rows' drafter-cache slots (`dcache.rows(...)`); lengths [B]: position n of each root (its last
     emitted token); base: tree expansions go to drafter entries [base + 1, base + 1 + T), past every row's prefix;
     root_tokens [B]; root_feature [B,H]: the drafter's output at each root (from `catch_up`); noise [B,L,V]
-    (L >= steps): the sampler noise of positions lengths + 1 + l, or None when every row is greedy.
+    (L >= steps): the sampler noise of positions lengths + 1 + l, or None when every row is greedy. first_slot: the
+    drafter's forwards read their keys in place (`KVCache.metadata`), or None to gather them.
     """
 
     drafter: EagleDrafter
@@ -39,6 +40,7 @@ class DraftContext:
     sampling: SamplingBatch
     runtime: StrategyRuntime
     noise: Tensor | None = None
+    first_slot: int | None = None
 
     def __post_init__(self) -> None:
         vocab = self.drafter.draft_vocab
@@ -52,6 +54,15 @@ class DraftContext:
     def level_noise(self, level: int) -> Tensor | None:
         """Sampler noise of position lengths + 1 + level over the draft vocabulary.  # -> [B,K] | None"""
         return None if self.noise is None else self.noise[:, level]
+
+    def step(self, tokens: Tensor, features: Tensor, positions: Tensor, index: Tensor, mask: Tensor) -> Tensor:
+        """One drafter forward over the rows' new entries at `index` under `mask`.
+
+        # tokens [B,S], features [B,S,H], positions [B,S], index [B,S], mask [B,S,L] -> [B,S,H]
+        """
+        return self.drafter(
+            self.policy, tokens, features, positions, self.dcache, self.slots, index, mask, self.first_slot
+        )
 
     def tokens(self, indices: Tensor) -> Tensor:
         """Token ids of draft-vocabulary indices.  # [..] long -> [..] long"""

@@ -117,11 +117,13 @@ class EagleDrafter(nn.Module):
         slots: Tensor | None = None,
         cache_index: Tensor | None = None,
         attn_mask: Tensor | None = None,
+        first_slot: int | None = None,
     ) -> Tensor:
         """# tokens [B,S], features [B,S,H], positions [B,S] -> predicted features [B,S,H]
 
         Masks follow `CausalLM.forward`: with a cache, `attn_mask` [B,S,L] over cache entries [0, L) (None: causal
-        by cache index); without one, over the S new entries (None: causal by position).
+        by cache index); without one, over the S new entries (None: causal by position). `first_slot`: the rows
+        read their keys in place (`KVCache.metadata`).
         """
         dtype = self.fc.weight.dtype  # a training copy may run in another dtype than the policy
         x = self.fc(torch.cat([policy.embed(tokens).to(dtype), features.to(dtype)], dim=-1))
@@ -133,4 +135,4 @@ class EagleDrafter(nn.Module):
             raise ValueError("EagleDrafter: slots [B] are required with a cache")
         index = positions if cache_index is None else cache_index
         mask = attention_mask(positions, index, attn_mask)
-        return self.layer(x, cos, sin, cache, meta=cache.metadata(slots, index, mask))
+        return self.layer(x, cos, sin, cache, meta=cache.metadata(slots, index, mask, first_slot))

@@ -41,10 +41,12 @@ def catch_up(
     lengths: Tensor,
     base: int,
     new: DrafterInput,
+    first_slot: int | None = None,
 ) -> Tensor:
     """Feed the pending entries of every row; returns the drafter's output at each root.  # -> [B,H]
 
     Row b's entries sit at positions lengths[b] - counts[b] + 1 .. lengths[b]; padding goes to entry base + 1.
+    `first_slot`: the rows read their keys in place (`KVCache.metadata`).
     """
     b, k = new.tokens.shape
     cols = torch.arange(k, device=lengths.device)
@@ -53,7 +55,7 @@ def catch_up(
     index = torch.where(valid, positions, base + 1)
     keys = torch.arange(base + 2, device=lengths.device)
     mask = (keys >= 1) & (keys <= index.unsqueeze(-1))
-    out = drafter(policy, new.tokens, new.features, positions.clamp(min=0), dcache, slots, index, mask)
+    out = drafter(policy, new.tokens, new.features, positions.clamp(min=0), dcache, slots, index, mask, first_slot)
     return out[torch.arange(b, device=lengths.device), new.counts - 1]
 
 
@@ -70,7 +72,7 @@ def grow_tree(ctx: DraftContext) -> DraftTree:
 
     # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = num_draft_tokens
     """
-    drafter, policy, lengths, base, runtime = ctx.drafter, ctx.policy, ctx.lengths, ctx.base, ctx.runtime
+    lengths, base, runtime = ctx.lengths, ctx.base, ctx.runtime
     strategy = runtime.strategy
     k = strategy.topk
     b = lengths.shape[0]
@@ -93,7 +95,7 @@ def grow_tree(ctx: DraftContext) -> DraftTree:
         mask = torch.cat([prefix_mask, ancestors | own], dim=-1)
         positions = (lengths + depth - 1).unsqueeze(1).expand(b, k)
         index = (base + 1 + level * k + torch.arange(k, device=dev)).expand(b, k)
-        out = drafter(policy, tokens, features, positions, ctx.dcache, ctx.slots, index, mask)  # [B,k,H]
+        out = ctx.step(tokens, features, positions, index, mask)  # [B,k,H]
         child_pos = (lengths + depth).repeat_interleave(k)
         level_noise = ctx.level_noise(depth - 1)
         level_noise = None if level_noise is None else level_noise.repeat_interleave(k, dim=0)

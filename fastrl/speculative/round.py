@@ -41,6 +41,35 @@ class SpecModels:
     feature_layers: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class InPlaceReads:
+    """Which forwards of a speculative round read their keys in place (`KVCache.metadata`'s `first_slot`) instead
+    of gathering them: the rows are slots first_slot, first_slot + 1, ... holding only their home pages, and every
+    entry a forward writes lies in a page its row holds (a write to a scratch page would not be seen by a view).
+    `verify`: the policy's tree nodes (entries n_b + i); `draft`: the drafter's catch-up and expansions."""
+
+    first_slot: int
+    verify: bool
+    draft: bool
+
+    @classmethod
+    def decide(
+        cls, first_slot: int | None, lengths: list[int], runtime: StrategyRuntime, held_past: int
+    ) -> InPlaceReads | None:
+        """What may read in place when every row b holds pages for entries [0, lengths[b] + held_past) (the
+        scheduler reserves a round's lookahead), or None. `first_slot`: None unless the rows are consecutive
+        slots at home.  # host values only
+
+        Tree node i of row b goes to entry n_b + i (i < num_nodes); the drafter writes catch-up entries <= n_b and
+        expansions at base + 1 .. base + draft_reach, base = max(n), so the shortest row bounds it.
+        """
+        if first_slot is None:
+            return None
+        verify = runtime.num_nodes <= held_past
+        draft = max(lengths) - min(lengths) + runtime.draft_reach < held_past
+        return cls(first_slot, verify, draft) if verify or draft else None
+
+
 @dataclass
 class SpecRoundResult:
     """Per row, the emitted tokens (accepted drafts, then the policy's own token) and what produced them.
@@ -64,27 +93,33 @@ def speculative_round(
     runtime: StrategyRuntime,
     pending: DrafterInput | None = None,
     history: DraftTree | None = None,
+    reads: InPlaceReads | None = None,
 ) -> SpecRoundResult:
     """One speculative round for the whole batch, eagerly: the EAGLE tree (after drafter catch-up on `pending`),
-    the `history` tree, or their union, verified in one policy forward. # [B] rows -> up to D+1 tokens per row"""
+    the `history` tree, or their union, verified in one policy forward; `reads` says which forwards read their
+    keys in place (None: all gather them). # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
     base = int(inputs.lengths.max())
+    draft_slot = reads.first_slot if reads is not None and reads.draft else None
+    verify_slot = reads.first_slot if reads is not None and reads.verify else None
     root_feature = None
     if runtime.strategy.uses_drafter:
         if pending is None:
             raise ValueError(f"strategy {runtime.strategy} drafts with EAGLE: the drafter's pending input is needed")
-        root_feature = catch_drafter_up(models, inputs, pending, base)
-    draft = draft_trees(models, inputs, root_feature, runtime, base, history)
+        root_feature = catch_drafter_up(models, inputs, pending, base, draft_slot)
+    draft = draft_trees(models, inputs, root_feature, runtime, base, history, draft_slot)
     t1 = time.perf_counter()
-    result = verify_trees(models, inputs, draft, runtime, base)
+    result = verify_trees(models, inputs, draft, runtime, base, verify_slot)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
     return result
 
 
-def catch_drafter_up(models: SpecModels, inputs: DecodeInputs, pending: DrafterInput, base: int) -> Tensor:
+def catch_drafter_up(
+    models: SpecModels, inputs: DecodeInputs, pending: DrafterInput, base: int, first_slot: int | None = None
+) -> Tensor:
     """Feed every row's drafter its unread entries; the drafter's output at each root.  # -> [B,H]"""
     dslots = models.dcache.rows(inputs.slots)
-    return catch_up(models.drafter, models.policy, models.dcache, dslots, inputs.lengths, base, pending)
+    return catch_up(models.drafter, models.policy, models.dcache, dslots, inputs.lengths, base, pending, first_slot)
 
 
 def draft_and_verify(
@@ -113,9 +148,11 @@ def draft_trees(
     runtime: StrategyRuntime,
     base: int,
     history: DraftTree | None = None,
+    first_slot: int | None = None,
 ) -> Draft:
     """Compute the round's sampler noise once, then draft each row's tree: the EAGLE tree (a chain when
-    topk == 1) of `root_feature`, the `history` tree, or the union of both under the shared root."""
+    topk == 1) of `root_feature`, the `history` tree, or the union of both under the shared root (`first_slot`:
+    the drafter reads its keys in place)."""
     n = inputs.lengths
     b = n.shape[0]
     # The sampler noise of every position this round can touch, computed once: n+1 .. n+levels.
@@ -141,6 +178,7 @@ def draft_trees(
             sampling=inputs.sampling,
             runtime=runtime,
             noise=noise,
+            first_slot=first_slot,
         )
         trees.append(draft(context))
     if runtime.strategy.is_history:
@@ -166,10 +204,16 @@ def tree_attention_mask(ancestors: Tensor, lengths: Tensor, kv_len: int) -> Tens
 
 
 def verify_trees(
-    models: SpecModels, inputs: DecodeInputs, draft: Draft, runtime: StrategyRuntime, base: int
+    models: SpecModels,
+    inputs: DecodeInputs,
+    draft: Draft,
+    runtime: StrategyRuntime,
+    base: int,
+    first_slot: int | None = None,
 ) -> SpecRoundResult:
     """One policy forward over every tree node (node i of row b at cache entry n_b + i), the policy's sample at
-    each node, the longest agreeing path; the accepted path's KV ends at its sequence positions."""
+    each node, the longest agreeing path; the accepted path's KV ends at its sequence positions (`first_slot`: the
+    policy reads its keys in place)."""
     policy, cache, tree, noise = models.policy, models.cache, draft.tree, draft.noise
     n = inputs.lengths
     b = n.shape[0]
@@ -185,6 +229,7 @@ def verify_trees(
         slots=slots,
         cache_index=index,
         attn_mask=mask,
+        first_slot=first_slot,
         feature_layers=models.feature_layers,
     )
     rows = torch.arange(b, device=n.device).repeat_interleave(nodes)

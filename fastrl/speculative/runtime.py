@@ -49,6 +49,11 @@ class StrategyRuntime:
         return self.self_bits.shape[-1]
 
     @property
+    def draft_reach(self) -> int:
+        """How far past `base` a round's drafter writes: its expansions' last entry, or catch-up's padding (1)."""
+        return max(1, self.tree_area)
+
+    @property
     def num_nodes(self) -> int:
         """Tree nodes verified per row: EAGLE's and history's, sharing the root."""
         return self.node_range.shape[0]
