@@ -4,8 +4,10 @@ filled by rollouts, and time-sliced drafter co-training. Ray actors and the in-p
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -43,6 +45,7 @@ class EngineWorker:
         self.config = config
         self._lock = threading.RLock()  # engine, weights, buffer, counters
         self._train_lock = threading.Lock()  # one slice at a time; policy pushes wait for it
+        self._training_at: float | None = None  # last progress of the co-training call in flight (monotonic)
         engine_config = config.engine
         self.policy = load_model(config.model_dir, engine_config.torch_dtype, engine_config.device)
         self.drafter, self.drafter_version = self._initial_drafter()
@@ -221,22 +224,44 @@ class EngineWorker:
         ``error``). Rollouts keep using the live drafter."""
         if self.cotraining is None:
             return SliceMetrics(skipped="co-training is off")
-        with self._train_lock:
+
+        def stop() -> bool:  # asked before every drafter step: the call is making progress
+            self._training_at = time.monotonic()
+            return should_stop()
+
+        with self._train_lock, self._training():
             try:
                 with self._lock:
                     self.cotraining.commit()
                     live, version = self.drafter, self.drafter_version
-                return self.cotraining.train(live, version, seconds, should_stop, self._rng_devices())
+                return self.cotraining.train(live, version, seconds, stop, self._rng_devices())
             except Exception as err:  # a slice reports its failure, it never raises into rollouts
                 self.cotrainer.invalidate()
                 return SliceMetrics(error=f"{type(err).__name__}: {err}")
+
+    @contextmanager
+    def _training(self) -> Iterator[None]:
+        """Mark a co-training call in flight (``health().training_stalled_s`` counts from its last progress); a
+        nested one (a slice inside ``finish_drafter_round``) leaves the mark to the outer call."""
+        outer = self._training_at is None
+        self._training_at = time.monotonic()
+        try:
+            yield
+        finally:
+            if outer:
+                self._training_at = None
 
     def finish_drafter_round(self) -> RoundReport:
         """End this rollout's co-training: on the ``steps`` schedule, take the updates the tail left undone; then
         report the rollout's totals and the live drafter's held-out top-1 (and reset the totals)."""
         if self.cotraining is None:
             return RoundReport()
+        with self._training():
+            return self._finish_round()
+
+    def _finish_round(self) -> RoundReport:
         extra = self.train_drafter_slice(float("inf")) if self.config.schedule.deterministic else SliceMetrics()
+        self._training_at = time.monotonic()  # the held-out measure runs next
         with self._train_lock:
             report = self.cotraining.take_round()
             report.seconds = extra.seconds
@@ -301,8 +326,10 @@ class EngineWorker:
             )
 
     def health(self, error: str | None = None, stalled_s: float = 0.0) -> WorkerHealth:
-        """Counts only (no engine lock: a report must answer while a long engine step runs)."""
-        return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s)
+        """Counts only (no engine lock: a report must answer while a long engine step or drafter step runs)."""
+        at = self._training_at
+        training = 0.0 if at is None else time.monotonic() - at
+        return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s, training)
 
 
 def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:

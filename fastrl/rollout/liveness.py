@@ -1,7 +1,8 @@
 """Liveness of rollout worker actors: asynchronous health pings and the per-round deadline.
 
 A worker is hung when, while it holds work, it does not answer a health ping within ``round_timeout_s`` (a stopped or
-wedged process), or it answers that no engine step has ended for longer than ``round_timeout_s`` (a stuck step).
+wedged process), or it answers that no engine step has ended (or, in a co-training call, no drafter step has started)
+for longer than ``round_timeout_s`` (a stuck step).
 A worker whose stepping loop failed (``health().ok`` False) is reported too: it can serve no more.
 """
 
@@ -80,6 +81,9 @@ def _judge(worker_id: str, ref: ray.ObjectRef, deadline: float) -> Verdict | Non
         return Verdict(worker_id, f"stepping loop failed: {health.error}")
     if health.stalled_s > deadline:
         return Verdict(worker_id, f"no decode round finished in {health.stalled_s:.0f} s (deadline {deadline:g} s)")
+    if health.training_stalled_s > deadline:
+        stalled = health.training_stalled_s
+        return Verdict(worker_id, f"no co-training step started in {stalled:.0f} s (deadline {deadline:g} s)")
     return None
 
 

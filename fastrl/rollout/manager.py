@@ -16,7 +16,7 @@ from torch import Tensor
 from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
 from fastrl.rollout.dispatch import PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterRounds
-from fastrl.rollout.liveness import LivenessPolicy, probe
+from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.ray_worker import await_started, start_worker
 from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle
@@ -67,7 +67,9 @@ class RayRolloutManager:
         self._affinity = PromptAffinity()  # prompt -> worker slot that served it last (cross-step history)
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
-        self._rounds = DrafterRounds(self._call_all, self._gather, lambda: self.drafter_version, self._push_drafter)
+        self._rounds = DrafterRounds(
+            self._call_all, self._gather_training, lambda: self.drafter_version, self._push_drafter
+        )
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
@@ -188,10 +190,28 @@ class RayRolloutManager:
             try:
                 out.append(ray.get(ref, timeout=0))
             except RayActorError:
-                worker.alive, worker.lost_reason = False, "died"
+                if worker.alive:  # else killed as hung: its reason stays
+                    worker.alive, worker.lost_reason = False, "died"
             except GetTimeoutError:
                 self._kill_hung(worker, f"no answer in {self.config.round_timeout_s:g} s")
         return out
+
+    def _gather_training(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
+        """Results of co-training calls, in order. Such a call lasts as long as its drafter steps do (many updates
+        per rollout on a slow CPU run for minutes), so a worker is judged by its progress, not by one deadline for
+        the whole call: at every liveness interval it is pinged, and killed as hung when it does not answer, or has
+        started no drafter step, within ``round_timeout_s``; the dead are skipped."""
+        monitor = LivenessMonitor(self._liveness)
+        pending = {ref: worker for worker, ref in calls}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.config.liveness_interval_s)
+            for ref in done:
+                del pending[ref]
+            by_id = {w.worker_id: w for w in pending.values()}
+            for verdict in monitor.poll({wid: w.actor for wid, w in by_id.items()}):
+                self._kill_hung(by_id[verdict.worker_id], verdict.reason)
+                pending = {ref: w for ref, w in pending.items() if w.worker_id != verdict.worker_id}
+        return self._gather(calls)
 
     def _kill_hung(self, worker: WorkerHandle, reason: str) -> None:
         LOG.warning("rollout worker %s is hung (%s): killed", worker.worker_id, reason)

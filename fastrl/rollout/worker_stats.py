@@ -31,10 +31,13 @@ class WorkerStats:
 @dataclass
 class WorkerHealth:
     """Whether a worker can serve: ``ok`` is False once its stepping loop has failed (``error`` says why);
-    ``stalled_s`` is how long it has had unfinished requests without finishing an engine step (0 when idle)."""
+    ``stalled_s`` is how long it has had unfinished requests without finishing an engine step (0 when idle);
+    ``training_stalled_s`` how long a co-training call in flight has gone without starting a drafter step (0 when
+    none runs)."""
 
     worker_id: str
     ok: bool
     running_requests: int
     error: str | None = None
     stalled_s: float = 0.0
+    training_stalled_s: float = 0.0
