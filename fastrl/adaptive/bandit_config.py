@@ -39,7 +39,7 @@ class BanditConfig:
     explore_within: float = 0.8
     """Only arms predicted at least this fraction of the best arm's goodput at the batch size at hand are explored
     there: a clearly worse arm is learned at batch sizes where it is close, where a pull costs little."""
-    explore_budget: float | None = 0.2
+    explore_budget: float | None = 0.05
     """Exploration spends at most this fraction of the time rounds took: every round learned from adds this
     fraction of its wall time to a credit, an arm is explored only while the credit covers the pull's predicted cost
     (the arm's round time less the time the best arm would take for the tokens the arm is predicted to emit), and
