@@ -5,8 +5,9 @@ model (`--model smollm2`) with a prompts file (`--prompts-file`, `fastrl generat
 template) and that model's shipped drafter unless `--drafter` names another.
 
   python recipes/drafter_ttt/paired_speed.py --temperature 1 --strategies 3_1_4 7_1_8 8_4_32 --repeats 3 [--drafter DIR]
-  python recipes/drafter_ttt/paired_speed.py --model smollm2 --prompts-file recipes/smollm2_drafter/heldout_prompts.jsonl \
-      --temperature 0 --max-new-tokens 128 --strategies 3_1_4 5_1_6 --repeats 3
+  python recipes/drafter_ttt/paired_speed.py --model smollm2 \
+      --prompts-file recipes/smollm2_drafter/heldout_prompts.jsonl --temperature 0 --max-new-tokens 128 \
+      --strategies 3_1_4 5_1_6 --repeats 3
 """
 
 from __future__ import annotations
