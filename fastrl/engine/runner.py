@@ -255,9 +255,10 @@ class ModelRunner:
                 spec = self.graphs.run_speculative(inputs, root_feature, strategy)
                 spec.draft_time_s = time.perf_counter() - start
             else:
-                runtime = self.runtimes[strategy]
-                lengths = [r.num_tokens - 1 for r in requests]
-                reads = InPlaceReads.decide(self._home_rows(slot_ids), lengths, runtime, self.lookahead)
+                runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
+                if first is not None:
+                    lengths = [r.num_tokens - 1 for r in requests]
+                    reads = InPlaceReads.decide(first, lengths, runtime, self.lookahead)
                 spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads)
                 spec.draft_time_s += prep_s
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted

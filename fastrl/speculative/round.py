@@ -43,31 +43,26 @@ class SpecModels:
 
 @dataclass(frozen=True)
 class InPlaceReads:
-    """Which forwards of a speculative round read their keys in place (`KVCache.metadata`'s `first_slot`) instead
-    of gathering them: the rows are slots first_slot, first_slot + 1, ... holding only their home pages, and every
-    entry a forward writes lies in a page its row holds (a write to a scratch page would not be seen by a view).
-    `verify`: the policy's tree nodes (entries n_b + i); `draft`: the drafter's catch-up and expansions."""
+    """Which forwards of a speculative round read their keys in place instead of gathering them: each field is the
+    `first_slot` that forward passes to `KVCache.metadata`, or None to gather. In place needs the rows to be slots
+    first_slot, first_slot + 1, ... holding only their home pages, and every entry the forward writes to lie in a
+    page its row holds (a write to a scratch page would not be seen by a view). `verify`: the policy's tree nodes
+    (entries n_b + i); `draft`: the drafter's catch-up and expansions."""
 
-    first_slot: int
-    verify: bool
-    draft: bool
+    verify: int | None = None
+    draft: int | None = None
 
     @classmethod
-    def decide(
-        cls, first_slot: int | None, lengths: list[int], runtime: StrategyRuntime, held_past: int
-    ) -> InPlaceReads | None:
-        """What may read in place when every row b holds pages for entries [0, lengths[b] + held_past) (the
-        scheduler reserves a round's lookahead), or None. `first_slot`: None unless the rows are consecutive
-        slots at home.  # host values only
+    def decide(cls, first_slot: int, lengths: list[int], runtime: StrategyRuntime, held_past: int) -> InPlaceReads:
+        """What may read in place when the rows are consecutive slots at home from `first_slot` and every row b holds
+        pages for entries [0, lengths[b] + held_past) (the scheduler reserves a round's lookahead).  # host values
 
         Tree node i of row b goes to entry n_b + i (i < num_nodes); the drafter writes catch-up entries <= n_b and
         expansions at base + 1 .. base + draft_reach, base = max(n), so the shortest row bounds it.
         """
-        if first_slot is None:
-            return None
         verify = runtime.num_nodes <= held_past
         draft = max(lengths) - min(lengths) + runtime.draft_reach < held_past
-        return cls(first_slot, verify, draft) if verify or draft else None
+        return cls(first_slot if verify else None, first_slot if draft else None)
 
 
 @dataclass
@@ -100,16 +95,15 @@ def speculative_round(
     keys in place (None: all gather them). # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
     base = int(inputs.lengths.max())
-    draft_slot = reads.first_slot if reads is not None and reads.draft else None
-    verify_slot = reads.first_slot if reads is not None and reads.verify else None
+    reads = reads or InPlaceReads()
     root_feature = None
     if runtime.strategy.uses_drafter:
         if pending is None:
             raise ValueError(f"strategy {runtime.strategy} drafts with EAGLE: the drafter's pending input is needed")
-        root_feature = catch_drafter_up(models, inputs, pending, base, draft_slot)
-    draft = draft_trees(models, inputs, root_feature, runtime, base, history, draft_slot)
+        root_feature = catch_drafter_up(models, inputs, pending, base, reads.draft)
+    draft = draft_trees(models, inputs, root_feature, runtime, base, history, reads.draft)
     t1 = time.perf_counter()
-    result = verify_trees(models, inputs, draft, runtime, base, verify_slot)
+    result = verify_trees(models, inputs, draft, runtime, base, reads.verify)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
     return result
 

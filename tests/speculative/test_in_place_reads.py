@@ -34,14 +34,13 @@ def runtime(strategy: str) -> StrategyRuntime:
 
 def test_the_rule_follows_what_the_scheduler_holds_past_each_row():
     chain, tree = runtime("5_1_6"), runtime("8_4_32")
-    assert InPlaceReads.decide(None, [40], chain, 9) is None  # not at home
-    assert InPlaceReads.decide(3, [40], chain, 9) == InPlaceReads(3, verify=True, draft=True)
+    assert InPlaceReads.decide(3, [40], chain, 9) == InPlaceReads(verify=3, draft=3)
     # the drafter writes past the longest row: a row 5 shorter holds entries up to its n + 8 only
-    assert InPlaceReads.decide(3, [40, 35], chain, 9) == InPlaceReads(3, verify=True, draft=False)
-    assert InPlaceReads.decide(3, [40, 36], chain, 9) == InPlaceReads(3, verify=True, draft=True)
+    assert InPlaceReads.decide(3, [40, 35], chain, 9) == InPlaceReads(verify=3, draft=None)
+    assert InPlaceReads.decide(3, [40, 36], chain, 9) == InPlaceReads(verify=3, draft=3)
     # 32 tree nodes at n .. n + 31 and expansions 28 entries past base: neither fits 9 held entries
-    assert InPlaceReads.decide(3, [40], tree, 9) is None
-    assert InPlaceReads.decide(0, [40, 40], tree, 33) == InPlaceReads(0, verify=True, draft=True)
+    assert InPlaceReads.decide(3, [40], tree, 9) == InPlaceReads(verify=None, draft=None)
+    assert InPlaceReads.decide(0, [40, 40], tree, 33) == InPlaceReads(verify=0, draft=0)
 
 
 def _inputs(vocab: int, count: int, seed: int, temperature: float) -> list[GenerateInput]:
