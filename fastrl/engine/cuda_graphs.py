@@ -192,7 +192,8 @@ class CudaGraphRounds:
         captured = self.spec[(strategy, bucket)]
         captured.graph.replay()
         out = captured.outputs
-        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b])
+        nodes = strategy.max_tree_nodes - 1
+        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
 
     def _bucket(self, batch_size: int) -> int:
         bucket = self.bucket_for(batch_size)

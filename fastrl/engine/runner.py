@@ -248,7 +248,7 @@ class ModelRunner:
                 pending = self.feed.take(inputs.slots, slot_ids)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
-            if self.graphs is not None and not strategy.is_history:
+            if self.graphs is not None and not strategy.is_history and not strategy.stops_early:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
                 root_feature = catch_drafter_up(self.spec_models, inputs, pending, self.graphs.base)
@@ -262,7 +262,7 @@ class ModelRunner:
                 spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads)
                 spec.draft_time_s += prep_s
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
-            drafted, draft_s, verify_s = strategy.max_tree_nodes - 1, spec.draft_time_s, spec.verify_time_s
+            drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
         candidates = accepted + 1
         finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
         self.state.advance(inputs.slots, tokens, candidates)
@@ -301,7 +301,8 @@ class ModelRunner:
         mc = self.model.config
         size = self.config.max_batch_size
         static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
-        eagle = {s: r for s, r in self.runtimes.items() if not s.is_history}  # history rounds draft on the host
+        # history rounds draft on the host, and chains with a confidence stop decide their length there
+        eagle = {s: r for s, r in self.runtimes.items() if not s.is_history and not s.stops_early}
         models = self.spec_models if self.drafter is not None else None
         graphs = CudaGraphRounds(
             self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static, self.feature_layers

@@ -3,44 +3,67 @@
 It produces exactly the tree `grow_tree` builds for topk == 1 (Gumbel-top-1 is the perturbed argmax, and a
 chain keeps all its nodes), with a few tensor ops per level instead of a candidate pool: on a CPU, or at small
 batch on a GPU, per-op overhead is most of a drafter step's cost.
+
+A chain with a confidence stop (`S_1_N@P`) ends early: once every row has drafted a token whose probability under
+the drafter's (processed) distribution is below P, that token is the chain's last. Deciding it reads one value per
+level on the host, so such chains run eagerly (never in a CUDA graph).
 """
 
 from __future__ import annotations
 
-import torch
+import math
 
-from fastrl.sampling.sampler import perturbed_logits
+import torch
+from torch import Tensor
+
+from fastrl.sampling.sampler import perturbed_logits, sample
 from fastrl.speculative.draft_context import DraftContext
 from fastrl.speculative.draft_tree import DraftTree
 
 
 def grow_chain(ctx: DraftContext) -> DraftTree:
-    """`steps` drafted tokens per row; drafter entries of the chain go to [base + 1, base + steps).
+    """Up to `steps` drafted tokens per row (all of them without a stop); drafter entries of the chain go to
+    [base + 1, base + steps).
 
-    # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = steps + 1
+    # lengths [B], root_tokens [B], root_feature [B,H] -> DraftTree with N = drafted + 1 <= steps + 1
     """
     runtime, lengths, base = ctx.runtime, ctx.lengths, ctx.base
     if runtime.chain is None:
         raise ValueError(f"strategy {runtime.strategy} is not a chain (topk must be 1)")
     b = lengths.shape[0]
     dev = lengths.device
+    stop = runtime.strategy.stop_below
+    log_stop = math.log(stop) if stop > 0 else None
     prefix = torch.arange(base + 1, device=dev)
     prefix_mask = ((prefix >= 1) & (prefix <= lengths.unsqueeze(1))).unsqueeze(1)  # [B,1,base+1]
     feature = ctx.root_feature
-    pick = perturbed_logits(ctx.logits(feature), ctx.sampling, lengths + 1, ctx.level_noise(0)).argmax(-1)
-    token = ctx.tokens(pick)
+    token, unsure = _draft_level(ctx, feature, 0, log_stop)
     tokens = [ctx.root_tokens, token]
     for level in range(1, runtime.strategy.steps):
+        if unsure is not None and bool(unsure.all()):  # every row has drafted a token it is not sure of
+            break
         mask = torch.cat([prefix_mask, torch.ones(b, 1, level, dtype=torch.bool, device=dev)], dim=-1)
         index = torch.full((b, 1), base + level, dtype=torch.long, device=dev)
         positions = (lengths + level).unsqueeze(1)
         step = ctx.step(token.unsqueeze(1), feature.unsqueeze(1), positions, index, mask)
         feature = step[:, 0]
-        noise = ctx.level_noise(level)
-        pick = perturbed_logits(ctx.logits(feature), ctx.sampling, lengths + level + 1, noise).argmax(-1)
-        token = ctx.tokens(pick)
+        token, now_unsure = _draft_level(ctx, feature, level, log_stop)
+        unsure = None if unsure is None or now_unsure is None else unsure | now_unsure
         tokens.append(token)
-    parents, depths, ancestors = runtime.chain
+    parents, depths, ancestors = runtime.at_depth(len(tokens) - 1).chain  # type: ignore[misc]
     return DraftTree(
         torch.stack(tokens, dim=1), parents.expand(b, -1), depths.expand(b, -1), ancestors.expand(b, -1, -1)
     )
+
+
+def _draft_level(
+    ctx: DraftContext, feature: Tensor, level: int, log_stop: float | None
+) -> tuple[Tensor, Tensor | None]:
+    """The drafted token at `level` (position lengths + level + 1) and, with a stop, whether its draft log-prob is
+    below log_stop.  # feature [B,H] -> tokens [B], unsure [B] bool | None"""
+    logits = ctx.logits(feature)
+    positions = ctx.lengths + level + 1
+    if log_stop is None:
+        return ctx.tokens(perturbed_logits(logits, ctx.sampling, positions, ctx.level_noise(level)).argmax(-1)), None
+    drawn = sample(logits, ctx.sampling, positions, ctx.level_noise(level))  # the same argmax, and its log-prob
+    return ctx.tokens(drawn.tokens), drawn.logprobs < log_stop

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fastrl.models.decoder import CausalLM
@@ -71,15 +72,30 @@ class SpecRoundResult:
 
     tokens: [B,D+1], logprobs: [B,D+1], hidden: [B,D+1,F] (the features, `ModelOutput.features`, of the
     state that produced token j: what the drafter reads next; F = H without feature layers); entries past
-    accepted[b] are padding. accepted: [B] accepted draft tokens. Times in seconds.
+    accepted[b] are padding. accepted: [B] accepted draft tokens. draft_nodes: tree
+    nodes verified per row, root excluded (fewer than the strategy's when a chain stopped early). Times in seconds.
     """
 
     tokens: Tensor
     logprobs: Tensor
     hidden: Tensor
     accepted: Tensor
+    draft_nodes: int = 0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+
+    def padded(self, levels: int) -> SpecRoundResult:
+        """The same result with its per-row entries zero-padded to `levels`.  # [B,D+1] -> [B,levels]"""
+        pad = levels - self.tokens.shape[1]
+        return SpecRoundResult(
+            F.pad(self.tokens, (0, pad)),
+            F.pad(self.logprobs, (0, pad)),
+            F.pad(self.hidden, (0, 0, 0, pad)),
+            self.accepted,
+            self.draft_nodes,
+            self.draft_time_s,
+            self.verify_time_s,
+        )
 
 
 def speculative_round(
@@ -103,7 +119,9 @@ def speculative_round(
         root_feature = catch_drafter_up(models, inputs, pending, base, reads.draft)
     draft = draft_trees(models, inputs, root_feature, runtime, base, history, reads.draft)
     t1 = time.perf_counter()
-    result = verify_trees(models, inputs, draft, runtime, base, reads.verify)
+    result = verify_trees(models, inputs, draft, draft.runtime, base, reads.verify)
+    if draft.runtime is not runtime:  # a chain that stopped early: its rows padded to the strategy's width
+        result = result.padded(runtime.max_depth + 1)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
     return result
 
@@ -124,15 +142,19 @@ def draft_and_verify(
     `base` >= every row's length: tree node i of row b goes to policy cache entry n_b + i (attention covers
     [0, base + N)) and the drafter's to entries [base + 1, base + 1 + T).  # [B] rows, root_feature [B,H] -> result
     """
+    if runtime.strategy.stops_early:
+        raise ValueError(f"strategy {runtime.strategy} decides its length on the host: it runs eagerly")
     return verify_trees(models, inputs, draft_trees(models, inputs, root_feature, runtime, base), runtime, base)
 
 
 @dataclass
 class Draft:
-    """A round's draft trees and the sampler noise of the positions they cover ([B,L,V], None if all greedy)."""
+    """A round's draft trees, the sampler noise of the positions they cover ([B,L,V], None if all greedy) and the
+    runtime that verifies them (the strategy's, or a shorter chain's when its chain stopped early)."""
 
     tree: DraftTree
     noise: Tensor | None
+    runtime: StrategyRuntime
 
 
 def draft_trees(
@@ -175,13 +197,15 @@ def draft_trees(
             first_slot=first_slot,
         )
         trees.append(draft(context))
+        if runtime.strategy.stops_early:
+            runtime = runtime.at_depth(trees[0].num_nodes - 1)
     if runtime.strategy.is_history:
         if history is None:
             raise ValueError(f"strategy {runtime.strategy} drafts from history: the history tree is needed")
         history.tokens[:, 0] = inputs.last  # the root is the row's last emitted token, whatever the index holds
         trees.append(history)
     tree = trees[0] if len(trees) == 1 else merge_trees(trees[0], trees[1])
-    return Draft(tree, noise)
+    return Draft(tree, noise, runtime)
 
 
 def tree_attention_mask(ancestors: Tensor, lengths: Tensor, kv_len: int) -> Tensor:
@@ -247,11 +271,14 @@ def verify_trees(
     logprobs = sampled.logprobs.view(b, nodes)
     if runtime.verifies_chain:  # the path's first accepted + 1 nodes are the chain's first ones (the rest: padding)
         levels = runtime.max_depth + 1
-        return SpecRoundResult(targets[:, :levels], logprobs[:, :levels], out.features[:, :levels], acc.accepted)
+        return SpecRoundResult(
+            targets[:, :levels], logprobs[:, :levels], out.features[:, :levels], acc.accepted, nodes - 1
+        )
     path_hidden = out.features.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.features.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
         logprobs=logprobs.gather(1, acc.path),
         hidden=path_hidden,
         accepted=acc.accepted,
+        draft_nodes=nodes - 1,
     )

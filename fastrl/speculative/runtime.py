@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -19,6 +19,8 @@ class StrategyRuntime:
     self_bits:   [steps-1, topk, T] bool, the drafter tree-area entry of frontier node j expanded at level d + 2
                  (T = (steps-1) * topk entries)
     chain:       for topk == 1, the fixed shape of every tree: parents [1,N], depths [1,N], ancestors [1,N,N]
+    shorter:     for a chain with a confidence stop, the runtime of the round after its chain stopped at d < steps
+                 drafted tokens, by d (`at_depth`)
     """
 
     strategy: Strategy
@@ -27,6 +29,15 @@ class StrategyRuntime:
     level_range: Tensor
     self_bits: Tensor
     chain: tuple[Tensor, Tensor, Tensor] | None = None
+    shorter: dict[int, StrategyRuntime] = field(default_factory=dict)
+
+    def at_depth(self, drafted: int) -> StrategyRuntime:
+        """The runtime that verifies this strategy's round when its chain drafted `drafted` tokens."""
+        if drafted == self.strategy.steps:
+            return self
+        if drafted not in self.shorter:
+            raise ValueError(f"strategy {self.strategy}: no round of {drafted} drafted tokens")
+        return self.shorter[drafted]
 
     @property
     def is_chain(self) -> bool:
@@ -71,6 +82,7 @@ class StrategyRuntime:
             nodes = torch.arange(n, device=device)
             ancestors = torch.ones(n, n, dtype=torch.bool, device=device).tril()
             chain = ((nodes - 1).unsqueeze(0), nodes.unsqueeze(0), ancestors.unsqueeze(0))
+        shorter = {d: cls.build(strategy.truncated(d), device) for d in range(1, s)} if strategy.stops_early else {}
         return cls(
             strategy=strategy,
             max_depth=depth,
@@ -78,6 +90,7 @@ class StrategyRuntime:
             level_range=torch.arange(depth + 1, device=device),
             self_bits=bits,
             chain=chain,
+            shorter=shorter,
         )
 
 

@@ -1,5 +1,5 @@
 """A speculation strategy as a value: ``steps_topk_tokens`` (e.g. ``8_4_32``), ``suffix_N``, ``S_K_N+suffix_M``
-or ``disable``.
+or ``disable``; a chain may stop early, ``S_1_N@P``.
 
 ``steps`` is the depth of the draft tree (drafter forward passes per round), ``topk`` the branching factor of each
 expansion, and ``num_draft_tokens`` the number of tree nodes sent to verification *including the root* (SGLang's
@@ -14,8 +14,15 @@ candidates per level. The best ``num_draft_tokens - 1`` candidates over all leve
 History drafts (``fastrl.speculative.history``) need no drafter: ``suffix_N`` drafts a tree of ``N`` nodes (root
 included, like ``num_draft_tokens``; depth at most ``N - 1``) from a suffix index over the prompt, the sibling
 responses and earlier responses. The hybrid ``S_K_N+suffix_M`` verifies the union of an EAGLE tree of ``N`` nodes
-and a history tree of ``M`` nodes sharing the root (at most ``N + M - 1`` nodes). Grammar, whitespace around the
-whole string ignored: ``disable | EAGLE | suffix_M | EAGLE+suffix_M`` with ``EAGLE = S_K_N``.
+and a history tree of ``M`` nodes sharing the root (at most ``N + M - 1`` nodes).
+
+A chain with a confidence stop, ``S_1_N@P`` (e.g. ``8_1_9@0.3``), drafts at most ``S`` tokens and stops once every
+row has drafted a token the drafter gave a probability below ``P`` (0 < P < 1), that token included: deep rounds
+where the drafter is sure, short ones where it is not (EAGLE-2's confidence, used for the draft's length). The
+verifier accepts what the policy samples whatever was drafted, so the stop changes speed, never tokens.
+
+Grammar, whitespace around the whole string ignored: ``disable | EAGLE | suffix_M | EAGLE+suffix_M`` with
+``EAGLE = S_K_N | S_1_N@P``.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from dataclasses import dataclass
 
 DISABLE_NAME = "disable"
 HISTORY_PREFIX = "suffix_"
-_STRATEGY_PATTERN = re.compile(r"^(-?[0-9]+)_(-?[0-9]+)_(-?[0-9]+)$")
+_STRATEGY_PATTERN = re.compile(r"^(-?[0-9]+)_(-?[0-9]+)_(-?[0-9]+)(?:@([^@]*))?$")
 _HISTORY_PATTERN = re.compile(r"^suffix_(-?[0-9]+)$")
-_GRAMMAR = "'steps_topk_tokens' (e.g. '8_4_32'), 'suffix_N', 'S_K_N+suffix_M' or 'disable'"
+_GRAMMAR = (
+    "'steps_topk_tokens' (e.g. '8_4_32'), 'S_1_N@P' (e.g. '8_1_9@0.3'), 'suffix_N', 'S_K_N+suffix_M' or 'disable'"
+)
 
 
 def max_tree_tokens(steps: int, topk: int) -> int:
@@ -45,13 +54,15 @@ class Strategy:
     history tree (0: none). Construction validates the rules below and raises ``ValueError`` naming the strategy
     and the broken rule: EAGLE fields all >= 1 or all 0 (the string ``"0_0_0"`` is still rejected),
     ``num_draft_tokens >= 2``, ``topk == 1`` implies ``num_draft_tokens == steps + 1``,
-    ``num_draft_tokens <= max_tree_tokens(steps, topk)``; ``history_nodes`` is 0 or >= 2.
+    ``num_draft_tokens <= max_tree_tokens(steps, topk)``; ``history_nodes`` is 0 or >= 2; ``stop_below`` is 0 (no
+    stop) or a probability in (0, 1) on a chain (``topk == 1``).
     """
 
     steps: int
     topk: int
     num_draft_tokens: int
     history_nodes: int = 0
+    stop_below: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "topk", "num_draft_tokens", "history_nodes"):
@@ -62,9 +73,15 @@ class Strategy:
             _check_rules(self._name(), self.steps, self.topk, self.num_draft_tokens)
         if self.history_nodes != 0:
             _check_history(self._name(), self.history_nodes)
+        if isinstance(self.stop_below, bool) or not isinstance(self.stop_below, (int, float)):
+            raise ValueError(f"strategy {self._name()!r}: stop_below must be a number, got {self.stop_below!r}")
+        if self.stop_below != 0:
+            _check_stop(self._name(), self.steps, self.topk, self.stop_below)
 
     def _name(self) -> str:
         eagle = f"{self.steps}_{self.topk}_{self.num_draft_tokens}"
+        if self.stop_below:
+            eagle += f"@{float(self.stop_below)!r}"
         if self.history_nodes == 0:
             return eagle
         history = f"{HISTORY_PREFIX}{self.history_nodes}"
@@ -79,6 +96,18 @@ class Strategy:
     def uses_drafter(self) -> bool:
         """True when the round runs the EAGLE drafter (``S_K_N``, alone or in a hybrid)."""
         return self.steps > 0
+
+    @property
+    def stops_early(self) -> bool:
+        """True for ``S_1_N@P``: the chain's length is decided round by round, by the drafter's confidence."""
+        return self.stop_below > 0
+
+    def truncated(self, steps: int) -> Strategy:
+        """This strategy's round after its chain stopped at ``steps`` drafted tokens: the fixed chain of that depth
+        (history part kept), which is what the round verifies."""
+        if not self.uses_drafter or self.topk != 1 or not 1 <= steps <= self.steps:
+            raise ValueError(f"strategy {self}: cannot stop its chain at {steps} drafted tokens")
+        return Strategy(steps, 1, steps + 1, self.history_nodes)
 
     @property
     def is_history(self) -> bool:
@@ -128,23 +157,42 @@ class Strategy:
                     f"strategy {text!r}: a hybrid strategy is one EAGLE part then one history part, "
                     f"'S_K_N+suffix_M' (e.g. '8_4_32+suffix_16')"
                 )
-            return cls(*_parse_eagle(text, eagle), history_nodes=_parse_history(text, history))
+            steps, topk, tokens, stop = _parse_eagle(text, eagle)
+            return cls(steps, topk, tokens, _parse_history(text, history), stop)
         if body.startswith(HISTORY_PREFIX):
             return cls(0, 0, 0, history_nodes=_parse_history(text, body))
-        return cls(*_parse_eagle(text, body))
+        steps, topk, tokens, stop = _parse_eagle(text, body)
+        return cls(steps, topk, tokens, stop_below=stop)
 
 
-def _parse_eagle(text: str, part: str) -> tuple[int, int, int]:
-    """``(steps, topk, tokens)`` of the EAGLE part ``part`` of strategy ``text``, validated."""
+def _parse_eagle(text: str, part: str) -> tuple[int, int, int, float]:
+    """``(steps, topk, tokens, stop_below)`` of the EAGLE part ``part`` of strategy ``text``, validated."""
     match = _STRATEGY_PATTERN.match(part)
     if match is None:
         raise ValueError(
-            f"strategy {text!r}: the EAGLE part must be exactly three underscore-separated integers; "
-            f"a strategy is {_GRAMMAR}"
+            f"strategy {text!r}: the EAGLE part must be exactly three underscore-separated integers, optionally "
+            f"followed by '@P' on a chain; a strategy is {_GRAMMAR}"
         )
-    steps, topk, tokens = (int(group) for group in match.groups())
+    steps, topk, tokens = (int(group) for group in match.groups()[:3])
     _check_rules(text, steps, topk, tokens)
-    return steps, topk, tokens
+    stop = 0.0
+    if match.group(4) is not None:
+        try:
+            stop = float(match.group(4))
+        except ValueError:
+            raise ValueError(
+                f"strategy {text!r}: the stop after '@' must be a probability in (0, 1), got {match.group(4)!r}"
+            ) from None
+        _check_stop(text, steps, topk, stop)
+    return steps, topk, tokens, stop
+
+
+def _check_stop(name: str, steps: int, topk: int, stop: float) -> None:
+    """Raise ``ValueError`` naming ``name`` when a confidence stop ``stop`` is not allowed on ``steps_topk``."""
+    if topk != 1 or steps < 1:
+        raise ValueError(f"strategy {name!r}: a confidence stop '@P' applies to a chain (topk=1), got topk={topk}")
+    if not 0.0 < stop < 1.0:  # also rejects nan
+        raise ValueError(f"strategy {name!r}: the stop after '@' must be a probability in (0, 1), got {stop!r}")
 
 
 def _parse_history(text: str, part: str) -> int:

@@ -143,6 +143,12 @@ def test_bucket_arms_are_configurable():
         BanditConfig(strategies=SPACE, bucket_strategies={5: ["3_1_4"]})
 
 
+def test_chains_with_a_confidence_stop_are_not_arms():
+    """Their rounds have no fixed length, which the cost model and per-depth acceptance assume: one clear error."""
+    with pytest.raises(ValueError, match=r"BanditConfig.strategies: \['8_1_9@0.3'\] stop their chains"):
+        BanditConfig(strategies=["5_1_6", "8_1_9@0.3", "disable"])
+
+
 def test_bs_threshold_disables_speculation_above_it():
     policy = BanditSelector(BanditConfig(strategies=["8_4_32"], bs_threshold=16), calibration=calibration(SPACE))
     assert policy.strategies == [BIG, DISABLE]

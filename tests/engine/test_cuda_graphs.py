@@ -20,7 +20,7 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
 
 pytestmark = pytest.mark.gpu
-STRATEGIES = ["disable", "1_1_2", "5_1_6", "3_2_6", "6_4_24", "8_8_64"]
+STRATEGIES = ["disable", "1_1_2", "5_1_6", "8_1_9@0.3", "3_2_6", "6_4_24", "8_8_64"]
 
 
 def _inputs(count: int, seed: int = 0) -> list[GenerateInput]:

@@ -134,7 +134,7 @@ def fused_drafter(name: str, layers: tuple[int, ...], dtype: str = DTYPE) -> Fus
 
 def random_strategy(rng: random.Random, vocab: int) -> Strategy:
     """Any strategy the grammar allows: EAGLE (steps 1-8, topk 1-8, every valid num_draft_tokens up to 64), history
-    (suffix_2 .. suffix_32) and their hybrids."""
+    (suffix_2 .. suffix_32) and their hybrids; chains with a confidence stop (`S_1_N@P`) among the chains."""
     kind = rng.choices(["eagle", "history", "hybrid"], weights=[3, 1, 1])[0]
     history = rng.randint(2, 32) if kind != "eagle" else 0
     if kind == "history":
@@ -142,8 +142,17 @@ def random_strategy(rng: random.Random, vocab: int) -> Strategy:
     steps = rng.randint(1, 8)
     topk = rng.randint(1, min(8, vocab))
     if topk == 1:
-        return Strategy(steps, 1, steps + 1, history_nodes=history)
+        return Strategy(steps, 1, steps + 1, history_nodes=history, stop_below=_chain_stop(rng))
     return Strategy(steps, topk, rng.randint(2, min(64, max_tree_tokens(steps, topk))), history_nodes=history)
+
+
+def _chain_stop(rng: random.Random) -> float:
+    """A chain's confidence stop, 0 (none) in about half the chains, drawn from a generator seeded by `rng`'s state
+    without advancing it, so every other draw of a case (and the cases of earlier seeds) stays as it was."""
+    sub = random.Random(hash(rng.getstate()))
+    if sub.random() < 0.5:
+        return 0.0
+    return sub.choice([sub.uniform(0.05, 0.95), sub.uniform(0.3, 0.6), 1e-6, 0.999])
 
 
 def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> SamplingParams:

@@ -264,7 +264,7 @@ def test_garbage_never_crashes_property():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    @given(st.text(alphabet="suffix_0123456789+-dsable ", max_size=24))
+    @given(st.text(alphabet="suffix_0123456789+-dsable @.", max_size=24))
     def check(text):
         try:
             strategy = Strategy.parse(text)
@@ -272,5 +272,83 @@ def test_garbage_never_crashes_property():
             assert repr(text) in str(err)
         else:
             assert Strategy.parse(str(strategy)) == strategy
+
+    check()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "canonical"),
+    [
+        ("8_1_9@0.3", Strategy(8, 1, 9, stop_below=0.3), "8_1_9@0.3"),
+        (" 8_1_9@.30 ", Strategy(8, 1, 9, stop_below=0.3), "8_1_9@0.3"),
+        ("1_1_2@0.999", Strategy(1, 1, 2, stop_below=0.999), "1_1_2@0.999"),
+        ("5_1_6@1e-6+suffix_8", Strategy(5, 1, 6, 8, 1e-6), "5_1_6@1e-06+suffix_8"),
+    ],
+)
+def test_parse_chain_stop(text, expected, canonical):
+    strategy = Strategy.parse(text)
+    assert strategy == expected
+    assert strategy.stops_early and strategy.uses_drafter
+    assert str(strategy) == canonical
+    assert Strategy.parse(canonical) == strategy
+    fixed = Strategy(strategy.steps, 1, strategy.steps + 1, strategy.history_nodes)
+    assert strategy != fixed and strategy.max_tree_nodes == fixed.max_tree_nodes
+
+
+def test_chain_stop_truncated():
+    strategy = Strategy.parse("8_1_9@0.3+suffix_4")
+    assert strategy.truncated(3) == Strategy.parse("3_1_4+suffix_4")
+    assert strategy.truncated(8) == Strategy.parse("8_1_9+suffix_4")
+    assert not strategy.truncated(8).stops_early
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="cannot stop its chain at"):
+            strategy.truncated(bad)
+    with pytest.raises(ValueError, match="cannot stop its chain at"):
+        Strategy.parse("8_4_32").truncated(2)
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("8_4_32@0.3", "applies to a chain"),
+        ("8_1_9@0", "probability in \\(0, 1\\)"),
+        ("8_1_9@1", "probability in \\(0, 1\\)"),
+        ("8_1_9@1.5", "probability in \\(0, 1\\)"),
+        ("8_1_9@-0.2", "probability in \\(0, 1\\)"),
+        ("8_1_9@nan", "probability in \\(0, 1\\)"),
+        ("8_1_9@inf", "probability in \\(0, 1\\)"),
+        ("8_1_9@", "probability in \\(0, 1\\)"),
+        ("8_1_9@half", "probability in \\(0, 1\\)"),
+        ("8_1_9@0.3@0.2", "optionally followed by '@P'"),
+        ("suffix_8@0.3", "history part must be"),
+        ("8_1_9+suffix_8@0.3", "history part must be"),
+    ],
+)
+def test_chain_stop_parse_errors(text, rule):
+    with pytest.raises(ValueError, match=rule) as err:
+        Strategy.parse(text)
+    assert repr(text) in str(err.value)
+
+
+@pytest.mark.parametrize("stop", [True, "0.3", 1.0, 0.0 - 1e-9, float("nan")])
+def test_chain_stop_direct_construction_validates(stop):
+    with pytest.raises(ValueError, match="stop"):
+        Strategy(8, 1, 9, stop_below=stop)
+
+
+def test_chain_stop_round_trip_property():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    probabilities = st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)
+
+    @given(steps=st.integers(1, 16), stop=probabilities, history=st.none() | st.integers(2, 64))
+    def check(steps, stop, history):
+        text = f"{steps}_1_{steps + 1}@{stop!r}" + ("" if history is None else f"+suffix_{history}")
+        strategy = Strategy.parse(text)
+        assert str(strategy) == text
+        assert strategy.stop_below == stop and strategy.stops_early
+        assert hash(Strategy.parse(str(strategy))) == hash(strategy)
+        assert strategy.truncated(steps) == Strategy(steps, 1, steps + 1, history or 0)
 
     check()
