@@ -92,16 +92,9 @@ class BanditConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid key."""
         try:
-            names = list(self.strategies) if not isinstance(self.strategies, str) else self.strategies
-            arms = parse_strategy_space(names)
+            parse_strategy_space(list(self.strategies) if not isinstance(self.strategies, str) else self.strategies)
         except ValueError as err:
             raise ValueError(f"BanditConfig.strategies: {err}") from err
-        stopping = [str(arm) for arm in arms if arm.stops_early]
-        if stopping:  # the cost model and the per-depth acceptance assume rounds of one length per arm
-            raise ValueError(
-                f"BanditConfig.strategies: {stopping} stop their chains by confidence, so their rounds have no fixed "
-                f"length for the bandit to predict; run such a chain as a fixed strategy (strategy=static)"
-            )
         try:
             buckets = BatchBuckets(tuple(self.bs_thresholds))
         except ValueError as err:

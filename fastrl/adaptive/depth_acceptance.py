@@ -2,9 +2,11 @@
 
 A request row of a speculative round accepts drafted tokens depth by depth until the first miss, so a round of a
 ``steps``-deep strategy that accepted ``a`` tokens is ``a`` hits at depths 1..a and, when ``a < steps``, one miss at
-depth ``a + 1``. The chance of a hit at depth ``d`` given a hit at ``d - 1`` (the depth's hazard) hardly depends on
-the batch size, and arms drafted by one source share it closely: every EAGLE chain ``S_1_S+1`` follows the same
-greedy chain (the chains pool their rows outright, down to the depth each drafts), and a larger tree only raises it.
+depth ``a + 1`` (a chain that stopped early counts its stop as that miss: its hazard is the chance of going on,
+drafted and accepted, which is what its tokens per round follow). The chance of a hit at depth ``d`` given a hit at
+``d - 1`` (the depth's hazard) hardly depends on the batch size, and arms drafted by one source share it closely:
+every EAGLE chain ``S_1_S+1`` follows the same greedy chain (the chains with one stop pool their rows outright, down
+to the depth each drafts), and a larger tree only raises it.
 So each arm's hazard at a depth is its own hits over its own trials, shrunk toward the pooled hazard of the arms of
 its source that its tree contains or that contain it (a larger tree an upper bound, a smaller one a lower bound),
 with a weight of at most ``prior_rows`` rows that fades as the arm's own rows accumulate (``prior_rows / (prior_rows
@@ -50,13 +52,23 @@ def depth(strategy: Strategy) -> int:
 
 
 def is_chain(strategy: Strategy) -> bool:
-    """True for an EAGLE chain (``S_1_S+1``): every chain drafts the same greedy path, so all measure one hazard per
-    depth."""
+    """True for an EAGLE chain (``S_1_S+1``, with or without a confidence stop): every chain drafts the same greedy
+    path, so all chains with the same stop measure one hazard per depth."""
     return not strategy.is_history and strategy.topk == 1 and strategy.num_draft_tokens == strategy.steps + 1
 
 
+def twins(a: Strategy, b: Strategy) -> bool:
+    """True when rounds of ``a`` and ``b`` are the same rounds down to the depth each drafts: the same arm, or two
+    chains with the same stop (none, or the same ``P``: their stopping decisions agree level by level)."""
+    return a == b or (is_chain(a) and is_chain(b) and a.stop_below == b.stop_below)
+
+
 def contains(big: Strategy, small: Strategy) -> bool:
-    """True when every tree ``small`` drafts is part of the tree ``big`` drafts (same source, no part smaller)."""
+    """True when every tree ``small`` drafts is part of the tree ``big`` drafts (same source, no part smaller). A
+    chain that stops early holds only the same stop's shorter chains: a fixed chain or tree of any size may reach
+    deeper than it does."""
+    if big.stops_early and not (small.stops_early and small.stop_below == big.stop_below):
+        return False
     return family(big) == family(small) and all(
         getattr(big, name) >= getattr(small, name) for name in ("steps", "topk", "num_draft_tokens", "history_nodes")
     )
@@ -83,11 +95,9 @@ class DepthAcceptance:
         self.memory_rounds = memory_rounds
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
         # containment, once: choose() asks for every arm's prediction every round
-        self._pool = {arm: [o for o in self.counts if contains(o, arm) or contains(arm, o)] for arm in self.counts}
-        # chains share their rows outright (one greedy path), down to the depth each drafts
-        self._twins = {
-            arm: [o for o in self.counts if o == arm or is_chain(o) and is_chain(arm)] for arm in self.counts
-        }
+        self._pool = {arm: [o for o in self.counts if _prior_for(arm, o)] for arm in self.counts}
+        # chains with one stop share their rows outright (one greedy path), down to the depth each drafts
+        self._twins = {arm: [o for o in self.counts if twins(o, arm)] for arm in self.counts}
         self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
         self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
@@ -190,6 +200,16 @@ class DepthAcceptance:
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):
                 counts.hits, counts.trials = [float(h) for h in saved[0]], [float(t) for t in saved[1]]
+
+
+def _prior_for(arm: Strategy, other: Strategy) -> bool:
+    """True when ``other``'s rows are a prior for ``arm``'s hazards: one tree contains the other; for a chain that
+    stops early, also every fixed chain (at each depth both reach, going on is no likelier than a fixed chain's hit,
+    so they are an optimistic prior). A stopping chain's rows, which count its stops as misses, are no prior for an
+    arm that does not stop."""
+    if arm.stops_early and is_chain(arm) and is_chain(other) and not other.stops_early:
+        return True
+    return (contains(other, arm) or contains(arm, other)) and arm.stops_early >= other.stops_early
 
 
 def _sum_at(counts: list[DepthCounts], d: int) -> tuple[float, float]:

@@ -143,12 +143,6 @@ def test_bucket_arms_are_configurable():
         BanditConfig(strategies=SPACE, bucket_strategies={5: ["3_1_4"]})
 
 
-def test_chains_with_a_confidence_stop_are_not_arms():
-    """Their rounds have no fixed length, which the cost model and per-depth acceptance assume: one clear error."""
-    with pytest.raises(ValueError, match=r"BanditConfig.strategies: \['8_1_9@0.3'\] stop their chains"):
-        BanditConfig(strategies=["5_1_6", "8_1_9@0.3", "disable"])
-
-
 def test_bs_threshold_disables_speculation_above_it():
     policy = BanditSelector(BanditConfig(strategies=["8_4_32"], bs_threshold=16), calibration=calibration(SPACE))
     assert policy.strategies == [BIG, DISABLE]
@@ -223,3 +217,48 @@ def test_telemetry():
     assert telemetry.timeline[-1].round == 99
     assert [c.batch_size for c in telemetry.timeline[-40:]] == [64] * 40
     assert {c.reason for c in telemetry.timeline} <= {"explore", "exploit"}
+
+
+def test_stopping_chains_count_their_stops_and_pool_only_with_their_own_stop():
+    """A chain that stops early counts its stop as a miss, so its rows teach only chains with the same stop; the
+    fixed chains that contain it are its (optimistic) prior and are never pulled down by its rows."""
+    from fastrl.adaptive.depth_acceptance import twins
+
+    fixed, stop5, stop8, other = (Strategy.parse(s) for s in ("7_1_8", "5_1_6@0.3", "8_1_9@0.3", "8_1_9@0.5"))
+    assert contains(fixed, stop5) and not contains(stop8, Strategy.parse("3_1_4"))
+    assert contains(stop8, stop5) and not contains(stop8, Strategy.parse("5_1_6@0.5")) and not contains(stop5, stop8)
+    assert twins(stop5, stop8) and not twins(stop8, other) and not twins(fixed, stop5)
+    acceptance = DepthAcceptance([fixed, stop5, stop8, other, DISABLE], prior_rows=4.0, memory_rounds=1e9)
+    for _ in range(50):  # the fixed chain accepts 5 of 7; the stopping one stops after 2 drafts, both accepted
+        acceptance.observe(make_round(fixed, [5] * 8, 0.01))
+    assert acceptance.tokens_per_row(stop5) > 4.5  # the fixed chain's acceptance, before any row of its own
+    before = acceptance.tokens_per_row(other)
+    assert before > 4.5
+    for _ in range(50):
+        acceptance.observe(RoundStats(stop5, 8, [2] * 8, [2] * 8, [3] * 8, 0.01))
+    assert acceptance.tokens_per_row(stop5) == pytest.approx(3.0, abs=0.15)
+    assert acceptance.tokens_per_row(stop8) == pytest.approx(3.0, abs=0.4)  # never pulled: its twin's rows
+    assert acceptance.tokens_per_row(fixed) == pytest.approx(6.0, abs=0.15)  # not dragged down by the stops
+    assert acceptance.tokens_per_row(other) == pytest.approx(before, rel=0.05)  # another stop learns nothing
+
+
+def test_bandit_picks_a_stopping_chain_that_wins():
+    """Rows accept each draft with chance 0.8; the stopping chain drafts one token past the first miss (a perfect
+    stop), so it emits what the 8-deep chain does at nearly the 1-token cost; the bandit finds it."""
+    space = ["5_1_6", "8_1_9@0.3", "disable"]
+    policy = BanditSelector(BanditConfig(strategies=space), calibration=calibration(space))
+    rng = random.Random(3)
+    chosen = []
+    for _ in range(400):
+        strategy = policy.choose(1)
+        chosen.append(strategy)
+        if strategy.is_disabled:
+            policy.observe(make_round(strategy, [0], seconds_of(strategy, 1)))
+            continue
+        accepted = 0
+        while accepted < strategy.steps and rng.random() < 0.8:
+            accepted += 1
+        drafted = min(strategy.steps, accepted + 1) if strategy.stops_early else strategy.steps
+        seconds = 0.012 + 0.0002 * (drafted + 1)
+        policy.observe(RoundStats(strategy, 1, [drafted], [accepted], [accepted + 1], seconds))
+    assert chosen[-100:].count(Strategy.parse("8_1_9@0.3")) >= 90
