@@ -83,7 +83,11 @@ def bench_bs1(
             engine = run.engine
             if [o.token_ids for o in run.outputs] != reference:
                 raise RuntimeError(f"strategy {name} changed the output: exactness is broken")
-            accept = sum(s.mean_accept_length for s in engine.round_stats) / max(1, len(engine.round_stats))
+            rounds = max(1, len(engine.round_stats))
+            accept = sum(s.mean_accept_length for s in engine.round_stats) / rounds
+            if strategy.stops_early:  # costed as the fixed chain of its mean drafted depth
+                depth = sum(s.drafted_tokens[0] for s in engine.round_stats) / rounds
+                strategy = strategy.truncated(min(strategy.steps, max(1, round(depth))))
             costs = measure_round_costs(policy, drafter, strategy, context)
             speedup = plain.median_s / timing.median_s
             rows.append(

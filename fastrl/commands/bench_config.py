@@ -27,7 +27,7 @@ class BenchConfig:
     bs1_prompts: int = 8
     bs1_max_new_tokens: int = 512
     bs1_strategies: list[str] = field(
-        default_factory=lambda: ["1_1_2", "3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "8_4_32"]
+        default_factory=lambda: ["1_1_2", "3_1_4", "5_1_6", "7_1_8", "12_1_13@0.3", "5_4_8", "6_2_12", "8_4_32"]
     )
     bs1_temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
     long_tail_requests: int = 64
