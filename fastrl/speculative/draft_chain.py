@@ -4,14 +4,14 @@ It produces exactly the tree `grow_tree` builds for topk == 1 (Gumbel-top-1 is t
 chain keeps all its nodes), with a few tensor ops per level instead of a candidate pool: on a CPU, or at small
 batch on a GPU, per-op overhead is most of a drafter step's cost.
 
-A chain with a confidence stop (`S_1_N@P`) ends early: once every row has drafted a token whose probability under
-the drafter's (processed) distribution is below P, that token is the chain's last. Deciding it reads one value per
-level on the host, so such chains run eagerly (never in a CUDA graph).
+A chain with a confidence stop (`S_1_N@P`) ends early: each row's chain so far is right with the drafter's
+probability of it (the product of its drafts' probabilities under the drafter's processed distribution), and once
+the mean of that over the rows falls below P the token just drafted is the chain's last: the next level would be
+used by fewer than P rows in expectation (at batch 1, the chain stops when it is less than P likely to be right).
+Deciding it reads one value per level on the host, so such chains run eagerly (never in a CUDA graph).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
@@ -33,22 +33,21 @@ def grow_chain(ctx: DraftContext) -> DraftTree:
     b = lengths.shape[0]
     dev = lengths.device
     stop = runtime.strategy.stop_below
-    log_stop = math.log(stop) if stop > 0 else None
     prefix = torch.arange(base + 1, device=dev)
     prefix_mask = ((prefix >= 1) & (prefix <= lengths.unsqueeze(1))).unsqueeze(1)  # [B,1,base+1]
     feature = ctx.root_feature
-    token, unsure = _draft_level(ctx, feature, 0, log_stop)
+    token, sure = _draft_level(ctx, feature, 0, stop)
     tokens = [ctx.root_tokens, token]
     for level in range(1, runtime.strategy.steps):
-        if unsure is not None and bool(unsure.all()):  # every row has drafted a token it is not sure of
+        if sure is not None and float(sure.mean()) < stop:  # the next level would serve fewer than P rows
             break
         mask = torch.cat([prefix_mask, torch.ones(b, 1, level, dtype=torch.bool, device=dev)], dim=-1)
         index = torch.full((b, 1), base + level, dtype=torch.long, device=dev)
         positions = (lengths + level).unsqueeze(1)
         step = ctx.step(token.unsqueeze(1), feature.unsqueeze(1), positions, index, mask)
         feature = step[:, 0]
-        token, now_unsure = _draft_level(ctx, feature, level, log_stop)
-        unsure = None if unsure is None or now_unsure is None else unsure | now_unsure
+        token, now_sure = _draft_level(ctx, feature, level, stop)
+        sure = None if sure is None or now_sure is None else sure * now_sure
         tokens.append(token)
     parents, depths, ancestors = runtime.at_depth(len(tokens) - 1).chain  # type: ignore[misc]
     return DraftTree(
@@ -56,14 +55,14 @@ def grow_chain(ctx: DraftContext) -> DraftTree:
     )
 
 
-def _draft_level(
-    ctx: DraftContext, feature: Tensor, level: int, log_stop: float | None
-) -> tuple[Tensor, Tensor | None]:
-    """The drafted token at `level` (position lengths + level + 1) and, with a stop, whether its draft log-prob is
-    below log_stop.  # feature [B,H] -> tokens [B], unsure [B] bool | None"""
+def _draft_level(ctx: DraftContext, feature: Tensor, level: int, stop: float) -> tuple[Tensor, Tensor | None]:
+    """The drafted token at `level` (position lengths + level + 1) and, with a stop, its draft probability.
+
+    # feature [B,H] -> tokens [B], probability [B] float | None
+    """
     logits = ctx.logits(feature)
     positions = ctx.lengths + level + 1
-    if log_stop is None:
+    if stop <= 0:
         return ctx.tokens(perturbed_logits(logits, ctx.sampling, positions, ctx.level_noise(level)).argmax(-1)), None
     drawn = sample(logits, ctx.sampling, positions, ctx.level_noise(level))  # the same argmax, and its log-prob
-    return ctx.tokens(drawn.tokens), drawn.logprobs < log_stop
+    return ctx.tokens(drawn.tokens), drawn.logprobs.exp()

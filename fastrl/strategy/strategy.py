@@ -16,10 +16,11 @@ included, like ``num_draft_tokens``; depth at most ``N - 1``) from a suffix inde
 responses and earlier responses. The hybrid ``S_K_N+suffix_M`` verifies the union of an EAGLE tree of ``N`` nodes
 and a history tree of ``M`` nodes sharing the root (at most ``N + M - 1`` nodes).
 
-A chain with a confidence stop, ``S_1_N@P`` (e.g. ``8_1_9@0.3``), drafts at most ``S`` tokens and stops once every
-row has drafted a token the drafter gave a probability below ``P`` (0 < P < 1), that token included: deep rounds
-where the drafter is sure, short ones where it is not (EAGLE-2's confidence, used for the draft's length). The
-verifier accepts what the policy samples whatever was drafted, so the stop changes speed, never tokens.
+A chain with a confidence stop, ``S_1_N@P`` (e.g. ``12_1_13@0.2``), drafts at most ``S`` tokens and stops once the
+drafter's probability that a row's chain so far is right (the product of its drafts' probabilities), averaged over
+the rows, falls below ``P`` (0 < P < 1), the last drafted token included: deep rounds where the drafter is sure,
+short ones where it is not (EAGLE-2's confidence, used for the draft's length). The verifier accepts what the
+policy samples whatever was drafted, so the stop changes speed, never tokens.
 
 Grammar, whitespace around the whole string ignored: ``disable | EAGLE | suffix_M | EAGLE+suffix_M`` with
 ``EAGLE = S_K_N | S_1_N@P``.

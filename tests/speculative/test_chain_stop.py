@@ -1,5 +1,6 @@
 """Chains with a confidence stop (`S_1_N@P`): the same tokens as plain decoding whatever the stop, and the rule
-itself (a round's chain ends at the first level where every row has drafted a token of draft probability < P)."""
+itself (a round's chain ends at the first level where the rows' mean probability that their chain so far is right,
+the product of their drafts' probabilities, is below P)."""
 
 from __future__ import annotations
 
@@ -52,11 +53,11 @@ def _spy_levels(monkeypatch) -> list[torch.Tensor]:
     return seen
 
 
-@pytest.mark.parametrize(("stop", "temperature", "batch"), [(0.5, 1.0, 3), (0.3, 0.0, 2), (0.7, 0.8, 1)])
+@pytest.mark.parametrize(("stop", "temperature", "batch"), [(0.3, 1.0, 3), (0.2, 0.0, 2), (0.5, 0.8, 1)])
 def test_chain_stops_where_every_row_is_unsure(monkeypatch, stop, temperature, batch):
     """Replays the rule on the log-probs the rounds drew: each round's chain has exactly the length the rule gives
-    (the first level by which every row has drafted a token below the stop, that token included), its stats say
-    so, and the runs stop early in some rounds and run the full chain in others."""
+    (the first level where the rows' mean chain probability is below the stop, that level's token included), its
+    stats say so, and the runs stop early in some rounds and run the full chain in others."""
     policy, drafter = models("bundled")
     strategy = Strategy(6, 1, 7, stop_below=stop)
     seen = _spy_levels(monkeypatch)
@@ -71,14 +72,13 @@ def test_chain_stops_where_every_row_is_unsure(monkeypatch, stop, temperature, b
     for stats in engine.round_stats:
         if not stats.strategy.uses_drafter:
             continue
-        unsure = torch.zeros(stats.batch_size, dtype=torch.bool)
+        chain_logprob = torch.zeros(stats.batch_size, dtype=torch.float64)
         drafted = 0
         while drafted < strategy.steps:
-            logprobs = seen[cursor]
+            chain_logprob += seen[cursor]
             cursor += 1
             drafted += 1
-            unsure |= logprobs < math.log(stop)
-            if bool(unsure.all()):
+            if float(chain_logprob.exp().mean()) < stop:
                 break
         assert stats.drafted_tokens == [drafted] * stats.batch_size
         assert all(a <= drafted for a in stats.accepted_tokens)
@@ -88,9 +88,10 @@ def test_chain_stops_where_every_row_is_unsure(monkeypatch, stop, temperature, b
 
 
 def test_tiny_stop_drafts_the_whole_chain_when_greedy():
-    """A greedy drafter's pick has probability >= 1/V, so a stop below that never ends a chain early."""
+    """A greedy drafter's pick has probability >= 1/V, so a 5-token chain is right with probability >= V**-5: a stop
+    below that never ends it early."""
     policy, drafter = models("bundled")
-    strategy = Strategy(5, 1, 6, stop_below=0.5 / policy.config.vocab_size)
+    strategy = Strategy(5, 1, 6, stop_below=0.5 * policy.config.vocab_size**-5)
     engine = Engine(
         policy, EngineConfig(max_batch_size=2, dtype="float64"), drafter=drafter, selector=FixedSelector(strategy)
     )
