@@ -88,18 +88,24 @@ class BanditSelector:
         if self._z > 0.0 and best_value is not None:
             floor = self.config.explore_within * best_value
             near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
-            hopeful, hope = self._best(near, batch_size, self._z)
+            # the most hopeful arm the credit covers: a costly hopeful arm (a deep tree at a large batch) does not
+            # hold back a cheap one, whose pull teaches the acceptance that every arm of its source shares
+            near = [arm for arm in near if self._affordable(arm, batch_size, best_value)]
+            hopeful, hope = self._best(near, batch_size, self._z) if near else (best, None)
             if hopeful != best and hope is not None and hope > best_value:
-                cost = self._exploration_cost(hopeful, batch_size, best_value)
-                if self.config.explore_budget is None or cost <= self._credit:
-                    self._explore(hopeful, batch_size, best_value)
-                    return self._record(batch_size, bucket, hopeful, "explore")
-        if self._anchor_due(arms, best) and best_value is not None:
-            cost = self._exploration_cost(DISABLE, batch_size, best_value)
-            if self.config.explore_budget is None or cost <= self._credit:
-                self._explore(DISABLE, batch_size, best_value)
-                return self._record(batch_size, bucket, DISABLE, "anchor")
+                self._explore(hopeful, batch_size, best_value)
+                return self._record(batch_size, bucket, hopeful, "explore")
+        anchor = self._anchor_due(arms, best) and best_value is not None
+        if anchor and self._affordable(DISABLE, batch_size, best_value):
+            self._explore(DISABLE, batch_size, best_value)
+            return self._record(batch_size, bucket, DISABLE, "anchor")
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _affordable(self, arm: Strategy, batch_size: int, best_value: float) -> bool:
+        """True when the exploration credit covers the predicted loss of a round of ``arm`` (always without a
+        budget)."""
+        budget = self.config.explore_budget
+        return budget is None or self._exploration_cost(arm, batch_size, best_value) <= self._credit
 
     def _explore(self, arm: Strategy, batch_size: int, best_value: float) -> None:
         """Remember what the exploratory round of ``arm`` is charged against when ``observe`` sees it."""
