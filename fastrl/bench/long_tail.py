@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
-    parser.add_argument("--arms", default="7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir())

@@ -59,7 +59,9 @@ def test_check_exact_defaults_run_one_request(prompts, tmp_path, capsys):
     assert json.loads(report.read_text())
 
 
-@pytest.mark.parametrize("strategy", ["disable", "bandit", "ema", "8_4_32", "suffix_8", "3_1_4+suffix_8"])
+@pytest.mark.parametrize(
+    "strategy", ["disable", "bandit", "ema", "8_4_32", "12_1_13@0.3", "suffix_8", "3_1_4+suffix_8"]
+)
 def test_generate_defaults_run_one_request(prompts, tmp_path, strategy):
     out = tmp_path / "out.jsonl"
     args = [f"prompts={prompts}", f"output={out}", "max_new_tokens=8", "progress=false", f"strategy={strategy}"]
