@@ -13,7 +13,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import Strategy
 
-SELECTOR_NAMES = ("bandit", "ema", "disable", "S_K_N", "suffix_N", "S_K_N+suffix_M")
+SELECTOR_NAMES = ("bandit", "ema", "disable", "S_K_N", "S_1_N@P", "suffix_N", "S_K_N+suffix_M")
 
 
 def build_selector(
