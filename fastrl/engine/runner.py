@@ -248,7 +248,7 @@ class ModelRunner:
                 pending = self.feed.take(inputs.slots, slot_ids)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
-            if self.graphs is not None and not strategy.is_history and not strategy.stops_early:
+            if self.graphs is not None and _graphed(strategy):
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
                 root_feature = catch_drafter_up(self.spec_models, inputs, pending, self.graphs.base)
@@ -301,8 +301,7 @@ class ModelRunner:
         mc = self.model.config
         size = self.config.max_batch_size
         static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
-        # history rounds draft on the host, and chains with a confidence stop decide their length there
-        eagle = {s: r for s, r in self.runtimes.items() if not s.is_history and not s.stops_early}
+        eagle = {s: r for s, r in self.runtimes.items() if _graphed(s)}
         models = self.spec_models if self.drafter is not None else None
         graphs = CudaGraphRounds(
             self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static, self.feature_layers
@@ -310,3 +309,9 @@ class ModelRunner:
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
+
+
+def _graphed(strategy: Strategy) -> bool:
+    """True when a speculative strategy's rounds run as CUDA graphs (when graphs are on): not history rounds, which
+    draft on the host, nor chains with a confidence stop, which decide their length there."""
+    return not strategy.is_history and not strategy.stops_early
