@@ -35,7 +35,7 @@ from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 
 
 class BanditSelector:
@@ -276,7 +276,7 @@ def _check_version(state: dict) -> None:
     version = state.get("version") if isinstance(state, dict) else None
     if version != STATE_VERSION:
         raise ValueError(
-            f"bandit state version {version!r} != {STATE_VERSION} (version 2 held per-arm time ratios without the "
-            "shared load, version 1 was the epsilon-greedy bandit's window of rewards: neither fits this bandit's "
-            "model, start without it)"
+            f"bandit state version {version!r} != {STATE_VERSION} (version 3 held round times as running means, "
+            "version 2 per-arm time ratios without the shared load, version 1 the epsilon-greedy bandit's window of "
+            "rewards: none fits this bandit's model, start without it)"
         )

@@ -3,11 +3,15 @@ one per worker): what any worker learned about acceptance, round times and rewar
 
 from __future__ import annotations
 
+import numpy as np
+
+from fastrl.adaptive.time_filter import ArmPrior
+
 
 def merge_bandit_states(states: object) -> dict:
     """Pool ``BanditSelector.state_dict()``s of one config: acceptance hits and trials, pulls, rounds and rewards
-    summed; round-time log-means and recent rewards averaged by their counts; every calibration point kept (the fit
-    takes medians). ValueError when they are not bandit states of one config."""
+    summed; round-time filters fused (``_merge_times``) and recent rewards averaged by their counts; every
+    calibration point kept (the fit takes medians). ValueError when they are not bandit states of one config."""
     if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
         raise ValueError("'workers' must be a non-empty list of bandit states (one per rollout worker)")
     if any(s.get("config") != states[0].get("config") for s in states):
@@ -55,27 +59,42 @@ def _merge_acceptance(states: list[dict]) -> dict:
     return out
 
 
-def _pool(means: list[list]) -> list:
-    """[value, count] log-means pooled: the count-weighted mean value, the summed count."""
-    count = sum(int(n) for _, n in means)
-    value = sum(float(v) * int(n) for v, n in means) / count if count else 0.0
-    return [value, count]
-
-
 def _merge_times(states: list[dict]) -> dict:
-    """Round-time state: the shared load, the per-arm biases and per-size means, each pooled by its count."""
-    bias: dict[str, list[list]] = {}
-    sizes: dict[str, dict[int, list[list]]] = {}
+    """Round-time filters: every arm any worker has, each entry's mean weighted by its precision in each worker
+    (a worker that never ran an arm holds it at its prior and barely counts), the covariances averaged (a convex
+    mix of covariances is one)."""
+    priors: dict[str, ArmPrior] = {}
     for state in states:
-        for arm, mean in state["bias"].items():
-            bias.setdefault(arm, []).append(mean)
-        for arm, rows in state["sizes"].items():
-            for b, v, n in rows:
-                sizes.setdefault(arm, {}).setdefault(int(b), []).append([v, n])
+        for arm, saved in state["filter"]["arms"].items():
+            priors.setdefault(arm, ArmPrior.from_state(saved["prior"]))
+    starts, n = {}, 1
+    for arm, prior in priors.items():
+        starts[arm], n = n, n + len(prior.sizes)
+    means, covs = [], []
+    for state in states:
+        mean, cov = np.zeros(n), np.zeros((n, n))  # [n], [n, n]
+        for arm, prior in priors.items():
+            k = slice(starts[arm], starts[arm] + len(prior.sizes))
+            mean[k], cov[k, k] = prior.mean, prior.covariance()
+        saved_mean, saved_cov = np.asarray(state["filter"]["mean"]), np.asarray(state["filter"]["cov"])
+        here, there = [0], [0]
+        for arm, saved in state["filter"]["arms"].items():
+            if ArmPrior.from_state(saved["prior"]) == priors[arm]:
+                size = len(priors[arm].sizes)
+                here += range(starts[arm], starts[arm] + size)
+                there += range(int(saved["start"]), int(saved["start"]) + size)
+        mean[here] = saved_mean[there]
+        cov[np.ix_(here, here)] = saved_cov[np.ix_(there, there)]
+        means.append(mean)
+        covs.append(cov)
+    precision = np.stack([1.0 / np.diag(c) for c in covs])  # [workers, n]
+    merged = (precision * np.stack(means)).sum(0) / precision.sum(0)
+    arms = {
+        arm: {"start": starts[arm], "prior": [list(p.sizes), p.mean, p.std, p.correlation]} for arm, p in priors.items()
+    }
     return {
-        "load": _pool([s["load"] for s in states]),
-        "bias": {arm: _pool(means) for arm, means in bias.items()},
-        "sizes": {arm: [[b, *_pool(means)] for b, means in sorted(by_b.items())] for arm, by_b in sizes.items()},
+        "filter": {"arms": arms, "mean": merged.tolist(), "cov": (sum(covs) / len(covs)).tolist()},
+        "measured": sorted({arm for s in states for arm in s["measured"]}),
     }
 
 

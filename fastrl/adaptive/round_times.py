@@ -1,46 +1,43 @@
-"""Round wall time per (arm, batch size): a calibration curve, times the machine's current load, times a slow per-arm
-bias.
+"""Round wall time per (arm, batch size): a calibration curve, times the machine's current load, times a per-arm bias.
 
 The calibration (``fastrl.engine.calibration``) times a few rounds of every arm at a few batch sizes at engine
 start; between them a knee-shaped curve interpolates (``knee_curve``). A shared machine's round times swing 2-3x
 with its load within minutes, and a calibration may be stale (cached from a run under another load), so the time of
-one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``:
+one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``, estimated by a
+Kalman filter over every round run (``LogTimeFilter``):
 
-* ``load`` is one fast-moving term shared by every arm, learned from every round's residual whatever arm ran (an
-  EMA with weight ``LOAD_ALPHA``). A uniformly stale calibration is absorbed here within a few rounds.
-* ``bias(arm, b)`` is what the calibration got wrong about one arm relative to the others (real contexts are longer
-  than the calibration's, a drafter round costs more beside a long cache): a slow mean of the residuals left after
-  removing the load of the moment, kept per (arm, batch size) and interpolated between the sizes the arm ran at,
-  each size's mean shrunk toward the arm's overall one, that one toward 0 with ``BIAS_PRIOR_ROUNDS`` rounds of
-  weight (the calibration is trusted until rounds say otherwise).
+* ``load`` is shared by every arm and moves from round to round; plain decoding, the reference, has no bias, so a
+  plain round measures the load directly, and the plain-time estimate follows the machine's current state.
+* ``bias(arm, b)`` is what the calibration got wrong about one arm relative to plain (real contexts are longer than
+  the calibration's, a drafter round costs more beside a long cache), a curve through knots at the arm's calibration
+  sizes, trusted to ``BIAS_STD`` before rounds say otherwise.
 
-Comparisons between arms at one moment then cancel the load, and the plain-time estimate follows the machine's
-current state. Updates move a log by at most ``MAX_STEP`` so that one stalled round cannot swing an estimate. An
-arm without a calibration is timed by its own rounds alone (its "calibration" is 1 s and its bias has no prior);
-an arm neither calibrated nor measured has no time (None).
+Comparisons between arms at one moment then cancel the load. An arm without a calibration is timed by its own rounds
+(its "calibration" is 1 s and its bias a wide prior over knots at ``UNCALIBRATED_SIZES``); an arm neither calibrated
+nor measured has no time (None).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
 
 from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-MAX_STEP = 0.3
-"""Largest change of a log-time, log-load or log-bias from one round."""
-LOAD_ALPHA = 0.2
-"""EMA weight of one round in the shared load: it follows the machine within a few rounds."""
-BIAS_ALPHA = 0.05
-"""EMA weight of one round in an arm's bias (after its first ``1 / BIAS_ALPHA`` rounds, a plain mean before)."""
-BIAS_PRIOR_ROUNDS = 8.0
-"""Weight, in rounds, of the calibration's own word (bias 0) against an arm's measured bias."""
-ERROR_CLIP = 1.0
-"""Largest log-error of one round against its prediction that is learned from (a stalled round counts as e x)."""
-SIZE_ROUNDS = 3.0
-"""Weight, in rounds, of the arm's overall bias against one batch size's own mean."""
+LOAD_STD = 1.0
+"""Prior spread of the load's log: a calibration taken under another load may be e x off."""
+BIAS_STD = 0.15
+"""Prior spread of a calibrated arm's bias (the calibration's ratio to plain trusted to ~15%)."""
+BIAS_CORRELATION = 0.5
+"""Prior correlation of one arm's bias at two of its calibration sizes."""
+UNCALIBRATED_SIZES = (1, 8, 64, 512)
+"""Knots of the time curve of an arm without a calibration."""
+UNCALIBRATED_STD = 4.0
+"""Prior spread of an uncalibrated arm's log seconds (around 1 s: anything from 20 ms to 50 s is plausible)."""
+UNCALIBRATED_CORRELATION = 0.9
+"""Prior correlation of an uncalibrated arm's log time at two of its knots."""
 
 
 def calibration_sizes(max_batch_size: int) -> list[int]:
@@ -78,43 +75,36 @@ def knee_curve(points: list[tuple[int, float]], batch_size: int) -> float:
     return min(chord, max(times[lo], times[hi] - slope * (sizes[hi] - batch_size)))
 
 
-@dataclass
-class LogMean:
-    """A running mean of logs (EMA after the first ``1 / alpha`` values, plain mean before), steps clipped."""
-
-    value: float = 0.0
-    count: int = 0
-
-    def add(self, log_value: float, alpha: float) -> None:
-        self.count += 1
-        step = (log_value - self.value) * max(alpha, 1.0 / self.count)
-        self.value += step if self.count == 1 else max(-MAX_STEP, min(MAX_STEP, step))
-
-    def state(self) -> list:
-        return [self.value, self.count]
-
-
 class RoundTimes:
     """Predicted seconds of one round of each arm at any batch size (see the module docstring)."""
 
     def __init__(self, calibration: CostModel | None = None) -> None:
         self._calibration: CostModel | None = None
         self._curves: dict[Strategy, list[tuple[int, float]]] = {}
+        self._filter = LogTimeFilter(LOAD_STD)
+        self._measured: set[Strategy] = set()
         self.set_calibration(calibration)
-        self.load = LogMean()
-        self.bias: dict[Strategy, LogMean] = {}
-        self.sizes: dict[Strategy, dict[int, LogMean]] = {}
 
     def calibration(self) -> CostModel | None:
         """The calibration in use (None before one is given)."""
         return self._calibration
 
     def set_calibration(self, calibration: CostModel | None) -> None:
-        """Use ``calibration`` (what rounds taught keeps correcting it)."""
+        """Use ``calibration``; what rounds taught against another calibration is dropped."""
         self._calibration = calibration
         self._curves = {}
         for arm, size, seconds in calibration.measurements() if calibration is not None else []:
             self._curves.setdefault(arm, []).append((size, seconds))
+        self._filter = LogTimeFilter(LOAD_STD)
+        self._measured = set()
+        for arm, points in self._curves.items():
+            if not self._is_reference(arm):
+                sizes = tuple(b for b, _ in points)
+                self._filter.add(arm, ArmPrior(sizes, 0.0, BIAS_STD, BIAS_CORRELATION))
+
+    def _is_reference(self, arm: Strategy) -> bool:
+        """Plain decoding, when calibrated: the arm without a bias, whose residual is the load."""
+        return arm.is_disabled and arm in self._curves
 
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
         """The calibration curve at ``batch_size`` (None without a calibration of ``arm``), see ``knee_curve``."""
@@ -122,24 +112,17 @@ class RoundTimes:
         return None if points is None else knee_curve(points, batch_size)
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
-        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``: its error against the
-        prediction (at most ``ERROR_CLIP`` in log) moves the load first, and what the moved load leaves of it moves
-        the arm's bias (an arm without a calibration moves only its own)."""
-        target = self._bias(arm, batch_size)
-        error = math.log(seconds) - self._log_calibrated(arm, batch_size) - self.load.value - target
-        if arm in self._curves:
-            error = max(-ERROR_CLIP, min(ERROR_CLIP, error))
-            before = self.load.value
-            self.load.add(before + error, LOAD_ALPHA)
-            error -= self.load.value - before
-        self.bias.setdefault(arm, LogMean()).add(target + error, BIAS_ALPHA)
-        self.sizes.setdefault(arm, {}).setdefault(batch_size, LogMean()).add(target + error, BIAS_ALPHA)
+        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
+        if not self._is_reference(arm) and not self._filter.has(arm):
+            self._filter.add(arm, ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION))
+        self._filter.observe(arm, batch_size, math.log(seconds) - self._log_calibrated(arm, batch_size))
+        self._measured.add(arm)
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
         """Predicted wall time of one round now (None when ``arm`` was neither calibrated nor measured)."""
-        if arm not in self._curves and not self.sizes.get(arm):
+        if arm not in self._curves and arm not in self._measured:
             return None
-        return math.exp(self._log_calibrated(arm, batch_size) + self.load.value + self._bias(arm, batch_size))
+        return math.exp(self._log_calibrated(arm, batch_size) + self._filter.predict(arm, batch_size))
 
     def plain_seconds(self, batch_size: int) -> float | None:
         """Predicted wall time of one plain round now."""
@@ -149,46 +132,19 @@ class RoundTimes:
         calibrated = self.calibrated(arm, batch_size)
         return 0.0 if calibrated is None else math.log(calibrated)
 
-    def _bias(self, arm: Strategy, batch_size: int) -> float:
-        """log(time / (calibrated x load)) at ``batch_size``: linear between the nearest sizes the arm ran at (each
-        size's own mean shrunk toward the arm's over ``SIZE_ROUNDS`` rounds), the nearest outside them; the arm's
-        own mean (shrunk toward 0 over ``BIAS_PRIOR_ROUNDS`` while calibrated) where it ran at no size."""
-        own = self.bias.get(arm)
-        if own is None:
-            return 0.0
-        prior = BIAS_PRIOR_ROUNDS if arm in self._curves else 0.0
-        weight = min(own.count, 1.0 / BIAS_ALPHA)
-        overall = weight * own.value / (weight + prior)
-        measured = self.sizes[arm]
-        sizes = sorted(measured)
-
-        def at(size: int) -> float:
-            mean = measured[size]
-            weight = min(mean.count, 1.0 / BIAS_ALPHA)
-            return (weight * mean.value + SIZE_ROUNDS * overall) / (weight + SIZE_ROUNDS)
-
-        i = bisect.bisect_left(sizes, batch_size)
-        if i < len(sizes) and sizes[i] == batch_size:
-            return at(batch_size)
-        if i == 0 or i == len(sizes):
-            return at(sizes[min(i, len(sizes) - 1)])
-        lo, hi = sizes[i - 1], sizes[i]
-        frac = (batch_size - lo) / (hi - lo)
-        return (1 - frac) * at(lo) + frac * at(hi)
-
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
-        return {
-            "load": self.load.state(),
-            "bias": {str(a): m.state() for a, m in self.bias.items()},
-            "sizes": {str(a): [[b, m.value, m.count] for b, m in sorted(s.items())] for a, s in self.sizes.items()},
-        }
+        return {"filter": self._filter.state(), "measured": sorted(str(a) for a in self._measured)}
 
     def load_state(self, state: dict) -> None:
-        """Restore ``state`` (arms outside it start unmeasured)."""
-        self.load = LogMean(float(state["load"][0]), int(state["load"][1]))
-        self.bias = {Strategy.parse(a): LogMean(float(v), int(n)) for a, (v, n) in state["bias"].items()}
-        self.sizes = {
-            Strategy.parse(a): {int(b): LogMean(float(v), int(n)) for b, v, n in rows}
-            for a, rows in state["sizes"].items()
-        }
+        """Restore ``state``: the load, and the curves of the arms it shares with this model (an arm calibrated
+        here and there at the same sizes; an uncalibrated arm it measured); other arms start from their priors."""
+        saved = state["filter"]
+        for name, arm_state in saved["arms"].items():
+            arm, prior = Strategy.parse(name), ArmPrior.from_state(arm_state["prior"])
+            uncalibrated = arm not in self._curves and not self._filter.has(arm)
+            if uncalibrated and prior.sizes == UNCALIBRATED_SIZES and prior.std == UNCALIBRATED_STD:
+                self._filter.add(arm, prior)
+        self._filter.load(saved)
+        known = {Strategy.parse(a) for a in state["measured"]}
+        self._measured = {a for a in known if a in self._curves or self._filter.has(a)}

@@ -185,8 +185,10 @@ def test_state_dict_round_trip_continues_identically():
         BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3)).load_state_dict(state)
     with pytest.raises(ValueError, match="version 1"):
         resumed.load_state_dict(state | {"version": 1})
-    with pytest.raises(ValueError, match="version 2 held per-arm time ratios"):
+    with pytest.raises(ValueError, match="version 2 per-arm time ratios"):
         resumed.warm_start(state | {"version": 2})
+    with pytest.raises(ValueError, match="version 3 held round times as running means"):
+        resumed.warm_start(state | {"version": 3})
 
 
 def test_warm_start_carries_calibration_and_acceptance_across_configs():
