@@ -35,10 +35,11 @@ MIN_PASSES = 5
 """Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
 and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
 PROMPT_TOKENS = 64
-"""Calibration prompts: a random pattern of this many tokens (fewer where the model's context is short), said
-twice (history arms then find matches). Rollout contexts run to hundreds of tokens, and attention over them weighs
-on a plain round more than on a verify of a few tokens per row: at batch 64 on this CPU, a 32-token prompt put a
-3_1_4 round at 3.0x a plain one, a 512-token prompt at 2.2x, the long-tail rollouts at 2.3-2.5x."""
+"""Calibration prompts: a random pattern of up to this many tokens (fewer where the model's context is short; rows of
+one batch from a quarter of it to all of it, ``ragged_length``), said twice (history arms then find matches). Rollout
+contexts run to hundreds of tokens, and attention over them weighs on a plain round more than on a verify of a few
+tokens per row: at batch 64 on this CPU, a 32-token prompt put a 3_1_4 round at 3.0x a plain one, a 512-token prompt
+at 2.2x, the long-tail rollouts at 2.3-2.5x."""
 
 
 class ScriptedSelector:
@@ -72,22 +73,24 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size, on engines
     built like ``engine``.
 
-    The engines of all sizes are built first and take turns round by round, so that a slow spell of a shared
-    machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
-    level is corrected by every real round). Plain rounds are cheap and are the reference of every speedup
-    estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
-    drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which
-    would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win
-    there, nor at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds'
-    ratios to the plain rounds of the same pass times the median plain round: a load that comes and goes between
-    passes cancels out of the ratios.
+    The engines of all sizes are built first and take turns pass by pass, so that a slow spell of a shared machine falls
+    on every size and arm alike (the ratios between them are what the bandit needs; the absolute level is corrected by
+    every real round). Within a pass one engine runs all its rounds in a row after an untimed one, as a rollout does:
+    rounds that take turns with another size's find the weights out of the CPU's cache (plain at batch 1 timed 1.2x
+    slower than back to back, a ``5_1_6`` round not at all). Plain rounds are cheap and are the reference of every
+    speedup estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
+    drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which would
+    inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win there, nor
+    at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain
+    rounds of the same pass times the median plain round: a load that comes and goes between passes cancels out of the
+    ratios.
     """
 
     arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
     rng = random.Random(seed)
     vocab = engine.model.config.vocab_size
     passes = max(rounds, MIN_PASSES) + 1
-    budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS) + 1
+    budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS + 1) + 1
     timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
     prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
@@ -97,7 +100,8 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
         timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
         for row in range(size):
             params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + row, ignore_eos=True)
-            timed[size][0].add_request(pattern + pattern, params)
+            said = pattern[: ragged_length(prompt, row, size)]
+            timed[size][0].add_request(said + said, params)
         timed[size][0].step()  # prefill
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
     relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
@@ -105,8 +109,11 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     for repeat in range(passes):
         turn = repeat % max(len(arms), 1)
         order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
-        for arm in [DISABLE] * PLAIN_REPEATS + order:
-            for size, (engine_at, script) in timed.items():
+        for size, (engine_at, script) in timed.items():
+            script.next = DISABLE
+            engine_at.step()  # untimed: the other sizes' rounds left this engine's weights and cache out of cache
+            last[size] = DISABLE
+            for arm in [DISABLE] * PLAIN_REPEATS + order:
                 if arm.is_disabled or _worth_timing(times, arm, size, sizes):
                     script.next = arm
                     if arm.uses_drafter and not last[size].uses_drafter:
@@ -123,6 +130,15 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
         if not arm.is_disabled:
             points.append((arm, size, statistics.median(ratios) * statistics.median(times[(DISABLE, size)])))
     return CostModel.fit(points)
+
+
+def ragged_length(longest: int, row: int, rows: int) -> int:
+    """Pattern length of calibration row ``row`` of ``rows``: spread evenly from a quarter of ``longest`` to all of
+    it, as a rollout batch's rows differ in length (attention runs over the longest row, which a batch of equal
+    rows hides: plain rounds at batch 64 on this CPU took 12 ms with equal rows, 17 ms with the long-tail's)."""
+    if rows == 1:
+        return longest
+    return max(1, round(longest * (0.25 + 0.75 * row / (rows - 1))))
 
 
 def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
@@ -151,6 +167,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
         "passes": MIN_PASSES,
+        "order": "size by size",
+        "rows": "ragged",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
