@@ -48,7 +48,7 @@ class BanditSelector:
         self._arms = self.config.arms_per_bucket()
         self._strategies = self.config.all_strategies()
         self._z = self.config.exploration_z()
-        self.acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.window_size)
+        self.acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
         self.times = RoundTimes(calibration)
         self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
         self._pulls = {arm: 0 for arm in self._strategies}
@@ -73,6 +73,11 @@ class BanditSelector:
         """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
         self._memo.clear()
         self.times.set_calibration(calibration)
+
+    def set_prior_hazard(self, hazard: float) -> None:
+        """Start the drafter's arms from its held-out per-depth acceptance ``hazard`` (see ``DepthAcceptance``)."""
+        self._memo.clear()
+        self.acceptance.set_prior_hazard(hazard)
 
     def choose(self, batch_size: int) -> Strategy:
         """The arm of ``batch_size``'s bucket with the best predicted goodput, or one that might beat it."""

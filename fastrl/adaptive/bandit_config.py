@@ -12,6 +12,9 @@ from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
+MEMORY_ROWS_PER_ROUND = 4
+"""Request rows of one ``window_size`` round: the acceptance memory is counted in rows, so a round at batch 64
+weighs what 16 rounds at batch 4 do."""
 
 
 @dataclass
@@ -52,9 +55,10 @@ class BanditConfig:
     plain's round time is the reference of every speedup estimate, and measured beside the speculative rounds of
     the moment it follows the machine's state where the calibration, taken at another time, may not."""
     window_size: int = 128
-    """Acceptance memory, in rounds of the arm (of any chain, for the EAGLE chains): an arm's per-depth counts decay
-    by exp(-1/window_size) per round of its own and 8x more slowly per round of another arm, so the estimate follows
-    a drafter and a policy that change under training, and an arm left alone is tried again after many rounds."""
+    """Acceptance memory, in rounds of ``MEMORY_ROWS_PER_ROUND`` request rows: an arm's per-depth counts decay by
+    exp(-rows / (4 window_size)) per round of its own (``rows`` its batch size) and 8x more slowly per round of
+    another arm, so the estimate follows a drafter and a policy that change under training, and acceptance that
+    changes along the rollouts, whatever the batch size; an arm left alone is tried again after many rows."""
     prior_rows: float = 4.0
     """Most weight, in request rows, of the acceptance the arm's family (the arms of its draft source whose trees
     contain it or that it contains) measured at a depth, in an arm's own estimate there; it fades as the arm's own
@@ -145,6 +149,10 @@ class BanditConfig:
             outside = [str(a) for a in arms if a not in space]
             if outside:
                 raise ValueError(f"{key}: arms {outside} are not in BanditConfig.strategies")
+
+    def memory_rows(self) -> float:
+        """The acceptance memory in request rows (``window_size`` rounds of ``MEMORY_ROWS_PER_ROUND`` rows)."""
+        return float(MEMORY_ROWS_PER_ROUND * self.window_size)
 
     def exploration_z(self) -> float:
         """Standard errors an arm's acceptance is raised by when deciding whether to explore it (0: never)."""

@@ -11,14 +11,17 @@ So each arm's hazard at a depth is its own hits over its own trials, shrunk towa
 its source that its tree contains or that contain it (a larger tree an upper bound, a smaller one a lower bound),
 with a weight of at most ``prior_rows`` rows that fades as the arm's own rows accumulate (``prior_rows / (prior_rows
 + own rows)`` of it): an arm's own rows, once it has some, outweigh its family's. Where neither the arm nor its pool
-has rows at a depth, the hazard is the one at the depth before (``BASE_ROWS`` rows of weight; 1/2 at depth 1): a
-drafter that misses at depth 1 is not assumed to hit half the time at depth 5. An arm is predicted never below an
+has rows at a depth, the hazard is the one at the depth before (``BASE_ROWS`` rows of weight; at depth 1 the
+drafter's own held-out chain hazard when its checkpoint records one, ``set_prior_hazard``, else 1/2): a drafter that
+misses at depth 1 is not assumed to hit half the time at depth 5. An arm is predicted never below an
 arm whose tree it contains.
 
-Evidence is forgotten as newer evidence of the same arm replaces it: a round of an arm (or of a chain, for the
-chains) decays its counts by exp(-1 / ``memory_rounds``), so the estimate follows an acceptance that drifts as the
-drafter and policy train; every other round decays them ``IDLE_MEMORY`` times more slowly, so an arm left alone
-regains its uncertainty (and is tried again) only after many rounds, not after a few dozen plain ones. Expected
+Evidence is forgotten as newer evidence of the same arm replaces it: a round of ``b`` rows of an arm (or of a
+chain, for the chains) decays its counts by exp(-b / ``memory_rows``), so the estimate follows an acceptance that
+drifts as the drafter and policy train, or along the rollouts (the long tail's last tokens, decoded at batch 1, are
+easier than its first at batch 64: memory counted in rounds let 64-row rounds outweigh a hundred 1-row ones); every
+other round decays them ``IDLE_MEMORY`` times more slowly, so an arm left alone regains its uncertainty (and is
+tried again) only after many rows, not after a few dozen plain rounds. Expected
 tokens per row = 1 + sum_d prod_{j<=d} h_j; the optimistic value raises that expectation by ``z`` of its standard
 errors (the exploration bound: an arm with few rounds at the deep levels may still be much better than its mean
 says).
@@ -33,9 +36,12 @@ from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import Strategy
 
 BASE_ROWS = 2.0
-"""Weight (rows) of the hazard of the depth before (1/2 at depth 1) that a depth's estimate is shrunk toward."""
+"""Weight (rows) of the hazard of the depth before (the prior hazard at depth 1) that a depth's estimate is shrunk
+toward."""
+UNKNOWN_HAZARD = 0.5
+"""Depth-1 prior hazard of a source nothing is known about."""
 IDLE_MEMORY = 8.0
-"""How many times more slowly an arm's counts decay over other arms' rounds (plain ones included) than over its
+"""How many times more slowly an arm's counts decay over other arms' rows (plain ones included) than over its
 own."""
 
 
@@ -90,9 +96,9 @@ class DepthAcceptance:
     """Per-arm, per-depth acceptance counts for speculative arms, and the tokens per row each arm is predicted to
     emit (see the module docstring)."""
 
-    def __init__(self, arms: list[Strategy], prior_rows: float, memory_rounds: float) -> None:
+    def __init__(self, arms: list[Strategy], prior_rows: float, memory_rows: float) -> None:
         self.prior_rows = prior_rows
-        self.memory_rounds = memory_rounds
+        self.memory_rows = memory_rows
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
         # containment, once: choose() asks for every arm's prediction every round
         self._pool = {arm: [o for o in self.counts if _prior_for(arm, o)] for arm in self.counts}
@@ -101,6 +107,16 @@ class DepthAcceptance:
         self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
         self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
+        self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
+
+    def set_prior_hazard(self, hazard: float) -> None:
+        """Start the drafter's arms (EAGLE and hybrid) from ``hazard`` per depth instead of 1/2: the drafter's
+        held-out greedy-chain hazard (``geometric_hazard``), so the first rounds know roughly what it accepts."""
+        if not 0.0 <= hazard <= 1.0:
+            raise ValueError(f"prior hazard must lie in [0, 1], got {hazard!r}")
+        self._prior_hazard["eagle"] = self._prior_hazard["hybrid"] = float(hazard)
+        self._tokens.clear()
+        self._estimated.clear()
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
@@ -108,8 +124,8 @@ class DepthAcceptance:
         self._estimated.clear()
         ran = self._twins.get(stats.strategy, [])
         for arm, every in self.counts.items():  # an arm's newer rows replace its older ones; idle arms forget slowly
-            memory = self.memory_rounds if arm in ran else IDLE_MEMORY * self.memory_rounds
-            keep = math.exp(-1.0 / memory)
+            memory = self.memory_rows if arm in ran else IDLE_MEMORY * self.memory_rows
+            keep = math.exp(-stats.batch_size / memory)
             every.hits = [h * keep for h in every.hits]
             every.trials = [t * keep for t in every.trials]
         counts = self.counts.get(stats.strategy)
@@ -141,7 +157,8 @@ class DepthAcceptance:
             return self._estimated[arm]
         own = [self.counts[twin] for twin in self._twins[arm]]
         pooled = [self.counts[other] for other in self._pool[arm]]
-        out, before, pooled_before = [], 0.5, 0.5
+        out, before = [], self._prior_hazard[family(arm)]
+        pooled_before = before
         for d in range(len(self.counts[arm].hits)):
             own_hits, own_trials = _sum_at(own, d)
             hits, trials = _sum_at(pooled, d)
@@ -200,6 +217,22 @@ class DepthAcceptance:
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):
                 counts.hits, counts.trials = [float(h) for h in saved[0]], [float(t) for t in saved[1]]
+
+
+def geometric_hazard(steps: int, tokens: float) -> float:
+    """The constant per-depth hazard ``h`` under which a ``steps``-deep chain emits ``tokens`` per row and round
+    (1 + h + ... + h^steps = tokens), by bisection; ``tokens`` is clipped to [1, steps + 1]."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    target = min(max(tokens, 1.0), steps + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**d for d in range(steps + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def _prior_for(arm: Strategy, other: Strategy) -> bool:

@@ -17,7 +17,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafter_checkpoint import load_drafter, save_drafter
+from fastrl.speculative.drafter_checkpoint import METRICS_FILE, load_drafter, save_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
 
 
@@ -53,7 +53,7 @@ def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDraf
     }
     with staged_directory(output) as staging:  # the drafter and its metrics reach the output together, or not at all
         save_drafter(drafter, staging, policy_name=policy_name, version=1)
-        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")
     return report
 

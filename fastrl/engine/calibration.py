@@ -194,9 +194,14 @@ def load_or_measure(
 
 
 def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel | None:
-    """Give the engine's bandit (when it has one that wants a calibration and has none) its round costs."""
+    """Give the engine's bandit (when it has one) its drafter's held-out acceptance as the prior of its drafting
+    arms, and (when it wants a calibration and has none) its round costs."""
     selector = engine.selector
-    if not isinstance(selector, BanditSelector) or not selector.config.calibrate:
+    if not isinstance(selector, BanditSelector):
+        return None
+    if engine.drafter is not None and engine.drafter.prior_hazard is not None:
+        selector.set_prior_hazard(engine.drafter.prior_hazard)
+    if not selector.config.calibrate:
         return None
     if selector.times.calibration() is None:
         config = selector.config

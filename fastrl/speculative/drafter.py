@@ -44,6 +44,9 @@ class EagleDrafter(nn.Module):
         self.register_buffer("draft_vocab", None, persistent=False)
         self._head: Tensor | None = None
         self._head_key: tuple | None = None
+        self.prior_hazard: float | None = None
+        """Per-depth chance that a greedy chain's next draft is accepted, fitted to the accept lengths measured on
+        held-out rollouts when the checkpoint was trained (None when it records none): the selector's prior."""
 
     @property
     def feature_size(self) -> int:

@@ -1,5 +1,6 @@
 """Drafter checkpoints: a small directory (drafter_config.json + drafter.safetensors, and draft_vocab.safetensors
-when the drafter has a reduced draft vocabulary) naming the policy it serves.
+when the drafter has a reduced draft vocabulary) naming the policy it serves; ``train-drafter`` adds metrics.json
+(what it measured, the selector's acceptance prior among it).
 
 A fused drafter (EAGLE-3's input: `FusedEagleDrafter`) records `"extra_layers": [i, j, ...]` (the policy decoder
 layers whose outputs it reads before the final-norm state) and holds `fuse.weight` [H, m*H], m = len + 1; absent or
@@ -14,16 +15,20 @@ from typing import Any
 
 import torch
 
+from fastrl.adaptive.depth_acceptance import geometric_hazard, is_chain
 from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
+from fastrl.strategy.strategy import Strategy
 from fastrl.tensor_files import save_tensors
 
 CONFIG_FILE = "drafter_config.json"
 WEIGHTS_FILE = "drafter.safetensors"
 DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
+METRICS_FILE = "metrics.json"
+"""What ``train-drafter`` measured (held-out accept lengths among it), beside the checkpoint."""
 SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FORMAT = "fastrl-eagle-drafter"
 FORMAT_VERSION = 2  # 2: extra_layers (fused drafters); 1 is read as extra_layers = []
@@ -40,6 +45,8 @@ class DrafterInfo:
     layer_config: ModelConfig
     draft_vocab_size: int | None = None
     extra_layers: tuple[int, ...] = ()
+    prior_hazard: float | None = None
+    """Held-out greedy-chain hazard from the checkpoint's ``metrics.json`` (``chain_prior_hazard``), if any."""
 
     def build(self) -> EagleDrafter:
         """A drafter of this checkpoint's kind and geometry (random weights): fused when it has extra layers."""
@@ -104,9 +111,28 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             layer_config=ModelConfig.from_hf_dict(meta["layer"]),
             draft_vocab_size=None if meta.get("draft_vocab_size") is None else int(meta["draft_vocab_size"]),
             extra_layers=tuple(extra),
+            prior_hazard=chain_prior_hazard(Path(path) / METRICS_FILE),
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter config ({exc})") from None
+
+
+def chain_prior_hazard(file: Path) -> float | None:
+    """Mean per-depth hazard of the fixed greedy chains whose accept lengths ``train-drafter`` measured on held-out
+    prompts (``metrics.json``: ``accept_lengths``, every temperature); None without the file or such a chain.
+    ValueError naming the file when it is there but malformed."""
+    if not file.is_file():
+        return None
+    try:
+        records = json.loads(file.read_text()).get("accept_lengths") or []
+        hazards = []
+        for record in records:
+            strategy = Strategy.parse(str(record["strategy"]))
+            if is_chain(strategy) and not strategy.stops_early:
+                hazards.append(geometric_hazard(strategy.steps, float(record["mean_accept_length"])))
+    except (AttributeError, KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: malformed drafter metrics ({exc})") from None
+    return sum(hazards) / len(hazards) if hazards else None
 
 
 def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> None:
@@ -206,5 +232,6 @@ def load_drafter(
     check_drafter_tensors(path, drafter, tensors)
     drafter.load_state_dict(tensors)
     drafter.set_draft_vocab(read_draft_vocab(path, info))
+    drafter.prior_hazard = info.prior_hazard
     dtype = policy.lm_head.weight.dtype
     return drafter.to(device=device, dtype=dtype).eval(), info

@@ -64,7 +64,7 @@ def run(policy: BanditSelector, batches: list[int], seed: int) -> list[Strategy]
 
 def test_acceptance_is_shared_by_arms_that_contain_each_other():
     chains = [Strategy.parse(s) for s in CHAINS]
-    acceptance = DepthAcceptance(chains, prior_rows=4.0, memory_rounds=1e9)
+    acceptance = DepthAcceptance(chains, prior_rows=4.0, memory_rows=1e9)
     long_chain, short_chain = chains[0], chains[2]
     assert contains(long_chain, short_chain) and not contains(short_chain, long_chain)
     assert not contains(Strategy.parse("suffix_8"), short_chain)
@@ -79,7 +79,7 @@ def test_acceptance_is_shared_by_arms_that_contain_each_other():
 
 
 def test_a_larger_tree_is_predicted_no_worse_than_one_it_contains():
-    acceptance = DepthAcceptance([BIG, MID, SMALL], prior_rows=4.0, memory_rounds=1e9)
+    acceptance = DepthAcceptance([BIG, MID, SMALL], prior_rows=4.0, memory_rows=1e9)
     for _ in range(20):
         acceptance.observe(make_round(SMALL, [4] * 16, 0.01))
     assert acceptance.tokens_per_row(BIG) >= acceptance.tokens_per_row(SMALL) == pytest.approx(5.0, abs=0.2)
@@ -230,7 +230,7 @@ def test_stopping_chains_count_their_stops_and_pool_only_with_their_own_stop():
     assert contains(fixed, stop5) and not contains(stop8, Strategy.parse("3_1_4"))
     assert contains(stop8, stop5) and not contains(stop8, Strategy.parse("5_1_6@0.5")) and not contains(stop5, stop8)
     assert twins(stop5, stop8) and not twins(stop8, other) and not twins(fixed, stop5)
-    acceptance = DepthAcceptance([fixed, stop5, stop8, other, DISABLE], prior_rows=4.0, memory_rounds=1e9)
+    acceptance = DepthAcceptance([fixed, stop5, stop8, other, DISABLE], prior_rows=4.0, memory_rows=1e9)
     for _ in range(50):  # the fixed chain accepts 5 of 7; the stopping one stops after 2 drafts, both accepted
         acceptance.observe(make_round(fixed, [5] * 8, 0.01))
     assert acceptance.tokens_per_row(stop5) > 4.5  # the fixed chain's acceptance, before any row of its own

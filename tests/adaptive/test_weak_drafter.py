@@ -39,7 +39,7 @@ def rows_of(strategy: Strategy, accepted: list[int]) -> RoundStats:
 def test_a_chain_that_misses_at_depth_one_is_not_assumed_to_hit_half_the_time_deeper():
     """Rows of the 3-deep chain accept 1 in 5 at depth 1: the 7-deep chain, never pulled, drafts the same greedy
     path and is predicted like it (about 1.25 tokens a row), not lifted by 1/2 at depths 4-7."""
-    acceptance = DepthAcceptance([SHORT, MID, LONG, TREE, DISABLE], prior_rows=4.0, memory_rounds=32)
+    acceptance = DepthAcceptance([SHORT, MID, LONG, TREE, DISABLE], prior_rows=4.0, memory_rows=32)
     for i in range(20):
         acceptance.observe(rows_of(SHORT, [1 if i % 5 == 0 else 0]))
     for arm in (SHORT, MID, LONG):
@@ -51,7 +51,7 @@ def test_a_chain_that_misses_at_depth_one_is_not_assumed_to_hit_half_the_time_de
 def test_own_rows_outweigh_the_family_as_they_accumulate():
     """The 7-deep chain's own rows accept 0.2 a row while the wide tree that holds it accepted 3 a row: the chain's
     prediction moves from the tree's toward its own as its rows accumulate."""
-    acceptance = DepthAcceptance([LONG, TREE, DISABLE], prior_rows=4.0, memory_rounds=1e9)
+    acceptance = DepthAcceptance([LONG, TREE, DISABLE], prior_rows=4.0, memory_rows=1e9)
     for _ in range(30):
         acceptance.observe(rows_of(TREE, [3]))
     errors = []
@@ -65,7 +65,7 @@ def test_own_rows_outweigh_the_family_as_they_accumulate():
 def test_plain_rounds_do_not_make_a_measured_arm_unknown_again_within_a_run():
     """Forgetting follows the arm's own rounds: a hundred plain rounds (memory 32, `fastrl generate`'s) leave most
     of the chain's 20 rows, so it is not re-explored as if never tried; its own rounds replace its rows fast."""
-    acceptance = DepthAcceptance([SHORT, LONG, DISABLE], prior_rows=4.0, memory_rounds=32)
+    acceptance = DepthAcceptance([SHORT, LONG, DISABLE], prior_rows=4.0, memory_rows=32)
     for _ in range(20):
         acceptance.observe(rows_of(SHORT, [0]))
     for _ in range(100):
