@@ -6,11 +6,13 @@ with its load within minutes, and a calibration may be stale (cached from a run 
 one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``, estimated by a
 Kalman filter over every round run (``LogTimeFilter``):
 
-* ``load`` is shared by every arm and moves from round to round; plain decoding, the reference, has no bias, so a
-  plain round measures the load directly, and the plain-time estimate follows the machine's current state.
-* ``bias(arm, b)`` is what the calibration got wrong about one arm relative to plain (real contexts are longer than
-  the calibration's, a drafter round costs more beside a long cache), a curve through knots at the arm's calibration
-  sizes, trusted to ``BIAS_STD`` before rounds say otherwise.
+* ``load`` is shared by every arm and moves from round to round, so the plain-time estimate follows the machine's
+  current state.
+* ``bias(arm, b)`` is what the calibration got wrong about one arm (real contexts are longer than the calibration's,
+  a drafter round costs more beside a long cache), a curve through knots at the arm's calibration sizes, trusted to
+  ``BIAS_STD`` before rounds say otherwise; plain's to ``PLAIN_BIAS_STD``, tighter: plain is what every speedup is
+  measured against, so a residual every arm shares is the load before it is plain's bias, and a plain anchor's
+  deviation from the others persists in plain's own bias (the load forgets it within tens of rounds).
 
 Comparisons between arms at one moment then cancel the load. An arm without a calibration is timed by its own rounds
 (its "calibration" is 1 s and its bias a wide prior over knots at ``UNCALIBRATED_SIZES``); an arm neither calibrated
@@ -30,6 +32,10 @@ LOAD_STD = 1.0
 """Prior spread of the load's log: a calibration taken under another load may be e x off."""
 BIAS_STD = 0.15
 """Prior spread of a calibrated arm's bias (the calibration's ratio to plain trusted to ~15%)."""
+PLAIN_BIAS_STD = 0.1
+"""Prior spread of plain's bias. 0 (plain the reference, its residual the load) put `fastrl train`'s plain-time
+estimate 13% high: between plain anchors the load took the speculative arms' calibration errors. 0.1 keeps a 2x
+warm-up round from bending the ratio between arms by more than 0.2% (the fixed-rate rule: 24%)."""
 BIAS_CORRELATION = 0.5
 """Prior correlation of one arm's bias at two of its calibration sizes."""
 UNCALIBRATED_SIZES = (1, 8, 64, 512)
@@ -98,13 +104,9 @@ class RoundTimes:
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured = set()
         for arm, points in self._curves.items():
-            if not self._is_reference(arm):
-                sizes = tuple(b for b, _ in points)
-                self._filter.add(arm, ArmPrior(sizes, 0.0, BIAS_STD, BIAS_CORRELATION))
-
-    def _is_reference(self, arm: Strategy) -> bool:
-        """Plain decoding, when calibrated: the arm without a bias, whose residual is the load."""
-        return arm.is_disabled and arm in self._curves
+            sizes = tuple(b for b, _ in points)
+            std = PLAIN_BIAS_STD if arm.is_disabled else BIAS_STD
+            self._filter.add(arm, ArmPrior(sizes, 0.0, std, BIAS_CORRELATION))
 
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
         """The calibration curve at ``batch_size`` (None without a calibration of ``arm``), see ``knee_curve``."""
@@ -113,7 +115,7 @@ class RoundTimes:
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
-        if not self._is_reference(arm) and not self._filter.has(arm):
+        if not self._filter.has(arm):
             self._filter.add(arm, ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION))
         self._filter.observe(arm, batch_size, math.log(seconds) - self._log_calibrated(arm, batch_size))
         self._measured.add(arm)

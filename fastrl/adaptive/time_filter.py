@@ -3,11 +3,11 @@
 A round of ``arm`` over ``b`` rows that took ``t`` seconds is modelled as ``log t = log calibrated(arm, b) + load +
 bias(arm, b) + noise``: ``load`` is the machine's state at the moment (shared by every arm, a random walk from round
 to round), ``bias(arm, b)`` what the calibration got wrong about that arm (interpolated in log batch size between
-knots at the arm's calibration sizes, drifting slowly). The reference arm (plain decoding, when calibrated) has no
-bias: its residual *is* the load, which makes the two identifiable. Without a reference, a long stretch of one arm
-cannot tell a slower machine from a costlier arm, and a split learned by a fixed-rate rule stays wherever the first
-rounds put it (one slow warm-up round left the load 13% high and plain's bias as much below for a whole run).
-The filter keeps the covariance of its whole state, so a plain round after a stretch of ``3_1_4`` rounds corrects
+knots at the arm's calibration sizes, drifting slowly). Load and biases are told apart only by the biases' priors and
+by rounds of different arms close in time: a stretch of one arm cannot tell a slower machine from a costlier arm.
+The fixed-rate split this replaces learned that split wherever the first rounds put it (one slow warm-up round left
+the load 13% high and plain's bias as much below for a whole run); the filter weighs each round by what is still
+uncertain and keeps the covariance of its whole state, so a plain round after a stretch of ``3_1_4`` rounds corrects
 the load *and* ``3_1_4``'s bias, which that stretch left negatively correlated with it.
 """
 
@@ -63,7 +63,7 @@ class LogTimeFilter:
         self._priors: dict[Strategy, ArmPrior] = {}
 
     def has(self, arm: Strategy) -> bool:
-        """True when ``arm`` has a bias curve (the reference arm never does)."""
+        """True when ``arm`` has a bias curve."""
         return arm in self._knots
 
     def prior(self, arm: Strategy) -> ArmPrior | None:

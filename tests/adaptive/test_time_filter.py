@@ -1,4 +1,4 @@
-"""Round times as a Kalman filter over one shared load and per-arm biases, plain the reference (``RoundTimes``,
+"""Round times as a Kalman filter over one shared load and per-arm biases, plain's held tightest (``RoundTimes``,
 ``LogTimeFilter``): what the fixed-rate split got wrong, the covariance at work, state and merge, and a seeded sweep
 of machines whose calibration is off per arm."""
 
@@ -42,20 +42,22 @@ def ratio(times: RoundTimes, arm: Strategy, b: int) -> float:
 
 def test_a_slow_first_round_does_not_bend_the_ratio_between_arms():
     """The engine's first plain round ran 2x slow, the rest as calibrated: the load comes back to the calibration
-    and an arm never run keeps its calibrated ratio to plain (the fixed-rate split left the load 13% high and
-    plain's bias as much below, so 3_1_4 looked 3.6x a plain round where the calibration said 2.9x)."""
+    and an arm never run keeps its calibrated ratio to plain within 1% (0.2% measured; the fixed-rate split left
+    the load 13% high and plain's bias as much below, so 3_1_4 looked 3.6x a plain round where the calibration said
+    2.9x: 24% off)."""
     times = RoundTimes(calibration())
     times.observe(DISABLE, 64, 2 * plain_s(64))
     for _ in range(30):
         times.observe(DISABLE, 64, plain_s(64))
     assert times.plain_seconds(64) == pytest.approx(plain_s(64), rel=0.03)
-    assert ratio(times, CHAIN, 64) == pytest.approx(chain_s(64) / plain_s(64), rel=1e-9)
+    assert ratio(times, CHAIN, 64) == pytest.approx(chain_s(64) / plain_s(64), rel=0.01)
 
 
 def test_plain_rounds_after_a_stretch_of_one_arm_correct_its_bias_too():
     """3_1_4 really costs 0.8x its calibration. A stretch of it alone cannot tell a lighter machine from a cheaper
-    arm (it predicts its own rounds right, and plain's 20% low); the plain anchors that follow pin the load and,
-    through the covariance the stretch left, 3_1_4's bias, without touching an arm that did not run."""
+    arm (it predicts its own rounds right, and plain's 10% low or more); the plain anchors that follow pin plain's
+    time and, through the covariance the stretch left, 3_1_4's bias. An arm that did not run shares the load, which
+    the stretch moved part of the way: 6% measured (the fixed-rate split: 15%)."""
     times = RoundTimes(calibration())
     for _ in range(40):
         times.observe(CHAIN, 64, 0.8 * chain_s(64))
@@ -67,7 +69,7 @@ def test_plain_rounds_after_a_stretch_of_one_arm_correct_its_bias_too():
             times.observe(CHAIN, 64, 0.8 * chain_s(64))
     assert times.plain_seconds(64) == pytest.approx(plain_s(64), rel=0.03)
     assert times.seconds(CHAIN, 64) == pytest.approx(0.8 * chain_s(64), rel=0.03)
-    assert ratio(times, LONG, 64) == pytest.approx(long_s(64) / plain_s(64), rel=0.03)
+    assert ratio(times, LONG, 64) == pytest.approx(long_s(64) / plain_s(64), rel=0.08)
 
 
 def test_an_uncalibrated_arm_is_timed_by_its_rounds():
