@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrl.adaptive.time_filter import ArmPrior
+from fastrl.adaptive.time_filter import ArmPrior, shared_indices
 
 
 def merge_bandit_states(states: object) -> dict:
@@ -77,21 +77,14 @@ def _merge_times(states: list[dict]) -> dict:
             k = slice(starts[arm], starts[arm] + len(prior.sizes))
             mean[k], cov[k, k] = prior.mean, prior.covariance()
         saved_mean, saved_cov = np.asarray(state["filter"]["mean"]), np.asarray(state["filter"]["cov"])
-        here, there = [0], [0]
-        for arm, saved in state["filter"]["arms"].items():
-            if ArmPrior.from_state(saved["prior"]) == priors[arm]:
-                size = len(priors[arm].sizes)
-                here += range(starts[arm], starts[arm] + size)
-                there += range(int(saved["start"]), int(saved["start"]) + size)
+        here, there = shared_indices(state["filter"]["arms"], {arm: (starts[arm], p) for arm, p in priors.items()})
         mean[here] = saved_mean[there]
         cov[np.ix_(here, here)] = saved_cov[np.ix_(there, there)]
         means.append(mean)
         covs.append(cov)
     precision = np.stack([1.0 / np.diag(c) for c in covs])  # [workers, n]
     merged = (precision * np.stack(means)).sum(0) / precision.sum(0)
-    arms = {
-        arm: {"start": starts[arm], "prior": [list(p.sizes), p.mean, p.std, p.correlation]} for arm, p in priors.items()
-    }
+    arms = {arm: {"start": starts[arm], "prior": p.to_state()} for arm, p in priors.items()}
     return {
         "filter": {"arms": arms, "mean": merged.tolist(), "cov": (sum(covs) / len(covs)).tolist()},
         "measured": sorted({arm for s in states for arm in s["measured"]}),

@@ -44,6 +44,8 @@ UNCALIBRATED_STD = 4.0
 """Prior spread of an uncalibrated arm's log seconds (around 1 s: anything from 20 ms to 50 s is plausible)."""
 UNCALIBRATED_CORRELATION = 0.9
 """Prior correlation of an uncalibrated arm's log time at two of its knots."""
+UNCALIBRATED = ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION)
+"""The time curve an arm without a calibration starts from."""
 
 
 def calibration_sizes(max_batch_size: int) -> list[int]:
@@ -116,7 +118,7 @@ class RoundTimes:
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
         if not self._filter.has(arm):
-            self._filter.add(arm, ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION))
+            self._filter.add(arm, UNCALIBRATED)
         self._filter.observe(arm, batch_size, math.log(seconds) - self._log_calibrated(arm, batch_size))
         self._measured.add(arm)
 
@@ -144,8 +146,7 @@ class RoundTimes:
         saved = state["filter"]
         for name, arm_state in saved["arms"].items():
             arm, prior = Strategy.parse(name), ArmPrior.from_state(arm_state["prior"])
-            uncalibrated = arm not in self._curves and not self._filter.has(arm)
-            if uncalibrated and prior.sizes == UNCALIBRATED_SIZES and prior.std == UNCALIBRATED_STD:
+            if prior == UNCALIBRATED and arm not in self._curves and not self._filter.has(arm):
                 self._filter.add(arm, prior)
         self._filter.load(saved)
         known = {Strategy.parse(a) for a in state["measured"]}

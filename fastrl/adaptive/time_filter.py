@@ -46,6 +46,10 @@ class ArmPrior:
         k = len(self.sizes)
         return self.std**2 * (self.correlation + (1.0 - self.correlation) * np.eye(k))
 
+    def to_state(self) -> list:
+        """Plain data: [sizes, mean, std, correlation] (``from_state`` reads it back)."""
+        return [list(self.sizes), self.mean, self.std, self.correlation]
+
     @classmethod
     def from_state(cls, saved: list) -> ArmPrior:
         """The prior as ``LogTimeFilter.state`` writes it: [sizes, mean, std, correlation]."""
@@ -65,10 +69,6 @@ class LogTimeFilter:
     def has(self, arm: Strategy) -> bool:
         """True when ``arm`` has a bias curve."""
         return arm in self._knots
-
-    def prior(self, arm: Strategy) -> ArmPrior | None:
-        """The prior ``arm``'s curve started from (None for an arm without one)."""
-        return self._priors.get(arm)
 
     def add(self, arm: Strategy, prior: ArmPrior) -> None:
         """Give ``arm`` a bias curve starting at ``prior`` (uncorrelated with the rest of the state)."""
@@ -120,9 +120,8 @@ class LogTimeFilter:
         """Plain-data snapshot: every arm's knots and prior, the mean and the covariance."""
         return {
             "arms": {
-                str(arm): {"start": start, "prior": [list(p.sizes), p.mean, p.std, p.correlation]}
+                str(arm): {"start": start, "prior": self._priors[arm].to_state()}
                 for arm, (start, _) in self._knots.items()
-                for p in [self._priors[arm]]
             },
             "mean": self.mean.tolist(),
             "cov": self.cov.tolist(),
@@ -135,16 +134,25 @@ class LogTimeFilter:
         mean, cov = np.asarray(state["mean"], dtype=float), np.asarray(state["cov"], dtype=float)
         if mean.shape[0] != cov.shape[0] or cov.shape != (mean.shape[0], mean.shape[0]):
             raise ValueError(f"round-time state: mean of {mean.shape[0]} entries but covariance of shape {cov.shape}")
-        here, there = [0], [0]
-        for name, saved in state["arms"].items():
-            arm, prior = Strategy.parse(name), ArmPrior.from_state(saved["prior"])
-            if self._priors.get(arm) != prior:
-                continue
-            start = self._knots[arm][0]
-            here += range(start, start + len(prior.sizes))
-            there += range(int(saved["start"]), int(saved["start"]) + len(prior.sizes))
-        rest = [i for i in range(self.mean.shape[0]) if i not in set(here)]
+        layout = {str(arm): (start, self._priors[arm]) for arm, (start, _) in self._knots.items()}
+        here, there = shared_indices(state["arms"], layout)
+        taken = set(here)
+        rest = [i for i in range(self.mean.shape[0]) if i not in taken]
         self.mean[here] = mean[there]
         self.cov[np.ix_(here, here)] = cov[np.ix_(there, there)]
         self.cov[np.ix_(here, rest)] = 0.0
         self.cov[np.ix_(rest, here)] = 0.0
+
+
+def shared_indices(saved_arms: dict, layout: dict[str, tuple[int, ArmPrior]]) -> tuple[list[int], list[int]]:
+    """The state entries a saved filter (its ``"arms"``) shares with ``layout`` ({arm: (first index, prior)}): their
+    indices here and there, the load's first; an arm counts only where both have the same prior."""
+    here, there = [0], [0]
+    for name, saved in saved_arms.items():
+        entry = layout.get(name)
+        if entry is None or entry[1] != ArmPrior.from_state(saved["prior"]):
+            continue
+        start, prior = entry
+        here += range(start, start + len(prior.sizes))
+        there += range(int(saved["start"]), int(saved["start"]) + len(prior.sizes))
+    return here, there

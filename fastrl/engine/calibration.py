@@ -167,8 +167,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
         "passes": MIN_PASSES,
-        "order": "size by size",
-        "rows": "ragged",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
+        "order": "size by size",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
+        "rows": "ragged",  # rows of one batch differ in length (equal rows hid attention over the longest row)
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

@@ -8,6 +8,7 @@ layers whose outputs it reads before the final-norm state) and holds `fuse.weigh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
         if not isinstance(extra, list):
             raise ValueError(f"extra_layers must be a list of decoder layer indices, got {extra!r}")
         check_extra_layers(tuple(extra))
-        return DrafterInfo(
+        info = DrafterInfo(
             policy_name=str(policy["name"]),
             policy_hidden_size=int(policy["hidden_size"]),
             policy_vocab_size=int(policy["vocab_size"]),
@@ -111,10 +112,10 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             layer_config=ModelConfig.from_hf_dict(meta["layer"]),
             draft_vocab_size=None if meta.get("draft_vocab_size") is None else int(meta["draft_vocab_size"]),
             extra_layers=tuple(extra),
-            prior_hazard=chain_prior_hazard(Path(path) / METRICS_FILE),
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter config ({exc})") from None
+    return dataclasses.replace(info, prior_hazard=chain_prior_hazard(Path(path) / METRICS_FILE))
 
 
 def chain_prior_hazard(file: Path) -> float | None:
