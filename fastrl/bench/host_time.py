@@ -125,23 +125,30 @@ def bench_host_time(
     return rows
 
 
-def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> list[float]:
-    """Paired CPU-time ratios (gather / view) of greedy generation with the default pool, whose rows read their
-    keys in place, and with the same pool given as `kv_cache_tokens` (no home pages: every round gathers)."""
+def config_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int, first: dict, second: dict) -> list[float]:
+    """Paired CPU-time ratios (first / second) of greedy generation by two engines whose `EngineConfig`s differ by
+    the keys given (prompts of 20-60 random tokens, EOS ignored, `max_model_len` 256)."""
     rng = random.Random(0)
     prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
     params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    view = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256))
-    pool_tokens = view.runner.pool.num_pages * view.runner.pool.page_size
-    gather = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256, kv_cache_tokens=pool_tokens))
+    engines = [Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256, **keys)) for keys in (first, second)]
 
     def run(engine: Engine) -> float:
         start = time.process_time()
         engine.generate([GenerateInput(p, params) for p in prompts])
         return time.process_time() - start
 
-    run(view), run(gather)  # warm-up
-    return [run(gather) / run(view) for _ in range(pairs)]
+    run(engines[0]), run(engines[1])  # warm-up
+    return [run(engines[0]) / run(engines[1]) for _ in range(pairs)]
+
+
+def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> list[float]:
+    """`config_ab` of PyTorch attention gathering every key (the default pool given as `kv_cache_tokens`: no home
+    pages) over the same reading its rows' keys in place (gather / view)."""
+    pool = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256)).runner.pool
+    sdpa = {"attention_kernel": False}
+    gather = {**sdpa, "kv_cache_tokens": pool.num_pages * pool.page_size}
+    return config_ab(model, batch, new_tokens, pairs, gather, sdpa)
 
 
 def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3, temperature: float = 0.0) -> float:
@@ -202,9 +209,10 @@ def main(argv: list[str]) -> None:
                 f"{rows} x {vocab}: full {full * 1e3:.3f} ms, lazy {lazy * 1e3:.3f} ms, full / lazy {full / lazy:.2f}"
             )
         return
-    if len(argv) < 2 or argv[0] not in ("throughput", "sampled", "view", "host"):
+    if len(argv) < 2 or argv[0] not in ("throughput", "sampled", "view", "kernel", "host"):
         raise ValueError(
-            "usage: host_time.py throughput|sampled|view BATCHES [NEW_TOKENS [MODEL]] | host STRATEGIES | gumbel; "
+            "usage: host_time.py throughput|sampled|view|kernel BATCHES [NEW_TOKENS [MODEL]] | host STRATEGIES | "
+            "gumbel; "
             f"got {argv}"
         )
     model_dir = resolve_model_dir(argv[3] if len(argv) > 3 else None)
@@ -228,6 +236,9 @@ def main(argv: list[str]) -> None:
         if argv[0] == "view":
             ratios = home_view_ab(model, batch, new_tokens, 5)
             print(f"batch {batch}: gather / view CPU time {[round(r, 2) for r in ratios]}", flush=True)
+        elif argv[0] == "kernel":
+            ratios = config_ab(model, batch, new_tokens, 5, {"attention_kernel": False}, {})
+            print(f"batch {batch}: PyTorch attention / kernel CPU time {[round(r, 2) for r in ratios]}", flush=True)
         else:
             temperature = 1.0 if argv[0] == "sampled" else 0.0
             rate = throughput(model, batch, new_tokens, temperature=temperature)

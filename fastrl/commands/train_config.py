@@ -107,7 +107,8 @@ class RolloutSpec:
     `local` (one engine in this process).
 
     engine: every rollout engine's settings (`EngineConfig`: max_batch_size, max_model_len, device, dtype,
-    page_size, kv_cache_tokens, cuda_graphs, prefix_sharing, history_tokens); its seed is `rl.seed`.
+    page_size, kv_cache_tokens, cuda_graphs, prefix_sharing, history_tokens, attention_kernel); its seed is
+    `rl.seed`.
     engine.dtype is the rollout engines' compute dtype (their copy of the policy and drafter; training stays
     float32). The CPU default float64 makes a sample's rounding independent of how a round is composed (plain row or
     verify row, batch of 1 or 64): float32 rounding flips about one near-tie per 1e5 tokens between the two,

@@ -4,8 +4,8 @@ For each calibration batch size a throwaway ``Engine`` (the same policy, drafter
 cache) decodes that many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass
 is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and have
 budget for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/``
-(``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, torch
-threads, arms, sizes and rounds, and reused by later engines with the same key.
+(``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, attention
+backend, torch threads, arms, sizes and rounds, and reused by later engines with the same key.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bo
 
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
-    """What a calibration depends on: policy and drafter shapes, device, dtype, threads, arms, sizes, rounds."""
+    """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend, threads, arms,
+    sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
     described = {
@@ -160,6 +161,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
         "dtype": engine.config.dtype,
         "cuda_graphs": engine.config.cuda_graphs,
+        "attention": type(engine.runner.cache.backend).__name__,  # the CPU kernel or PyTorch's attention
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "arms": sorted(str(a) for a in arms),

@@ -39,6 +39,9 @@ class EngineConfig:
         reach the context length (nothing ever waits for pages). Smaller pools admit requests while pages last
         and preempt (then recompute) the latest admitted when a round finds too few; it must hold at least one
         request of the context length.
+    attention_kernel: on a CPU, forwards of a few new tokens per row (decode, a chain's verify, drafter steps)
+        attend with fastrl's paged attention kernel (compiled at first use with the system's C++ compiler; when
+        none builds, a warning and PyTorch's attention); False: PyTorch's attention everywhere. Ignored on a GPU.
     """
 
     max_batch_size: int = 64
@@ -51,6 +54,7 @@ class EngineConfig:
     history_tokens: int = 200_000
     page_size: int = 16
     kv_cache_tokens: int | None = None
+    attention_kernel: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fastrl.engine.prefill_groups import length_groups, padded_width
 from fastrl.engine.request import Request
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
@@ -50,10 +51,42 @@ def prefill(
     pad_id: int = 0,
     feature_layers: tuple[int, ...] = (),
 ) -> PrefillResult:
-    """Run `prompts` through the model, writing their KV into `slots`' pages.  # B prompts -> [B,S,F], [B,V]"""
+    """Run `prompts` through the model, writing their KV into `slots`' pages: one forward per group of similar
+    lengths (`length_groups`).  # B prompts -> [B,S,F], [B,V]"""
     device = next(model.parameters()).device
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
-    width = int(lengths.max())
+    groups = length_groups([len(p) for p in prompts])
+    if len(groups) == 1:
+        features, last_logits = _forward(model, cache, prompts, slots, pad_id, feature_layers)
+    else:
+        parts = []
+        for rows in groups:
+            sub = _forward(model, cache, [prompts[r] for r in rows], [slots[r] for r in rows], pad_id, feature_layers)
+            parts.append((torch.tensor(rows, dtype=torch.long, device=device), *sub))
+        width, size = max(part.shape[1] for _, part, _ in parts), parts[0][1].shape[-1]
+        features = parts[0][1].new_zeros(len(prompts), width, size)
+        last_logits = parts[0][2].new_empty(len(prompts), parts[0][2].shape[-1])
+        for rows, part, logits in parts:
+            features[rows, : part.shape[1]] = part
+            last_logits[rows] = logits
+    return PrefillResult(
+        features=features, last_logits=last_logits, lengths=lengths, computed=list(range(len(prompts)))
+    )
+
+
+def _forward(
+    model: CausalLM,
+    cache: KVCache,
+    prompts: list[list[int]],
+    slots: list[int],
+    pad_id: int,
+    feature_layers: tuple[int, ...],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward over prompts right-padded to the longest (`padded_width`).  # B prompts -> features [B,S,F],
+    last logits [B,V]"""
+    device = next(model.parameters()).device
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    width = padded_width(int(lengths.max()), cache.max_len)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
     for row, prompt in enumerate(prompts):
         ids[row, : len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
@@ -71,13 +104,7 @@ def prefill(
         feature_layers=feature_layers,
     )
     rows = torch.arange(len(prompts), device=device)
-    last_hidden = out.hidden[rows, lengths - 1]
-    return PrefillResult(
-        features=out.features,
-        last_logits=model.logits(last_hidden),
-        lengths=lengths,
-        computed=list(range(len(prompts))),
-    )
+    return out.features, model.logits(out.hidden[rows, lengths - 1])
 
 
 def prefill_shared(

@@ -29,7 +29,8 @@ class AttentionMetadata:
     attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key);
     first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place);
     bias: the mask as an additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype, made once
-    per forward where given (scaled_dot_product_attention would convert the bool mask the same way at every layer).
+    per forward where given (scaled_dot_product_attention would convert the bool mask the same way at every layer);
+    extents: [B] long, on a CPU: 1 + the last key each row's queries may attend (a kernel reads no further).
     """
 
     slots: Tensor
@@ -39,6 +40,7 @@ class AttentionMetadata:
     mask: Tensor
     first_slot: int | None = None
     bias: Tensor | None = None
+    extents: Tensor | None = None
 
 
 class AttentionBackend(Protocol):

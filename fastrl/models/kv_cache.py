@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa, mask_bias
+from fastrl.models.masks import key_extents
 
 
 class PageTable:
@@ -194,9 +195,11 @@ class KVCache:
             first_slot = None  # no home pages, or the keys run past them: gather
         pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
         # On a CPU the bool mask becomes a float bias once here rather than inside attention at every layer.
-        bias = mask_bias(mask, self.dtype) if self.device.type == "cpu" and self.num_layers > 1 else None
+        on_cpu = self.device.type == "cpu"
+        bias = mask_bias(mask, self.dtype) if on_cpu and self.num_layers > 1 else None
         entries = self.entries(rows, index).reshape(-1)
-        return AttentionMetadata(rows.index, entries, pages, kv_len, mask, first_slot, bias)
+        extents = key_extents(mask) if on_cpu else None
+        return AttentionMetadata(rows.index, entries, pages, kv_len, mask, first_slot, bias, extents)
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
         """Store this layer's new K/V and attend over the cache (the backend's work).

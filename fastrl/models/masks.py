@@ -18,9 +18,12 @@ def causal_mask_by_index(cache_index: Tensor, kv_len: int) -> Tensor:
 
 
 def sdpa_mask(attn_mask: Tensor) -> Tensor:
-    """Adds the head axis and opens rows that see nothing (padding) onto every key, so their output is finite
-    (meaningless) instead of NaN.  # [B,S,L] bool -> [B,1,S,L] bool"""
-    return (attn_mask | ~attn_mask.any(dim=-1, keepdim=True)).unsqueeze(1)
+    """Adds the head axis and opens rows that see nothing (padding) onto the first key, so their output is finite
+    (meaningless) instead of NaN, and they reach no further than they must (`fastrl.models.row_groups`).
+    # [B,S,L] bool -> [B,1,S,L] bool"""
+    first = torch.zeros(attn_mask.shape[-1], dtype=torch.bool, device=attn_mask.device)
+    first[0] = True
+    return (attn_mask | (~attn_mask.any(dim=-1, keepdim=True) & first)).unsqueeze(1)
 
 
 def attention_mask(
@@ -47,3 +50,13 @@ def attention_mask(
     if kv_len is None:
         kv_len = int(cache_index.max()) + 1
     return sdpa_mask(causal_mask_by_index(cache_index, kv_len))
+
+
+def key_extents(mask: Tensor) -> Tensor:
+    """1 + the last key any query of each row may attend (0 for a row that sees nothing).
+
+    # [B,1,S,L] bool -> [B] long
+    """
+    seen = mask.any(dim=2).squeeze(1)  # [B,L]
+    keys = torch.arange(1, mask.shape[-1] + 1, device=mask.device)
+    return (seen * keys).amax(dim=-1)

@@ -8,6 +8,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from fastrl.models.attention import AttentionBackend
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, PageTable
@@ -105,10 +106,12 @@ class EagleDrafter(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         table: PageTable | None = None,
+        backend: AttentionBackend | None = None,
     ) -> KVCache:
-        """A one-layer KV cache for this drafter (paged over the policy's `table` when given, else dense)."""
+        """A one-layer KV cache for this drafter (paged over the policy's `table` when given, else dense; attention
+        by `backend`, default `PagedSdpa`)."""
         c = self.config
-        return KVCache(1, num_slots, max_len, c.num_key_value_heads, c.head_dim, dtype, device, table)
+        return KVCache(1, num_slots, max_len, c.num_key_value_heads, c.head_dim, dtype, device, table, backend)
 
     def forward(
         self,

@@ -59,7 +59,10 @@ def _inputs(vocab: int, count: int, seed: int, temperature: float) -> list[Gener
 
 def _run(policy, drafter, strategy: str, batch: int, inputs, home: bool, page_size: int) -> tuple[list, list, int]:
     """Outputs, every speculative round's draft trees and how many forwards read keys in place."""
-    config = EngineConfig(max_batch_size=batch, max_model_len=256, dtype="float64", page_size=page_size)
+    # In-place reads are PagedSdpa's (the CPU kernel follows the page table itself, tests/models/test_cpu_attention)
+    config = EngineConfig(
+        max_batch_size=batch, max_model_len=256, dtype="float64", page_size=page_size, attention_kernel=False
+    )
     engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     if not home:  # the same pool, handed out without home pages: every forward gathers
         config = EngineConfig(**{**config.__dict__, "kv_cache_tokens": engine.runner.pool.num_pages * page_size})
