@@ -1,0 +1,97 @@
+"""One layer's attention over a paged cache on a CPU: PyTorch's (`PagedSdpa`) against fastrl's kernel
+(`PagedCpuAttention`), per shape, batch, new tokens per row and row lengths (equal or long-tail).
+
+    python -m fastrl.bench.attention            # one thread; prints ms per call and PyTorch / kernel
+
+Both backends read the same pages of one cache (a shuffled page table, so PyTorch gathers; the kernel follows the
+table) under a chain mask over each row's new tokens. Times are medians of alternated calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from fastrl.models.attention import PagedSdpa
+from fastrl.models.cpu_attention import PagedCpuAttention
+from fastrl.models.kv_cache import KVCache, PageTable
+from fastrl.models.masks import attention_mask
+
+SHAPES = {"bundled": (6, 2, 32), "smollm2": (9, 3, 64)}  # heads, kv heads, head size
+CASES = [  # rows, new tokens per row, row lengths
+    (1, 1, "equal-850"),
+    (64, 1, "equal-100"),
+    (256, 1, "equal-100"),
+    (64, 1, "long-tail"),
+    (64, 4, "long-tail"),
+    (64, 4, "equal-100"),
+    (64, 13, "long-tail"),
+    (16, 13, "equal-300"),
+]
+
+
+def row_lengths(kind: str, rows: int, rng: random.Random) -> list[int]:
+    """`equal-N`: N tokens each; `long-tail`: 14-206 prompt tokens plus a Pareto response of up to 600."""
+    if kind.startswith("equal-"):
+        return [int(kind.split("-")[1])] * rows
+    return [rng.randint(14, 206) + int(min(600, 16 * rng.paretovariate(1.2))) for _ in range(rows)]
+
+
+def time_case(shape: str, rows: int, queries: int, kind: str, kernel: PagedCpuAttention, repeats: int) -> tuple:
+    """(PyTorch ms, kernel ms, max |difference|) of one layer's attention.  # one forward's worth"""
+    heads, kv_heads, dim = SHAPES[shape]
+    rng = random.Random(0)
+    lengths = row_lengths(kind, rows, rng)
+    width, page_size = max(lengths) + queries, 16
+    columns = math.ceil(width / page_size)
+    table = PageTable(rows, width, page_size, num_pages=rows * columns, scratch_len=page_size)
+    pages = torch.randperm(rows * columns).view(rows, columns)
+    table.map([r for r in range(rows) for _ in range(columns)], list(range(columns)) * rows, pages.view(-1).tolist())
+    caches = [KVCache(2, rows, width, kv_heads, dim, table=table, backend=b) for b in (PagedSdpa(), kernel)]
+    caches[1].k, caches[1].v = caches[0].k.normal_(), caches[0].v.normal_()  # one pool, two readers
+    index = torch.tensor([[n + i for i in range(queries)] for n in lengths])
+    mask = attention_mask(index, index)
+    q = torch.randn(rows, queries, heads, dim).transpose(1, 2)
+    k, v = torch.randn(rows, kv_heads, queries, dim), torch.randn(rows, kv_heads, queries, dim)
+    calls: list[Callable[[], torch.Tensor]] = []
+    for cache in caches:
+        meta = cache.metadata(torch.arange(rows), index, mask)
+        calls.append(lambda cache=cache, meta=meta: cache.attend(0, q, k, v, meta, heads != kv_heads))
+    diff = (calls[0]() - calls[1]()).abs().max().item()
+    times: list[list[float]] = [[], []]
+    for _ in range(repeats):
+        for call, acc in zip(calls, times, strict=True):
+            start = time.perf_counter()
+            call()
+            acc.append(time.perf_counter() - start)
+    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3, diff
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the table (one thread)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    kernel = PagedCpuAttention.load()
+    if kernel is None:
+        raise SystemExit("the attention kernel cannot be built on this machine (see the warning above)")
+    print("shape     rows  new  lengths      PyTorch ms  kernel ms  PyTorch/kernel  max|diff|")
+    for shape in SHAPES:
+        for rows, queries, kind in CASES:
+            torch_ms, kernel_ms, diff = time_case(shape, rows, queries, kind, kernel, args.repeats)
+            print(
+                f"{shape:8} {rows:5} {queries:4}  {kind:11} {torch_ms:10.3f} {kernel_ms:10.3f} "
+                f"{torch_ms / kernel_ms:15.2f}  {diff:.1e}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
