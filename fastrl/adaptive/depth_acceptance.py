@@ -155,13 +155,13 @@ class DepthAcceptance:
         the depth before's hazard. [steps]"""
         if arm in self._estimated:
             return self._estimated[arm]
-        own = [self.counts[twin] for twin in self._twins[arm]]
-        pooled = [self.counts[other] for other in self._pool[arm]]
+        steps = len(self.counts[arm].hits)
+        own = _summed([self.counts[twin] for twin in self._twins[arm]], steps)
+        pooled = _summed([self.counts[other] for other in self._pool[arm]], steps)
         out, before = [], self._prior_hazard[family(arm)]
         pooled_before = before
-        for d in range(len(self.counts[arm].hits)):
-            own_hits, own_trials = _sum_at(own, d)
-            hits, trials = _sum_at(pooled, d)
+        for d in range(steps):
+            (own_hits, own_trials), (hits, trials) = own[d], pooled[d]
             prior = (hits + pooled_before * BASE_ROWS) / (trials + BASE_ROWS)
             # a prior only as firm as its data, and fading as the arm's own rows accumulate
             weight = self.prior_rows * trials / (trials + self.prior_rows)
@@ -245,7 +245,11 @@ def _prior_for(arm: Strategy, other: Strategy) -> bool:
     return (contains(other, arm) or contains(arm, other)) and arm.stops_early >= other.stops_early
 
 
-def _sum_at(counts: list[DepthCounts], d: int) -> tuple[float, float]:
-    """Hits and trials at depth index ``d`` summed over the arms that draft that deep."""
-    deep = [c for c in counts if d < len(c.hits)]
-    return sum(c.hits[d] for c in deep), sum(c.trials[d] for c in deep)
+def _summed(counts: list[DepthCounts], steps: int) -> list[tuple[float, float]]:
+    """Hits and trials at each depth index below ``steps``, summed over the arms that draft that deep. [steps]"""
+    hits, trials = [0.0] * steps, [0.0] * steps
+    for c in counts:
+        for d in range(min(steps, len(c.hits))):
+            hits[d] += c.hits[d]
+            trials[d] += c.trials[d]
+    return list(zip(hits, trials, strict=True))

@@ -16,7 +16,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.attention import PagedSdpa
 from fastrl.models.checkpoint import load_model
-from fastrl.models.cpu_attention import MAX_QUERIES, PagedCpuAttention
+from fastrl.models.cpu_attention import MAX_QUERIES, RAGGED_DENSITY, PagedCpuAttention
 from fastrl.models.kernel_build import load_kernel
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.masks import attention_mask
@@ -50,6 +50,8 @@ def _random_forward(rng: random.Random, dtype: torch.dtype, queries: int):
     heads, kv_heads, dim = rng.choice(SHAPES)
     rows, page_size = rng.randint(1, 6), rng.choice([1, 4, 16])
     lengths = [rng.randint(1, 90) for _ in range(rows)]
+    if rng.random() < 0.5:  # a long-tail batch: one long row
+        lengths[rng.randrange(rows)] = rng.randint(200, 400)
     width = max(lengths) + queries
     columns = math.ceil(width / page_size)
     table = PageTable(rows, width, page_size, num_pages=rows * columns + 3, scratch_len=page_size)
@@ -83,13 +85,16 @@ def _random_forward(rng: random.Random, dtype: torch.dtype, queries: int):
 def test_the_kernel_matches_sdpa_over_the_same_pages_on_random_batches(kernel, dtype):
     rng = random.Random(7 if dtype == torch.float32 else 8)
     tolerance = 2e-5 if dtype == torch.float32 else 1e-12
-    for _ in range(60):
-        queries = rng.randint(1, MAX_QUERIES)
+    ragged = 0
+    for _ in range(80):
+        queries = rng.randint(1, MAX_QUERIES) if rng.random() < 0.6 else rng.randint(MAX_QUERIES + 1, 32)
         (sdpa, mine), slots, index, mask, q, k, v, raw = _random_forward(rng, dtype, queries)
         mine.backend = kernel
         expected = sdpa.attend(1, q, k, v, sdpa.metadata(slots, index, mask), q.shape[1] != k.shape[1])
         meta = mine.metadata(slots, index, mask)
-        assert kernel.applies(mine, q, meta)
+        reach = int(meta.extents.sum()) / (q.shape[0] * mask.shape[-1])  # the keys rows reach / the padded keys
+        assert kernel.applies(mine, q, meta) == (queries <= MAX_QUERIES or reach <= RAGGED_DENSITY)
+        ragged += queries > MAX_QUERIES and reach <= RAGGED_DENSITY
         got = mine.attend(1, q, k, v, meta, q.shape[1] != k.shape[1])
         assert torch.isfinite(got).all()
         seen = raw.any(-1)  # [B,S]: padding queries' outputs are meaningless
@@ -97,11 +102,12 @@ def test_the_kernel_matches_sdpa_over_the_same_pages_on_random_batches(kernel, d
         if diff.numel():
             assert diff.max().item() <= tolerance * max(1.0, expected.abs().max().item())
         assert torch.equal(mine.k, sdpa.k) and torch.equal(mine.v, sdpa.v)  # the same new entries stored
+    assert ragged >= 5  # ragged batches of 5-32 new tokens per row went to the kernel too
 
 
 def test_what_the_kernel_does_not_cover_goes_to_sdpa(kernel):
     rng = random.Random(3)
-    for queries, dtype in ((MAX_QUERIES + 3, torch.float32), (2, torch.bfloat16)):
+    for queries, dtype in ((33, torch.float32), (2, torch.bfloat16)):
         (sdpa, mine), slots, index, mask, q, k, v, _ = _random_forward(rng, dtype, queries)
         mine.backend = kernel
         meta = mine.metadata(slots, index, mask)
