@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastrl.engine.prefill_groups import length_groups, padded_width
 from fastrl.speculative.drafting import DrafterInput, catch_up
 from fastrl.speculative.round import SpecModels
 
@@ -101,15 +102,18 @@ def feed_prompts(
     last = torch.tensor(sizes, dtype=torch.long, device=feed.device) - 1
     root_tokens = torch.tensor([t[-1] for t in tokens], dtype=torch.long, device=feed.device).unsqueeze(1)
     run = list(range(b)) if computed is None else computed
-    width = max(sizes[row] for row in run)
-    if width > 1:
-        padded = torch.tensor([tokens[row][1:-1] + [0] * (width - sizes[row]) for row in run])  # [R,width-1]
-        prefix_features, run_slots, counts = features[:, : width - 1], slots, last.clamp(min=0)
-        if len(run) < b:  # the computed rows only: [R,width-1,F], [R], [R]
-            take = torch.tensor(run, dtype=torch.long, device=feed.device)
-            prefix_features = prefix_features.index_select(0, take)
-            run_slots, counts = slots.index_select(0, take), counts.index_select(0, take)
-        prefix = DrafterInput(padded.to(feed.device), prefix_features, counts)
-        dslots = models.dcache.rows(run_slots)
-        catch_up(models.drafter, models.policy, models.dcache, dslots, counts, width, prefix)  # padding at width + 1
+    counts = last.clamp(min=0)
+    for members in length_groups([sizes[row] for row in run]):  # rows of similar lengths together (less padding)
+        group = [run[i] for i in members]
+        width = max(sizes[row] for row in group)
+        if width <= 1:
+            continue
+        columns = min(padded_width(width - 1, features.shape[1]), features.shape[1])  # >= width - 1
+        padded = torch.tensor([tokens[row][1:-1] + [0] * (columns + 1 - sizes[row]) for row in group])  # [R,cols]
+        take = torch.tensor(group, dtype=torch.long, device=feed.device)
+        prefix = DrafterInput(
+            padded.to(feed.device), features[:, :columns].index_select(0, take), counts.index_select(0, take)
+        )
+        dslots = models.dcache.rows(slots.index_select(0, take))
+        catch_up(models.drafter, models.policy, models.dcache, dslots, prefix.counts, width, prefix)  # padding: width+1
     feed.append(slots, slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)

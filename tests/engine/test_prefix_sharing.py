@@ -17,6 +17,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.prefill_groups import length_groups
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.tasks.task import ArithChainTask
@@ -171,7 +172,8 @@ def test_grpo_groups_under_speculation_equal_plain_decoding(bundled, monkeypatch
     spy = PrefillCatchUpRows()
     monkeypatch.setattr(drafter_feed_module, "catch_up", spy)
     engine, spec = _run(policy, inputs, True, len(inputs), strategy, drafters["fused"])
-    assert spy.rows == [len(prompts)]  # one prefill, one catch-up over one row per distinct prompt
+    # one prefill; the catch-ups (one per group of similar prompt lengths) run one row per distinct prompt
+    assert sum(spy.rows) == len(prompts) and len(spy.rows) == len(length_groups([len(p) for p in prompts]))
     assert engine.prefill_rows.computed == len(prompts)
     for a, b, c in zip(plain, spec, unshared, strict=True):
         assert b.token_ids == a.token_ids and b.finish_reason == a.finish_reason
