@@ -1,13 +1,13 @@
 """The CPU attention backend: decode-sized forwards read each row's pages in place, over the row's own keys.
 
 `scaled_dot_product_attention` on a CPU attends every row over the batch's longest row (the mask pads the rest),
-through a kernel made for long query blocks: at one query per row it runs at a few GFLOP/s, and a ragged batch
-pays for its longest row in every row. `PagedCpuAttention` hands forwards of at most `MAX_QUERIES` new tokens per
-row (plain decode, a chain's verify, drafter steps), and of up to `RAGGED_MAX_QUERIES` on a ragged batch, to
-fastrl's paged attention kernel (`fastrl/models/kernels/paged_attention.cpp`, built at first use): it follows the
-page table itself (no gather, no view), stops at each row's extent and skips what the mask hides. Other forwards (prefill, wide trees), dtypes
-and head sizes the kernel has no instance for, and machines where it cannot be built go to `PagedSdpa`, whose
-result it matches to rounding (tests/models/test_cpu_attention.py).
+through a kernel made for long query blocks: at one query per row it runs at a few GFLOP/s, and a ragged batch pays
+for its longest row in every row. `PagedCpuAttention` hands forwards of at most `MAX_QUERIES` new tokens per row
+(plain decode, a chain's verify, drafter steps), and of up to `RAGGED_MAX_QUERIES` on a ragged batch, to fastrl's
+paged attention kernel (`fastrl/models/kernels/paged_attention.cpp`, built at first use): it follows the page table
+itself (no gather, no view), stops at each row's extent and skips what the mask hides. Other forwards (prefill, wide
+trees), dtypes and head sizes the kernel has no instance for, and machines where it cannot be built go to
+`PagedSdpa`, whose result it matches to rounding (tests/models/test_cpu_attention.py).
 """
 
 from __future__ import annotations
