@@ -108,7 +108,7 @@ def feed_prompts(
         width = max(sizes[row] for row in group)
         if width <= 1:
             continue
-        columns = min(padded_width(width - 1, features.shape[1]), features.shape[1])  # >= width - 1
+        columns = padded_width(width - 1, features.shape[1])  # the prefill's features cover them
         padded = torch.tensor([tokens[row][1:-1] + [0] * (columns + 1 - sizes[row]) for row in group])  # [R,cols]
         take = torch.tensor(group, dtype=torch.long, device=feed.device)
         prefix = DrafterInput(

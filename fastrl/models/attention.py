@@ -26,7 +26,7 @@ class AttentionMetadata:
 
     slots: [B] slot ids; write: [B*S] physical cache entries of the new tokens, row-major; pages: [B,C] the
     pages holding each row's entries [0, C * page_size) (C = ceil(kv_len / page_size)); kv_len: entries
-    attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto every key);
+    attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto the first key);
     first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place);
     bias: the mask as an additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype, made once
     per forward where given (scaled_dot_product_attention would convert the bool mask the same way at every layer);

@@ -41,10 +41,8 @@ def _cpu_identity() -> str:
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "g++", "c++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+    found = (shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++") if name)
+    return next((path for path in found if path), None)
 
 
 @functools.cache

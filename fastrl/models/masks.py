@@ -19,7 +19,7 @@ def causal_mask_by_index(cache_index: Tensor, kv_len: int) -> Tensor:
 
 def sdpa_mask(attn_mask: Tensor) -> Tensor:
     """Adds the head axis and opens rows that see nothing (padding) onto the first key, so their output is finite
-    (meaningless) instead of NaN, and they reach no further than they must (`fastrl.models.row_groups`).
+    (meaningless) instead of NaN, and their row's extent (`key_extents`) reaches no further than its real queries'.
     # [B,S,L] bool -> [B,1,S,L] bool"""
     first = torch.zeros(attn_mask.shape[-1], dtype=torch.bool, device=attn_mask.device)
     first[0] = True

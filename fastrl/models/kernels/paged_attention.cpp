@@ -38,6 +38,17 @@ struct Layout {
     int64_t q_row, q_head, q_query, out_row, out_head, out_query;  // element strides of q and out
 };
 
+// Key (or value) j of kv head kh of a row, from the page the row's table names, into C vector registers.
+template <typename T, int D>
+inline void load_entry(typename Vec<T>::type* out, const T* pool, const int64_t* row_pages, int64_t j, int64_t kh,
+                       const Layout& at) {
+    typedef typename Vec<T>::type V;
+    constexpr int L = Vec<T>::lanes;
+    const int64_t entry = row_pages[j / at.page_size] * at.page_size + j % at.page_size;
+    const T* at_entry = pool + (entry * at.kv_heads + kh) * D;
+    for (int c = 0; c < D / L; c++) out[c] = *reinterpret_cast<const V*>(at_entry + c * L);
+}
+
 // Up to QT queries (n of them real) of one row and kv head over the row's keys [0, extent).
 template <typename T, int D>
 void tile(const T* const* qs, T* const* outs, const uint8_t* const* masks, int n, const T* k_pool, const T* v_pool,
@@ -51,10 +62,8 @@ void tile(const T* const* qs, T* const* outs, const uint8_t* const* masks, int n
         for (int c = 0; c < C; c++) qv[i][c] = *reinterpret_cast<const V*>(qs[i] + c * L);
     }
     for (int64_t j = 0; j < extent; j++) {
-        const int64_t entry = row_pages[j / at.page_size] * at.page_size + j % at.page_size;
-        const T* kp = k_pool + (entry * at.kv_heads + kh) * D;
         V kv[C];
-        for (int c = 0; c < C; c++) kv[c] = *reinterpret_cast<const V*>(kp + c * L);
+        load_entry<T, D>(kv, k_pool, row_pages, j, kh, at);
         for (int i = 0; i < QT; i++) {
             V acc = qv[i][0] * kv[0];
             for (int c = 1; c < C; c++) acc += qv[i][c] * kv[c];
@@ -76,10 +85,8 @@ void tile(const T* const* qs, T* const* outs, const uint8_t* const* masks, int n
     for (int i = 0; i < QT; i++)
         for (int c = 0; c < C; c++) acc[i][c] = V{};
     for (int64_t j = 0; j < extent; j++) {
-        const int64_t entry = row_pages[j / at.page_size] * at.page_size + j % at.page_size;
-        const T* vp = v_pool + (entry * at.kv_heads + kh) * D;
         V vv[C];
-        for (int c = 0; c < C; c++) vv[c] = *reinterpret_cast<const V*>(vp + c * L);
+        load_entry<T, D>(vv, v_pool, row_pages, j, kh, at);
         for (int i = 0; i < QT; i++) {
             const T p = scores[i * at.mask_len + j];
             for (int c = 0; c < C; c++) acc[i][c] += p * vv[c];
