@@ -9,7 +9,7 @@ metadata, so nothing about the batch is recomputed per layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from fastrl.models.cpu_attention import KernelPlan
     from fastrl.models.kv_cache import KVCache
 
 
@@ -27,10 +28,11 @@ class AttentionMetadata:
     slots: [B] slot ids; write: [B*S] physical cache entries of the new tokens, row-major; pages: [B,C] the
     pages holding each row's entries [0, C * page_size) (C = ceil(kv_len / page_size)); kv_len: entries
     attended; mask: [B,1,S,kv_len] bool, True = may attend (rows that see nothing open onto the first key);
-    first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place);
-    bias: the mask as an additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype, made once
-    per forward where given (scaled_dot_product_attention would convert the bool mask the same way at every layer);
-    extents: [B] long, on a CPU: 1 + the last key each row's queries may attend (a kernel reads no further).
+    first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place).
+    What the cache's backend prepared for every layer of the forward (`AttentionBackend.plan`): bias, the mask as an
+    additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype (`PagedSdpa` on a CPU:
+    scaled_dot_product_attention would convert the bool mask the same way at every layer); kernel, the CPU kernel's
+    inputs when it takes this forward (`PagedCpuAttention`).
     """
 
     slots: Tensor
@@ -40,11 +42,16 @@ class AttentionMetadata:
     mask: Tensor
     first_slot: int | None = None
     bias: Tensor | None = None
-    extents: Tensor | None = None
+    kernel: KernelPlan | None = None
 
 
 class AttentionBackend(Protocol):
-    """Stores the new K/V of one layer and attends over the cache as `meta` says."""
+    """Prepares a forward once (`plan`), then stores the new K/V of each layer and attends over the cache as `meta`
+    says."""
+
+    def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
+        """`meta` with what this backend computes once per forward for all its layers (`KVCache.metadata` calls it)."""
+        ...
 
     def attend(
         self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool
@@ -57,6 +64,12 @@ class PagedSdpa:
     """The portable backend: write the new entries in place, gather each row's pages into `[B,kvh,L,hd]` (one
     indexed copy per layer) and run scaled_dot_product_attention with the mask. CPU and GPU alike; on a GPU the
     page-table shapes are static per batch bucket, so it is captured in the round's CUDA graph."""
+
+    def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
+        """On a CPU, the bool mask as a float bias once for all layers (nothing to prepare for one layer or a GPU)."""
+        if cache.device.type != "cpu" or cache.num_layers == 1:
+            return meta
+        return replace(meta, bias=mask_bias(meta.mask, cache.dtype))
 
     def attend(
         self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,11 +33,26 @@ RAGGED_MAX_QUERIES = 32  # up to this many on ragged batches: the keys the rows 
 RAGGED_DENSITY = 0.5  # this fraction of rows x the longest row (dense, SDPA is ~2x faster per key from 6 queries)
 HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)  # the kernel's instances
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGS = [_P] * 7 + [_I] * 8 + [_P, _P, ctypes.c_double, _P]
+_ARGS = [_P] * 7 + [_I] * 14 + [ctypes.c_double, _P]
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What every layer of a forward the kernel takes hands it: the mask as bytes, each row's extent (1 + the last
+    key its queries may attend: the kernel reads no further) and the score scratch.
+
+    mask [B,1,S,L] uint8 contiguous; extents [B] long; scores [tile, L]
+    """
+
+    mask: Tensor
+    extents: Tensor
+    scores: Tensor
 
 
 class PagedCpuAttention:
-    """The paged attention kernel where it applies, `PagedSdpa` elsewhere (see the module's docstring)."""
+    """The paged attention kernel where it applies, `PagedSdpa` elsewhere (see the module's docstring). Where it
+    applies is decided once per forward (`plan`), from the queries per row and, past `MAX_QUERIES`, from how far
+    the rows reach."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self.fallback = PagedSdpa()
@@ -45,6 +61,8 @@ class PagedCpuAttention:
             fn = getattr(library, f"fastrl_paged_attention_{suffix}")
             fn.argtypes, fn.restype = _ARGS, ctypes.c_int
             self._entry[dtype] = fn
+        self._extents = library.fastrl_mask_extents
+        self._extents.argtypes, self._extents.restype = [_P, _I, _I, _I, _P], ctypes.c_int64
         self.tile = int(library.fastrl_paged_attention_tile())
 
     @classmethod
@@ -53,57 +71,56 @@ class PagedCpuAttention:
         library = load_kernel("paged_attention")
         return None if library is None else cls(library)
 
-    def applies(self, cache: KVCache, q: Tensor, meta: AttentionMetadata) -> bool:
-        """Whether this forward goes to the kernel: a few new tokens per row, or a few more on a ragged batch (the
-        extents are read as host memory: on a CPU no device sync).  # q [B,h,S,hd]"""
-        if q.device.type != "cpu" or meta.extents is None:
-            return False
-        queries = q.shape[2]
-        if queries > MAX_QUERIES and (
-            queries > RAGGED_MAX_QUERIES
-            or meta.extents.numpy().sum() > RAGGED_DENSITY * q.shape[0] * meta.mask.shape[-1]
+    def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
+        """`meta` with a `KernelPlan` when this forward goes to the kernel (a few new tokens per row, or a few more
+        on a ragged batch), else with what `PagedSdpa` prepares.  # meta.mask [B,1,S,L] bool"""
+        rows, _, queries, length = meta.mask.shape
+        if (
+            cache.device.type != "cpu"
+            or cache.dtype not in self._entry
+            or cache.head_dim not in HEAD_DIMS
+            or queries > RAGGED_MAX_QUERIES
+            or meta.pages.stride(-1) != 1
         ):
-            return False
-        return (
-            q.dtype in self._entry
-            and cache.k.dtype == q.dtype
-            and q.shape[-1] in HEAD_DIMS
-            and q.stride(-1) == 1
-            and meta.pages.stride(-1) == 1
-        )
+            return self.fallback.plan(cache, meta)
+        mask = meta.mask.view(torch.uint8).contiguous()
+        extents = torch.empty(rows, dtype=torch.long)
+        reach = self._extents(mask.data_ptr(), rows, queries, length, extents.data_ptr())
+        if queries > MAX_QUERIES and reach > RAGGED_DENSITY * rows * length:
+            return self.fallback.plan(cache, meta)
+        scores = torch.empty(self.tile, length, dtype=cache.dtype)
+        return replace(meta, kernel=KernelPlan(mask, extents, scores))
 
     def attend(
         self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool
     ) -> Tensor:
         """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
-        if not self.applies(cache, q, meta):
+        plan = meta.kernel
+        if plan is None or q.stride(-1) != 1 or q.dtype != cache.dtype:
             return self.fallback.attend(cache, layer, q, k, v, meta, gqa)
         cache.store(layer, meta.write, k, v)
         b, h, s, hd = q.shape
-        mask = meta.mask.view(torch.uint8).contiguous()  # [B,1,S,L]
         out = torch.empty(b, s, h, hd, dtype=q.dtype).transpose(1, 2)  # what o_proj reads after its transpose
-        scores = torch.empty(self.tile, mask.shape[-1], dtype=q.dtype)
-        strides = torch.tensor([*q.stride()[:3], *out.stride()[:3]], dtype=torch.long)
         failed = self._entry[q.dtype](
             q.data_ptr(),
             cache.k[layer].data_ptr(),
             cache.v[layer].data_ptr(),
             meta.pages.data_ptr(),
-            mask.data_ptr(),
-            meta.extents.data_ptr(),
+            plan.mask.data_ptr(),
+            plan.extents.data_ptr(),
             out.data_ptr(),
             b,
             h,
             cache.num_kv_heads,
             s,
             hd,
-            mask.shape[-1],
+            plan.mask.shape[-1],
             meta.pages.stride(0),
             cache.page_size,
-            strides.data_ptr(),
-            strides.data_ptr() + 3 * strides.element_size(),
+            *q.stride()[:3],
+            *out.stride()[:3],
             1 / math.sqrt(hd),
-            scores.data_ptr(),
+            plan.scores.data_ptr(),
         )
         if failed:
             raise RuntimeError(f"paged attention kernel: no instance for head size {hd}")

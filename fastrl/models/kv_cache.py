@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa, mask_bias
-from fastrl.models.masks import key_extents
+from fastrl.models.attention import AttentionBackend, AttentionMetadata, PagedSdpa
 
 
 class PageTable:
@@ -194,12 +193,8 @@ class KVCache:
         if first_slot is not None and (stride is None or kv_len > stride * self.page_size):
             first_slot = None  # no home pages, or the keys run past them: gather
         pages = rows.pages[:, : math.ceil(kv_len / self.page_size)]
-        # On a CPU the bool mask becomes a float bias once here rather than inside attention at every layer.
-        on_cpu = self.device.type == "cpu"
-        bias = mask_bias(mask, self.dtype) if on_cpu and self.num_layers > 1 else None
         entries = self.entries(rows, index).reshape(-1)
-        extents = key_extents(mask) if on_cpu else None
-        return AttentionMetadata(rows.index, entries, pages, kv_len, mask, first_slot, bias, extents)
+        return self.backend.plan(self, AttentionMetadata(rows.index, entries, pages, kv_len, mask, first_slot))
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool) -> Tensor:
         """Store this layer's new K/V and attend over the cache (the backend's work).

@@ -19,8 +19,8 @@ def causal_mask_by_index(cache_index: Tensor, kv_len: int) -> Tensor:
 
 def sdpa_mask(attn_mask: Tensor) -> Tensor:
     """Adds the head axis and opens rows that see nothing (padding) onto the first key, so their output is finite
-    (meaningless) instead of NaN, and their row's extent (`key_extents`) reaches no further than its real queries'.
-    # [B,S,L] bool -> [B,1,S,L] bool"""
+    (meaningless) instead of NaN, and their row's extent (the CPU kernel's `KernelPlan.extents`) reaches no
+    further than its real queries'.  # [B,S,L] bool -> [B,1,S,L] bool"""
     first = torch.zeros(attn_mask.shape[-1], dtype=torch.bool, device=attn_mask.device)
     first[0] = True
     return (attn_mask | (~attn_mask.any(dim=-1, keepdim=True) & first)).unsqueeze(1)
@@ -50,13 +50,3 @@ def attention_mask(
     if kv_len is None:
         kv_len = int(cache_index.max()) + 1
     return sdpa_mask(causal_mask_by_index(cache_index, kv_len))
-
-
-def key_extents(mask: Tensor) -> Tensor:
-    """1 + the last key any query of each row may attend (0 for a row that sees nothing).
-
-    # [B,1,S,L] bool -> [B] long
-    """
-    seen = mask.any(dim=2).squeeze(1)  # [B,L]
-    keys = torch.arange(1, mask.shape[-1] + 1, device=mask.device)
-    return (seen * keys).amax(dim=-1)

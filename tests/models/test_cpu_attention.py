@@ -81,6 +81,12 @@ def _random_forward(rng: random.Random, dtype: torch.dtype, queries: int):
     return caches, torch.arange(rows), index, mask, q, k, v, raw
 
 
+def _extents(mask: torch.Tensor) -> torch.Tensor:
+    """The reference: 1 + the last key any query of each row may attend.  # [B,1,S,L] bool -> [B] long"""
+    seen = mask.any(dim=2).squeeze(1)  # [B,L]
+    return (seen * torch.arange(1, mask.shape[-1] + 1)).amax(dim=-1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_kernel_matches_sdpa_over_the_same_pages_on_random_batches(kernel, dtype):
     rng = random.Random(7 if dtype == torch.float32 else 8)
@@ -92,8 +98,12 @@ def test_the_kernel_matches_sdpa_over_the_same_pages_on_random_batches(kernel, d
         mine.backend = kernel
         expected = sdpa.attend(1, q, k, v, sdpa.metadata(slots, index, mask), q.shape[1] != k.shape[1])
         meta = mine.metadata(slots, index, mask)
-        reach = int(meta.extents.sum()) / (q.shape[0] * mask.shape[-1])  # the keys rows reach / the padded keys
-        assert kernel.applies(mine, q, meta) == (queries <= MAX_QUERIES or reach <= RAGGED_DENSITY)
+        extents = _extents(mask)
+        reach = int(extents.sum()) / (q.shape[0] * mask.shape[-1])  # the keys rows reach / the padded keys
+        taken = queries <= MAX_QUERIES or reach <= RAGGED_DENSITY
+        assert (meta.kernel is not None) == taken and (meta.bias is None) == taken  # no bias made for the kernel
+        if taken:
+            assert torch.equal(meta.kernel.extents, extents)
         ragged += queries > MAX_QUERIES and reach <= RAGGED_DENSITY
         got = mine.attend(1, q, k, v, meta, q.shape[1] != k.shape[1])
         assert torch.isfinite(got).all()
@@ -111,7 +121,7 @@ def test_what_the_kernel_does_not_cover_goes_to_sdpa(kernel):
         (sdpa, mine), slots, index, mask, q, k, v, _ = _random_forward(rng, dtype, queries)
         mine.backend = kernel
         meta = mine.metadata(slots, index, mask)
-        assert not kernel.applies(mine, q, meta)
+        assert meta.kernel is None
         expected = sdpa.attend(0, q, k, v, sdpa.metadata(slots, index, mask), q.shape[1] != k.shape[1])
         assert torch.equal(mine.attend(0, q, k, v, meta, q.shape[1] != k.shape[1]), expected)
 
