@@ -5,7 +5,8 @@ cache) decodes that many requests; the engines take turns running every arm, ``r
 is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and have
 budget for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/``
 (``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, attention
-backend, torch threads, arms, sizes and rounds, and reused by later engines with the same key.
+backend (and whether drafter steps run in the CPU kernel), torch threads, arms, sizes and rounds, and reused by later
+engines with the same key.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.engine.engine import Engine
+from fastrl.models.cpu_attention import PagedCpuAttention
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.cpu_drafter_step import cpu_drafter_step
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -150,9 +153,18 @@ def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bo
     return True
 
 
+def _drafter_step_kernel(engine: Engine) -> bool:
+    """Whether this engine's small drafter forwards run in the CPU drafter-step kernel."""
+    return (
+        engine.drafter is not None
+        and isinstance(engine.runner.cache.backend, PagedCpuAttention)
+        and cpu_drafter_step() is not None
+    )
+
+
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
-    """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend, threads, arms,
-    sizes, rounds."""
+    """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend (and the drafter
+    step's), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
     described = {
@@ -162,6 +174,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "dtype": engine.config.dtype,
         "cuda_graphs": engine.config.cuda_graphs,
         "attention": type(engine.runner.cache.backend).__name__,  # the CPU kernel or PyTorch's attention
+        "drafter_step": _drafter_step_kernel(engine),  # a drafter step in one C++ call or PyTorch's ops
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "arms": sorted(str(a) for a in arms),

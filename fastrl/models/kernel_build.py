@@ -2,10 +2,11 @@
 
 The source is compiled with the system's C++ compiler (`$CXX`, else g++, else c++) for the machine it runs on
 (`-O3 -march=native`), once: the library is kept under `$FASTRL_CACHE/kernels` (default ~/.cache/fastrl/kernels),
-named by a hash of the source, the compiler's version, the flags and the CPU's model and features, so a cache shared
-by other machines never hands one a library built for another CPU. Concurrent builds (Ray workers) are safe: each
-compiles to its own temporary file and renames it into place. Where no compiler is found or the build fails, the
-loader says why once (a warning) and returns None; callers fall back to PyTorch.
+named by a hash of the source (and of the headers the kernels share), the compiler's version, the flags and the
+CPU's model and features, so a cache shared by other machines never hands one a library built for another CPU.
+Concurrent builds (Ray workers) are safe: each compiles to its own temporary file and renames it into place. Where
+no compiler is found or the build fails, the loader says why once (a warning) and returns None; callers fall back to
+PyTorch.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def _compiler() -> str | None:
 def load_kernel(name: str) -> ctypes.CDLL | None:
     """The compiled library of `fastrl/models/kernels/<name>.cpp`, built on first use; None (and one warning) when
     it cannot be built here."""
-    source = resources.files("fastrl.models").joinpath("kernels", f"{name}.cpp").read_bytes()
+    kernels = resources.files("fastrl.models").joinpath("kernels")
+    source = kernels.joinpath(f"{name}.cpp").read_bytes()
+    headers = {item.name: item.read_bytes() for item in kernels.iterdir() if item.name.endswith(".h")}
     compiler = _compiler()
     if compiler is None:
         LOG.warning("fastrl: no C++ compiler (set CXX, or install g++): %s falls back to PyTorch", name)
@@ -59,12 +62,13 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as error:
         LOG.warning("fastrl: %s --version failed (%s): %s falls back to PyTorch", compiler, error, name)
         return None
-    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_identity().encode()]))
+    parts = [source, *(headers[h] for h in sorted(headers)), version.encode(), " ".join(FLAGS).encode()]
+    key = hashlib.sha256(b"\0".join([*parts, _cpu_identity().encode()]))
     directory = cache_root() / "kernels"
     library = directory / f"{name}-{key.hexdigest()[:20]}.so"
     if not library.exists():
         try:
-            _build(compiler, source, name, library)
+            _build(compiler, source, headers, name, library)
         except (OSError, subprocess.SubprocessError) as error:
             LOG.warning("fastrl: building the %s kernel failed, falling back to PyTorch: %s", name, error)
             return None
@@ -75,10 +79,13 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
         return None
 
 
-def _build(compiler: str, source: bytes, name: str, library: Path) -> None:
-    """Compiles `source` into `library` (through a temporary file renamed into place)."""
+def _build(compiler: str, source: bytes, headers: dict[str, bytes], name: str, library: Path) -> None:
+    """Compiles `source` (beside the kernels' shared `headers`) into `library` (through a temporary file renamed
+    into place)."""
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as work:
+        for header, text in headers.items():
+            (Path(work) / header).write_bytes(text)
         src = Path(work) / f"{name}.cpp"
         src.write_bytes(source)
         out = Path(work) / library.name

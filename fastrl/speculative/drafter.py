@@ -15,6 +15,7 @@ from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.layers import DecoderLayer
 from fastrl.models.masks import attention_mask
 from fastrl.models.rope import RotaryEmbedding
+from fastrl.speculative.cpu_drafter_step import cpu_drafter_step
 
 
 def drafter_layer_config(policy_config: ModelConfig) -> ModelConfig:
@@ -53,6 +54,18 @@ class EagleDrafter(nn.Module):
     def feature_size(self) -> int:
         """Width of the policy features this drafter reads: (len(extra_layers) + 1) * H."""
         return (len(self.extra_layers) + 1) * self.config.hidden_size
+
+    def check_features(self, features: Tensor) -> None:
+        """ValueError unless `features` are [.., H]: the policy's final-norm states or the drafter's own outputs."""
+        if features.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                f"{type(self).__name__}: features must be [.., {self.config.hidden_size}], got {tuple(features.shape)}"
+            )
+
+    def input_features(self, features: Tensor) -> Tensor:
+        """The feature fc reads beside the token's embedding.  # [.., H] -> [.., H]"""
+        self.check_features(features)
+        return features
 
     def set_draft_vocab(self, ids: Tensor | None) -> None:
         """Restrict drafting to the token ids `ids` (the reduced draft vocabulary, FR-Spec / EAGLE-3's d2t), or
@@ -131,14 +144,19 @@ class EagleDrafter(nn.Module):
         by cache index); without one, over the S new entries (None: causal by position). `first_slot`: the rows
         read their keys in place (`KVCache.metadata`).
         """
+        if cache is not None:
+            if slots is None:
+                raise ValueError("EagleDrafter: slots [B] are required with a cache")
+            index = positions if cache_index is None else cache_index
+            meta = cache.metadata(slots, index, attention_mask(positions, index, attn_mask), first_slot)
+            step = cpu_drafter_step() if meta.kernel is not None else None
+            if step is not None and step.applies(self, policy, cache, meta):
+                self.check_features(features)  # the kernel fuses policy states itself
+                return step(self, policy, tokens, features, positions, cache, meta)
         dtype = self.fc.weight.dtype  # a training copy may run in another dtype than the policy
-        x = self.fc(torch.cat([policy.embed(tokens).to(dtype), features.to(dtype)], dim=-1))
+        x = self.fc(torch.cat([policy.embed(tokens).to(dtype), self.input_features(features).to(dtype)], dim=-1))
         cos, sin = self.rotary(positions, x.dtype)
         if cache is None:
             mask = attention_mask(positions, None, attn_mask)
             return self.layer(x, cos, sin, None, None, None, mask)
-        if slots is None:
-            raise ValueError("EagleDrafter: slots [B] are required with a cache")
-        index = positions if cache_index is None else cache_index
-        mask = attention_mask(positions, index, attn_mask)
-        return self.layer(x, cos, sin, cache, meta=cache.metadata(slots, index, mask, first_slot))
+        return self.layer(x, cos, sin, cache, meta=meta)

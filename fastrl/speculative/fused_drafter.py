@@ -7,7 +7,6 @@ import torch
 from torch import Tensor, nn
 
 from fastrl.models.config import ModelConfig
-from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -45,14 +44,17 @@ class FusedEagleDrafter(EagleDrafter):
             self.fuse.weight.zero_()
             self.fuse.weight[:, width - hidden :] = torch.eye(hidden)
 
-    def forward(self, policy: CausalLM, tokens: Tensor, features: Tensor, positions: Tensor, *args, **kwargs) -> Tensor:
-        """As `EagleDrafter.forward`; `features` [B,S,m·H] (policy states, fused here) or [B,S,H] (the drafter's
-        own outputs).  # -> [B,S,H]"""
-        if features.shape[-1] == self.fuse.in_features:
-            features = self.fuse(features.to(self.fuse.weight.dtype))
-        elif features.shape[-1] != self.config.hidden_size:
+    def check_features(self, features: Tensor) -> None:
+        """ValueError unless `features` are [.., m·H] (policy states) or [.., H] (the drafter's own outputs)."""
+        if features.shape[-1] not in (self.fuse.in_features, self.config.hidden_size):
             raise ValueError(
                 f"FusedEagleDrafter: features must be [.., {self.fuse.in_features}] (policy states) or "
                 f"[.., {self.config.hidden_size}] (its own outputs), got {tuple(features.shape)}"
             )
-        return super().forward(policy, tokens, features, positions, *args, **kwargs)
+
+    def input_features(self, features: Tensor) -> Tensor:
+        """Policy states fused to one feature; the drafter's own outputs as they are.  # [.., m·H | H] -> [.., H]"""
+        self.check_features(features)
+        if features.shape[-1] == self.fuse.in_features:
+            return self.fuse(features.to(self.fuse.weight.dtype))
+        return features

@@ -1,5 +1,6 @@
 """A decode round's work does not grow with the batch: the same aten ops and host syncs at 4 rows as at 32, for
-plain rounds and speculative ones (a chain and a tree)."""
+plain rounds and speculative ones (a chain and a tree; their drafter forwards in one of two regimes, the
+drafter-step kernel's or PyTorch's)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.cpu_drafter_step import MAX_ROWS, cpu_drafter_step
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
 from tests.helpers import make_hf_model
@@ -72,10 +74,18 @@ def test_a_plain_round_dispatches_the_same_ops_at_any_batch_size_and_length(mode
 
 @pytest.mark.parametrize("strategy", ["3_1_4", "2_2_4"])
 def test_a_speculative_round_dispatches_the_same_ops_at_any_batch_size_and_length(model, drafter, strategy):
+    # Drafter forwards of at most MAX_ROWS new entries run in the drafter-step kernel (a few ops), larger ones in
+    # PyTorch: the same ops at every batch size within each of the two regimes.
     small = _round_ops(model, 4, 10, strategy, drafter)
-    large = _round_ops(model, 32, 10, strategy, drafter)
+    small_too = _round_ops(model, MAX_ROWS // 4, 10, strategy, drafter)  # catch-up: 4 entries a row at most
+    large = _round_ops(model, MAX_ROWS + 8, 10, strategy, drafter)
+    large_too = _round_ops(model, 2 * MAX_ROWS, 10, strategy, drafter)
     longer = _round_ops(model, 4, 60, strategy, drafter)
     assert sum(small.values()) > 0
-    assert small == large == longer
-    syncs = sum(small[op] for op in SYNC_OPS)
-    assert syncs <= 1  # the tree's base (the batch's longest row); results come back in one copy
+    assert small == small_too == longer
+    assert large == large_too
+    if cpu_drafter_step() is not None:  # the kernel's regime dispatches fewer ops than PyTorch's
+        assert sum(small.values()) < sum(large.values())
+    for ops in (small, large):
+        syncs = sum(ops[op] for op in SYNC_OPS)
+        assert syncs <= 1  # the tree's base (the batch's longest row); results come back in one copy

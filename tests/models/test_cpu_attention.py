@@ -190,7 +190,7 @@ def test_engines_with_and_without_the_kernel_generate_the_same(kernel, tmp_path,
             entry = backend._entry[torch.float64]
             backend._entry = {torch.float64: lambda *args, entry=entry, calls=calls: calls.append(1) or entry(*args)}
         outputs.append(engine.generate(inputs))
-        assert not use or len(calls) > 50
+        assert not use or len(calls) > 30  # the policy's forwards (drafter steps run in the drafter-step kernel)
     for with_kernel, without in zip(*outputs, strict=True):
         assert with_kernel.token_ids == without.token_ids
         assert max(abs(a - b) for a, b in zip(with_kernel.logprobs, without.logprobs, strict=True)) < 1e-9

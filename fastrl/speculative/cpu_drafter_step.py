@@ -1,0 +1,176 @@
+"""The drafter's forward on a CPU in one call: fastrl's drafter-step kernel (`fastrl/models/kernels/drafter_step.cpp`).
+
+At a few rows a drafter step on a CPU is mostly the overhead of its ~60 small tensor ops and their Python (a bundled
+drafter step: ~0.5 ms, of which its eight matrix-vector products are ~0.15 ms). The kernel computes the same forward
+(a fused drafter's projection of the policy states, fc over [embed(token) | feature], one Llama layer without an
+input norm, the new K/V stored in the drafter's paged cache and attention under the forward's mask) reading the
+weights in place. It takes the forwards whose attention the CPU attention kernel takes (`KernelPlan`, decided once
+per forward: a few new entries per row) of at most `MAX_ROWS` new entries, on float32 and float64 drafters without
+per-head q/k norms, outside autograd. Its results match PyTorch's to rounding (tests/speculative/
+test_cpu_drafter_step.py), not bit for bit, which exactness does not need: a draft is only a proposal, and the
+verifier accepts what the policy samples whatever was drafted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from fastrl.models.attention import AttentionMetadata
+from fastrl.models.kernel_build import load_kernel
+from fastrl.models.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from fastrl.models.decoder import CausalLM
+    from fastrl.speculative.drafter import EagleDrafter
+
+_P = ctypes.c_void_p
+_ARGS = [_P] * 12 + [ctypes.c_double, _P]
+_WEIGHTS = 16  # the kernel's Weight enum
+# Measured (bundled drafter, one thread): the kernel is 2.1-2.2x PyTorch's forward at 1-4 new entries, 1.2x at 16-32,
+# even at 32-48 and 0.76-0.88x from 64 on (where PyTorch's matrix products block for the cache and this kernel
+# does not).
+MAX_ROWS = 32  # new entries per forward (rows x entries per row) up to which the kernel runs
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """The weight pointers of one drafter (and its policy's embedding) in the kernel's order, with what to check
+    that they are still current: each weight's parameter slot (module `_parameters` dict, name), the tensor it held
+    and that tensor's address."""
+
+    pointers: ctypes.Array
+    slots: tuple[tuple[dict, str, Tensor | None, int], ...]
+
+    @classmethod
+    def of(cls, drafter: EagleDrafter, policy: CausalLM) -> _Binding:
+        layer = drafter.layer
+        attn, mlp = layer.self_attn, layer.mlp
+        fuse = getattr(drafter, "fuse", None)  # a fused drafter's projection of the policy states
+        named: list[tuple[torch.nn.Module | None, str]] = [(policy.model.embed_tokens, "weight"), (fuse, "weight")]
+        for linear in (drafter.fc, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            named += [(linear, "weight"), (linear, "bias")]
+        named += [(layer.post_attention_layernorm, "weight"), (mlp.gate_proj, "weight"), (mlp.up_proj, "weight")]
+        named.append((mlp.down_proj, "weight"))
+        slots = []
+        for module, name in named:
+            params = {} if module is None else module._parameters
+            tensor = params.get(name)
+            slots.append((params, name, tensor, 0 if tensor is None else tensor.data_ptr()))
+        return cls((ctypes.c_void_p * _WEIGHTS)(*(slot[3] for slot in slots)), tuple(slots))
+
+    def current(self, policy: CausalLM) -> bool:
+        """True while every weight is the same tensor at the same address (and the policy's embedding is)."""
+        if self.slots[0][0] is not policy.model.embed_tokens._parameters:
+            return False
+        return all(
+            params.get(name) is tensor and (tensor is None or tensor.data_ptr() == address)
+            for params, name, tensor, address in self.slots
+        )
+
+
+class CpuDrafterStep:
+    """Runs an `EagleDrafter`'s forward through the drafter-step kernel where it applies (see the module docstring)."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._entry = {}
+        for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64")):
+            fn = getattr(library, f"fastrl_drafter_step_{suffix}")
+            fn.argtypes, fn.restype = _ARGS, ctypes.c_int
+            self._entry[dtype] = fn
+        self._bindings: weakref.WeakKeyDictionary[EagleDrafter, _Binding] = weakref.WeakKeyDictionary()
+
+    def _binding(self, drafter: EagleDrafter, policy: CausalLM) -> _Binding:
+        """The kernel's weight pointers for this drafter and policy, taken once and retaken when a weight changed
+        object or storage (in-place updates, optimiser steps and `load_state_dict` keep them)."""
+        bound = self._bindings.get(drafter)
+        if bound is None or not bound.current(policy):
+            bound = self._bindings[drafter] = _Binding.of(drafter, policy)
+        return bound
+
+    def applies(self, drafter: EagleDrafter, policy: CausalLM, cache: KVCache, meta: AttentionMetadata) -> bool:
+        """Whether this forward goes to the kernel: the CPU attention kernel took it, it has at most `MAX_ROWS` new
+        entries, no gradient is wanted, and the drafter, its policy's embedding and the cache share one dtype the
+        kernel has, on a CPU, without q/k norms."""
+        dtype = drafter.fc.weight.dtype
+        return (
+            meta.kernel is not None
+            and meta.mask.shape[0] * meta.mask.shape[2] <= MAX_ROWS
+            and not (torch.is_grad_enabled() and drafter.fc.weight.requires_grad)  # no autograd through the kernel
+            and dtype in self._entry
+            and cache.dtype == dtype
+            and policy.model.embed_tokens.weight.dtype == dtype
+            and drafter.fc.weight.device.type == "cpu"
+            and drafter.layer.input_layernorm is None
+            and drafter.layer.self_attn.q_norm is None
+        )
+
+    def __call__(
+        self,
+        drafter: EagleDrafter,
+        policy: CausalLM,
+        tokens: Tensor,
+        features: Tensor,
+        positions: Tensor,
+        cache: KVCache,
+        meta: AttentionMetadata,
+    ) -> Tensor:
+        """The drafter's output, its new K/V stored (`features`: the drafter's input, [.., H], or a fused drafter's
+        policy states, fused here).  # tokens [B,S], features [B,S,F], positions [B,S] -> [B,S,H]"""
+        plan = meta.kernel
+        if plan is None:
+            raise ValueError("CpuDrafterStep needs a forward the CPU attention kernel takes (meta.kernel)")
+        b, s = tokens.shape
+        config = drafter.config
+        dtype = drafter.fc.weight.dtype
+        dims = torch.tensor(
+            [
+                b,
+                s,
+                config.hidden_size,
+                features.shape[-1],
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                config.intermediate_size,
+                plan.mask.shape[-1],
+                meta.pages.stride(0),
+                cache.page_size,
+            ]
+        )
+        tokens = tokens.to(torch.long).contiguous()
+        features = features.to(dtype).contiguous()
+        positions = positions.to(torch.long).contiguous()
+        out = torch.empty(b, s, config.hidden_size, dtype=dtype)
+        failed = self._entry[dtype](
+            self._binding(drafter, policy).pointers,
+            drafter.rotary.inv_freq.data_ptr(),
+            dims.data_ptr(),
+            tokens.data_ptr(),
+            features.data_ptr(),
+            positions.data_ptr(),
+            meta.write.data_ptr(),
+            cache.k[0].data_ptr(),
+            cache.v[0].data_ptr(),
+            meta.pages.data_ptr(),
+            plan.mask.data_ptr(),
+            plan.extents.data_ptr(),
+            drafter.layer.post_attention_layernorm.eps,
+            out.data_ptr(),
+        )
+        if failed:
+            raise RuntimeError(f"drafter step kernel: no instance for head size {config.head_dim}")
+        return out
+
+
+@functools.cache
+def cpu_drafter_step() -> CpuDrafterStep | None:
+    """The kernel's runner, built on first use; None where it cannot be built (a warning says why)."""
+    library = load_kernel("drafter_step")
+    return None if library is None else CpuDrafterStep(library)
