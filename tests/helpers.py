@@ -108,3 +108,19 @@ def write_last_layer_drafter(directory: str | Path) -> Path:
 
     save_drafter(last_layer_drafter(load_model(bundled_model_dir())), directory, "arith-tiny", version=1)
     return Path(directory)
+
+
+def random_tree_mask(rng, lengths: list[int], queries: int, width: int, first_key: int = 0, link: float = 0.6):
+    """Row b's `queries` new entries at cache indices lengths[b] + i under a random tree: each sees the keys
+    [first_key, lengths[b]], itself, and each earlier new entry with chance `link`; about one in ten is padding
+    (sees nothing).  # -> index [B,S] long, mask [B,S,width] bool"""
+    index = torch.tensor([[n + i for i in range(queries)] for n in lengths])
+    keys = torch.arange(width)
+    mask = (keys >= first_key) & (keys <= index.unsqueeze(-1))
+    for b, n in enumerate(lengths):
+        for i in range(queries):
+            for j in range(i):
+                mask[b, i, n + j] = rng.random() < link
+            if rng.random() < 0.1:
+                mask[b, i] = False
+    return index, mask

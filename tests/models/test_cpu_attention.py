@@ -23,7 +23,7 @@ from fastrl.models.masks import attention_mask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
-from tests.helpers import make_hf_model
+from tests.helpers import make_hf_model, random_tree_mask
 
 SHAPES = [
     (6, 2, 32),
@@ -66,15 +66,7 @@ def _random_forward(rng: random.Random, dtype: torch.dtype, queries: int):
             values = torch.randn(getattr(caches[0], part)[layer].shape, generator=gen, dtype=dtype)
             for cache in caches:
                 getattr(cache, part)[layer].copy_(values)
-    index = torch.tensor([[n + i for i in range(queries)] for n in lengths])  # [B,S] new entries after each row
-    keys = torch.arange(width)
-    raw = keys <= index.unsqueeze(-1)  # causal, then a random tree among the new tokens
-    for b, n in enumerate(lengths):
-        for i in range(queries):
-            for j in range(i):
-                raw[b, i, n + j] = rng.random() < 0.6
-            if rng.random() < 0.1:
-                raw[b, i] = False  # a padding query: sees nothing
+    index, raw = random_tree_mask(rng, lengths, queries, width)  # causal, then a random tree among the new tokens
     mask = attention_mask(index, index, raw)
     q = torch.randn(rows, queries, heads, dim, generator=gen, dtype=dtype).transpose(1, 2)
     k, v = (torch.randn(rows, kv_heads, queries, dim, generator=gen, dtype=dtype) for _ in range(2))

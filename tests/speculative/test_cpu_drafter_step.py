@@ -23,7 +23,7 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.cpu_drafter_step import MAX_ROWS, CpuDrafterStep, cpu_drafter_step
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
-from tests.helpers import make_hf_model
+from tests.helpers import make_hf_model, random_tree_mask
 from tests.speculative.fused_helpers import random_fused_drafter
 
 FAMILIES = ("llama", "qwen2", "llama_tied")
@@ -77,15 +77,7 @@ def _forward_inputs(rng: random.Random, drafter, rows: int, queries: int, dtype:
         values = torch.randn(getattr(caches[0], part).shape, generator=gen, dtype=dtype)
         for cache in caches:
             getattr(cache, part).copy_(values)
-    index = torch.tensor([[n + i for i in range(queries)] for n in lengths])
-    keys = torch.arange(width)
-    mask = (keys >= 1) & (keys <= index.unsqueeze(-1))
-    for b, n in enumerate(lengths):
-        for i in range(queries):
-            for j in range(i):
-                mask[b, i, n + j] = rng.random() < 0.7
-            if rng.random() < 0.1:
-                mask[b, i] = False  # a padding entry: sees nothing
+    index, mask = random_tree_mask(rng, lengths, queries, width, first_key=1, link=0.7)  # key 0: never a drafter's
     tokens = torch.randint(0, config.vocab_size, (rows, queries), generator=gen)
     features = torch.randn(rows, queries, drafter.feature_size if rng.random() < 0.5 else config.hidden_size)
     return caches, tokens, features.to(dtype), index, mask
