@@ -4,8 +4,8 @@ and new entries per row (the bundled model's shipped drafter).
     python -m fastrl.bench.drafter_step            # one thread; prints µs per forward and PyTorch / kernel
 
 Both run `EagleDrafter.forward` on the same inputs, cache and page table (shuffled pages, ragged rows of 100-300
-keys, a chain mask over each row's new entries): the PyTorch side with the kernel's `applies` answering False, the
-kernel side with it answering True wherever the attention kernel plans the forward (past `MAX_ROWS` too, to show
+keys, a chain mask over each row's new entries): the PyTorch side with the kernel's `prepare` declining every forward,
+the kernel side with it taking every forward the attention kernel has an instance for (past `MAX_ROWS` too, to show
 where the routing draws its line); the last column is what the engine's routing does. Times are medians of
 alternated blocks of calls.
 """
@@ -17,10 +17,12 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
+from fastrl.models.attention import AttentionMetadata
 from fastrl.models.checkpoint import load_model
 from fastrl.models.cpu_attention import PagedCpuAttention
 from fastrl.models.kv_cache import PageTable
@@ -55,9 +57,13 @@ def time_case(rows: int, queries: int, repeats: int) -> tuple[float, float, floa
     if step is None:
         raise SystemExit("the drafter-step kernel cannot be built on this machine (see the warning above)")
 
+    def anywhere(drafter, policy, cache, meta) -> AttentionMetadata | None:  # the kernel past MAX_ROWS too
+        plan = meta.kernel or cache.backend.kernel_plan(cache, meta)
+        return None if plan is None else replace(meta, kernel=plan)
+
     def run(kernel: bool) -> Callable[[], torch.Tensor]:
-        def call() -> torch.Tensor:  # the kernel wherever the attention kernel plans the forward (no MAX_ROWS)
-            step.applies = lambda drafter, policy, cache, meta: kernel and meta.kernel is not None
+        def call() -> torch.Tensor:
+            step.prepare = anywhere if kernel else (lambda *args: None)
             return drafter(policy, tokens, features, index, cache, slots, index, mask)
 
         return call
@@ -66,7 +72,7 @@ def time_case(rows: int, queries: int, repeats: int) -> tuple[float, float, floa
     times: list[list[float]] = [[], []]
     with torch.no_grad():
         meta = cache.metadata(slots, index, attention_mask(index, index, mask))
-        took = CpuDrafterStep.applies(step, drafter, policy, cache, meta)
+        took = CpuDrafterStep.prepare(step, drafter, policy, cache, meta) is not None
         outputs = [call() for call in calls]
         block = max(3, 600 // (rows * queries))
         for _ in range(repeats):
@@ -75,7 +81,7 @@ def time_case(rows: int, queries: int, repeats: int) -> tuple[float, float, floa
                 for _ in range(block):
                     call()
                 acc.append((time.perf_counter() - start) / block)
-    del step.applies  # back to the class's
+    del step.prepare  # back to the class's
     diff = (outputs[0] - outputs[1]).abs().max().item()
     return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6, diff, took
 

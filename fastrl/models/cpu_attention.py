@@ -74,6 +74,14 @@ class PagedCpuAttention:
     def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
         """`meta` with a `KernelPlan` when this forward goes to the kernel (a few new tokens per row, or a few more
         on a ragged batch), else with what `PagedSdpa` prepares.  # meta.mask [B,1,S,L] bool"""
+        kernel = self.kernel_plan(cache, meta, dense=False)
+        return self.fallback.plan(cache, meta) if kernel is None else replace(meta, kernel=kernel)
+
+    def kernel_plan(self, cache: KVCache, meta: AttentionMetadata, dense: bool = True) -> KernelPlan | None:
+        """The kernel's inputs for this forward, or None where it has no instance (device, dtype, head size, more
+        than `RAGGED_MAX_QUERIES` new tokens per row); `dense=False` also declines what `PagedSdpa` runs faster:
+        more than `MAX_QUERIES` new tokens per row on rows reaching more than `RAGGED_DENSITY` of the padded keys.
+        # meta.mask [B,1,S,L] bool"""
         rows, _, queries, length = meta.mask.shape
         if (
             cache.device.type != "cpu"
@@ -82,14 +90,13 @@ class PagedCpuAttention:
             or queries > RAGGED_MAX_QUERIES
             or meta.pages.stride(-1) != 1
         ):
-            return self.fallback.plan(cache, meta)
+            return None
         mask = meta.mask.view(torch.uint8).contiguous()
         extents = torch.empty(rows, dtype=torch.long)
         reach = self._extents(mask.data_ptr(), rows, queries, length, extents.data_ptr())
-        if queries > MAX_QUERIES and reach > RAGGED_DENSITY * rows * length:
-            return self.fallback.plan(cache, meta)
-        scores = torch.empty(self.tile, length, dtype=cache.dtype)
-        return replace(meta, kernel=KernelPlan(mask, extents, scores))
+        if not dense and queries > MAX_QUERIES and reach > RAGGED_DENSITY * rows * length:
+            return None
+        return KernelPlan(mask, extents, torch.empty(self.tile, length, dtype=cache.dtype))
 
     def attend(
         self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool

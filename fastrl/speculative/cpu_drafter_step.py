@@ -3,12 +3,12 @@
 At a few rows a drafter step on a CPU is mostly the overhead of its ~60 small tensor ops and their Python (a bundled
 drafter step: ~0.5 ms, of which its eight matrix-vector products are ~0.15 ms). The kernel computes the same forward
 (a fused drafter's projection of the policy states, fc over [embed(token) | feature], one Llama layer without an
-input norm, the new K/V stored in the drafter's paged cache and attention under the forward's mask) reading the
-weights in place. It takes the forwards whose attention the CPU attention kernel takes (`KernelPlan`, decided once
-per forward: a few new entries per row) of at most `MAX_ROWS` new entries, on float32 and float64 drafters without
-per-head q/k norms, outside autograd. Its results match PyTorch's to rounding (tests/speculative/
-test_cpu_drafter_step.py), not bit for bit, which exactness does not need: a draft is only a proposal, and the
-verifier accepts what the policy samples whatever was drafted.
+input norm, the new K/V stored in the drafter's paged cache and attention under the forward's mask, with the CPU
+attention kernel's code) reading the weights in place. It takes drafter forwards of at most `MAX_ROWS` new entries
+on a cache whose backend is the CPU attention kernel, on float32 and float64 drafters without per-head q/k norms,
+outside autograd. Its results match PyTorch's to rounding (tests/speculative/test_cpu_drafter_step.py), not bit for
+bit, which exactness does not need: a draft is only a proposal, and the verifier accepts what the policy samples
+whatever was drafted.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from fastrl.models.attention import AttentionMetadata
+from fastrl.models.cpu_attention import PagedCpuAttention
 from fastrl.models.kernel_build import load_kernel
 from fastrl.models.kv_cache import KVCache
 
@@ -94,22 +95,32 @@ class CpuDrafterStep:
             bound = self._bindings[drafter] = _Binding.of(drafter, policy)
         return bound
 
-    def applies(self, drafter: EagleDrafter, policy: CausalLM, cache: KVCache, meta: AttentionMetadata) -> bool:
-        """Whether this forward goes to the kernel: the CPU attention kernel took it, it has at most `MAX_ROWS` new
-        entries, no gradient is wanted, and the drafter, its policy's embedding and the cache share one dtype the
-        kernel has, on a CPU, without q/k norms."""
+    def prepare(
+        self, drafter: EagleDrafter, policy: CausalLM, cache: KVCache, meta: AttentionMetadata
+    ) -> AttentionMetadata | None:
+        """`meta` with the kernel plan this forward runs on when it goes to the kernel, else None: at most
+        `MAX_ROWS` new entries, a cache whose backend is the CPU attention kernel (its plan, made here too where the
+        attention alone would have gone to PyTorch: at a few rows the whole forward still gains), no gradient
+        wanted, and the drafter, its policy's embedding and the cache sharing one dtype the kernel has, on a CPU,
+        without q/k norms."""
         dtype = drafter.fc.weight.dtype
-        return (
-            meta.kernel is not None
-            and meta.mask.shape[0] * meta.mask.shape[2] <= MAX_ROWS
-            and not (torch.is_grad_enabled() and drafter.fc.weight.requires_grad)  # no autograd through the kernel
-            and dtype in self._entry
-            and cache.dtype == dtype
-            and policy.model.embed_tokens.weight.dtype == dtype
-            and drafter.fc.weight.device.type == "cpu"
-            and drafter.layer.input_layernorm is None
-            and drafter.layer.self_attn.q_norm is None
-        )
+        backend = cache.backend
+        if (
+            meta.mask.shape[0] * meta.mask.shape[2] > MAX_ROWS
+            or not isinstance(backend, PagedCpuAttention)
+            or (torch.is_grad_enabled() and drafter.fc.weight.requires_grad)  # no autograd through the kernel
+            or dtype not in self._entry
+            or cache.dtype != dtype
+            or policy.model.embed_tokens.weight.dtype != dtype
+            or drafter.fc.weight.device.type != "cpu"
+            or drafter.layer.input_layernorm is not None
+            or drafter.layer.self_attn.q_norm is not None
+        ):
+            return None
+        if meta.kernel is not None:
+            return meta
+        kernel = backend.kernel_plan(cache, meta)
+        return None if kernel is None else replace(meta, kernel=kernel)
 
     def __call__(
         self,
@@ -122,10 +133,11 @@ class CpuDrafterStep:
         meta: AttentionMetadata,
     ) -> Tensor:
         """The drafter's output, its new K/V stored (`features`: the drafter's input, [.., H], or a fused drafter's
-        policy states, fused here).  # tokens [B,S], features [B,S,F], positions [B,S] -> [B,S,H]"""
+        policy states, fused here; `meta` as `prepare` gave it).
+        # tokens [B,S], features [B,S,F], positions [B,S] -> [B,S,H]"""
         plan = meta.kernel
         if plan is None:
-            raise ValueError("CpuDrafterStep needs a forward the CPU attention kernel takes (meta.kernel)")
+            raise ValueError("CpuDrafterStep runs the metadata `prepare` gives (with a kernel plan)")
         b, s = tokens.shape
         config = drafter.config
         dtype = drafter.fc.weight.dtype

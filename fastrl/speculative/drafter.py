@@ -149,10 +149,11 @@ class EagleDrafter(nn.Module):
                 raise ValueError("EagleDrafter: slots [B] are required with a cache")
             index = positions if cache_index is None else cache_index
             meta = cache.metadata(slots, index, attention_mask(positions, index, attn_mask), first_slot)
-            step = cpu_drafter_step() if meta.kernel is not None else None
-            if step is not None and step.applies(self, policy, cache, meta):
+            step = cpu_drafter_step()
+            ready = None if step is None else step.prepare(self, policy, cache, meta)
+            if ready is not None:
                 self.check_features(features)  # the kernel fuses policy states itself
-                return step(self, policy, tokens, features, positions, cache, meta)
+                return step(self, policy, tokens, features, positions, cache, ready)
         dtype = self.fc.weight.dtype  # a training copy may run in another dtype than the policy
         x = self.fc(torch.cat([policy.embed(tokens).to(dtype), self.input_features(features).to(dtype)], dim=-1))
         cos, sin = self.rotary(positions, x.dtype)
