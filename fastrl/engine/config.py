@@ -40,8 +40,9 @@ class EngineConfig:
         and preempt (then recompute) the latest admitted when a round finds too few; it must hold at least one
         request of the context length.
     attention_kernel: on a CPU, forwards of a few new tokens per row (decode, a chain's verify, drafter steps)
-        attend with fastrl's paged attention kernel (compiled at first use with the system's C++ compiler; when
-        none builds, a warning and PyTorch's attention); False: PyTorch's attention everywhere. Ignored on a GPU.
+        attend with fastrl's paged attention kernel, and drafter forwards of a few rows run whole in its
+        drafter-step kernel (both compiled at first use with the system's C++ compiler; when none builds, a
+        warning and PyTorch); False: PyTorch everywhere. Ignored on a GPU.
     """
 
     max_batch_size: int = 64

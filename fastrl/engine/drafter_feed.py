@@ -115,5 +115,7 @@ def feed_prompts(
             padded.to(feed.device), features[:, :columns].index_select(0, take), counts.index_select(0, take)
         )
         dslots = models.dcache.rows(slots.index_select(0, take))
-        catch_up(models.drafter, models.policy, models.dcache, dslots, prefix.counts, width, prefix)  # padding: width+1
+        # padding goes to entry width + 1; in PyTorch's ops whatever the row count, so that GRPO siblings fed once
+        # (prefix sharing) hold bitwise the entries each would have been fed alone
+        catch_up(models.drafter, models.policy, models.dcache, dslots, prefix.counts, width, prefix, step_kernel=False)
     feed.append(slots, slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)

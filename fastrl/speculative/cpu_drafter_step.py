@@ -104,7 +104,7 @@ class CpuDrafterStep:
         wanted, and the drafter, its policy's embedding and the cache sharing one dtype the kernel has, on a CPU,
         without q/k norms."""
         dtype = drafter.fc.weight.dtype
-        backend = cache.backend
+        backend = getattr(cache, "backend", None)  # a training-time unroll's store has none
         if (
             meta.mask.shape[0] * meta.mask.shape[2] > MAX_ROWS
             or not isinstance(backend, PagedCpuAttention)

@@ -137,19 +137,22 @@ class EagleDrafter(nn.Module):
         cache_index: Tensor | None = None,
         attn_mask: Tensor | None = None,
         first_slot: int | None = None,
+        step_kernel: bool = True,
     ) -> Tensor:
         """# tokens [B,S], features [B,S,H], positions [B,S] -> predicted features [B,S,H]
 
         Masks follow `CausalLM.forward`: with a cache, `attn_mask` [B,S,L] over cache entries [0, L) (None: causal
         by cache index); without one, over the S new entries (None: causal by position). `first_slot`: the rows
-        read their keys in place (`KVCache.metadata`).
+        read their keys in place (`KVCache.metadata`). `step_kernel=False` keeps the forward in PyTorch's ops
+        where the CPU drafter-step kernel would take it (whose choice depends on the number of rows: a forward
+        whose rows must not depend on how many there are, the prompt feed under prefix sharing, passes False).
         """
         if cache is not None:
             if slots is None:
                 raise ValueError("EagleDrafter: slots [B] are required with a cache")
             index = positions if cache_index is None else cache_index
             meta = cache.metadata(slots, index, attention_mask(positions, index, attn_mask), first_slot)
-            step = cpu_drafter_step()
+            step = cpu_drafter_step() if step_kernel else None
             ready = None if step is None else step.prepare(self, policy, cache, meta)
             if ready is not None:
                 self.check_features(features)  # the kernel fuses policy states itself

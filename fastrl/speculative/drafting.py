@@ -42,11 +42,12 @@ def catch_up(
     base: int,
     new: DrafterInput,
     first_slot: int | None = None,
+    step_kernel: bool = True,
 ) -> Tensor:
     """Feed the pending entries of every row; returns the drafter's output at each root.  # -> [B,H]
 
     Row b's entries sit at positions lengths[b] - counts[b] + 1 .. lengths[b]; padding goes to entry base + 1.
-    `first_slot`: the rows read their keys in place (`KVCache.metadata`).
+    `first_slot`: the rows read their keys in place (`KVCache.metadata`); `step_kernel`: see `EagleDrafter.forward`.
     """
     b, k = new.tokens.shape
     cols = torch.arange(k, device=lengths.device)
@@ -55,7 +56,8 @@ def catch_up(
     index = torch.where(valid, positions, base + 1)
     keys = torch.arange(base + 2, device=lengths.device)
     mask = (keys >= 1) & (keys <= index.unsqueeze(-1))
-    out = drafter(policy, new.tokens, new.features, positions.clamp(min=0), dcache, slots, index, mask, first_slot)
+    clamped = positions.clamp(min=0)
+    out = drafter(policy, new.tokens, new.features, clamped, dcache, slots, index, mask, first_slot, step_kernel)
     return out[torch.arange(b, device=lengths.device), new.counts - 1]
 
 

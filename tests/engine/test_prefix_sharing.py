@@ -148,9 +148,9 @@ class PrefillCatchUpRows:
     def __init__(self) -> None:
         self.rows: list[int] = []
 
-    def __call__(self, drafter, policy, dcache, slots, lengths, base, new):
+    def __call__(self, drafter, policy, dcache, slots, lengths, base, new, step_kernel=True):
         self.rows.append(new.tokens.shape[0])
-        return catch_up(drafter, policy, dcache, slots, lengths, base, new)
+        return catch_up(drafter, policy, dcache, slots, lengths, base, new, step_kernel=step_kernel)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
