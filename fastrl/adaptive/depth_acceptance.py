@@ -101,12 +101,14 @@ class DepthAcceptance:
         self.memory_rows = memory_rows
         self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
         # containment, once: choose() asks for every arm's prediction every round
-        self._pool = {arm: [o for o in self.counts if _prior_for(arm, o)] for arm in self.counts}
+        self._pool = {arm: tuple(o for o in self.counts if _prior_for(arm, o)) for arm in self.counts}
         # chains with one stop share their rows outright (one greedy path), down to the depth each drafts
-        self._twins = {arm: [o for o in self.counts if twins(o, arm)] for arm in self.counts}
+        self._twins = {arm: tuple(o for o in self.counts if twins(o, arm)) for arm in self.counts}
         self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
         self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
         self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
+        self._rows: dict[Strategy, float] = {}  # rows each arm's estimate rests on, likewise
+        self._sums: dict[tuple[int, int], list[tuple[float, float]]] = {}  # counts summed by (id(pool), steps), too
         self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
 
     def set_prior_hazard(self, hazard: float) -> None:
@@ -117,11 +119,15 @@ class DepthAcceptance:
         self._prior_hazard["eagle"] = self._prior_hazard["hybrid"] = float(hazard)
         self._tokens.clear()
         self._estimated.clear()
+        self._rows.clear()
+        self._sums.clear()
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
         self._tokens.clear()
         self._estimated.clear()
+        self._rows.clear()
+        self._sums.clear()
         ran = self._twins.get(stats.strategy, [])
         for arm, every in self.counts.items():  # an arm's newer rows replace its older ones; idle arms forget slowly
             memory = self.memory_rows if arm in ran else IDLE_MEMORY * self.memory_rows
@@ -143,7 +149,9 @@ class DepthAcceptance:
         """Decayed rows the arm's own estimate rests on (its and its twin chains' trials at depth 1)."""
         if arm not in self.counts:
             return 0.0
-        return sum(self.counts[twin].trials[0] for twin in self._twins[arm])
+        if arm not in self._rows:
+            self._rows[arm] = sum(self.counts[twin].trials[0] for twin in self._twins[arm])
+        return self._rows[arm]
 
     def hazards(self, arm: Strategy, z: float = 0.0) -> list[float]:
         """The arm's hit probability at each depth given a hit at the one before, each raised by ``z`` of its own
@@ -156,8 +164,7 @@ class DepthAcceptance:
         if arm in self._estimated:
             return self._estimated[arm]
         steps = len(self.counts[arm].hits)
-        own = _summed([self.counts[twin] for twin in self._twins[arm]], steps)
-        pooled = _summed([self.counts[other] for other in self._pool[arm]], steps)
+        own, pooled = self._summed(self._twins[arm], steps), self._summed(self._pool[arm], steps)
         out, before = [], self._prior_hazard[family(arm)]
         pooled_before = before
         for d in range(steps):
@@ -172,6 +179,14 @@ class DepthAcceptance:
             out.append((before, n))
         self._estimated[arm] = out
         return out
+
+    def _summed(self, arms: tuple[Strategy, ...], steps: int) -> list[tuple[float, float]]:
+        """`_summed` over these arms' counts (one of the fixed `_pool` / `_twins` tuples), once per observation.
+        [steps]"""
+        key = (id(arms), steps)
+        if key not in self._sums:
+            self._sums[key] = _summed([self.counts[arm] for arm in arms], steps)
+        return self._sums[key]
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
         """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), raised by ``z`` standard
@@ -213,6 +228,8 @@ class DepthAcceptance:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
         self._tokens.clear()
         self._estimated.clear()
+        self._rows.clear()
+        self._sums.clear()
         for arm, counts in self.counts.items():
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == len(counts.hits):

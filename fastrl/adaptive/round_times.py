@@ -91,6 +91,10 @@ class RoundTimes:
         self._curves: dict[Strategy, list[tuple[int, float]]] = {}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured: set[Strategy] = set()
+        # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
+        # the predictions until the next round is learned
+        self._log_curve: dict[tuple[Strategy, int], float] = {}
+        self._predicted: dict[tuple[Strategy, int], float | None] = {}
         self.set_calibration(calibration)
 
     def calibration(self) -> CostModel | None:
@@ -100,6 +104,8 @@ class RoundTimes:
     def set_calibration(self, calibration: CostModel | None) -> None:
         """Use ``calibration``; what rounds taught against another calibration is dropped."""
         self._calibration = calibration
+        self._log_curve.clear()
+        self._predicted.clear()
         self._curves = {}
         for arm, size, seconds in calibration.measurements() if calibration is not None else []:
             self._curves.setdefault(arm, []).append((size, seconds))
@@ -117,6 +123,7 @@ class RoundTimes:
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
+        self._predicted.clear()
         if not self._filter.has(arm):
             self._filter.add(arm, UNCALIBRATED)
         self._filter.observe(arm, batch_size, math.log(seconds) - self._log_calibrated(arm, batch_size))
@@ -124,17 +131,25 @@ class RoundTimes:
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
         """Predicted wall time of one round now (None when ``arm`` was neither calibrated nor measured)."""
-        if arm not in self._curves and arm not in self._measured:
-            return None
-        return math.exp(self._log_calibrated(arm, batch_size) + self._filter.predict(arm, batch_size))
+        key = (arm, batch_size)
+        if key not in self._predicted:
+            if arm in self._curves or arm in self._measured:
+                log_seconds = self._log_calibrated(arm, batch_size) + self._filter.predict(arm, batch_size)
+                self._predicted[key] = math.exp(log_seconds)
+            else:
+                self._predicted[key] = None
+        return self._predicted[key]
 
     def plain_seconds(self, batch_size: int) -> float | None:
         """Predicted wall time of one plain round now."""
         return self.seconds(DISABLE, batch_size)
 
     def _log_calibrated(self, arm: Strategy, batch_size: int) -> float:
-        calibrated = self.calibrated(arm, batch_size)
-        return 0.0 if calibrated is None else math.log(calibrated)
+        key = (arm, batch_size)
+        if key not in self._log_curve:
+            calibrated = self.calibrated(arm, batch_size)
+            self._log_curve[key] = 0.0 if calibrated is None else math.log(calibrated)
+        return self._log_curve[key]
 
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
@@ -143,6 +158,7 @@ class RoundTimes:
     def load_state(self, state: dict) -> None:
         """Restore ``state``: the load, and the curves of the arms it shares with this model (an arm calibrated
         here and there at the same sizes; an uncalibrated arm it measured); other arms start from their priors."""
+        self._predicted.clear()
         saved = state["filter"]
         for name, arm_state in saved["arms"].items():
             arm, prior = Strategy.parse(name), ArmPrior.from_state(arm_state["prior"])

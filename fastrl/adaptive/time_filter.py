@@ -64,6 +64,7 @@ class LogTimeFilter:
         self.mean = np.zeros(1)  # [n]
         self.cov = np.full((1, 1), load_std**2)  # [n, n]
         self._knots: dict[Strategy, tuple[int, tuple[int, ...]]] = {}  # arm -> (first index, sizes)
+        self._rows: dict[tuple[Strategy, int], list[tuple[int, float]]] = {}  # observation rows, until knots change
         self._priors: dict[Strategy, ArmPrior] = {}
 
     def has(self, arm: Strategy) -> bool:
@@ -81,6 +82,7 @@ class LogTimeFilter:
         self.cov = cov
         self._knots[arm] = (n, tuple(prior.sizes))
         self._priors[arm] = prior
+        self._rows.clear()
 
     def predict(self, arm: Strategy, batch_size: int) -> float:
         """Expected log residual of a round of ``arm`` at ``batch_size``: load + bias."""
@@ -104,6 +106,12 @@ class LogTimeFilter:
 
     def _row(self, arm: Strategy, batch_size: int) -> list[tuple[int, float]]:
         """Observation row of ``arm`` at ``batch_size``: (state index, weight) pairs, the load's first."""
+        key = (arm, batch_size)
+        if key not in self._rows:
+            self._rows[key] = self._knot_row(arm, batch_size)
+        return self._rows[key]
+
+    def _knot_row(self, arm: Strategy, batch_size: int) -> list[tuple[int, float]]:
         if arm not in self._knots:
             return [(0, 1.0)]
         start, sizes = self._knots[arm]
