@@ -113,7 +113,7 @@ class FedEntries:
         self.entries: dict[str, dict[int, list[tuple[int, torch.Tensor]]]] = {}
         self.calls = 0
 
-    def __call__(self, drafter, policy, dcache, slots, lengths, base, new, first_slot=None):
+    def __call__(self, drafter, policy, dcache, slots, lengths, base, new, first_slot=None, step_kernel=True):
         by_slot = {r.slot: r for r in self.engine.scheduler.running}
         self.calls += 1
         counts, ids = new.counts.tolist(), slots.index.tolist()
@@ -123,7 +123,7 @@ class FedEntries:
             for j in range(count):
                 seen = self.entries.setdefault(request.request_id, {})
                 seen.setdefault(first + j, []).append((int(new.tokens[row, j]), new.features[row, j].clone()))
-        return catch_up(drafter, policy, dcache, slots, lengths, base, new, first_slot)
+        return catch_up(drafter, policy, dcache, slots, lengths, base, new, first_slot, step_kernel)
 
 
 @pytest.mark.parametrize("strategy", ["3_1_4", "4_2_7", "3_1_4+suffix_5"])
