@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from fastrl.models.attention import AttentionMetadata
 from fastrl.models.cpu_attention import PagedCpuAttention
@@ -40,39 +40,67 @@ _WEIGHTS = 16  # the kernel's Weight enum
 MAX_ROWS = 32  # new entries per forward (rows x entries per row) up to which the kernel runs
 
 
+def _weight_slots(drafter: EagleDrafter, policy: CausalLM) -> list[tuple[nn.Module | None, str, tuple[int, ...]]]:
+    """The kernel's weights in its Weight order: (module, parameter name, expected shape); the fuse's module is
+    None for a last-layer drafter."""
+    c = drafter.config
+    h, q, kv, inter = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        c.intermediate_size,
+    )
+    layer = drafter.layer
+    attn, mlp = layer.self_attn, layer.mlp
+    fuse = getattr(drafter, "fuse", None)  # a fused drafter's projection of the policy states
+    slots = [(policy.model.embed_tokens, "weight", (c.vocab_size, h))]
+    slots.append((fuse, "weight", (h, drafter.feature_size)))
+    for linear, out, width in ((drafter.fc, h, 2 * h), (attn.q_proj, q, h), (attn.k_proj, kv, h)):
+        slots += [(linear, "weight", (out, width)), (linear, "bias", (out,))]
+    for linear, out, width in ((attn.v_proj, kv, h), (attn.o_proj, h, q)):
+        slots += [(linear, "weight", (out, width)), (linear, "bias", (out,))]
+    slots += [(layer.post_attention_layernorm, "weight", (h,)), (mlp.gate_proj, "weight", (inter, h))]
+    slots += [(mlp.up_proj, "weight", (inter, h)), (mlp.down_proj, "weight", (h, inter))]
+    return slots
+
+
 @dataclass(frozen=True)
 class _Binding:
-    """The weight pointers of one drafter (and its policy's embedding) in the kernel's order, with what to check
-    that they are still current: each weight's parameter slot (module `_parameters` dict, name), the tensor it held
-    and that tensor's address."""
+    """The weight pointers of one drafter (and its policy's embedding) in the kernel's order, with what says they are
+    still current (each slot's module, the tensor it held and that tensor's address), and whether the kernel can
+    read them at all (`usable`: every weight a plain parameter of the drafter's dtype and expected shape, contiguous,
+    on the CPU; a bias or the fuse may be absent; a parametrised weight, computed on access, is not readable)."""
 
     pointers: ctypes.Array
-    slots: tuple[tuple[dict, str, Tensor | None, int], ...]
+    slots: tuple[tuple[nn.Module | None, Tensor | None, int], ...]
+    usable: bool
 
     @classmethod
     def of(cls, drafter: EagleDrafter, policy: CausalLM) -> _Binding:
-        layer = drafter.layer
-        attn, mlp = layer.self_attn, layer.mlp
-        fuse = getattr(drafter, "fuse", None)  # a fused drafter's projection of the policy states
-        named: list[tuple[torch.nn.Module | None, str]] = [(policy.model.embed_tokens, "weight"), (fuse, "weight")]
-        for linear in (drafter.fc, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-            named += [(linear, "weight"), (linear, "bias")]
-        named += [(layer.post_attention_layernorm, "weight"), (mlp.gate_proj, "weight"), (mlp.up_proj, "weight")]
-        named.append((mlp.down_proj, "weight"))
-        slots = []
-        for module, name in named:
-            params = {} if module is None else module._parameters
-            tensor = params.get(name)
-            slots.append((params, name, tensor, 0 if tensor is None else tensor.data_ptr()))
-        return cls((ctypes.c_void_p * _WEIGHTS)(*(slot[3] for slot in slots)), tuple(slots))
+        dtype = drafter.fc.weight.dtype
+        slots, usable = [], True
+        for module, name, shape in _weight_slots(drafter, policy):
+            tensor = None if module is None else module._parameters.get(name)
+            if module is not None and getattr(module, name, None) is not tensor:  # parametrised: computed on access
+                usable = False
+            if tensor is None:
+                usable &= module is None or name == "bias"  # only the fuse and the biases may be absent
+            elif tensor.dtype != dtype or tensor.device.type != "cpu" or tuple(tensor.shape) != shape:
+                usable = False
+            elif not tensor.is_contiguous():
+                usable = False
+            slots.append((module, tensor, 0 if tensor is None else tensor.data_ptr()))
+        return cls((ctypes.c_void_p * _WEIGHTS)(*(slot[2] for slot in slots)), tuple(slots), usable)
 
-    def current(self, policy: CausalLM) -> bool:
-        """True while every weight is the same tensor at the same address (and the policy's embedding is)."""
-        if self.slots[0][0] is not policy.model.embed_tokens._parameters:
-            return False
+    def current(self, drafter: EagleDrafter, policy: CausalLM) -> bool:
+        """True while every slot is the same module holding the same tensor at the same address."""
         return all(
-            params.get(name) is tensor and (tensor is None or tensor.data_ptr() == address)
-            for params, name, tensor, address in self.slots
+            module is bound_module
+            and (None if module is None else module._parameters.get(name)) is tensor
+            and (tensor is None or tensor.data_ptr() == address)
+            for (module, name, _), (bound_module, tensor, address) in zip(
+                _weight_slots(drafter, policy), self.slots, strict=True
+            )
         )
 
 
@@ -91,7 +119,7 @@ class CpuDrafterStep:
         """The kernel's weight pointers for this drafter and policy, taken once and retaken when a weight changed
         object or storage (in-place updates, optimiser steps and `load_state_dict` keep them)."""
         bound = self._bindings.get(drafter)
-        if bound is None or not bound.current(policy):
+        if bound is None or not bound.current(drafter, policy):
             bound = self._bindings[drafter] = _Binding.of(drafter, policy)
         return bound
 
@@ -117,6 +145,8 @@ class CpuDrafterStep:
             or drafter.layer.self_attn.q_norm is not None
         ):
             return None
+        if not self._binding(drafter, policy).usable:
+            return None
         if meta.kernel is not None:
             return meta
         kernel = backend.kernel_plan(cache, meta)
@@ -139,6 +169,11 @@ class CpuDrafterStep:
         if plan is None:
             raise ValueError("CpuDrafterStep runs the metadata `prepare` gives (with a kernel plan)")
         b, s = tokens.shape
+        if positions.shape != tokens.shape or features.shape[:-1] != tokens.shape or plan.mask.shape[:3] != (b, 1, s):
+            raise ValueError(
+                f"CpuDrafterStep: tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)}, features "
+                f"{tuple(features.shape)} and mask {tuple(plan.mask.shape)} must share [B,S]"
+            )
         config = drafter.config
         dtype = drafter.fc.weight.dtype
         dims = torch.tensor(

@@ -6,6 +6,7 @@ generating what plain decoding generates."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 
@@ -110,10 +111,11 @@ def test_the_kernel_matches_the_drafters_pytorch_forward_on_random_forwards(step
             rows = rng.randint(1, MAX_ROWS // queries)
             (sdpa, kernel), tokens, features, index, mask = _forward_inputs(rng, drafter, rows, queries, dtype)
             slots = torch.arange(rows)
+            positions = index + rng.choice([0, 0, 3])  # RoPE positions need not be the cache indices
             before = len(calls)
             with torch.no_grad():
-                expected = drafter(policy, tokens, features, index, sdpa, slots, index, mask)
-                got = drafter(policy, tokens, features, index, kernel, slots, index, mask)
+                expected = drafter(policy, tokens, features, positions, sdpa, slots, index, mask)
+                got = drafter(policy, tokens, features, positions, kernel, slots, index, mask)
             assert len(calls) == before + 1  # the kernel ran this forward
             seen = mask.any(-1)  # [B,S]: padding entries' outputs are meaningless
             scale = max(1.0, expected.abs().max().item())
@@ -148,15 +150,44 @@ def test_the_kernel_follows_weights_changed_in_place_or_replaced(step, policies)
     (sdpa, kernel), tokens, features, index, mask = _forward_inputs(rng, drafter, 3, 2, torch.float32)
     slots = torch.arange(3)
     seen = mask.any(-1)
+    hidden, inter = policy.config.hidden_size, policy.config.intermediate_size
+    changes = [
+        lambda: drafter.load_state_dict(_drafter(policy, fused=True, seed=3).state_dict()),  # in place
+        lambda: setattr(drafter.layer.mlp.up_proj, "weight", torch.nn.Parameter(torch.randn(inter, hidden) / 9)),
+        lambda: setattr(drafter.layer.mlp, "gate_proj", torch.nn.Linear(hidden, inter, bias=False)),  # a new module
+        lambda: policy.model.embed_tokens.weight.mul_(2.0),
+    ]
     with torch.no_grad():
-        first = drafter(policy, tokens, features, index, kernel, slots, index, mask)
-        drafter.load_state_dict(_drafter(policy, fused=True, seed=3).state_dict())  # in place
-        drafter.layer.mlp.up_proj.weight = torch.nn.Parameter(torch.randn_like(drafter.layer.mlp.up_proj.weight))
-        policy.model.embed_tokens.weight.mul_(2.0)
-        expected = drafter(policy, tokens, features, index, sdpa, slots, index, mask)
-        got = drafter(policy, tokens, features, index, kernel, slots, index, mask)
-    assert (got - expected)[seen].abs().max().item() <= 2e-5 * max(1.0, expected.abs().max().item())
-    assert (got - first)[seen].abs().max().item() > 1e-2
+        before = drafter(policy, tokens, features, index, kernel, slots, index, mask)
+        for change in changes:
+            change()
+            expected = drafter(policy, tokens, features, index, sdpa, slots, index, mask)
+            got = drafter(policy, tokens, features, index, kernel, slots, index, mask)
+            assert (got - expected)[seen].abs().max().item() <= 2e-5 * max(1.0, expected.abs().max().item())
+            assert (got - before)[seen].abs().max().item() > 1e-3  # the change moved the output
+            before = got
+
+
+def test_weights_the_kernel_cannot_read_run_in_pytorch(step, policies):
+    rng = random.Random(12)
+    policy = load_model(policies["llama"])
+    for change in ("parametrised", "transposed", "float64"):
+        drafter = _drafter(policy, fused=False, seed=5)
+        if change == "parametrised":  # a weight computed on access, absent from the module's parameters
+            torch.nn.utils.parametrizations.weight_norm(drafter.layer.mlp.gate_proj)
+        elif change == "transposed":  # a weight that is a transposed view: not contiguous
+            weight = drafter.layer.self_attn.o_proj.weight
+            drafter.layer.self_attn.o_proj.weight = torch.nn.Parameter(weight.detach().t().contiguous().t())
+        else:
+            drafter.layer.self_attn.v_proj.to(torch.float64)
+        (sdpa, kernel), tokens, features, index, mask = _forward_inputs(rng, drafter, 2, 1, torch.float32)
+        meta = kernel.metadata(torch.arange(2), index, attention_mask(index, index, mask))
+        with torch.no_grad():
+            assert step.prepare(drafter, policy, kernel, meta) is None
+            if change != "float64":  # PyTorch itself refuses mixed dtypes
+                expected = drafter(policy, tokens, features, index, sdpa, torch.arange(2), index, mask)
+                got = drafter(policy, tokens, features, index, kernel, torch.arange(2), index, mask)
+                assert (got - expected).abs().max().item() <= 2e-5 * max(1.0, expected.abs().max().item())
 
 
 def test_features_of_the_wrong_width_are_refused_on_both_paths(step, policies):
@@ -189,5 +220,8 @@ def test_engines_with_the_kernel_generate_what_plain_decoding_generates(step, po
         engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(Strategy.parse(strategy)))
         spec = engine.generate(inputs)
     assert len(calls) > 20
-    for a, b in zip(plain, spec, strict=True):
+    off = dataclasses.replace(config, attention_kernel=False)
+    pytorch = Engine(policy, off, drafter=drafter, selector=FixedSelector(Strategy.parse(strategy))).generate(inputs)
+    for a, b, c in zip(plain, spec, pytorch, strict=True):
         assert a.token_ids == b.token_ids
+        assert b.accept_lengths == c.accept_lengths  # the kernel drafts what PyTorch's forward drafts
