@@ -25,10 +25,9 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.engine.engine import Engine
-from fastrl.models.cpu_attention import PagedCpuAttention
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
-from fastrl.speculative.cpu_drafter_step import cpu_drafter_step
+from fastrl.speculative.cpu_drafter_step import drafter_step_for
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -155,11 +154,7 @@ def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bo
 
 def _drafter_step_kernel(engine: Engine) -> bool:
     """Whether this engine's small drafter forwards run in the CPU drafter-step kernel."""
-    return (
-        engine.drafter is not None
-        and isinstance(engine.runner.cache.backend, PagedCpuAttention)
-        and cpu_drafter_step() is not None
-    )
+    return engine.drafter is not None and drafter_step_for(engine.runner.cache) is not None
 
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:

@@ -139,13 +139,11 @@ class CpuDrafterStep:
             or (torch.is_grad_enabled() and drafter.fc.weight.requires_grad)  # no autograd through the kernel
             or dtype not in self._entry
             or cache.dtype != dtype
-            or policy.model.embed_tokens.weight.dtype != dtype
-            or drafter.fc.weight.device.type != "cpu"
             or drafter.layer.input_layernorm is not None
             or drafter.layer.self_attn.q_norm is not None
         ):
             return None
-        if not self._binding(drafter, policy).usable:
+        if not self._binding(drafter, policy).usable:  # every weight (the embedding's too) in `dtype`, on the CPU
             return None
         if meta.kernel is not None:
             return meta
@@ -221,3 +219,9 @@ def cpu_drafter_step() -> CpuDrafterStep | None:
     """The kernel's runner, built on first use; None where it cannot be built (a warning says why)."""
     library = load_kernel("drafter_step")
     return None if library is None else CpuDrafterStep(library)
+
+
+def drafter_step_for(cache: KVCache) -> CpuDrafterStep | None:
+    """The kernel's runner for forwards over `cache`: only a cache the CPU attention kernel serves gets one (so
+    nothing is built on a GPU, or for a training-time unroll's store, which has no backend)."""
+    return cpu_drafter_step() if isinstance(getattr(cache, "backend", None), PagedCpuAttention) else None

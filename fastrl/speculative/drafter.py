@@ -10,13 +10,12 @@ from torch import Tensor, nn
 
 from fastrl.models.attention import AttentionBackend
 from fastrl.models.config import ModelConfig
-from fastrl.models.cpu_attention import PagedCpuAttention
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.layers import DecoderLayer
 from fastrl.models.masks import attention_mask
 from fastrl.models.rope import RotaryEmbedding
-from fastrl.speculative.cpu_drafter_step import cpu_drafter_step
+from fastrl.speculative.cpu_drafter_step import drafter_step_for
 
 
 def drafter_layer_config(policy_config: ModelConfig) -> ModelConfig:
@@ -153,8 +152,7 @@ class EagleDrafter(nn.Module):
                 raise ValueError("EagleDrafter: slots [B] are required with a cache")
             index = positions if cache_index is None else cache_index
             meta = cache.metadata(slots, index, attention_mask(positions, index, attn_mask), first_slot)
-            on_cpu_kernel = isinstance(getattr(cache, "backend", None), PagedCpuAttention)  # never built elsewhere
-            step = cpu_drafter_step() if step_kernel and on_cpu_kernel else None
+            step = drafter_step_for(cache) if step_kernel else None
             ready = None if step is None else step.prepare(self, policy, cache, meta)
             if ready is not None:
                 self.check_features(features)  # the kernel fuses policy states itself

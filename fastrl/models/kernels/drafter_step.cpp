@@ -70,16 +70,6 @@ void rope(T* x, int64_t heads, int64_t head_dim, const float* cos_sin) {
     }
 }
 
-template <typename T, int D>
-void attend(const T* q, const T* k_pool, const T* v_pool, const int64_t* pages, const uint8_t* mask,
-            const int64_t* extents, T* out, const int64_t* d, T* scores) {
-    const int64_t heads = d[HEADS], queries = d[QUERIES];
-    const Layout at{heads,          d[KV_HEADS], queries,        d[MASK_LEN],    d[COLUMNS], d[PAGE_SIZE],
-                    queries * heads * D, D,      heads * D,      queries * heads * D, D,      heads * D};
-    fastrl::run<T, D>(q, k_pool, v_pool, pages, mask, extents, out, d[ROWS], at, static_cast<T>(1 / std::sqrt(D)),
-                      scores);
-}
-
 template <typename T>
 int step(const T* const* w, const float* inv_freq, const int64_t* d, const int64_t* tokens, const T* features,
          const int64_t* positions, const int64_t* write, T* k_pool, T* v_pool, const int64_t* pages,
@@ -119,14 +109,12 @@ int step(const T* const* w, const float* inv_freq, const int64_t* d, const int64
             v_pool[write[r] * kw + c] = v[r * kw + c];
         }
     }
-#define FASTRL_HEAD(D) \
-    case D: attend<T, D>(q.data(), k_pool, v_pool, pages, mask, extents, att.data(), d, scores.data()); break;
-    switch (hd) {  // the head sizes of fastrl/models/cpu_attention.py's HEAD_DIMS
-        FASTRL_HEAD(16) FASTRL_HEAD(32) FASTRL_HEAD(64) FASTRL_HEAD(80) FASTRL_HEAD(96) FASTRL_HEAD(128)
-        FASTRL_HEAD(256)
-        default: return 1;
-    }
-#undef FASTRL_HEAD
+    const Layout at{heads, kv_heads, d[QUERIES], d[MASK_LEN], d[COLUMNS], d[PAGE_SIZE],
+                    d[QUERIES] * qw, hd, qw, d[QUERIES] * qw, hd, qw};  // q and att: [rows, queries, heads, hd]
+    const T scale = static_cast<T>(1 / std::sqrt(static_cast<double>(hd)));
+    if (!fastrl::attend<T>(hd, q.data(), k_pool, v_pool, pages, mask, extents, att.data(), d[ROWS], at, scale,
+                           scores.data()))
+        return 1;
     matvec<T>(w[O_W], w[O_B], hidden, qw, att.data(), rows, h.data());
     for (int64_t i = 0; i < rows * hidden; i++) h[i] += x[i];
     for (int64_t r = 0; r < rows; r++) {  // x <- RMS norm of h (statistics in double)

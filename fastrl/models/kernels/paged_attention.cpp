@@ -5,26 +5,8 @@
 
 #include "paged_attention.h"
 
-namespace {
-
 using fastrl::Layout;
 using fastrl::QT;
-using fastrl::run;
-
-template <typename T>
-int dispatch(const T* q, const T* k_pool, const T* v_pool, const int64_t* pages, const uint8_t* mask,
-             const int64_t* extents, T* out, int64_t rows, const Layout& at, int64_t dim, double scale, T* scores) {
-#define FASTRL_HEAD(D) \
-    case D: run<T, D>(q, k_pool, v_pool, pages, mask, extents, out, rows, at, (T)scale, scores); return 0;
-    switch (dim) {  // the head sizes of fastrl/models/cpu_attention.py's HEAD_DIMS
-        FASTRL_HEAD(16) FASTRL_HEAD(32) FASTRL_HEAD(64) FASTRL_HEAD(80) FASTRL_HEAD(96) FASTRL_HEAD(128)
-        FASTRL_HEAD(256)
-        default: return 1;
-    }
-#undef FASTRL_HEAD
-}
-
-}  // namespace
 
 // q, out [rows, heads, queries, dim] with the given element strides (dim contiguous); k, v [entries, kv_heads,
 // dim]; pages [rows, columns] (only each row's first ceil(extent / page_size) read); mask [rows, queries, mask_len]
@@ -38,7 +20,7 @@ int dispatch(const T* q, const T* k_pool, const T* v_pool, const int64_t* pages,
                         int64_t out_query, double scale, T* scores) {                                           \
         const Layout at{heads, kv_heads, queries, mask_len, columns,  page_size,                                \
                         q_row, q_head,   q_query, out_row,  out_head, out_query};                               \
-        return dispatch<T>(q, k, v, pages, mask, extents, out, rows, at, dim, scale, scores);                   \
+        return fastrl::attend<T>(dim, q, k, v, pages, mask, extents, out, rows, at, (T)scale, scores) ? 0 : 1;   \
     }
 FASTRL_ENTRY(fastrl_paged_attention_f32, float)
 FASTRL_ENTRY(fastrl_paged_attention_f64, double)

@@ -122,4 +122,19 @@ void run(const T* q, const T* k_pool, const T* v_pool, const int64_t* pages, con
     }
 }
 
+// run<T, D> for head size `dim` (the head sizes of fastrl/models/cpu_attention.py's HEAD_DIMS); false, nothing
+// written, for a head size without an instance.
+template <typename T>
+bool attend(int64_t dim, const T* q, const T* k_pool, const T* v_pool, const int64_t* pages, const uint8_t* mask,
+            const int64_t* extents, T* out, int64_t rows, const Layout& at, T scale, T* scores) {
+#define FASTRL_HEAD(D) \
+    case D: run<T, D>(q, k_pool, v_pool, pages, mask, extents, out, rows, at, scale, scores); return true;
+    switch (dim) {
+        FASTRL_HEAD(16) FASTRL_HEAD(32) FASTRL_HEAD(64) FASTRL_HEAD(80) FASTRL_HEAD(96) FASTRL_HEAD(128)
+        FASTRL_HEAD(256)
+        default: return false;
+    }
+#undef FASTRL_HEAD
+}
+
 }  // namespace fastrl
