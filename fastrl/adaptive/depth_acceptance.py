@@ -164,7 +164,7 @@ class DepthAcceptance:
         if arm in self._estimated:
             return self._estimated[arm]
         steps = len(self.counts[arm].hits)
-        own, pooled = self._summed(self._twins[arm], steps), self._summed(self._pool[arm], steps)
+        own, pooled = self._sums_over(self._twins[arm], steps), self._sums_over(self._pool[arm], steps)
         out, before = [], self._prior_hazard[family(arm)]
         pooled_before = before
         for d in range(steps):
@@ -180,7 +180,7 @@ class DepthAcceptance:
         self._estimated[arm] = out
         return out
 
-    def _summed(self, arms: tuple[Strategy, ...], steps: int) -> list[tuple[float, float]]:
+    def _sums_over(self, arms: tuple[Strategy, ...], steps: int) -> list[tuple[float, float]]:
         """`_summed` over these arms' counts (one of the fixed `_pool` / `_twins` tuples), once per observation.
         [steps]"""
         key = (id(arms), steps)
