@@ -1,5 +1,7 @@
 """History index: drafts from prompt, live siblings and kept responses; ranking; budget; padded draft trees."""
 
+import random
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -201,6 +203,41 @@ def test_drafts_are_well_formed_sourced_and_deterministic(prompt, responses, old
         for path in _paths(draft)[1:]:
             assert _occurs(path, sources)
     assert drafts == replay()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_indexing_on_draft_equals_indexing_on_arrival(seed):
+    """Text is indexed when its group is next drafted, in arrival order: every draft, and what the budget keeps,
+    equal an index that indexes every token as it arrives (seeded random starts, extends, drafts and finishes of
+    sequences in three groups; small budgets evict groups and kept responses; two candidates per draft, so the
+    order of occurrences decides which are drafted)."""
+    rng = random.Random(seed)
+    prompts = [[1, 2, 3], [4, 5], [0, 1, 2, 3, 4, 5, 0, 1]]
+    for _ in range(150):
+        config = HistoryConfig(token_budget=rng.randint(8, 80), max_key=3, max_match=5, max_candidates=2)
+        lazy, eager = HistoryIndex(config), HistoryIndex(config)
+        live: set[int] = set()
+        for _ in range(40):
+            op, seq, group = rng.choice(["start", "extend", "draft", "finish"]), rng.randint(0, 5), rng.randint(0, 2)
+            tokens, keep = [rng.randint(0, 5) for _ in range(rng.randint(0, 6))], rng.random() < 0.7
+            drafts = []
+            for index in (lazy, eager):
+                if op == "start" and seq not in live:
+                    index.start(seq, None, prompts[group])
+                elif op == "extend" and seq in live:
+                    index.extend(seq, tokens)
+                elif op == "draft" and seq in live:
+                    drafts.append(index.draft(seq, 6, 4))
+                elif op == "finish" and seq in live:
+                    index.finish(seq, keep=keep)
+            for pending in eager._groups.values():  # the reference: everything indexed as soon as it arrives
+                eager._index_pending(pending)
+            if op == "start":
+                live.add(seq)
+            elif op == "finish":
+                live.discard(seq)
+            assert drafts[:1] == drafts[1:]
+            assert (lazy.num_tokens, lazy.num_groups) == (eager.num_tokens, eager.num_groups)
 
 
 # ---- padded batched trees -----------------------------------------------------------------------------------

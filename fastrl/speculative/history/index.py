@@ -9,6 +9,9 @@ continuations that follow those occurrences into a tree (``rank_continuations``)
 Lookup structure: per group, a map from every n-gram (n <= ``max_key``) to the (doc, end position) of its
 occurrences, appended in emission order. Each response doc starts with the prompt's last ``max_match`` tokens so
 a match may span the prompt/response boundary (the first tokens of a response are drafted from its siblings').
+Text is only appended and logged as it arrives (``extend`` runs for every row of every round, whatever the
+round's strategy); the group indexes it, in the logged order, when one of its sequences is next drafted, so an engine
+whose selector seldom picks a history arm seldom pays for the index.
 
 Memory is bounded by ``token_budget`` tokens held (prompts, prompt tails, responses): after every ``start`` and
 ``finish`` the index evicts whole least-recently-used groups with no live sequence, then the oldest finished
@@ -62,6 +65,7 @@ class _Group:
     starts: dict[int, int] = field(default_factory=dict)  # doc id -> first end position indexed
     ngrams: dict[tuple[int, ...], list[tuple[int, int]]] = field(default_factory=dict)  # -> (doc, end position)
     live: set[int] = field(default_factory=set)  # doc ids still decoding
+    pending: list[tuple[int, int, int]] = field(default_factory=list)  # (doc, first end, end) not yet indexed
     finished: list[int] = field(default_factory=list)  # kept responses, oldest first
     num_tokens: int = 0
 
@@ -115,9 +119,10 @@ class HistoryIndex:
         key, doc = self._lookup(seq_id)
         group = self._groups[key]
         text = group.docs[doc]
-        for token in tokens:
-            text.append(int(token))
-            self._index_position(group, doc, text, len(text) - 1)
+        first = len(text)
+        text.extend(int(token) for token in tokens)
+        if len(text) > first:
+            group.pending.append((doc, first, len(text)))
         group.num_tokens += len(tokens)
         self.num_tokens += len(tokens)
 
@@ -147,6 +152,7 @@ class HistoryIndex:
         key, doc = self._lookup(seq_id)
         self._groups.move_to_end(key)
         group = self._groups[key]
+        self._index_pending(group)
         context = group.docs[doc]
         return rank_continuations(context[-1], self._continuations(group, context, max_depth), max_nodes, chain)
 
@@ -193,10 +199,18 @@ class HistoryIndex:
         text = list(tokens)
         group.docs[doc] = text
         group.starts[doc] = start
-        for end in range(max(start, 0), len(text)):
-            self._index_position(group, doc, text, end)
+        if max(start, 0) < len(text):
+            group.pending.append((doc, max(start, 0), len(text)))
         group.num_tokens += len(text)
         self.num_tokens += len(text)
+
+    def _index_pending(self, group: _Group) -> None:
+        """Index the tokens emitted since the group's last draft, in the order they were emitted."""
+        for doc, first, end in group.pending:  # a removed doc's entries went with it (`_remove_docs`)
+            text = group.docs[doc]
+            for position in range(first, end):
+                self._index_position(group, doc, text, position)
+        group.pending.clear()
 
     def _index_position(self, group: _Group, doc: int, text: list[int], end: int) -> None:
         """Record the n-grams ending at ``end`` (lengths 1..max_key that fit in the text)."""
@@ -212,6 +226,7 @@ class HistoryIndex:
             group.num_tokens -= removed
             self.num_tokens -= removed
         group.ngrams = {}
+        group.pending.clear()  # the texts are indexed whole below
         for doc, text in group.docs.items():
             for end in range(max(group.starts[doc], 0), len(text)):
                 self._index_position(group, doc, text, end)
