@@ -78,6 +78,17 @@ class Strategy:
             raise ValueError(f"strategy {self._name()!r}: stop_below must be a number, got {self.stop_below!r}")
         if self.stop_below != 0:
             _check_stop(self._name(), self.steps, self.topk, self.stop_below)
+        # selectors key their tables by strategy every round: hash the fields once (not a field: eq, order, repr and
+        # asdict see the five fields only)
+        fields = (self.steps, self.topk, self.num_draft_tokens, self.history_nodes, self.stop_below)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its fields: unpickling constructs (and checks) it again."""
+        return (Strategy, (self.steps, self.topk, self.num_draft_tokens, self.history_nodes, self.stop_below))
 
     def _name(self) -> str:
         eagle = f"{self.steps}_{self.topk}_{self.num_draft_tokens}"
