@@ -30,7 +30,8 @@ says).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import numpy as np
 
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import Strategy
@@ -80,36 +81,33 @@ def contains(big: Strategy, small: Strategy) -> bool:
     )
 
 
-@dataclass
-class DepthCounts:
-    """Decayed hits and trials per depth (index 0 = depth 1) of one arm."""
-
-    hits: list[float]
-    trials: list[float]
-
-    @classmethod
-    def empty(cls, steps: int) -> DepthCounts:
-        return cls([0.0] * steps, [0.0] * steps)
-
-
 class DepthAcceptance:
     """Per-arm, per-depth acceptance counts for speculative arms, and the tokens per row each arm is predicted to
-    emit (see the module docstring)."""
+    emit (see the module docstring).
+
+    The counts are one array over arms x (hits, trials) x depths, so a round's forgetting and the sums over every
+    arm's twins and pool are single array operations; the per-depth estimates and path sums, a few dozen numbers per
+    arm, run on Python floats (beside a model's forward, a small array operation costs more than that arithmetic).
+    Every arm's estimates and tokens per row are computed once per observed round (``choose`` asks for them all)."""
 
     def __init__(self, arms: list[Strategy], prior_rows: float, memory_rows: float) -> None:
         self.prior_rows = prior_rows
         self.memory_rows = memory_rows
-        self.counts = {arm: DepthCounts.empty(depth(arm)) for arm in arms if not arm.is_disabled}
-        # containment, once: choose() asks for every arm's prediction every round
-        self._pool = {arm: tuple(o for o in self.counts if _prior_for(arm, o)) for arm in self.counts}
-        # chains with one stop share their rows outright (one greedy path), down to the depth each drafts
-        self._twins = {arm: tuple(o for o in self.counts if twins(o, arm)) for arm in self.counts}
-        self._held = {arm: [o for o in self.counts if contains(arm, o)] for arm in self.counts}
-        self._tokens: dict[tuple[Strategy, float], float] = {}  # path tokens, until the next observation
-        self._estimated: dict[Strategy, list[tuple[float, float]]] = {}  # per-depth estimates, likewise
-        self._rows: dict[Strategy, float] = {}  # rows each arm's estimate rests on, likewise
-        self._sums: dict[tuple[int, int], list[tuple[float, float]]] = {}  # counts summed by (id(pool), steps), too
+        self.arms = [arm for arm in arms if not arm.is_disabled]
+        self._index = {arm: i for i, arm in enumerate(self.arms)}
+        self._depths = [depth(arm) for arm in self.arms]
+        self._columns = max(self._depths, default=1)
+        # [A, 2D]: decayed hits at each depth, then decayed trials (index 0 = depth 1); 0 past an arm's depth
+        self.counts = np.zeros((len(self.arms), 2 * self._columns))
+        # containment, once: row = the arm estimated, column = an arm whose counts it takes
+        self._twins = _relation(self.arms, lambda arm, other: twins(other, arm))  # [A, A] 0/1
+        self._pool = _relation(self.arms, _prior_for)  # [A, A] 0/1
+        self._held = [[j for j, other in enumerate(self.arms) if contains(arm, other)] for arm in self.arms]
         self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
+        self._keep: dict[tuple[int | None, int], np.ndarray] = {}  # [A, 1] decay factors by (arm run, batch size)
+        # until the next observation: per arm (hazard, rows it rests on) per depth, and its own rows
+        self._estimated: tuple[list[list[tuple[float, float]]], list[float]] | None = None
+        self._tokens: dict[float, list[float]] = {}  # per-arm tokens per row by z, likewise
 
     def set_prior_hazard(self, hazard: float) -> None:
         """Start the drafter's arms (EAGLE and hybrid) from ``hazard`` per depth instead of 1/2: the drafter's
@@ -117,76 +115,75 @@ class DepthAcceptance:
         if not 0.0 <= hazard <= 1.0:
             raise ValueError(f"prior hazard must lie in [0, 1], got {hazard!r}")
         self._prior_hazard["eagle"] = self._prior_hazard["hybrid"] = float(hazard)
-        self._tokens.clear()
-        self._estimated.clear()
-        self._rows.clear()
-        self._sums.clear()
+        self._forget_estimates()
 
     def observe(self, stats: RoundStats) -> None:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
-        self._tokens.clear()
-        self._estimated.clear()
-        self._rows.clear()
-        self._sums.clear()
-        ran = self._twins.get(stats.strategy, [])
-        for arm, every in self.counts.items():  # an arm's newer rows replace its older ones; idle arms forget slowly
-            memory = self.memory_rows if arm in ran else IDLE_MEMORY * self.memory_rows
-            keep = math.exp(-stats.batch_size / memory)
-            every.hits = [h * keep for h in every.hits]
-            every.trials = [t * keep for t in every.trials]
-        counts = self.counts.get(stats.strategy)
-        if counts is None:
+        self._forget_estimates()
+        arm = self._index.get(stats.strategy)
+        self.counts *= self._decay(arm, stats.batch_size)
+        if arm is None:
             return
-        steps = len(counts.hits)
+        steps, columns = self._depths[arm], self._columns
+        stopped = [0] * (steps + 1)  # rows by accepted tokens (at most steps)
         for accepted in stats.accepted_tokens:
-            for d in range(min(accepted, steps)):
-                counts.hits[d] += 1.0
-                counts.trials[d] += 1.0
-            if accepted < steps:
-                counts.trials[accepted] += 1.0
+            stopped[min(accepted, steps)] += 1
+        added = [0.0] * (2 * columns)
+        reached = 0  # rows that accepted at least d tokens: a hit at depth d, and a trial at depth d + 1
+        for d in range(steps, -1, -1):
+            reached += stopped[d]
+            if d > 0:
+                added[d - 1] = reached
+            if d < steps:
+                added[columns + d] = reached
+        self.counts[arm] += added
+
+    def _decay(self, arm: int | None, batch_size: int) -> np.ndarray:
+        """What a round of ``arm`` (None: no arm's) over ``batch_size`` rows leaves of every arm's counts: an arm's
+        newer rows replace its older ones; idle arms forget slowly. -> [A, 1]"""
+        key = (arm, batch_size)
+        if key not in self._keep:
+            idle = math.exp(-batch_size / (IDLE_MEMORY * self.memory_rows))
+            ran = math.exp(-batch_size / self.memory_rows) if arm is not None else idle
+            running = self._twins[arm] > 0 if arm is not None else np.zeros(len(self.arms), dtype=bool)
+            self._keep[key] = np.where(running, ran, idle)[:, None]
+        return self._keep[key]
 
     def rows(self, arm: Strategy) -> float:
         """Decayed rows the arm's own estimate rests on (its and its twin chains' trials at depth 1)."""
-        if arm not in self.counts:
-            return 0.0
-        if arm not in self._rows:
-            self._rows[arm] = sum(self.counts[twin].trials[0] for twin in self._twins[arm])
-        return self._rows[arm]
+        index = self._index.get(arm)
+        return 0.0 if index is None else self._estimates()[1][index]
 
     def hazards(self, arm: Strategy, z: float = 0.0) -> list[float]:
         """The arm's hit probability at each depth given a hit at the one before, each raised by ``z`` of its own
         standard errors (of the rows it rests on: its own, the prior's weight and ``BASE_ROWS``). [steps]"""
-        return [min(1.0, mean + z * math.sqrt(mean * (1.0 - mean) / (n + 1.0))) for mean, n in self._estimates(arm)]
+        return [_raised(mean, n, z) for mean, n in self._estimates()[0][self._index[arm]]]
 
-    def _estimates(self, arm: Strategy) -> list[tuple[float, float]]:
-        """(hazard, rows it rests on) per depth: own rows, the pool's (at most ``prior_rows``), and ``BASE_ROWS`` of
-        the depth before's hazard. [steps]"""
-        if arm in self._estimated:
-            return self._estimated[arm]
-        steps = len(self.counts[arm].hits)
-        own, pooled = self._sums_over(self._twins[arm], steps), self._sums_over(self._pool[arm], steps)
-        out, before = [], self._prior_hazard[family(arm)]
-        pooled_before = before
-        for d in range(steps):
-            (own_hits, own_trials), (hits, trials) = own[d], pooled[d]
-            prior = (hits + pooled_before * BASE_ROWS) / (trials + BASE_ROWS)
-            # a prior only as firm as its data, and fading as the arm's own rows accumulate
-            weight = self.prior_rows * trials / (trials + self.prior_rows)
-            weight *= self.prior_rows / (self.prior_rows + own_trials) if self.prior_rows > 0 else 0.0
-            n = own_trials + weight + BASE_ROWS
-            before = (own_hits + weight * prior + before * BASE_ROWS) / n
-            pooled_before = prior
-            out.append((before, n))
-        self._estimated[arm] = out
-        return out
-
-    def _sums_over(self, arms: tuple[Strategy, ...], steps: int) -> list[tuple[float, float]]:
-        """`_summed` over these arms' counts (one of the fixed `_pool` / `_twins` tuples), once per observation.
-        [steps]"""
-        key = (id(arms), steps)
-        if key not in self._sums:
-            self._sums[key] = _summed([self.counts[arm] for arm in arms], steps)
-        return self._sums[key]
+    def _estimates(self) -> tuple[list[list[tuple[float, float]]], list[float]]:
+        """Per arm, (hazard, rows it rests on) per depth: own rows, the pool's (at most ``prior_rows``) and
+        ``BASE_ROWS`` of the depth before's hazard; and the arm's own rows."""
+        if self._estimated is None:
+            own, pooled = (self._twins @ self.counts).tolist(), (self._pool @ self.counts).tolist()  # A x [2D]
+            columns, prior_rows = self._columns, self.prior_rows
+            estimates, rows = [], []
+            for i, arm in enumerate(self.arms):
+                before = pooled_before = self._prior_hazard[family(arm)]
+                out = []
+                for d in range(self._depths[i]):
+                    own_hits, own_trials = own[i][d], own[i][columns + d]
+                    hits, trials = pooled[i][d], pooled[i][columns + d]
+                    prior = (hits + pooled_before * BASE_ROWS) / (trials + BASE_ROWS)
+                    weight = 0.0  # a prior only as firm as its data, and fading as the arm's own rows accumulate
+                    if prior_rows > 0:
+                        weight = prior_rows * trials / (trials + prior_rows) * prior_rows / (prior_rows + own_trials)
+                    n = own_trials + weight + BASE_ROWS
+                    before = (own_hits + weight * prior + before * BASE_ROWS) / n
+                    pooled_before = prior
+                    out.append((before, n))
+                estimates.append(out)
+                rows.append(own[i][columns])
+            self._estimated = estimates, rows
+        return self._estimated
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
         """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), raised by ``z`` standard
@@ -194,46 +191,72 @@ class DepthAcceptance:
         keeps the smaller's nodes)."""
         if arm.is_disabled:
             return 1.0
-        return max(self._path_tokens(other, z) for other in self._held[arm])
+        if z not in self._tokens:
+            path = self._path_tokens(z)
+            self._tokens[z] = [max(path[j] for j in held) for held in self._held]
+        return self._tokens[z][self._index[arm]]
 
-    def _path_tokens(self, arm: Strategy, z: float) -> float:
-        """1 + sum_d prod_{j<=d} h_j, plus ``z`` times its standard error (delta method over independent hazards:
-        d tokens / d h_j = sum_{d>=j} prod_{i<=d} h_i / h_j): one bound on the whole path, not one per depth, so a
-        deep tree is not made optimistic depth after depth."""
-        if (arm, z) not in self._tokens and self.rows(arm) < self.prior_rows:  # a guess: every depth optimistic
+    def _path_tokens(self, z: float) -> list[float]:
+        """Per arm, 1 + sum_d prod_{j<=d} h_j, plus ``z`` times its standard error (delta method over independent
+        hazards: d tokens / d h_j = sum_{d>=j} prod_{i<=d} h_i / h_j): one bound on the whole path, not one per
+        depth, so a deep tree is not made optimistic depth after depth; an arm whose own rows are fewer than
+        ``prior_rows`` is a guess, every depth raised."""
+        estimates, rows = self._estimates()
+        out = []
+        for per_depth, own_rows in zip(estimates, rows, strict=True):
             alive, total = 1.0, 1.0
-            for hazard in self.hazards(arm, z):
-                alive *= hazard
-                total += alive
-            self._tokens[(arm, z)] = total
-        if (arm, z) not in self._tokens:
-            estimates = self._estimates(arm)
-            alive, survival = 1.0, []
-            for hazard, _ in estimates:
-                alive *= hazard
+            if own_rows < self.prior_rows:
+                for mean, n in per_depth:
+                    alive *= _raised(mean, n, z)
+                    total += alive
+                out.append(total)
+                continue
+            survival = []
+            for mean, _ in per_depth:
+                alive *= mean
                 survival.append(alive)
-            total, variance, tail = 1.0 + sum(survival), 0.0, sum(survival)
-            for (hazard, n), reached in zip(estimates, survival, strict=True):
+            tail = sum(survival)
+            total, variance = 1.0 + tail, 0.0
+            for (hazard, n), reached in zip(per_depth, survival, strict=True):
                 if hazard > 0.0:
                     variance += (tail / hazard) ** 2 * hazard * (1.0 - hazard) / (n + 1.0)
                 tail -= reached
-            self._tokens[(arm, z)] = total + z * math.sqrt(variance)
-        return self._tokens[(arm, z)]
+            out.append(total + z * math.sqrt(variance))
+        return out
 
     def state(self) -> dict:
-        """Plain-data snapshot: {arm: [hits, trials]}."""
-        return {str(arm): [c.hits, c.trials] for arm, c in self.counts.items()}
+        """Plain-data snapshot: {arm: [hits, trials]} (one entry per depth the arm drafts)."""
+        columns = self._columns
+        return {
+            str(arm): [self.counts[i, :steps].tolist(), self.counts[i, columns : columns + steps].tolist()]
+            for i, (arm, steps) in enumerate(zip(self.arms, self._depths, strict=True))
+        }
 
     def load(self, state: dict) -> None:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
-        self._tokens.clear()
-        self._estimated.clear()
-        self._rows.clear()
-        self._sums.clear()
-        for arm, counts in self.counts.items():
+        self._forget_estimates()
+        self.counts[:] = 0.0
+        columns = self._columns
+        for i, (arm, steps) in enumerate(zip(self.arms, self._depths, strict=True)):
             saved = state.get(str(arm))
-            if saved is not None and len(saved[0]) == len(counts.hits):
-                counts.hits, counts.trials = [float(h) for h in saved[0]], [float(t) for t in saved[1]]
+            if saved is not None and len(saved[0]) == steps:
+                self.counts[i, :steps] = [float(h) for h in saved[0]]
+                self.counts[i, columns : columns + steps] = [float(t) for t in saved[1]]
+
+    def _forget_estimates(self) -> None:
+        self._estimated = None
+        self._tokens.clear()
+
+
+def _raised(mean: float, n: float, z: float) -> float:
+    """A hazard raised by ``z`` standard errors of ``n`` rows, at most 1."""
+    return min(1.0, mean + z * math.sqrt(max(mean * (1.0 - mean), 0.0) / (n + 1.0)))
+
+
+def _relation(arms: list[Strategy], related) -> np.ndarray:
+    """[A, A] matrix, 1.0 where ``related(arms[row], arms[column])``."""
+    rows = [[1.0 if related(arm, other) else 0.0 for other in arms] for arm in arms]
+    return np.array(rows, dtype=float).reshape(len(arms), len(arms))
 
 
 def geometric_hazard(steps: int, tokens: float) -> float:
@@ -260,13 +283,3 @@ def _prior_for(arm: Strategy, other: Strategy) -> bool:
     if arm.stops_early and is_chain(arm) and is_chain(other) and not other.stops_early:
         return True
     return (contains(other, arm) or contains(arm, other)) and arm.stops_early >= other.stops_early
-
-
-def _summed(counts: list[DepthCounts], steps: int) -> list[tuple[float, float]]:
-    """Hits and trials at each depth index below ``steps``, summed over the arms that draft that deep. [steps]"""
-    hits, trials = [0.0] * steps, [0.0] * steps
-    for c in counts:
-        for d in range(min(steps, len(c.hits))):
-            hits[d] += c.hits[d]
-            trials[d] += c.trials[d]
-    return list(zip(hits, trials, strict=True))

@@ -65,6 +65,8 @@ class LogTimeFilter:
         self.cov = np.full((1, 1), load_std**2)  # [n, n]
         self._knots: dict[Strategy, tuple[int, tuple[int, ...]]] = {}  # arm -> (first index, sizes)
         self._rows: dict[tuple[Strategy, int], list[tuple[int, float]]] = {}  # observation rows, until knots change
+        self._dense: dict[tuple[Strategy, int], np.ndarray] = {}  # the same rows as [n] vectors, likewise
+        self._drift = np.full(1, LOAD_DRIFT_STD**2)  # [n] variance each state gains per round
         self._priors: dict[Strategy, ArmPrior] = {}
 
     def has(self, arm: Strategy) -> bool:
@@ -83,6 +85,8 @@ class LogTimeFilter:
         self._knots[arm] = (n, tuple(prior.sizes))
         self._priors[arm] = prior
         self._rows.clear()
+        self._dense.clear()
+        self._drift = np.concatenate([self._drift, np.full(k, BIAS_DRIFT_STD**2)])
 
     def predict(self, arm: Strategy, batch_size: int) -> float:
         """Expected log residual of a round of ``arm`` at ``batch_size``: load + bias."""
@@ -92,17 +96,19 @@ class LogTimeFilter:
         """One round's log residual (log seconds less log calibrated): drift every state one round, then the
         Kalman update, the innovation clipped at ``CLIP_SIGMAS``."""
         n = self.mean.shape[0]
-        drift = np.full(n, BIAS_DRIFT_STD**2)
-        drift[0] = LOAD_DRIFT_STD**2
-        self.cov[np.diag_indices(n)] += drift
-        row = self._row(arm, batch_size)
-        index, weights = [i for i, _ in row], np.array([w for _, w in row])
-        gain_num = self.cov[:, index] @ weights  # [n]  P H^T
-        spread = float(weights @ gain_num[index]) + ROUND_STD**2  # H P H^T + R
+        self.cov.flat[:: n + 1] += self._drift
+        key = (arm, batch_size)
+        if key not in self._dense:
+            self._dense[key] = np.zeros(n)
+            for i, w in self._row(arm, batch_size):
+                self._dense[key][i] = w
+        row = self._dense[key]  # [n]  H
+        gain_num = self.cov @ row  # [n]  P H^T
+        spread = float(row @ gain_num) + ROUND_STD**2  # H P H^T + R
         limit = CLIP_SIGMAS * math.sqrt(spread)
         innovation = max(-limit, min(limit, residual - self.predict(arm, batch_size)))
-        self.mean = self.mean + gain_num * (innovation / spread)
-        self.cov = self.cov - np.outer(gain_num, gain_num) / spread
+        self.mean += gain_num * (innovation / spread)
+        self.cov -= np.multiply.outer(gain_num, gain_num / spread)
 
     def _row(self, arm: Strategy, batch_size: int) -> list[tuple[int, float]]:
         """Observation row of ``arm`` at ``batch_size``: (state index, weight) pairs, the load's first."""

@@ -197,7 +197,7 @@ def test_warm_start_carries_calibration_and_acceptance_across_configs():
     fresh = BanditSelector(BanditConfig(strategies=["8_4_32", "8_4_8", "disable"]))
     fresh.warm_start(json.loads(json.dumps(policy.state_dict())))
     assert fresh.times.calibration() is not None
-    assert fresh.acceptance.counts[BIG] == policy.acceptance.counts[BIG]  # the counts carried as they were
+    assert fresh.acceptance.state()[str(BIG)] == policy.acceptance.state()[str(BIG)]  # the counts carried as they were
     # the prediction pools the arms a tree contains: without 8_4_16's rows it moves, but hardly
     assert fresh.acceptance.tokens_per_row(BIG) == pytest.approx(policy.acceptance.tokens_per_row(BIG), rel=0.01)
     assert fresh.choose(1) == BIG  # no exploration to pay again
