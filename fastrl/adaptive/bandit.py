@@ -17,6 +17,11 @@ batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` 
 ``anchor_every`` rounds without a plain round, one is run (credit permitting): plain's cost, the reference of the
 speedup estimate, is then measured under the load of the moment.
 
+An exploit decision holds for ``decide_every_s`` seconds of rounds at its batch size (a ``_Stretch``), unless the
+credit comes to cover an exploration or a plain anchor falls due; those rounds' statistics are queued and learned,
+in order and exactly as one by one, at the next decision: predicting every arm costs ~0.2 ms beside a model's
+forward, a few percent of a batch-1 round on a CPU, and nothing beside a large batch's round.
+
 Choices are per batch size; the buckets (``bs_thresholds``) group telemetry, the exported per-bucket winners and
 ``bucket_strategies``. The selector also knows what a plain round costs at every batch size, so it estimates what
 plain decoding would have taken for each round's tokens (``plain_time_estimate``).
@@ -25,6 +30,7 @@ plain decoding would have taken for each round's tokens (``plain_time_estimate``
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from fastrl.adaptive.arm_rewards import ArmRewards
 from fastrl.adaptive.bandit_config import BanditConfig
@@ -36,6 +42,31 @@ from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 STATE_VERSION = 4
+MAX_UNLEARNED = 64
+"""Most observed rounds queued unlearned (rounds of a stretch shorter than a ms each)."""
+
+
+@dataclass
+class _Stretch:
+    """An exploit decision, what its rounds have taken so far, and what would change the decision without any
+    learning: an exploration the credit comes to cover, or a plain anchor falling due."""
+
+    strategy: Strategy
+    batch_size: int
+    credit: float
+    """The exploration credit, counting the stretch's rounds (``observe`` adds them)."""
+    explore_cost: float | None = None
+    """The least credit a hopeful arm's pull (or a due anchor) waits for; None: none waits."""
+    anchor_in: int | None = None
+    """Rounds until a plain anchor falls due; None: none will."""
+    seconds: float = 0.0
+    rounds: int = 0
+
+    def covers(self, batch_size: int, limit_s: float) -> bool:
+        """True when a round at ``batch_size`` may run this decision's strategy undecided."""
+        waiting = self.explore_cost is not None and self.credit >= self.explore_cost
+        due = self.anchor_in is not None and self.rounds >= self.anchor_in
+        return batch_size == self.batch_size and self.seconds < limit_s and not waiting and not due
 
 
 class BanditSelector:
@@ -48,8 +79,8 @@ class BanditSelector:
         self._arms = self.config.arms_per_bucket()
         self._strategies = self.config.all_strategies()
         self._z = self.config.exploration_z()
-        self.acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
-        self.times = RoundTimes(calibration)
+        self._acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
+        self._times = RoundTimes(calibration)
         self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
         self._pulls = {arm: 0 for arm in self._strategies}
         self._bucket_rounds = [0] * len(self._arms)
@@ -63,6 +94,20 @@ class BanditSelector:
         self._last_strategy: Strategy | None = None
         self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
+        self._unlearned: list[RoundStats] = []  # observed rounds not learned yet, oldest first
+        self._stretch: _Stretch | None = None
+
+    @property
+    def acceptance(self) -> DepthAcceptance:
+        """Per-depth acceptance of every arm, every observed round learned."""
+        self._learn()
+        return self._acceptance
+
+    @property
+    def times(self) -> RoundTimes:
+        """Round times of every arm, every observed round learned."""
+        self._learn()
+        return self._times
 
     @property
     def strategies(self) -> list[Strategy]:
@@ -71,40 +116,69 @@ class BanditSelector:
 
     def set_calibration(self, calibration: CostModel) -> None:
         """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
+        self._learn()
         self._memo.clear()
-        self.times.set_calibration(calibration)
+        self._stretch = None
+        self._times.set_calibration(calibration)
 
     def set_prior_hazard(self, hazard: float) -> None:
         """Start the drafter's arms from its held-out per-depth acceptance ``hazard`` (see ``DepthAcceptance``)."""
+        self._learn()
         self._memo.clear()
-        self.acceptance.set_prior_hazard(hazard)
+        self._stretch = None
+        self._acceptance.set_prior_hazard(hazard)
 
     def choose(self, batch_size: int) -> Strategy:
-        """The arm of ``batch_size``'s bucket with the best predicted goodput, or one that might beat it."""
+        """The arm of ``batch_size``'s bucket with the best predicted goodput, or one that might beat it (the
+        current stretch's arm while it holds)."""
         bucket = self._buckets.index(batch_size)
         threshold = self.config.bs_threshold
         if threshold is not None and batch_size > threshold:
             return self._record(batch_size, bucket, DISABLE, "bs_threshold")
+        stretch = self._stretch
+        if stretch is not None and stretch.covers(batch_size, self.config.decide_every_s):
+            return self._record(batch_size, bucket, stretch.strategy, "exploit")
+        self._stretch = None
+        self._learn()
         arms = self._arms[bucket]
         for arm in arms:
-            if self.times.calibrated(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
+            if self._times.calibrated(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
+        waiting: list[Strategy] = []  # arms that might beat the best once the credit covers their pull
         if self._z > 0.0 and best_value is not None:
             floor = self.config.explore_within * best_value
             near = [arm for arm in arms if self._unknown(arm) or (self.predict(arm, batch_size) or 0.0) >= floor]
             # the most hopeful arm the credit covers: a costly hopeful arm (a deep tree at a large batch) does not
             # hold back a cheap one, whose pull teaches the acceptance that every arm of its source shares
-            near = [arm for arm in near if self._affordable(arm, batch_size, best_value)]
-            hopeful, hope = self._best(near, batch_size, self._z) if near else (best, None)
+            covered = [arm for arm in near if self._affordable(arm, batch_size, best_value)]
+            hopeful, hope = self._best(covered, batch_size, self._z) if covered else (best, None)
             if hopeful != best and hope is not None and hope > best_value:
                 self._explore(hopeful, batch_size, best_value)
                 return self._record(batch_size, bucket, hopeful, "explore")
+            hoping = [arm for arm in near if arm not in covered and arm != best]
+            waiting = [arm for arm in hoping if (self.predict(arm, batch_size, self._z) or 0.0) > best_value]
         anchor = self._anchor_due(arms, best) and best_value is not None
         if anchor and self._affordable(DISABLE, batch_size, best_value):
             self._explore(DISABLE, batch_size, best_value)
             return self._record(batch_size, bucket, DISABLE, "anchor")
+        if anchor:
+            waiting.append(DISABLE)
+        self._stretch = self._stretch_of(best, batch_size, bucket, best_value, waiting)
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _stretch_of(
+        self, best: Strategy, batch_size: int, bucket: int, best_value: float | None, waiting: list[Strategy]
+    ) -> _Stretch:
+        """The stretch an exploit decision of ``best`` starts: it ends once the credit covers a ``waiting`` arm's
+        pull or a plain anchor falls due, as deciding every round would then change the choice."""
+        cost = None
+        if waiting and best_value is not None:
+            cost = min(self._exploration_cost(arm, batch_size, best_value) for arm in waiting)
+        every, arms = self.config.anchor_every, self._arms[bucket]
+        anchors = every > 0 and self.config.reward == "goodput" and self._z > 0.0 and DISABLE in arms
+        anchor_in = max(0, every - self._since_plain) if anchors and best != DISABLE else None
+        return _Stretch(best, batch_size, self._credit, cost, anchor_in)
 
     def _affordable(self, arm: Strategy, batch_size: int, best_value: float) -> bool:
         """True when the exploration credit covers the predicted loss of a round of ``arm`` (always without a
@@ -114,7 +188,7 @@ class BanditSelector:
 
     def _explore(self, arm: Strategy, batch_size: int, best_value: float) -> None:
         """Remember what the exploratory round of ``arm`` is charged against when ``observe`` sees it."""
-        self._explore_best, self._explore_seconds = best_value, self.times.seconds(arm, batch_size) or 0.0
+        self._explore_best, self._explore_seconds = best_value, self._times.seconds(arm, batch_size) or 0.0
 
     def _anchor_due(self, arms: list[Strategy], best: Strategy) -> bool:
         """True when ``anchor_every`` rounds ran without a plain one and plain is an arm here but not the best (only
@@ -125,24 +199,26 @@ class BanditSelector:
 
     def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
         """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
-        raised by ``z`` standard errors; None while the arm's round time is unknown. Memoised until ``observe``."""
+        raised by ``z`` standard errors; None while the arm's round time is unknown. Memoised until a round is
+        learned."""
+        self._learn()
         key = (arm, batch_size, z)
         if key not in self._memo:
-            tokens = self.acceptance.tokens_per_row(arm, z)
+            tokens = self._acceptance.tokens_per_row(arm, z)
             if self.config.reward == "accept_length":
                 self._memo[key] = tokens
             else:
-                seconds = self.times.seconds(arm, batch_size)
+                seconds = self._times.seconds(arm, batch_size)
                 self._memo[key] = None if seconds is None else batch_size * tokens / seconds
         return self._memo[key]
 
     def _unknown(self, arm: Strategy) -> bool:
         """True while the arm's own acceptance rests on fewer rows than its prior: its prediction is the prior's."""
-        return not arm.is_disabled and self.acceptance.rows(arm) < self.config.prior_rows
+        return not arm.is_disabled and self._acceptance.rows(arm) < self.config.prior_rows
 
     def _exploration_cost(self, arm: Strategy, batch_size: int, best_value: float) -> float:
         """Predicted seconds a round of ``arm`` loses against the best arm (whose goodput is ``best_value``)."""
-        seconds, value = self.times.seconds(arm, batch_size), self.predict(arm, batch_size)
+        seconds, value = self._times.seconds(arm, batch_size), self.predict(arm, batch_size)
         if seconds is None or value is None:
             return 0.0
         return max(0.0, seconds * (1.0 - value / best_value))
@@ -157,18 +233,37 @@ class BanditSelector:
         return best, best_value
 
     def observe(self, stats: RoundStats) -> None:
-        """Learn acceptance and round time from the round (rounds past ``bs_threshold`` and strategies outside the
-        arms teach nothing). The first drafter round after rounds without the drafter also feeds the drafter every
-        token emitted meanwhile (its catch-up): its time says little about the arm's, and is not learned."""
+        """Queue the round to learn from at the next decision (rounds past ``bs_threshold`` and strategies outside
+        the arms teach nothing); ``MAX_UNLEARNED`` queued rounds are learned at once."""
         threshold = self.config.bs_threshold
         if (threshold is not None and stats.batch_size > threshold) or stats.strategy not in self._pulls:
             return
+        stretch = self._stretch
+        if stretch is not None:
+            stretch.seconds += stats.wall_time_s
+            stretch.rounds += 1
+            stretch.credit += (self.config.explore_budget or 0.0) * stats.wall_time_s
+        self._unlearned.append(stats)
+        if len(self._unlearned) >= MAX_UNLEARNED:
+            self._learn()
+
+    def _learn(self) -> None:
+        """Learn the queued rounds, oldest first."""
+        if self._unlearned:
+            rounds, self._unlearned = self._unlearned, []
+            for stats in rounds:
+                self._learn_round(stats)
+
+    def _learn_round(self, stats: RoundStats) -> None:
+        """Learn acceptance and round time from one round. The first drafter round after rounds without the drafter
+        also feeds the drafter every token emitted meanwhile (its catch-up): its time says little about the arm's,
+        and is not learned."""
         self._memo.clear()
-        self.acceptance.observe(stats)
+        self._acceptance.observe(stats)
         last = self._last_strategy
         catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
         if not catching_up:
-            self.times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
+            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
@@ -190,10 +285,11 @@ class BanditSelector:
 
     def plain_time_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
         """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
-        plain round time at this batch size x the tokens emitted per row (0.0 while plain's time is unknown)."""
+        plain round time at this batch size (as the rounds learned so far say: queued ones are not learned for it)
+        x the tokens emitted per row (0.0 while plain's time is unknown)."""
         if strategy.is_disabled:
             return wall_time_s
-        seconds = self.times.plain_seconds(batch_size)
+        seconds = self._times.plain_seconds(batch_size)
         return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
 
     def _record(self, batch_size: int, bucket: int, strategy: Strategy, reason: str) -> Strategy:
@@ -206,12 +302,13 @@ class BanditSelector:
 
     def telemetry(self) -> BanditTelemetry:
         """Per (bucket, arm) pulls, mean rewards and the prediction at the bucket's last batch size; the timeline."""
+        self._learn()
         buckets = []
         for index, arms in enumerate(self._arms):
             batch, rows = self._last_batch[index], []
             for arm in arms:
                 r = self._rewards[index][arm]
-                tokens, seconds = self.acceptance.tokens_per_row(arm), self.times.seconds(arm, batch)
+                tokens, seconds = self._acceptance.tokens_per_row(arm), self._times.seconds(arm, batch)
                 value = self.predict(arm, batch)
                 rows.append(ArmTelemetry(arm, r.pulls, r.recent_mean(), r.all_time_mean(), value, tokens, seconds))
             buckets.append(BucketTelemetry(index, self._buckets.label(index), self._bucket_rounds[index], rows))
@@ -220,13 +317,15 @@ class BanditSelector:
     def state_dict(self) -> dict:
         """Config, calibration, acceptance counts, round times, per-bucket rewards and the timeline (plain data): a
         resumed run continues identically, and ``warm_start`` carries what was learned into another run."""
-        calibration = self.times.calibration()
+        self._learn()
+        calibration = self._times.calibration()
+        stretch = self._stretch
         return {
             "version": STATE_VERSION,
             "config": dataclasses.asdict(self.config),
             "calibration": None if calibration is None else [[str(s), b, t] for s, b, t in calibration.measurements()],
-            "acceptance": self.acceptance.state(),
-            "times": self.times.state(),
+            "acceptance": self._acceptance.state(),
+            "times": self._times.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
             "explore_credit": self._credit,
@@ -238,6 +337,7 @@ class BanditSelector:
             "last_batch": list(self._last_batch),
             "rewards": [{str(arm): r.state() for arm, r in bucket.items()} for bucket in self._rewards],
             "timeline": [[c.round, c.batch_size, c.bucket, str(c.strategy), c.reason] for c in self._timeline],
+            "stretch": None if stretch is None else dataclasses.asdict(stretch) | {"strategy": str(stretch.strategy)},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -264,16 +364,22 @@ class BanditSelector:
         self._timeline = [
             ChoiceRecord(int(r), int(b), int(k), Strategy.parse(s), reason) for r, b, k, s, reason in state["timeline"]
         ]
+        stretch = state.get("stretch")  # absent from states saved before stretches: decide at the next round
+        if stretch is not None:
+            stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
+        self._stretch = stretch
 
     def warm_start(self, state: dict) -> None:
         """Take the calibration, acceptance counts and round times of a saved state, whatever its config (arms
         outside this selector's are ignored): a new run or RL step starts from what an earlier one learned."""
         _check_version(state)
+        self._learn()
+        self._stretch = None
         if state.get("calibration"):
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
             self.set_calibration(CostModel.fit(points))
-        self.acceptance.load(state["acceptance"])
-        self.times.load_state(state["times"])
+        self._acceptance.load(state["acceptance"])
+        self._times.load_state(state["times"])
         self._memo.clear()
 
 

@@ -54,6 +54,12 @@ class BanditConfig:
     """A plain round every this many rounds that ran none (while the exploration credit covers its cost; 0: never):
     plain's round time is the reference of every speedup estimate, and measured beside the speculative rounds of
     the moment it follows the machine's state where the calibration, taken at another time, may not."""
+    decide_every_s: float = 0.05
+    """Seconds of rounds one exploit decision holds for at its batch size (ended early when the exploration credit
+    comes to cover an arm that might beat it, or a plain anchor falls due): those rounds only queue their statistics,
+    learned in order at the next decision, so batch-1 rounds of a few ms do not pay the selector's prediction of
+    every arm (~0.2 ms) each time, while rounds longer than this (large batches) are each decided. Exploratory,
+    anchor and untimed rounds are decided one at a time. 0: decide every round."""
     window_size: int = 128
     """Acceptance memory, in rounds of ``MEMORY_ROWS_PER_ROUND`` request rows: an arm's per-depth counts decay by
     exp(-rows / (4 window_size)) per round of its own (``rows`` its batch size) and 8x more slowly per round of
@@ -127,6 +133,9 @@ class BanditConfig:
         anchor = self.anchor_every
         if isinstance(anchor, bool) or not isinstance(anchor, int) or anchor < 0:
             raise ValueError(f"BanditConfig.anchor_every must be an int >= 0, got {anchor!r}")
+        every = self.decide_every_s
+        if isinstance(every, bool) or not isinstance(every, int | float) or not every >= 0:
+            raise ValueError(f"BanditConfig.decide_every_s must be a number >= 0, got {every!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:

@@ -67,13 +67,13 @@ def test_the_pending_exploration_survives_a_state_round_trip() -> None:
     config = BanditConfig(strategies=ARMS, explore_budget=0.2)
     bandit = BanditSelector(config, calibrated_like_plain())
     rng = random.Random(0)
-    for _ in range(50):
+    for _ in range(400):  # an exploit decision holds up to decide_every rounds: exploration waits for a decision
         strategy = bandit.choose(1)
         if bandit.state_dict()["explore_best"] is not None:
             break
         bandit.observe(slow_round(strategy, 1, rng, 1.5, 0.2))
     state = bandit.state_dict()
-    assert state["explore_best"] is not None, "no exploratory round in 50"
+    assert state["explore_best"] is not None, "no exploratory round in 400"
     restored = BanditSelector(config, calibrated_like_plain())
     restored.load_state_dict(state)
     stats = slow_round(strategy, 1, random.Random(1), 1.5, 0.2)

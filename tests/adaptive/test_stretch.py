@@ -1,0 +1,112 @@
+"""Exploit decisions that hold for a stretch of rounds: the rounds are queued, then learned exactly as one by one;
+the stretch ends when its time is spent, at another batch size, when the credit covers a hopeful arm, or when a
+plain anchor falls due."""
+
+import random
+
+import pytest
+
+from fastrl.adaptive.bandit import MAX_UNLEARNED, BanditSelector, _Stretch
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.strategy.strategy import DISABLE, Strategy
+
+from .test_bandit import SPACE, calibration, environment
+
+
+def fed(decide_every_s: float, rounds: int, seed: int) -> BanditSelector:
+    """A bandit that decided once at batch 1, then observed ``rounds`` rounds of what it chose."""
+    bandit = BanditSelector(BanditConfig(strategies=SPACE, decide_every_s=decide_every_s), calibration(SPACE))
+    strategy, rng = bandit.choose(1), random.Random(seed)
+    for _ in range(rounds):
+        bandit.observe(environment(strategy, 1, rng))
+    return bandit
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 7, MAX_UNLEARNED - 1, MAX_UNLEARNED, 3 * MAX_UNLEARNED + 5])
+def test_queued_rounds_are_learned_as_one_by_one(rounds):
+    queued, each = fed(100.0, rounds, seed=rounds), fed(0.0, rounds, seed=rounds)
+    assert len(queued._unlearned) == rounds % MAX_UNLEARNED  # a full queue is learned at once
+    assert len(each._unlearned) == rounds % MAX_UNLEARNED
+    assert queued.acceptance.state() == each.acceptance.state()  # reading them learns the rest
+    assert queued.times.state() == each.times.state()
+    mine, theirs = queued.state_dict(), each.state_dict()
+    for key in ("explore_credit", "pulls", "since_plain", "rewards", "acceptance", "times"):
+        assert mine[key] == theirs[key], key
+
+
+def test_a_stretch_holds_its_arm_at_its_batch_size_until_its_time_is_spent():
+    config = BanditConfig(strategies=SPACE, decide_every_s=0.05, explore_budget=None, epsilon=0.0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    rng = random.Random(0)
+    first = bandit.choose(1)
+    spent = 0.0
+    while True:
+        stats = environment(first, 1, rng)
+        bandit.observe(stats)
+        spent += stats.wall_time_s
+        queued = len(bandit._unlearned)
+        assert bandit.choose(1) == first
+        if spent >= 0.05:
+            assert not bandit._unlearned  # the decision after the stretch learned every queued round
+            break
+        assert len(bandit._unlearned) == queued  # undecided: nothing learned
+    bandit.observe(environment(first, 1, rng))
+    bandit.choose(2)  # another batch size: decided at once
+    assert not bandit._unlearned
+    assert [r.reason for r in bandit.telemetry().timeline] == ["exploit"] * len(bandit.telemetry().timeline)
+
+
+def test_a_stretch_ends_when_the_credit_covers_a_hopeful_arm():
+    """At the start no credit covers the pull of an arm that might beat the best: the stretch waits for it, and
+    the round the credit covers it is decided (and explores), however long the stretch might have held."""
+    config = BanditConfig(strategies=SPACE, decide_every_s=100.0, explore_budget=0.01, anchor_every=0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    rng = random.Random(2)
+    first = bandit.choose(1)
+    cost = bandit._stretch.explore_cost
+    assert cost is not None and cost > 0.0
+    credit = 0.0
+    for _ in range(200):
+        stats = environment(first, 1, rng)
+        bandit.observe(stats)
+        credit += config.explore_budget * stats.wall_time_s
+        strategy = bandit.choose(1)
+        if credit >= cost:
+            assert not bandit._unlearned  # decided
+            assert bandit.telemetry().timeline[-1].reason == "explore" and strategy != first
+            return
+        assert strategy == first and bandit._unlearned
+    raise AssertionError("the credit never covered the hopeful arm")
+
+
+def test_a_stretch_ends_when_a_plain_anchor_falls_due():
+    config = BanditConfig(strategies=SPACE, decide_every_s=100.0, anchor_every=16)
+    bandit = BanditSelector(config, calibration(SPACE))
+    rng = random.Random(2)
+    for _ in range(100):  # until a speculative arm's exploit decision
+        strategy = bandit.choose(1)
+        if bandit._stretch is not None and strategy != DISABLE:
+            break
+        bandit.observe(environment(strategy, 1, rng))
+    stretch, since = bandit._stretch, bandit.state_dict()["since_plain"]
+    assert stretch.anchor_in == max(0, 16 - since)
+    stretch.explore_cost = None  # no exploration waits: only the anchor ends it
+    for _ in range(stretch.anchor_in):
+        assert stretch.covers(1, 100.0)
+        bandit.observe(environment(stretch.strategy, 1, rng))
+    assert not stretch.covers(1, 100.0)
+    assert not _Stretch(stretch.strategy, 8, 0.0).covers(9, 100.0)  # another batch size
+    assert not _Stretch(stretch.strategy, 8, 0.0, seconds=0.05).covers(8, 0.05)  # its time spent
+
+
+def test_the_stretch_survives_a_state_round_trip():
+    config = BanditConfig(strategies=SPACE, decide_every_s=100.0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    rng = random.Random(3)
+    first = bandit.choose(4)
+    bandit.observe(environment(first, 4, rng))
+    restored = BanditSelector(config, calibration(SPACE))
+    restored.load_state_dict(bandit.state_dict())
+    assert restored.state_dict() == bandit.state_dict()
+    assert restored.choose(4) == bandit.choose(4) == first
+    assert isinstance(restored._stretch.strategy, Strategy)
