@@ -96,6 +96,7 @@ class BanditSelector:
         self._timeline: list[ChoiceRecord] = []
         self._unlearned: list[RoundStats] = []  # observed rounds not learned yet, oldest first
         self._stretch: _Stretch | None = None
+        self._last_reason: str | None = None
 
     @property
     def acceptance(self) -> DepthAcceptance:
@@ -108,6 +109,11 @@ class BanditSelector:
         """Round times of every arm, every observed round learned."""
         self._learn()
         return self._times
+
+    @property
+    def last_reason(self) -> str | None:
+        """Why the last choice was made (one of ``CHOICE_REASONS``; None before any)."""
+        return self._last_reason
 
     @property
     def strategies(self) -> list[Strategy]:
@@ -137,7 +143,7 @@ class BanditSelector:
             return self._record(batch_size, bucket, DISABLE, "bs_threshold")
         stretch = self._stretch
         if stretch is not None and stretch.covers(batch_size, self.config.decide_every_s):
-            return self._record(batch_size, bucket, stretch.strategy, "exploit")
+            return self._record(batch_size, bucket, stretch.strategy, "held")
         self._stretch = None
         self._learn()
         arms = self._arms[bucket]
@@ -293,6 +299,7 @@ class BanditSelector:
         return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
 
     def _record(self, batch_size: int, bucket: int, strategy: Strategy, reason: str) -> Strategy:
+        self._last_reason = reason
         if self.config.timeline_limit > 0:
             self._timeline.append(ChoiceRecord(self._round, batch_size, bucket, strategy, reason))
             if len(self._timeline) > self.config.timeline_limit:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from fastrl.strategy.strategy import Strategy
 
-CHOICE_REASONS = ("untimed", "explore", "exploit", "bs_threshold")
+CHOICE_REASONS = ("untimed", "explore", "exploit", "held", "anchor", "bs_threshold")
+"""Why a round ran its strategy: an arm timed first, explored, the predicted best, the best decided earlier and held
+by its stretch (nothing learned or predicted), a plain anchor, or a batch past ``bs_threshold``."""
 
 
 @dataclass(frozen=True)

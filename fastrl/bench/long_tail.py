@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--group", type=int, default=1, help="samples per prompt (4: GRPO groups)")
+    parser.add_argument("--batch-size", type=int, default=0, help="most requests at once (0: all; 1: batch 1)")
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         args.selectors.split(","),
         args.max_new_tokens,
         args.repeats,
-        args.requests,
+        args.batch_size or args.requests,
         bandit,
         context,
     )

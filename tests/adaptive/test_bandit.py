@@ -130,7 +130,7 @@ def test_without_calibration_arms_are_timed_first():
 def test_no_exploration_with_epsilon_zero():
     policy = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.0), calibration=calibration(SPACE))
     run(policy, [1] * 100, seed=0)
-    assert {c.reason for c in policy.telemetry().timeline} == {"exploit"}
+    assert {c.reason for c in policy.telemetry().timeline} == {"exploit", "held"}
 
 
 def test_bucket_arms_are_configurable():
@@ -218,7 +218,7 @@ def test_telemetry():
     assert len(telemetry.timeline) == 50  # bounded
     assert telemetry.timeline[-1].round == 99
     assert [c.batch_size for c in telemetry.timeline[-40:]] == [64] * 40
-    assert {c.reason for c in telemetry.timeline} <= {"explore", "exploit"}
+    assert {c.reason for c in telemetry.timeline} <= {"explore", "exploit", "held"}
 
 
 def test_stopping_chains_count_their_stops_and_pool_only_with_their_own_stop():
