@@ -1,7 +1,13 @@
-"""Shared test configuration: GPU tests skipped without CUDA; each test gets the root logger it found."""
+"""Shared test configuration: GPU tests skipped without CUDA; each test gets the root logger it found; without CUDA,
+Triton kernels run in Triton's interpreter."""
+
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():  # read when Triton is imported: its kernels then run on CPU tensors
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Tests run tiny models on a 2-core machine: one intra-op thread avoids thread hand-off costs per small op.
 torch.set_num_threads(1)

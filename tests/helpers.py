@@ -124,3 +124,47 @@ def random_tree_mask(rng, lengths: list[int], queries: int, width: int, first_ke
             if rng.random() < 0.1:
                 mask[b, i] = False
     return index, mask
+
+
+def triton_or_skip():
+    """Triton, which runs its kernels compiled on a GPU and in its interpreter elsewhere (tests/conftest.py sets
+    TRITON_INTERPRET without CUDA); skips the calling test module where neither can run."""
+    import numpy as np
+    import pytest
+
+    triton = pytest.importorskip("triton", reason="the Triton kernel needs triton (installed with the dev extra)")
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split(".")[:2])
+
+    if not torch.cuda.is_available() and version(triton.__version__) < (3, 9) and version(np.__version__) >= (2, 4):
+        reason = "Triton < 3.9's interpreter fails on NumPy >= 2.4 (scalars as 1-element arrays)"
+        pytest.skip(reason, allow_module_level=True)
+    return triton
+
+
+def kernel_test_setup(tmp_path: Path, strategy: str, seed: int, requests: int, max_new: int):
+    """What the attention kernels' engine tests generate with: a tiny float64 Llama saved and loaded back, a random
+    float64 drafter (None for `disable`), and `requests` prompts of 2-40 tokens, each greedy or at T=1 with its
+    own seed and 4-`max_new` new tokens.  # -> model, drafter, [GenerateInput]"""
+    import random
+
+    from fastrl.engine.engine import GenerateInput
+    from fastrl.models.checkpoint import load_model
+    from fastrl.sampling.params import SamplingParams
+    from fastrl.speculative.drafter import EagleDrafter
+
+    path = tmp_path / "llama"
+    make_hf_model("llama", seed=4).save_pretrained(path)
+    model = load_model(path, dtype=torch.float64)
+    torch.manual_seed(0)
+    drafter = None if strategy == "disable" else EagleDrafter(model.config).to(torch.float64)
+    rng = random.Random(seed)
+    inputs = [
+        GenerateInput(
+            [rng.randrange(3, 90) for _ in range(rng.randint(2, 40))],
+            SamplingParams(max_new_tokens=rng.randint(4, max_new), temperature=rng.choice([0.0, 1.0]), seed=i),
+        )
+        for i in range(requests)
+    ]
+    return model, drafter, inputs

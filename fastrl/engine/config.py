@@ -42,7 +42,10 @@ class EngineConfig:
     attention_kernel: on a CPU, forwards of a few new tokens per row (decode, a chain's verify, drafter steps)
         attend with fastrl's paged attention kernel, and drafter forwards of a few rows run whole in its
         drafter-step kernel (both compiled at first use with the system's C++ compiler; when none builds, a
-        warning and PyTorch); False: PyTorch everywhere. Ignored on a GPU.
+        warning and PyTorch). On a GPU, forwards of up to 64 new tokens per row (decode, tree verifies, drafter
+        steps) attend with fastrl's Triton kernel, which reads each row's pages in place over the row's own length
+        (checked against PyTorch once at engine start; Triton missing or the check failing: a warning and
+        PyTorch). False: PyTorch everywhere (each row's pages gathered per layer).
     """
 
     max_batch_size: int = 64

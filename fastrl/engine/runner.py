@@ -22,7 +22,7 @@ from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
 from fastrl.engine.read_back import read_back
 from fastrl.engine.request import Request
-from fastrl.models.cpu_attention import PagedCpuAttention
+from fastrl.models.backends import attention_backend
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.sampling.sampler import sample
@@ -129,7 +129,7 @@ class ModelRunner:
         self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
-        backend = PagedCpuAttention.load() if config.attention_kernel and self.device.type == "cpu" else None
+        backend = attention_backend(self.device, dtype) if config.attention_kernel else None
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,

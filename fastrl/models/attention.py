@@ -18,6 +18,7 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from fastrl.models.cpu_attention import KernelPlan
+    from fastrl.models.gpu_attention import TritonPlan
     from fastrl.models.kv_cache import KVCache
 
 
@@ -31,8 +32,8 @@ class AttentionMetadata:
     first_slot: when set, row b is slot first_slot + b and holds only its home pages (keys read in place).
     What the cache's backend prepared for every layer of the forward (`AttentionBackend.plan`): bias, the mask as an
     additive bias (0 where it may attend, -inf elsewhere) in the attention's dtype (`PagedSdpa` on a CPU:
-    scaled_dot_product_attention would convert the bool mask the same way at every layer); kernel, the CPU kernel's
-    inputs when it takes this forward (`PagedCpuAttention`).
+    scaled_dot_product_attention would convert the bool mask the same way at every layer); kernel, a paged kernel's
+    inputs when it takes this forward (`PagedCpuAttention`'s C++ kernel, `PagedTritonAttention`'s on a GPU).
     """
 
     slots: Tensor
@@ -42,7 +43,7 @@ class AttentionMetadata:
     mask: Tensor
     first_slot: int | None = None
     bias: Tensor | None = None
-    kernel: KernelPlan | None = None
+    kernel: KernelPlan | TritonPlan | None = None
 
 
 class AttentionBackend(Protocol):

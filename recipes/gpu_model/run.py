@@ -3,6 +3,10 @@ train its EAGLE drafter, then benchmark fastrl against itself and transformers o
 real model shapes. Writes `results.json` and prints tables.
 
     python recipes/gpu_model/run.py --out runs/gpu --phases sft,drafter,bs1,plain_vs_hf,long_tail,shapes
+    python recipes/gpu_model/run.py --out runs/gpu --phases attention     # no model: one layer's attention
+
+`plain_vs_hf` and `long_tail` run fastrl twice, with its Triton attention kernel (the default) and with PyTorch's
+(`engine.attention_kernel=false`: each row's pages gathered per layer), side by side.
 
 Phases read what earlier phases wrote under --work (a model and a drafter), so a later call on the same machine
 can run the benchmarks alone.
@@ -225,8 +229,11 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
     for bs in batch_sizes:
         batch = prompts[:bs]
         params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-        engine = Engine(policy, EngineConfig(max_batch_size=bs, device="cuda", dtype=dtype))
-        t, _ = timed_generate(engine, [GenerateInput(p, params) for p in batch], 3)
+        seconds = {}
+        for kernel in (True, False):
+            config = EngineConfig(max_batch_size=bs, device="cuda", dtype=dtype, attention_kernel=kernel)
+            seconds[kernel], _ = timed_generate(Engine(policy, config), [GenerateInput(p, params) for p in batch], 3)
+        t = seconds[True]
         ids, mask = left_pad(batch, 0)
         ids_t, mask_t = torch.tensor(ids, device="cuda"), torch.tensor(mask, device="cuda")
 
@@ -247,7 +254,13 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
         hf_run()
         torch.cuda.synchronize()
         t_hf = time.perf_counter() - start
-        rows[bs] = {"fastrl_tok_s": bs * new_tokens / t, "hf_tok_s": bs * new_tokens / t_hf, "ratio": t_hf / t}
+        rows[bs] = {
+            "fastrl_tok_s": bs * new_tokens / t,
+            "fastrl_pytorch_attention_tok_s": bs * new_tokens / seconds[False],
+            "hf_tok_s": bs * new_tokens / t_hf,
+            "ratio": t_hf / t,
+            "kernel_vs_pytorch_attention": seconds[False] / t,
+        }
     return rows
 
 
@@ -258,8 +271,8 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
         GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=1.0, seed=i)) for i, p in enumerate(prompts)
     ]
     rows, reference = {}, None
-    for name in ["disable", "5_1_6", "bandit"]:
-        config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype)
+    for name, kernel in [("disable", True), ("5_1_6", True), ("bandit", True), ("disable", False), ("5_1_6", False)]:
+        config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype, attention_kernel=kernel)
         engine = Engine(policy, config, drafter=None if name == "disable" else drafter, selector=build_selector(name))
         start = time.perf_counter()
         outs = engine.generate(inputs)
@@ -268,7 +281,7 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
         tokens = [o.token_ids for o in outs]
         reference = reference or tokens
         lengths = sorted(len(t) for t in tokens)
-        rows[name] = {
+        rows[name if kernel else f"{name} (PyTorch attention)"] = {
             "seconds": seconds,
             "speedup": rows["disable"]["seconds"] / seconds if rows else 1.0,
             "rounds": len(engine.round_stats),
@@ -336,6 +349,11 @@ def main() -> None:
             value = phase_plain_vs_hf(work, args.dtype, sizes, 128)
         elif phase == "long_tail":
             value = phase_long_tail(work, args.dtype, args.long_tail)
+        elif phase == "attention":
+            from fastrl.bench.attention import main as attention_bench
+
+            attention_bench(["--device", "cuda", "--json", str(out / "attention.json")])
+            value = json.loads((out / "attention.json").read_text())
         elif phase == "exactness":
             value = phase_exactness(work, args.dtype)
         elif phase == "shapes":

@@ -13,17 +13,15 @@ import torch
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.engine import Engine
 from fastrl.models.attention import PagedSdpa
 from fastrl.models.checkpoint import load_model
 from fastrl.models.cpu_attention import MAX_QUERIES, RAGGED_DENSITY, PagedCpuAttention
 from fastrl.models.kernel_build import load_kernel
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.masks import attention_mask
-from fastrl.sampling.params import SamplingParams
-from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
-from tests.helpers import make_hf_model, random_tree_mask
+from tests.helpers import kernel_test_setup, make_hf_model, random_tree_mask
 
 SHAPES = [
     (6, 2, 32),
@@ -160,17 +158,7 @@ def _model_dir(tmp_path):
 
 @pytest.mark.parametrize("strategy", ["disable", "3_1_4", "2_2_4"])
 def test_engines_with_and_without_the_kernel_generate_the_same(kernel, tmp_path, strategy):
-    model = load_model(_model_dir(tmp_path), dtype=torch.float64)
-    torch.manual_seed(0)
-    drafter = None if strategy == "disable" else EagleDrafter(model.config).to(torch.float64)
-    rng = random.Random(5)
-    inputs = [
-        GenerateInput(
-            [rng.randrange(3, 90) for _ in range(rng.randint(2, 40))],
-            SamplingParams(max_new_tokens=rng.randint(4, 30), temperature=rng.choice([0.0, 1.0]), seed=i),
-        )
-        for i in range(7)
-    ]
+    model, drafter, inputs = kernel_test_setup(tmp_path, strategy, seed=5, requests=7, max_new=30)
     outputs = []
     for use in (True, False):
         config = EngineConfig(max_batch_size=4, max_model_len=96, dtype="float64", attention_kernel=use)

@@ -1,0 +1,218 @@
+"""The GPU attention backend: decode-sized forwards read each row's pages in place, in a Triton kernel.
+
+`PagedSdpa` gathers every row's pages into `[B, kvh, L, hd]` at every layer and attends over the batch's longest row
+(on a CUDA-graph round, over the whole context length the graph was captured for). `PagedTritonAttention` hands
+forwards of at most `MAX_QUERIES` new tokens per row (plain decode, tree verify, drafter steps) to
+`fastrl.models.triton_kernels.paged_attention`, which follows the page table itself and stops at each row's extent,
+computed on the device once per forward (no host sync: a CUDA graph captures it and each replay reads the lengths
+of its own batch). Prefill and what Triton cannot run go to `PagedSdpa`. Few rows over many keys split each row's
+keys over several programs (flash-decoding), so the GPU stays busy at batch 1.
+
+With `TRITON_INTERPRET=1` set before Triton is imported, Triton's interpreter runs the same kernels on CPU tensors:
+how the tests check them on a machine without a GPU (tests/models/test_gpu_attention.py; on a GPU the same tests
+check the compiled kernels).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from fastrl.models.attention import AttentionMetadata, PagedSdpa
+
+if TYPE_CHECKING:
+    from fastrl.models.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
+
+MAX_QUERIES = 64  # new tokens per row up to which a forward goes to the kernel (the widest tree verify)
+BLOCK_N = 64  # keys per block
+MAX_BLOCK_M = 64  # query heads x new tokens per program
+TARGET_PROGRAMS = 264  # split rows' keys until a forward has this many programs (2 per SM of an H100)
+MIN_SPLIT_KEYS = 256  # ... but never below this many keys a split
+MAX_SPLITS = 16
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class TritonPlan:
+    """What every layer of a forward the kernel takes reads: the mask as bytes and each row's extent (1 + the last
+    key its queries may attend; the kernel reads no further), both computed on the device.
+
+    mask [B,1,S,L] uint8; extents [B] int32
+    """
+
+    mask: Tensor
+    extents: Tensor
+
+
+class PagedTritonAttention:
+    """The Triton paged attention kernel for forwards of a few new tokens per row, `PagedSdpa` for the rest (see
+    the module's docstring)."""
+
+    def __init__(self, target_programs: int = TARGET_PROGRAMS) -> None:
+        import triton
+
+        from fastrl.models import triton_kernels
+
+        self.target_programs = target_programs
+        self.fallback = PagedSdpa()
+        self._attention = triton.jit(triton_kernels.paged_attention)
+        self._combine = triton.jit(triton_kernels.combine_splits)
+        self._next_power_of_2 = triton.next_power_of_2
+        self._tl_dtype = {torch.float32: triton.language.float32, torch.float64: triton.language.float64}
+
+    @classmethod
+    def load(cls, device: torch.device, dtype: torch.dtype) -> PagedTritonAttention | None:
+        """The backend for a CUDA `device` and cache `dtype`, or None (a warning says why) where Triton is missing,
+        or the kernel does not compile or does not match `PagedSdpa` on a small random forward there."""
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            log.warning("Triton is not installed: GPU attention gathers each row's pages (PagedSdpa)")
+            return None
+        if dtype not in DTYPES:
+            return None
+        programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+        backend = cls(target_programs=programs)
+        try:
+            error = backend.self_check(device, dtype)
+        except Exception as exc:  # a compiler or driver that cannot build it: the portable path still works
+            error = f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            log.warning("the Triton paged attention kernel failed its check (%s): using PagedSdpa", error)
+            return None
+        return backend
+
+    def self_check(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> str | None:
+        """Runs one small paged forward (GQA, a tree among the new tokens, ragged rows, split keys) in `dtype`
+        against `PagedSdpa` in float64 on the same values; what differs, or None."""
+        from fastrl.models.kv_cache import KVCache, PageTable
+        from fastrl.models.masks import attention_mask
+
+        gen = torch.Generator().manual_seed(0)
+        rows, queries, width, page_size, columns = 3, 4, 600, 16, 38
+        table = PageTable(rows, width, page_size, rows * columns + 5, page_size, device)
+        pages = torch.randperm(rows * columns + 5, generator=gen)[: rows * columns]
+        table.map([r for r in range(rows) for _ in range(columns)], list(range(columns)) * rows, pages.tolist())
+        caches = [
+            KVCache(1, rows, width, 2, 32, t, device, table, b) for t, b in ((torch.float64, None), (dtype, self))
+        ]
+        for name in ("k", "v"):
+            values = torch.randn(getattr(caches[0], name).shape, generator=gen).to(device, dtype)
+            for cache in caches:
+                getattr(cache, name).copy_(values)
+        lengths = torch.tensor([[3], [570], [90]])
+        index = (lengths + torch.arange(queries)).to(device)
+        raw = (torch.arange(width - page_size).view(1, 1, -1) < lengths.unsqueeze(-1)).expand(rows, queries, -1).clone()
+        tree = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+        for b in range(rows):
+            raw[b, :, lengths[b, 0] : lengths[b, 0] + queries] = tree
+        mask = attention_mask(index, index, raw.to(device))
+        q = torch.randn(rows, 6, queries, 32, generator=gen).to(device, dtype)
+        k, v = (torch.randn(rows, 2, queries, 32, generator=gen).to(device, dtype) for _ in range(2))
+        slots = torch.arange(rows, device=device)
+        meta = caches[1].metadata(slots, index, mask)
+        if not isinstance(meta.kernel, TritonPlan):
+            return "the kernel did not take a 4-token forward"
+        got = caches[1].attend(0, q, k, v, meta, True).double()
+        want = caches[0].attend(0, q.double(), k.double(), v.double(), caches[0].metadata(slots, index, mask), True)
+        diff = (got - want).abs().max().item()
+        bound = 1e-9 if dtype == torch.float64 else 1e-4 if dtype == torch.float32 else 3e-2
+        return None if diff <= bound else f"max |difference| {diff:.2e} from PagedSdpa in {dtype}"
+
+    def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
+        """`meta` with a `TritonPlan` when this forward goes to the kernel, else with what `PagedSdpa` prepares.
+        # meta.mask [B,1,S,L] bool"""
+        rows, _, queries, length = meta.mask.shape
+        if cache.dtype not in DTYPES or queries > MAX_QUERIES or meta.pages.stride(-1) != 1:
+            return self.fallback.plan(cache, meta)
+        seen = meta.mask.any(dim=2).squeeze(1)  # [B,L]
+        keys = torch.arange(1, length + 1, device=meta.mask.device, dtype=torch.int32)
+        extents = (seen * keys).amax(dim=-1).to(torch.int32)
+        return replace(meta, kernel=TritonPlan(meta.mask.view(torch.uint8).contiguous(), extents))
+
+    def launch_shape(self, rows: int, heads: int, kv_heads: int, queries: int, length: int) -> tuple[int, int, int]:
+        """(BLOCK_M, query tiles, SPLITS) for a forward: tiles of query heads x new tokens; splits of each row's
+        keys (a power of two) while the programs fall short of `target_programs` and a split keeps
+        `MIN_SPLIT_KEYS` keys.  # host"""
+        group = heads // kv_heads
+        block_m = min(MAX_BLOCK_M, max(16, self._next_power_of_2(group * queries)))
+        if group > block_m:
+            block_m = self._next_power_of_2(group)
+        tiles = -(-queries // (block_m // group))
+        splits = 1
+        while (
+            splits < MAX_SPLITS
+            and rows * kv_heads * tiles * splits * 2 <= self.target_programs
+            and length >= 2 * splits * MIN_SPLIT_KEYS
+        ):
+            splits *= 2
+        return block_m, tiles, splits
+
+    def attend(
+        self, cache: KVCache, layer: int, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, gqa: bool
+    ) -> Tensor:
+        """# q [B,h,S,hd], k/v [B,kvh,S,hd] -> [B,h,S,hd]"""
+        plan = meta.kernel
+        if not isinstance(plan, TritonPlan) or q.stride(-1) != 1 or q.dtype != cache.dtype:
+            return self.fallback.attend(cache, layer, q, k, v, meta, gqa)
+        cache.store(layer, meta.write, k, v)
+        b, h, s, hd = q.shape
+        kvh = cache.num_kv_heads
+        block_m, tiles, splits = self.launch_shape(b, h, kvh, s, plan.mask.shape[-1])
+        dim_block = max(16, self._next_power_of_2(hd))
+        out = torch.empty(b, s, h, hd, dtype=q.dtype, device=q.device).transpose(1, 2)  # what o_proj reads
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        part = stats = out  # unused when SPLITS is 1
+        if splits > 1:
+            part = torch.empty(b * s * h * splits * dim_block, dtype=acc, device=q.device)
+            stats = torch.empty(b * s * h * splits * 2, dtype=acc, device=q.device)
+        self._attention[(b, kvh, tiles * splits)](
+            q,
+            cache.k[layer],
+            cache.v[layer],
+            meta.pages,
+            plan.mask,
+            plan.extents,
+            out,
+            part,
+            stats,
+            s,
+            hd**-0.5,
+            *q.stride()[:3],
+            *out.stride()[:3],
+            meta.pages.stride(0),
+            plan.mask.stride(0),
+            plan.mask.stride(2),
+            kvh * hd,
+            GROUP=h // kvh,
+            HEAD_DIM=hd,
+            DIM_BLOCK=dim_block,
+            BLOCK_M=block_m,
+            BLOCK_N=BLOCK_N,
+            PAGE_SIZE=cache.page_size,
+            SPLITS=splits,
+            ACC=self._tl_dtype[acc],
+        )
+        if splits > 1:
+            triples = b * s * h
+            block_r = 16
+            self._combine[(-(-triples // block_r),)](
+                part,
+                stats,
+                out,
+                triples,
+                h,
+                s,
+                *out.stride()[:3],
+                HEAD_DIM=hd,
+                DIM_BLOCK=dim_block,
+                SPLITS=splits,
+                BLOCK_R=block_r,
+            )
+        return out
