@@ -1,0 +1,217 @@
+"""The engine's GPU checks in one call, no training (issue 26, phase 1): the GPU tests, one layer's attention, plain
+decoding's tokens/s with fastrl's Triton attention and with PyTorch's against transformers `generate` and against
+the round's memory-bandwidth limit, and a torch-profiler breakdown of one plain and one speculative round at batch
+256. Random weights at the GPU recipe model's shape (a 316M Llama, 28 layers, hidden 1024, 16/4 heads, the bundled
+task's 91-token vocabulary): decoding speed does not depend on what the weights say (EOS is ignored).
+
+    PYTHONPATH=. python recipes/gpu_model/engine_check.py --out $OUT           # on the GPU, ~5 minutes
+    python recipes/gpu_model/engine_check.py --out /tmp/x --device cpu --tiny  # a smoke run of the same code
+
+Every phase rewrites `results.json` when it ends (a later failure loses nothing); a phase that raises is recorded
+with its error and the next one runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import save_model
+from fastrl.models.config import ModelConfig
+from fastrl.models.decoder import CausalLM
+from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import Strategy
+
+RECIPE = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=4)
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+TESTS = ["tests/models/test_gpu_attention.py", "tests/models/test_cuda.py", "tests/engine/test_cuda_graphs.py"]
+
+
+def build(tiny: bool, device: str, dtype: torch.dtype) -> tuple[CausalLM, EagleDrafter]:
+    """The recipe's shape (or a tiny one) with random weights, and a random drafter for it."""
+    shape = TINY if tiny else RECIPE
+    config = ModelConfig(
+        "llama",
+        91,
+        intermediate_size=shape["hidden_size"] * 11 // 4,
+        max_position_embeddings=2048,
+        eos_token_id=2,
+        bos_token_id=1,
+        **shape,
+    )
+    torch.manual_seed(0)
+    model = CausalLM(config).to(device, dtype).eval()
+    return model, EagleDrafter(config).to(device, dtype).eval()
+
+
+def prompts(batch: int, length: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(batch)
+    return torch.randint(3, 91, (batch, length), generator=gen).tolist()
+
+
+def engine_for(model, drafter, batch: int, strategy: str, kernel: bool, device: str, dtype: torch.dtype) -> Engine:
+    config = EngineConfig(
+        max_batch_size=batch,
+        max_model_len=1024,
+        device=device,
+        dtype=str(dtype).split(".")[-1],
+        attention_kernel=kernel,
+    )
+    parsed = Strategy.parse(strategy)
+    return Engine(model, config, drafter if parsed.uses_drafter else None, FixedSelector(parsed))
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str, repeats: int) -> float:
+    """Median seconds of fn() after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def bandwidth_limit_tok_s(model: CausalLM, batch: int, context: int, bytes_per_s: float) -> float:
+    """Tokens/s if a plain round only read the weights and the batch's KV once at `bytes_per_s`."""
+    c = model.config
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    item = next(model.parameters()).element_size()
+    kv = batch * context * c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * item
+    return batch / ((weights + kv) / bytes_per_s)
+
+
+def phase_plain(model, args, device, dtype) -> dict:
+    """Plain decoding tok/s per batch size: fastrl with its attention kernel, with PyTorch's, HF generate."""
+    rows = {}
+    hf = hf_model(model, args, device, dtype)
+    for batch in [int(b) for b in args.batch_sizes.split(",")]:
+        ids = prompts(batch, args.prompt_len)
+        params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+        inputs = [GenerateInput(p, params) for p in ids]
+        row = {}
+        for kernel in (True, False):
+            engine = engine_for(model, None, batch, "disable", kernel, device, dtype)
+            seconds = timed(lambda e=engine, i=inputs: e.generate(i), device, args.repeats)
+            row["kernel" if kernel else "pytorch_attention"] = batch * args.new_tokens / seconds
+            del engine
+        tensor = torch.tensor(ids, device=device)
+        generate = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+        with torch.inference_mode():
+            seconds = timed(
+                lambda t=tensor, g=generate: hf.generate(t, attention_mask=torch.ones_like(t), **g), device, 1
+            )
+        row["hf_generate"] = batch * args.new_tokens / seconds
+        context = args.prompt_len + args.new_tokens // 2
+        row["bandwidth_limit"] = bandwidth_limit_tok_s(model, batch, context, args.bandwidth)
+        row["kernel_vs_pytorch_attention"] = row["kernel"] / row["pytorch_attention"]
+        row["kernel_vs_hf"] = row["kernel"] / row["hf_generate"]
+        row["fraction_of_limit"] = row["kernel"] / row["bandwidth_limit"]
+        rows[batch] = row
+        print(f"plain batch {batch}: {json.dumps(row)}", flush=True)
+    return rows
+
+
+def hf_model(model: CausalLM, args, device: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    path = Path(args.work) / "random-recipe"
+    save_model(model, path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+
+
+def phase_profile(model, drafter, args, device, dtype) -> dict:
+    """One plain and one speculative round at the largest batch: the round's wall time (median of 3, outside the
+    profiler) and its top ops by device time under the torch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = int(args.batch_sizes.split(",")[-1])
+    out = {}
+    for strategy in ("disable", args.strategy):
+        engine = engine_for(model, drafter, batch, strategy, True, device, dtype)
+        for i, p in enumerate(prompts(batch, args.prompt_len)):
+            engine.add_request(p, SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True, seed=i))
+        for _ in range(4):  # prefill and warm rounds
+            engine.step()
+        wall = timed(engine.step, device, 3)  # rounds at 5-9 tokens in (random drafts: nothing is accepted)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            engine.step()
+            sync(device)
+        key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=key, row_limit=25)
+        (Path(args.out) / f"profile_{strategy}.txt").write_text(table)
+        print(table, flush=True)
+        out[strategy] = {"round_wall_ms": wall * 1e3, "table": f"profile_{strategy}.txt"}
+    out["spec_vs_plain_round"] = out[args.strategy]["round_wall_ms"] / out["disable"]["round_wall_ms"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--work", default="/tmp/fastrl-engine-check")
+    parser.add_argument("--phases", default="tests,attention,plain,profile")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke run of this script)")
+    parser.add_argument("--batch-sizes", default="1,8,64,256")
+    parser.add_argument("--prompt-len", type=int, default=256)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--strategy", default="5_1_6")
+    parser.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes/s (H100 SXM HBM3: 3.35e12)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    device = args.device
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    model, drafter = build(args.tiny, device, dtype)
+    for phase in args.phases.split(","):
+        start = time.perf_counter()
+        try:
+            if phase == "tests":
+                run = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
+                    capture_output=True,
+                    text=True,
+                )
+                value = {"returncode": run.returncode, "tail": run.stdout[-3000:] + run.stderr[-2000:]}
+            elif phase == "attention":
+                from fastrl.bench.attention import main as attention_bench
+
+                attention_bench(["--device", device, "--repeats", "20", "--json", str(out / "attention.json")])
+                value = json.loads((out / "attention.json").read_text())
+            elif phase == "plain":
+                value = phase_plain(model, args, device, dtype)
+            elif phase == "profile":
+                value = phase_profile(model, drafter, args, device, dtype)
+            else:
+                raise ValueError(f"--phases: unknown phase {phase!r}")
+        except Exception as err:  # record it and go on: the other phases are still worth having
+            value = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        results[phase] = {"value": value, "seconds": time.perf_counter() - start}
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        print(f"== {phase} ({time.perf_counter() - start:.0f} s): {json.dumps(value, default=str)[:1500]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
