@@ -198,6 +198,7 @@ class PagedTritonAttention:
             PAGE_SIZE=cache.page_size,
             SPLITS=splits,
             ACC=self._tl_dtype[acc],
+            PRECISION="ieee" if q.dtype in (torch.float32, torch.float64) else "tf32",  # 16-bit: Triton's default
         )
         if splits > 1:
             triples = b * s * h

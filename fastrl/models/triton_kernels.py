@@ -50,10 +50,11 @@ def paged_attention(
     PAGE_SIZE: tl.constexpr,
     SPLITS: tl.constexpr,
     ACC: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     """# q [B,h,S,hd], k/v cache [E,kvh,hd], pages [B,C], mask [B,1,S,L] uint8, extents [B] -> out [B,h,S,hd]
     (SPLITS > 1: part [B,S,h,SPLITS,DIM_BLOCK], stats [B,S,h,SPLITS,2] instead). Scores, softmax and sums in ACC
-    (float32; float64 for float64 inputs)."""
+    (float32; float64 for float64 inputs); PRECISION: the products' input precision ("ieee" for float32/64)."""
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     tile = tl.program_id(2) // SPLITS
@@ -85,7 +86,7 @@ def paged_attention(
         offset = (page * PAGE_SIZE + key % PAGE_SIZE)[:, None] * entry_stride + kv_head * HEAD_DIM + d[None, :]
         k = tl.load(k_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
         v = tl.load(v_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee", out_dtype=ACC) * scale  # [BLOCK_M, BLOCK_N]
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale  # [BLOCK_M, BLOCK_N]
         allowed = tl.load(mask_row + key[None, :], mask=live[:, None] & inside[None, :], other=0)
         scores = tl.where(allowed != 0, scores, float("-inf"))
         top = tl.maximum(best, tl.max(scores, 1))
@@ -93,7 +94,7 @@ def paged_attention(
         p = tl.exp(scores - shift[:, None])
         decay = tl.exp(best - shift)
         total = total * decay + tl.sum(p, 1)
-        acc = acc * decay[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee", out_dtype=ACC)
+        acc = acc * decay[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
         best = top
     if SPLITS == 1:
         out = acc / tl.where(total > 0, total, 1.0)[:, None]
