@@ -34,6 +34,7 @@ from fastrl.strategy.strategy import Strategy
 
 RECIPE = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=4)
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, by device name
 TESTS = ["tests/models/test_gpu_attention.py", "tests/models/test_cuda.py", "tests/engine/test_cuda_graphs.py"]
 
 
@@ -176,7 +177,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategy", default="5_1_6")
-    parser.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes/s (H100 SXM HBM3: 3.35e12)")
+    parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: the card's, by name)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,6 +185,10 @@ def main() -> None:
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    if args.bandwidth is None:  # the data sheets' peak memory bandwidth; a copy reaches ~90% of it
+        name = results["device"]
+        args.bandwidth = next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), 3.35e12)
+    results["bandwidth_bytes_per_s"] = args.bandwidth
     model, drafter = build(args.tiny, device, dtype)
     for phase in args.phases.split(","):
         start = time.perf_counter()
