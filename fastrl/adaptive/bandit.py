@@ -183,7 +183,8 @@ class BanditSelector:
             cost = min(self._exploration_cost(arm, batch_size, best_value) for arm in waiting)
         every, arms = self.config.anchor_every, self._arms[bucket]
         anchors = every > 0 and self.config.reward == "goodput" and self._z > 0.0 and DISABLE in arms
-        anchor_in = max(0, every - self._since_plain) if anchors and best != DISABLE else None
+        # an anchor already due waits among `waiting` for the credit to cover it: its cost ends the stretch
+        anchor_in = max(0, every - self._since_plain) if anchors and DISABLE not in waiting + [best] else None
         return _Stretch(best, batch_size, self._credit, cost, anchor_in)
 
     def _affordable(self, arm: Strategy, batch_size: int, best_value: float) -> bool:
@@ -261,13 +262,16 @@ class BanditSelector:
                 self._learn_round(stats)
 
     def _learn_round(self, stats: RoundStats) -> None:
-        """Learn acceptance and round time from one round. The first drafter round after rounds without the drafter
-        also feeds the drafter every token emitted meanwhile (its catch-up): its time says little about the arm's,
-        and is not learned."""
+        """Learn acceptance and round time from one round. The first round of a draft source after rounds without it
+        also catches that source up on every token emitted meanwhile (the drafter reads them; the history index
+        indexes them): its time says little about the arm's, and is not learned."""
         self._memo.clear()
         self._acceptance.observe(stats)
         last = self._last_strategy
-        catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
+        arm = stats.strategy
+        catching_up = last is not None and (
+            (arm.uses_drafter and not last.uses_drafter) or (arm.is_history and not last.is_history)
+        )
         if not catching_up:
             self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
         self._last_strategy = stats.strategy
@@ -322,8 +326,9 @@ class BanditSelector:
         return BanditTelemetry(buckets, list(self._timeline))
 
     def state_dict(self) -> dict:
-        """Config, calibration, acceptance counts, round times, per-bucket rewards and the timeline (plain data): a
-        resumed run continues identically, and ``warm_start`` carries what was learned into another run."""
+        """Config, calibration, acceptance counts, round times, per-bucket rewards, the stretch in progress and the
+        timeline (plain data; the queued rounds are learned first): a resumed run continues identically, and
+        ``warm_start`` carries what was learned into another run."""
         self._learn()
         calibration = self._times.calibration()
         stretch = self._stretch

@@ -31,6 +31,7 @@ def merge_bandit_states(states: object) -> dict:
                 for buckets in zip(*(s["rewards"] for s in states), strict=True)
             ],
             "timeline": [],
+            "stretch": None,  # a stretch is one worker's decision in progress, not something learned
         }
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise ValueError(f"not a fastrl bandit state_dict per worker ({type(err).__name__}: {err})") from None

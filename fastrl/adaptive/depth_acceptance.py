@@ -88,7 +88,8 @@ class DepthAcceptance:
     The counts are one array over arms x (hits, trials) x depths, so a round's forgetting and the sums over every
     arm's twins and pool are single array operations; the per-depth estimates and path sums, a few dozen numbers per
     arm, run on Python floats (beside a model's forward, a small array operation costs more than that arithmetic).
-    Every arm's estimates and tokens per row are computed once per observed round (``choose`` asks for them all)."""
+    Every arm's estimates and tokens per row are computed once per learned round (``choose`` asks for them all; the
+    bandit learns the rounds a stretch queued at its next decision)."""
 
     def __init__(self, arms: list[Strategy], prior_rows: float, memory_rows: float) -> None:
         self.prior_rows = prior_rows

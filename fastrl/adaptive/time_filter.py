@@ -108,7 +108,7 @@ class LogTimeFilter:
         limit = CLIP_SIGMAS * math.sqrt(spread)
         innovation = max(-limit, min(limit, residual - self.predict(arm, batch_size)))
         self.mean += gain_num * (innovation / spread)
-        self.cov -= np.multiply.outer(gain_num, gain_num / spread)
+        self.cov -= np.outer(gain_num, gain_num) / spread  # bit-symmetric, as a covariance must stay
 
     def _row(self, arm: Strategy, batch_size: int) -> list[tuple[int, float]]:
         """Observation row of ``arm`` at ``batch_size``: (state index, weight) pairs, the load's first."""

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
-    kernel = attention_backend(torch.device(args.device), dtype)
+    shapes = list(SHAPES.values())
+    kernel = attention_backend(torch.device(args.device), dtype, shapes, 16)
     if kernel is None:
         raise SystemExit(f"fastrl's attention kernel does not run on this {args.device} (see the warning above)")
     print("shape     rows  new  lengths      PyTorch ms  kernel ms  PyTorch/kernel  max|diff|")

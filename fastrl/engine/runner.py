@@ -129,7 +129,9 @@ class ModelRunner:
         self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
-        backend = attention_backend(self.device, dtype) if config.attention_kernel else None
+        configs = [mc] + ([self.drafter.config] if self.drafter is not None else [])
+        shapes = [(c.num_attention_heads, c.num_key_value_heads, c.head_dim) for c in configs]
+        backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,

@@ -27,11 +27,11 @@ def paged_attention(
     pages_ptr,
     mask_ptr,
     extents_ptr,
+    blocks_ptr,
     out_ptr,
     part_ptr,
     stats_ptr,
     num_queries,
-    scale,
     q_stride_b,
     q_stride_h,
     q_stride_s,
@@ -41,7 +41,9 @@ def paged_attention(
     pages_stride,
     mask_stride_b,
     mask_stride_s,
+    blocks_stride,
     entry_stride,
+    SCALE: tl.constexpr,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     DIM_BLOCK: tl.constexpr,
@@ -52,9 +54,13 @@ def paged_attention(
     ACC: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """# q [B,h,S,hd], k/v cache [E,kvh,hd], pages [B,C], mask [B,1,S,L] uint8, extents [B] -> out [B,h,S,hd]
-    (SPLITS > 1: part [B,S,h,SPLITS,DIM_BLOCK], stats [B,S,h,SPLITS,2] instead). Scores, softmax and sums in ACC
-    (float32; float64 for float64 inputs); PRECISION: the products' input precision ("ieee" for float32/64)."""
+    """# q [B,h,S,hd], k/v cache [E,kvh,hd], pages [B,C], mask [B,1,S,L] uint8, extents [B], blocks [B,L/BLOCK_N]
+    uint8 -> out [B,h,S,hd] (SPLITS > 1: part [B,S,h,SPLITS,DIM_BLOCK], stats [B,S,h,SPLITS,2] instead).
+
+    A block of keys no query of the row may attend (blocks[b, i] == 0: the gap between a row's prefix and a drafter
+    step's tree area at the end of the context) is skipped. SCALE (1/sqrt(hd)) is a compile-time constant, so it
+    multiplies the scores in their own precision. Scores, softmax and sums in ACC (float32; float64 for float64
+    inputs); PRECISION: the products' input precision ("ieee" for float32/64)."""
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     tile = tl.program_id(2) // SPLITS
@@ -79,23 +85,25 @@ def paged_attention(
     total = tl.zeros([BLOCK_M], ACC)
     acc = tl.zeros([BLOCK_M, DIM_BLOCK], ACC)
     mask_row = mask_ptr + row64 * mask_stride_b + query[:, None] * mask_stride_s
+    blocks_row = blocks_ptr + row64 * blocks_stride
     for first in range(start, stop, BLOCK_N):
-        key = first + tl.arange(0, BLOCK_N)
-        inside = key < stop
-        page = tl.load(pages_ptr + row64 * pages_stride + key // PAGE_SIZE, mask=inside, other=0).to(tl.int64)
-        offset = (page * PAGE_SIZE + key % PAGE_SIZE)[:, None] * entry_stride + kv_head * HEAD_DIM + d[None, :]
-        k = tl.load(k_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
-        v = tl.load(v_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale  # [BLOCK_M, BLOCK_N]
-        allowed = tl.load(mask_row + key[None, :], mask=live[:, None] & inside[None, :], other=0)
-        scores = tl.where(allowed != 0, scores, float("-inf"))
-        top = tl.maximum(best, tl.max(scores, 1))
-        shift = tl.where(top == float("-inf"), 0.0, top)  # a query with nothing seen yet: no NaN from -inf - -inf
-        p = tl.exp(scores - shift[:, None])
-        decay = tl.exp(best - shift)
-        total = total * decay + tl.sum(p, 1)
-        acc = acc * decay[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
-        best = top
+        if tl.load(blocks_row + first // BLOCK_N) != 0:
+            key = first + tl.arange(0, BLOCK_N)
+            inside = key < stop
+            page = tl.load(pages_ptr + row64 * pages_stride + key // PAGE_SIZE, mask=inside, other=0).to(tl.int64)
+            offset = (page * PAGE_SIZE + key % PAGE_SIZE)[:, None] * entry_stride + kv_head * HEAD_DIM + d[None, :]
+            k = tl.load(k_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
+            v = tl.load(v_ptr + offset, mask=inside[:, None] & in_dim[None, :], other=0.0)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * SCALE  # [BLOCK_M, BLOCK_N]
+            allowed = tl.load(mask_row + key[None, :], mask=live[:, None] & inside[None, :], other=0)
+            scores = tl.where(allowed != 0, scores, float("-inf"))
+            top = tl.maximum(best, tl.max(scores, 1))
+            shift = tl.where(top == float("-inf"), 0.0, top)  # nothing seen yet: no NaN from -inf - -inf
+            p = tl.exp(scores - shift[:, None])
+            decay = tl.exp(best - shift)
+            total = total * decay + tl.sum(p, 1)
+            acc = acc * decay[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
+            best = top
     if SPLITS == 1:
         out = acc / tl.where(total > 0, total, 1.0)[:, None]
         o_ptr = out_ptr + row64 * o_stride_b + head[:, None] * o_stride_h + query[:, None] * o_stride_s + d[None, :]

@@ -46,7 +46,8 @@ def catch_up(
 ) -> Tensor:
     """Feed the pending entries of every row; returns the drafter's output at each root.  # -> [B,H]
 
-    Row b's entries sit at positions lengths[b] - counts[b] + 1 .. lengths[b]; padding goes to entry base + 1.
+    Row b's entries sit at positions lengths[b] - counts[b] + 1 .. lengths[b]; padding goes to entry base + 1 and
+    attends to itself alone (its output is dropped; a row's keys between its length and base stay unread).
     `first_slot`: the rows read their keys in place (`KVCache.metadata`); `step_kernel`: see `EagleDrafter.forward`.
     """
     b, k = new.tokens.shape
@@ -55,7 +56,7 @@ def catch_up(
     positions = (lengths - new.counts + 1).unsqueeze(1) + cols.unsqueeze(0)
     index = torch.where(valid, positions, base + 1)
     keys = torch.arange(base + 2, device=lengths.device)
-    mask = (keys >= 1) & (keys <= index.unsqueeze(-1))
+    mask = torch.where(valid.unsqueeze(-1), (keys >= 1) & (keys <= index.unsqueeze(-1)), keys == base + 1)
     clamped = positions.clamp(min=0)
     out = drafter(policy, new.tokens, new.features, clamped, dcache, slots, index, mask, first_slot, step_kernel)
     return out[torch.arange(b, device=lengths.device), new.counts - 1]

@@ -13,20 +13,24 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 from .test_bandit import SPACE, calibration, environment
 
 
-def fed(decide_every_s: float, rounds: int, seed: int) -> BanditSelector:
-    """A bandit that decided once at batch 1, then observed ``rounds`` rounds of what it chose."""
-    bandit = BanditSelector(BanditConfig(strategies=SPACE, decide_every_s=decide_every_s), calibration(SPACE))
-    strategy, rng = bandit.choose(1), random.Random(seed)
+def fed(rounds: int, seed: int, learn_each: bool) -> BanditSelector:
+    """A bandit that decided once at batch 1 (a stretch longer than the run), then observed ``rounds`` rounds of
+    mixed arms; `learn_each`: each learned as it is observed (the reference), else queued."""
+    bandit = BanditSelector(BanditConfig(strategies=SPACE, decide_every_s=100.0), calibration(SPACE))
+    bandit.choose(1)
+    rng = random.Random(seed)
     for _ in range(rounds):
-        bandit.observe(environment(strategy, 1, rng))
+        bandit.observe(environment(Strategy.parse(rng.choice(SPACE)), rng.choice([1, 1, 3]), rng))
+        if learn_each:
+            bandit._learn()
     return bandit
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 7, MAX_UNLEARNED - 1, MAX_UNLEARNED, 3 * MAX_UNLEARNED + 5])
 def test_queued_rounds_are_learned_as_one_by_one(rounds):
-    queued, each = fed(100.0, rounds, seed=rounds), fed(0.0, rounds, seed=rounds)
+    queued, each = fed(rounds, rounds, learn_each=False), fed(rounds, rounds, learn_each=True)
     assert len(queued._unlearned) == rounds % MAX_UNLEARNED  # a full queue is learned at once
-    assert len(each._unlearned) == rounds % MAX_UNLEARNED
+    assert not each._unlearned
     assert queued.acceptance.state() == each.acceptance.state()  # reading them learns the rest
     assert queued.times.state() == each.times.state()
     mine, theirs = queued.state_dict(), each.state_dict()

@@ -14,7 +14,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.attention import PagedSdpa
-from fastrl.models.gpu_attention import MAX_QUERIES, PagedTritonAttention, TritonPlan
+from fastrl.models.gpu_attention import MAX_QUERIES, MAX_SPLITS, PagedTritonAttention, TritonPlan, block_keys
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.masks import attention_mask
 from fastrl.strategy.strategy import Strategy
@@ -101,6 +101,52 @@ def test_the_kernel_matches_sdpa_on_random_batches(backend, dtype):
     assert splits == {True, False} and True in tiles  # split keys and several query tiles were both exercised
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_blocks_no_query_may_attend_are_never_read(backend, dtype):
+    """A drafter step's rows: keys [1, n_b] and a tree area past the longest row, with a gap between them. The gap's
+    whole blocks hold NaN for the kernel (any of them read would make the output NaN: 0 x NaN) and zeros for the
+    reference (masked keys in a block that is read must be finite, as the cache's are)."""
+    rng = random.Random(9)
+    for _ in range(4):
+        heads, kv_heads, dim = rng.choice(SHAPES)
+        rows, page_size, nodes = rng.randint(1, 4), rng.choice([4, 16]), rng.randint(1, 6)
+        lengths = [rng.randint(1, 60) for _ in range(rows)]
+        base = max(lengths) + rng.randint(200, 400)  # a graph's base: far past every row
+        width = base + 1 + nodes
+        columns = math.ceil(width / page_size)
+        table = PageTable(rows, width, page_size, rows * columns, page_size, DEVICE)
+        pages = torch.randperm(rows * columns)
+        table.map([r for r in range(rows) for _ in range(columns)], list(range(columns)) * rows, pages.tolist())
+        pair = ((torch.float64, PagedSdpa()), (dtype, backend))
+        reference, mine = (KVCache(1, rows, width, kv_heads, dim, t, DEVICE, table, b) for t, b in pair)
+        keys = torch.arange(width)
+        index = torch.tensor([[base + 1 + i for i in range(nodes)] for _ in lengths], device=DEVICE)
+        raw = torch.stack([(keys >= 1) & (keys <= n) for n in lengths]).unsqueeze(1).expand(rows, nodes, width).clone()
+        for i in range(nodes):
+            raw[:, i, base + 1 : base + 2 + i] = True  # a chain in the tree area
+        mask = attention_mask(index, index, raw.to(DEVICE))
+        block = block_keys(dtype)
+        seen = torch.nn.functional.pad(raw.any(1), (0, -width % block)).view(rows, -1, block).any(-1)
+        gap = ~seen.repeat_interleave(block, dim=1)[:, :width]  # [B,L]: keys in blocks no query of the row attends
+        for name in ("k", "v"):
+            values = torch.randn(getattr(reference, name).shape, dtype=torch.float64).to(DEVICE, dtype)
+            getattr(reference, name).copy_(values)
+            getattr(mine, name).copy_(values)
+            for b in range(rows):  # the gap's physical entries
+                entries = table.table[b, keys[gap[b]] // page_size] * page_size + keys[gap[b]] % page_size
+                getattr(reference, name)[0, entries.to(DEVICE)] = 0.0
+                getattr(mine, name)[0, entries.to(DEVICE)] = float("nan")
+        q = torch.randn(rows, heads, nodes, dim, dtype=torch.float64).to(DEVICE, dtype)
+        k, v = (torch.randn(rows, kv_heads, nodes, dim, dtype=torch.float64).to(DEVICE, dtype) for _ in range(2))
+        slots, gqa = torch.arange(rows, device=DEVICE), heads != kv_heads
+        meta = mine.metadata(slots, index, mask)
+        assert not meta.kernel.blocks.all()  # the gap holds whole blocks
+        got = mine.attend(0, q, k, v, meta, gqa).double()
+        want = reference.attend(0, q.double(), k.double(), v.double(), reference.metadata(slots, index, mask), gqa)
+        assert torch.isfinite(got).all() and (got - want).abs().max().item() <= TOLERANCE[dtype]
+        assert meta.kernel.blocks.shape[-1] == -(-width // block_keys(dtype))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_self_check_passes(backend, dtype):
     assert backend.self_check(DEVICE, dtype) is None
@@ -112,7 +158,7 @@ def test_launch_shapes_split_keys_only_where_programs_are_few():
     block_m, tiles, splits = backend.launch_shape(1, 6, 2, 1, 4096)
     assert (tiles, splits) == (1, 16)  # 2 programs over 4096 keys: 16 splits of 256 keys
     assert backend.launch_shape(1, 6, 2, 1, 1024)[2] == 4  # 4 splits of 256 keys
-    assert backend.launch_shape(1, 6, 2, 1, 10**6)[2] == 16  # at most MAX_SPLITS
+    assert backend.launch_shape(1, 6, 2, 1, 10**6)[2] == MAX_SPLITS
     assert backend.launch_shape(1, 6, 2, 1, 300)[2] == 1  # too few keys to split
     assert backend.launch_shape(4, 32, 8, 13, 8192) == (64, 1, 8)  # 4 heads x 13 tokens in one tile
     assert backend.launch_shape(4, 32, 8, 20, 8192) == (64, 2, 4)  # 4 heads x 20 tokens: two tiles of 16 tokens
@@ -131,7 +177,9 @@ def test_what_the_kernel_does_not_take_goes_to_sdpa(backend):
 
 @pytest.mark.gpu
 def test_the_kernel_loads_on_a_gpu():
-    backend = PagedTritonAttention.load(torch.device("cuda"), torch.bfloat16)
+    backend = PagedTritonAttention.load(
+        torch.device("cuda"), torch.bfloat16, [(16, 4, 64), (9, 3, 64), (32, 8, 128)], 16
+    )
     assert backend is not None, "the kernel failed its load-time check on this GPU"
     assert backend.target_programs == 2 * torch.cuda.get_device_properties(0).multi_processor_count
 
