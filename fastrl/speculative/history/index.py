@@ -219,17 +219,16 @@ class HistoryIndex:
             ngrams.setdefault(tuple(text[end - k + 1 : end + 1]), []).append((doc, end))
 
     def _remove_docs(self, group: _Group, docs: list[int]) -> None:
-        """Drop responses from a group and re-index the rest (rare: eviction and discarded sequences)."""
+        """Drop responses from a group; the rest is indexed afresh, text by text, when the group is next drafted
+        (rare: eviction and discarded sequences)."""
         for doc in docs:
             removed = len(group.docs.pop(doc))
             del group.starts[doc]
             group.num_tokens -= removed
             self.num_tokens -= removed
         group.ngrams = {}
-        group.pending.clear()  # the texts are indexed whole below
-        for doc, text in group.docs.items():
-            for end in range(max(group.starts[doc], 0), len(text)):
-                self._index_position(group, doc, text, end)
+        starts = {doc: max(start, 0) for doc, start in group.starts.items()}
+        group.pending = [(doc, starts[doc], len(text)) for doc, text in group.docs.items() if starts[doc] < len(text)]
 
     def _enforce_budget(self) -> None:
         """Evict LRU groups without live sequences, then the oldest kept responses of live groups."""
