@@ -262,18 +262,16 @@ class BanditSelector:
                 self._learn_round(stats)
 
     def _learn_round(self, stats: RoundStats) -> None:
-        """Learn acceptance and round time from one round. The first round of a draft source after rounds without it
-        also catches that source up on every token emitted meanwhile (the drafter reads them; the history index
-        indexes them): its time says little about the arm's, and is not learned."""
+        """Learn acceptance and round time from one round. The first drafter round after rounds without the drafter
+        also feeds the drafter every token emitted meanwhile (its catch-up): its time says little about the arm's,
+        and is not learned. A history round's time is learned without its ``catch_up_time_s`` (the index catching
+        up on text emitted since the group's last history draft)."""
         self._memo.clear()
         self._acceptance.observe(stats)
         last = self._last_strategy
-        arm = stats.strategy
-        catching_up = last is not None and (
-            (arm.uses_drafter and not last.uses_drafter) or (arm.is_history and not last.is_history)
-        )
+        catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
         if not catching_up:
-            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s)
+            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1

@@ -215,6 +215,10 @@ class Engine:
     def _decode(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
         strategy = self.selector.choose(len(requests))
         start = time.perf_counter()
+        catch_up = 0.0
+        if strategy.is_history and self.history is not None:  # the index catches up on what earlier rounds emitted
+            self.history.index_pending(r.request_id for r in requests)
+            catch_up = time.perf_counter() - start
         out = self.runner.decode(requests, strategy)
         emitted = self._emit_rows(requests, out, progressed)
         for request, n in zip(requests, emitted, strict=True):
@@ -229,6 +233,7 @@ class Engine:
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
             plain_time_estimate_s=plain_time_estimate(self.selector, strategy, len(requests), emitted, wall),
+            catch_up_time_s=catch_up,  # measured inside the round: < wall
         )
         self.round_stats.append(stats)
         self._info.observe(stats)

@@ -19,7 +19,9 @@ class RoundStats:
     one of its own), fewer where a request stopped inside the accepted path. Times are seconds; ``draft_time_s``
     and ``verify_time_s`` are optional parts of ``wall_time_s`` (0 when not measured, and for plain rounds).
     ``plain_time_estimate_s``: the estimated wall time plain decoding would have needed for the tokens this round
-    emitted (the selector's cost model fills it in; 0 when no estimate was made).
+    emitted (the selector's cost model fills it in; 0 when no estimate was made). ``catch_up_time_s``: the part of
+    ``wall_time_s`` a history round spent indexing text emitted before it (since its groups' last history draft):
+    a cost of the rounds that went before as much as of this one, which the bandit does not learn as this arm's.
     """
 
     strategy: Strategy
@@ -31,6 +33,7 @@ class RoundStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     plain_time_estimate_s: float = 0.0
+    catch_up_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -47,6 +50,9 @@ class RoundStats:
             raise ValueError(f"RoundStats.wall_time_s must be > 0, got {self.wall_time_s}")
         if self.draft_time_s < 0.0 or self.verify_time_s < 0.0 or self.plain_time_estimate_s < 0.0:
             raise ValueError("RoundStats.draft_time_s, verify_time_s and plain_time_estimate_s must be >= 0")
+        if not 0.0 <= self.catch_up_time_s < self.wall_time_s:
+            bound = f"[0, wall_time_s = {self.wall_time_s})"
+            raise ValueError(f"RoundStats.catch_up_time_s must be in {bound}, got {self.catch_up_time_s}")
 
     @property
     def total_emitted(self) -> int:

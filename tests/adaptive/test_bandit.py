@@ -109,6 +109,23 @@ def test_round_times_follow_measured_rounds():
     assert times.seconds(arm, 8) < 1.5 * 2 * calibrated
 
 
+def test_a_history_rounds_catch_up_is_not_learned_as_the_arms_cost():
+    """Two bandits see the same rounds of suffix_8, one of them with half of each round spent indexing earlier
+    text (`catch_up_time_s`): both learn the same round time."""
+    arms = ["suffix_8", "disable"]
+    learned = []
+    for catch_up in (0.0, 0.01):
+        bandit = BanditSelector(BanditConfig(strategies=arms, decide_every_s=0.0), calibration(arms))
+        for _ in range(6):
+            bandit.observe(
+                RoundStats(Strategy.parse("suffix_8"), 4, [8] * 4, [2] * 4, [3] * 4, 0.01 + catch_up, 0, 0, 0, catch_up)
+            )
+        learned.append(bandit.times.seconds(Strategy.parse("suffix_8"), 4))
+    assert learned[0] == pytest.approx(learned[1], rel=1e-9)
+    with pytest.raises(ValueError, match="catch_up_time_s"):
+        RoundStats(DISABLE, 1, [0], [0], [1], 0.01, catch_up_time_s=0.01)
+
+
 def test_picks_the_best_arm_per_batch_size_from_calibration_and_shared_acceptance():
     policy = BanditSelector(BanditConfig(strategies=SPACE), calibration=calibration(SPACE))
     chosen = run(policy, [1] * 300 + [64] * 300, seed=0)

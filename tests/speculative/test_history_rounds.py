@@ -23,6 +23,7 @@ from fastrl.speculative.history import HistoryIndex
 from fastrl.speculative.history.draft import HistoryDraft
 from fastrl.speculative.history.tree import history_draft_tree
 from fastrl.strategy.round_stats import RoundTotals
+from fastrl.strategy.strategy import Strategy
 from tests.engine.test_engine import _hf_greedy, assert_matches_hf
 from tests.helpers import FLOAT64_LOGPROB_TOL, make_hf_model
 
@@ -147,3 +148,38 @@ def test_merged_trees_are_ancestor_consistent(data):
     depth = merged.depths[0]
     parents = merged.parents[0]
     assert all(depth[i] == depth[parents[i]] + 1 for i in range(1, n + m - 1))
+
+
+class _Alternating:
+    """Plain and a history arm in turn, each a few rounds: every history stretch starts with a backlog to index."""
+
+    def __init__(self, arm: str, every: int) -> None:
+        self.arms, self.every, self.round = [Strategy.parse("disable"), Strategy.parse(arm)], every, 0
+
+    @property
+    def strategies(self):
+        return list(self.arms)
+
+    def choose(self, batch_size: int):
+        self.round += 1
+        return self.arms[(self.round // self.every) % 2]
+
+    def observe(self, stats) -> None:
+        pass
+
+
+def test_a_history_round_reports_the_indexing_of_what_came_before_it(setup):
+    """The engine indexes a history round's backlog (text emitted since its groups' last history draft) inside the
+    round and says how long it took (`catch_up_time_s`, which the bandit does not learn as the arm's cost); the
+    same tokens as indexing on arrival would draft."""
+    _, model, _ = setup
+    inputs = _groups(23, 3, 2, seed=5)
+    config = EngineConfig(max_batch_size=6, dtype="float64")
+    engine = Engine(model, config, selector=_Alternating("suffix_8", 4))
+    outs = engine.generate(inputs)
+    plain = _engine(model, "disable", 6).generate(inputs)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
+    history = [s for s in engine.round_stats if s.strategy.is_history]
+    others = [s for s in engine.round_stats if not s.strategy.is_history]
+    assert history and others and all(s.catch_up_time_s == 0.0 for s in others)
+    assert all(0.0 < s.catch_up_time_s < s.wall_time_s for s in history)

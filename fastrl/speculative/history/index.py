@@ -21,7 +21,7 @@ responses of live groups, until it holds at most the budget or only live text re
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
@@ -155,6 +155,13 @@ class HistoryIndex:
         self._index_pending(group)
         context = group.docs[doc]
         return rank_continuations(context[-1], self._continuations(group, context, max_depth), max_nodes, chain)
+
+    def index_pending(self, seq_ids: Iterable[Hashable]) -> None:
+        """Index what the groups of these live sequences emitted since their last draft (what their next draft would
+        do first; the engine does it before a history round so that the round's time can be told apart from it)."""
+        for seq_id in seq_ids:
+            key, _ = self._lookup(seq_id)
+            self._index_pending(self._groups[key])
 
     def _continuations(self, group: _Group, context: list[int], max_depth: int) -> list[tuple[list[int], float]]:
         """(continuation, weight) of up to ``max_candidates`` occurrences: longest n-gram first, then most recent."""
