@@ -106,9 +106,9 @@ class StaticInputs:
 
 @dataclass
 class CapturedRound:
-    """A captured graph and the output tensors its replay rewrites."""
+    """A captured graph and the output tensors its replay rewrites (graph None: a test's stand-in capture)."""
 
-    graph: torch.cuda.CUDAGraph
+    graph: torch.cuda.CUDAGraph | None
     outputs: PlainRoundResult | SpecRoundResult
 
 
@@ -125,11 +125,15 @@ class CudaGraphRounds:
         base: int,
         static: StaticInputs,
         feature_layers: tuple[int, ...] = (),
+        capture: Callable[[Callable[[], T]], T] | None = None,
     ) -> None:
         """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
         tree area (max_model_len); `static` the input buffers every graph reads; `feature_layers` the policy layers
         a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
-        take them from `models`). The static root feature stays [.., H]: it is the drafter's own output."""
+        take them from `models`). The static root feature stays [.., H]: it is the drafter's own output.
+        `capture` (tests) replaces the CUDA capture: it calls a round's function as a capture would and returns
+        its outputs (`CapturedRound.graph` is then None); on a CPU it lets a test run every round a graph would
+        hold under a guard against what a capture refuses (tests/engine/test_graph_capture_safety.py)."""
         self.feature_layers = feature_layers
         self.models = models
         self.policy, self.cache = policy, cache
@@ -137,8 +141,10 @@ class CudaGraphRounds:
         self.buckets = buckets
         self.base = base
         self.static = static
-        self.pool = torch.cuda.graph_pool_handle()
-        self.warmup_stream = torch.cuda.Stream()
+        self.capture = capture
+        on_gpu = capture is None
+        self.pool = torch.cuda.graph_pool_handle() if on_gpu else None
+        self.warmup_stream = torch.cuda.Stream() if on_gpu else None
         self.plain: dict[int, CapturedRound] = {}
         self.spec: dict[tuple[Strategy, int], CapturedRound] = {}
         self.pool_bytes = 0
@@ -149,9 +155,11 @@ class CudaGraphRounds:
         import time
 
         device = self.static.lengths.device
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()  # what is reserved afterwards is the graphs' private pool (plus their outputs)
-        before = torch.cuda.memory_reserved(device)
+        on_gpu = self.capture is None
+        if on_gpu:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()  # what is reserved afterwards is the graphs' private pool (plus their outputs)
+        before = torch.cuda.memory_reserved(device) if on_gpu else 0
         start = time.perf_counter()
         kv_len = self.base + 1
         for bucket in sorted(self.buckets, reverse=True):
@@ -166,10 +174,12 @@ class CudaGraphRounds:
                 self.spec[(strategy, bucket)] = self._capture(
                     lambda i=inputs, r=runtime, f=feature: draft_and_verify(self.models, i, f, r, self.base)
                 )
-        torch.cuda.synchronize(device)
+        if on_gpu:
+            torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - start
-        torch.cuda.empty_cache()
-        self.pool_bytes = torch.cuda.memory_reserved(device) - before
+        if on_gpu:
+            torch.cuda.empty_cache()
+            self.pool_bytes = torch.cuda.memory_reserved(device) - before
 
     def bucket_for(self, batch_size: int) -> int | None:
         return next((b for b in self.buckets if b >= batch_size), None)
@@ -202,6 +212,8 @@ class CudaGraphRounds:
         return bucket
 
     def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
+        if self.capture is not None:
+            return CapturedRound(None, self.capture(fn))
         graph, outputs = capture_graph(fn, self.pool, self.warmup_stream)
         return CapturedRound(graph, outputs)
 

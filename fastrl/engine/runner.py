@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -76,7 +77,10 @@ class ModelRunner:
         drafter: EagleDrafter | None,
         strategies: list[Strategy],
         history: HistoryIndex | None = None,
+        graph_capture: Callable | None = None,
     ) -> None:
+        """`graph_capture` (tests): build the graph rounds, their padding slot and static inputs on any device,
+        each round run by this stand-in for the CUDA capture (see `CudaGraphRounds`)."""
         self.config = config
         self.device = torch.device(config.device)
         dtype = config.torch_dtype
@@ -109,11 +113,11 @@ class ModelRunner:
         scratch = max((s.max_tree_nodes for s in speculative), default=1)
         if self.drafter is not None:
             scratch = max(scratch, max(self.runtimes[s].tree_area for s in eagle) + 2)
-        use_graphs = config.cuda_graphs and self.device.type == "cuda"
+        use_graphs = config.cuda_graphs and (self.device.type == "cuda" or graph_capture is not None)
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
         ps = config.page_size
         per_request = math.ceil((self.max_model_len + self.lookahead) / ps)
-        num_pages = config.max_batch_size * per_request
+        num_pages = slots * per_request  # a graph's padding slot too: its home pages keep its reads in the cache
         if config.kv_cache_tokens is not None:
             num_pages = math.ceil(config.kv_cache_tokens / ps)
             if num_pages < per_request:
@@ -150,7 +154,7 @@ class ModelRunner:
             self.feed = DrafterFeed(slots, self.drafter.feature_size, dtype, self.device, self.lookahead)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache, feature_layers=self.feature_layers)
-        self.graphs = self._capture_graphs() if use_graphs else None
+        self.graphs = self._capture_graphs(graph_capture) if use_graphs else None
 
     @property
     def caches(self) -> list[KVCache]:
@@ -299,7 +303,7 @@ class ModelRunner:
         drafts = [self.history.draft(r.request_id, nodes, depth) for r in requests]
         return history_draft_tree(drafts, nodes, depth, self.device)
 
-    def _capture_graphs(self):
+    def _capture_graphs(self, capture: Callable | None = None):
         """CUDA graphs of every round this runner can run (plain per bucket, speculative per strategy and bucket)."""
         from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
 
@@ -309,7 +313,15 @@ class ModelRunner:
         eagle = {s: r for s, r in self.runtimes.items() if _graphed(s)}
         models = self.spec_models if self.drafter is not None else None
         graphs = CudaGraphRounds(
-            self.model, self.cache, models, eagle, graph_buckets(size), self.max_model_len, static, self.feature_layers
+            self.model,
+            self.cache,
+            models,
+            eagle,
+            graph_buckets(size),
+            self.max_model_len,
+            static,
+            self.feature_layers,
+            capture,
         )
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()

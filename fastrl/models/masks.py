@@ -21,8 +21,8 @@ def sdpa_mask(attn_mask: Tensor) -> Tensor:
     """Adds the head axis and opens rows that see nothing (padding) onto the first key, so their output is finite
     (meaningless) instead of NaN, and their row's extent (the CPU kernel's `KernelPlan.extents`) reaches no
     further than its real queries'.  # [B,S,L] bool -> [B,1,S,L] bool"""
-    first = torch.zeros(attn_mask.shape[-1], dtype=torch.bool, device=attn_mask.device)
-    first[0] = True
+    # (not `first[0] = True`: on a GPU that copies a host scalar, which a CUDA-graph capture refuses)
+    first = torch.arange(attn_mask.shape[-1], device=attn_mask.device) == 0
     return (attn_mask | (~attn_mask.any(dim=-1, keepdim=True) & first)).unsqueeze(1)
 
 

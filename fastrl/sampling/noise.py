@@ -74,7 +74,7 @@ def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> tor
         (positions >> 32) & MASK32,
     )
     salts = [mix32_int(salt ^ stream) for salt in (SALT_LANE_A, SALT_LANE_B)]
-    lanes = _mix32(words[0].unsqueeze(0) ^ torch.tensor(salts, device=seeds.device).unsqueeze(1))
+    lanes = _mix32(torch.stack([words[0] ^ salt for salt in salts]))  # scalars: no host copy (CUDA graphs)
     for word in words[1:]:
         lanes = _mix32(lanes ^ word)
     return lanes

@@ -33,7 +33,7 @@ def verify_tree(tree: DraftTree, targets: Tensor, max_depth: int) -> Acceptance:
     """Longest agreeing path of each tree.  # tree with N nodes, targets [B,N] -> Acceptance"""
     parent = tree.parents.clamp(min=0)
     match = tree.tokens == targets.gather(1, parent)
-    match[:, 0] = True
+    match[:, 0].fill_(True)  # the root; fill_, not `= True`: no host scalar in a CUDA graph
     accepted = ~(tree.ancestors & ~match.unsqueeze(1)).any(dim=-1)  # every node on the way matches
     deepest = torch.where(accepted, tree.depths, -1).argmax(dim=1)
     accepted = tree.depths.gather(1, deepest.unsqueeze(1)).squeeze(1)
