@@ -38,10 +38,18 @@ MIN_SPLIT_KEYS = 256  # ... but never below this many keys a split
 MAX_SPLITS = 64
 COMBINE_VALUES = 4096  # values of the splits' outputs one merging program holds (its rows x SPLITS x DIM_BLOCK)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Compiled for a GPU, float64 products do not lower to its matrix units (Triton 3.6: "fp64 don't support largeK
+# MMA"): float64 caches there go to PagedSdpa; Triton's interpreter (CPU tensors) runs every type in DTYPES.
+GPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Keys per block and software-pipelining stages by element size: 64 x 128 tiles of K and V fit shared memory
 # three deep in 16 bits, two in 32; float64 takes blocks of 32, one deep.
 TILING = {2: (64, 3), 4: (64, 2), 8: (32, 1)}
 CHECK_QUERIES = (1, 4, MAX_QUERIES)  # new tokens per row of the load-time check's forwards
+
+
+def kernel_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """The cache types the kernel takes on `device`."""
+    return GPU_DTYPES if device.type == "cuda" else DTYPES
 
 
 def block_keys(dtype: torch.dtype) -> int:
@@ -92,7 +100,7 @@ class PagedTritonAttention:
         except ImportError:
             log.warning("Triton is not installed: GPU attention gathers each row's pages (PagedSdpa)")
             return None
-        if dtype not in DTYPES:
+        if dtype not in kernel_dtypes(torch.device(device)):
             return None
         programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
         backend = cls(target_programs=programs)
@@ -171,7 +179,7 @@ class PagedTritonAttention:
         """`meta` with a `TritonPlan` when this forward goes to the kernel, else with what `PagedSdpa` prepares.
         # meta.mask [B,1,S,L] bool"""
         rows, _, queries, length = meta.mask.shape
-        if cache.dtype not in DTYPES or queries > MAX_QUERIES or meta.pages.stride(-1) != 1:
+        if cache.dtype not in kernel_dtypes(meta.mask.device) or queries > MAX_QUERIES or meta.pages.stride(-1) != 1:
             return self.fallback.plan(cache, meta)
         seen = meta.mask.any(dim=2).squeeze(1)  # [B,L]
         keys = torch.arange(1, length + 1, device=meta.mask.device, dtype=torch.int32)

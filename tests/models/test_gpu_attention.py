@@ -14,7 +14,14 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.attention import PagedSdpa
-from fastrl.models.gpu_attention import MAX_QUERIES, MAX_SPLITS, PagedTritonAttention, TritonPlan, block_keys
+from fastrl.models.gpu_attention import (
+    MAX_QUERIES,
+    MAX_SPLITS,
+    PagedTritonAttention,
+    TritonPlan,
+    block_keys,
+    kernel_dtypes,
+)
 from fastrl.models.kv_cache import KVCache, PageTable
 from fastrl.models.masks import attention_mask
 from fastrl.strategy.strategy import Strategy
@@ -86,7 +93,11 @@ def backend() -> PagedTritonAttention:
 
 
 # Triton's interpreter casts bfloat16 as float16 (its NumPy has no bfloat16): that dtype is checked compiled only.
-DTYPES = [torch.float32, torch.float64, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+DTYPES = [
+    t for t in (torch.float32, torch.float64, torch.float16, torch.bfloat16) if t in kernel_dtypes(torch.device(DEVICE))
+]
+DTYPES = DTYPES if DEVICE == "cuda" else DTYPES[:3]  # bfloat16 in the interpreter: as float16, four times slower
+ENGINE_DTYPE = "float32" if DEVICE == "cuda" else "float64"  # the widest type the kernel takes there
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -101,7 +112,7 @@ def test_the_kernel_matches_sdpa_on_random_batches(backend, dtype):
     assert splits == {True, False} and True in tiles  # split keys and several query tiles were both exercised
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", DTYPES[:2])
 def test_blocks_no_query_may_attend_are_never_read(backend, dtype):
     """A drafter step's rows: keys [1, n_b] and a tree area past the longest row, with a gap between them. The gap's
     whole blocks hold NaN for the kernel (any of them read would make the output NaN: 0 x NaN) and zeros for the
@@ -133,9 +144,10 @@ def test_blocks_no_query_may_attend_are_never_read(backend, dtype):
             getattr(reference, name).copy_(values)
             getattr(mine, name).copy_(values)
             for b in range(rows):  # the gap's physical entries
-                entries = table.table[b, keys[gap[b]] // page_size] * page_size + keys[gap[b]] % page_size
-                getattr(reference, name)[0, entries.to(DEVICE)] = 0.0
-                getattr(mine, name)[0, entries.to(DEVICE)] = float("nan")
+                gapped = keys[gap[b]].to(DEVICE)  # the mask's keys are built on the CPU, the table is on DEVICE
+                entries = table.table[b, gapped // page_size] * page_size + gapped % page_size
+                getattr(reference, name)[0, entries] = 0.0
+                getattr(mine, name)[0, entries] = float("nan")
         q = torch.randn(rows, heads, nodes, dim, dtype=torch.float64).to(DEVICE, dtype)
         k, v = (torch.randn(rows, kv_heads, nodes, dim, dtype=torch.float64).to(DEVICE, dtype) for _ in range(2))
         slots, gqa = torch.arange(rows, device=DEVICE), heads != kv_heads
@@ -187,11 +199,11 @@ def test_the_kernel_loads_on_a_gpu():
 @pytest.mark.parametrize("strategy", ["disable", "3_1_4", "2_2_4"])
 def test_an_engine_attending_with_the_kernel_generates_what_it_does_with_pytorch(backend, tmp_path, strategy):
     """Prefill (prompts of <= 64 tokens go to the kernel too), plain rounds, drafter steps and tree verifies: the
-    same tokens as the same engine on `PagedSdpa`, log-probs to float64 rounding."""
+    same tokens as the same engine on `PagedSdpa`, log-probs to float64 rounding (to float32's on a GPU)."""
     model, drafter, inputs = kernel_test_setup(tmp_path, strategy, seed=6, requests=5, max_new=20)
     outputs = []
     for use in (True, False):
-        config = EngineConfig(3, 80, DEVICE, "float64", cuda_graphs=False, attention_kernel=False)  # PagedSdpa
+        config = EngineConfig(3, 80, DEVICE, ENGINE_DTYPE, cuda_graphs=False, attention_kernel=False)  # PagedSdpa
         engine = Engine(model, config, drafter=drafter, selector=FixedSelector(Strategy.parse(strategy)))
         calls: list[int] = []
         if use:
@@ -204,7 +216,8 @@ def test_an_engine_attending_with_the_kernel_generates_what_it_does_with_pytorch
         assert not use or len(calls) > 20
     for with_kernel, without in zip(*outputs, strict=True):
         assert with_kernel.token_ids == without.token_ids
-        assert max(abs(a - b) for a, b in zip(with_kernel.logprobs, without.logprobs, strict=True)) < 1e-9
+        bound = 1e-9 if ENGINE_DTYPE == "float64" else 1e-4
+        assert max(abs(a - b) for a, b in zip(with_kernel.logprobs, without.logprobs, strict=True)) < bound
 
 
 class _Counted:
