@@ -157,10 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    policy = load_model(bundled_model_dir())
-    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    policy = load_model(bundled_model_dir()).to(args.device)
+    drafter = load_drafter(bundled_drafter_dir(), policy, args.device)[0]
     prompts = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", -(-args.requests // args.group), 2)
     prompts = [p for p in prompts for _ in range(args.group)][: args.requests]
     context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)

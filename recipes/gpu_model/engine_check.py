@@ -1,10 +1,11 @@
 """The engine's GPU checks in one call, no training (issue 26, phase 1): the GPU tests, one layer's attention, plain
 decoding's tokens/s with fastrl's Triton attention and with PyTorch's against transformers `generate` and against
-the round's memory-bandwidth limit, and a torch-profiler breakdown of one plain and one speculative round at batch
-256. Random weights at the GPU recipe model's shape (a 316M Llama, 28 layers, hidden 1024, 16/4 heads, the bundled
+the round's memory-bandwidth limit, a torch-profiler breakdown of one plain and one speculative round at batch
+256, and the bundled model's long-tail batch (plain, static trees, the bandit). The large-batch phases use
+random weights at the GPU recipe model's shape (a 316M Llama, 28 layers, hidden 1024, 16/4 heads, the bundled
 task's 91-token vocabulary): decoding speed does not depend on what the weights say (EOS is ignored).
 
-    PYTHONPATH=. python recipes/gpu_model/engine_check.py --out $OUT           # on the GPU, ~5 minutes
+    PYTHONPATH=. python recipes/gpu_model/engine_check.py --out $OUT           # on the GPU, --deadline 520 s
     python recipes/gpu_model/engine_check.py --out /tmp/x --device cpu --tiny  # a smoke run of the same code
 
 Every phase rewrites `results.json` when it ends (a later failure loses nothing); a phase that raises is recorded
@@ -165,11 +166,44 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
     return out
 
 
+def phase_tests(log: Path, seconds: float, tests: list[str]) -> dict:
+    """The GPU tests, verbose, into `log` (what ran before a timeout is kept)."""
+    with log.open("w") as sink:
+        try:
+            code = subprocess.run(
+                [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *tests],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=max(10.0, seconds),
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    lines = log.read_text().splitlines()
+    return {"returncode": code, "failed": [line for line in lines if "FAILED" in line], "tail": lines[-15:]}
+
+
+def phase_long_tail(args, device: str) -> dict:
+    """The bundled model and drafter on the long-tail batch (`fastrl.bench.long_tail`: T=1, lengths from its EOS),
+    plain, static trees and the bandit; its printed table, kept whole."""
+    import contextlib
+    import io
+
+    from fastrl.bench.long_tail import main as long_tail_bench
+
+    argv = ["--device", device, "--requests", str(args.long_tail), "--selectors", "3_1_4,5_1_6,bandit"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        long_tail_bench(argv + ["--max-new-tokens", "512"])
+    print(text.getvalue(), flush=True)
+    return {"argv": argv, "table": text.getvalue().splitlines()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--work", default="/tmp/fastrl-engine-check")
-    parser.add_argument("--phases", default="tests,attention,plain,profile")
+    parser.add_argument("--phases", default="plain,profile,long_tail,attention,tests")
+    parser.add_argument("--long-tail", type=int, default=256, help="requests in the long-tail batch")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke run of this script)")
     parser.add_argument("--batch-sizes", default="1,8,64,256")
@@ -177,6 +211,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategy", default="5_1_6")
+    parser.add_argument("--tests", default=",".join(TESTS), help="test files (comma-separated)")
+    parser.add_argument("--tests-seconds", type=float, default=240.0, help="at most this long for the tests")
+    parser.add_argument("--deadline", type=float, default=520.0, help="seconds for all phases (the tests get the rest)")
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: the card's, by name)")
     args = parser.parse_args()
     out = Path(args.out)
@@ -189,17 +226,16 @@ def main() -> None:
         name = results["device"]
         args.bandwidth = next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), 3.35e12)
     results["bandwidth_bytes_per_s"] = args.bandwidth
+    begin = time.perf_counter()
     model, drafter = build(args.tiny, device, dtype)
     for phase in args.phases.split(","):
         start = time.perf_counter()
         try:
+            if start - begin > args.deadline - 20.0:
+                raise TimeoutError(f"skipped: {start - begin:.0f} s of the {args.deadline:.0f} s deadline spent")
             if phase == "tests":
-                run = subprocess.run(
-                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
-                    capture_output=True,
-                    text=True,
-                )
-                value = {"returncode": run.returncode, "tail": run.stdout[-3000:] + run.stderr[-2000:]}
+                left = args.deadline - (time.perf_counter() - begin) - 5.0
+                value = phase_tests(out / "tests.txt", min(args.tests_seconds, left), args.tests.split(","))
             elif phase == "attention":
                 from fastrl.bench.attention import main as attention_bench
 
@@ -209,6 +245,8 @@ def main() -> None:
                 value = phase_plain(model, args, device, dtype)
             elif phase == "profile":
                 value = phase_profile(model, drafter, args, device, dtype)
+            elif phase == "long_tail":
+                value = phase_long_tail(args, device)
             else:
                 raise ValueError(f"--phases: unknown phase {phase!r}")
         except Exception as err:  # record it and go on: the other phases are still worth having
