@@ -57,8 +57,8 @@ class DrafterSpec:
     path: str = ""
     cotrain: bool = True
     buffer_tokens: int = 262_144
-    retention_versions: int = 2
-    recency_decay: float = 0.5
+    retention_versions: int = 0
+    recency_decay: float = 1.0
     slice_seconds: float = 0.25
     schedule: str = "steps"
     updates_per_rollout: int = 1

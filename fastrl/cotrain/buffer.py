@@ -28,7 +28,7 @@ class FeatureBuffer:
         self,
         capacity_tokens: int,
         retention_versions: int = 0,
-        recency_decay: float = 0.5,
+        recency_decay: float = 1.0,
         feature_size: int | None = None,
     ) -> None:
         if capacity_tokens < 2:

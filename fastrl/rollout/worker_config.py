@@ -58,8 +58,8 @@ class RolloutWorkerConfig:
     max_concurrent_calls: int = 64
     cotrain: bool = True
     buffer_tokens: int = 262_144
-    retention_versions: int = 2
-    recency_decay: float = 0.5
+    retention_versions: int = 0
+    recency_decay: float = 1.0
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
     slice_seconds: float = 0.25
     schedule: CotrainSchedule = field(default_factory=lambda: CotrainSchedule(mode="time", heldout_fraction=0.0))
