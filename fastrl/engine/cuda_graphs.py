@@ -106,10 +106,22 @@ class StaticInputs:
 
 @dataclass
 class CapturedRound:
-    """A captured graph and the output tensors its replay rewrites (graph None: a test's stand-in capture)."""
+    """A captured graph and the output tensors its replay rewrites. With a test's stand-in capture (graph None) a
+    replay runs the round's function again and writes its results into the same outputs, as a graph's replay does:
+    the engine's graph path (static inputs, padding rows, the fixed tree base) then runs on any device."""
 
     graph: torch.cuda.CUDAGraph | None
     outputs: PlainRoundResult | SpecRoundResult
+    fn: Callable[[], PlainRoundResult | SpecRoundResult] | None = None
+
+    def replay(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        fresh = self.fn()
+        for name in ("tokens", "logprobs", "hidden", "accepted"):
+            if hasattr(self.outputs, name):
+                getattr(self.outputs, name).copy_(getattr(fresh, name))
 
 
 class CudaGraphRounds:
@@ -132,8 +144,9 @@ class CudaGraphRounds:
         a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
         take them from `models`). The static root feature stays [.., H]: it is the drafter's own output.
         `capture` (tests) replaces the CUDA capture: it calls a round's function as a capture would and returns
-        its outputs (`CapturedRound.graph` is then None); on a CPU it lets a test run every round a graph would
-        hold under a guard against what a capture refuses (tests/engine/test_graph_capture_safety.py)."""
+        its outputs (`CapturedRound.graph` is then None, and a replay calls the function again); on a CPU it lets
+        a test run every round a graph would hold under a guard against what a capture refuses, and generate
+        through the graph path (tests/engine/test_graph_capture_safety.py)."""
         self.feature_layers = feature_layers
         self.models = models
         self.policy, self.cache = policy, cache
@@ -190,7 +203,7 @@ class CudaGraphRounds:
         bucket = self._bucket(b)
         self.static.load(inputs, bucket)
         captured = self.plain[bucket]
-        captured.graph.replay()
+        captured.replay()
         out = captured.outputs
         return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b])
 
@@ -200,7 +213,7 @@ class CudaGraphRounds:
         bucket = self._bucket(b)
         self.static.load(inputs, bucket, root_feature)
         captured = self.spec[(strategy, bucket)]
-        captured.graph.replay()
+        captured.replay()
         out = captured.outputs
         nodes = strategy.max_tree_nodes - 1
         return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
@@ -213,7 +226,7 @@ class CudaGraphRounds:
 
     def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
         if self.capture is not None:
-            return CapturedRound(None, self.capture(fn))
+            return CapturedRound(None, self.capture(fn), fn)
         graph, outputs = capture_graph(fn, self.pool, self.warmup_stream)
         return CapturedRound(graph, outputs)
 

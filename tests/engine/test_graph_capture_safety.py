@@ -4,10 +4,12 @@ the device (`torch.tensor(list)`, `t[i] = 1.0` on one element), host synchronisa
 capture ("Cannot copy between CPU and CUDA tensors during CUDA graph capture", "operation not permitted when
 stream is capturing"), so every engine with `cuda_graphs` on would fail at start; this finds them without one.
 The runner is built as on a GPU (a padding slot past the batch, its pages in the pool), the rounds through
-`ModelRunner(graph_capture=...)`."""
+`ModelRunner(graph_capture=...)`; a replay then runs the round again into the captured outputs, so whole
+generations go through the engine's graph path here and are held to the eager engine's tokens."""
 
 from __future__ import annotations
 
+import random
 import sys
 
 import pytest
@@ -118,3 +120,42 @@ def test_a_fused_drafters_rounds_are_capturable():
     with torch.inference_mode():
         runner = ModelRunner(policy, config, drafter, [Strategy.parse("3_2_6")], graph_capture=guarded_capture)
     assert sorted(b for _, b in runner.graphs.spec) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("strategy", ["disable", "3_1_4", "3_2_6", "6_4_24", "8_1_9@0.3", "bandit"])
+def test_generating_through_the_graph_path_equals_eager_rounds(strategy, monkeypatch):
+    """The engine's graph path end to end on the CPU (each replay runs the round again into the captured outputs):
+    static inputs loaded per round, batches padded to their bucket on the padding slot, trees at the fixed base past
+    `max_model_len`; in float64 it generates the eager engine's tokens, log-probs to rounding, for mixed sampling
+    settings over batches that shrink through the buckets (1, 2, 4, 5: a batch of 3 pads one row)."""
+    from functools import partial
+
+    import fastrl.engine.engine as engine_module
+    from fastrl.adaptive.factory import build_selector
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.rl.tasks.task import ArithChainTask
+    from fastrl.sampling.params import SamplingParams
+
+    rng = random.Random(3)
+    tokenizer = load_tokenizer(bundled_model_dir())
+    settings = [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.8, top_p=0.9), dict(top_k=3)]
+    prompts = [tokenizer(ArithChainTask().sample_problem(rng).prompt)["input_ids"] for _ in range(16)]
+    prompts = [p for p in prompts if len(p) <= 100][:9]
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=rng.randint(8, 40), seed=50 + i, **settings[i % 4]))
+        for i, p in enumerate(prompts)
+    ]
+    runs = []
+    for graphs in (False, True):
+        policy = load_model(bundled_model_dir())
+        drafter = None if strategy == "disable" else load_drafter(bundled_drafter_dir(), policy)[0]
+        config = EngineConfig(5, 160, "cpu", "float64", cuda_graphs=graphs, attention_kernel=False)  # as on a GPU
+        if graphs:
+            monkeypatch.setattr(engine_module, "ModelRunner", partial(ModelRunner, graph_capture=guarded_capture))
+        engine = Engine(policy, config, drafter=drafter, selector=build_selector(strategy))
+        assert (engine.runner.graphs is not None) == graphs
+        runs.append(engine.generate(inputs))
+    for eager, graphed in zip(*runs, strict=True):
+        assert graphed.token_ids == eager.token_ids
+        assert max(abs(a - b) for a, b in zip(graphed.logprobs, eager.logprobs, strict=True)) < 1e-9
