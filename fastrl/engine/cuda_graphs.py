@@ -16,7 +16,7 @@ the tokens equal the eager rounds'.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TypeVar
 
 import torch
@@ -119,9 +119,9 @@ class CapturedRound:
             self.graph.replay()
             return
         fresh = self.fn()
-        for name in ("tokens", "logprobs", "hidden", "accepted"):
-            if hasattr(self.outputs, name):
-                getattr(self.outputs, name).copy_(getattr(fresh, name))
+        for item in fields(self.outputs):  # every tensor of the result, whatever the round's kind
+            if isinstance(kept := getattr(self.outputs, item.name), Tensor):
+                kept.copy_(getattr(fresh, item.name))
 
 
 class CudaGraphRounds:
@@ -172,7 +172,7 @@ class CudaGraphRounds:
         if on_gpu:
             torch.cuda.synchronize(device)
             torch.cuda.empty_cache()  # what is reserved afterwards is the graphs' private pool (plus their outputs)
-        before = torch.cuda.memory_reserved(device) if on_gpu else 0
+            before = torch.cuda.memory_reserved(device)
         start = time.perf_counter()
         kv_len = self.base + 1
         for bucket in sorted(self.buckets, reverse=True):
