@@ -13,7 +13,18 @@ if not torch.cuda.is_available():  # read when Triton is imported: its kernels t
 torch.set_num_threads(1)
 
 
+# Packages whose tests share package-scoped fixtures (tests/rollout: a checkpoint and one local Ray cluster).
+SHARED_FIXTURE_PACKAGES = ("tests/rollout/",)
+
+
 def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each group runs on one worker: a module
+    # (or a package above) builds its module-scoped fixtures (a trained drafter, a verl stack, a Ray cluster) once.
+    root = config.rootpath
+    for item in items:
+        module = item.path.relative_to(root).as_posix()
+        group = next((p for p in SHARED_FIXTURE_PACKAGES if module.startswith(p)), module)
+        item.add_marker(pytest.mark.xdist_group(group))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

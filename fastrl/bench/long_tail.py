@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.factory import build_selector
@@ -54,7 +55,7 @@ def bench_long_tail(
         for i, p in enumerate(prompts)
     ]
     names = ["disable"] + [p for p in selectors if p != "disable"]
-    if "bandit" in names:  # calibrate once, untimed: every timed engine then reads the cached calibration
+    if any(name.split(":")[0] == "bandit" for name in names):  # calibrate once, untimed: timed engines read the cache
         _engine(policy, drafter, "bandit", batch_size, bandit, max_model_len)
     times: dict[str, list[float]] = {name: [] for name in names}
     decode: dict[str, list[float]] = {name: [] for name in names}
@@ -103,7 +104,7 @@ def _engine(
         policy,
         EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device),
         drafter=None if name == "disable" else drafter,
-        selector=build_selector(name, bandit=bandit),
+        selector=_selector(name, bandit),
     )
     calibrate_engine(engine)  # the bandit's round costs, as engine start gives them (from the cache once measured)
     return engine
@@ -123,6 +124,21 @@ def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tup
         seconds[name] += time.perf_counter() - start
         finished[name].update({o.request_id: o for o in out if o.finished})
     return seconds, {name: [finished[name][i] for i in ids[name]] for name in engines}
+
+
+def _selector(name: str, bandit: BanditConfig | None):
+    """``build_selector(name)``, and ``bandit:KEY=VALUE``: the bandit with one of its settings changed (a JSON value,
+    e.g. ``bandit:explore_budget=0.02``), to compare settings side by side in one lockstep run."""
+    if not name.startswith("bandit:"):
+        return build_selector(name, bandit=bandit)
+    key, _, value = name.removeprefix("bandit:").partition("=")
+    if key not in {f.name for f in fields(BanditConfig)}:
+        raise ValueError(f"selector {name!r}: BanditConfig has no setting {key!r}")
+    try:
+        setting = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"selector {name!r}: {value!r} is not a JSON value") from err
+    return build_selector("bandit", bandit=replace(bandit or BanditConfig(), **{key: setting}))
 
 
 def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
@@ -155,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=0, help="most requests at once (0: all; 1: batch 1)")
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit")
+    parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit", help="also bandit:KEY=VALUE (one setting changed)")
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
     args = parser.parse_args(argv)

@@ -14,8 +14,8 @@ from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
 
-DEADLINE_S = 1.0
-UPDATES = 120
+DEADLINE_S = 3.0  # generous: the suite runs two pytest workers beside the Ray workers on a 2-core machine
+UPDATES = 160
 
 
 @pytest.fixture(scope="module")
