@@ -7,6 +7,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, fields, replace
 
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.factory import build_selector
 from fastrl.engine.calibration import calibrate_engine
@@ -46,9 +47,11 @@ def bench_long_tail(
     batch_size: int = 64,
     bandit: BanditConfig | None = None,
     max_model_len: int | None = None,
+    warm_start: dict | None = None,
 ) -> list[LongTailRow]:
     """Run the same batch under each strategy selector ('disable' first is the baseline), the engines stepping in
     lockstep (see ``run_lockstep``), ``repeats`` times: the median summed step time of each; outputs must agree.
+    ``warm_start``: a bandit ``state_dict`` every bandit starts from (what an earlier run learned).
     `max_model_len` bounds the KV cache (None: the model's whole context)."""
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
@@ -62,7 +65,9 @@ def bench_long_tail(
     engines: dict[str, Engine] = {}
     outputs: dict[str, list] = {}
     for _ in range(repeats):
-        engines = {name: _engine(policy, drafter, name, batch_size, bandit, max_model_len) for name in names}
+        engines = {
+            name: _engine(policy, drafter, name, batch_size, bandit, max_model_len, warm_start) for name in names
+        }
         seconds, outputs = run_lockstep(engines, inputs)
         for name in names:
             times[name].append(seconds[name])
@@ -98,6 +103,7 @@ def _engine(
     batch_size: int,
     bandit: BanditConfig | None,
     max_model_len: int | None,
+    warm_start: dict | None = None,
 ) -> Engine:
     device = str(next(policy.parameters()).device)
     engine = Engine(
@@ -107,7 +113,24 @@ def _engine(
         selector=_selector(name, bandit),
     )
     calibrate_engine(engine)  # the bandit's round costs, as engine start gives them (from the cache once measured)
+    if warm_start is not None and isinstance(engine.selector, BanditSelector):
+        engine.selector.warm_start(warm_start)
     return engine
+
+
+def learned_state(
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    inputs: list[GenerateInput],
+    batch_size: int,
+    bandit: BanditConfig | None,
+    max_model_len: int | None,
+) -> dict:
+    """The state of a bandit after generating ``inputs`` (other prompts than the timed ones): what a run carries
+    into its next rollout."""
+    engine = _engine(policy, drafter, "bandit", batch_size, bandit, max_model_len)
+    engine.generate(inputs)
+    return engine.selector.state_dict()
 
 
 def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tuple[dict[str, float], dict[str, list]]:
@@ -174,14 +197,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit", help="also bandit:KEY=VALUE (one setting changed)")
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
+    parser.add_argument(
+        "--warm-start", type=int, default=0, help="bandits start from what one learned on this many other prompts"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).to(args.device)
     drafter = load_drafter(bundled_drafter_dir(), policy, args.device)[0]
-    prompts = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", -(-args.requests // args.group), 2)
-    prompts = [p for p in prompts for _ in range(args.group)][: args.requests]
-    context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
+    distinct = -(-args.requests // args.group)
+    every = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", distinct + args.warm_start, 2)
+    prompts = [p for p in every[:distinct] for _ in range(args.group)][: args.requests]
+    others = every[distinct : distinct + args.warm_start]
+    context = min(policy.config.max_position_embeddings, max(map(len, every)) + args.max_new_tokens + 1)
     bandit = BanditConfig(strategies=args.arms.split(","))
+    warm = None
+    if others:  # seeds apart from the timed requests' (0 .. requests - 1)
+        earlier = [
+            GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=10**6 + i))
+            for i, p in enumerate(others)
+        ]
+        warm = learned_state(policy, drafter, earlier, args.batch_size or args.requests, bandit, context)
     rows = bench_long_tail(
         policy,
         drafter,
@@ -192,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         args.batch_size or args.requests,
         bandit,
         context,
+        warm,
     )
     buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
     for row in rows:
