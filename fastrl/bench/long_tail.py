@@ -16,6 +16,7 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.selector import StrategySelector
 from fastrl.telemetry.round_summary import summarize_rounds
 
 
@@ -149,7 +150,7 @@ def run_lockstep(engines: dict[str, Engine], inputs: list[GenerateInput]) -> tup
     return seconds, {name: [finished[name][i] for i in ids[name]] for name in engines}
 
 
-def _selector(name: str, bandit: BanditConfig | None):
+def _selector(name: str, bandit: BanditConfig | None) -> StrategySelector:
     """``build_selector(name)``, and ``bandit:KEY=VALUE``: the bandit with one of its settings changed (a JSON value,
     e.g. ``bandit:explore_budget=0.02``), to compare settings side by side in one lockstep run."""
     if not name.startswith("bandit:"):
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         "--warm-start", type=int, default=0, help="bandits start from what one learned on this many other prompts"
     )
     args = parser.parse_args(argv)
+    if args.warm_start < 0:
+        parser.error(f"--warm-start must be >= 0 prompts, got {args.warm_start}")
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).to(args.device)
     drafter = load_drafter(bundled_drafter_dir(), policy, args.device)[0]
