@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.commands.bandit_state_file import read_state_file, write_state_file
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
@@ -47,11 +49,17 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
     targets = guard_outputs(
-        {"output": cfg.output, "stats_output": cfg.stats_output, "plot_output": cfg.plot_output},
+        {
+            "output": cfg.output,
+            "stats_output": cfg.stats_output,
+            "plot_output": cfg.plot_output,
+            "bandit_state": cfg.bandit_state,
+        },
         {"prompts": cfg.prompts, "ema_json": cfg.ema_json, "model": str(model_dir), "drafter": cfg.drafter},
     )
     try:
         ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
+        learned = read_state_file("bandit_state", targets["bandit_state"].path) if cfg.bandit_state else None
         lines = read_prompts(cfg.prompts)
         cfg.check_workload("generate", len(lines))
         tokenizer = load_tokenizer(model_dir)
@@ -81,6 +89,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         earlier = earlier_rounds(targets, bool(stream.done))
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
         engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
+        if learned is not None:
+            engine.selector.warm_start(learned)  # what an earlier run learned: calibration, acceptance, round times
         if stream.done:
             print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
         stream.open()
@@ -99,6 +109,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         except KeyboardInterrupt:
             stream.close()
             write_reports(targets, earlier + engine.round_stats[:kept_rounds], cfg.strategy, engine.selector)
+            save_learned(targets, engine.selector)
             print(
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
                 "Run the same command again to finish.",
@@ -116,6 +127,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         rounds = earlier + engine.round_stats
         print_generate_summary(rounds, engine.selector)
         write_reports(targets, rounds, cfg.strategy, engine.selector)
+        save_learned(targets, engine.selector)
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
@@ -130,6 +142,12 @@ def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
         print("fastrl generate: stats_output covers only the rest: the earlier run wrote no stats", file=sys.stderr)
         return []
     return read_round_log(targets["stats_output"].path)
+
+
+def save_learned(targets: GuardedOutputs, selector: StrategySelector) -> None:
+    """bandit_state: what the bandit learned, for the next run to start from."""
+    if "bandit_state" in targets and isinstance(selector, BanditSelector):
+        write_state_file(targets["bandit_state"], selector)
 
 
 def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:

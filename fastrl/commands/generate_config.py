@@ -14,9 +14,12 @@ class GenerateConfig(DecodeConfig):
     output: str = ""
     stats_output: str = ""
     plot_output: str = ""
+    bandit_state: str = ""
     resume: bool = True
 
     def __post_init__(self) -> None:
         self.check_decode_keys("generate")
         if not self.output:
             raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
+        if self.bandit_state and self.strategy != "bandit":
+            raise ValueError(f"generate.bandit_state: a bandit's state file needs strategy=bandit, got {self.strategy}")

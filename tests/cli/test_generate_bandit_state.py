@@ -1,0 +1,64 @@
+"""`fastrl generate bandit_state=FILE`: a run starts from the bandit state an earlier run saved there and saves its
+own; tokens never depend on it; a file that is not a bandit state is one clear error and is left as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastrl.adaptive.bandit import STATE_VERSION
+from fastrl.cli import main
+
+PROMPTS = ["sum a=20 b=51 =", "sum a=10 b=69 c=13 =", "sum a=65 b=28 =", "sum a=3 b=94 c=12 d=7 ="]
+BANDIT = ["strategy=bandit", "bandit.strategies=[5_1_6,3_1_4,disable]", "bandit.calibrate=false"]
+
+
+def _run(tmp_path, name: str, *extra: str) -> list[list[int]]:
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    out = tmp_path / f"{name}.jsonl"
+    args = [f"prompts={prompts}", f"output={out}", "max_new_tokens=24", "temperature=1.0", "seed=3", "batch_size=1"]
+    assert main(["generate", *args, "progress=false", *extra]) == 0
+    return [json.loads(line)["token_ids"] for line in out.read_text().splitlines()]
+
+
+def _trials(path) -> float:
+    return sum(sum(trials) for _, trials in json.loads(path.read_text())["acceptance"].values())
+
+
+def test_a_run_starts_from_the_state_the_last_one_saved(tmp_path):
+    state, fresh = tmp_path / "bandit.json", tmp_path / "fresh.json"
+    plain = _run(tmp_path, "plain")
+    assert _run(tmp_path, "first", *BANDIT, f"bandit_state={state}") == plain
+    saved = json.loads(state.read_text())
+    assert saved["version"] == STATE_VERSION and _trials(state) > 0
+    assert _run(tmp_path, "second", *BANDIT, f"bandit_state={state}") == plain  # warm
+    assert _run(tmp_path, "cold", *BANDIT, f"bandit_state={fresh}") == plain  # the same prompts, cold
+    # the warm run's counts hold the first run's rows besides its own: more than a cold run over the same prompts
+    assert _trials(state) > _trials(fresh)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("not json", "not a bandit state JSON"), (json.dumps({"version": 1, "acceptance": {}}), "version 1")],
+)
+def test_a_file_that_is_no_bandit_state_is_named_and_kept(tmp_path, capsys, content, message):
+    state = tmp_path / "bandit.json"
+    state.write_text(content)
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", *BANDIT, f"bandit_state={state}"]
+    assert main(["generate", *args, "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "bandit_state" in err and message in err and "Traceback" not in err
+    assert state.read_text() == content
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_bandit_state_needs_the_bandit(tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", f"bandit_state={tmp_path / 'b.json'}"]
+    assert main(["generate", *args]) == 2
+    assert "strategy=bandit" in capsys.readouterr().err
