@@ -352,7 +352,7 @@ class BanditSelector:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict`` exactly; the saved config must equal this selector's."""
-        _check_version(state)
+        check_state_version(state)
         if BanditConfig.from_dict(state["config"]) != self.config:
             raise ValueError("bandit state_dict was saved with a different BanditConfig")
         self.warm_start(state)
@@ -382,7 +382,7 @@ class BanditSelector:
     def warm_start(self, state: dict) -> None:
         """Take the calibration, acceptance counts and round times of a saved state, whatever its config (arms
         outside this selector's are ignored): a new run or RL step starts from what an earlier one learned."""
-        _check_version(state)
+        check_state_version(state)
         self._learn()
         self._stretch = None
         if state.get("calibration"):
@@ -393,7 +393,8 @@ class BanditSelector:
         self._memo.clear()
 
 
-def _check_version(state: dict) -> None:
+def check_state_version(state: dict) -> None:
+    """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``."""
     version = state.get("version") if isinstance(state, dict) else None
     if version != STATE_VERSION:
         raise ValueError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
@@ -156,13 +156,14 @@ def _selector(name: str, bandit: BanditConfig | None) -> StrategySelector:
     if not name.startswith("bandit:"):
         return build_selector(name, bandit=bandit)
     key, _, value = name.removeprefix("bandit:").partition("=")
-    if key not in {f.name for f in fields(BanditConfig)}:
-        raise ValueError(f"selector {name!r}: BanditConfig has no setting {key!r}")
     try:
         setting = json.loads(value)
     except json.JSONDecodeError as err:
         raise ValueError(f"selector {name!r}: {value!r} is not a JSON value") from err
-    return build_selector("bandit", bandit=replace(bandit or BanditConfig(), **{key: setting}))
+    try:
+        return build_selector("bandit", bandit=asdict(bandit or BanditConfig()) | {key: setting})
+    except ValueError as err:
+        raise ValueError(f"selector {name!r}: {err}") from None
 
 
 def cost_measurements(rows: list[LongTailRow]) -> list[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fastrl.adaptive.bandit import STATE_VERSION, BanditSelector
+from fastrl.adaptive.bandit import BanditSelector, check_state_version
 from fastrl.commands.output_guard import OutputTarget, write_atomic
 
 
@@ -20,13 +20,13 @@ def read_state_file(key: str, path: Path) -> dict | None:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{key}={path}: not a bandit state JSON file ({err}); remove it or name another") from None
-    version = state.get("version") if isinstance(state, dict) else None
-    missing = [k for k in ("acceptance", "times") if not isinstance(state, dict) or k not in state]
-    if version != STATE_VERSION or missing:
-        raise ValueError(
-            f"{key}={path}: a bandit state of version {version!r} (missing {missing or 'nothing'}); this fastrl "
-            f"reads version {STATE_VERSION}: remove the file or name another"
-        )
+    try:
+        check_state_version(state)
+    except ValueError as err:
+        raise ValueError(f"{key}={path}: {err}; remove the file or name another") from None
+    missing = [k for k in ("acceptance", "times") if k not in state]
+    if missing:
+        raise ValueError(f"{key}={path}: a bandit state without {missing}; remove the file or name another")
     return state
 
 
