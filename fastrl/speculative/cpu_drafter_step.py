@@ -40,9 +40,12 @@ _WEIGHTS = 16  # the kernel's Weight enum
 MAX_ROWS = 32  # new entries per forward (rows x entries per row) up to which the kernel runs
 
 
-def _weight_slots(drafter: EagleDrafter, policy: CausalLM) -> list[tuple[nn.Module | None, str, tuple[int, ...]]]:
-    """The kernel's weights in its Weight order: (module, parameter name, expected shape); the fuse's module is
-    None for a last-layer drafter."""
+_Slot = tuple[str, tuple[str, ...], str, tuple[int, ...]]
+"""A kernel weight: (root, "policy" or "drafter"; the submodule path from it; parameter name; expected shape)."""
+
+
+def _weight_slots(drafter: EagleDrafter) -> list[_Slot]:
+    """The kernel's weights in its Weight order (the fuse's path leads to None for a last-layer drafter)."""
     c = drafter.config
     h, q, kv, inter = (
         c.hidden_size,
@@ -50,36 +53,51 @@ def _weight_slots(drafter: EagleDrafter, policy: CausalLM) -> list[tuple[nn.Modu
         c.num_key_value_heads * c.head_dim,
         c.intermediate_size,
     )
-    layer = drafter.layer
-    attn, mlp = layer.self_attn, layer.mlp
-    fuse = getattr(drafter, "fuse", None)  # a fused drafter's projection of the policy states
-    slots = [(policy.model.embed_tokens, "weight", (c.vocab_size, h))]
-    slots.append((fuse, "weight", (h, drafter.feature_size)))
-    for linear, out, width in ((drafter.fc, h, 2 * h), (attn.q_proj, q, h), (attn.k_proj, kv, h)):
-        slots += [(linear, "weight", (out, width)), (linear, "bias", (out,))]
-    for linear, out, width in ((attn.v_proj, kv, h), (attn.o_proj, h, q)):
-        slots += [(linear, "weight", (out, width)), (linear, "bias", (out,))]
-    slots += [(layer.post_attention_layernorm, "weight", (h,)), (mlp.gate_proj, "weight", (inter, h))]
-    slots += [(mlp.up_proj, "weight", (inter, h)), (mlp.down_proj, "weight", (h, inter))]
+    attn, mlp = ("layer", "self_attn"), ("layer", "mlp")
+    slots: list[_Slot] = [("policy", ("model", "embed_tokens"), "weight", (c.vocab_size, h))]
+    slots.append(("drafter", ("fuse",), "weight", (h, drafter.feature_size)))
+    linears = [(("fc",), h, 2 * h), ((*attn, "q_proj"), q, h), ((*attn, "k_proj"), kv, h)]
+    linears += [((*attn, "v_proj"), kv, h), ((*attn, "o_proj"), h, q)]
+    for path, out, width in linears:
+        slots += [("drafter", path, "weight", (out, width)), ("drafter", path, "bias", (out,))]
+    slots.append(("drafter", ("layer", "post_attention_layernorm"), "weight", (h,)))
+    for name, out, width in (("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)):
+        slots.append(("drafter", (*mlp, name), "weight", (out, width)))
     return slots
+
+
+def _submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module | None:
+    """The submodule at `path` (None where a step of it is absent), read from the modules' registries directly:
+    `nn.Module.__getattr__` costs ~1 µs a step, and the binding is checked before every drafter step."""
+    module: nn.Module | None = root
+    for name in path:
+        module = None if module is None else module._modules.get(name)
+    return module
 
 
 @dataclass(frozen=True)
 class _Binding:
     """The weight pointers of one drafter (and its policy's embedding) in the kernel's order, with what says they are
-    still current (each slot's module, the tensor it held and that tensor's address), and whether the kernel can
-    read them at all (`usable`: every weight a plain parameter of the drafter's dtype and expected shape, contiguous,
-    on the CPU; a bias or the fuse may be absent; a parametrised weight, computed on access, is not readable)."""
+    still current (the modules on every slot's path, each slot's tensor and that tensor's address), and whether the
+    kernel can read them at all (`usable`: every weight a plain parameter of the drafter's dtype and expected shape,
+    contiguous, on the CPU; a bias or the fuse may be absent; a parametrised weight, computed on access, is not
+    readable)."""
 
     pointers: ctypes.Array
-    slots: tuple[tuple[nn.Module | None, Tensor | None, int], ...]
+    modules: tuple[tuple[str, tuple[str, ...], nn.Module | None], ...]
+    """Every distinct (root, path) of the slots, with the module found there."""
+    slots: tuple[tuple[nn.Module | None, str, Tensor | None, int], ...]
+    """Per slot: its module, parameter name, tensor (None where absent) and address (0 where absent)."""
     usable: bool
 
     @classmethod
     def of(cls, drafter: EagleDrafter, policy: CausalLM) -> _Binding:
         dtype = drafter.fc.weight.dtype
+        roots = {"drafter": drafter, "policy": policy}
+        modules = {(root, path): _submodule(roots[root], path) for root, path, _, _ in _weight_slots(drafter)}
         slots, usable = [], True
-        for module, name, shape in _weight_slots(drafter, policy):
+        for root, path, name, shape in _weight_slots(drafter):
+            module = modules[root, path]
             tensor = None if module is None else module._parameters.get(name)
             if module is not None and getattr(module, name, None) is not tensor:  # parametrised: computed on access
                 usable = False
@@ -89,18 +107,20 @@ class _Binding:
                 usable = False
             elif not tensor.is_contiguous():
                 usable = False
-            slots.append((module, tensor, 0 if tensor is None else tensor.data_ptr()))
-        return cls((ctypes.c_void_p * _WEIGHTS)(*(slot[2] for slot in slots)), tuple(slots), usable)
+            slots.append((module, name, tensor, 0 if tensor is None else tensor.data_ptr()))
+        pointers = (ctypes.c_void_p * _WEIGHTS)(*(slot[3] for slot in slots))
+        found = tuple((root, path, module) for (root, path), module in modules.items())
+        return cls(pointers, found, tuple(slots), usable)
 
     def current(self, drafter: EagleDrafter, policy: CausalLM) -> bool:
-        """True while every slot is the same module holding the same tensor at the same address."""
+        """True while every path leads to the same module, holding the same tensor at the same address."""
+        roots = {"drafter": drafter, "policy": policy}
+        if any(_submodule(roots[root], path) is not module for root, path, module in self.modules):
+            return False
         return all(
-            module is bound_module
-            and (None if module is None else module._parameters.get(name)) is tensor
+            (None if module is None else module._parameters.get(name)) is tensor
             and (tensor is None or tensor.data_ptr() == address)
-            for (module, name, _), (bound_module, tensor, address) in zip(
-                _weight_slots(drafter, policy), self.slots, strict=True
-            )
+            for module, name, tensor, address in self.slots
         )
 
 
@@ -122,6 +142,11 @@ class CpuDrafterStep:
         if bound is None or not bound.current(drafter, policy):
             bound = self._bindings[drafter] = _Binding.of(drafter, policy)
         return bound
+
+    def _checked(self, drafter: EagleDrafter, policy: CausalLM) -> _Binding:
+        """The binding `prepare` checked just before (checked again only when there is none)."""
+        bound = self._bindings.get(drafter)
+        return self._binding(drafter, policy) if bound is None else bound
 
     def prepare(
         self, drafter: EagleDrafter, policy: CausalLM, cache: KVCache, meta: AttentionMetadata
@@ -161,7 +186,7 @@ class CpuDrafterStep:
         meta: AttentionMetadata,
     ) -> Tensor:
         """The drafter's output, its new K/V stored (`features`: the drafter's input, [.., H], or a fused drafter's
-        policy states, fused here; `meta` as `prepare` gave it).
+        policy states, fused here; `meta` as `prepare` gave it, right before: the weights it checked are read).
         # tokens [B,S], features [B,S,F], positions [B,S] -> [B,S,H]"""
         plan = meta.kernel
         if plan is None:
@@ -194,7 +219,7 @@ class CpuDrafterStep:
         positions = positions.to(torch.long).contiguous()
         out = torch.empty(b, s, config.hidden_size, dtype=dtype)
         failed = self._entry[dtype](
-            self._binding(drafter, policy).pointers,
+            self._checked(drafter, policy).pointers,
             drafter.rotary.inv_freq.data_ptr(),
             dims.data_ptr(),
             tokens.data_ptr(),
