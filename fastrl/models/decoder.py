@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fastrl.models.config import ModelConfig
+from fastrl.models.cpu_linear import Linear
 from fastrl.models.kv_cache import KVCache
 from fastrl.models.layers import DecoderLayer, RMSNorm
 from fastrl.models.masks import attention_mask
@@ -45,7 +46,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = DecoderStack(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config)
         self.tie_weights()
 

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from fastrl.models.attention import AttentionMetadata
 from fastrl.models.config import ModelConfig
+from fastrl.models.cpu_linear import Linear
 from fastrl.models.kv_cache import KVCache, SlotRows
 from fastrl.models.masks import sdpa_mask
 from fastrl.models.rope import apply_rope
@@ -37,9 +38,9 @@ class MLP(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         """# [B,S,H] -> [B,S,H]"""
@@ -59,10 +60,10 @@ class Attention(nn.Module):
         self.layer_idx = layer_idx
         self.head_dim = hd
         self.enable_gqa = kvh != h
-        self.q_proj = nn.Linear(config.hidden_size, h * hd, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
-        self.o_proj = nn.Linear(h * hd, config.hidden_size, bias=config.o_proj_bias)
+        self.q_proj = Linear(config.hidden_size, h * hd, bias=config.attention_bias)
+        self.k_proj = Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
+        self.v_proj = Linear(config.hidden_size, kvh * hd, bias=config.attention_bias)
+        self.o_proj = Linear(h * hd, config.hidden_size, bias=config.o_proj_bias)
         self.q_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
 

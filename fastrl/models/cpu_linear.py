@@ -1,0 +1,98 @@
+"""Linear layers of a decode or verify forward on a CPU: fastrl's small-row kernel (`kernels/small_linear.cpp`).
+
+PyTorch's CPU matrix product (one thread) streams a large weight once per input row from 3 rows up to ~15 and
+packs it from 16 on, so a verify forward over a few tokens costs several plain forwards: SmolLM2-135M's 49152 x 576
+LM head takes 12.0 ms at one row, 25.8 at four, 38.5 at eight and 62 at thirteen. The kernel reads each weight row
+once for up to 16 input rows (15.5, 18.9 and 21.9 ms there). `Linear` (an `nn.Linear`, same parameters and state
+dict) sends to it the forwards where it was measured faster: 3 to `MAX_ROWS` input rows, a weight of at least
+`MIN_WEIGHT` elements (below that the call's own overhead, ~10 µs, outweighs what it saves), float32 or float64,
+one torch thread (the kernel runs on one core; more threads are PyTorch's), on a CPU, no gradient wanted. Its result
+is PyTorch's to rounding (tests/models/test_cpu_linear.py), as PyTorch's own results at different row counts
+already differ from each other in the last bits; the exactness tests hold engines using it to plain decoding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fastrl.models.kernel_build import load_kernel
+
+MIN_ROWS = 3
+"""Fewest input rows sent to the kernel (at 1-2 rows PyTorch's product already reads the weight once)."""
+MAX_ROWS = 15
+"""Most input rows sent to the kernel (from 16 rows PyTorch packs the weight and is faster)."""
+MIN_WEIGHT = 1 << 18
+"""Fewest weight elements for which the kernel is used (SmolLM2's 576 x 576 projections and up)."""
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+class SmallLinear:
+    """The kernel's two entry points (float32, float64) and a count of the products it ran."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._entry = {}
+        for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64")):
+            fn = getattr(library, f"fastrl_small_linear_{suffix}")
+            fn.argtypes, fn.restype = [_P, _I, _I, _P, _P, _I, _I, _P, _I], None
+            self._entry[dtype] = fn
+        self.calls = 0
+
+    def applies(self, x: Tensor, weight: Tensor) -> bool:
+        """True when `x @ weight.T` goes to the kernel (see the module docstring)."""
+        if weight.numel() < MIN_WEIGHT or x.device.type != "cpu" or weight.device.type != "cpu":
+            return False
+        rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
+        if not MIN_ROWS <= rows <= MAX_ROWS or x.dtype != weight.dtype or x.dtype not in self._entry:
+            return False
+        if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):
+            return False
+        return weight.is_contiguous() and torch.get_num_threads() == 1
+
+    def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """`F.linear(x, weight, bias)` by the kernel (`applies` must hold).  # x [..., K], weight [N, K] -> [..., N]"""
+        n, k = weight.shape
+        if bias is not None and (bias.dtype != weight.dtype or bias.shape != (n,) or not bias.is_contiguous()):
+            return F.linear(x, weight, bias)
+        rows = x.reshape(-1, k)
+        if rows.stride(-1) != 1:
+            rows = rows.contiguous()
+        out = torch.empty(rows.shape[0], n, dtype=x.dtype)
+        self._entry[x.dtype](
+            rows.data_ptr(),
+            rows.stride(0),
+            rows.shape[0],
+            weight.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            n,
+            k,
+            out.data_ptr(),
+            out.stride(0),
+        )
+        self.calls += 1
+        return out.view(*x.shape[:-1], n)
+
+
+@functools.cache
+def small_linear() -> SmallLinear | None:
+    """The kernel's runner, built on first use; None where it cannot be built (a warning says why)."""
+    library = load_kernel("small_linear")
+    return None if library is None else SmallLinear(library)
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` whose forwards over a few rows on a CPU run the small-row kernel where it is faster."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """# [..., in] -> [..., out]"""
+        weight = self.weight
+        if weight.numel() >= MIN_WEIGHT and x.device.type == "cpu":
+            kernel = small_linear()
+            if kernel is not None and kernel.applies(x, weight):
+                return kernel(x, weight, self.bias)
+        return F.linear(x, weight, self.bias)
