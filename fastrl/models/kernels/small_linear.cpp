@@ -6,28 +6,17 @@
 // head: 12.9 ms at one row, 26.5 ms at four, 65 ms at thirteen, one thread), while the product is bound by reading
 // the weight once (~13 ms here). This kernel reads each weight row once for up to ROWS input rows and keeps their dot
 // products in vector registers. A row's result is computed by the same operations in the same order whatever the
-// other rows are and however many there are, so a plain round's row and a verify round's rows get the same bits.
+// other rows are and however many there are.
 #include <cstdint>
+
+#include "paged_attention.h"
 
 namespace {
 
-template <typename T> struct Vec;
-template <> struct Vec<float> {
-    typedef float type __attribute__((vector_size(32), aligned(4)));
-    static constexpr int lanes = 8;
-};
-template <> struct Vec<double> {
-    typedef double type __attribute__((vector_size(32), aligned(8)));
-    static constexpr int lanes = 4;
-};
+using fastrl::hsum;
+using fastrl::Vec;
 
 constexpr int ROWS = 16;  // input rows per pass over the weight
-
-template <typename V, typename T, int L> inline T hsum(V v) {
-    T s = 0;
-    for (int i = 0; i < L; i++) s += v[i];
-    return s;
-}
 
 // y[r, o] = sum_k x[r, k] w[o, k] (+ bias[o]) for N rows: x [N, k_in] with row stride x_stride, w [n_out, k_in]
 // contiguous, y [N, n_out] with row stride y_stride. N is a template argument so that the N accumulators stay in
@@ -52,7 +41,7 @@ void pass(const T* x, int64_t x_stride, const T* w, const T* bias, int64_t n_out
             }
         }
         for (int i = 0; i < N; i++) {
-            T s = hsum<V, T, L>(acc[i]);
+            T s = hsum(acc[i]);
             for (int64_t k = k_vec; k < k_in; k++) s += row[k] * x[i * x_stride + k];
             y[i * y_stride + o] = bias ? s + bias[o] : s;
         }
@@ -81,8 +70,6 @@ void product(const T* x, int64_t x_stride, int64_t rows, const T* w, const T* bi
 }  // namespace
 
 extern "C" {
-
-int fastrl_small_linear_rows() { return ROWS; }
 
 void fastrl_small_linear_f32(const float* x, int64_t x_stride, int64_t rows, const float* w, const float* bias,
                              int64_t n_out, int64_t k_in, float* y, int64_t y_stride) {
