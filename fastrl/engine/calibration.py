@@ -25,6 +25,7 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.engine.engine import Engine
+from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.cpu_drafter_step import drafter_step_for
@@ -159,7 +160,7 @@ def _drafter_step_kernel(engine: Engine) -> bool:
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
     """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend (and the drafter
-    step's), threads, arms, sizes, rounds."""
+    step's, and the small-row linear kernel's routing), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
     described = {
@@ -170,6 +171,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "cuda_graphs": engine.config.cuda_graphs,
         "attention": type(engine.runner.cache.backend).__name__,  # the CPU kernel or PyTorch's attention
         "drafter_step": _drafter_step_kernel(engine),  # a drafter step in one C++ call or PyTorch's ops
+        "small_linear": small_linear_routing(),  # which linear products run in the small-row kernel
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "arms": sorted(str(a) for a in arms),

@@ -85,6 +85,12 @@ def small_linear() -> SmallLinear | None:
     return None if library is None else SmallLinear(library)
 
 
+def small_linear_routing() -> tuple[int, int, int] | None:
+    """What decides which products the kernel runs (rows from, rows to, fewest weight elements); None without the
+    kernel. Round costs measured under one routing (the calibration cache) do not hold under another."""
+    return None if small_linear() is None else (MIN_ROWS, MAX_ROWS, MIN_WEIGHT)
+
+
 class Linear(nn.Linear):
     """`nn.Linear` whose forwards over a few rows on a CPU run the small-row kernel where it is faster."""
 
