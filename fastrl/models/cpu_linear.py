@@ -1,15 +1,15 @@
 """Linear layers of a decode or verify forward on a CPU: fastrl's small-row kernel (`kernels/small_linear.cpp`).
 
-PyTorch's CPU matrix product (one thread) streams a large weight once per input row from 3 rows up to ~15 and
-packs it from 16 on, so a verify forward over a few tokens costs several plain forwards: SmolLM2-135M's 49152 x 576
-LM head takes 12.0 ms at one row, 25.8 at four, 38.5 at eight and 62 at thirteen. The kernel reads each weight row
-once for up to 16 input rows (15.5, 18.9 and 21.9 ms there). `Linear` (an `nn.Linear`, same parameters and state
-dict) sends to it the forwards where it was measured faster: 3 to `MAX_ROWS` input rows, a weight of at least
-`MIN_WEIGHT` elements (below that the call's own overhead, ~10 µs, outweighs what it saves), float32 or float64,
-one torch thread (the kernel runs on one core; more threads are PyTorch's), on a CPU, no gradient wanted. Its result
-is PyTorch's to rounding (tests/models/test_cpu_linear.py), as PyTorch's own results at different row counts
-already differ from each other in the last bits; the exactness tests hold engines using it to plain decoding.
-"""
+PyTorch's CPU matrix product (one thread) streams a large weight once per input row from 4 rows up to 15 and packs
+it from 16 on, so a verify forward over a few tokens costs several plain forwards: SmolLM2-135M's 49152 x 576 LM
+head takes 11.5 ms at one row, 25.5 at four, 39 at eight and 70 at thirteen. The kernel reads each weight row once
+for up to 16 input rows (16.8, 16.4 and 23.3 ms there). `Linear` (an `nn.Linear`, same parameters and state dict)
+sends to it the forwards where it was measured faster (`python -m fastrl.bench.small_linear`): `MIN_ROWS` to
+`MAX_ROWS` input rows of a weight of at least `MIN_WEIGHT` elements (an LM head; on smaller weights, which stay in
+the CPU's caches, PyTorch's product is as fast or faster), float32 or float64, one torch thread (the kernel runs on
+one core; more threads are PyTorch's), on a CPU, no gradient wanted. Its result is PyTorch's to rounding
+(tests/models/test_cpu_linear.py), as PyTorch's own results at different row counts already differ from each other
+in the last bits; the exactness tests hold engines using it to plain decoding and to transformers."""
 
 from __future__ import annotations
 
@@ -22,18 +22,20 @@ from torch import Tensor, nn
 
 from fastrl.models.kernel_build import load_kernel
 
-MIN_ROWS = 3
-"""Fewest input rows sent to the kernel (at 1-2 rows PyTorch's product already reads the weight once)."""
+MIN_ROWS = 4
+"""Fewest input rows sent to the kernel (at 1-3 rows PyTorch's product already reads the weight once)."""
 MAX_ROWS = 15
 """Most input rows sent to the kernel (from 16 rows PyTorch packs the weight and is faster)."""
-MIN_WEIGHT = 1 << 18
-"""Fewest weight elements for which the kernel is used (SmolLM2's 576 x 576 projections and up)."""
+MIN_WEIGHT = 1 << 22
+"""Fewest weight elements for which the kernel is used (4M: an LM head of 8k tokens and more at width 512)."""
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 class SmallLinear:
-    """The kernel's two entry points (float32, float64) and a count of the products it ran."""
+    """The kernel's two entry points (float32, float64), the routing (`min_rows` to `max_rows` input rows, weights of
+    at least `min_weight` elements; `MIN_ROWS`, `MAX_ROWS` and `MIN_WEIGHT` unless a benchmark changes them) and a
+    count of the products it ran."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self._entry = {}
@@ -41,14 +43,15 @@ class SmallLinear:
             fn = getattr(library, f"fastrl_small_linear_{suffix}")
             fn.argtypes, fn.restype = [_P, _I, _I, _P, _P, _I, _I, _P, _I], None
             self._entry[dtype] = fn
+        self.min_rows, self.max_rows, self.min_weight = MIN_ROWS, MAX_ROWS, MIN_WEIGHT
         self.calls = 0
 
     def applies(self, x: Tensor, weight: Tensor) -> bool:
         """True when `x @ weight.T` goes to the kernel (see the module docstring)."""
-        if weight.numel() < MIN_WEIGHT or x.device.type != "cpu" or weight.device.type != "cpu":
+        if weight.numel() < self.min_weight or x.device.type != "cpu" or weight.device.type != "cpu":
             return False
         rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
-        if not MIN_ROWS <= rows <= MAX_ROWS or x.dtype != weight.dtype or x.dtype not in self._entry:
+        if not self.min_rows <= rows <= self.max_rows or x.dtype != weight.dtype or x.dtype not in self._entry:
             return False
         if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):
             return False
@@ -88,17 +91,17 @@ def small_linear() -> SmallLinear | None:
 def small_linear_routing() -> tuple[int, int, int] | None:
     """What decides which products the kernel runs (rows from, rows to, fewest weight elements); None without the
     kernel. Round costs measured under one routing (the calibration cache) do not hold under another."""
-    return None if small_linear() is None else (MIN_ROWS, MAX_ROWS, MIN_WEIGHT)
+    kernel = small_linear()
+    return None if kernel is None else (kernel.min_rows, kernel.max_rows, kernel.min_weight)
 
 
 class Linear(nn.Linear):
-    """`nn.Linear` whose forwards over a few rows on a CPU run the small-row kernel where it is faster."""
+    """`nn.Linear` whose forwards over a few rows of a large weight on a CPU run the small-row kernel (see the module
+    docstring)."""
 
     def forward(self, x: Tensor) -> Tensor:
         """# [..., in] -> [..., out]"""
-        weight = self.weight
-        if weight.numel() >= MIN_WEIGHT and x.device.type == "cpu":
-            kernel = small_linear()
-            if kernel is not None and kernel.applies(x, weight):
-                return kernel(x, weight, self.bias)
+        weight, kernel = self.weight, small_linear()
+        if kernel is not None and kernel.applies(x, weight):
+            return kernel(x, weight, self.bias)
         return F.linear(x, weight, self.bias)

@@ -1,0 +1,117 @@
+"""Linear products over a few rows on a CPU: PyTorch's against fastrl's small-row kernel, per weight shape and row
+count, and plain decoding of a named model with the kernel's routing on and off, alternated in one process.
+
+    python -m fastrl.bench.small_linear                           # products at SmolLM2-135M's shapes
+    python -m fastrl.bench.small_linear --decode smollm2 --batch-sizes 1,4,8
+
+One thread. Product times are medians of alternated blocks of calls; a row marked `*` is one the routing gives the
+kernel (`fastrl.models.cpu_linear`). Decoding: greedy, EOS ignored, CPU seconds of `Engine.generate` (prefill
+included), the two sides alternated within each repeat; the tokens must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from fastrl.models.cpu_linear import small_linear
+
+SHAPES = [(49152, 576), (8192, 576), (1536, 576), (576, 1536), (576, 576), (192, 576)]
+"""(out, in): SmolLM2-135M's LM head, its drafter's 8,192-token head, MLP up/gate and down, q/o and k/v."""
+ROWS = [1, 2, 3, 4, 8, 13, 15, 16]
+
+
+def _median_ms(fn: Callable[[], object], calls: int, blocks: int) -> float:
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls * 1e3)
+    return statistics.median(times)
+
+
+def bench_products(blocks: int) -> None:
+    """Print ms per product, PyTorch and the kernel, for every shape and row count."""
+    kernel = small_linear()
+    if kernel is None:
+        raise SystemExit("the small-row kernel could not be built here (no C++ compiler?)")
+    print("out x in        rows  PyTorch ms  kernel ms  PyTorch/kernel")
+    for out, width in SHAPES:
+        weight = torch.randn(out, width)
+        calls = max(1, int(2e6 // weight.numel()))
+        for rows in ROWS:
+            x = torch.randn(rows, width)
+            with torch.no_grad():
+                torch.testing.assert_close(kernel(x, weight, None), F.linear(x, weight), rtol=1e-4, atol=1e-3)
+                pytorch = _median_ms(lambda x=x, weight=weight: F.linear(x, weight), calls, blocks)
+                mine = _median_ms(lambda x=x, weight=weight: kernel(x, weight, None), calls, blocks)
+                routed = "*" if kernel.applies(x, weight) else " "
+            line = f"{out:6} x {width:5} {rows:5}{routed} {pytorch:10.3f} {mine:10.3f} {pytorch / mine:15.2f}"
+            print(line, flush=True)
+
+
+def bench_decode(model: str, batch_sizes: list[int], new_tokens: int, repeats: int) -> None:
+    """Print plain decoding's CPU seconds with the routing on and off, per batch size."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.commands.engine_setup import resolve_model_dir
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.models.checkpoint import load_model
+    from fastrl.sampling.params import SamplingParams
+    from fastrl.strategy.strategy import DISABLE
+
+    policy = load_model(resolve_model_dir(model)).eval()
+    vocab = policy.config.vocab_size
+    rng = torch.Generator().manual_seed(0)
+    kernel = small_linear()
+    on_rows = None if kernel is None else kernel.max_rows
+    for batch in batch_sizes:
+        params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+        inputs = [GenerateInput(torch.randint(3, vocab, (24,), generator=rng).tolist(), params) for _ in range(batch)]
+        seconds: dict[bool, list[float]] = {True: [], False: []}
+        tokens: dict[bool, list] = {}
+        for repeat in range(repeats):
+            for on in (True, False) if repeat % 2 == 0 else (False, True):
+                if kernel is not None:
+                    kernel.max_rows = on_rows if on else 0  # off: no row count qualifies
+                try:
+                    engine = Engine(policy, EngineConfig(max_batch_size=batch), selector=FixedSelector(DISABLE))
+                    start = time.process_time()
+                    tokens[on] = [o.token_ids for o in engine.generate(inputs)]
+                    seconds[on].append(time.process_time() - start)
+                finally:
+                    if kernel is not None:
+                        kernel.max_rows = on_rows
+        if tokens[True] != tokens[False]:
+            print(f"batch {batch}: tokens differ with and without the kernel (a near tie in float32)")
+        pairs = ", ".join(f"{off / on:.2f}" for on, off in zip(seconds[True], seconds[False], strict=True))
+        on_s, off_s = statistics.median(seconds[True]), statistics.median(seconds[False])
+        ratio = off_s / on_s
+        print(f"batch {batch:3}: kernel {on_s:.2f} s, PyTorch {off_s:.2f} s, PyTorch/kernel {ratio:.2f} ({pairs})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the product table, or with --decode the decoding comparison."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--blocks", type=int, default=9)
+    parser.add_argument("--decode", default="", help="a named model or checkpoint directory to decode with")
+    parser.add_argument("--batch-sizes", default="1,4,8")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.decode:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+        bench_decode(args.decode, sizes, args.new_tokens, args.repeats)
+    else:
+        bench_products(args.blocks)
+
+
+if __name__ == "__main__":
+    main()
