@@ -56,8 +56,11 @@ def bench_products(blocks: int) -> None:
             print(line, flush=True)
 
 
-def bench_decode(model: str, batch_sizes: list[int], new_tokens: int, repeats: int) -> None:
-    """Print plain decoding's CPU seconds with the routing on and off, per batch size."""
+def bench_decode(
+    model: str, batch_sizes: list[int], new_tokens: int, repeats: int, routing: tuple[int, int] | None = None
+) -> None:
+    """Print plain decoding's CPU seconds with the routing on and off, per batch size (`routing`: the (fewest rows,
+    fewest weight elements) to try instead of the shipped ones)."""
     from fastrl.adaptive.fixed import FixedSelector
     from fastrl.commands.engine_setup import resolve_model_dir
     from fastrl.engine.config import EngineConfig
@@ -70,7 +73,11 @@ def bench_decode(model: str, batch_sizes: list[int], new_tokens: int, repeats: i
     vocab = policy.config.vocab_size
     rng = torch.Generator().manual_seed(0)
     kernel = small_linear()
-    on_rows = None if kernel is None else kernel.max_rows
+    if kernel is None:
+        raise SystemExit("the small-row kernel could not be built here (no C++ compiler?)")
+    shipped = (kernel.min_rows, kernel.min_weight)
+    kernel.min_rows, kernel.min_weight = routing or shipped
+    on_rows = kernel.max_rows
     for batch in batch_sizes:
         params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
         inputs = [GenerateInput(torch.randint(3, vocab, (24,), generator=rng).tolist(), params) for _ in range(batch)]
@@ -78,22 +85,21 @@ def bench_decode(model: str, batch_sizes: list[int], new_tokens: int, repeats: i
         tokens: dict[bool, list] = {}
         for repeat in range(repeats):
             for on in (True, False) if repeat % 2 == 0 else (False, True):
-                if kernel is not None:
-                    kernel.max_rows = on_rows if on else 0  # off: no row count qualifies
+                kernel.max_rows = on_rows if on else 0  # off: no row count qualifies
                 try:
                     engine = Engine(policy, EngineConfig(max_batch_size=batch), selector=FixedSelector(DISABLE))
                     start = time.process_time()
                     tokens[on] = [o.token_ids for o in engine.generate(inputs)]
                     seconds[on].append(time.process_time() - start)
                 finally:
-                    if kernel is not None:
-                        kernel.max_rows = on_rows
+                    kernel.max_rows = on_rows
         if tokens[True] != tokens[False]:
             print(f"batch {batch}: tokens differ with and without the kernel (a near tie in float32)")
         pairs = ", ".join(f"{off / on:.2f}" for on, off in zip(seconds[True], seconds[False], strict=True))
         on_s, off_s = statistics.median(seconds[True]), statistics.median(seconds[False])
         ratio = off_s / on_s
         print(f"batch {batch:3}: kernel {on_s:.2f} s, PyTorch {off_s:.2f} s, PyTorch/kernel {ratio:.2f} ({pairs})")
+    kernel.min_rows, kernel.min_weight = shipped
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,11 +110,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", default="1,4,8")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--min-rows", type=int, default=0, help="decode: try this routing's fewest rows")
+    parser.add_argument("--min-weight", type=int, default=0, help="decode: try this routing's fewest weight elements")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.decode:
         sizes = [int(b) for b in args.batch_sizes.split(",")]
-        bench_decode(args.decode, sizes, args.new_tokens, args.repeats)
+        kernel = small_linear()
+        routing = None
+        if kernel is not None and (args.min_rows or args.min_weight):
+            routing = (args.min_rows or kernel.min_rows, args.min_weight or kernel.min_weight)
+        bench_decode(args.decode, sizes, args.new_tokens, args.repeats, routing)
     else:
         bench_products(args.blocks)
 

@@ -4,12 +4,14 @@ PyTorch's CPU matrix product (one thread) streams a large weight once per input 
 it from 16 on, so a verify forward over a few tokens costs several plain forwards: SmolLM2-135M's 49152 x 576 LM
 head takes 11.5 ms at one row, 25.5 at four, 39 at eight and 70 at thirteen. The kernel reads each weight row once
 for up to 16 input rows (16.8, 16.4 and 23.3 ms there). `Linear` (an `nn.Linear`, same parameters and state dict)
-sends to it the forwards where it was measured faster (`python -m fastrl.bench.small_linear`): `MIN_ROWS` to
-`MAX_ROWS` input rows of a weight of at least `MIN_WEIGHT` elements (an LM head; on smaller weights, which stay in
-the CPU's caches, PyTorch's product is as fast or faster), float32 or float64, one torch thread (the kernel runs on
-one core; more threads are PyTorch's), on a CPU, no gradient wanted. Its result is PyTorch's to rounding
-(tests/models/test_cpu_linear.py), as PyTorch's own results at different row counts already differ from each other
-in the last bits; the exactness tests hold engines using it to plain decoding and to transformers."""
+sends to it `MIN_ROWS` to `MAX_ROWS` input rows of a weight of at least `MIN_WEIGHT` elements, float32 or float64,
+one torch thread (the kernel runs on one core; more threads are PyTorch's), on a CPU, no gradient wanted. The
+routing was set by whole forwards (`python -m fastrl.bench.small_linear --decode smollm2`), where every weight comes
+from memory: a product timed alone keeps a mid-sized weight in the CPU's caches and favours PyTorch (SmolLM2's plain
+decoding at batch 8: 1.20x faster with only the LM head routed, 1.35-1.43x with every weight from 2^18 elements).
+Its result is PyTorch's to rounding (tests/models/test_cpu_linear.py), as PyTorch's own results at different row
+counts already differ from each other in the last bits; the exactness tests hold engines using it to plain decoding
+and to transformers."""
 
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ MIN_ROWS = 4
 """Fewest input rows sent to the kernel (at 1-3 rows PyTorch's product already reads the weight once)."""
 MAX_ROWS = 15
 """Most input rows sent to the kernel (from 16 rows PyTorch packs the weight and is faster)."""
-MIN_WEIGHT = 1 << 22
-"""Fewest weight elements for which the kernel is used (4M: an LM head of 8k tokens and more at width 512)."""
+MIN_WEIGHT = 1 << 18
+"""Fewest weight elements for which the kernel is used (SmolLM2's 576 x 576 projections and up; below, the call's
+own ~10 µs outweighs what it saves)."""
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 

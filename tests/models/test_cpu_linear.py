@@ -100,22 +100,10 @@ def test_linear_sends_its_forwards_to_the_kernel_and_keeps_autograd_elsewhere():
     assert set(layer.state_dict()) == {"weight", "bias"}
 
 
-SMALL_ROUTE = 1 << 18
-"""The routing's weight threshold in the engine tests: a model small enough to test fast still takes the kernel."""
-
-
-@pytest.fixture
-def small_route():
-    """The kernel takes weights of `SMALL_ROUTE` elements and more while a test runs."""
-    KERNEL.min_weight = SMALL_ROUTE
-    yield
-    KERNEL.min_weight = MIN_WEIGHT
-
-
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory):
-    """A float64 Llama whose MLP weights and LM head (1024 x 256) take the kernel at `SMALL_ROUTE` (its 256 x 256
-    projections do not), with a random drafter, and its transformers twin."""
+    """A float64 Llama whose MLP weights and LM head (1024 x 256) take the kernel (its 256 x 256 projections do
+    not), with a random drafter, and its transformers twin."""
     import transformers
 
     torch.manual_seed(5)
@@ -141,7 +129,7 @@ def wide(tmp_path_factory):
     path = tmp_path_factory.mktemp("wide")
     hf.save_pretrained(path)
     policy = load_model(path).to(torch.float64).eval()
-    assert policy.lm_head.weight.numel() >= SMALL_ROUTE > policy.model.layers[0].self_attn.q_proj.weight.numel()
+    assert policy.lm_head.weight.numel() >= MIN_WEIGHT > policy.model.layers[0].self_attn.q_proj.weight.numel()
     torch.manual_seed(6)
     return hf, policy, EagleDrafter(policy.config).to(torch.float64).eval()
 
@@ -159,7 +147,7 @@ def _inputs(greedy: bool) -> list[GenerateInput]:
 
 
 @pytest.mark.parametrize("strategy", ["3_1_4", "2_2_4", "6_1_7@0.3"])
-def test_engines_with_the_kernel_generate_plain_decodings_tokens(wide, small_route, strategy):
+def test_engines_with_the_kernel_generate_plain_decodings_tokens(wide, strategy):
     """Batch 1 and 4 (verify forwards of 4-7 rows and plain forwards of 4 rows take the kernel), sampled and
     greedy: speculative decoding gives plain decoding's tokens."""
     _, policy, drafter = wide
@@ -180,7 +168,7 @@ def test_engines_with_the_kernel_generate_plain_decodings_tokens(wide, small_rou
             assert max(abs(a - b) for a, b in zip(plain.logprobs, spec.logprobs, strict=True)) < 1e-9
 
 
-def test_greedy_decoding_with_the_kernel_equals_transformers(wide, small_route):
+def test_greedy_decoding_with_the_kernel_equals_transformers(wide):
     hf, policy, drafter = wide
     inputs = _inputs(greedy=True)
     before = KERNEL.calls
