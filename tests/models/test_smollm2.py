@@ -114,3 +114,39 @@ def test_generate_cli_with_model_smollm2_and_the_default_drafter(smollm2, tmp_pa
     assert main(["generate", *args, "max_new_tokens=12", "batch_size=1", "progress=false"]) == 0
     row = json.loads(out.read_text())
     assert row["prompt_ids"] == chat_ids(tokenizer, "What is 2 + 3?") and len(row["token_ids"]) >= 1 and row["text"]
+
+
+def test_the_small_row_kernel_keeps_decoding_equal_to_hf_generate(smollm2):
+    """At one thread the LM head and the projections of 4-15-row forwards take the small-row kernel: plain decoding
+    of 4 chats in one batch (4-row forwards) and `3_1_4` at batch 1 (4-token verifies) still equal transformers."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.commands.engine_setup import resolve_drafter
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.models.cpu_linear import small_linear
+    from fastrl.sampling.params import SamplingParams
+
+    kernel = small_linear()
+    if kernel is None:
+        pytest.skip("no C++ compiler to build the small-row kernel")
+    model, hf, tokenizer, directory = smollm2
+    chats = [*CHATS, "Name three prime numbers."]
+    inputs = [GenerateInput(chat_ids(tokenizer, t), SamplingParams(max_new_tokens=16, temperature=0.0)) for t in chats]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = kernel.calls
+        plain = Engine(model, EngineConfig(max_batch_size=4, max_model_len=256)).generate(inputs)
+        batched = kernel.calls
+        drafter = resolve_drafter("", directory, model, needed=True)
+        config = EngineConfig(max_batch_size=1, max_model_len=256)
+        spec = Engine(model, config, drafter=drafter, selector=FixedSelector("3_1_4")).generate(inputs)
+    finally:
+        torch.set_num_threads(threads)
+    assert batched > before and kernel.calls > batched  # both engines ran products in the kernel
+    for request, a, b in zip(inputs, plain, spec, strict=True):
+        ids = torch.tensor([request.prompt_ids])
+        with torch.inference_mode():
+            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+        want = ref[0, ids.shape[1] :].tolist()
+        assert a.token_ids == want and b.token_ids == want, tokenizer.decode(request.prompt_ids)
