@@ -192,3 +192,37 @@ def test_greedy_decoding_with_the_kernel_equals_transformers(wide):
                 pad_token_id=0,
             )
         assert output.token_ids == want[0, prompt.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_engines_with_the_kernel_equal_plain_decoding(wide, seed):
+    """Seeded random cases over strategies (chains, trees, stopping chains), batch sizes and sampling settings on the
+    model whose MLP and LM head take the kernel: every request's tokens equal plain decoding's."""
+    _, policy, drafter = wide
+    rng = random.Random(1000 + seed)
+    strategy = rng.choice(["3_1_4", "5_1_6", "2_2_4", "4_2_8", "3_3_9", "8_1_9@0.3", "12_1_13@0.5"])
+    batch = rng.randint(1, 5)
+    inputs = []
+    for _ in range(rng.randint(2, 6)):
+        params = SamplingParams(
+            max_new_tokens=rng.randint(4, 24),
+            temperature=rng.choice([0.0, 0.6, 1.0, 1.4]),
+            top_k=rng.choice([0, 0, 20]),
+            top_p=rng.choice([1.0, 1.0, 0.9]),
+            seed=rng.randrange(10**6),
+            ignore_eos=True,
+        )
+        inputs.append(GenerateInput([rng.randrange(3, 1024) for _ in range(rng.randint(2, 20))], params))
+    before = KERNEL.calls
+    outputs = {}
+    for name in ("disable", strategy):
+        engine = Engine(
+            policy,
+            EngineConfig(max_batch_size=batch, dtype="float64"),
+            drafter=None if name == "disable" else drafter,
+            selector=FixedSelector(Strategy.parse(name)),
+        )
+        outputs[name] = engine.generate(inputs)
+    assert KERNEL.calls > before, (strategy, batch)
+    for plain, spec in zip(outputs["disable"], outputs[strategy], strict=True):
+        assert plain.token_ids == spec.token_ids, (strategy, batch)
