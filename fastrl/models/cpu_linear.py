@@ -53,7 +53,9 @@ class SmallLinear:
         """True when `x @ weight.T` goes to the kernel (see the module docstring)."""
         if weight.numel() < self.min_weight or x.device.type != "cpu" or weight.device.type != "cpu":
             return False
-        rows = x.numel() // max(1, x.shape[-1]) if x.dim() else 0
+        if weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:  # PyTorch's product names the error
+            return False
+        rows = x.numel() // max(1, x.shape[-1])
         if not self.min_rows <= rows <= self.max_rows or x.dtype != weight.dtype or x.dtype not in self._entry:
             return False
         if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):

@@ -77,6 +77,9 @@ def test_the_kernel_runs_only_where_it_applies():
         assert KERNEL.applies(x, weight)
         assert not KERNEL.applies(x.to(torch.bfloat16), weight.to(torch.bfloat16))
         assert not KERNEL.applies(x, weight.t().contiguous().t())  # not contiguous
+        assert not KERNEL.applies(torch.randn(4, 512), weight)  # a width the weight does not take
+        with pytest.raises(RuntimeError):  # PyTorch's product, which names the mismatch
+            Linear(256, MIN_WEIGHT // 256)(torch.randn(4, 512))
         torch.set_num_threads(2)
         assert not KERNEL.applies(x, weight)
         torch.set_num_threads(1)
