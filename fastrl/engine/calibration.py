@@ -171,7 +171,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "cuda_graphs": engine.config.cuda_graphs,
         "attention": type(engine.runner.cache.backend).__name__,  # the CPU kernel or PyTorch's attention
         "drafter_step": _drafter_step_kernel(engine),  # a drafter step in one C++ call or PyTorch's ops
-        "small_linear": small_linear_routing(),  # which linear products run in the small-row kernel
+        # which linear products run in the small-row kernel (CPU only: a GPU engine neither builds nor uses it)
+        "small_linear": small_linear_routing() if device.type == "cpu" else None,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "arms": sorted(str(a) for a in arms),

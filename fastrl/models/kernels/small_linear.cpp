@@ -2,9 +2,8 @@
 // Called through ctypes by fastrl/models/cpu_linear.py, which documents when it runs; built at first use by
 // fastrl/models/kernel_build.py (g++ -O3 -march=native).
 //
-// At 2-16 rows PyTorch's CPU GEMM streams a large weight once per row or packs it first (SmolLM2's 49152 x 576 LM
-// head: 12.9 ms at one row, 26.5 ms at four, 65 ms at thirteen, one thread), while the product is bound by reading
-// the weight once (~13 ms here). This kernel reads each weight row once for up to ROWS input rows and keeps their dot
+// From 4 to 15 rows PyTorch's CPU product streams a large weight once per row (SmolLM2's 49152 x 576 LM head: 11.5
+// ms at one row, 25.5 at four, 70 at thirteen, one thread), while the product is bound by reading the weight once. This kernel reads each weight row once for up to ROWS input rows and keeps their dot
 // products in vector registers. A row's result is computed by the same operations in the same order whatever the
 // other rows are and however many there are.
 #include <cstdint>
