@@ -9,23 +9,27 @@ import torch
 TINY_FAMILIES = ("llama", "llama_tied", "qwen2", "qwen3")
 
 
-def make_hf_model(family: str, seed: int = 0, vocab_size: int = 97, max_positions: int = 256):
-    """A tiny random-initialised transformers model of `family` (llama, llama_tied, qwen2, qwen3)."""
+def make_hf_model(family: str, seed: int = 0, vocab_size: int = 97, max_positions: int = 256, **sizes: int):
+    """A tiny random-initialised transformers model of `family` (llama, llama_tied, qwen2, qwen3); `sizes` replace
+    its config's defaults (e.g. ``hidden_size=256``)."""
     import transformers
 
     torch.manual_seed(seed)
-    common = dict(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-        rms_norm_eps=1e-6,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+    common = (
+        dict(
+            vocab_size=vocab_size,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_positions,
+            rms_norm_eps=1e-6,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+        | sizes
     )
     if family in ("llama", "llama_tied"):
         config = transformers.LlamaConfig(tie_word_embeddings=family == "llama_tied", rope_theta=10000.0, **common)

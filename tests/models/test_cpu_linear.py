@@ -17,6 +17,7 @@ from fastrl.models.cpu_linear import MAX_ROWS, MIN_ROWS, MIN_WEIGHT, Linear, sma
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
+from tests.helpers import make_hf_model
 
 KERNEL = small_linear()
 pytestmark = pytest.mark.skipif(KERNEL is None, reason="no C++ compiler to build the kernel")
@@ -107,34 +108,25 @@ def test_linear_sends_its_forwards_to_the_kernel_and_keeps_autograd_elsewhere():
 def wide(tmp_path_factory):
     """A float64 Llama whose MLP weights and LM head (1024 x 256) take the kernel (its 256 x 256 projections do
     not), with a random drafter, and its transformers twin."""
-    import transformers
-
-    torch.manual_seed(5)
-    config = transformers.LlamaConfig(
-        vocab_size=1024,
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-6,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    hf = transformers.LlamaForCausalLM(config).double().eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.08)
+    hf = make_hf_model("llama", seed=5, vocab_size=1024, hidden_size=256, intermediate_size=1024).double()
     path = tmp_path_factory.mktemp("wide")
     hf.save_pretrained(path)
     policy = load_model(path).to(torch.float64).eval()
     assert policy.lm_head.weight.numel() >= MIN_WEIGHT > policy.model.layers[0].self_attn.q_proj.weight.numel()
     torch.manual_seed(6)
     return hf, policy, EagleDrafter(policy.config).to(torch.float64).eval()
+
+
+def _generate(wide, strategy: str, batch: int, inputs: list[GenerateInput]) -> list:
+    """The outputs of a float64 engine over the `wide` model with a fixed `strategy` ('disable': plain)."""
+    _, policy, drafter = wide
+    engine = Engine(
+        policy,
+        EngineConfig(max_batch_size=batch, dtype="float64"),
+        drafter=None if strategy == "disable" else drafter,
+        selector=FixedSelector(Strategy.parse(strategy)),
+    )
+    return engine.generate(inputs)
 
 
 def _inputs(greedy: bool) -> list[GenerateInput]:
@@ -153,35 +145,21 @@ def _inputs(greedy: bool) -> list[GenerateInput]:
 def test_engines_with_the_kernel_generate_plain_decodings_tokens(wide, strategy):
     """Batch 1 and 4 (verify forwards of 4-7 rows and plain forwards of 4 rows take the kernel), sampled and
     greedy: speculative decoding gives plain decoding's tokens."""
-    _, policy, drafter = wide
     for batch in (1, 4):
         before = KERNEL.calls
-        outputs = {}
-        for name in ("disable", strategy):
-            engine = Engine(
-                policy,
-                EngineConfig(max_batch_size=batch, dtype="float64"),
-                drafter=None if name == "disable" else drafter,
-                selector=FixedSelector(Strategy.parse(name)),
-            )
-            outputs[name] = engine.generate(_inputs(greedy=False))
+        plains = _generate(wide, "disable", batch, _inputs(greedy=False))
+        specs = _generate(wide, strategy, batch, _inputs(greedy=False))
         assert KERNEL.calls > before
-        for plain, spec in zip(outputs["disable"], outputs[strategy], strict=True):
+        for plain, spec in zip(plains, specs, strict=True):
             assert plain.token_ids == spec.token_ids
             assert max(abs(a - b) for a, b in zip(plain.logprobs, spec.logprobs, strict=True)) < 1e-9
 
 
 def test_greedy_decoding_with_the_kernel_equals_transformers(wide):
-    hf, policy, drafter = wide
+    hf = wide[0]
     inputs = _inputs(greedy=True)
     before = KERNEL.calls
-    engine = Engine(
-        policy,
-        EngineConfig(max_batch_size=4, dtype="float64"),
-        drafter=drafter,
-        selector=FixedSelector(Strategy.parse("3_1_4")),
-    )
-    outputs = engine.generate(inputs)
+    outputs = _generate(wide, "3_1_4", 4, inputs)
     assert KERNEL.calls > before
     for request, output in zip(inputs, outputs, strict=True):
         prompt = torch.tensor([request.prompt_ids])
@@ -201,7 +179,6 @@ def test_greedy_decoding_with_the_kernel_equals_transformers(wide):
 def test_random_engines_with_the_kernel_equal_plain_decoding(wide, seed):
     """Seeded random cases over strategies (chains, trees, stopping chains), batch sizes and sampling settings on the
     model whose MLP and LM head take the kernel: every request's tokens equal plain decoding's."""
-    _, policy, drafter = wide
     rng = random.Random(1000 + seed)
     strategy = rng.choice(["3_1_4", "5_1_6", "2_2_4", "4_2_8", "3_3_9", "8_1_9@0.3", "12_1_13@0.5"])
     batch = rng.randint(1, 5)
@@ -217,15 +194,7 @@ def test_random_engines_with_the_kernel_equal_plain_decoding(wide, seed):
         )
         inputs.append(GenerateInput([rng.randrange(3, 1024) for _ in range(rng.randint(2, 20))], params))
     before = KERNEL.calls
-    outputs = {}
-    for name in ("disable", strategy):
-        engine = Engine(
-            policy,
-            EngineConfig(max_batch_size=batch, dtype="float64"),
-            drafter=None if name == "disable" else drafter,
-            selector=FixedSelector(Strategy.parse(name)),
-        )
-        outputs[name] = engine.generate(inputs)
+    plains, specs = _generate(wide, "disable", batch, inputs), _generate(wide, strategy, batch, inputs)
     assert KERNEL.calls > before, (strategy, batch)
-    for plain, spec in zip(outputs["disable"], outputs[strategy], strict=True):
+    for plain, spec in zip(plains, specs, strict=True):
         assert plain.token_ids == spec.token_ids, (strategy, batch)
