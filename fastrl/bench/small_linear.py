@@ -57,17 +57,14 @@ def bench_products(blocks: int) -> None:
 
 
 def bench_decode(
-    model: str, batch_sizes: list[int], new_tokens: int, repeats: int, routing: tuple[int, int] | None = None
+    model: str, batch_sizes: list[int], new_tokens: int, repeats: int, min_rows: int = 0, min_weight: int = 0
 ) -> None:
-    """Print plain decoding's CPU seconds with the routing on and off, per batch size (`routing`: the (fewest rows,
-    fewest weight elements) to try instead of the shipped ones)."""
-    from fastrl.adaptive.fixed import FixedSelector
+    """Print plain decoding's CPU seconds with the routing on and off, per batch size (`min_rows`, `min_weight`: a
+    routing to try instead of the shipped one; 0 keeps the shipped value)."""
     from fastrl.commands.engine_setup import resolve_model_dir
-    from fastrl.engine.config import EngineConfig
-    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.engine.engine import GenerateInput
     from fastrl.models.checkpoint import load_model
     from fastrl.sampling.params import SamplingParams
-    from fastrl.strategy.strategy import DISABLE
 
     policy = load_model(resolve_model_dir(model)).eval()
     vocab = policy.config.vocab_size
@@ -75,31 +72,42 @@ def bench_decode(
     kernel = small_linear()
     if kernel is None:
         raise SystemExit("the small-row kernel could not be built here (no C++ compiler?)")
-    shipped = (kernel.min_rows, kernel.min_weight)
-    kernel.min_rows, kernel.min_weight = routing or shipped
-    on_rows = kernel.max_rows
-    for batch in batch_sizes:
-        params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-        inputs = [GenerateInput(torch.randint(3, vocab, (24,), generator=rng).tolist(), params) for _ in range(batch)]
-        seconds: dict[bool, list[float]] = {True: [], False: []}
-        tokens: dict[bool, list] = {}
-        for repeat in range(repeats):
-            for on in (True, False) if repeat % 2 == 0 else (False, True):
-                kernel.max_rows = on_rows if on else 0  # off: no row count qualifies
-                try:
-                    engine = Engine(policy, EngineConfig(max_batch_size=batch), selector=FixedSelector(DISABLE))
-                    start = time.process_time()
-                    tokens[on] = [o.token_ids for o in engine.generate(inputs)]
-                    seconds[on].append(time.process_time() - start)
-                finally:
-                    kernel.max_rows = on_rows
-        if tokens[True] != tokens[False]:
-            print(f"batch {batch}: tokens differ with and without the kernel (a near tie in float32)")
-        pairs = ", ".join(f"{off / on:.2f}" for on, off in zip(seconds[True], seconds[False], strict=True))
-        on_s, off_s = statistics.median(seconds[True]), statistics.median(seconds[False])
-        ratio = off_s / on_s
-        print(f"batch {batch:3}: kernel {on_s:.2f} s, PyTorch {off_s:.2f} s, PyTorch/kernel {ratio:.2f} ({pairs})")
-    kernel.min_rows, kernel.min_weight = shipped
+    shipped = (kernel.min_rows, kernel.max_rows, kernel.min_weight)
+    try:
+        kernel.min_rows, kernel.min_weight = min_rows or shipped[0], min_weight or shipped[2]
+        for batch in batch_sizes:
+            params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+            prompts = [torch.randint(3, vocab, (24,), generator=rng).tolist() for _ in range(batch)]
+            inputs = [GenerateInput(p, params) for p in prompts]
+            seconds, tokens = _alternate(policy, inputs, repeats, kernel, shipped[1])
+            if tokens[True] != tokens[False]:
+                print(f"batch {batch}: tokens differ with and without the kernel (a near tie in float32)")
+            pairs = ", ".join(f"{off / on:.2f}" for on, off in zip(seconds[True], seconds[False], strict=True))
+            on_s, off_s = statistics.median(seconds[True]), statistics.median(seconds[False])
+            ratio = off_s / on_s
+            print(f"batch {batch:3}: kernel {on_s:.2f} s, PyTorch {off_s:.2f} s, PyTorch/kernel {ratio:.2f} ({pairs})")
+    finally:
+        kernel.min_rows, kernel.max_rows, kernel.min_weight = shipped
+
+
+def _alternate(policy, inputs: list, repeats: int, kernel, on_rows: int) -> tuple[dict, dict]:
+    """CPU seconds of plain decoding of `inputs` (all in one batch) with the kernel's routing on (up to `on_rows`
+    rows) and off, alternated `repeats` times; and the tokens of each side."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine
+    from fastrl.strategy.strategy import DISABLE
+
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    tokens: dict[bool, list] = {}
+    for repeat in range(repeats):
+        for on in (True, False) if repeat % 2 == 0 else (False, True):
+            kernel.max_rows = on_rows if on else 0  # off: no row count qualifies
+            engine = Engine(policy, EngineConfig(max_batch_size=len(inputs)), selector=FixedSelector(DISABLE))
+            start = time.process_time()
+            tokens[on] = [o.token_ids for o in engine.generate(inputs)]
+            seconds[on].append(time.process_time() - start)
+    return seconds, tokens
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,11 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     if args.decode:
         sizes = [int(b) for b in args.batch_sizes.split(",")]
-        kernel = small_linear()
-        routing = None
-        if kernel is not None and (args.min_rows or args.min_weight):
-            routing = (args.min_rows or kernel.min_rows, args.min_weight or kernel.min_weight)
-        bench_decode(args.decode, sizes, args.new_tokens, args.repeats, routing)
+        bench_decode(args.decode, sizes, args.new_tokens, args.repeats, args.min_rows, args.min_weight)
     else:
         bench_products(args.blocks)
 
