@@ -80,7 +80,7 @@ class BanditSelector:
         self._strategies = self.config.all_strategies()
         self._z = self.config.exploration_z()
         self._acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
-        self._times = RoundTimes(calibration)
+        self._times = RoundTimes(calibration, chain_depth=self.config.chain_depth)
         self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
         self._pulls = {arm: 0 for arm in self._strategies}
         self._bucket_rounds = [0] * len(self._arms)
@@ -271,7 +271,8 @@ class BanditSelector:
         last = self._last_strategy
         catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
         if not catching_up:
-            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s)
+            depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
+            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1

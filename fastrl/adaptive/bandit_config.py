@@ -74,6 +74,9 @@ class BanditConfig:
     rounds an arm is pulled at the first chance so that its round time is measured."""
     calibrate: bool = True
     """Time every arm at a few batch sizes when an engine starts (cached per model, drafter, device and dtype)."""
+    chain_depth: bool = True
+    """Time a stopping chain (``S_1_N@P``) at the depth its rounds reach at each batch size, on the line through the
+    calibrated fixed chains (``chain_depth``); False: by its own calibration, as any arm."""
     reward: str = "goodput"
     """``"goodput"`` or ``"accept_length"`` (see the class docstring)."""
     bs_threshold: int | None = None
@@ -111,6 +114,8 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, int | float) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
+        if not isinstance(self.chain_depth, bool):
+            raise ValueError(f"BanditConfig.chain_depth must be true or false, got {self.chain_depth!r}")
         if isinstance(self.min_pulls, bool) or not isinstance(self.min_pulls, int) or self.min_pulls < 1:
             raise ValueError(f"BanditConfig.min_pulls must be an integer >= 1, got {self.min_pulls!r}")
         if not 0.0 <= self.epsilon <= 1.0:

@@ -14,6 +14,10 @@ Kalman filter over every round run (``LogTimeFilter``):
   measured against, so a residual every arm shares is the load before it is plain's bias, and a plain anchor's
   deviation from the others persists in plain's own bias (the load forgets it within tens of rounds).
 
+A stopping chain (``S_1_N@P``) is timed at the depth it reaches (``chain_depth``): a round that drafted ``d`` levels
+is compared with the line through the calibrated fixed chains at ``d``, and a prediction takes the depth its rounds
+reached at that batch size; its bias is then what the line misses, not the depth.
+
 Comparisons between arms at one moment then cancel the load. An arm without a calibration is timed by its own rounds
 (its "calibration" is 1 s and its bias a wide prior over knots at ``UNCALIBRATED_SIZES``); an arm neither calibrated
 nor measured has no time (None).
@@ -24,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 
+from fastrl.adaptive.chain_depth import ChainDepths, ChainLine, fixed_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
 from fastrl.strategy.strategy import DISABLE, Strategy
@@ -84,13 +89,18 @@ def knee_curve(points: list[tuple[int, float]], batch_size: int) -> float:
 
 
 class RoundTimes:
-    """Predicted seconds of one round of each arm at any batch size (see the module docstring)."""
+    """Predicted seconds of one round of each arm at any batch size (see the module docstring); ``chain_depth``
+    False times stopping chains as any arm."""
 
-    def __init__(self, calibration: CostModel | None = None) -> None:
+    def __init__(self, calibration: CostModel | None = None, chain_depth: bool = True) -> None:
+        self._chain_depth = chain_depth  # time stopping chains at their depth (else as any arm)
         self._calibration: CostModel | None = None
         self._curves: dict[Strategy, list[tuple[int, float]]] = {}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured: set[Strategy] = set()
+        self._chains: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
+        self._lines: dict[tuple[Strategy, int], ChainLine | None] = {}
+        self._depths = ChainDepths()  # about the text, not the calibration: kept across calibrations
         # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
         # the predictions until the next round is learned
         self._log_curve: dict[tuple[Strategy, int], float] = {}
@@ -106,9 +116,13 @@ class RoundTimes:
         self._calibration = calibration
         self._log_curve.clear()
         self._predicted.clear()
+        self._lines.clear()
         self._curves = {}
         for arm, size, seconds in calibration.measurements() if calibration is not None else []:
             self._curves.setdefault(arm, []).append((size, seconds))
+        calibrated = list(self._curves)
+        stopping = [arm for arm in calibrated if arm.stops_early and self._chain_depth]
+        self._chains = {arm: fixed_chains(arm, calibrated) for arm in stopping}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured = set()
         for arm, points in self._curves.items():
@@ -121,12 +135,17 @@ class RoundTimes:
         points = self._curves.get(arm)
         return None if points is None else knee_curve(points, batch_size)
 
-    def observe(self, arm: Strategy, batch_size: int, seconds: float) -> None:
-        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds``."""
+    def observe(self, arm: Strategy, batch_size: int, seconds: float, depth: int | None = None) -> None:
+        """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds`` (a stopping chain's:
+        after drafting ``depth`` levels)."""
         self._predicted.clear()
         if not self._filter.has(arm):
             self._filter.add(arm, UNCALIBRATED)
-        self._filter.observe(arm, batch_size, math.log(seconds) - self._log_calibrated(arm, batch_size))
+        line = self._line(arm, batch_size) if depth is not None else None
+        expected = math.log(line.seconds(depth)) if line is not None else self._log_calibrated(arm, batch_size)
+        self._filter.observe(arm, batch_size, math.log(seconds) - expected)
+        if depth is not None and arm in self._chains:
+            self._depths.observe(arm, batch_size, depth)
         self._measured.add(arm)
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
@@ -134,7 +153,7 @@ class RoundTimes:
         key = (arm, batch_size)
         if key not in self._predicted:
             if arm in self._curves or arm in self._measured:
-                log_seconds = self._log_calibrated(arm, batch_size) + self._filter.predict(arm, batch_size)
+                log_seconds = self._log_expected(arm, batch_size) + self._filter.predict(arm, batch_size)
                 self._predicted[key] = math.exp(log_seconds)
             else:
                 self._predicted[key] = None
@@ -143,6 +162,32 @@ class RoundTimes:
     def plain_seconds(self, batch_size: int) -> float | None:
         """Predicted wall time of one plain round now."""
         return self.seconds(DISABLE, batch_size)
+
+    def depth(self, arm: Strategy, batch_size: int) -> float | None:
+        """The depth a round of stopping chain ``arm`` is expected to reach at ``batch_size`` (what its rounds
+        reached there, else where its calibrated time puts it on the line); None for other arms, or where the
+        calibration has no line of fixed chains to time it by."""
+        line = self._line(arm, batch_size)
+        if line is None:
+            return None
+        learned = self._depths.mean(arm, batch_size)
+        return learned if learned is not None else line.depth_at(self.calibrated(arm, batch_size), arm.steps)
+
+    def _line(self, arm: Strategy, batch_size: int) -> ChainLine | None:
+        """Seconds per depth of a stopping chain at ``batch_size``, through its fixed chains' calibrated times."""
+        key = (arm, batch_size)
+        if key not in self._lines:
+            chains = self._chains.get(arm, [])
+            points = [(c.steps, knee_curve(self._curves[c], batch_size)) for c in chains]
+            self._lines[key] = ChainLine.fit(points)
+        return self._lines[key]
+
+    def _log_expected(self, arm: Strategy, batch_size: int) -> float:
+        """Log of the calibrated time of a round now: a stopping chain's at the depth it is expected to reach."""
+        depth = self.depth(arm, batch_size)
+        if depth is None:
+            return self._log_calibrated(arm, batch_size)
+        return math.log(self._line(arm, batch_size).seconds(depth))  # type: ignore[union-attr]
 
     def _log_calibrated(self, arm: Strategy, batch_size: int) -> float:
         key = (arm, batch_size)
@@ -153,7 +198,11 @@ class RoundTimes:
 
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
-        return {"filter": self._filter.state(), "measured": sorted(str(a) for a in self._measured)}
+        return {
+            "filter": self._filter.state(),
+            "measured": sorted(str(a) for a in self._measured),
+            "depths": self._depths.state(),
+        }
 
     def load_state(self, state: dict) -> None:
         """Restore ``state``: the load, and the curves of the arms it shares with this model (an arm calibrated
@@ -167,3 +216,4 @@ class RoundTimes:
         self._filter.load(saved)
         known = {Strategy.parse(a) for a in state["measured"]}
         self._measured = {a for a in known if a in self._curves or self._filter.has(a)}
+        self._depths.load(state.get("depths", {}))  # absent from states saved before depths were learned

@@ -1,0 +1,103 @@
+"""The depth a stopping chain (``S_1_N@P``) reaches, and what a round of it costs at that depth.
+
+A stopping chain drafts only while the drafter is sure, so its round costs what the fixed chain of the depth it
+reached costs (``Strategy.truncated``: that many drafter steps, a verify of one more token), and that depth is not a
+constant of the arm: it follows the text (a calibration's random patterns, said twice, let the drafter run deep) and
+the batch size (the stop takes the mean over the rows, so a larger batch rarely stops early: on this CPU's long-tail
+batch, 3.8 levels a round at batch 1, 5.3 at 2-4, up to 6 above). One calibrated time per batch size then misleads
+twice: the calibration's depth is not the rollout's, and a time learned at one batch size carries another size's
+depth. So a stopping chain's round time is modelled as ``a(b) + s(b) x depth``, the line through the calibrated
+fixed chains of the same drafter at batch size ``b`` (the cost of one level and of the rest of a round), and the
+depth it will reach at ``b`` as the mean depth its rounds reached at batch sizes of the same power of two
+(``ChainDepths``); before any round, the depth that puts the line at the arm's own calibrated time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastrl.strategy.strategy import Strategy
+
+DEPTH_MEMORY = 128
+"""Rounds the mean depth at one batch-size bin averages over (older rounds weigh less once it has that many)."""
+
+
+@dataclass(frozen=True)
+class ChainLine:
+    """Seconds of a chain round at batch size ``b`` as ``base + per_level x depth`` (one batch size's fit)."""
+
+    base: float
+    per_level: float
+
+    def seconds(self, depth: float) -> float:
+        """Round time at ``depth`` drafted tokens."""
+        return self.base + self.per_level * depth
+
+    def depth_at(self, seconds: float, most: int) -> float:
+        """The depth whose round takes ``seconds``, within [1, ``most``]."""
+        return min(float(most), max(1.0, (seconds - self.base) / self.per_level))
+
+    @classmethod
+    def fit(cls, points: list[tuple[int, float]]) -> ChainLine | None:
+        """Least squares through ``(depth, seconds)`` points; None without two depths, or where a level would cost
+        nothing or less (noise: a flat or falling line says nothing about depth)."""
+        depths = {d for d, _ in points}
+        if len(depths) < 2:
+            return None
+        n = len(points)
+        mean_d = sum(d for d, _ in points) / n
+        mean_t = sum(t for _, t in points) / n
+        spread = sum((d - mean_d) ** 2 for d, _ in points)
+        slope = sum((d - mean_d) * (t - mean_t) for d, t in points) / spread
+        if not slope > 0:
+            return None
+        return cls(mean_t - slope * mean_d, slope)
+
+
+def fixed_chains(arm: Strategy, calibrated: list[Strategy]) -> list[Strategy]:
+    """The calibrated fixed chains that time a round of stopping chain ``arm`` (at their depth, ``arm.truncated``
+    is one of them; deeper or shallower ones measure the cost of a level): the same history part, no stop."""
+    return [
+        c
+        for c in calibrated
+        if c.uses_drafter and c.topk == 1 and not c.stops_early and c.history_nodes == arm.history_nodes
+    ]
+
+
+def size_bin(batch_size: int) -> int:
+    """Batch sizes of one power of two share a bin: 1, 2-3, 4-7, 8-15, ..."""
+    return batch_size.bit_length() - 1
+
+
+class ChainDepths:
+    """Mean drafted depth of each stopping chain's rounds, per batch-size bin (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._means: dict[Strategy, dict[int, list[float]]] = {}  # arm -> bin -> [mean, rounds]
+
+    def observe(self, arm: Strategy, batch_size: int, depth: int) -> None:
+        """One round of ``arm`` over ``batch_size`` rows that drafted ``depth`` levels."""
+        cell = self._means.setdefault(arm, {}).setdefault(size_bin(batch_size), [0.0, 0.0])
+        cell[1] += 1.0
+        cell[0] += (depth - cell[0]) / min(cell[1], DEPTH_MEMORY)
+
+    def mean(self, arm: Strategy, batch_size: int) -> float | None:
+        """Expected depth at ``batch_size``: its bin's mean, else the nearest bin's that has rounds (the smaller on a
+        tie); None before any round of ``arm``."""
+        bins = self._means.get(arm)
+        if not bins:
+            return None
+        target = size_bin(batch_size)
+        nearest = min(bins, key=lambda k: (abs(k - target), k))
+        return bins[nearest][0]
+
+    def state(self) -> dict:
+        """Plain data: {arm: {bin: [mean, rounds]}}."""
+        return {str(arm): {str(k): list(v) for k, v in bins.items()} for arm, bins in self._means.items()}
+
+    def load(self, state: dict) -> None:
+        """Take the means of ``state`` (``state()``'s form), replacing any held."""
+        self._means = {
+            Strategy.parse(arm): {int(k): [float(v[0]), float(v[1])] for k, v in bins.items()}
+            for arm, bins in state.items()
+        }
