@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from fastrl.adaptive.arm_rewards import ArmRewards
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
+from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.depth_acceptance import DepthAcceptance
 from fastrl.adaptive.round_times import RoundTimes
@@ -44,6 +45,9 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 STATE_VERSION = 4
 MAX_UNLEARNED = 64
 """Most observed rounds queued unlearned (rounds of a stretch shorter than a ms each)."""
+CHAIN_TOKENS_PRIOR = 8.0
+"""Rounds of a stopping chain at a batch-size bin that weigh as much as the per-depth acceptance's prediction in its
+tokens per row there (``ChainRounds``)."""
 
 
 @dataclass
@@ -80,7 +84,8 @@ class BanditSelector:
         self._strategies = self.config.all_strategies()
         self._z = self.config.exploration_z()
         self._acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
-        self._times = RoundTimes(calibration, chain_depth=self.config.chain_depth)
+        self._chain_rounds = ChainRounds()  # what stopping chains reached per batch-size bin (depth, tokens per row)
+        self._times = RoundTimes(calibration, chain_depth=self.config.chain_depth, chains=self._chain_rounds)
         self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
         self._pulls = {arm: 0 for arm in self._strategies}
         self._bucket_rounds = [0] * len(self._arms)
@@ -211,13 +216,24 @@ class BanditSelector:
         self._learn()
         key = (arm, batch_size, z)
         if key not in self._memo:
-            tokens = self._acceptance.tokens_per_row(arm, z)
+            tokens = self._tokens_per_row(arm, batch_size, z)
             if self.config.reward == "accept_length":
                 self._memo[key] = tokens
             else:
                 seconds = self._times.seconds(arm, batch_size)
                 self._memo[key] = None if seconds is None else batch_size * tokens / seconds
         return self._memo[key]
+
+    def _tokens_per_row(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float:
+        """Tokens a row emits in a round of ``arm`` at ``batch_size``: the per-depth acceptance's prediction; a
+        stopping chain's blended with what its rounds emitted at this batch size's bin (``CHAIN_TOKENS_PRIOR``), as
+        its stop depends on the batch size; either raised by ``z`` of its standard errors."""
+        tokens = self._acceptance.tokens_per_row(arm, z)
+        if arm.stops_early and self.config.chain_depth:
+            emitted, error, rounds = self._chain_rounds.tokens(arm, batch_size)
+            weight = rounds / (rounds + CHAIN_TOKENS_PRIOR)
+            tokens = weight * (emitted + z * error) + (1.0 - weight) * tokens
+        return tokens
 
     def _unknown(self, arm: Strategy) -> bool:
         """True while the arm's own acceptance rests on fewer rows than its prior: its prediction is the prior's."""
@@ -268,10 +284,12 @@ class BanditSelector:
         up on text emitted since the group's last history draft)."""
         self._memo.clear()
         self._acceptance.observe(stats)
+        depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
+        if depth is not None and self.config.chain_depth:
+            self._chain_rounds.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
         last = self._last_strategy
         catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
         if not catching_up:
-            depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
             self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
         self._last_strategy = stats.strategy
         self._pulls[stats.strategy] += 1
@@ -318,7 +336,7 @@ class BanditSelector:
             batch, rows = self._last_batch[index], []
             for arm in arms:
                 r = self._rewards[index][arm]
-                tokens, seconds = self._acceptance.tokens_per_row(arm), self._times.seconds(arm, batch)
+                tokens, seconds = self._tokens_per_row(arm, batch), self._times.seconds(arm, batch)
                 value = self.predict(arm, batch)
                 rows.append(ArmTelemetry(arm, r.pulls, r.recent_mean(), r.all_time_mean(), value, tokens, seconds))
             buckets.append(BucketTelemetry(index, self._buckets.label(index), self._bucket_rounds[index], rows))
@@ -337,6 +355,7 @@ class BanditSelector:
             "calibration": None if calibration is None else [[str(s), b, t] for s, b, t in calibration.measurements()],
             "acceptance": self._acceptance.state(),
             "times": self._times.state(),
+            "chain_rounds": self._chain_rounds.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
             "explore_credit": self._credit,
@@ -391,6 +410,7 @@ class BanditSelector:
             self.set_calibration(CostModel.fit(points))
         self._acceptance.load(state["acceptance"])
         self._times.load_state(state["times"])
+        self._chain_rounds.load(state.get("chain_rounds", {}))  # absent from states saved before stopping chains'
         self._memo.clear()
 
 

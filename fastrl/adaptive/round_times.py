@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from fastrl.adaptive.chain_depth import ChainDepths, ChainLine, fixed_chains
+from fastrl.adaptive.chain_depth import ChainLine, ChainRounds, fixed_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
 from fastrl.strategy.strategy import DISABLE, Strategy
@@ -92,15 +92,18 @@ class RoundTimes:
     """Predicted seconds of one round of each arm at any batch size (see the module docstring); ``chain_depth``
     False times stopping chains as any arm."""
 
-    def __init__(self, calibration: CostModel | None = None, chain_depth: bool = True) -> None:
+    def __init__(
+        self, calibration: CostModel | None = None, chain_depth: bool = True, chains: ChainRounds | None = None
+    ) -> None:
         self._chain_depth = chain_depth  # time stopping chains at their depth (else as any arm)
+        self.chains = chains if chains is not None else ChainRounds()
+        """Depths the stopping chains reached (the owner records rounds in it; kept across calibrations)."""
         self._calibration: CostModel | None = None
         self._curves: dict[Strategy, list[tuple[int, float]]] = {}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured: set[Strategy] = set()
-        self._chains: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
+        self._fixed: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
         self._lines: dict[tuple[Strategy, int], ChainLine | None] = {}
-        self._depths = ChainDepths()  # about the text, not the calibration: kept across calibrations
         # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
         # the predictions until the next round is learned
         self._log_curve: dict[tuple[Strategy, int], float] = {}
@@ -122,7 +125,7 @@ class RoundTimes:
             self._curves.setdefault(arm, []).append((size, seconds))
         calibrated = list(self._curves)
         stopping = [arm for arm in calibrated if arm.stops_early and self._chain_depth]
-        self._chains = {arm: fixed_chains(arm, calibrated) for arm in stopping}
+        self._fixed = {arm: fixed_chains(arm, calibrated) for arm in stopping}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured = set()
         for arm, points in self._curves.items():
@@ -144,8 +147,6 @@ class RoundTimes:
         line = self._line(arm, batch_size) if depth is not None else None
         expected = math.log(line.seconds(depth)) if line is not None else self._log_calibrated(arm, batch_size)
         self._filter.observe(arm, batch_size, math.log(seconds) - expected)
-        if depth is not None and arm in self._chains:
-            self._depths.observe(arm, batch_size, depth)
         self._measured.add(arm)
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
@@ -170,14 +171,14 @@ class RoundTimes:
         line = self._line(arm, batch_size)
         if line is None:
             return None
-        learned = self._depths.mean(arm, batch_size)
+        learned = self.chains.depth(arm, batch_size)
         return learned if learned is not None else line.depth_at(self.calibrated(arm, batch_size), arm.steps)
 
     def _line(self, arm: Strategy, batch_size: int) -> ChainLine | None:
         """Seconds per depth of a stopping chain at ``batch_size``, through its fixed chains' calibrated times."""
         key = (arm, batch_size)
         if key not in self._lines:
-            chains = self._chains.get(arm, [])
+            chains = self._fixed.get(arm, [])
             points = [(c.steps, knee_curve(self._curves[c], batch_size)) for c in chains]
             self._lines[key] = ChainLine.fit(points)
         return self._lines[key]
@@ -198,11 +199,7 @@ class RoundTimes:
 
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
-        return {
-            "filter": self._filter.state(),
-            "measured": sorted(str(a) for a in self._measured),
-            "depths": self._depths.state(),
-        }
+        return {"filter": self._filter.state(), "measured": sorted(str(a) for a in self._measured)}
 
     def load_state(self, state: dict) -> None:
         """Restore ``state``: the load, and the curves of the arms it shares with this model (an arm calibrated
@@ -216,4 +213,3 @@ class RoundTimes:
         self._filter.load(saved)
         known = {Strategy.parse(a) for a in state["measured"]}
         self._measured = {a for a in known if a in self._curves or self._filter.has(a)}
-        self._depths.load(state.get("depths", {}))  # absent from states saved before depths were learned

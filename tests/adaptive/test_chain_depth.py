@@ -9,7 +9,7 @@ import pytest
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.chain_depth import DEPTH_MEMORY, ChainDepths, ChainLine, fixed_chains, size_bin
+from fastrl.adaptive.chain_depth import DEPTH_MEMORY, ChainLine, ChainRounds, fixed_chains, size_bin
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
@@ -39,24 +39,26 @@ def test_fixed_chains_share_the_history_part_and_stop_nowhere():
     assert fixed_chains(hybrid, arms) == [arms[-1]]
 
 
-def test_depth_means_per_power_of_two_and_the_nearest_bin():
-    depths = ChainDepths()
-    assert depths.mean(STOP, 1) is None
+def test_depth_and_tokens_per_power_of_two_and_the_nearest_bin():
+    rounds = ChainRounds()
+    assert rounds.depth(STOP, 1) is None and rounds.tokens(STOP, 1) == (0.0, 0.0, 0.0)
     for d in (3, 4, 5):
-        depths.observe(STOP, 1, d)
-    depths.observe(STOP, 5, 6)
-    depths.observe(STOP, 7, 8)
+        rounds.observe(STOP, 1, d, d - 1.0)
+    rounds.observe(STOP, 5, 6, 2.0)
+    rounds.observe(STOP, 7, 8, 4.0)
     assert [size_bin(b) for b in (1, 2, 3, 4, 7, 8)] == [0, 1, 1, 2, 2, 3]
-    assert depths.mean(STOP, 1) == pytest.approx(4.0)
-    assert depths.mean(STOP, 4) == pytest.approx(7.0)
-    assert depths.mean(STOP, 2) == pytest.approx(4.0)  # bins 0 and 2 are as near: the smaller
-    assert depths.mean(STOP, 300) == pytest.approx(7.0)
-    restored = ChainDepths()
-    restored.load(depths.state())
-    assert restored.state() == depths.state()
+    assert rounds.depth(STOP, 1) == pytest.approx(4.0)
+    assert rounds.tokens(STOP, 1) == pytest.approx((3.0, (1.0 / 3.0) ** 0.5, 3.0))  # tokens 2, 3, 4
+    assert rounds.depth(STOP, 4) == pytest.approx(7.0) and rounds.tokens(STOP, 6) == pytest.approx((3.0, 1.0, 2.0))
+    assert rounds.depth(STOP, 2) == pytest.approx(4.0)  # bins 0 and 2 are as near: the smaller
+    assert rounds.tokens(STOP, 2) == (0.0, 0.0, 0.0)  # tokens only from the bin's own rounds
+    assert rounds.depth(STOP, 300) == pytest.approx(7.0)
+    restored = ChainRounds()
+    restored.load(rounds.state())
+    assert restored.state() == rounds.state()
     for _ in range(10 * DEPTH_MEMORY):  # an old depth fades once the bin holds DEPTH_MEMORY rounds
-        depths.observe(STOP, 1, 9)
-    assert depths.mean(STOP, 1) > 8.9
+        rounds.observe(STOP, 1, 9, 7.0)
+    assert rounds.depth(STOP, 1) > 8.9 and rounds.tokens(STOP, 1) == pytest.approx((7.0, 0.0, DEPTH_MEMORY), abs=0.03)
 
 
 def _machine(rng: random.Random) -> tuple[dict, CostModel]:
@@ -98,6 +100,7 @@ def _last_request_errors(seed: int) -> tuple[float, float]:
             b, depth = rng.randint(*sizes), max(1, min(12, round(rng.gauss(mean_depth, 1.5))))
             seconds = load * (truth["base"](b) + truth["level"](b) * depth)
             times.observe(STOP, b, seconds * math.exp(rng.gauss(0, 0.1)), depth)
+            times.chains.observe(STOP, b, depth, depth / 2)
             if rng.random() < 0.2:
                 times.observe(DISABLE, b, load * truth["plain"](b) * math.exp(rng.gauss(0, 0.1)))
     true_ratio = (truth["base"](1) + truth["level"](1) * shallow) / truth["plain"](1)
@@ -124,6 +127,7 @@ def test_without_a_line_a_stopping_chain_keeps_its_calibrated_time():
     assert times.seconds(STOP, 1) == pytest.approx(0.02)
     for _ in range(100):
         times.observe(STOP, 1, 0.02, 3)
+        times.chains.observe(STOP, 1, 3, 2.0)
     assert times.seconds(STOP, 1) == pytest.approx(0.02, rel=0.02)
 
 
@@ -134,19 +138,33 @@ def test_before_any_round_the_prediction_is_the_calibration():
         assert times.seconds(STOP, b) == pytest.approx(times.calibrated(STOP, b), rel=1e-9)
 
 
-def test_the_bandit_learns_depths_and_carries_them():
-    """The bandit passes a stopping round's depth to its round times, and its state carries the depths into a warm
-    start."""
+def test_the_bandit_learns_depth_and_tokens_per_batch_size_and_carries_them():
+    """The bandit records a stopping round's depth and tokens per row: its rounds are timed at that depth, its tokens
+    per row at a batch size move from the per-depth acceptance's prediction toward what rounds there emitted, and
+    its state carries both into a warm start."""
     _, calibration = _machine(random.Random(5))
     arms = [str(a) for a in (*CHAINS, STOP, DISABLE)]
     bandit = BanditSelector(BanditConfig(strategies=arms, seed=0), calibration=calibration)
-    for _ in range(30):
-        bandit.observe(RoundStats(STOP, 1, [3], [2], [3], 0.01))
-    assert bandit.times.depth(STOP, 1) == pytest.approx(3.0)
+    for _ in range(40):
+        bandit.observe(RoundStats(STOP, 1, [3], [3], [4], 0.01))
+    for _ in range(40):  # at batch 64 the stop comes early and the rows emit little
+        bandit.observe(RoundStats(STOP, 64, [2] * 64, [0] * 64, [1] * 64, 0.05))
+    assert bandit.times.depth(STOP, 1) == pytest.approx(3.0) and bandit.times.depth(STOP, 64) == pytest.approx(2.0)
+    pooled = bandit.acceptance.tokens_per_row(STOP)
+    assert 1.0 < pooled < 4.0
+    at_1, at_64 = (bandit.predict(STOP, b) * bandit.times.seconds(STOP, b) / b for b in (1, 64))
+    weight = 40 / (40 + 8)
+    assert at_1 == pytest.approx(weight * 4 + (1 - weight) * pooled)
+    assert at_64 == pytest.approx(weight * 1 + (1 - weight) * pooled)
     other = BanditSelector(BanditConfig(strategies=arms, seed=1), calibration=calibration)
     other.warm_start(bandit.state_dict())
     assert other.times.depth(STOP, 1) == pytest.approx(3.0)
-    assert other.times.seconds(STOP, 1) == pytest.approx(bandit.times.seconds(STOP, 1))
+    assert other.predict(STOP, 64) == pytest.approx(bandit.predict(STOP, 64))
+    off = BanditSelector(BanditConfig(strategies=arms, chain_depth=False), calibration=calibration)
+    off.warm_start(bandit.state_dict())
+    assert off.predict(STOP, 64) * off.times.seconds(STOP, 64) / 64 == pytest.approx(
+        off.acceptance.tokens_per_row(STOP)
+    )
 
 
 def test_chain_depth_off_times_a_stopping_chain_as_any_arm():
