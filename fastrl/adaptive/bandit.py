@@ -46,8 +46,8 @@ STATE_VERSION = 4
 MAX_UNLEARNED = 64
 """Most observed rounds queued unlearned (rounds of a stretch shorter than a ms each)."""
 CHAIN_TOKENS_PRIOR = 8.0
-"""Rounds of a stopping chain at a batch-size bin that weigh as much as the per-depth acceptance's prediction in its
-tokens per row there (``ChainRounds``)."""
+"""Rounds of a stopping chain at a batch-size bin that weigh as much as no correction of its tokens per row there
+(``ChainRounds.tokens_ratio``)."""
 
 
 @dataclass
@@ -225,14 +225,15 @@ class BanditSelector:
         return self._memo[key]
 
     def _tokens_per_row(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float:
-        """Tokens a row emits in a round of ``arm`` at ``batch_size``: the per-depth acceptance's prediction; a
-        stopping chain's blended with what its rounds emitted at this batch size's bin (``CHAIN_TOKENS_PRIOR``), as
-        its stop depends on the batch size; either raised by ``z`` of its standard errors."""
+        """Tokens a row emits in a round of ``arm`` at ``batch_size``: the per-depth acceptance's prediction, raised by
+        ``z`` standard errors; a stopping chain's scaled by how its rounds at this batch size's bin emitted against
+        its rounds at every size (``ChainRounds.tokens_ratio``, shrunk toward 1 by ``CHAIN_TOKENS_PRIOR``), as its
+        stop depends on the batch size while the acceptance pools every size."""
         tokens = self._acceptance.tokens_per_row(arm, z)
         if arm.stops_early and self.config.chain_depth:
-            emitted, error, rounds = self._chain_rounds.tokens(arm, batch_size)
+            ratio, rounds = self._chain_rounds.tokens_ratio(arm, batch_size)
             weight = rounds / (rounds + CHAIN_TOKENS_PRIOR)
-            tokens = weight * (emitted + z * error) + (1.0 - weight) * tokens
+            tokens *= weight * ratio + (1.0 - weight)
         return tokens
 
     def _unknown(self, arm: Strategy) -> bool:

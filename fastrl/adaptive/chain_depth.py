@@ -10,8 +10,9 @@ depth. So a stopping chain's round time is modelled as ``a(b) + s(b) x depth``, 
 fixed chains of the same drafter at batch size ``b`` (the cost of one level and of the rest of a round), and the
 depth it will reach at ``b`` as the mean depth its rounds reached at batch sizes of the same power of two
 (``ChainRounds``); before any round, the depth that puts the line at the arm's own calibrated time. Its tokens per
-row follow the batch size for the same reason (a shallow stop at a large batch emits less), so the bandit blends the
-tokens its rounds emitted at that power of two into the per-depth acceptance's prediction.
+row follow the batch size for the same reason (a shallow stop at a large batch emits less), so the bandit scales the
+per-depth acceptance's prediction (which pools every batch size) by the ratio of what its rounds emitted at that
+power of two to what they emitted at all sizes.
 """
 
 from __future__ import annotations
@@ -78,17 +79,16 @@ class ChainRounds:
     tokens a row, at batch 1 about 4 a row at depth 3.8."""
 
     def __init__(self) -> None:
-        # arm -> bin -> [depth, tokens per row, its square, rounds]: means over the bin's recent rounds
-        self._means: dict[Strategy, dict[int, list[float]]] = {}
+        self._means: dict[Strategy, dict[int, list[float]]] = {}  # arm -> bin -> [depth, tokens per row, rounds]
 
     def observe(self, arm: Strategy, batch_size: int, depth: int, tokens_per_row: float) -> None:
         """One round of ``arm`` over ``batch_size`` rows that drafted ``depth`` levels and emitted
         ``tokens_per_row`` tokens a row."""
-        cell = self._means.setdefault(arm, {}).setdefault(size_bin(batch_size), [0.0, 0.0, 0.0, 0.0])
-        cell[3] += 1.0
-        weight = 1.0 / min(cell[3], DEPTH_MEMORY)
-        for i, value in enumerate((depth, tokens_per_row, tokens_per_row**2)):
-            cell[i] += (value - cell[i]) * weight
+        cell = self._means.setdefault(arm, {}).setdefault(size_bin(batch_size), [0.0, 0.0, 0.0])
+        cell[2] += 1.0
+        weight = 1.0 / min(cell[2], DEPTH_MEMORY)
+        cell[0] += (depth - cell[0]) * weight
+        cell[1] += (tokens_per_row - cell[1]) * weight
 
     def depth(self, arm: Strategy, batch_size: int) -> float | None:
         """Expected depth at ``batch_size``: its bin's mean, else the nearest bin's that has rounds (the smaller on a
@@ -100,18 +100,19 @@ class ChainRounds:
         nearest = min(bins, key=lambda k: (abs(k - target), k))
         return bins[nearest][0]
 
-    def tokens(self, arm: Strategy, batch_size: int) -> tuple[float, float, float]:
-        """Mean tokens a row emitted at ``batch_size``'s bin, the standard error of that mean and the rounds behind
-        it ((0, 0, 0) without any)."""
-        cell = self._means.get(arm, {}).get(size_bin(batch_size))
+    def tokens_ratio(self, arm: Strategy, batch_size: int) -> tuple[float, float]:
+        """Mean tokens a row emitted at ``batch_size``'s bin over the arm's mean at every bin (its rounds weighed
+        alike), and the rounds behind the bin's mean ((1, 0) without any)."""
+        bins = self._means.get(arm, {})
+        cell = bins.get(size_bin(batch_size))
         if cell is None:
-            return 0.0, 0.0, 0.0
-        rounds = min(cell[3], DEPTH_MEMORY)
-        spread = max(0.0, cell[2] - cell[1] ** 2) * rounds / max(rounds - 1.0, 1.0)
-        return cell[1], (spread / rounds) ** 0.5, rounds
+            return 1.0, 0.0
+        weights = {k: min(v[2], DEPTH_MEMORY) for k, v in bins.items()}
+        overall = sum(v[1] * weights[k] for k, v in bins.items()) / sum(weights.values())
+        return (cell[1] / overall if overall > 0 else 1.0), weights[size_bin(batch_size)]
 
     def state(self) -> dict:
-        """Plain data: {arm: {bin: [depth, tokens per row, its square, rounds]}}."""
+        """Plain data: {arm: {bin: [depth, tokens per row, rounds]}}."""
         return {str(arm): {str(k): list(v) for k, v in bins.items()} for arm, bins in self._means.items()}
 
     def load(self, state: dict) -> None:

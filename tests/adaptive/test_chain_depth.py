@@ -41,24 +41,24 @@ def test_fixed_chains_share_the_history_part_and_stop_nowhere():
 
 def test_depth_and_tokens_per_power_of_two_and_the_nearest_bin():
     rounds = ChainRounds()
-    assert rounds.depth(STOP, 1) is None and rounds.tokens(STOP, 1) == (0.0, 0.0, 0.0)
+    assert rounds.depth(STOP, 1) is None and rounds.tokens_ratio(STOP, 1) == (1.0, 0.0)
     for d in (3, 4, 5):
         rounds.observe(STOP, 1, d, d - 1.0)
-    rounds.observe(STOP, 5, 6, 2.0)
-    rounds.observe(STOP, 7, 8, 4.0)
+    rounds.observe(STOP, 5, 6, 1.0)
+    rounds.observe(STOP, 7, 8, 3.0)
     assert [size_bin(b) for b in (1, 2, 3, 4, 7, 8)] == [0, 1, 1, 2, 2, 3]
     assert rounds.depth(STOP, 1) == pytest.approx(4.0)
-    assert rounds.tokens(STOP, 1) == pytest.approx((3.0, (1.0 / 3.0) ** 0.5, 3.0))  # tokens 2, 3, 4
-    assert rounds.depth(STOP, 4) == pytest.approx(7.0) and rounds.tokens(STOP, 6) == pytest.approx((3.0, 1.0, 2.0))
+    assert rounds.tokens_ratio(STOP, 1) == pytest.approx((3.0 / 2.6, 3.0))  # every round: (2+3+4+1+3)/5 tokens
+    assert rounds.depth(STOP, 4) == pytest.approx(7.0) and rounds.tokens_ratio(STOP, 6) == pytest.approx((2 / 2.6, 2))
     assert rounds.depth(STOP, 2) == pytest.approx(4.0)  # bins 0 and 2 are as near: the smaller
-    assert rounds.tokens(STOP, 2) == (0.0, 0.0, 0.0)  # tokens only from the bin's own rounds
+    assert rounds.tokens_ratio(STOP, 2) == (1.0, 0.0)  # tokens only from the bin's own rounds
     assert rounds.depth(STOP, 300) == pytest.approx(7.0)
     restored = ChainRounds()
     restored.load(rounds.state())
     assert restored.state() == rounds.state()
     for _ in range(10 * DEPTH_MEMORY):  # an old depth fades once the bin holds DEPTH_MEMORY rounds
         rounds.observe(STOP, 1, 9, 7.0)
-    assert rounds.depth(STOP, 1) > 8.9 and rounds.tokens(STOP, 1) == pytest.approx((7.0, 0.0, DEPTH_MEMORY), abs=0.03)
+    assert rounds.depth(STOP, 1) > 8.9 and rounds.tokens_ratio(STOP, 1)[1] == DEPTH_MEMORY
 
 
 def _machine(rng: random.Random) -> tuple[dict, CostModel]:
@@ -140,31 +140,31 @@ def test_before_any_round_the_prediction_is_the_calibration():
 
 def test_the_bandit_learns_depth_and_tokens_per_batch_size_and_carries_them():
     """The bandit records a stopping round's depth and tokens per row: its rounds are timed at that depth, its tokens
-    per row at a batch size move from the per-depth acceptance's prediction toward what rounds there emitted, and
-    its state carries both into a warm start."""
+    per row at a batch size are the acceptance's prediction scaled by how rounds there emitted against rounds
+    everywhere, and its state carries both into a warm start."""
     _, calibration = _machine(random.Random(5))
     arms = [str(a) for a in (*CHAINS, STOP, DISABLE)]
     bandit = BanditSelector(BanditConfig(strategies=arms, seed=0), calibration=calibration)
     for _ in range(40):
         bandit.observe(RoundStats(STOP, 1, [3], [3], [4], 0.01))
+    only_batch_1 = bandit.predict(STOP, 1) * bandit.times.seconds(STOP, 1)
+    assert only_batch_1 == pytest.approx(bandit.acceptance.tokens_per_row(STOP))  # one bin: nothing to correct
     for _ in range(40):  # at batch 64 the stop comes early and the rows emit little
         bandit.observe(RoundStats(STOP, 64, [2] * 64, [0] * 64, [1] * 64, 0.05))
     assert bandit.times.depth(STOP, 1) == pytest.approx(3.0) and bandit.times.depth(STOP, 64) == pytest.approx(2.0)
     pooled = bandit.acceptance.tokens_per_row(STOP)
-    assert 1.0 < pooled < 4.0
     at_1, at_64 = (bandit.predict(STOP, b) * bandit.times.seconds(STOP, b) / b for b in (1, 64))
     weight = 40 / (40 + 8)
-    assert at_1 == pytest.approx(weight * 4 + (1 - weight) * pooled)
-    assert at_64 == pytest.approx(weight * 1 + (1 - weight) * pooled)
+    assert at_1 == pytest.approx(pooled * (weight * 4 / 2.5 + 1 - weight))
+    assert at_64 == pytest.approx(pooled * (weight * 1 / 2.5 + 1 - weight))
     other = BanditSelector(BanditConfig(strategies=arms, seed=1), calibration=calibration)
     other.warm_start(bandit.state_dict())
     assert other.times.depth(STOP, 1) == pytest.approx(3.0)
     assert other.predict(STOP, 64) == pytest.approx(bandit.predict(STOP, 64))
     off = BanditSelector(BanditConfig(strategies=arms, chain_depth=False), calibration=calibration)
     off.warm_start(bandit.state_dict())
-    assert off.predict(STOP, 64) * off.times.seconds(STOP, 64) / 64 == pytest.approx(
-        off.acceptance.tokens_per_row(STOP)
-    )
+    pooled_off = off.acceptance.tokens_per_row(STOP)
+    assert off.predict(STOP, 64) * off.times.seconds(STOP, 64) / 64 == pytest.approx(pooled_off)
 
 
 def test_chain_depth_off_times_a_stopping_chain_as_any_arm():
