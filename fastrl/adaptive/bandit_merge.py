@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.time_filter import ArmPrior, shared_indices
 
 
 def merge_bandit_states(states: object) -> dict:
     """Pool ``BanditSelector.state_dict()``s of one config: acceptance hits and trials, pulls, rounds and rewards
-    summed; round-time filters fused (``_merge_times``) and recent rewards averaged by their counts; every
-    calibration point kept (the fit takes medians). ValueError when they are not bandit states of one config."""
+    summed; round-time filters fused (``_merge_times``), recent rewards and stopping chains' depths and tokens per
+    bin averaged by their counts; every calibration point kept (the fit takes medians). ValueError when they are not
+    bandit states of one config."""
     if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
         raise ValueError("'workers' must be a non-empty list of bandit states (one per rollout worker)")
     if any(s.get("config") != states[0].get("config") for s in states):
@@ -23,6 +25,7 @@ def merge_bandit_states(states: object) -> dict:
             "calibration": calibration or None,
             "acceptance": _merge_acceptance([s["acceptance"] for s in states]),
             "times": _merge_times([s["times"] for s in states]),
+            "chain_rounds": ChainRounds.merge_states([s.get("chain_rounds", {}) for s in states]),
             "pulls": _sum_by_key([s["pulls"] for s in states]),
             "round": sum(int(s["round"]) for s in states),
             "bucket_rounds": [sum(n) for n in zip(*(s["bucket_rounds"] for s in states), strict=True)],

@@ -42,8 +42,9 @@ class ChainLine:
 
     @classmethod
     def fit(cls, points: list[tuple[int, float]]) -> ChainLine | None:
-        """Least squares through ``(depth, seconds)`` points; None without two depths, or where a level would cost
-        nothing or less (noise: a flat or falling line says nothing about depth)."""
+        """Least squares through ``(depth, seconds)`` points; None without two depths, or where a level or the rest
+        of a round would cost nothing or less (noise: such a line says nothing about depth, and could predict a round
+        of no time)."""
         depths = {d for d, _ in points}
         if len(depths) < 2:
             return None
@@ -52,9 +53,10 @@ class ChainLine:
         mean_t = sum(t for _, t in points) / n
         spread = sum((d - mean_d) ** 2 for d, _ in points)
         slope = sum((d - mean_d) * (t - mean_t) for d, t in points) / spread
-        if not slope > 0:
+        base = mean_t - slope * mean_d
+        if not (slope > 0 and base > 0):
             return None
-        return cls(mean_t - slope * mean_d, slope)
+        return cls(base, slope)
 
 
 def fixed_chains(arm: Strategy, calibrated: list[Strategy]) -> list[Strategy]:
@@ -120,3 +122,19 @@ class ChainRounds:
         self._means = {
             Strategy.parse(arm): {int(k): [float(x) for x in v] for k, v in bins.items()} for arm, bins in state.items()
         }
+
+    @staticmethod
+    def merge_states(states: list[dict]) -> dict:
+        """Several workers' ``state()``s as one: per arm and bin, the means weighted by the rounds behind each
+        (at most ``DEPTH_MEMORY``) and the rounds summed."""
+        sums: dict[str, dict[str, list[float]]] = {}
+        for state in states:
+            for arm, bins in state.items():
+                for k, (depth, tokens, rounds) in bins.items():
+                    weight = min(float(rounds), DEPTH_MEMORY)
+                    cell = sums.setdefault(arm, {}).setdefault(k, [0.0, 0.0, 0.0, 0.0])
+                    cell[0] += weight * float(depth)
+                    cell[1] += weight * float(tokens)
+                    cell[2] += float(rounds)
+                    cell[3] += weight
+        return {arm: {k: [d / w, t / w, n] for k, (d, t, n, w) in bins.items() if w > 0} for arm, bins in sums.items()}

@@ -33,6 +33,23 @@ def test_merged_state_sums_counts_and_loads():
     assert pulls == {bucket.label: 6 for bucket in fresh.telemetry().buckets}
 
 
+def test_stopping_chains_depths_and_tokens_are_averaged_by_their_rounds():
+    space = ["12_1_13@0.3", "disable"]
+    stop = Strategy.parse(space[0])
+    workers = [BanditSelector(BanditConfig(strategies=space)) for _ in range(2)]
+    for worker, depth, rounds in ((workers[0], 2, 30), (workers[1], 6, 10)):
+        for _ in range(rounds):
+            worker.observe(RoundStats(stop, 1, [depth], [depth], [depth + 1], 0.01))
+    workers[1].observe(RoundStats(stop, 8, [9] * 8, [3] * 8, [4] * 8, 0.02))
+    merged = merge_bandit_states([w.state_dict() for w in workers])
+    assert merged["chain_rounds"][str(stop)]["0"] == pytest.approx([3.0, 4.0, 40.0])  # (2 x 30 + 6 x 10) / 40
+    assert merged["chain_rounds"][str(stop)]["3"] == pytest.approx([9.0, 4.0, 1.0])
+    fresh = BanditSelector(BanditConfig(strategies=space))
+    fresh.load_state_dict(merged)
+    assert fresh.times.calibration() is None  # no line without a calibration, but the rounds are there
+    assert fresh.state_dict()["chain_rounds"] == merged["chain_rounds"]
+
+
 def test_states_of_different_configs_are_refused():
     other = BanditSelector(BanditConfig(strategies=["5_1_6", "disable"], bs_thresholds=[1, 8]))
     with pytest.raises(ValueError, match="different configs"):

@@ -30,6 +30,7 @@ def test_the_line_through_fixed_chains():
     assert ChainLine.fit([(3, 0.010), (3, 0.011)]) is None  # one depth says nothing about a level's cost
     assert ChainLine.fit([(3, 0.010), (5, 0.010)]) is None  # a free level is noise, not a cost
     assert ChainLine.fit([(3, 0.012), (5, 0.010)]) is None
+    assert ChainLine.fit([(3, 0.010), (5, 0.020), (7, 0.030)]) is None  # a round of one level would take no time
 
 
 def test_fixed_chains_share_the_history_part_and_stop_nowhere():
@@ -175,3 +176,22 @@ def test_chain_depth_off_times_a_stopping_chain_as_any_arm():
         BanditConfig(chain_depth="yes")
     bandit = BanditSelector(BanditConfig(strategies=[str(STOP), "3_1_4", "5_1_6", "disable"], chain_depth=False))
     assert bandit.times.depth(STOP, 1) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_calibration_and_any_rounds_give_positive_finite_times(seed):
+    """Random calibrations (fixed chains' times in any order, even falling with depth) and random stopping rounds:
+    every prediction is a positive finite time, and a choice is always made."""
+    rng = random.Random(seed)
+    arms = [*CHAINS, STOP, DISABLE]
+    points = [(a, b, rng.uniform(1e-4, 0.2)) for a in arms for b in SIZES]
+    bandit = BanditSelector(BanditConfig(strategies=[str(a) for a in arms]), calibration=CostModel.fit(points))
+    for _ in range(300):
+        b = rng.choice([1, 2, 3, 5, 8, 13, 40, 64, 100])
+        arm = bandit.choose(b)
+        depth = rng.randint(1, arm.steps) if arm.stops_early else (0 if arm.is_disabled else arm.steps)
+        accepted = [0 if arm.is_disabled else rng.randint(0, depth) for _ in range(b)]
+        bandit.observe(RoundStats(arm, b, [depth] * b, accepted, [a + 1 for a in accepted], rng.uniform(1e-4, 0.3)))
+        for other in arms:
+            seconds = bandit.times.seconds(other, b)
+            assert seconds is not None and 0 < seconds < math.inf
