@@ -76,7 +76,8 @@ class BanditConfig:
     """Time every arm at a few batch sizes when an engine starts (cached per model, drafter, device and dtype)."""
     chain_depth: bool = True
     """Time a stopping chain (``S_1_N@P``) at the depth its rounds reach at each batch size, on the line through the
-    calibrated fixed chains (``chain_depth``); False: by its own calibration, as any arm."""
+    calibrated fixed chains, and scale its tokens per row by what its rounds emitted at that batch size
+    (``chain_depth``); False: by its own calibration and the pooled acceptance, as any arm."""
     reward: str = "goodput"
     """``"goodput"`` or ``"accept_length"`` (see the class docstring)."""
     bs_threshold: int | None = None
@@ -114,12 +115,12 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, int | float) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
-        if not isinstance(self.chain_depth, bool):
-            raise ValueError(f"BanditConfig.chain_depth must be true or false, got {self.chain_depth!r}")
         if isinstance(self.min_pulls, bool) or not isinstance(self.min_pulls, int) or self.min_pulls < 1:
             raise ValueError(f"BanditConfig.min_pulls must be an integer >= 1, got {self.min_pulls!r}")
         if not 0.0 <= self.epsilon <= 1.0:
             raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
+        if not isinstance(self.chain_depth, bool):
+            raise ValueError(f"BanditConfig.chain_depth must be true or false, got {self.chain_depth!r}")
         if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
             raise ValueError(f"BanditConfig.window_size must be an int >= 1, got {self.window_size!r}")
         if self.reward not in REWARDS:

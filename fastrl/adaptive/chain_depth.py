@@ -69,6 +69,11 @@ def fixed_chains(arm: Strategy, calibrated: list[Strategy]) -> list[Strategy]:
     ]
 
 
+def counted(rounds: float) -> float:
+    """The rounds a bin's means stand for: all of them up to ``DEPTH_MEMORY``, which the means forget beyond."""
+    return min(rounds, DEPTH_MEMORY)
+
+
 def size_bin(batch_size: int) -> int:
     """Batch sizes of one power of two share a bin: 1, 2-3, 4-7, 8-15, ..."""
     return batch_size.bit_length() - 1
@@ -88,7 +93,7 @@ class ChainRounds:
         ``tokens_per_row`` tokens a row."""
         cell = self._means.setdefault(arm, {}).setdefault(size_bin(batch_size), [0.0, 0.0, 0.0])
         cell[2] += 1.0
-        weight = 1.0 / min(cell[2], DEPTH_MEMORY)
+        weight = 1.0 / counted(cell[2])
         cell[0] += (depth - cell[0]) * weight
         cell[1] += (tokens_per_row - cell[1]) * weight
 
@@ -109,7 +114,7 @@ class ChainRounds:
         cell = bins.get(size_bin(batch_size))
         if cell is None:
             return 1.0, 0.0
-        weights = {k: min(v[2], DEPTH_MEMORY) for k, v in bins.items()}
+        weights = {k: counted(v[2]) for k, v in bins.items()}
         overall = sum(v[1] * weights[k] for k, v in bins.items()) / sum(weights.values())
         return (cell[1] / overall if overall > 0 else 1.0), weights[size_bin(batch_size)]
 
@@ -131,7 +136,7 @@ class ChainRounds:
         for state in states:
             for arm, bins in state.items():
                 for k, (depth, tokens, rounds) in bins.items():
-                    weight = min(float(rounds), DEPTH_MEMORY)
+                    weight = counted(float(rounds))
                     cell = sums.setdefault(arm, {}).setdefault(k, [0.0, 0.0, 0.0, 0.0])
                     cell[0] += weight * float(depth)
                     cell[1] += weight * float(tokens)

@@ -3,9 +3,10 @@
 // fastrl/models/kernel_build.py (g++ -O3 -march=native).
 //
 // From 4 to 15 rows PyTorch's CPU product streams a large weight once per row (SmolLM2's 49152 x 576 LM head: 11.5
-// ms at one row, 25.5 at four, 70 at thirteen, one thread), while the product is bound by reading the weight once. This kernel reads each weight row once for up to ROWS input rows and keeps their dot
-// products in vector registers. A row's result is computed by the same operations in the same order whatever the
-// other rows are and however many there are.
+// ms at one row, 25.5 at four, 70 at thirteen, one thread), while the product is bound by reading the weight once.
+// This kernel reads each weight row once for up to ROWS input rows and keeps their dot products in vector registers.
+// A row's result is computed by the same operations in the same order whatever the other rows are and however many
+// there are.
 #include <cstdint>
 
 #include "paged_attention.h"
