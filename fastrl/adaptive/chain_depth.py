@@ -6,10 +6,13 @@ constant of the arm: it follows the text (a calibration's random patterns, said 
 the batch size (the stop takes the mean over the rows, so a larger batch rarely stops early: on this CPU's long-tail
 batch, 3.8 levels a round at batch 1, 5.3 at 2-4, up to 6 above). One calibrated time per batch size then misleads
 twice: the calibration's depth is not the rollout's, and a time learned at one batch size carries another size's
-depth. So a stopping chain's round time is modelled as ``a(b) + s(b) x depth``, the line through the calibrated
-fixed chains of the same drafter at batch size ``b`` (the cost of one level and of the rest of a round), and the
-depth it will reach at ``b`` as the mean depth its rounds reached at batch sizes of the same power of two
-(``ChainRounds``); before any round, the depth that puts the line at the arm's own calibrated time. Its tokens per
+depth. So a stopping chain's round time is modelled as ``t(b, depth)``, the curve through the calibrated fixed
+chains of the same drafter at batch size ``b`` (``ChainCurve``; the calibration times the chains of ``CURVE_DEPTHS``
+beside the arms, ``timing_chains``), and the depth it will reach at ``b`` as the mean depth its rounds reached at
+batch sizes of the same power of two (``ChainRounds``); before any round, the depth that puts the curve at the arm's
+own calibrated time. (The curve is taken at the mean depth, not averaged over the depths reached: between calibrated
+depths it is a line, and the arm's bias, learned round by round against the curve at each round's own depth, takes
+the rest.) Its tokens per
 row follow the batch size for the same reason (a shallow stop at a large batch emits less), so the bandit scales the
 per-depth acceptance's prediction (which pools every batch size) by the ratio of what its rounds emitted at that
 power of two to what they emitted at all sizes.
@@ -17,46 +20,74 @@ power of two to what they emitted at all sizes.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from fastrl.strategy.strategy import Strategy
 
+CURVE_DEPTHS = (1, 2, 3, 5, 7)
+"""Depths of the fixed chains that time a stopping chain (those up to its own depth), calibrated beside the arms:
+the shallow ones are where a stopping chain spends most rounds when the drafter is unsure."""
 DEPTH_MEMORY = 128
 """Rounds the mean depth at one batch-size bin averages over (older rounds weigh less once it has that many)."""
 
 
 @dataclass(frozen=True)
-class ChainLine:
-    """Seconds of a chain round at batch size ``b`` as ``base + per_level x depth`` (one batch size's fit)."""
+class ChainCurve:
+    """Seconds of a chain round at one batch size by drafted depth: piecewise linear through the calibrated fixed
+    chains' depths, made non-decreasing (a level never saves time; a calibration's noise may say it does), with the
+    first and the last segment's slopes below and beyond them. A line would not do: on this CPU a SmolLM2 round
+    verifying 2 or 3 tokens costs about a plain round, one verifying 4 or more about 1.5x (the LM head's small-row
+    product reads its weight once up to 3 rows), so the line through depths 3, 5 and 7 put a depth-1 round at 1.34x a
+    plain one, measured 1.05x."""
 
-    base: float
-    per_level: float
+    depths: tuple[float, ...]
+    """Calibrated depths, ascending (at least two)."""
+    times: tuple[float, ...]
+    """Round seconds at each depth, non-decreasing, the last above the first."""
 
     def seconds(self, depth: float) -> float:
-        """Round time at ``depth`` drafted tokens."""
-        return self.base + self.per_level * depth
+        """Round time at ``depth`` drafted tokens (a mean depth may fall between levels)."""
+        depths, times = self.depths, self.times
+        i = min(max(bisect.bisect_right(depths, depth), 1), len(depths) - 1)  # the segment [i - 1, i] holds it
+        slope = (times[i] - times[i - 1]) / (depths[i] - depths[i - 1])
+        return times[i - 1] + slope * (depth - depths[i - 1])
 
     def depth_at(self, seconds: float, most: int) -> float:
-        """The depth whose round takes ``seconds``, within [1, ``most``]."""
-        return min(float(most), max(1.0, (seconds - self.base) / self.per_level))
+        """The least depth within [1, ``most``] whose round takes ``seconds`` (the bounds where none does)."""
+        if self.seconds(1.0) >= seconds:
+            return 1.0
+        if self.seconds(float(most)) <= seconds:
+            return float(most)
+        low, high = 1.0, float(most)
+        for _ in range(60):  # bisection on a non-decreasing curve: exact to far below a level
+            middle = (low + high) / 2
+            low, high = (middle, high) if self.seconds(middle) < seconds else (low, middle)
+        return high
 
     @classmethod
-    def fit(cls, points: list[tuple[int, float]]) -> ChainLine | None:
-        """Least squares through ``(depth, seconds)`` points; None without two depths, or where a level or the rest
-        of a round would cost nothing or less (noise: such a line says nothing about depth, and could predict a round
-        of no time)."""
-        depths = {d for d, _ in points}
-        if len(depths) < 2:
+    def fit(cls, points: list[tuple[int, float]]) -> ChainCurve | None:
+        """The curve through ``(depth, seconds)`` points (their mean at a repeated depth; adjacent falls pooled, so the
+        curve never falls); None without two depths, where the deepest chain costs no more than the shallowest (noise:
+        such a curve says nothing about depth) or where a one-level round would take no time or less."""
+        by_depth: dict[int, list[float]] = {}
+        for depth, seconds in points:
+            by_depth.setdefault(depth, []).append(seconds)
+        if len(by_depth) < 2:
             return None
-        n = len(points)
-        mean_d = sum(d for d, _ in points) / n
-        mean_t = sum(t for _, t in points) / n
-        spread = sum((d - mean_d) ** 2 for d, _ in points)
-        slope = sum((d - mean_d) * (t - mean_t) for d, t in points) / spread
-        base = mean_t - slope * mean_d
-        if not (slope > 0 and base > 0):
+        blocks: list[list[float]] = []  # pooled adjacent violators: [sum of times, count, first depth index]
+        depths = sorted(by_depth)
+        for index, depth in enumerate(depths):
+            blocks.append([sum(by_depth[depth]) / len(by_depth[depth]), 1.0, float(index)])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
+                total, count, _ = blocks.pop()
+                blocks[-1][0] += total
+                blocks[-1][1] += count
+        times = [block[0] / block[1] for block in blocks for _ in range(int(block[1]))]
+        curve = cls(tuple(float(d) for d in depths), tuple(times))
+        if not (times[-1] > times[0] and curve.seconds(1.0) > 0):
             return None
-        return cls(base, slope)
+        return curve
 
 
 def fixed_chains(arm: Strategy, calibrated: list[Strategy]) -> list[Strategy]:
@@ -67,6 +98,19 @@ def fixed_chains(arm: Strategy, calibrated: list[Strategy]) -> list[Strategy]:
         for c in calibrated
         if c.uses_drafter and c.topk == 1 and not c.stops_early and c.history_nodes == arm.history_nodes
     ]
+
+
+def timing_chains(arms: list[Strategy]) -> list[Strategy]:
+    """The fixed chains a calibration times beside ``arms`` (none of them already an arm) so that each stopping chain
+    among them has its curve: the chains of ``CURVE_DEPTHS`` up to its depth, with its history part."""
+    wanted = [
+        Strategy(depth, 1, depth + 1, arm.history_nodes)
+        for arm in arms
+        if arm.stops_early
+        for depth in CURVE_DEPTHS
+        if depth <= arm.steps
+    ]
+    return [chain for chain in dict.fromkeys(wanted) if chain not in arms]
 
 
 def counted(rounds: float) -> float:

@@ -15,8 +15,8 @@ Kalman filter over every round run (``LogTimeFilter``):
   deviation from the others persists in plain's own bias (the load forgets it within tens of rounds).
 
 A stopping chain (``S_1_N@P``) is timed at the depth it reaches (``chain_depth``): a round that drafted ``d`` levels
-is compared with the line through the calibrated fixed chains at ``d``, and a prediction takes the depth its rounds
-reached at that batch size; its bias is then what the line misses, not the depth.
+is compared with the curve through the calibrated fixed chains at ``d`` (``ChainCurve``), and a prediction takes the
+depth its rounds reached at that batch size; its bias is then what the curve misses, not the depth.
 
 Comparisons between arms at one moment then cancel the load. An arm without a calibration is timed by its own rounds
 (its "calibration" is 1 s and its bias a wide prior over knots at ``UNCALIBRATED_SIZES``); an arm neither calibrated
@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from fastrl.adaptive.chain_depth import ChainLine, ChainRounds, fixed_chains
+from fastrl.adaptive.chain_depth import ChainCurve, ChainRounds, fixed_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
 from fastrl.strategy.strategy import DISABLE, Strategy
@@ -103,7 +103,7 @@ class RoundTimes:
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured: set[Strategy] = set()
         self._fixed: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
-        self._lines: dict[tuple[Strategy, int], ChainLine | None] = {}
+        self._curves_by_depth: dict[tuple[Strategy, int], ChainCurve | None] = {}
         # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
         # the predictions until the next round is learned
         self._log_curve: dict[tuple[Strategy, int], float] = {}
@@ -119,7 +119,7 @@ class RoundTimes:
         self._calibration = calibration
         self._log_curve.clear()
         self._predicted.clear()
-        self._lines.clear()
+        self._curves_by_depth.clear()
         self._curves = {}
         for arm, size, seconds in calibration.measurements() if calibration is not None else []:
             self._curves.setdefault(arm, []).append((size, seconds))
@@ -144,8 +144,8 @@ class RoundTimes:
         self._predicted.clear()
         if not self._filter.has(arm):
             self._filter.add(arm, UNCALIBRATED)
-        line = self._line(arm, batch_size) if depth is not None else None
-        expected = math.log(line.seconds(depth)) if line is not None else self._log_calibrated(arm, batch_size)
+        curve = self._depth_curve(arm, batch_size) if depth is not None else None
+        expected = math.log(curve.seconds(depth)) if curve is not None else self._log_calibrated(arm, batch_size)
         self._filter.observe(arm, batch_size, math.log(seconds) - expected)
         self._measured.add(arm)
 
@@ -166,29 +166,29 @@ class RoundTimes:
 
     def depth(self, arm: Strategy, batch_size: int) -> float | None:
         """The depth a round of stopping chain ``arm`` is expected to reach at ``batch_size`` (what its rounds
-        reached there, else where its calibrated time puts it on the line); None for other arms, or where the
-        calibration has no line of fixed chains to time it by."""
-        line = self._line(arm, batch_size)
-        if line is None:
+        reached there, else where its calibrated time puts it on the curve); None for other arms, or where the
+        calibration has no curve of fixed chains to time it by."""
+        curve = self._depth_curve(arm, batch_size)
+        if curve is None:
             return None
         learned = self.chains.depth(arm, batch_size)
-        return learned if learned is not None else line.depth_at(self.calibrated(arm, batch_size), arm.steps)
+        return learned if learned is not None else curve.depth_at(self.calibrated(arm, batch_size), arm.steps)
 
-    def _line(self, arm: Strategy, batch_size: int) -> ChainLine | None:
+    def _depth_curve(self, arm: Strategy, batch_size: int) -> ChainCurve | None:
         """Seconds per depth of a stopping chain at ``batch_size``, through its fixed chains' calibrated times."""
         key = (arm, batch_size)
-        if key not in self._lines:
+        if key not in self._curves_by_depth:
             chains = self._fixed.get(arm, [])
             points = [(c.steps, knee_curve(self._curves[c], batch_size)) for c in chains]
-            self._lines[key] = ChainLine.fit(points)
-        return self._lines[key]
+            self._curves_by_depth[key] = ChainCurve.fit(points)
+        return self._curves_by_depth[key]
 
     def _log_expected(self, arm: Strategy, batch_size: int) -> float:
         """Log of the calibrated time of a round now: a stopping chain's at the depth it is expected to reach."""
         depth = self.depth(arm, batch_size)
         if depth is None:
             return self._log_calibrated(arm, batch_size)
-        return math.log(self._line(arm, batch_size).seconds(depth))  # type: ignore[union-attr]
+        return math.log(self._depth_curve(arm, batch_size).seconds(depth))  # type: ignore[union-attr]
 
     def _log_calibrated(self, arm: Strategy, batch_size: int) -> float:
         key = (arm, batch_size)

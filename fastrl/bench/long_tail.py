@@ -1,4 +1,8 @@
-"""A long-tail rollout batch: 64 task requests sampled at T=1 (lengths heavy-tailed), wall time per strategy."""
+"""A long-tail rollout batch: 64 task requests sampled at T=1 (lengths heavy-tailed), wall time per strategy.
+
+Every selector's engine runs the same requests, the engines stepping in lockstep, so a shared machine's load falls on
+all of them alike. The bundled model's task prompts by default; any model with its drafter and a prompts file
+(`--model smollm2 --prompts-file recipes/smollm2_drafter/heldout_prompts.jsonl --temperature 0`) as well."""
 
 from __future__ import annotations
 
@@ -49,13 +53,15 @@ def bench_long_tail(
     bandit: BanditConfig | None = None,
     max_model_len: int | None = None,
     warm_start: dict | None = None,
+    temperature: float = 1.0,
 ) -> list[LongTailRow]:
     """Run the same batch under each strategy selector ('disable' first is the baseline), the engines stepping in
     lockstep (see ``run_lockstep``), ``repeats`` times: the median summed step time of each; outputs must agree.
-    ``warm_start``: a bandit ``state_dict`` every bandit starts from (what an earlier run learned).
+    ``warm_start``: a bandit ``state_dict`` every bandit starts from (what an earlier run learned); request i samples
+    at ``temperature`` with seed i.
     `max_model_len` bounds the KV cache (None: the model's whole context)."""
     inputs = [
-        GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=i))
+        GenerateInput(p, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=i))
         for i, p in enumerate(prompts)
     ]
     names = ["disable"] + [p for p in selectors if p != "disable"]
@@ -183,22 +189,29 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
-    from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
     from fastrl.bench.workload import bench_prompts
+    from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
+    from fastrl.commands.prompt_tokens import line_token_ids
+    from fastrl.commands.prompts_io import read_prompts
     from fastrl.models.checkpoint import load_model
     from fastrl.models.tokenizer import load_tokenizer
-    from fastrl.speculative.drafter_checkpoint import load_drafter
     from fastrl.strategy.round_stats import RoundTotals
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=64, help="requests timed (at most the prompts file's lines)")
     parser.add_argument("--group", type=int, default=1, help="samples per prompt (4: GRPO groups)")
     parser.add_argument("--batch-size", type=int, default=0, help="most requests at once (0: all; 1: batch 1)")
     parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit", help="also bandit:KEY=VALUE (one setting changed)")
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
+    parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
+    parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
+    parser.add_argument(
+        "--prompts-file", default="", help="prompts JSONL, text through the chat template (default: task prompts)"
+    )
     parser.add_argument(
         "--warm-start", type=int, default=0, help="bandits start from what one learned on this many other prompts"
     )
@@ -206,10 +219,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.warm_start < 0:
         parser.error(f"--warm-start must be >= 0 prompts, got {args.warm_start}")
     torch.set_num_threads(1)
-    policy = load_model(bundled_model_dir()).to(args.device)
-    drafter = load_drafter(bundled_drafter_dir(), policy, args.device)[0]
+    model_dir = resolve_model_dir(args.model)
+    policy = load_model(model_dir).to(args.device).eval()
+    drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True).to(args.device)
+    tokenizer = load_tokenizer(model_dir)
     distinct = -(-args.requests // args.group)
-    every = bench_prompts(load_tokenizer(bundled_model_dir()), "auto", distinct + args.warm_start, 2)
+    if args.prompts_file:  # the file's first prompts are timed, the next ones warm the bandit up
+        lines = read_prompts(args.prompts_file)
+        every = [line_token_ids(line, tokenizer, True, f"{args.prompts_file}:{line.line_no}") for line in lines]
+        if len(every) < distinct + args.warm_start:
+            parser.error(f"--prompts-file has {len(every)} prompts, {distinct} timed + {args.warm_start} warm-up asked")
+    else:
+        every = bench_prompts(tokenizer, "auto", distinct + args.warm_start, 2)
     prompts = [p for p in every[:distinct] for _ in range(args.group)][: args.requests]
     others = every[distinct : distinct + args.warm_start]
     context = min(policy.config.max_position_embeddings, max(map(len, every)) + args.max_new_tokens + 1)
@@ -217,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     warm = None
     if others:  # seeds apart from the timed requests' (0 .. requests - 1)
         earlier = [
-            GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=10**6 + i))
+            GenerateInput(
+                p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=10**6 + i)
+            )
             for i, p in enumerate(others)
         ]
         warm = learned_state(policy, drafter, earlier, args.batch_size or args.requests, bandit, context)
@@ -232,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         bandit,
         context,
         warm,
+        args.temperature,
     )
     buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
     for row in rows:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.chain_depth import timing_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.engine.engine import Engine
@@ -208,7 +209,8 @@ def load_or_measure(
 
 def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel | None:
     """Give the engine's bandit (when it has one) its drafter's held-out acceptance as the prior of its drafting
-    arms, and (when it wants a calibration and has none) its round costs."""
+    arms, and (when it wants a calibration and has none) its round costs: its arms', and those of the fixed chains
+    that time its stopping chains by depth (``timing_chains``)."""
     selector = engine.selector
     if not isinstance(selector, BanditSelector):
         return None
@@ -217,8 +219,9 @@ def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel
     if not selector.config.calibrate:
         return None
     if selector.times.calibration() is None:
-        config = selector.config
-        selector.set_calibration(load_or_measure(engine, selector.strategies, config.min_pulls, config.seed, cache_dir))
+        config, arms = selector.config, selector.strategies
+        timed = arms + timing_chains(arms)  # the fixed chains that time a stopping chain at the depth it reaches
+        selector.set_calibration(load_or_measure(engine, timed, config.min_pulls, config.seed, cache_dir))
     return selector.times.calibration()
 
 

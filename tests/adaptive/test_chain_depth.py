@@ -1,4 +1,4 @@
-"""A stopping chain timed at the depth it reaches (``chain_depth``, ``RoundTimes``): the line through the fixed
+"""A stopping chain timed at the depth it reaches (``chain_depth``, ``RoundTimes``): the curve through the fixed
 chains, the depth learned per batch-size bin, and, over seeded random machines, predictions that follow the depth
 where one calibrated time per batch size cannot."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.adaptive.chain_depth import DEPTH_MEMORY, ChainLine, ChainRounds, fixed_chains, size_bin
+from fastrl.adaptive.chain_depth import DEPTH_MEMORY, ChainCurve, ChainRounds, fixed_chains, size_bin, timing_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
@@ -20,17 +20,60 @@ CHAINS = [Strategy.parse(s) for s in ("3_1_4", "5_1_6", "7_1_8")]
 SIZES = (1, 8, 64)
 
 
-def test_the_line_through_fixed_chains():
-    line = ChainLine.fit([(3, 0.010), (5, 0.014), (7, 0.018)])
-    assert line is not None
-    assert line.base == pytest.approx(0.004) and line.per_level == pytest.approx(0.002)
-    assert line.seconds(4.5) == pytest.approx(0.013)
-    assert line.depth_at(0.013, 12) == pytest.approx(4.5)
-    assert line.depth_at(0.001, 12) == 1.0 and line.depth_at(1.0, 12) == 12.0  # within [1, deepest]
-    assert ChainLine.fit([(3, 0.010), (3, 0.011)]) is None  # one depth says nothing about a level's cost
-    assert ChainLine.fit([(3, 0.010), (5, 0.010)]) is None  # a free level is noise, not a cost
-    assert ChainLine.fit([(3, 0.012), (5, 0.010)]) is None
-    assert ChainLine.fit([(3, 0.010), (5, 0.020), (7, 0.030)]) is None  # a round of one level would take no time
+def test_the_curve_through_fixed_chains():
+    curve = ChainCurve.fit([(3, 0.010), (5, 0.014), (7, 0.018)])
+    assert curve is not None
+    assert curve.seconds(1) == pytest.approx(0.006) and curve.seconds(9) == pytest.approx(0.022)  # end slopes beyond
+    assert curve.seconds(4.5) == pytest.approx(0.013)
+    assert curve.depth_at(0.013, 12) == pytest.approx(4.5)
+    assert curve.depth_at(0.001, 12) == 1.0 and curve.depth_at(1.0, 12) == 12.0  # within [1, deepest]
+    assert ChainCurve.fit([(3, 0.010), (3, 0.011)]) is None  # one depth says nothing about a level's cost
+    assert ChainCurve.fit([(3, 0.010), (5, 0.010)]) is None  # a free level is noise, not a cost
+    assert ChainCurve.fit([(3, 0.012), (5, 0.010)]) is None
+    assert ChainCurve.fit([(3, 0.010), (5, 0.020), (7, 0.030)]) is None  # a round of one level would take no time
+
+
+def test_the_curve_follows_a_jump_that_a_line_misses():
+    """SmolLM2 on this CPU: verifying 2-3 tokens costs about a plain round, 4+ about 1.5x. The curve is each
+    calibrated depth's time; a fall between two depths (noise) is pooled, so the curve never falls."""
+    points = [(1, 0.105), (2, 0.115), (3, 0.150), (5, 0.165), (7, 0.180)]
+    curve = ChainCurve.fit(points)
+    assert [curve.seconds(d) for d, _ in points] == pytest.approx([t for _, t in points])
+    assert curve.seconds(1.5) == pytest.approx(0.110) and curve.depth_at(0.110, 12) == pytest.approx(1.5)
+    noisy = ChainCurve.fit([(1, 0.105), (2, 0.120), (3, 0.110), (5, 0.165), (5, 0.175)])
+    assert noisy.times == pytest.approx((0.105, 0.115, 0.115, 0.170))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_points_give_a_rising_curve_or_none(seed):
+    """Random calibrated times at random depths: the curve never falls, runs within the points' range between
+    them, and ``depth_at`` inverts it."""
+    rng = random.Random(seed)
+    points = [(rng.randint(1, 9), rng.uniform(0.001, 0.05)) for _ in range(rng.randint(1, 8))]
+    curve = ChainCurve.fit(points)
+    if curve is None:
+        return
+    grid = [1 + i / 10 for i in range(120)]
+    values = [curve.seconds(d) for d in grid]
+    assert all(b >= a - 1e-15 for a, b in zip(values, values[1:], strict=False)) and values[0] > 0
+    inside = [v for d, v in zip(grid, values, strict=True) if curve.depths[0] <= d <= curve.depths[-1]]
+    low, high = min(t for _, t in points), max(t for _, t in points)
+    assert all(low - 1e-12 <= v <= high + 1e-12 for v in inside)
+    target = rng.uniform(values[0], values[-1])
+    assert curve.seconds(curve.depth_at(target, 13)) == pytest.approx(target, rel=1e-9)
+
+
+def test_the_calibration_times_the_chains_a_stopping_chain_is_timed_by():
+    arms = [Strategy.parse(s) for s in ("3_1_4", "5_1_6", "12_1_13@0.3", "4_1_5@0.5+suffix_8", "disable")]
+    assert [str(c) for c in timing_chains(arms)] == [
+        "1_1_2",
+        "2_1_3",
+        "7_1_8",
+        "1_1_2+suffix_8",
+        "2_1_3+suffix_8",
+        "3_1_4+suffix_8",
+    ]
+    assert timing_chains([a for a in arms if not a.stops_early]) == []
 
 
 def test_fixed_chains_share_the_history_part_and_stop_nowhere():
@@ -195,3 +238,27 @@ def test_any_calibration_and_any_rounds_give_positive_finite_times(seed):
         for other in arms:
             seconds = bandit.times.seconds(other, b)
             assert seconds is not None and 0 < seconds < math.inf
+
+
+def test_a_shallow_stopping_chain_is_timed_by_the_shallow_chains():
+    """SmolLM2 at batch 1 on this CPU: the stopping chain stops at depth 1-2 (its drafter is unsure), where a round
+    costs ~1.05x a plain one, and the chains of depth 3+ cost ~1.5x. Its few pulls among plain rounds each began
+    with the drafter's catch-up, so the bandit learned their depths but not their times. With the shallow chains
+    calibrated (``timing_chains``) the prediction at the depth they reached is their cost; through depths 3, 5 and 7
+    alone it was 1.3x a plain round, which hid the arm behind plain decoding (0.91x the best static strategy)."""
+    plain = 0.100
+    chain_times = {1: 0.105, 2: 0.115, 3: 0.148, 5: 0.162, 7: 0.176}
+    calibrated = [(DISABLE, 1, plain), (STOP, 1, 0.170)]
+    calibrated += [(Strategy(d, 1, d + 1), 1, t) for d, t in chain_times.items()]
+    with_shallow = RoundTimes(CostModel.fit(calibrated))
+    deep_only = RoundTimes(CostModel.fit([p for p in calibrated if p[0].steps not in (1, 2)]))
+    rng = random.Random(1)
+    for depth in (1, 1, 2, 1, 1, 2):
+        plain_seconds = plain * math.exp(rng.gauss(0, 0.05))
+        for times in (with_shallow, deep_only):
+            times.chains.observe(STOP, 1, depth, 1.3)
+            times.observe(DISABLE, 1, plain_seconds)
+    truth = (2 / 3 * chain_times[1] + 1 / 3 * chain_times[2]) / plain
+    assert with_shallow.depth(STOP, 1) == pytest.approx(4 / 3)
+    assert with_shallow.seconds(STOP, 1) / with_shallow.seconds(DISABLE, 1) == pytest.approx(truth, rel=0.01)
+    assert deep_only.seconds(STOP, 1) / deep_only.seconds(DISABLE, 1) > 1.2 * truth

@@ -7,7 +7,7 @@ import pytest
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
-from fastrl.bench.long_tail import _engine, _selector, learned_state
+from fastrl.bench.long_tail import _engine, _selector, learned_state, main
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
@@ -46,3 +46,18 @@ def test_bandits_start_from_what_an_earlier_run_learned():
     assert warm.acceptance.state() == state["acceptance"]
     assert warm.acceptance.state() != cold.acceptance.state()
     assert not isinstance(_engine(policy, drafter, "3_1_4", 2, config, 256, state).selector, BanditSelector)
+
+
+def test_a_prompts_file_runs_in_lockstep_at_a_temperature(tmp_path, capsys, monkeypatch):
+    """`--prompts-file` (its first lines timed, the next ones warming the bandit up) and `--temperature`: the table
+    prints each selector against plain; a file with fewer prompts than asked is refused, naming the count."""
+    monkeypatch.setenv("FASTRL_CACHE", str(tmp_path / "cache"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"prompt_ids": [1, {t}, 3, 4]}}\n' for t in range(5, 9)))
+    common = ["--prompts-file", str(prompts), "--batch-size", "1", "--max-new-tokens", "6", "--temperature", "0"]
+    main([*common, "--requests", "2", "--selectors", "3_1_4", "--arms", "3_1_4,disable"])
+    out = capsys.readouterr().out
+    assert "disable wall" in out and "3_1_4 wall" in out
+    with pytest.raises(SystemExit):
+        main([*common, "--requests", "3", "--warm-start", "2"])
+    assert "--prompts-file has 4 prompts, 3 timed + 2 warm-up asked" in capsys.readouterr().err
