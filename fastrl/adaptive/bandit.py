@@ -96,7 +96,6 @@ class BanditSelector:
         self._explore_best: float | None = None
         self._explore_seconds = 0.0
         self._since_plain = 0  # rounds learned from since the last plain one
-        self._last_strategy: Strategy | None = None
         self._memo: dict[tuple[Strategy, int, float], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
         self._unlearned: list[RoundStats] = []  # observed rounds not learned yet, oldest first
@@ -279,20 +278,15 @@ class BanditSelector:
                 self._learn_round(stats)
 
     def _learn_round(self, stats: RoundStats) -> None:
-        """Learn acceptance and round time from one round. The first drafter round after rounds without the drafter
-        also feeds the drafter every token emitted meanwhile (its catch-up): its time says little about the arm's,
-        and is not learned. A history round's time is learned without its ``catch_up_time_s`` (the index catching
-        up on text emitted since the group's last history draft)."""
+        """Learn acceptance and round time from one round; its time without its ``catch_up_time_s`` (the history
+        index, or after rounds without the drafter the drafter, catching up on text emitted before it: a drafter arm
+        pulled among plain rounds would otherwise be timed by its catch-ups, or, were they left out, never)."""
         self._memo.clear()
         self._acceptance.observe(stats)
         depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
         if depth is not None and self.config.chain_depth:
             self._chain_rounds.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
-        last = self._last_strategy
-        catching_up = stats.strategy.uses_drafter and last is not None and not last.uses_drafter
-        if not catching_up:
-            self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
-        self._last_strategy = stats.strategy
+        self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
         if self.config.explore_budget is not None:
@@ -363,7 +357,6 @@ class BanditSelector:
             "explore_best": self._explore_best,
             "explore_seconds": self._explore_seconds,
             "since_plain": self._since_plain,
-            "last_strategy": None if self._last_strategy is None else str(self._last_strategy),
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
             "rewards": [{str(arm): r.state() for arm, r in bucket.items()} for bucket in self._rewards],
@@ -384,8 +377,6 @@ class BanditSelector:
         self._explore_best = None if best is None else float(best)
         self._explore_seconds = float(state["explore_seconds"])
         self._since_plain = int(state["since_plain"])
-        last = state["last_strategy"]
-        self._last_strategy = None if last is None else Strategy.parse(last)
         self._bucket_rounds = [int(n) for n in state["bucket_rounds"]]
         self._last_batch = [int(n) for n in state["last_batch"]]
         self._rewards = [

@@ -30,16 +30,27 @@ class DrafterFeed:
         self.features = torch.zeros(num_slots, width, feature_size, dtype=dtype, device=device)
         self.counts = torch.zeros(num_slots, dtype=torch.long, device=device)
         self._pending = [0] * num_slots  # the host's copy of counts
+        self._behind = [False] * num_slots  # a round without the drafter appended since the slot's last take
 
     def clear(self, slots: Tensor, slot_ids: list[int]) -> None:
         """Nothing pending for these slots (newly admitted requests).  # slots [B]"""
         self.counts[slots] = 0
         for slot in slot_ids:
             self._pending[slot] = 0
+            self._behind[slot] = False
 
-    def append(self, slots: Tensor, slot_ids: list[int], tokens: Tensor, features: Tensor, counts: list[int]) -> None:
+    def append(
+        self,
+        slots: Tensor,
+        slot_ids: list[int],
+        tokens: Tensor,
+        features: Tensor,
+        counts: list[int],
+        drafted: bool = True,
+    ) -> None:
         """Queue `counts[b]` entries of row b after what its slot holds (entries past a row's count are written
-        too, as padding the next append overwrites).  # slots [B], tokens [B,K], features [B,K,F]"""
+        too, as padding the next append overwrites); `drafted` False: a round that did not run the drafter emitted
+        them (see ``behind``).  # slots [B], tokens [B,K], features [B,K,F]"""
         if features.shape[-1] != self.features.shape[-1]:
             width = self.features.shape[-1]
             raise ValueError(f"DrafterFeed: features are [.., {features.shape[-1]}], the drafter reads [.., {width}]")
@@ -52,6 +63,12 @@ class DrafterFeed:
         self.counts[slots] += torch.tensor(counts, dtype=torch.long, device=self.device)
         for slot, count in zip(slot_ids, counts, strict=True):
             self._pending[slot] += count
+            self._behind[slot] = self._behind[slot] or not drafted
+
+    def behind(self, slot_ids: list[int]) -> bool:
+        """True when a round without the drafter (plain, history only) emitted tokens for one of these slots since
+        its drafter last read: the next speculative round's catch-up then reads them all."""
+        return any(self._behind[s] for s in slot_ids)
 
     def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
         """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,F], [B]"""

@@ -233,7 +233,7 @@ class Engine:
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
             plain_time_estimate_s=plain_time_estimate(self.selector, strategy, len(requests), emitted, wall),
-            catch_up_time_s=catch_up,  # measured inside the round: < wall
+            catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
         )
         self.round_stats.append(stats)
         self._info.observe(stats)

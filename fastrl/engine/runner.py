@@ -32,7 +32,7 @@ from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.speculative.history.tree import history_draft_tree
-from fastrl.speculative.round import InPlaceReads, SpecModels, catch_drafter_up, speculative_round
+from fastrl.speculative.round import InPlaceReads, SpecModels, speculative_round, timed_catch_up
 from fastrl.speculative.runtime import build_runtimes
 from fastrl.strategy.strategy import Strategy
 
@@ -60,6 +60,9 @@ class StepOutput:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     prefill_rows: int = 0
+    catch_up_time_s: float = 0.0
+    """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
+    ``draft_time_s``)."""
 
 
 class ModelRunner:
@@ -249,35 +252,40 @@ class ModelRunner:
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
             accepted = torch.zeros_like(result.tokens)
-            drafted, draft_s, verify_s = 0, 0.0, 0.0
+            drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
             start = time.perf_counter()
-            pending = None
+            pending, behind = None, False
             if strategy.uses_drafter:
+                behind = self.feed.behind(slot_ids)  # rounds without the drafter left it their tokens: time that
                 pending = self.feed.take(inputs.slots, slot_ids)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
             if self.graphs is not None and _graphed(strategy):
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                root_feature = catch_drafter_up(self.spec_models, inputs, pending, self.graphs.base)
+                root_feature, catch_up_s = timed_catch_up(
+                    self.spec_models, inputs, pending, self.graphs.base, None, behind
+                )
                 spec = self.graphs.run_speculative(inputs, root_feature, strategy)
-                spec.draft_time_s = time.perf_counter() - start
+                spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
             else:
                 runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
                 if first is not None:
                     lengths = [r.num_tokens - 1 for r in requests]
                     reads = InPlaceReads.decide(first, lengths, runtime, self.lookahead)
-                spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads)
+                spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads, behind)
                 spec.draft_time_s += prep_s
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
+            catch_up_s = spec.catch_up_time_s
         candidates = accepted + 1
         finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
         self.state.advance(inputs.slots, tokens, candidates)
         back = read_back(tokens, logprobs, accepted, finish)
         if self.drafter is not None:
-            self.feed.append(inputs.slots, slot_ids, tokens, hidden, [a + 1 for a in back.accepted])
+            emitted = [a + 1 for a in back.accepted]
+            self.feed.append(inputs.slots, slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
         out_hidden: list[Tensor | None] = [None] * len(requests)
         wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
         if wanted:  # one copy of the rows that asked, cut per row where it finished
@@ -285,7 +293,17 @@ class ModelRunner:
             for i, row in enumerate(wanted):
                 out_hidden[row] = rows[i, : len(back.tokens[row])]
         return StepOutput(
-            back.tokens, back.logprobs, back.finish, back.accepted, out_hidden, [], drafted, draft_s, verify_s
+            back.tokens,
+            back.logprobs,
+            back.finish,
+            back.accepted,
+            out_hidden,
+            [],
+            drafted,
+            draft_s,
+            verify_s,
+            0,
+            catch_up_s,
         )
 
     def _home_rows(self, slot_ids: list[int]) -> int | None:

@@ -83,6 +83,8 @@ class SpecRoundResult:
     draft_nodes: int = 0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    catch_up_time_s: float = 0.0
+    """The drafter's catch-up, a part of ``draft_time_s`` (0.0 unless the round was asked to time it)."""
 
     def padded(self, levels: int) -> SpecRoundResult:
         """The same result with its per-row entries zero-padded to `levels`.  # [B,D+1] -> [B,levels]"""
@@ -95,6 +97,7 @@ class SpecRoundResult:
             self.draft_nodes,
             self.draft_time_s,
             self.verify_time_s,
+            self.catch_up_time_s,
         )
 
 
@@ -105,25 +108,51 @@ def speculative_round(
     pending: DrafterInput | None = None,
     history: DraftTree | None = None,
     reads: InPlaceReads | None = None,
+    time_catch_up: bool = False,
 ) -> SpecRoundResult:
     """One speculative round for the whole batch, eagerly: the EAGLE tree (after drafter catch-up on `pending`),
     the `history` tree, or their union, verified in one policy forward; `reads` says which forwards read their
-    keys in place (None: all gather them). # [B] rows -> up to D+1 tokens per row"""
+    keys in place (None: all gather them); `time_catch_up`: time the catch-up (see ``timed_catch_up``).
+    # [B] rows -> up to D+1 tokens per row"""
     t0 = time.perf_counter()
     base = int(inputs.lengths.max())
     reads = reads or InPlaceReads()
-    root_feature = None
+    root_feature, catch_up_s = None, 0.0
     if runtime.strategy.uses_drafter:
         if pending is None:
             raise ValueError(f"strategy {runtime.strategy} drafts with EAGLE: the drafter's pending input is needed")
-        root_feature = catch_drafter_up(models, inputs, pending, base, reads.draft)
+        root_feature, catch_up_s = timed_catch_up(models, inputs, pending, base, reads.draft, time_catch_up)
     draft = draft_trees(models, inputs, root_feature, runtime, base, history, reads.draft)
     t1 = time.perf_counter()
     result = verify_trees(models, inputs, draft, draft.runtime, base, reads.verify)
     if draft.runtime is not runtime:  # a chain that stopped early: its rows padded to the strategy's width
         result = result.padded(runtime.max_depth + 1)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
+    result.catch_up_time_s = catch_up_s
     return result
+
+
+def timed_catch_up(
+    models: SpecModels, inputs: DecodeInputs, pending: DrafterInput, base: int, first_slot: int | None, timed: bool
+) -> tuple[Tensor, float]:
+    """``catch_drafter_up`` and, when ``timed``, its seconds (the device's queue drained before and after it, so
+    the time is the catch-up's own; 0.0 untimed). A round after rounds without the drafter catches up on every
+    token they emitted: a cost of those rounds as much as of this one, which the bandit does not charge to the arm.
+    # -> [B,H], seconds"""
+    if not timed:
+        return catch_drafter_up(models, inputs, pending, base, first_slot), 0.0
+    device = inputs.lengths.device
+    _drain(device)
+    start = time.perf_counter()
+    root_feature = catch_drafter_up(models, inputs, pending, base, first_slot)
+    _drain(device)
+    return root_feature, time.perf_counter() - start
+
+
+def _drain(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (a CPU runs it as it is issued)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def catch_drafter_up(

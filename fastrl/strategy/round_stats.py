@@ -20,8 +20,10 @@ class RoundStats:
     and ``verify_time_s`` are optional parts of ``wall_time_s`` (0 when not measured, and for plain rounds).
     ``plain_time_estimate_s``: the estimated wall time plain decoding would have needed for the tokens this round
     emitted (the selector's cost model fills it in; 0 when no estimate was made). ``catch_up_time_s``: the part of
-    ``wall_time_s`` a history round spent indexing text emitted before it (since its groups' last history draft):
-    a cost of the rounds that went before as much as of this one, which the bandit does not learn as this arm's.
+    ``wall_time_s`` the round spent catching up on text emitted before it: a history round indexing what came since
+    its groups' last history draft, a drafter round after rounds without the drafter feeding it their tokens (the
+    engine times that catch-up only then). A cost of the rounds that went before as much as of this one, which the
+    bandit does not learn as this arm's.
     """
 
     strategy: Strategy

@@ -109,19 +109,22 @@ def test_round_times_follow_measured_rounds():
     assert times.seconds(arm, 8) < 1.5 * 2 * calibrated
 
 
-def test_a_history_rounds_catch_up_is_not_learned_as_the_arms_cost():
-    """Two bandits see the same rounds of suffix_8, one of them with half of each round spent indexing earlier
-    text (`catch_up_time_s`): both learn the same round time."""
-    arms = ["suffix_8", "disable"]
+@pytest.mark.parametrize("arm", ["suffix_8", "3_1_4", "3_1_4+suffix_8"])
+def test_a_rounds_catch_up_is_not_learned_as_the_arms_cost(arm):
+    """Two bandits see the same rounds of an arm, each after a plain round, one of them with half of each round
+    spent catching up on earlier text (`catch_up_time_s`: the history index's, or the drafter's after rounds without
+    it): both learn the same round time, and learn it (a drafter arm pulled among plain rounds is timed too)."""
+    arms, strategy = [arm, "disable"], Strategy.parse(arm)
     learned = []
     for catch_up in (0.0, 0.01):
         bandit = BanditSelector(BanditConfig(strategies=arms, decide_every_s=0.0), calibration(arms))
-        for _ in range(6):
-            bandit.observe(
-                RoundStats(Strategy.parse("suffix_8"), 4, [8] * 4, [2] * 4, [3] * 4, 0.01 + catch_up, 0, 0, 0, catch_up)
-            )
-        learned.append(bandit.times.seconds(Strategy.parse("suffix_8"), 4))
+        before = bandit.times.seconds(strategy, 4)
+        for _ in range(12):
+            bandit.observe(RoundStats(DISABLE, 4, [0] * 4, [0] * 4, [1] * 4, 0.004))
+            bandit.observe(RoundStats(strategy, 4, [3] * 4, [2] * 4, [3] * 4, 0.03 + catch_up, 0, 0, 0, catch_up))
+        learned.append(bandit.times.seconds(strategy, 4) / bandit.times.plain_seconds(4))
     assert learned[0] == pytest.approx(learned[1], rel=1e-9)
+    assert learned[0] > 1.5 * before / calibration(arms).round_time(DISABLE, 4)  # 7.5x plain, calibrated 1.2-1.5x
     with pytest.raises(ValueError, match="catch_up_time_s"):
         RoundStats(DISABLE, 1, [0], [0], [1], 0.01, catch_up_time_s=0.01)
 
