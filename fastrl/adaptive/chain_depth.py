@@ -12,10 +12,9 @@ beside the arms, ``timing_chains``), and the depth it will reach at ``b`` as the
 batch sizes of the same power of two (``ChainRounds``); before any round, the depth that puts the curve at the arm's
 own calibrated time. (The curve is taken at the mean depth, not averaged over the depths reached: between calibrated
 depths it is a line, and the arm's bias, learned round by round against the curve at each round's own depth, takes
-the rest.) Its tokens per
-row follow the batch size for the same reason (a shallow stop at a large batch emits less), so the bandit scales the
-per-depth acceptance's prediction (which pools every batch size) by the ratio of what its rounds emitted at that
-power of two to what they emitted at all sizes.
+the rest.) Its tokens per row follow the batch size for the same reason (a shallow stop at a large batch emits less),
+so the bandit scales the per-depth acceptance's prediction (which pools every batch size) by the ratio of what its
+rounds emitted at that power of two to what they emitted at all sizes.
 """
 
 from __future__ import annotations
@@ -75,12 +74,12 @@ class ChainCurve:
             by_depth.setdefault(depth, []).append(seconds)
         if len(by_depth) < 2:
             return None
-        blocks: list[list[float]] = []  # pooled adjacent violators: [sum of times, count, first depth index]
+        blocks: list[list[float]] = []  # pooled adjacent violators: [sum of times, depths pooled]
         depths = sorted(by_depth)
-        for index, depth in enumerate(depths):
-            blocks.append([sum(by_depth[depth]) / len(by_depth[depth]), 1.0, float(index)])
+        for depth in depths:
+            blocks.append([sum(by_depth[depth]) / len(by_depth[depth]), 1.0])
             while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
-                total, count, _ = blocks.pop()
+                total, count = blocks.pop()
                 blocks[-1][0] += total
                 blocks[-1][1] += count
         times = [block[0] / block[1] for block in blocks for _ in range(int(block[1]))]

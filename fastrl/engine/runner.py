@@ -298,12 +298,10 @@ class ModelRunner:
             back.finish,
             back.accepted,
             out_hidden,
-            [],
-            drafted,
-            draft_s,
-            verify_s,
-            0,
-            catch_up_s,
+            drafted=drafted,
+            draft_time_s=draft_s,
+            verify_time_s=verify_s,
+            catch_up_time_s=catch_up_s,
         )
 
     def _home_rows(self, slot_ids: list[int]) -> int | None:
