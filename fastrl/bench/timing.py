@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+from fastrl.models.device_sync import drain
 
 
 @dataclass
@@ -20,12 +20,6 @@ class Timing:
     result: Any = None
 
 
-def synchronize(device: str | torch.device) -> None:
-    """Wait for queued device work so wall-clock timings are honest."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def time_median(fn: Callable[[], object], repeats: int, device: str = "cpu", warmup: int = 1) -> Timing:
     """Run `fn` `warmup` times untimed, then `repeats` times timed; the median wall time and the last result."""
     for _ in range(warmup):
@@ -33,10 +27,10 @@ def time_median(fn: Callable[[], object], repeats: int, device: str = "cpu", war
     runs = []
     result = None
     for _ in range(repeats):
-        synchronize(device)
+        drain(device)
         start = time.perf_counter()
         result = fn()
-        synchronize(device)
+        drain(device)
         runs.append(time.perf_counter() - start)
     return Timing(statistics.median(runs), runs, result)
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fastrl.models.decoder import CausalLM
+from fastrl.models.device_sync import drain
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import sample, sampling_noise
 from fastrl.speculative.draft_tree import DraftTree, merge_trees
@@ -142,17 +143,11 @@ def timed_catch_up(
     if not timed:
         return catch_drafter_up(models, inputs, pending, base, first_slot), 0.0
     device = inputs.lengths.device
-    _drain(device)
+    drain(device)
     start = time.perf_counter()
     root_feature = catch_drafter_up(models, inputs, pending, base, first_slot)
-    _drain(device)
+    drain(device)
     return root_feature, time.perf_counter() - start
-
-
-def _drain(device: torch.device) -> None:
-    """Wait for the work queued on ``device`` (a CPU runs it as it is issued)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def catch_drafter_up(
