@@ -190,11 +190,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
     from fastrl.bench.workload import bench_prompts
-    from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
-    from fastrl.commands.prompt_tokens import line_token_ids
-    from fastrl.commands.prompts_io import read_prompts
-    from fastrl.models.checkpoint import load_model
-    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.commands.engine_setup import load_speculative_models
+    from fastrl.commands.prompt_tokens import file_token_ids
     from fastrl.strategy.round_stats import RoundTotals
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
@@ -219,14 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.warm_start < 0:
         parser.error(f"--warm-start must be >= 0 prompts, got {args.warm_start}")
     torch.set_num_threads(1)
-    model_dir = resolve_model_dir(args.model)
-    policy = load_model(model_dir).to(args.device).eval()
-    drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True).to(args.device)
-    tokenizer = load_tokenizer(model_dir)
+    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter, args.device)
     distinct = -(-args.requests // args.group)
     if args.prompts_file:  # the file's first prompts are timed, the next ones warm the bandit up
-        lines = read_prompts(args.prompts_file)
-        every = [line_token_ids(line, tokenizer, True, f"{args.prompts_file}:{line.line_no}") for line in lines]
+        every = file_token_ids(args.prompts_file, tokenizer, True)
         if len(every) < distinct + args.warm_start:
             parser.error(f"--prompts-file has {len(every)} prompts, {distinct} timed + {args.warm_start} warm-up asked")
     else:

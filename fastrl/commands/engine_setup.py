@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -13,10 +14,11 @@ from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_di
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
-from fastrl.models.checkpoint import read_config
+from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model, named_model_dir, shipped_drafter_dir
+from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.selector import StrategySelector
@@ -111,6 +113,17 @@ def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: boo
     if shipped is not None:
         return load_drafter(shipped, policy)[0]
     raise ValueError(f"a speculative strategy needs a drafter for {model_dir}: pass drafter=DIR")
+
+
+def load_speculative_models(model: str, drafter: str, device: str = "cpu") -> tuple[CausalLM, EagleDrafter, Any]:
+    """The policy (in eval mode), its drafter and its tokenizer, as `model=` and `drafter=` keys name them (see
+    ``resolve_model_dir``, ``resolve_drafter``; the drafter is required), on ``device``: what the benchmarks and
+    recipes that time one model with and without speculation load."""
+    model_dir = resolve_model_dir(model)
+    policy = load_model(model_dir).to(device).eval()
+    loaded = resolve_drafter(drafter, model_dir, policy, needed=True)
+    assert loaded is not None  # needed=True: a drafter or a ValueError
+    return policy, loaded.to(device), load_tokenizer(model_dir)
 
 
 def build_engine(

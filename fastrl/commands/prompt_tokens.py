@@ -3,9 +3,10 @@ either as is or (chat mode) as one user turn through that template. The one plac
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from fastrl.commands.prompts_io import PromptLine
+from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.models.tokenizer import chat_token_ids, has_chat_template
 
 
@@ -30,3 +31,9 @@ def line_token_ids(line: PromptLine, tokenizer: Any, chat: bool, where: str, mod
         messages = line.messages if line.messages is not None else [{"role": "user", "content": line.prompt}]
         return chat_token_ids(tokenizer, messages)
     return list(tokenizer(line.prompt)["input_ids"])
+
+
+def file_token_ids(path: str | Path, tokenizer: Any, chat: bool) -> list[list[int]]:
+    """Token ids of every line of a prompts JSONL file (``read_prompts``), each as ``line_token_ids`` gives them
+    (errors name the file and line)."""
+    return [line_token_ids(line, tokenizer, chat, f"{path}:{line.line_no}") for line in read_prompts(path)]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from fastrl.commands.prompt_tokens import line_token_ids
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.prompt_tokens import file_token_ids
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import task_prompts
 from fastrl.models.tokenizer import has_chat_template
@@ -25,11 +24,10 @@ def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool) -> list[list
     """Token ids of every prompt of a prompts JSONL file: "prompt" text as one user turn through the tokenizer's
     chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "messages" through the
     chat template; "prompt_ids" as given."""
-    lines = read_prompts(path)
-    if not lines:
+    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer))
+    if not prompts:
         raise ValueError(f"train_drafter.prompts={path}: the file holds no prompts")
-    chat = chat_template and has_chat_template(tokenizer)
-    return [line_token_ids(line, tokenizer, chat, f"{path}:{line.line_no}") for line in lines]
+    return prompts
 
 
 def split_prompts(prompts: list[list[int]], cfg: TrainDrafterConfig) -> tuple[list[list[int]], list[list[int]]]:

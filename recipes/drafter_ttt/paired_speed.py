@@ -20,13 +20,10 @@ from pathlib import Path
 
 import torch
 
-from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
-from fastrl.commands.prompt_tokens import line_token_ids
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.engine_setup import load_speculative_models
+from fastrl.commands.prompt_tokens import file_token_ids
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.engine import GenerateInput
-from fastrl.models.checkpoint import load_model
-from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -52,14 +49,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model_dir = resolve_model_dir(args.model)
-    policy = load_model(model_dir).eval()
-    drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True)
-    tokenizer = load_tokenizer(model_dir)
+    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter)
     if args.prompts_file:
-        lines = read_prompts(args.prompts_file)
-        where = args.prompts_file
-        prompts = [line_token_ids(line, tokenizer, True, f"{where}:{line.line_no}") for line in lines]
+        prompts = file_token_ids(args.prompts_file, tokenizer, True)
     else:
         prompts = task_prompts(tokenizer, args.prompts, args.seed)
     inputs = [

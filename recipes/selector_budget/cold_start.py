@@ -20,11 +20,8 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.long_tail import _engine
 from fastrl.bench.workload import bench_prompts
-from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
-from fastrl.commands.prompt_tokens import line_token_ids
-from fastrl.commands.prompts_io import read_prompts
-from fastrl.models.checkpoint import load_model
-from fastrl.models.tokenizer import load_tokenizer
+from fastrl.commands.engine_setup import load_speculative_models
+from fastrl.commands.prompt_tokens import file_token_ids
 from fastrl.sampling.params import SamplingParams
 
 ARMS = "12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable"
@@ -43,13 +40,9 @@ def main() -> None:
     parser.add_argument("--arms", default=ARMS)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model_dir = resolve_model_dir(args.model)
-    policy = load_model(model_dir).eval()
-    drafter = resolve_drafter(args.drafter, model_dir, policy, needed=True)
-    tokenizer = load_tokenizer(model_dir)
+    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter)
     if args.prompts_file:
-        lines = read_prompts(args.prompts_file)[: args.requests]
-        prompts = [line_token_ids(line, tokenizer, True, f"{args.prompts_file}:{line.line_no}") for line in lines]
+        prompts = file_token_ids(args.prompts_file, tokenizer, True)[: args.requests]
     else:
         prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
     context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
