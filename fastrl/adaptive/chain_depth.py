@@ -56,13 +56,12 @@ class ChainCurve:
         """The least depth within [1, ``most``] whose round takes ``seconds`` (the bounds where none does)."""
         if self.seconds(1.0) >= seconds:
             return 1.0
-        if self.seconds(float(most)) <= seconds:
-            return float(most)
-        low, high = 1.0, float(most)
-        for _ in range(60):  # bisection on a non-decreasing curve: exact to far below a level
-            middle = (low + high) / 2
-            low, high = (middle, high) if self.seconds(middle) < seconds else (low, middle)
-        return high
+        knots = [1.0, *(d for d in self.depths if 1.0 < d < most), float(most)]
+        for low, high in zip(knots, knots[1:], strict=False):  # the first piece that reaches it (a line on each)
+            at_low, at_high = self.seconds(low), self.seconds(high)
+            if at_high >= seconds:  # and at_low < seconds, so the piece rises
+                return low + (seconds - at_low) / (at_high - at_low) * (high - low)
+        return float(most)
 
     @classmethod
     def fit(cls, points: list[tuple[int, float]]) -> ChainCurve | None:
