@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--warmup", action="store_true", help="one untimed pass of every selector first (a GPU's first-use compiles)"
+    )
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit", help="also bandit:KEY=VALUE (one setting changed)")
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
@@ -237,19 +240,24 @@ def main(argv: list[str] | None = None) -> None:
             for i, p in enumerate(others)
         ]
         warm = learned_state(policy, drafter, earlier, args.batch_size or args.requests, bandit, context)
-    rows = bench_long_tail(
-        policy,
-        drafter,
-        prompts,
-        args.selectors.split(","),
-        args.max_new_tokens,
-        args.repeats,
-        args.batch_size or args.requests,
-        bandit,
-        context,
-        warm,
-        args.temperature,
-    )
+    def bench(repeats: int) -> list[LongTailRow]:
+        return bench_long_tail(
+            policy,
+            drafter,
+            prompts,
+            args.selectors.split(","),
+            args.max_new_tokens,
+            repeats,
+            args.batch_size or args.requests,
+            bandit,
+            context,
+            warm,
+            args.temperature,
+        )
+
+    if args.warmup:
+        bench(1)
+    rows = bench(args.repeats)
     buckets = BatchBuckets(DEFAULT_BS_THRESHOLDS)
     for row in rows:
         totals, per = RoundTotals.of(row.round_stats), {}

@@ -190,7 +190,7 @@ def phase_long_tail(args, device: str) -> dict:
 
     from fastrl.bench.long_tail import main as long_tail_bench
 
-    argv = ["--device", device, "--requests", str(args.long_tail), "--selectors", "3_1_4,5_1_6,bandit"]
+    argv = ["--device", device, "--requests", str(args.long_tail), "--selectors", "3_1_4,5_1_6,bandit", "--warmup"]
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         long_tail_bench(argv + ["--max-new-tokens", "512"])
