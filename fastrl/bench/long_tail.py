@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
             for i, p in enumerate(others)
         ]
         warm = learned_state(policy, drafter, earlier, args.batch_size or args.requests, bandit, context)
+
     def bench(repeats: int) -> list[LongTailRow]:
         return bench_long_tail(
             policy,

@@ -46,6 +46,9 @@ class EngineConfig:
         steps) attend with fastrl's Triton kernel, which reads each row's pages in place over the row's own length
         (checked against PyTorch once at engine start; Triton missing or the check failing: a warning and
         PyTorch). False: PyTorch everywhere (each row's pages gathered per layer).
+    layer_kernels: on a GPU, each decoder layer's norms, RoPE and SwiGLU product run as 5 Triton launches instead
+        of ~34 PyTorch ones (`models/layer_kernels.py`; checked against PyTorch once at engine start; Triton
+        missing or the check failing: a warning and PyTorch). Ignored on a CPU.
     """
 
     max_batch_size: int = 64
@@ -59,6 +62,7 @@ class EngineConfig:
     page_size: int = 16
     kv_cache_tokens: int | None = None
     attention_kernel: bool = True
+    layer_kernels: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:

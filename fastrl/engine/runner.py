@@ -26,6 +26,8 @@ from fastrl.engine.request import Request
 from fastrl.models.backends import attention_backend
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, PageTable
+from fastrl.models.layer_kernels import LayerKernels
+from fastrl.models.layers import install_layer_kernels
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
@@ -139,6 +141,11 @@ class ModelRunner:
         configs = [mc] + ([self.drafter.config] if self.drafter is not None else [])
         shapes = [(c.num_attention_heads, c.num_key_value_heads, c.head_dim) for c in configs]
         backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
+        if self.device.type == "cuda":  # installed (or taken out) on the modules this engine runs
+            kernels = LayerKernels.load(self.device, dtype) if config.layer_kernels else None
+            for module in (self.model, self.drafter):
+                if module is not None:
+                    install_layer_kernels(module, kernels)
         self.cache = KVCache(
             mc.num_hidden_layers,
             slots,

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from fastrl.models.attention import AttentionMetadata, PagedSdpa
+from fastrl.models.kernel_check import passes_check
 
 if TYPE_CHECKING:
     from fastrl.models.kv_cache import KVCache
@@ -105,19 +106,14 @@ class PagedTritonAttention:
         programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
         backend = cls(target_programs=programs)
         keys = 2 * MAX_SPLITS * MIN_SPLIT_KEYS
-        try:
-            error = next(
-                (
-                    e
-                    for shape in dict.fromkeys(shapes)
-                    if (e := backend.self_check(device, dtype, shape, page_size, keys))
-                ),
-                None,
+        shapes = list(dict.fromkeys(shapes))
+
+        def check() -> str | None:
+            return next(
+                (e for shape in shapes if (e := backend.self_check(device, dtype, shape, page_size, keys))), None
             )
-        except Exception as exc:  # a compiler or driver that cannot build it: the portable path still works
-            error = f"{type(exc).__name__}: {exc}"
-        if error is not None:
-            log.warning("the Triton paged attention kernel failed its check (%s): using PagedSdpa", error)
+
+        if not passes_check("the Triton paged attention kernel", check, "using PagedSdpa"):
             return None
         return backend
 

@@ -10,6 +10,7 @@ from fastrl.models.attention import AttentionMetadata
 from fastrl.models.config import ModelConfig
 from fastrl.models.cpu_linear import Linear
 from fastrl.models.kv_cache import KVCache, SlotRows
+from fastrl.models.layer_kernels import LayerKernels
 from fastrl.models.masks import sdpa_mask
 from fastrl.models.rope import apply_rope
 
@@ -23,14 +24,24 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.kernels: LayerKernels | None = None  # set by `install_layer_kernels`
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalises the last axis.  # [..., D] -> [..., D]"""
+        if self.kernels is not None and self.kernels.applies(x, self.weight):
+            return self.kernels.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
+
+    def add_norm(self, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
+        """s = x + residual and the norm of s (one launch with the layer kernels).  # 2 x [..., D] -> 2 x [..., D]"""
+        if self.kernels is not None and self.kernels.applies(x, residual, self.weight):
+            return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+        total = x + residual
+        return total, self(total)
 
 
 class MLP(nn.Module):
@@ -41,10 +52,14 @@ class MLP(nn.Module):
         self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.kernels: LayerKernels | None = None  # set by `install_layer_kernels`
 
     def forward(self, x: Tensor) -> Tensor:
         """# [B,S,H] -> [B,S,H]"""
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.kernels is not None and self.kernels.applies(gate, up):
+            return self.down_proj(self.kernels.silu_mul(gate, up))
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Attention(nn.Module):
@@ -66,6 +81,7 @@ class Attention(nn.Module):
         self.o_proj = Linear(h * hd, config.hidden_size, bias=config.o_proj_bias)
         self.q_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm: RMSNorm | None = RMSNorm(hd, config.rms_norm_eps) if config.qk_norm else None
+        self.kernels: LayerKernels | None = None  # set by `install_layer_kernels`
 
     def forward(
         self,
@@ -83,13 +99,19 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, cos, sin).transpose(1, 2)
-        k = apply_rope(k, cos, sin).transpose(1, 2)
+        q = self._rope(q, cos, sin).transpose(1, 2)
+        k = self._rope(k, cos, sin).transpose(1, 2)
         if cache is not None and meta is not None:
             out = cache.attend(self.layer_idx, q, k, v, meta, self.enable_gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.enable_gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+    def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """# x [B,S,h,hd], cos/sin [B,S,1,hd] -> [B,S,h,hd]"""
+        if self.kernels is not None and self.kernels.applies(x, cos, sin):
+            return self.kernels.rope(x, cos, sin)
+        return apply_rope(x, cos, sin)
 
 
 class DecoderLayer(nn.Module):
@@ -144,5 +166,15 @@ class DecoderLayer(nn.Module):
                 raise ValueError("DecoderLayer: slots and cache_index are required with a cache (or pass meta)")
             meta = cache.metadata(slots, cache_index, attn_mask)
         normed = hidden if self.input_layernorm is None else self.input_layernorm(hidden)
-        hidden = hidden + self.self_attn(normed, cos, sin, attn_mask, cache, meta)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        hidden, normed = self.post_attention_layernorm.add_norm(
+            hidden, self.self_attn(normed, cos, sin, attn_mask, cache, meta)
+        )
+        return hidden + self.mlp(normed)
+
+
+def install_layer_kernels(model: nn.Module, ops: LayerKernels | None) -> None:
+    """Gives every norm, MLP and attention of `model` the layer kernels (None: PyTorch's ops again). They use them only
+    where `LayerKernels.applies` (no gradient wanted), so a model being trained keeps autograd."""
+    for module in model.modules():
+        if isinstance(module, (RMSNorm, MLP, Attention)):
+            module.kernels = ops

@@ -36,7 +36,13 @@ from fastrl.strategy.strategy import Strategy
 RECIPE = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=4)
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, by device name
-TESTS = ["tests/models/test_gpu_attention.py", "tests/models/test_cuda.py", "tests/engine/test_cuda_graphs.py"]
+TESTS = [
+    "tests/models/test_layer_kernels.py",
+    "tests/models/test_gpu_attention.py",
+    "tests/models/test_cuda.py",
+    "tests/sampling/test_gumbel_noise.py",
+    "tests/engine/test_cuda_graphs.py",
+]
 
 
 def build(tiny: bool, device: str, dtype: torch.dtype) -> tuple[CausalLM, EagleDrafter]:
@@ -61,13 +67,10 @@ def prompts(batch: int, length: int) -> list[list[int]]:
     return torch.randint(3, 91, (batch, length), generator=gen).tolist()
 
 
-def engine_for(model, drafter, batch: int, strategy: str, kernel: bool, device: str, dtype: torch.dtype) -> Engine:
+def engine_for(model, drafter, batch: int, strategy: str, device: str, dtype: torch.dtype, **kernels: bool) -> Engine:
+    """An engine of `batch` slots running `strategy`; `kernels`: EngineConfig's attention_kernel / layer_kernels."""
     config = EngineConfig(
-        max_batch_size=batch,
-        max_model_len=1024,
-        device=device,
-        dtype=str(dtype).split(".")[-1],
-        attention_kernel=kernel,
+        max_batch_size=batch, max_model_len=1024, device=device, dtype=str(dtype).split(".")[-1], **kernels
     )
     parsed = Strategy.parse(strategy)
     return Engine(model, config, drafter if parsed.uses_drafter else None, FixedSelector(parsed))
@@ -101,7 +104,8 @@ def bandwidth_limit_tok_s(model: CausalLM, batch: int, context: int, bytes_per_s
 
 
 def phase_plain(model, args, device, dtype) -> dict:
-    """Plain decoding tok/s per batch size: fastrl with its attention kernel, with PyTorch's, HF generate."""
+    """Plain decoding tok/s per batch size: fastrl with its kernels, with PyTorch's attention, with PyTorch's layer
+    ops (norms, RoPE, SwiGLU), and HF generate."""
     rows = {}
     hf = hf_model(model, args, device, dtype)
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
@@ -109,10 +113,15 @@ def phase_plain(model, args, device, dtype) -> dict:
         params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
         inputs = [GenerateInput(p, params) for p in ids]
         row = {}
-        for kernel in (True, False):
-            engine = engine_for(model, None, batch, "disable", kernel, device, dtype)
+        variants = {
+            "kernel": {},
+            "pytorch_attention": {"attention_kernel": False},
+            "eager_layers": {"layer_kernels": False},
+        }
+        for name, kernels in variants.items():
+            engine = engine_for(model, None, batch, "disable", device, dtype, **kernels)
             seconds = timed(lambda e=engine, i=inputs: e.generate(i), device, args.repeats)
-            row["kernel" if kernel else "pytorch_attention"] = batch * args.new_tokens / seconds
+            row[name] = batch * args.new_tokens / seconds
             del engine
         tensor = torch.tensor(ids, device=device)
         generate = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
@@ -124,6 +133,7 @@ def phase_plain(model, args, device, dtype) -> dict:
         context = args.prompt_len + args.new_tokens // 2
         row["bandwidth_limit"] = bandwidth_limit_tok_s(model, batch, context, args.bandwidth)
         row["kernel_vs_pytorch_attention"] = row["kernel"] / row["pytorch_attention"]
+        row["layer_kernels_vs_eager_layers"] = row["kernel"] / row["eager_layers"]
         row["kernel_vs_hf"] = row["kernel"] / row["hf_generate"]
         row["fraction_of_limit"] = row["kernel"] / row["bandwidth_limit"]
         rows[batch] = row
@@ -147,7 +157,7 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
     batch = int(args.batch_sizes.split(",")[-1])
     out = {}
     for strategy in ("disable", args.strategy):
-        engine = engine_for(model, drafter, batch, strategy, True, device, dtype)
+        engine = engine_for(model, drafter, batch, strategy, device, dtype)
         for i, p in enumerate(prompts(batch, args.prompt_len)):
             engine.add_request(p, SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True, seed=i))
         for _ in range(4):  # prefill and warm rounds

@@ -50,7 +50,8 @@ def test_bandits_start_from_what_an_earlier_run_learned():
 
 def test_a_prompts_file_runs_in_lockstep_at_a_temperature(tmp_path, capsys, monkeypatch):
     """`--prompts-file` (its first lines timed, the next ones warming the bandit up) and `--temperature`: the table
-    prints each selector against plain (once, with an untimed `--warmup` pass first); a file with fewer prompts than asked is refused, naming the count."""
+    prints each selector against plain (once, with an untimed `--warmup` pass first); a file with fewer prompts than
+    asked is refused, naming the count."""
     monkeypatch.setenv("FASTRL_CACHE", str(tmp_path / "cache"))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(f'{{"prompt_ids": [1, {t}, 3, 4]}}\n' for t in range(5, 9)))
