@@ -38,7 +38,7 @@ class RMSNorm(nn.Module):
 
     def add_norm(self, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
         """s = x + residual and the norm of s (one launch with the layer kernels).  # 2 x [..., D] -> 2 x [..., D]"""
-        if self.kernels is not None and self.kernels.applies(x, residual, self.weight):
+        if self.kernels is not None and x.shape == residual.shape and self.kernels.applies(x, residual, self.weight):
             return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
         total = x + residual
         return total, self(total)
@@ -109,7 +109,11 @@ class Attention(nn.Module):
 
     def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """# x [B,S,h,hd], cos/sin [B,S,1,hd] -> [B,S,h,hd]"""
-        if self.kernels is not None and self.kernels.applies(x, cos, sin):
+        if (
+            self.kernels is not None
+            and cos.shape == sin.shape == (*x.shape[:2], 1, x.shape[-1])
+            and self.kernels.applies(x, cos, sin)
+        ):
             return self.kernels.rope(x, cos, sin)
         return apply_rope(x, cos, sin)
 

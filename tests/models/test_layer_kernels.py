@@ -223,3 +223,19 @@ def test_load_checks_the_kernels_and_says_why_it_goes_on_without_them(caplog):
         assert [r.getMessage() for r in caplog.records] == [
             f"the layer kernels failed the check against PyTorch ({why}): the layers run PyTorch's ops"
         ]
+
+
+def test_broadcast_angles_and_mismatched_residuals_go_to_pytorch(kernels):
+    """RoPE angles shared across rows ([1,S,1,hd] for x [B,S,h,hd]) and a residual of another shape are PyTorch's
+    (the kernels index one angle row per token and one residual row per row)."""
+    attention = Attention(load_model_from_hf().config, 0).to(DEVICE)
+    attention.kernels = kernels
+    x = torch.randn(3, 5, 4, attention.head_dim, device=DEVICE)
+    angle = torch.rand(1, 5, 1, attention.head_dim, device=DEVICE)
+    with torch.no_grad():
+        assert torch.equal(attention._rope(x, angle.cos(), angle.sin()), apply_rope(x, angle.cos(), angle.sin()))
+        norm = RMSNorm(8, 1e-6).to(DEVICE)
+        norm.kernels = kernels
+        h, r = torch.randn(2, 3, 8, device=DEVICE), torch.randn(1, 3, 8, device=DEVICE)
+        total, normed = norm.add_norm(h, r)
+        assert torch.equal(total, h + r) and normed.shape == (2, 3, 8)
