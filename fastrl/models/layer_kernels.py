@@ -14,6 +14,7 @@ kernels' docstring names; rows never depend on each other.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -44,9 +45,11 @@ class LayerKernels:
         return (LayerKernels, ())
 
     @classmethod
+    @functools.cache
     def load(cls, device: torch.device | str, dtype: torch.dtype) -> LayerKernels | None:
         """The layer kernels for `dtype` on `device`, or None where Triton is missing, `dtype` is not one they take, or
-        they fail `self_check` there (a warning says why)."""
+        they fail `self_check` there (a warning says why). Once per process: every engine on the device shares
+        them (and the shapes Triton compiled for them)."""
         if dtype not in DTYPES:
             return None
         try:

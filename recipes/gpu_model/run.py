@@ -74,7 +74,9 @@ def phase_sft(work: Path, seconds: float, steps: int) -> dict:
     return json.loads((work / "model" / "training.json").read_text())
 
 
-def phase_drafter(work: Path, prompts: int) -> dict:
+def phase_drafter(work: Path, args: argparse.Namespace) -> dict:
+    """The drafter from the model's own rollouts (`train-drafter`: streamed shards, the training-time test), greedy
+    and T=1 responses, `--drafter-samples` per prompt (phase 2 of issue 26: >= 1M tokens)."""
     from fastrl.commands.train_drafter import run_train_drafter
     from fastrl.commands.train_drafter_config import TrainDrafterConfig
     from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
@@ -82,18 +84,29 @@ def phase_drafter(work: Path, prompts: int) -> dict:
     cfg = TrainDrafterConfig(
         model=str(work / "model"),
         output=str(work / "drafter"),
-        num_prompts=prompts,
+        overwrite=True,
+        num_prompts=args.drafter_prompts,
         eval_prompts=64,
-        epochs=6,
-        gen_batch_size=64,
+        samples_per_prompt=args.drafter_samples,
+        rollout_temperatures=[0.0, 1.0],
+        epochs=args.drafter_epochs,
+        gen_batch_size=256,
+        shard_requests=args.drafter_shard,
         max_new_tokens=1024,
         accept_strategies=["5_1_6", "8_4_32"],
         accept_requests=16,
         device="cuda",
-        trainer=DrafterTrainerConfig(lr=2e-3, max_tokens_per_batch=16384, feature_noise=0.05),
+        trainer=DrafterTrainerConfig(
+            lr=2e-3, max_tokens_per_batch=16384, feature_noise=0.05, ttt_steps=args.drafter_ttt
+        ),
     )
     report = run_train_drafter(cfg)
-    return {"epochs": [asdict(e) for e in report.epochs], "accept": [asdict(a) for a in report.accept_lengths]}
+    return {
+        "train_tokens": report.train_tokens,
+        "train_sequences": report.train_sequences,
+        "epochs": [asdict(e) for e in report.epochs],
+        "accept": [asdict(a) for a in report.accept_lengths],
+    }
 
 
 def load(work: Path, dtype: str):
@@ -322,6 +335,10 @@ def main() -> None:
     parser.add_argument("--sft-seconds", type=float, default=200.0)
     parser.add_argument("--sft-steps", type=int, default=1600)
     parser.add_argument("--drafter-prompts", type=int, default=2048)
+    parser.add_argument("--drafter-samples", type=int, default=1, help="responses per prompt and temperature")
+    parser.add_argument("--drafter-epochs", type=int, default=6)
+    parser.add_argument("--drafter-ttt", type=int, default=3, help="training-time-test steps")
+    parser.add_argument("--drafter-shard", type=int, default=4096, help="requests generated and trained at a time")
     parser.add_argument("--hf-compile", action="store_true", help="also time HF generate with static cache + compile")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--repeats", type=int, default=3)
@@ -341,7 +358,7 @@ def main() -> None:
         if phase == "sft":
             value = phase_sft(work, args.sft_seconds, args.sft_steps)
         elif phase == "drafter":
-            value = phase_drafter(work, args.drafter_prompts)
+            value = phase_drafter(work, args)
         elif phase == "bs1":
             value = phase_bs1(work, args.dtype, args.repeats, args.hf_compile)
         elif phase == "plain_vs_hf":
