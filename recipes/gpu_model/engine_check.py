@@ -151,7 +151,8 @@ def hf_model(model: CausalLM, args, device: str, dtype: torch.dtype):
 
 def phase_profile(model, drafter, args, device, dtype) -> dict:
     """One plain and one speculative round at the largest batch: the round's wall time (median of 3, outside the
-    profiler) and its top ops by device time under the torch profiler."""
+    profiler), its top ops by device time under the torch profiler and, below them, its ops by host time grouped by
+    the Python lines that called them."""
     from torch.profiler import ProfilerActivity, profile
 
     batch = int(args.batch_sizes.split(",")[-1])
@@ -164,12 +165,14 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
             engine.step()
         wall = timed(engine.step, device, 3)  # rounds at 5-9 tokens in (random drafts: nothing is accepted)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        with profile(activities=activities) as prof:
+        with profile(activities=activities, with_stack=True) as prof:
             engine.step()
             sync(device)
         key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
         table = prof.key_averages().table(sort_by=key, row_limit=25)
-        (Path(args.out) / f"profile_{strategy}.txt").write_text(table)
+        # where the host's time goes: ops by self CPU time, grouped by the Python lines that called them
+        host = prof.key_averages(group_by_stack_n=4).table(sort_by="self_cpu_time_total", row_limit=30)
+        (Path(args.out) / f"profile_{strategy}.txt").write_text(table + "\n\nBy host time and caller:\n" + host)
         print(table, flush=True)
         out[strategy] = {"round_wall_ms": wall * 1e3, "table": f"profile_{strategy}.txt"}
     out["spec_vs_plain_round"] = out[args.strategy]["round_wall_ms"] / out["disable"]["round_wall_ms"]
