@@ -1,8 +1,11 @@
 """CUDA graphs of decode rounds, captured once at engine start and replayed every round.
 
-One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round after
-drafter catch-up (`draft_and_verify`: drafter tree steps, the verify forward, sampling, acceptance and KV
-compaction). A batch of b rows runs the graph of the smallest bucket >= b; the rows past b are padding that
+One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round: the
+drafter's catch-up on the pending entries of each row (at most `catch_up_width` of them, the strategy's depth + 1,
+which is all a round of it leaves), then `draft_and_verify` (drafter tree steps, the verify forward, sampling,
+acceptance and KV compaction). A row with more pending entries (after plain rounds, or a deeper strategy's round)
+has the earlier ones caught up eagerly first (`fastrl.speculative.drafting.split_pending`). A batch of b rows runs
+the graph of the smallest bucket >= b; the rows past b are padding that
 reads and writes only a scratch cache slot. All graphs read one set of static input buffers (sized to the
 largest bucket) and allocate from one shared memory pool, so switching strategy between rounds is a dictionary
 lookup and costs no capture. Tree nodes of every graph go to the fixed cache area past `max_model_len` (the
@@ -26,8 +29,9 @@ from fastrl.engine.plain_round import PlainRoundResult, plain_round
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
 from fastrl.sampling.sampler import SamplingBatch
+from fastrl.speculative.drafting import DrafterInput
 from fastrl.speculative.inputs import DecodeInputs
-from fastrl.speculative.round import SpecModels, SpecRoundResult, draft_and_verify
+from fastrl.speculative.round import SpecModels, SpecRoundResult, catch_drafter_up, draft_and_verify
 from fastrl.speculative.runtime import StrategyRuntime
 from fastrl.strategy.strategy import Strategy
 
@@ -52,11 +56,22 @@ class StaticInputs:
     top_k: Tensor
     top_p: Tensor
     seeds: Tensor
-    root_feature: Tensor
+    pending: DrafterInput
+    """The rows' pending drafter entries, left-aligned: tokens [R,W], features [R,W,F], counts [R]."""
     scratch_slot: int
 
     @classmethod
-    def allocate(cls, rows: int, hidden: int, dtype: torch.dtype, device: torch.device, scratch_slot: int):
+    def allocate(
+        cls,
+        rows: int,
+        feature_size: int,
+        width: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        scratch_slot: int,
+    ):
+        """Buffers for `rows` rows; `width` pending drafter entries per row of `feature_size` features."""
+
         def long() -> Tensor:
             return torch.zeros(rows, dtype=torch.long, device=device)
 
@@ -68,7 +83,11 @@ class StaticInputs:
             top_k=long(),
             top_p=torch.ones(rows, device=device),
             seeds=long(),
-            root_feature=torch.zeros(rows, hidden, dtype=dtype, device=device),
+            pending=DrafterInput(
+                torch.zeros(rows, width, dtype=torch.long, device=device),
+                torch.zeros(rows, width, feature_size, dtype=dtype, device=device),
+                torch.ones(rows, dtype=torch.long, device=device),
+            ),
             scratch_slot=scratch_slot,
         )
 
@@ -84,8 +103,15 @@ class StaticInputs:
         )
         return DecodeInputs(self.slots[:bucket], self.lengths[:bucket], self.last[:bucket], sampling)
 
-    def load(self, inputs: DecodeInputs, bucket: int, root_feature: Tensor | None = None) -> None:
-        """Copy a batch of b <= bucket rows in; rows b..bucket-1 become padding on the scratch slot."""
+    def pending_view(self, bucket: int, width: int) -> DrafterInput:
+        """The first `bucket` rows' first `width` pending entries (fixed addresses).  # [bucket,width](,F), [bucket]"""
+        p = self.pending
+        return DrafterInput(p.tokens[:bucket, :width], p.features[:bucket, :width], p.counts[:bucket])
+
+    def load(self, inputs: DecodeInputs, bucket: int, pending: DrafterInput | None = None) -> None:
+        """Copy a batch of b <= bucket rows in; rows b..bucket-1 become padding on the scratch slot (one pending
+        entry each). `pending` (a speculative round): [b,w] entries, w at most the buffers' width; the columns past
+        a row's count are padding the catch-up does not read."""
         b = inputs.lengths.shape[0]
         s = inputs.sampling
         for buf, value, pad in (
@@ -99,9 +125,13 @@ class StaticInputs:
         ):
             buf[:b].copy_(value, non_blocking=True)
             buf[b:bucket].fill_(pad)
-        if root_feature is not None:
-            self.root_feature[:b].copy_(root_feature)
-            self.root_feature[b:bucket].zero_()
+        if pending is not None:
+            w = pending.tokens.shape[1]
+            p = self.pending
+            p.tokens[:b, :w].copy_(pending.tokens, non_blocking=True)
+            p.features[:b, :w].copy_(pending.features)
+            p.counts[:b].copy_(pending.counts, non_blocking=True)
+            p.counts[b:bucket].fill_(1)
 
 
 @dataclass
@@ -142,7 +172,7 @@ class CudaGraphRounds:
         """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
         tree area (max_model_len); `static` the input buffers every graph reads; `feature_layers` the policy layers
         a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
-        take them from `models`). The static root feature stays [.., H]: it is the drafter's own output.
+        take them from `models`).
         `capture` (tests) replaces the CUDA capture: it calls a round's function as a capture would and returns
         its outputs (`CapturedRound.graph` is then None, and a replay calls the function again); on a CPU it lets
         a test run every round a graph would hold under a guard against what a capture refuses, and generate
@@ -182,10 +212,10 @@ class CudaGraphRounds:
             )
             if self.models is None:
                 continue
-            feature = self.static.root_feature[:bucket]
             for strategy, runtime in self.runtimes.items():
+                pending = self.static.pending_view(bucket, catch_up_width(runtime))
                 self.spec[(strategy, bucket)] = self._capture(
-                    lambda i=inputs, r=runtime, f=feature: draft_and_verify(self.models, i, f, r, self.base)
+                    lambda i=inputs, r=runtime, p=pending: self._speculative(i, p, r)
                 )
         if on_gpu:
             torch.cuda.synchronize(device)
@@ -207,11 +237,21 @@ class CudaGraphRounds:
         out = captured.outputs
         return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b])
 
-    def run_speculative(self, inputs: DecodeInputs, root_feature: Tensor, strategy: Strategy) -> SpecRoundResult:
-        """Replay the speculative round (after catch-up) of the strategy and the batch's bucket."""
+    def _speculative(self, inputs: DecodeInputs, pending: DrafterInput, runtime: StrategyRuntime) -> SpecRoundResult:
+        """What a speculative graph holds: the drafter's catch-up on `pending`, then draft and verify."""
+        root_feature = catch_drafter_up(self.models, inputs, pending, self.base)
+        return draft_and_verify(self.models, inputs, root_feature, runtime, self.base)
+
+    def catch_up_width(self, strategy: Strategy) -> int:
+        """Pending entries per row the strategy's graphs catch up on (more are caught up eagerly first)."""
+        return catch_up_width(self.runtimes[strategy])
+
+    def run_speculative(self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy) -> SpecRoundResult:
+        """Replay the speculative round of the strategy and the batch's bucket, its catch-up on `pending` (at most
+        `catch_up_width` entries per row) included.  # [b] rows, pending [b,w] -> result of [b] rows"""
         b = inputs.lengths.shape[0]
         bucket = self._bucket(b)
-        self.static.load(inputs, bucket, root_feature)
+        self.static.load(inputs, bucket, pending)
         captured = self.spec[(strategy, bucket)]
         captured.replay()
         out = captured.outputs
@@ -229,6 +269,12 @@ class CudaGraphRounds:
             return CapturedRound(None, self.capture(fn), fn)
         graph, outputs = capture_graph(fn, self.pool, self.warmup_stream)
         return CapturedRound(graph, outputs)
+
+
+def catch_up_width(runtime: StrategyRuntime) -> int:
+    """The pending entries a round of `runtime` leaves a row at most (its accepted drafts and the bonus token), which
+    its graphs catch up on."""
+    return runtime.max_depth + 1
 
 
 def capture_graph(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -31,9 +31,11 @@ from fastrl.models.layers import install_layer_kernels
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafting import DrafterInput, split_pending
 from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.speculative.history.tree import history_draft_tree
+from fastrl.speculative.inputs import DecodeInputs
 from fastrl.speculative.round import InPlaceReads, SpecModels, speculative_round, timed_catch_up
 from fastrl.speculative.runtime import build_runtimes
 from fastrl.strategy.strategy import Strategy
@@ -271,10 +273,8 @@ class ModelRunner:
             if self.graphs is not None and _graphed(strategy):
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                root_feature, catch_up_s = timed_catch_up(
-                    self.spec_models, inputs, pending, self.graphs.base, None, behind
-                )
-                spec = self.graphs.run_speculative(inputs, root_feature, strategy)
+                pending, catch_up_s = self._catch_up_past_graph(inputs, pending, strategy, behind)
+                spec = self.graphs.run_speculative(inputs, pending, strategy)
                 spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
             else:
                 runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
@@ -311,6 +311,20 @@ class ModelRunner:
             catch_up_time_s=catch_up_s,
         )
 
+    def _catch_up_past_graph(
+        self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy, behind: bool
+    ) -> tuple[DrafterInput, float]:
+        """What the strategy's graph catches up on (each row's last `catch_up_width` pending entries), after the
+        drafter caught up eagerly on the entries before them where a row has more (timed when rounds without the
+        drafter left them: see `timed_catch_up`); the eager seconds, 0.0 untimed or when there were none."""
+        width = self.graphs.catch_up_width(strategy)
+        if pending.tokens.shape[1] <= width:  # the widest row's pending entries, known on the host
+            return pending, 0.0
+        last, earlier, taken = split_pending(pending, width)
+        before = replace(inputs, lengths=inputs.lengths - taken)
+        _, seconds = timed_catch_up(self.spec_models, before, earlier, self.graphs.base, None, behind)
+        return last, seconds
+
     def _home_rows(self, slot_ids: list[int]) -> int | None:
         """The first slot when the rows are consecutive slots in order, all holding only their home pages (their
         keys are then read in place), else None.  # host lists only"""
@@ -328,12 +342,14 @@ class ModelRunner:
 
     def _capture_graphs(self, capture: Callable | None = None):
         """CUDA graphs of every round this runner can run (plain per bucket, speculative per strategy and bucket)."""
-        from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, graph_buckets
+        from fastrl.engine.cuda_graphs import CudaGraphRounds, StaticInputs, catch_up_width, graph_buckets
 
         mc = self.model.config
         size = self.config.max_batch_size
-        static = StaticInputs.allocate(size, mc.hidden_size, self.config.torch_dtype, self.device, size)
         eagle = {s: r for s, r in self.runtimes.items() if _graphed(s)}
+        features = self.drafter.feature_size if self.drafter is not None else mc.hidden_size
+        width = max((catch_up_width(r) for r in eagle.values()), default=1)
+        static = StaticInputs.allocate(size, features, width, self.config.torch_dtype, self.device, size)
         models = self.spec_models if self.drafter is not None else None
         graphs = CudaGraphRounds(
             self.model,

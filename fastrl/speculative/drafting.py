@@ -62,6 +62,20 @@ def catch_up(
     return out[torch.arange(b, device=lengths.device), new.counts - 1]
 
 
+def split_pending(new: DrafterInput, width: int) -> tuple[DrafterInput, DrafterInput, Tensor]:
+    """Each row's last min(count, width) pending entries, left-aligned in `width` columns (what a graphed round's
+    catch-up reads), and the entries before them (counts 0 where none), with the latter's last position below the
+    row's length by what the former took (`catch_up` them first at `lengths - taken`).
+    # tokens [B,K], features [B,K,F], counts [B] -> ([B,width], [B,width,F], [B]), the earlier entries, taken [B]"""
+    b, k = new.tokens.shape
+    taken = new.counts.clamp(max=width)
+    earlier = new.counts - taken
+    index = (earlier.unsqueeze(1) + torch.arange(width, device=new.counts.device)).clamp(max=k - 1)  # [B,width]
+    tokens = new.tokens.gather(1, index)
+    features = new.features.gather(1, index.unsqueeze(-1).expand(-1, -1, new.features.shape[-1]))
+    return DrafterInput(tokens, features, taken), DrafterInput(new.tokens, new.features, earlier), taken
+
+
 def draft(ctx: DraftContext) -> DraftTree:
     """The round's draft trees: a chain of the drafter's own samples when topk == 1, else an EAGLE-2 tree.
 
