@@ -4,22 +4,17 @@ plain rounds left them. On the CPU through the runner's graph path (`ModelRunner
 
 from __future__ import annotations
 
-import collections
 import random
-from functools import partial
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-import fastrl.engine.cuda_graphs as cuda_graphs
-import fastrl.engine.engine as engine_module
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.bench.eager_ops import OpCounter, graph_path_counted
 from fastrl.engine.calibration import ScriptedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
-from fastrl.engine.runner import ModelRunner
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
@@ -46,85 +41,64 @@ def test_split_pending_keeps_each_rows_last_entries_and_the_rest_before_them():
             assert earlier.tokens[row, : c - t].tolist() == tokens[row, : c - t].tolist()
 
 
-class _Ops(TorchDispatchMode):
-    """Counts aten ops by name while `on` (off inside graph replays: what a GPU launches around its graphs)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.on, self.ops = True, collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.on:
-            self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.fixture(scope="module")
 def models():
     policy = load_model(bundled_model_dir()).eval()
     return policy, load_drafter(bundled_drafter_dir(), policy)[0]
 
 
-def _graphed_engine(monkeypatch, policy, drafter, selector) -> tuple[Engine, _Ops]:
-    ops = _Ops()
-    replay = cuda_graphs.CapturedRound.replay
-
-    def counted_replay(self) -> None:
-        ops.on = False
-        try:
-            replay(self)
-        finally:
-            ops.on = True
-
-    monkeypatch.setattr(cuda_graphs.CapturedRound, "replay", counted_replay)
-    monkeypatch.setattr(engine_module, "ModelRunner", partial(ModelRunner, graph_capture=lambda fn: fn()))
+def _graphed_engine(policy, drafter, selector) -> Engine:
     # PyTorch's attention (not the CPU kernels): every op a GPU would launch shows up as an aten op here
     config = EngineConfig(max_batch_size=4, max_model_len=256, attention_kernel=False)
     engine = Engine(policy, config, drafter=drafter, selector=selector)
     for seed in range(3):
         params = SamplingParams(max_new_tokens=80, temperature=1.0, seed=seed, ignore_eos=True)
         engine.add_request([1, 5 + seed, 7, 9, 11, 13][: 4 + seed], params)
-    return engine, ops
+    return engine
 
 
 @pytest.mark.parametrize("arm", ["3_1_4", "2_2_4"])
-def test_a_graphed_round_launches_no_drafter_forward_around_its_graph(models, monkeypatch, arm):
+def test_a_graphed_round_launches_no_drafter_forward_around_its_graph(models, arm):
     """A static strategy's rounds: the catch-up runs in the graph (no linear layer outside the replays), and the
     tokens are plain decoding's."""
     policy, drafter = models
-    engine, ops = _graphed_engine(monkeypatch, policy, drafter, FixedSelector(Strategy.parse(arm)))
-    engine.step()  # the prefill feeds the drafter the prompts eagerly
-    with ops:
-        for _ in range(6):
-            engine.step()
+    ops = OpCounter()
+    with graph_path_counted(ops):
+        engine = _graphed_engine(policy, drafter, FixedSelector(Strategy.parse(arm)))
+        engine.step()  # the prefill feeds the drafter the prompts eagerly
+        with ops:
+            for _ in range(6):
+                engine.step()
     assert ops.ops["linear"] == 0 and ops.ops["mm"] == 0, ops.ops.most_common(8)
     assert all(s.catch_up_time_s == 0.0 for s in engine.round_stats)
 
 
-def test_entries_past_the_graphs_width_are_caught_up_first_and_timed(models, monkeypatch):
+def test_entries_past_the_graphs_width_are_caught_up_first_and_timed(models):
     """Plain rounds leave a row more pending entries than a `3_1_4` graph reads (4): the next `3_1_4` round
     catches up on the earlier ones eagerly (a drafter forward outside the graph, timed as the plain rounds'
     cost), and the rollout is plain decoding's token for token."""
     policy, drafter = models
     strategy = Strategy.parse("3_1_4")
     script = ScriptedSelector([strategy, DISABLE])
-    engine, ops = _graphed_engine(monkeypatch, policy, drafter, script)
-    done = _finished(engine.step())
+    ops = OpCounter()
     plan = [strategy, DISABLE, strategy, DISABLE, DISABLE, DISABLE, DISABLE, DISABLE, strategy, strategy]
     linears = []
-    with ops:
-        for chosen in plan:
-            script.next = chosen
-            before = ops.ops["linear"]
+    with graph_path_counted(ops):
+        engine = _graphed_engine(policy, drafter, script)
+        done = _finished(engine.step())
+        with ops:
+            for chosen in plan:
+                script.next = chosen
+                before = ops.ops["linear"]
+                done += _finished(engine.step())
+                linears.append(ops.ops["linear"] - before)
+        script.next = strategy
+        while engine.has_unfinished():
             done += _finished(engine.step())
-            linears.append(ops.ops["linear"] - before)
     rounds = engine.round_stats
-    assert [s.strategy for s in rounds] == plan
+    assert [s.strategy for s in rounds[: len(plan)]] == plan
     assert linears[8] > 0 and rounds[8].catch_up_time_s > 0.0  # five plain rounds: 6+ entries pending
     assert linears[9] == 0 and rounds[9].catch_up_time_s == 0.0  # after a 3_1_4 round: at most 4 pending
-    script.next = strategy
-    while engine.has_unfinished():
-        done += _finished(engine.step())
     reference = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=256))
     for seed in range(3):
         params = SamplingParams(max_new_tokens=80, temperature=1.0, seed=seed, ignore_eos=True)

@@ -1,0 +1,93 @@
+"""Aten ops a decode step dispatches around its CUDA-graph replays, counted on the CPU: what a GPU launches eagerly
+each round (its host cost grows with the count, not with the batch). The engine runs its graph path through
+`ModelRunner(graph_capture=...)` with PyTorch's attention, so every op a GPU would launch shows up as an aten op.
+
+    python -m fastrl.bench.eager_ops disable,5_1_6 16,64
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts aten ops by name while `on` (`outside_replays` turns it off inside graph replays)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on, self.ops = True, collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.on:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def graph_path_counted(counter: OpCounter) -> Iterator[None]:
+    """Engines built inside run their CUDA-graph path on any device (a replay runs the round's function again),
+    and `counter` stops counting during replays."""
+    import fastrl.engine.cuda_graphs as cuda_graphs
+    import fastrl.engine.engine as engine_module
+    from fastrl.engine.runner import ModelRunner
+
+    replay, runner = cuda_graphs.CapturedRound.replay, engine_module.ModelRunner
+
+    def counted_replay(self) -> None:
+        counter.on = False
+        try:
+            replay(self)
+        finally:
+            counter.on = True
+
+    cuda_graphs.CapturedRound.replay = counted_replay
+    engine_module.ModelRunner = partial(ModelRunner, graph_capture=lambda fn: fn())
+    try:
+        yield
+    finally:
+        cuda_graphs.CapturedRound.replay, engine_module.ModelRunner = replay, runner
+
+
+def main(argv: list[str]) -> None:
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.commands.engine_setup import load_speculative_models
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine
+    from fastrl.sampling.params import SamplingParams
+    from fastrl.strategy.strategy import Strategy
+
+    strategies = (argv[0] if argv else "disable,5_1_6").split(",")
+    batches = [int(b) for b in (argv[1] if len(argv) > 1 else "16,64").split(",")]
+    torch.set_num_threads(1)
+    policy, drafter, _ = load_speculative_models("", "", "cpu")
+    counter = OpCounter()
+    with graph_path_counted(counter):
+        for name in strategies:
+            strategy = Strategy.parse(name)
+            for batch in batches:
+                config = EngineConfig(max_batch_size=batch, max_model_len=400, attention_kernel=False)
+                engine = Engine(policy, config, drafter if strategy.uses_drafter else None, FixedSelector(strategy))
+                rng = random.Random(0)
+                params = SamplingParams(max_new_tokens=100, temperature=1.0, ignore_eos=True)
+                for _ in range(batch):
+                    engine.add_request([rng.randrange(3, policy.config.vocab_size) for _ in range(50)], params)
+                for _ in range(3):  # the prefill and two rounds
+                    engine.step()
+                counter.ops.clear()
+                with counter:
+                    for _ in range(5):
+                        engine.step()
+                top = ", ".join(f"{op} {n / 5:.0f}" for op, n in counter.ops.most_common(8))
+                print(f"{name} batch {batch}: {sum(counter.ops.values()) / 5:.0f} eager aten ops a step ({top})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
