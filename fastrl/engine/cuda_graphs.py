@@ -124,14 +124,16 @@ class StaticInputs:
             (self.seeds, s.seeds, 0),
         ):
             buf[:b].copy_(value, non_blocking=True)
-            buf[b:bucket].fill_(pad)
+            if b < bucket:  # padding rows (none when the batch fills its bucket: no launch)
+                buf[b:bucket].fill_(pad)
         if pending is not None:
             w = pending.tokens.shape[1]
             p = self.pending
             p.tokens[:b, :w].copy_(pending.tokens, non_blocking=True)
             p.features[:b, :w].copy_(pending.features)
             p.counts[:b].copy_(pending.counts, non_blocking=True)
-            p.counts[b:bucket].fill_(1)
+            if b < bucket:
+                p.counts[b:bucket].fill_(1)
 
 
 @dataclass
