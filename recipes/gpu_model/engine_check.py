@@ -150,32 +150,38 @@ def hf_model(model: CausalLM, args, device: str, dtype: torch.dtype):
 
 
 def phase_profile(model, drafter, args, device, dtype) -> dict:
-    """One plain and one speculative round at the largest batch: the round's wall time (median of 3, outside the
-    profiler), its top ops by device time under the torch profiler and, below them, its ops by host time grouped by
-    the Python lines that called them."""
+    """One plain and one speculative round at each of `--profile-batches`: the round's wall time (median of 3,
+    outside the profiler), its device time summed over kernels, its top ops by device time under the torch profiler
+    and, below them, its ops by host time grouped by the Python lines that called them."""
     from torch.profiler import ProfilerActivity, profile
 
-    batch = int(args.batch_sizes.split(",")[-1])
     out = {}
-    for strategy in ("disable", args.strategy):
-        engine = engine_for(model, drafter, batch, strategy, device, dtype)
-        for i, p in enumerate(prompts(batch, args.prompt_len)):
-            engine.add_request(p, SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True, seed=i))
-        for _ in range(4):  # prefill and warm rounds
-            engine.step()
-        wall = timed(engine.step, device, 3)  # rounds at 5-9 tokens in (random drafts: nothing is accepted)
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        with profile(activities=activities, with_stack=True) as prof:
-            engine.step()
-            sync(device)
-        key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-        table = prof.key_averages().table(sort_by=key, row_limit=25)
-        # where the host's time goes: ops by self CPU time, grouped by the Python lines that called them
-        host = prof.key_averages(group_by_stack_n=4).table(sort_by="self_cpu_time_total", row_limit=30)
-        (Path(args.out) / f"profile_{strategy}.txt").write_text(table + "\n\nBy host time and caller:\n" + host)
-        print(table, flush=True)
-        out[strategy] = {"round_wall_ms": wall * 1e3, "table": f"profile_{strategy}.txt"}
-    out["spec_vs_plain_round"] = out[args.strategy]["round_wall_ms"] / out["disable"]["round_wall_ms"]
+    for batch in [int(b) for b in args.profile_batches.split(",")]:
+        rows = {}
+        for strategy in ("disable", args.strategy):
+            engine = engine_for(model, drafter, batch, strategy, device, dtype)
+            for i, p in enumerate(prompts(batch, args.prompt_len)):
+                engine.add_request(p, SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True, seed=i))
+            for _ in range(4):  # prefill and warm rounds
+                engine.step()
+            wall = timed(engine.step, device, 3)  # rounds at 5-9 tokens in (random drafts: nothing is accepted)
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+            with profile(activities=activities, with_stack=True) as prof:
+                engine.step()
+                sync(device)
+            averages = prof.key_averages()
+            key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+            table = averages.table(sort_by=key, row_limit=25)
+            # where the host's time goes: ops by self CPU time, grouped by the Python lines that called them
+            host = prof.key_averages(group_by_stack_n=4).table(sort_by="self_cpu_time_total", row_limit=30)
+            name = f"profile_{strategy}_b{batch}.txt"
+            (Path(args.out) / name).write_text(table + "\n\nBy host time and caller:\n" + host)
+            print(table, flush=True)
+            device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in averages)
+            rows[strategy] = {"round_wall_ms": wall * 1e3, "device_ms": device_us / 1e3, "table": name}
+            del engine
+        rows["spec_vs_plain_round"] = rows[args.strategy]["round_wall_ms"] / rows["disable"]["round_wall_ms"]
+        out[batch] = rows
     return out
 
 
@@ -224,6 +230,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategy", default="5_1_6")
+    parser.add_argument("--profile-batches", default="1,256", help="batch sizes the profile phase takes")
     parser.add_argument("--tests", default=",".join(TESTS), help="test files (comma-separated)")
     parser.add_argument("--tests-seconds", type=float, default=240.0, help="at most this long for the tests")
     parser.add_argument("--deadline", type=float, default=520.0, help="seconds for all phases (the tests get the rest)")
