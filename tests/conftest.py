@@ -17,9 +17,11 @@ torch.set_num_threads(1)
 SHARED_FIXTURE_PACKAGES = ("tests/rollout/",)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each group runs on one worker: a module
     # (or a package above) builds its module-scoped fixtures (a trained drafter, a verl stack, a Ray cluster) once.
+    # First among the hooks: xdist's worker names each test by its group in its own hook, reading these marks.
     root = config.rootpath
     for item in items:
         module = item.path.relative_to(root).as_posix()
