@@ -23,10 +23,15 @@ def pytest_collection_modifyitems(config, items):
     # (or a package above) builds its module-scoped fixtures (a trained drafter, a verl stack, a Ray cluster) once.
     # First among the hooks: xdist's worker names each test by its group in its own hook, reading these marks.
     root = config.rootpath
+    shared = {}
     for item in items:
         module = item.path.relative_to(root).as_posix()
         group = next((p for p in SHARED_FIXTURE_PACKAGES if module.startswith(p)), module)
         item.add_marker(pytest.mark.xdist_group(group))
+        shared[item] = group != module
+    # The packages' groups (the longest: one Ray cluster's tests in a row) go first, so the other worker takes the
+    # modules meanwhile instead of idling while one runs last.
+    items.sort(key=lambda item: not shared[item])
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
