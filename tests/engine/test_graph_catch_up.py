@@ -50,11 +50,25 @@ def models():
 def _graphed_engine(policy, drafter, selector) -> Engine:
     # PyTorch's attention (not the CPU kernels): every op a GPU would launch shows up as an aten op here
     config = EngineConfig(max_batch_size=4, max_model_len=256, attention_kernel=False)
-    engine = Engine(policy, config, drafter=drafter, selector=selector)
+    return _with_requests(Engine(policy, config, drafter=drafter, selector=selector))
+
+
+def _with_requests(engine: Engine) -> Engine:
+    """Three requests of 4-6 prompt tokens, 80 new tokens each at T=1 (seeds 0-2), EOS ignored."""
     for seed in range(3):
         params = SamplingParams(max_new_tokens=80, temperature=1.0, seed=seed, ignore_eos=True)
         engine.add_request([1, 5 + seed, 7, 9, 11, 13][: 4 + seed], params)
     return engine
+
+
+def _plain_rollouts(policy) -> list[list[int]]:
+    """The three requests' tokens under eager plain decoding, sorted."""
+    reference = _with_requests(Engine(policy, EngineConfig(max_batch_size=4, max_model_len=256)))
+    done = []
+    while reference.has_unfinished():
+        done += _finished(reference.step())
+    assert len(done) == 3
+    return sorted(o.token_ids for o in done)
 
 
 @pytest.mark.parametrize("arm", ["3_1_4", "2_2_4"])
@@ -99,15 +113,43 @@ def test_entries_past_the_graphs_width_are_caught_up_first_and_timed(models):
     assert [s.strategy for s in rounds[: len(plan)]] == plan
     assert linears[8] > 0 and rounds[8].catch_up_time_s > 0.0  # five plain rounds: 6+ entries pending
     assert linears[9] == 0 and rounds[9].catch_up_time_s == 0.0  # after a 3_1_4 round: at most 4 pending
-    reference = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=256))
-    for seed in range(3):
-        params = SamplingParams(max_new_tokens=80, temperature=1.0, seed=seed, ignore_eos=True)
-        reference.add_request([1, 5 + seed, 7, 9, 11, 13][: 4 + seed], params)
-    want = []
-    while reference.has_unfinished():
-        want += _finished(reference.step())
-    assert sorted(o.token_ids for o in done) == sorted(o.token_ids for o in want) and len(done) == 3
+    assert sorted(o.token_ids for o in done) == _plain_rollouts(policy)
 
 
 def _finished(outputs: list) -> list:
     return [o for o in outputs if o.finished]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_strategy_switches_through_the_graph_path_equal_plain_decoding(models, seed):
+    """Each round a random arm (plain, chains and trees of depths 2-7), so rows reach a graph with backlogs of every
+    width (a deep chain's round before a shallow tree's): the rollouts are plain decoding's, token for token, and
+    every round accepts what the same rounds accept eagerly (the drafter caught up on the same entries, in the
+    graph or before it: a wrong catch-up would change the drafts, not the tokens)."""
+    policy, drafter = models
+    rng = random.Random(seed)
+    arms = [Strategy.parse(s) for s in ("disable", "3_1_4", "2_2_4", "7_1_8", "6_4_24")]
+    script = ScriptedSelector(arms)
+    done, chosen = [], []
+    with graph_path_counted(OpCounter()):
+        engine = _graphed_engine(policy, drafter, script)
+        while engine.has_unfinished():
+            script.next = rng.choice(arms)
+            chosen.append(script.next)
+            done += _finished(engine.step())
+    assert len(set(chosen)) >= 4
+    assert sorted(o.token_ids for o in done) == _plain_rollouts(policy)
+    eager = _with_requests(
+        Engine(
+            policy,
+            EngineConfig(max_batch_size=4, max_model_len=256, attention_kernel=False),
+            drafter=drafter,
+            selector=script,
+        )
+    )
+    again = []
+    for strategy in chosen:
+        script.next = strategy
+        again += _finished(eager.step())
+    accepted = {o.request_id: o.accept_lengths for o in done}
+    assert {o.request_id: o.accept_lengths for o in again} == accepted
