@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts aten ops by name while `on` (`outside_replays` turns it off inside graph replays)."""
+    """Counts aten ops by name while `on` (`graph_path_counted` turns it off inside graph replays)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -24,11 +24,13 @@ from pathlib import Path
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
+from fastrl.bench.timing import time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import save_model
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
+from fastrl.models.device_sync import drain
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
@@ -76,24 +78,6 @@ def engine_for(model, drafter, batch: int, strategy: str, device: str, dtype: to
     return Engine(model, config, drafter if parsed.uses_drafter else None, FixedSelector(parsed))
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: str, repeats: int) -> float:
-    """Median seconds of fn() after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def bandwidth_limit_tok_s(model: CausalLM, batch: int, context: int, bytes_per_s: float) -> float:
     """Tokens/s if a plain round only read the weights and the batch's KV once at `bytes_per_s`."""
     c = model.config
@@ -120,15 +104,15 @@ def phase_plain(model, args, device, dtype) -> dict:
         }
         for name, kernels in variants.items():
             engine = engine_for(model, None, batch, "disable", device, dtype, **kernels)
-            seconds = timed(lambda e=engine, i=inputs: e.generate(i), device, args.repeats)
+            seconds = time_median(lambda e=engine, i=inputs: e.generate(i), args.repeats, device).median_s
             row[name] = batch * args.new_tokens / seconds
             del engine
         tensor = torch.tensor(ids, device=device)
         generate = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
         with torch.inference_mode():
-            seconds = timed(
-                lambda t=tensor, g=generate: hf.generate(t, attention_mask=torch.ones_like(t), **g), device, 1
-            )
+            seconds = time_median(
+                lambda t=tensor, g=generate: hf.generate(t, attention_mask=torch.ones_like(t), **g), 1, device
+            ).median_s
         row["hf_generate"] = batch * args.new_tokens / seconds
         context = args.prompt_len + args.new_tokens // 2
         row["bandwidth_limit"] = bandwidth_limit_tok_s(model, batch, context, args.bandwidth)
@@ -164,11 +148,12 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
                 engine.add_request(p, SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True, seed=i))
             for _ in range(4):  # prefill and warm rounds
                 engine.step()
-            wall = timed(engine.step, device, 3)  # rounds at 5-9 tokens in (random drafts: nothing is accepted)
+            # rounds at 5-9 tokens in (random drafts: nothing is accepted)
+            wall = time_median(engine.step, 3, device).median_s
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
             with profile(activities=activities, with_stack=True) as prof:
                 engine.step()
-                sync(device)
+                drain(device)
             averages = prof.key_averages()
             key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
             table = averages.table(sort_by=key, row_limit=25)
