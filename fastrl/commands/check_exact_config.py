@@ -15,7 +15,9 @@ class CheckExactConfig(DecodeConfig):
     strategy: str = "8_4_32"
     plain_batch_size: int = 0
     report: str = ""
-    logprob_tol: float = 1e-4
+    logprob_tol: float | None = None
+    """Equal tokens whose log-probs differ by more count as a bug; None: the compute dtype's rounding
+    (``fastrl.exactness.mismatch.LOGPROB_TOLERANCES``: 1e-4 in float32, 0.25 in bfloat16)."""
 
     def __post_init__(self) -> None:
         self.check_decode_keys("check_exact")
@@ -23,5 +25,5 @@ class CheckExactConfig(DecodeConfig):
             raise ValueError("check_exact.strategy: name a speculative strategy (S_K_N, bandit or ema), not disable")
         if self.plain_batch_size < 0:
             raise ValueError(f"check_exact.plain_batch_size must be >= 0 (0: batch_size), got {self.plain_batch_size}")
-        if not self.logprob_tol >= 0:
-            raise ValueError(f"check_exact.logprob_tol must be >= 0, got {self.logprob_tol}")
+        if self.logprob_tol is not None and not self.logprob_tol >= 0:
+            raise ValueError(f"check_exact.logprob_tol must be >= 0 (null: the dtype's), got {self.logprob_tol}")

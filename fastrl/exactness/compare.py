@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.request import RequestOutput
-from fastrl.exactness.mismatch import Mismatch, analyse_mismatch, near_tie_bound
+from fastrl.exactness.mismatch import Mismatch, analyse_mismatch, logprob_tolerance, near_tie_bound
 from fastrl.models.decoder import CausalLM
 
 
@@ -86,16 +86,17 @@ def compare_runs(
     inputs: Sequence[GenerateInput],
     plain: Sequence[RequestOutput],
     spec: Sequence[RequestOutput],
-    logprob_tol: float = 1e-5,
+    logprob_tol: float | None = None,
 ) -> ExactnessReport:
     """Judge every request of a speculative run against the plain run (outputs in input order).
 
-    `policy` runs the fresh forward of a mismatch in its own dtype, which also sets the near-tie bound.
+    `policy` runs the fresh forward of a mismatch in its own dtype, which also sets the near-tie bound and, unless
+    `logprob_tol` is given, how far the log-probs of equal tokens may differ (``logprob_tolerance``).
     """
     if not len(inputs) == len(plain) == len(spec):
         raise ValueError(f"compare_runs: {len(inputs)} inputs, {len(plain)} plain and {len(spec)} spec outputs")
     dtype = next(policy.parameters()).dtype
-    report = ExactnessReport(logprob_tol=logprob_tol)
+    report = ExactnessReport(logprob_tol=logprob_tolerance(dtype) if logprob_tol is None else logprob_tol)
     for inp, a, b in zip(inputs, plain, spec, strict=True):
         bound = near_tie_bound(dtype, inp.params.temperature)
         mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)

@@ -25,6 +25,10 @@ from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
 # Gap below which two perturbed logits count as tied, per compute dtype: a few units of the rounding that two
 # differently shaped forwards (one row vs a verify row, batch 1 vs 64) accumulate over a model's layers.
 NEAR_TIE_BOUNDS = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.5, torch.float16: 0.05}
+# Largest |log-prob difference| of equal tokens that is rounding, per compute dtype: a verify row's forward and a
+# plain row's differ in shape, so half precision moves a log-prob by up to ~0.12 (bfloat16) and ~0.01 (float16) on the
+# bundled model's tokens; float32 keeps 1e-4, float64 1e-9.
+LOGPROB_TOLERANCES = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 0.25, torch.float16: 0.05}
 
 MISSING = -1  # token id reported where one rollout has no token (it had finished)
 
@@ -100,6 +104,11 @@ def analyse_mismatch(
         gap=gap,
         near_tie=near_tie,
     )
+
+
+def logprob_tolerance(dtype: torch.dtype) -> float:
+    """How far apart the log-probs of equal tokens may be in a compute dtype before they count as a bug."""
+    return LOGPROB_TOLERANCES[dtype]
 
 
 def near_tie_bound(dtype: torch.dtype, temperature: float) -> float:

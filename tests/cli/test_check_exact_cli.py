@@ -43,3 +43,22 @@ def test_check_exact_groups_with_a_hybrid_arm(tmp_path, capsys):
     assert code == 0, out
     data = json.loads(report.read_text())
     assert data["requests"] == 9 and data["identical"] == 9
+
+
+def test_half_precision_log_probs_are_judged_by_their_dtype(tmp_path, capsys):
+    """bfloat16 and float16 runs round a verify row's log-probs apart from a plain row's (tokens equal): by default
+    the dtype's tolerance judges them (no bug, exit 0); a float32-sized tolerance asked for still reports them."""
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:4]))
+    args = [f"prompts={prompts}", "max_new_tokens=48", "temperature=1.0", "strategy=3_1_4", "progress=false"]
+    for dtype in ("bfloat16", "float16"):
+        report = tmp_path / f"{dtype}.json"
+        code = main(["check-exact", *args, f"dtype={dtype}", f"report={report}"])
+        out = capsys.readouterr().out
+        data = json.loads(report.read_text())
+        assert code == 0 and data["bugs"] == 0 and data["near_ties"] + data["identical"] == 4, out
+        assert data["logprob_tol"] == {"bfloat16": 0.25, "float16": 0.05}[dtype]
+    strict = tmp_path / "strict.json"
+    assert main(["check-exact", *args, "dtype=bfloat16", "logprob_tol=1e-4", f"report={strict}"]) == 1
+    out = capsys.readouterr().out
+    assert "bug: equal tokens" in out and json.loads(strict.read_text())["logprob_tol"] == 1e-4
