@@ -23,6 +23,7 @@ from fastrl.commands.train_setup import build_backend, build_task, model_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.checkpoint import read_trainer_state
+from fastrl.rl.logprob_check import rollout_tolerance
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.trainer import GRPOTrainer
 from fastrl.telemetry.speed_summary import print_speed_summary, steps_speed
@@ -110,7 +111,12 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
             "checkpoint run again; their first lines are in metrics.replaced.jsonl"
         )
     policy = load_model(policy_dir)
-    rl = dataclasses.replace(cfg.rl, checkpoint_dir=cfg.rl.checkpoint_dir or str(run_dir / "checkpoints"))
+    tolerance = cfg.rl.logprob_tolerance
+    rl = dataclasses.replace(
+        cfg.rl,
+        checkpoint_dir=cfg.rl.checkpoint_dir or str(run_dir / "checkpoints"),
+        logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
+    )
     wandb = None
     if cfg.logger.enabled:
         logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)

@@ -19,7 +19,7 @@ from fastrl.rl.checkpoint import (
     save_training_checkpoint,
 )
 from fastrl.rl.grpo import group_advantages
-from fastrl.rl.logprob_check import LogprobCheck, compare_logprobs, require_consistent
+from fastrl.rl.logprob_check import LogprobCheck, compare_logprobs, require_consistent, rollout_tolerance
 from fastrl.rl.logprobs import pack_sequences
 from fastrl.rl.metrics import (
     CORRECT_REWARD,
@@ -189,7 +189,8 @@ class GRPOTrainer:
             rollout[row, : len(r.logprobs)] = torch.tensor(r.logprobs, dtype=torch.float32)
         check = compare_logprobs(rollout.to(recomputed.device), recomputed, mask)
         where = f"step {step}, policy version {self.version}, request {results[check.worst_row].request_id}"
-        require_consistent(check, self.config.logprob_tolerance, where)
+        tolerance = self.config.logprob_tolerance
+        require_consistent(check, rollout_tolerance(None) if tolerance is None else tolerance, where)
         return check
 
     # ---- weights and checkpoints ----------------------------------------------------------------------------

@@ -30,7 +30,8 @@ class GRPOConfig:
     reports `drift_kl`, the KL of the current policy to it estimated on the step's fresh rollouts.
 
     Checks: rollout vs recomputed log-probs, max abs difference above `logprob_tolerance` raises (inf: report
-    only). Checkpoints every `checkpoint_every` steps and after the last one (0 = never) under
+    only; None: `rollout_tolerance` of the rollouts' compute dtype where the caller knows it, as `fastrl train`
+    does, else 1e-3). Checkpoints every `checkpoint_every` steps and after the last one (0 = never) under
     `checkpoint_dir`/step_XXXXXX (XXXXXX = steps completed).
     """
 
@@ -56,7 +57,7 @@ class GRPOConfig:
     mini_batches: int = 1
     micro_batch_tokens: int = 16384
     seed: int = 0
-    logprob_tolerance: float = 1e-3
+    logprob_tolerance: float | None = None
     track_drift: bool = False
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
@@ -96,9 +97,10 @@ class GRPOConfig:
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"GRPOConfig.{key} must be a finite number >= 0, got {value}")
-        if not self.logprob_tolerance >= 0:
+        if self.logprob_tolerance is not None and not self.logprob_tolerance >= 0:
             raise ValueError(
-                f"GRPOConfig.logprob_tolerance must be >= 0 (inf: never raise), got {self.logprob_tolerance}"
+                f"GRPOConfig.logprob_tolerance must be >= 0 (inf: never raise; null: the rollout dtype's), got "
+                f"{self.logprob_tolerance}"
             )
         if self.mini_batches > self.batch_size:
             raise ValueError(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from fastrl.cli import main
+from fastrl.rl.logprob_check import LogprobMismatchError
 
 COMMON = [
     "model=local",
@@ -86,3 +89,19 @@ def test_train_multirun_sweeps(policy_dir, tmp_path):
     assert main(["train", "-m", *args]) == 0
     runs = sorted(p.parent.name for p in sweep.glob("*/metrics.jsonl"))
     assert runs == ["0", "1"]
+
+
+def test_a_bfloat16_rollout_is_checked_against_its_own_rounding(tmp_path, capsys):
+    """bfloat16 rollouts of the bundled model move a log-prob by a few hundredths from the trainer's float32
+    recomputation: the default tolerance follows the rollout dtype (it raised at 1e-3 before), and an explicit one
+    still rules."""
+    common = ["rollout=local", "rollout.engine.dtype=bfloat16", "logger=none", "report=false", "rl.steps=1"]
+    common += ["rl.prompts_per_step=2", "rl.max_new_tokens=32", "strategy=static", "strategy.name=3_1_4"]
+    run = tmp_path / "bf16"
+    assert main(["train", *common, f"hydra.run.dir={run}"]) == 0
+    (row,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert 1e-3 < row["logprob_max_abs_diff"] <= 0.25
+    strict = tmp_path / "strict"
+    with pytest.raises(SystemExit):  # Hydra reports the trainer's error and exits 1
+        main(["train", *common, "rl.logprob_tolerance=1e-3", f"hydra.run.dir={strict}"])
+    assert f"{LogprobMismatchError.__name__}: rollout log-probs differ" in capsys.readouterr().err

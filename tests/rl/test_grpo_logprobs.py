@@ -12,8 +12,9 @@ import torch
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
-from fastrl.rl.logprob_check import LogprobMismatchError, compare_logprobs, require_consistent
+from fastrl.rl.logprob_check import LogprobMismatchError, compare_logprobs, require_consistent, rollout_tolerance
 from fastrl.rl.logprobs import batched_logprobs, pack_sequences
+from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from tests.rl.grpo_setup import tiny_policy
@@ -126,3 +127,11 @@ def test_non_finite_differences_always_fail():
     assert check.max_abs_diff == math.inf and (check.worst_row, check.worst_token) == (0, 1)
     with pytest.raises(LogprobMismatchError):
         require_consistent(check, 1e3)
+
+
+def test_the_default_tolerance_follows_the_rollout_dtype():
+    assert rollout_tolerance(None) == rollout_tolerance(torch.float32) == rollout_tolerance(torch.float64) == 1e-3
+    assert rollout_tolerance(torch.bfloat16) == 0.25 and rollout_tolerance(torch.float16) == 0.05
+    assert GRPOConfig(logprob_tolerance=None).logprob_tolerance is None
+    with pytest.raises(ValueError, match="logprob_tolerance"):
+        GRPOConfig(logprob_tolerance=-1.0)
