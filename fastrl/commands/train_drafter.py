@@ -37,6 +37,11 @@ def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDraf
     if tokenizer is None:
         raise ValueError(f"train-drafter tokenizes prompts and needs a tokenizer in {model_dir}")
     policy = load_model(model_dir, device=cfg.device)
+    vocab = policy.config.vocab_size
+    if cfg.draft_vocab_size > vocab:  # checked before any rollout (the draft vocabulary is taken after the first shard)
+        raise ValueError(
+            f"train_drafter.draft_vocab_size must be in [0, {vocab}] for {model_dir}, got {cfg.draft_vocab_size}"
+        )
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name

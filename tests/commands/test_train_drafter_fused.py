@@ -1,12 +1,16 @@
 """`fastrl train-drafter extra_layers=[...]`: a drafter reading EAGLE-3's fused input (low, middle and last policy
-layers), started from a last-layer drafter as exactly that drafter, with bad layer settings named before any work."""
+layers), started from a last-layer drafter as exactly that drafter, with bad layer settings (and bad accept
+strategies or draft vocabulary sizes) named before any work."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.cli import main
 from fastrl.commands.train_drafter import initial_drafter
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.features import policy_features
@@ -57,3 +61,22 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
     for bad in ([2, 0], [1, 1], [-1]):
         with pytest.raises(ValueError, match="train_drafter.extra_layers must be"):
             TrainDrafterConfig(extra_layers=bad)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("accept_strategies=[bandit]", "train_drafter.accept_strategies: strategy 'bandit'"),
+        ("accept_strategies=[disable]", "'disable' drafts nothing"),
+        ("accept_strategies=[]", "name at least one strategy"),
+        ("draft_vocab_size=100000", r"train_drafter.draft_vocab_size must be in \[0, 91\]"),
+    ],
+)
+def test_settings_found_bad_only_after_training_are_refused_before_any_rollout(tmp_path, capsys, override, message):
+    """A bad accept strategy used to end the run after the whole training (and a too-large draft vocabulary after
+    the first shard's rollouts): both are now one error before anything is generated or written."""
+    output = tmp_path / "drafter"
+    args = [f"output={output}", "num_prompts=4", "eval_prompts=2", "epochs=1", "max_new_tokens=8", override]
+    assert main(["train-drafter", *args]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not output.exists() and not (tmp_path / "drafter.stream").exists()
