@@ -37,3 +37,24 @@ def test_context_length_holds_the_longest_prompt_and_the_new_tokens():
 def test_unknown_workload_names_the_key():
     with pytest.raises(ValueError, match="bench.workload"):
         BenchConfig(workload="poems")
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"bs1_strategies": ["3_1_4", "foo"]}, "bench.bs1_strategies: strategy 'foo'"),
+        ({"bs1_strategies": []}, "bench.bs1_strategies must name at least one"),
+        ({"long_tail_selectors": ["bandit", "9_9"]}, "bench.long_tail_selectors: strategy '9_9'"),
+        ({"long_tail_bandit_strategies": ["3_1_4", "bandit"]}, "bench.long_tail_bandit_strategies: strategy 'bandit'"),
+        ({"bs1_temperatures": [0.0, -1.0]}, r"bench.bs1_temperatures must be finite numbers >= 0"),
+        ({"bs1_temperatures": [float("nan")]}, r"bench.bs1_temperatures must be finite numbers >= 0"),
+    ],
+)
+def test_bad_strategy_lists_and_temperatures_name_their_key(keys, message):
+    with pytest.raises(ValueError, match=message):
+        BenchConfig(**keys)
+
+
+def test_selectors_and_a_changed_bandit_setting_are_accepted():
+    config = BenchConfig(long_tail_selectors=["disable", "12_1_13@0.3", "bandit", "ema", "bandit:explore_budget=0.02"])
+    assert config.long_tail_selectors[-1] == "bandit:explore_budget=0.02"
