@@ -157,6 +157,12 @@ class Strategy:
 
         ``str(Strategy.parse(s))`` gives ``s`` back for canonical strings (no leading zeros or blanks).
         """
+        if isinstance(text, int) and not isinstance(text, bool):  # what YAML and Hydra make of an unquoted 8_4_32
+            raise ValueError(
+                f"strategy {text!r}: expected a string like '8_4_32', 'suffix_16' or 'disable', got the integer "
+                f"{text}: YAML and Hydra read digits joined by underscores (8_4_32) as one integer (8432); quote the "
+                "strategy ('8_4_32')"
+            )
         if not isinstance(text, str):
             raise ValueError(f"strategy {text!r}: expected a string like '8_4_32', 'suffix_16' or 'disable'")
         body = text.strip()

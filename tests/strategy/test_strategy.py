@@ -71,7 +71,19 @@ def test_parse_errors_name_string_and_rule(text, rule):
 
 def test_non_string_rejected():
     with pytest.raises(ValueError, match="expected a string"):
-        Strategy.parse(8)
+        Strategy.parse(8.0)
+    with pytest.raises(ValueError, match="expected a string"):
+        Strategy.parse(None)
+
+
+def test_an_integer_is_an_unquoted_strategy_and_the_error_says_to_quote_it():
+    """YAML and Hydra (verl's `...custom.fastrl.strategy=3_1_4` override) read 3_1_4 as the integer 314."""
+    for value in (314, 8432):
+        with pytest.raises(ValueError, match=r"got the integer .*quote the strategy"):
+            Strategy.parse(value)
+    with pytest.raises(ValueError, match="expected a string") as info:
+        Strategy.parse(True)
+    assert "integer" not in str(info.value)
 
 
 @pytest.mark.parametrize("fields", [(0, 4, 32), (8, 4, 1), (2, 2, 8), (3, 1, 5), (-1, 1, 0)])
