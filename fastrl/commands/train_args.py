@@ -6,6 +6,7 @@ inside (``rollout.worker.strategy``, ``GRPOConfig.steps``) name the key the user
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
 from fastrl.commands.train_config import parses_as_strategy
@@ -20,13 +21,17 @@ USER_KEYS = (
     ("GRPOConfig.", "rl."),
     ("BanditConfig.", "strategy.bandit."),
     ("EmaConfig.", "strategy.ema."),
+    ("drafter_trainer.", "drafter.trainer."),
+    ("TaskConfig.", "task."),
+    ("engine.", "rollout.engine."),  # EngineConfig's own messages ("engine.page_size must be >= 1")
 )
 
 
 def in_user_words(message: str) -> str:
-    """``message`` with internal key names replaced by the keys of `fastrl train`."""
+    """``message`` with internal key names replaced by the keys of `fastrl train` (a name only where it starts a key:
+    ``rollout.engine.x`` is left as it is)."""
     for internal, user in USER_KEYS:
-        message = message.replace(internal, user)
+        message = re.sub(rf"(?<![\w.]){re.escape(internal)}", user, message)
     return message
 
 

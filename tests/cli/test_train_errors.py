@@ -34,6 +34,13 @@ def _error_line(capsys) -> str:
         # a GRPO key named as rl.steps, not GRPOConfig.steps
         (["rl.steps=-1"], "rl.steps must be an integer >= 0, got -1"),
         (["rl.steps=abc"], "rl.steps=abc (Value 'abc' of type 'str' could not be converted to Integer)"),
+        # keys of nested configs whose own messages name them shortly (EngineConfig's "engine.", the drafter
+        # trainer's, the task's), named as typed
+        (["rollout.engine.page_size=0"], "rollout.engine.page_size must be >= 1, got 0"),
+        (["rollout.engine.dtype=int8"], "rollout.engine.dtype must be one of"),
+        (["rollout.engine.kv_cache_tokens=64"], "rollout.engine.kv_cache_tokens = 64 cannot hold one request"),
+        (["drafter.trainer.lr=-1"], "drafter.trainer.lr must be > 0, got -1.0"),
+        (["task.n_max=0"], "task.n_max must be in [n_min=2, "),
         # model= a path that is not a directory
         (["model=/nonexistent/ckpt"], "model=/nonexistent/ckpt: no such model option; choose one of ['bundled', "),
         # Hydra's flags are flags, not keys
