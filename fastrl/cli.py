@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = table[name](overrides)
     except ValueError as exc:
-        print(f"fastrl {name}: error: {exc}", file=sys.stderr)
+        from fastrl.config_compose import in_schema_words
+
+        print(f"fastrl {name}: error: {in_schema_words(str(exc), _command(name).schema)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fastrl {name}: interrupted", file=sys.stderr)

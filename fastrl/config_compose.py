@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
-from dataclasses import is_dataclass
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -43,6 +44,34 @@ def compose_config(name: str, schema: type[T], overrides: list[str], config_dir:
     except (HydraException, OmegaConfBaseException) as exc:
         raise ValueError(f"bad config for `fastrl {name}`: {_first_line(exc)}") from exc
     return obj
+
+
+def in_schema_words(message: str, schema: type) -> str:
+    """``message`` with a nested config's own name for its keys replaced by the keys as typed on the command line:
+    its class name (``BanditConfig.epsilon`` -> ``bandit.epsilon``) or the short name it gives its keys in messages,
+    its ``key_prefix`` (``engine.page_size`` -> ``rollout.engine.page_size`` in `fastrl train`). Only for a config
+    that sits at one place in ``schema``, and only where the name starts a key (``rollout.engine.x`` stays)."""
+    places: dict[str, set[str]] = {}
+    for path, kind in _nested_configs(schema, ""):
+        for name in {kind.__name__, getattr(kind, "key_prefix", "")} - {""}:
+            places.setdefault(name, set()).add(path)
+    for name, paths in sorted(places.items(), key=lambda item: -len(item[0])):
+        (path,) = paths if len(paths) == 1 else ("",)
+        if path and path != name:
+            message = re.sub(rf"(?<![\w.]){re.escape(name)}\.", f"{path}.", message)
+    return message
+
+
+def _nested_configs(schema: type, prefix: str) -> list[tuple[str, type]]:
+    """(dotted path, dataclass) of every dataclass field under ``schema``, depth first."""
+    hints = get_type_hints(schema)
+    found = []
+    for item in fields(schema):
+        kind = _unwrap_optional(hints.get(item.name))
+        if isinstance(kind, type) and is_dataclass(kind):
+            path = f"{prefix}{item.name}"
+            found += [(path, kind), *_nested_configs(kind, f"{path}.")]
+    return found
 
 
 def check_override_keys(command: str, schema: type, overrides: list[str]) -> None:

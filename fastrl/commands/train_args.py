@@ -18,13 +18,7 @@ USER_KEYS = (
     ("rollout.worker.strategy", "strategy.name"),
     ("rollout.worker.model_dir", "model.path"),
     ("rollout.worker.drafter_dir", "drafter.path"),
-    ("GRPOConfig.", "rl."),
-    ("BanditConfig.", "strategy.bandit."),
-    ("EmaConfig.", "strategy.ema."),
-    ("drafter_trainer.", "drafter.trainer."),
-    ("TaskConfig.", "task."),
-    ("engine.", "rollout.engine."),  # EngineConfig's own messages ("engine.page_size must be >= 1")
-)
+)  # the nested configs' own names for their keys (GRPOConfig.steps, engine.page_size): in_schema_words
 
 
 def in_user_words(message: str) -> str:

@@ -40,6 +40,7 @@ class EagleLossConfig:
     step_decay: float = 0.8
     feature_weight: float = 1.0
     ce_weight: float = 0.1
+    key_prefix = "drafter_trainer"  # how this config's (and the drafter trainer's) errors name their keys
 
     def __post_init__(self) -> None:
         if self.ttt_steps < 1:

@@ -63,6 +63,7 @@ class EngineConfig:
     kv_cache_tokens: int | None = None
     attention_kernel: bool = True
     layer_kernels: bool = True
+    key_prefix = "engine"  # how this config's errors name its keys (a class attribute, not a key)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:

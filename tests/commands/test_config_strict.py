@@ -8,7 +8,8 @@ import pytest
 from fastrl.cli import main
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.train_config import TrainConfig
-from fastrl.config_compose import check_override_keys
+from fastrl.commands.train_drafter_config import TrainDrafterConfig
+from fastrl.config_compose import check_override_keys, in_schema_words
 
 
 @pytest.mark.parametrize(
@@ -49,10 +50,44 @@ def test_train_unknown_key_exits_with_a_clear_error(capsys):
         (["drafter.path=/nonexistent"], "drafter.path=/nonexistent: drafter directory /nonexistent does not exist"),
         (
             ["rollout.engine.dtype=int8"],
-            "engine.dtype must be one of ['bfloat16', 'float16', 'float32', 'float64'], got 'int8'",
+            "rollout.engine.dtype must be one of ['bfloat16', 'float16', 'float32', 'float64'], got 'int8'",
         ),
     ],
 )
 def test_train_bad_settings_are_named(tmp_path, args, message, capsys):
     assert main(["train", *args, "rollout=local", "logger=none", f"hydra.run.dir={tmp_path}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_nested_configs_own_key_names_become_the_keys_as_typed():
+    """A nested config names its keys by its class (BanditConfig.epsilon) or its own short prefix (engine.,
+    drafter_trainer.); each command's errors name them as the user types them, wherever the config sits."""
+    assert in_schema_words("BanditConfig.epsilon is bad", GenerateConfig) == "bandit.epsilon is bad"
+    assert in_schema_words("BanditConfig.epsilon bad", TrainConfig) == "strategy.bandit.epsilon bad"
+    assert in_schema_words("engine.page_size must be >= 1", TrainConfig) == "rollout.engine.page_size must be >= 1"
+    assert in_schema_words("drafter_trainer.lr must be > 0", TrainConfig) == "drafter.trainer.lr must be > 0"
+    assert in_schema_words("drafter_trainer.lr must be > 0", TrainDrafterConfig) == "trainer.lr must be > 0"
+    assert in_schema_words("GRPOConfig.steps and EmaConfig.alpha", TrainConfig) == "rl.steps and strategy.ema.alpha"
+    # only where the name starts a key; text that is no key name stays
+    untouched = "rollout.engine.page_size=0 (see EngineConfig), a BanditConfig, xengine.page_size"
+    assert in_schema_words(untouched, TrainConfig) == untouched
+    assert in_schema_words("engine.page_size", GenerateConfig) == "engine.page_size"  # no engine section there
+
+
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("generate", ["bandit.epsilon=-1"], "error: bandit.epsilon must be in [0, 1], got -1.0"),
+        ("check-exact", ["strategy=bandit", "bandit.min_pulls=-1"], "error: bandit.min_pulls must be an integer"),
+        ("generate", ["strategy=ema", "ema.candidate_steps=[]"], "error: ema.candidate_steps must be a non-empty"),
+        ("train-drafter", ["trainer.lr=-1"], "error: trainer.lr must be > 0, got -1.0"),
+        ("train", ["drafter.trainer.lr=-1", "logger=none"], "error: drafter.trainer.lr must be > 0, got -1.0"),
+    ],
+)
+def test_every_command_names_nested_keys_as_typed(tmp_path, command, args, message, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt": "1+2="}\n')
+    extra = {"generate": [f"prompts={prompts}"], "check-exact": [f"prompts={prompts}"]}.get(command, [])
+    extra += [f"hydra.run.dir={tmp_path / 'run'}"] if command == "train" else []
+    assert main([command, *args, *extra]) == 2
     assert message in capsys.readouterr().err
