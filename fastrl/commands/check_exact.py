@@ -53,7 +53,6 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         engine = build_engine(policy, model_dir, strategy, cfg.drafter, configs[name], bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
-    tolerance = report.logprob_tol
     for index, item in enumerate(report.items):
         line = lines[index // cfg.n]
         m = item.mismatch
@@ -63,7 +62,7 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
                 f"(p={m.plain_prob:.4g}) vs speculative {m.spec_token} (p={m.spec_prob:.4g}), "
                 f"top-2 perturbed gap {m.gap:.3g}"
             )
-        elif item.is_bug(tolerance):
+        elif item.is_bug():
             print(
                 f"line {line.line_no}: bug: equal tokens but finish reasons equal={item.finish_equal}, "
                 f"max |logprob diff| {item.logprob_diff:.3g}"

@@ -17,7 +17,7 @@ class CheckExactConfig(DecodeConfig):
     report: str = ""
     logprob_tol: float | None = None
     """Equal tokens whose log-probs differ by more count as a bug; None: the compute dtype's rounding
-    (``fastrl.exactness.mismatch.LOGPROB_TOLERANCES``: 1e-4 in float32, 0.25 in bfloat16)."""
+    (``fastrl.exactness.mismatch.logprob_tolerance``: 1e-3 in float32, 0.25 in bfloat16, times 1/T below T = 1)."""
 
     def __post_init__(self) -> None:
         self.check_decode_keys("check_exact")

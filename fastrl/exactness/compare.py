@@ -15,17 +15,19 @@ from fastrl.models.decoder import CausalLM
 @dataclass(frozen=True)
 class RequestComparison:
     """One request of the two runs. mismatch: the first differing token (None when the tokens are equal);
-    finish_equal: same finish reason; logprob_diff: max |plain - spec| over the common tokens."""
+    finish_equal: same finish reason; logprob_diff: max |plain - spec| over the common tokens; logprob_tol: how far
+    they may differ before equal tokens count as a bug (the request's)."""
 
     request_id: str
     mismatch: Mismatch | None
     finish_equal: bool
     logprob_diff: float
+    logprob_tol: float
 
-    def is_bug(self, logprob_tol: float) -> bool:
+    def is_bug(self) -> bool:
         if self.mismatch is not None:
             return not self.mismatch.near_tie
-        return not self.finish_equal or not self.logprob_diff <= logprob_tol
+        return not self.finish_equal or not self.logprob_diff <= self.logprob_tol
 
     def to_dict(self) -> dict:
         return {
@@ -33,20 +35,22 @@ class RequestComparison:
             "mismatch": None if self.mismatch is None else self.mismatch.to_dict(),
             "finish_equal": self.finish_equal,
             "logprob_diff": self.logprob_diff,
+            "logprob_tol": self.logprob_tol,
         }
 
 
 @dataclass
 class ExactnessReport:
     """Counts over compared requests: identical (tokens, finish reason and log-probs within tolerance), near-ties
-    (the first difference is a float tie) and bugs (everything else)."""
+    (the first difference is a float tie) and bugs (everything else). logprob_tol: the tolerance asked for, or the
+    dtype's at T = 1 (each request's own is in its item)."""
 
     logprob_tol: float
     items: list[RequestComparison] = field(default_factory=list)
 
     @property
     def identical(self) -> int:
-        return sum(1 for i in self.items if i.mismatch is None and not i.is_bug(self.logprob_tol))
+        return sum(1 for i in self.items if i.mismatch is None and not i.is_bug())
 
     @property
     def near_ties(self) -> int:
@@ -54,7 +58,7 @@ class ExactnessReport:
 
     @property
     def bugs(self) -> list[RequestComparison]:
-        return [i for i in self.items if i.is_bug(self.logprob_tol)]
+        return [i for i in self.items if i.is_bug()]
 
     @property
     def max_logprob_diff(self) -> float:
@@ -77,7 +81,7 @@ class ExactnessReport:
             "bugs": len(self.bugs),
             "max_logprob_diff": self.max_logprob_diff,
             "logprob_tol": self.logprob_tol,
-            "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug(self.logprob_tol)],
+            "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug()],
         }
 
 
@@ -91,19 +95,22 @@ def compare_runs(
     """Judge every request of a speculative run against the plain run (outputs in input order).
 
     `policy` runs the fresh forward of a mismatch in its own dtype, which also sets the near-tie bound and, unless
-    `logprob_tol` is given, how far the log-probs of equal tokens may differ (``logprob_tolerance``).
+    `logprob_tol` is given, how far the log-probs of equal tokens may differ (``logprob_tolerance``: the dtype's,
+    scaled by 1/T below T = 1 as sampled rows scale their logits' rounding).
     """
     if not len(inputs) == len(plain) == len(spec):
         raise ValueError(f"compare_runs: {len(inputs)} inputs, {len(plain)} plain and {len(spec)} spec outputs")
     dtype = next(policy.parameters()).dtype
-    report = ExactnessReport(logprob_tol=logprob_tolerance(dtype) if logprob_tol is None else logprob_tol)
+    report = ExactnessReport(logprob_tol=logprob_tolerance(dtype, 1.0) if logprob_tol is None else logprob_tol)
     for inp, a, b in zip(inputs, plain, spec, strict=True):
         bound = near_tie_bound(dtype, inp.params.temperature)
+        tolerance = logprob_tolerance(dtype, inp.params.temperature) if logprob_tol is None else logprob_tol
         mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)
         common = len(a.logprobs) if mismatch is None else mismatch.position
         diffs = [abs(x - y) for x, y in zip(a.logprobs[:common], b.logprobs[:common], strict=False)]
         diff = max(diffs, default=0.0)
         if any(math.isnan(x) for x in diffs):
             diff = math.inf
-        report.items.append(RequestComparison(a.request_id, mismatch, a.finish_reason == b.finish_reason, diff))
+        equal_finish = a.finish_reason == b.finish_reason
+        report.items.append(RequestComparison(a.request_id, mismatch, equal_finish, diff, tolerance))
     return report

@@ -25,10 +25,11 @@ from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
 # Gap below which two perturbed logits count as tied, per compute dtype: a few units of the rounding that two
 # differently shaped forwards (one row vs a verify row, batch 1 vs 64) accumulate over a model's layers.
 NEAR_TIE_BOUNDS = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.5, torch.float16: 0.05}
-# Largest |log-prob difference| of equal tokens that is rounding, per compute dtype: a verify row's forward and a
-# plain row's differ in shape, so half precision moves a log-prob by up to ~0.12 (bfloat16) and ~0.01 (float16) on the
-# bundled model's tokens; float32 keeps 1e-4, float64 1e-9.
-LOGPROB_TOLERANCES = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 0.25, torch.float16: 0.05}
+# Largest |log-prob difference| of equal tokens that is rounding, per compute dtype (at T = 1): a verify row's forward
+# and a plain row's differ in shape, and so do batches of other sizes, so half precision moves a log-prob by up to
+# ~0.12 (bfloat16) and ~0.01 (float16) on the bundled model's tokens, float32 by up to ~2e-4 (T = 0.7, batch 16
+# against 5); a wrong temperature, stale weights or a shifted position move it by far more.
+LOGPROB_TOLERANCES = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.25, torch.float16: 0.05}
 
 MISSING = -1  # token id reported where one rollout has no token (it had finished)
 
@@ -106,12 +107,17 @@ def analyse_mismatch(
     )
 
 
-def logprob_tolerance(dtype: torch.dtype) -> float:
-    """How far apart the log-probs of equal tokens may be in a compute dtype before they count as a bug."""
-    return LOGPROB_TOLERANCES[dtype]
+def logprob_tolerance(dtype: torch.dtype, temperature: float = 1.0) -> float:
+    """How far apart the log-probs of equal tokens may be in a compute dtype before they count as a bug; sampled rows
+    divide logits by T, which scales their rounding by 1/T (as ``near_tie_bound``)."""
+    return LOGPROB_TOLERANCES[dtype] * _rounding_scale(temperature)
 
 
 def near_tie_bound(dtype: torch.dtype, temperature: float) -> float:
     """The tie bound for a compute dtype; sampled rows divide logits by T, which scales their rounding by 1/T."""
-    scale = 1.0 / temperature if temperature > 0 else 1.0
-    return NEAR_TIE_BOUNDS[dtype] * max(1.0, scale)
+    return NEAR_TIE_BOUNDS[dtype] * _rounding_scale(temperature)
+
+
+def _rounding_scale(temperature: float) -> float:
+    """1/T below T = 1 (a greedy row, T = 0, compares raw logits: 1)."""
+    return max(1.0, 1.0 / temperature) if temperature > 0 else 1.0

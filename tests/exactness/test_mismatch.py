@@ -1,11 +1,15 @@
 """First-mismatch judgement: a swap of the two best perturbed tokens is a near-tie only under a bound above their
-gap; a token the processed distribution excludes, or a stop in one run only, is always a bug."""
+gap; a token the processed distribution excludes, or a stop in one run only, is always a bug; equal tokens' log-probs
+are judged by the request's dtype and temperature."""
 
 from __future__ import annotations
 
 import torch
 
-from fastrl.exactness.mismatch import MISSING, analyse_mismatch, first_difference, near_tie_bound
+from fastrl.engine.engine import GenerateInput
+from fastrl.engine.request import FinishReason, RequestOutput, Timings
+from fastrl.exactness.compare import compare_runs
+from fastrl.exactness.mismatch import MISSING, analyse_mismatch, first_difference, logprob_tolerance, near_tie_bound
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
 from tests.rl.grpo_setup import tiny_policy
@@ -59,3 +63,27 @@ def test_bound_scales_with_temperature_and_dtype():
     assert near_tie_bound(torch.float32, 0.5) == 2 * near_tie_bound(torch.float32, 1.0)
     assert near_tie_bound(torch.float32, 0.0) == near_tie_bound(torch.float32, 1.0)
     assert near_tie_bound(torch.float64, 1.0) < near_tie_bound(torch.float32, 1.0) < near_tie_bound(torch.bfloat16, 1)
+
+
+def test_equal_tokens_log_probs_are_judged_per_request_by_dtype_and_temperature():
+    """A request's log-prob tolerance is its dtype's scaled by 1/T below T = 1 (sampled rows divide logits by T):
+    the same 1.5e-3 difference is rounding at T = 0.5 in float32 and a bug at T = 1; an explicit tolerance is used as
+    given for every request."""
+    assert logprob_tolerance(torch.float32) == 1e-3 and logprob_tolerance(torch.float32, 0.5) == 2e-3
+    assert logprob_tolerance(torch.bfloat16, 0.0) == logprob_tolerance(torch.bfloat16, 2.0) == 0.25
+    policy = tiny_policy(seed=3)
+
+    def output(request: int, logprobs: list[float]) -> RequestOutput:
+        return RequestOutput(
+            str(request), [1, 5], [7, 8], logprobs, FinishReason.LENGTH, None, request, [1], [], None, None, Timings()
+        )
+
+    temperatures = (0.5, 1.0)
+    inputs = [GenerateInput([1, 5], SamplingParams(temperature=t, max_new_tokens=2)) for t in temperatures]
+    plain = [output(i, [-0.5, -1.0]) for i in range(2)]
+    spec = [output(i, [-0.5, -1.0015]) for i in range(2)]
+    report = compare_runs(policy, inputs, plain, spec)
+    assert [item.is_bug() for item in report.items] == [False, True]
+    assert [item.logprob_tol for item in report.items] == [2e-3, 1e-3] and report.logprob_tol == 1e-3
+    strict = compare_runs(policy, inputs, plain, spec, logprob_tol=1e-4)
+    assert [item.is_bug() for item in strict.items] == [True, True] and len(strict.bugs) == 2
