@@ -60,7 +60,7 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
             print(
                 f"line {line.line_no}: {m.kind} at response position {m.position}: plain {m.plain_token} "
                 f"(p={m.plain_prob:.4g}) vs speculative {m.spec_token} (p={m.spec_prob:.4g}), "
-                f"top-2 perturbed gap {m.gap:.3g}"
+                f"perturbed logit {m.gap:.3g} below the best"
             )
         elif item.is_bug():
             print(

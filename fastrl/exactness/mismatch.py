@@ -4,8 +4,10 @@ Both rollouts sample token j of a response at absolute position len(prompt) + j 
 request's seed (the sampling contract). At the first differing position the policy is run once more, as a fresh
 full forward over prompt + the common prefix, and the two tokens are judged on that distribution:
 
-- a **near-tie**: both tokens are the two best perturbed logits (processed logits + the sampler's Gumbel noise, or
-  raw logits for greedy rows) and the gap between them is below ``bound``: the rollouts rounded a tie apart;
+- a **near-tie**: both tokens' perturbed logits (processed logits + the sampler's Gumbel noise, or raw logits for
+  greedy rows) lie within ``bound`` of the best one: each could have been its forward's argmax after rounding, so
+  the rollouts rounded a tie apart (usually the two best swapped; in half precision a third candidate close to them
+  can win in one forward, as bfloat16 SmolLM2 showed: 30.33, 30.07, 29.98 at the top, the third chosen by plain);
 - a **bug** otherwise (e.g. a token outside the filtered support, or a clear winner that lost).
 
 A difference in length with an equal common prefix (one rollout stopped, the other went on) is a bug too.
@@ -13,6 +15,7 @@ A difference in length with an equal common prefix (one rollout stopped, the oth
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -39,8 +42,9 @@ class Mismatch:
     """The first position where two rollouts of one request differ, judged on a fresh forward of the policy.
 
     position: index in the response; plain_token/spec_token: the tokens there (MISSING past a rollout's end);
-    plain_prob/spec_prob: their probabilities under the processed distribution; gap: best minus second-best
-    perturbed logit; near_tie: the difference is explained by a float tie (see the module docstring).
+    plain_prob/spec_prob: their probabilities under the processed distribution; gap: how far the lower of the two
+    tokens' perturbed logits lies below the best (for a swap of the two best, best minus second-best; inf for a token
+    outside the support or MISSING); near_tie: the difference is explained by a float tie (see the module docstring).
     """
 
     position: int
@@ -56,7 +60,10 @@ class Mismatch:
         return "near-tie" if self.near_tie else "bug"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "kind": self.kind}
+        """Plain JSON data: a probability or gap that is not finite (a MISSING token, one outside the support) is
+        None."""
+        plain = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
+        return {**plain, "kind": self.kind}
 
 
 def first_difference(plain: list[int], spec: list[int]) -> int | None:
@@ -90,12 +97,11 @@ def analyse_mismatch(
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p)
     probs = torch.softmax(processed, dim=-1)[0]
     perturbed = perturbed_logits(logits, batch, position)[0].double()
-    top = torch.topk(perturbed, 2)
-    gap = float(top.values[0] - top.values[1])
     a = plain[j] if j < len(plain) else MISSING
     b = spec[j] if j < len(spec) else MISSING
-    pair = {int(t) for t in top.indices.tolist()}
-    near_tie = MISSING not in (a, b) and {a, b} == pair and gap < bound
+    best = float(perturbed.max())
+    gap = max(best - float(perturbed[t]) if t != MISSING else math.inf for t in (a, b))
+    near_tie = gap < bound
     return Mismatch(
         position=j,
         plain_token=a,

@@ -4,6 +4,8 @@ are judged by the request's dtype and temperature."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from fastrl.engine.engine import GenerateInput
@@ -87,3 +89,27 @@ def test_equal_tokens_log_probs_are_judged_per_request_by_dtype_and_temperature(
     assert [item.logprob_tol for item in report.items] == [2e-3, 1e-3] and report.logprob_tol == 1e-3
     strict = compare_runs(policy, inputs, plain, spec, logprob_tol=1e-4)
     assert [item.is_bug() for item in strict.items] == [True, True] and len(strict.bugs) == 2
+
+
+@torch.inference_mode()
+def test_a_third_candidate_within_the_bound_of_the_best_is_a_near_tie():
+    """Half precision can round a third close candidate to the top in one forward (bfloat16 SmolLM2 at T=0.7:
+    perturbed 30.33, 30.07, 29.98 at the top, plain took the third): both tokens within the bound of the best is a
+    near-tie, whichever two they are; one beyond it, or outside the support, is a bug. The report stays JSON."""
+    policy = tiny_policy(seed=3)
+    prompt, plain = [1, 5, 9, 4], [7, 8]
+    params, seed = SamplingParams(temperature=0.9), 17
+    logits = policy(torch.tensor([prompt + plain]), torch.arange(len(prompt) + 2).unsqueeze(0)).logits[:, -1]
+    batch = SamplingBatch.from_params([params], [seed])
+    perturbed = perturbed_logits(logits, batch, torch.tensor([len(prompt) + 2]))[0].double()
+    order = torch.argsort(perturbed, descending=True).tolist()
+    first, third = order[0], order[2]
+    shortfall = float(perturbed[first] - perturbed[third])
+    ours, theirs = plain + [third], plain + [first]
+    wide = analyse_mismatch(policy, prompt, ours, theirs, params, seed, bound=shortfall * 1.01)
+    assert wide is not None and wide.near_tie and abs(wide.gap - shortfall) < 1e-4
+    narrow = analyse_mismatch(policy, prompt, ours, theirs, params, seed, bound=shortfall * 0.99)
+    assert narrow is not None and not narrow.near_tie
+    stopped = analyse_mismatch(policy, prompt, plain, plain + [first], params, seed, bound=1e9)
+    assert stopped is not None and not stopped.near_tie and stopped.plain_token == MISSING
+    assert json.loads(json.dumps(stopped.to_dict(), allow_nan=False))["gap"] is None
