@@ -58,8 +58,14 @@ def in_schema_words(message: str, schema: type) -> str:
     for name, paths in sorted(places.items(), key=lambda item: -len(item[0])):
         (path,) = paths if len(paths) == 1 else ("",)
         if path and path != name:
-            message = re.sub(rf"(?<![\w.]){re.escape(name)}\.", f"{path}.", message)
+            message = re.sub(key_start(f"{name}."), f"{path}.", message)
     return message
+
+
+def key_start(name: str) -> str:
+    """A regular expression matching ``name`` where it starts a key in a message (not inside ``rollout.engine.x`` or
+    a longer word)."""
+    return rf"(?<![\w.]){re.escape(name)}"
 
 
 def _nested_configs(schema: type, prefix: str) -> list[tuple[str, type]]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from fastrl.bench.workload import WORKLOADS
-from fastrl.strategy.strategy import Strategy
+from fastrl.strategy.strategy import check_strategy_names
 
 SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory", "host_time")
 
@@ -83,22 +83,9 @@ class BenchConfig:
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")
-        _check_strategies("bs1_strategies", self.bs1_strategies, selectors=())
-        _check_strategies("long_tail_selectors", self.long_tail_selectors, selectors=("bandit", "ema", "bandit:"))
-        _check_strategies("long_tail_bandit_strategies", self.long_tail_bandit_strategies, selectors=())
+        check_strategy_names("bench.bs1_strategies", self.bs1_strategies)
+        # bandit:KEY=VALUE: the bandit with one setting changed, checked when it is built
+        check_strategy_names("bench.long_tail_selectors", self.long_tail_selectors, ("bandit", "ema", "bandit:"))
+        check_strategy_names("bench.long_tail_bandit_strategies", self.long_tail_bandit_strategies)
         if not all(math.isfinite(t) and t >= 0 for t in self.bs1_temperatures):
             raise ValueError(f"bench.bs1_temperatures must be finite numbers >= 0, got {self.bs1_temperatures}")
-
-
-def _check_strategies(key: str, names: list[str], selectors: tuple[str, ...]) -> None:
-    """Every name parses as a strategy or is one of ``selectors`` (one ending in ':' is a prefix: ``bandit:KEY=VALUE``,
-    the bandit with one setting changed, checked when it is built); the error names the key."""
-    if not names:
-        raise ValueError(f"bench.{key} must name at least one strategy")
-    for name in names:
-        if name in selectors or any(name.startswith(p) for p in selectors if p.endswith(":")):
-            continue
-        try:
-            Strategy.parse(name)
-        except ValueError as err:
-            raise ValueError(f"bench.{key}: {err}") from None

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from fastrl.commands.train_config import parses_as_strategy
+from fastrl.config_compose import key_start
 from fastrl.models.named import is_named_model
 
 # Internal key names in error messages -> the keys of `fastrl train` (the most specific first).
@@ -25,7 +26,7 @@ def in_user_words(message: str) -> str:
     """``message`` with internal key names replaced by the keys of `fastrl train` (a name only where it starts a key:
     ``rollout.engine.x`` is left as it is)."""
     for internal, user in USER_KEYS:
-        message = re.sub(rf"(?<![\w.]){re.escape(internal)}", user, message)
+        message = re.sub(key_start(internal), user, message)
     return message
 
 

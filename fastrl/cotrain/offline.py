@@ -22,7 +22,7 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.fused_drafter import check_extra_layers
-from fastrl.strategy.strategy import Strategy
+from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 # Settings that do not change what a streamed run trains (a resumed run may change them).
 RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
@@ -59,15 +59,10 @@ class OfflineDrafterConfig:
             check_extra_layers(tuple(self.extra_layers))
         except ValueError as err:
             raise ValueError(f"train_drafter.{err}") from None
-        if not self.accept_strategies:
-            raise ValueError("train_drafter.accept_strategies: name at least one strategy to measure accept length")
-        for name in self.accept_strategies:  # checked before any rollout: a bad one would end the run after training
-            try:
-                strategy = Strategy.parse(name)
-            except ValueError as err:
-                raise ValueError(f"train_drafter.accept_strategies: {err}") from None
-            if strategy.is_disabled:
-                raise ValueError("train_drafter.accept_strategies: 'disable' drafts nothing; name speculative ones")
+        # checked before any rollout: a bad one would end the run after training
+        check_strategy_names("train_drafter.accept_strategies", self.accept_strategies)
+        if any(Strategy.parse(name).is_disabled for name in self.accept_strategies):
+            raise ValueError("train_drafter.accept_strategies: 'disable' drafts nothing; name speculative ones")
         if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
             raise ValueError(
                 f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "

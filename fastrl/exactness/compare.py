@@ -101,7 +101,7 @@ def compare_runs(
     if not len(inputs) == len(plain) == len(spec):
         raise ValueError(f"compare_runs: {len(inputs)} inputs, {len(plain)} plain and {len(spec)} spec outputs")
     dtype = next(policy.parameters()).dtype
-    report = ExactnessReport(logprob_tol=logprob_tolerance(dtype, 1.0) if logprob_tol is None else logprob_tol)
+    report = ExactnessReport(logprob_tol=logprob_tolerance(dtype) if logprob_tol is None else logprob_tol)
     for inp, a, b in zip(inputs, plain, spec, strict=True):
         bound = near_tie_bound(dtype, inp.params.temperature)
         tolerance = logprob_tolerance(dtype, inp.params.temperature) if logprob_tol is None else logprob_tol

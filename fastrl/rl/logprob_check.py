@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fastrl.exactness.mismatch import LOGPROB_TOLERANCES
+from fastrl.exactness.mismatch import logprob_tolerance
 
 TRAINER_TOLERANCE = 1e-3
 """Default tolerance where rollouts compute in float32 or float64 (the trainer recomputes in float32)."""
@@ -22,9 +22,9 @@ TRAINER_TOLERANCE = 1e-3
 
 def rollout_tolerance(rollout_dtype: torch.dtype | None) -> float:
     """Default tolerance for rollouts computed in ``rollout_dtype`` (None: unknown, float32 or wider): the trainer's
-    float32 rounding, or a half-precision rollout's own (``fastrl.exactness.mismatch.LOGPROB_TOLERANCES``: a bfloat16
+    float32 rounding, or a half-precision rollout's own (``fastrl.exactness.mismatch.logprob_tolerance``: a bfloat16
     rollout moves a log-prob by up to ~0.1 from the float32 recomputation)."""
-    own = LOGPROB_TOLERANCES.get(rollout_dtype, 0.0) if rollout_dtype is not None else 0.0
+    own = logprob_tolerance(rollout_dtype) if rollout_dtype is not None else 0.0
     return max(TRAINER_TOLERANCE, own)
 
 

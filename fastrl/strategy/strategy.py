@@ -261,3 +261,17 @@ def parse_strategy_space(names: list[str]) -> list[Strategy]:
             raise ValueError(f"strategy space {list(names)!r}: duplicate strategy {str(strategy)!r}")
         strategies.append(strategy)
     return strategies
+
+
+def check_strategy_names(key: str, names: list[str], selectors: tuple[str, ...] = ()) -> None:
+    """A config's list of strategy strings: non-empty, every name a strategy (``Strategy.parse``) or one of
+    ``selectors`` (one ending in ':' is a prefix, as ``bandit:KEY=VALUE``); one ValueError naming ``key``."""
+    if not names:
+        raise ValueError(f"{key} must name at least one strategy")
+    for name in names:
+        if name in selectors or any(name.startswith(p) for p in selectors if p.endswith(":")):
+            continue
+        try:
+            Strategy.parse(name)
+        except ValueError as err:
+            raise ValueError(f"{key}: {err}") from None
