@@ -91,7 +91,8 @@ def check_override_keys(command: str, schema: type, overrides: list[str]) -> Non
             continue
         problem = _unknown_key(schema, key)
         if problem is not None:
-            raise ValueError(f"`fastrl {command}` has no key {key!r}{problem}")
+            name = command.replace("_", "-")  # the command as typed (its config file is check_exact.yaml, ...)
+            raise ValueError(f"`fastrl {name}` has no key {key!r}{problem}")
 
 
 def _unknown_key(schema: type, dotted: str) -> str | None:

@@ -53,10 +53,15 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         engine = build_engine(policy, model_dir, strategy, cfg.drafter, configs[name], bandit=cfg.bandit, ema=ema)
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
+    refused = 0
     for index, item in enumerate(report.items):
         line = lines[index // cfg.n]
         m = item.mismatch
-        if m is not None:
+        error = runs["plain"][index].error
+        if error is not None and error == runs["speculative"][index].error:
+            refused += 1  # e.g. a prompt past the context: nothing was generated to compare
+            print(f"line {line.line_no}: not checked, both runs refused it: {error}")
+        elif m is not None:
             print(
                 f"line {line.line_no}: {m.kind} at response position {m.position}: plain {m.plain_token} "
                 f"(p={m.plain_prob:.4g}) vs speculative {m.spec_token} (p={m.spec_prob:.4g}), "
@@ -67,7 +72,8 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
                 f"line {line.line_no}: bug: equal tokens but finish reasons equal={item.finish_equal}, "
                 f"max |logprob diff| {item.logprob_diff:.3g}"
             )
-    print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}")
+    not_checked = f" ({refused} of them refused by both runs, not checked)" if refused else ""
+    print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}{not_checked}")
     if "report" in targets:
         write_atomic(targets["report"].path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
     return report

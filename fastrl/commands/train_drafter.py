@@ -45,7 +45,7 @@ def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDraf
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
-    train_prompts, held_prompts = training_prompts(tokenizer, cfg)
+    train_prompts, held_prompts = training_prompts(tokenizer, cfg, policy.config.max_position_embeddings)
     identity = {"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter}
     report = train_offline(policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity)
     metrics = {

@@ -6,28 +6,50 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from fastrl.commands.prompt_tokens import file_token_ids
+from fastrl.commands.prompt_tokens import line_token_ids
+from fastrl.commands.prompts_io import read_prompts
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import task_prompts
 from fastrl.models.tokenizer import has_chat_template
 
 
-def training_prompts(tokenizer: Any, cfg: TrainDrafterConfig) -> tuple[list[list[int]], list[list[int]]]:
+def training_prompts(
+    tokenizer: Any, cfg: TrainDrafterConfig, context: int | None = None
+) -> tuple[list[list[int]], list[list[int]]]:
     """(train, held-out) prompt ids: from cfg.prompts when set (a seeded split), else num_prompts and eval_prompts
-    bundled-task prompts drawn with different seeds."""
+    bundled-task prompts drawn with different seeds. `context`: the policy's positions; a prompt that leaves no
+    room for a response is an error (naming its line), not a rollout quietly trained on."""
     if cfg.prompts:
-        return split_prompts(file_prompt_ids(cfg.prompts, tokenizer, cfg.chat_template), cfg)
-    return task_prompts(tokenizer, cfg.num_prompts, cfg.seed), task_prompts(tokenizer, cfg.eval_prompts, cfg.seed + 1)
+        return split_prompts(file_prompt_ids(cfg.prompts, tokenizer, cfg.chat_template, context), cfg)
+    train = task_prompts(tokenizer, cfg.num_prompts, cfg.seed)
+    held = task_prompts(tokenizer, cfg.eval_prompts, cfg.seed + 1)
+    for i, prompt in enumerate(train + held):
+        _check_fits(prompt, context, f"task prompt {i}")
+    return train, held
 
 
-def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool) -> list[list[int]]:
+def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool, context: int | None = None) -> list[list[int]]:
     """Token ids of every prompt of a prompts JSONL file: "prompt" text as one user turn through the tokenizer's
     chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "messages" through the
-    chat template; "prompt_ids" as given."""
-    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer))
+    chat template; "prompt_ids" as given. `context` (the policy's positions): a prompt of that many tokens or more
+    is an error naming its line."""
+    chat = chat_template and has_chat_template(tokenizer)
+    prompts = []
+    for line in read_prompts(path):
+        where = f"{path}:{line.line_no}"
+        prompts.append(line_token_ids(line, tokenizer, chat, where))
+        _check_fits(prompts[-1], context, where)
     if not prompts:
         raise ValueError(f"train_drafter.prompts={path}: the file holds no prompts")
     return prompts
+
+
+def _check_fits(prompt: list[int], context: int | None, where: str) -> None:
+    if context is not None and len(prompt) >= context:
+        raise ValueError(
+            f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({context} positions) leaves "
+            "no room for a response; shorten or remove it"
+        )
 
 
 def split_prompts(prompts: list[list[int]], cfg: TrainDrafterConfig) -> tuple[list[list[int]], list[list[int]]]:

@@ -9,6 +9,7 @@ from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_config import FRESH_DRAFTER, TrainConfig
 from fastrl.models.checkpoint import read_config
+from fastrl.rl.task_protocol import TextTokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.rollout.backend import RolloutBackend
 from fastrl.rollout.local import LocalRollout
@@ -85,3 +86,22 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
 def build_task(cfg: TrainConfig) -> ArithChainTask:
     """The bundled reasoning task."""
     return ArithChainTask(cfg.task)
+
+
+def check_prompts_fit(cfg: TrainConfig, task: ArithChainTask, tokenizer: TextTokenizer) -> None:
+    """ValueError before any worker starts when the task's longest prompt leaves no room for a response in the
+    rollout engines' context (`rollout.engine.max_model_len`, else the policy's `max_position_embeddings`): every
+    rollout of such a prompt would fail at run time. A tokenizer that splits another prompt into more tokens than
+    the longest one can still fail a request; the trainer then names it."""
+    limit = cfg.rollout.engine.max_model_len
+    key = "rollout.engine.max_model_len"
+    if limit is None:
+        limit = read_config(model_dir(cfg)).max_position_embeddings
+        key = f"the policy's max_position_embeddings ({model_dir(cfg)})"
+    prompt = task.longest_prompt()
+    tokens = len(tokenizer.encode(prompt))
+    if tokens >= limit:
+        raise ValueError(
+            f"{key}={limit} leaves no room for a response: the task's longest prompt ({prompt[:40]!r}..., "
+            f"task.n_max={cfg.task.n_max}) is {tokens} tokens; raise {key} or lower task.n_max"
+        )

@@ -62,3 +62,15 @@ def test_half_precision_log_probs_are_judged_by_their_dtype(tmp_path, capsys):
     assert main(["check-exact", *args, "dtype=bfloat16", "logprob_tol=1e-4", f"report={strict}"]) == 1
     out = capsys.readouterr().out
     assert "bug: equal tokens" in out and json.loads(strict.read_text())["logprob_tol"] == 1e-4
+
+
+def test_a_prompt_both_runs_refuse_is_said_not_checked(tmp_path, capsys):
+    """A prompt past the model's context is refused by both engines (finish reason error, no tokens): equal, but
+    nothing was compared, and the output says so instead of counting it silently as identical."""
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+2="}) + "\n" + json.dumps({"prompt_ids": [5] * 1100}) + "\n")
+    assert main(["check-exact", f"prompts={prompts}", "max_new_tokens=8", "strategy=3_1_4", "progress=false"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("line 2: not checked, both runs refused it: ") and "1100 tokens" in out[0]
+    assert out[-1].endswith("(1 of them refused by both runs, not checked)")
+    assert not any(line.startswith("line 1") for line in out)

@@ -83,6 +83,10 @@ def test_cfg_with_a_bad_key_is_one_error(capsys):
     assert main(["generate", "--cfg", "job", "temperture=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["fastrl generate: error: `fastrl generate` has no key 'temperture'; did you mean 'temperature'?"]
+    # A two-word command is named as typed, not as its config file (check_exact.yaml).
+    assert main(["check-exact", "output=r.json"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("fastrl check-exact: error: `fastrl check-exact` has no key 'output'; top-level keys are")
 
 
 def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):

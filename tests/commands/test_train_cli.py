@@ -74,6 +74,18 @@ def test_train_bad_override_is_an_error(policy_dir, tmp_path, capsys):
     assert not run.exists()
 
 
+def test_a_context_too_short_for_the_task_is_an_error_before_any_rollout(policy_dir, tmp_path, capsys):
+    """The task's longest prompt (task.n_max terms of value_max) must leave room for a response: said once, before
+    Ray or any worker starts, naming the key, not as a failed rollout's traceback at some later step."""
+    run = tmp_path / "run"
+    args = [*COMMON, f"model.path={policy_dir}", "rollout.engine.max_model_len=20", f"hydra.run.dir={run}"]
+    assert main(["train", *args]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("fastrl train: error: rollout.engine.max_model_len=20 leaves no room for a response")
+    assert "task.n_max=6" in line
+    assert not run.exists()
+
+
 def test_train_multirun_sweeps(policy_dir, tmp_path):
     sweep = tmp_path / "sweep"
     args = [

@@ -30,6 +30,15 @@ def test_text_goes_through_the_chat_template_and_ids_pass_unchanged(tmp_path):
     assert file_prompt_ids(path, plain, chat_template=True) == [plain("ab")["input_ids"], [7, 8]]
 
 
+def test_a_prompt_that_fills_the_context_is_an_error_naming_its_line(tmp_path):
+    """Before, the engine refused the request and train-drafter trained on the bare prompt, past the policy's
+    positions; now the run stops before any rollout, naming the line."""
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt_ids": [5] * 9}, {"prompt_ids": [5] * 10}])
+    assert file_prompt_ids(path, None, chat_template=False, context=11) == [[5] * 9, [5] * 10]
+    with pytest.raises(ValueError, match=r"p.jsonl:2: the prompt has 10 tokens, and the policy's context \(10"):
+        file_prompt_ids(path, None, chat_template=False, context=10)
+
+
 def test_split_holds_out_eval_prompts_and_names_the_key():
     prompts = [[i] for i in range(10)]
     cfg = TrainDrafterConfig(prompts="p.jsonl", eval_prompts=3, num_prompts=5)

@@ -89,9 +89,13 @@ class ArithChainTask:
         edges = self.config.bucket_edges
         return [f"{low}-{high - 1}" for low, high in pairwise(edges)] + [f"{edges[-1]}+"]
 
+    def longest_prompt(self) -> str:
+        """The longest possible prompt: `n_max` terms, each `value_max`."""
+        return self.make_problem([self.config.value_max] * self.config.n_max).prompt
+
     def max_prompt_chars(self) -> int:
         """Length of the longest possible prompt."""
-        return len(self.make_problem([self.config.value_max] * self.config.n_max).prompt)
+        return len(self.longest_prompt())
 
     def max_response_chars(self) -> int:
         """Length of the longest possible solution; a bound for `max_new_tokens` (plus one for <eos>)."""
