@@ -6,7 +6,8 @@ which stays pending as the next round's root (at a prefill with shared prompts, 
 policy: their siblings hold the same drafter entries through the shared pages). Every decode round appends the
 entries it emitted with a few batched writes, whatever the batch size; a speculative round takes every row's
 pending entries in one gather and the drafter reads them (`catch_up`). The host keeps each slot's pending count as
-a plain int (it knows what every round emitted), so sizing a round's input needs no read of a device value.
+a plain int (it knows what every round emitted), so sizing a round's input or placing a write needs no read of a
+device value.
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ from fastrl.speculative.round import SpecModels
 
 
 class DrafterFeed:
-    """Device tensors indexed by slot: tokens [S,W] long, features [S,W,F], counts [S] long (valid entries of
-    each slot, left-aligned); W grows when a round would write past it. F is the drafter's `feature_size`: H, or
-    (len(extra_layers) + 1) * H for a fused drafter, whose entries then hold the policy's fused features."""
+    """Device tensors indexed by slot: tokens [S,W] long, features [S,W,F] (each slot's valid entries
+    left-aligned); W grows when a round would write past it. F is the drafter's `feature_size`: H, or
+    (len(extra_layers) + 1) * H for a fused drafter, whose entries then hold the policy's fused features. How many
+    entries each slot holds lives on the host only: it is known from what every round emitted, so a write's flat
+    position is one host-made index and a round needs no device count."""
 
     def __init__(self, num_slots: int, feature_size: int, dtype: torch.dtype, device: torch.device, width: int) -> None:
         self.device = device
         self.tokens = torch.zeros(num_slots, width, dtype=torch.long, device=device)
         self.features = torch.zeros(num_slots, width, feature_size, dtype=dtype, device=device)
-        self.counts = torch.zeros(num_slots, dtype=torch.long, device=device)
-        self._pending = [0] * num_slots  # the host's copy of counts
+        self._pending = [0] * num_slots  # valid entries of each slot
         self._behind = [False] * num_slots  # a round without the drafter appended since the slot's last take
+        self._steps: dict[int, Tensor] = {}  # arange(k) per write width k
+        self._flatten()
 
     def clear(self, slots: Tensor, slot_ids: list[int]) -> None:
         """Nothing pending for these slots (newly admitted requests).  # slots [B]"""
-        self.counts[slots] = 0
         for slot in slot_ids:
             self._pending[slot] = 0
             self._behind[slot] = False
@@ -56,17 +59,20 @@ class DrafterFeed:
             raise ValueError(f"DrafterFeed: features are [.., {features.shape[-1]}], the drafter reads [.., {width}]")
         k = tokens.shape[1]
         self._fit(self.widest(slot_ids) + k)
-        cols = self.counts[slots].unsqueeze(1) + torch.arange(k, device=self.device)  # [B,K]
-        rows = slots.unsqueeze(1).expand_as(cols)
-        self.tokens[rows, cols] = tokens
-        self.features[rows, cols] = features.to(self.features.dtype)
-        self.counts[slots] += torch.tensor(counts, dtype=torch.long, device=self.device)
+        w = self.tokens.shape[1]
+        flat = self._on_device([s * w + self._pending[s] for s in slot_ids])  # [B] flat positions of column 0
+        if k > 1:
+            flat = (flat.unsqueeze(1) + self._step(k)).reshape(-1)  # [B*K]
+        if features.dtype != self.features.dtype:
+            features = features.to(self.features.dtype)
+        self._flat_tokens.index_copy_(0, flat, tokens.reshape(-1))
+        self._flat_features.index_copy_(0, flat, features.reshape(-1, features.shape[-1]))
         for slot, count in zip(slot_ids, counts, strict=True):
             self._pending[slot] += count
             self._behind[slot] = self._behind[slot] or not drafted
 
     def widest(self, slot_ids: list[int]) -> int:
-        """The most entries pending for one of these slots (the host's count: no device read)."""
+        """The most entries pending for one of these slots."""
         return max(self._pending[s] for s in slot_ids)
 
     def behind(self, slot_ids: list[int]) -> bool:
@@ -76,17 +82,29 @@ class DrafterFeed:
 
     def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
         """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,F], [B]"""
-        width = self.widest(slot_ids)
-        if min(self._pending[s] for s in slot_ids) < 1:
+        pending = [self._pending[s] for s in slot_ids]
+        width = max(pending)
+        if min(pending) < 1:
             raise RuntimeError("a request reached a speculative round with nothing for its drafter to read")
         # index_select of the first `width` columns: ~1.6-2x faster than advanced indexing on a CPU at 64-256 rows
         tokens, features = (
             self.tokens[:, :width].index_select(0, slots),
             self.features[:, :width].index_select(0, slots),
         )
-        taken = DrafterInput(tokens, features, self.counts.index_select(0, slots))
+        taken = DrafterInput(tokens, features, self._on_device(pending))
         self.clear(slots, slot_ids)
         return taken
+
+    def _on_device(self, values: list[int]) -> Tensor:
+        """A long tensor of host ints on the feed's device.  # -> [len(values)]"""
+        host = torch.tensor(values, dtype=torch.long)
+        return host if self.device.type == "cpu" else host.to(self.device, non_blocking=True)
+
+    def _step(self, k: int) -> Tensor:
+        """arange(k) on the device, made once per width."""
+        if k not in self._steps:
+            self._steps[k] = torch.arange(k, device=self.device)
+        return self._steps[k]
 
     def _fit(self, width: int) -> None:
         """Grow the width to at least `width` entries (doubling), keeping what is held."""
@@ -98,6 +116,12 @@ class DrafterFeed:
         features = self.features.new_zeros(self.features.shape[0], new, self.features.shape[2])
         tokens[:, :old], features[:, :old] = self.tokens, self.features
         self.tokens, self.features = tokens, features
+        self._flatten()
+
+    def _flatten(self) -> None:
+        """Flat views of the two tensors, which writes index by slot * W + column."""
+        self._flat_tokens = self.tokens.view(-1)  # [S*W]
+        self._flat_features = self.features.view(-1, self.features.shape[2])  # [S*W,F]
 
 
 def feed_prompts(

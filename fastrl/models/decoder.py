@@ -107,12 +107,11 @@ class CausalLM(nn.Module):
             meta = cache.metadata(
                 slots, cache_index, mask, first_slot
             )  # one description of this forward for every layer
-        if feature_layers and not all(0 <= i < len(self.model.layers) for i in feature_layers):
-            raise ValueError(
-                f"feature_layers {list(feature_layers)} outside the policy's {len(self.model.layers)} decoder layers"
-            )
+        layers = self.model.layers
+        if feature_layers and (min(feature_layers) < 0 or max(feature_layers) >= len(layers)):
+            raise ValueError(f"feature_layers {list(feature_layers)} outside the policy's {len(layers)} decoder layers")
         kept: list[Tensor] = []
-        for i, layer in enumerate(self.model.layers):
+        for i, layer in enumerate(layers):
             x = layer(x, cos, sin, cache, attn_mask=mask, meta=meta)
             if i in feature_layers:
                 kept.append(x)

@@ -57,6 +57,7 @@ def plain_time_estimate(
 ) -> float:
     """What plain decoding would have taken for a round's tokens: the selector's estimate when it makes one; else a
     plain round's own time, and 0.0 (no estimate) for a speculative round."""
-    if isinstance(selector, PlainTimeEstimator):
-        return selector.plain_time_estimate(strategy, batch_size, emitted, wall_time_s)
+    estimate = getattr(selector, "plain_time_estimate", None)  # a protocol isinstance costs ~12 us a round
+    if estimate is not None:
+        return estimate(strategy, batch_size, emitted, wall_time_s)
     return wall_time_s if strategy.is_disabled else 0.0
