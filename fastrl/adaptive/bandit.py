@@ -283,10 +283,7 @@ class BanditSelector:
         pulled among plain rounds would otherwise be timed by its catch-ups, or, were they left out, never)."""
         self._memo.clear()
         self._acceptance.observe(stats)
-        depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
-        if depth is not None and self.config.chain_depth:
-            self._chain_rounds.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
-        self._times.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
+        self._times.observe_round(stats)
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
         if self.config.explore_budget is not None:
@@ -309,10 +306,7 @@ class BanditSelector:
         """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
         plain round time at this batch size (as the rounds learned so far say: queued ones are not learned for it)
         x the tokens emitted per row (0.0 while plain's time is unknown)."""
-        if strategy.is_disabled:
-            return wall_time_s
-        seconds = self._times.plain_seconds(batch_size)
-        return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
+        return self._times.plain_estimate(strategy, batch_size, emitted, wall_time_s)
 
     def _record(self, batch_size: int, bucket: int, strategy: Strategy, reason: str) -> Strategy:
         self._last_reason = reason

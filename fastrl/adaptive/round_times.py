@@ -31,6 +31,7 @@ import math
 from fastrl.adaptive.chain_depth import ChainCurve, ChainRounds, fixed_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
+from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 LOAD_STD = 1.0
@@ -148,6 +149,24 @@ class RoundTimes:
         expected = math.log(curve.seconds(depth)) if curve is not None else self._log_calibrated(arm, batch_size)
         self._filter.observe(arm, batch_size, math.log(seconds) - expected)
         self._measured.add(arm)
+
+    def observe_round(self, stats: RoundStats) -> None:
+        """Learn from one engine round: its time without its ``catch_up_time_s`` (the history index, or after rounds
+        without the drafter the drafter, catching up on text emitted before it: a drafter arm pulled among plain
+        rounds would otherwise be timed by its catch-ups, or, were they left out, never); a stopping chain's at the
+        depth it drafted, that depth and its tokens per row recorded in ``chains``."""
+        depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
+        if depth is not None and self._chain_depth:
+            self.chains.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
+        self.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
+
+    def plain_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
+        """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
+        plain round time at this batch size now x the tokens emitted per row (0.0 while plain's time is unknown)."""
+        if strategy.is_disabled:
+            return wall_time_s
+        seconds = self.plain_seconds(batch_size)
+        return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
         """Predicted wall time of one round now (None when ``arm`` was neither calibrated nor measured)."""

@@ -119,7 +119,8 @@ def _engine(
         drafter=None if name == "disable" else drafter,
         selector=_selector(name, bandit),
     )
-    calibrate_engine(engine)  # the bandit's round costs, as engine start gives them (from the cache once measured)
+    # the bandit's round costs, as engine start gives them (from the cache once measured); the bench times plain itself
+    calibrate_engine(engine, meter=False)
     if warm_start is not None and isinstance(engine.selector, BanditSelector):
         engine.selector.warm_start(warm_start)
     return engine

@@ -134,11 +134,14 @@ def build_engine(
     config: EngineConfig,
     bandit: BanditConfig | None = None,
     ema: EmaConfig | str | None = None,
+    estimate_speedup: bool = True,
 ) -> Engine:
-    """An engine whose rounds follow the strategy selector `strategy` (disable | S_K_N | bandit | ema)."""
+    """An engine whose rounds follow the strategy selector `strategy` (disable | S_K_N | bandit | ema);
+    `estimate_speedup`: a fixed strategy or the EMA tiers also get a calibrated plain-time meter, so their rounds
+    carry a plain-decoding estimate as the bandit's do (``calibrate_engine``)."""
     strategy_selector: StrategySelector = build_selector(strategy, bandit=bandit, ema=ema)
     needed = any(s.uses_drafter for s in strategy_selector.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
     engine = Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)
-    calibrate_engine(engine)  # the bandit's round costs (cached per model, device and dtype)
+    calibrate_engine(engine, meter=estimate_speedup)  # round costs (cached per model, device and dtype)
     return engine

@@ -24,6 +24,7 @@ import torch
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.chain_depth import timing_chains
 from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.engine.engine import Engine
 from fastrl.models.cpu_linear import small_linear_routing
@@ -38,6 +39,9 @@ PLAIN_REPEATS = 3
 MIN_PASSES = 5
 """Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
 and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
+METER_ROUNDS = 3
+"""Rounds per arm and size of the calibration behind a ``PlainTimeMeter`` (the bandit's default ``min_pulls``; the
+passes are at least ``MIN_PASSES`` anyway)."""
 PROMPT_TOKENS = 64
 """Calibration prompts: a random pattern of up to this many tokens (fewer where the model's context is short; rows of
 one batch from a quarter of it to all of it, ``ragged_length``), said twice (history arms then find matches). Rollout
@@ -207,13 +211,20 @@ def load_or_measure(
     return model
 
 
-def calibrate_engine(engine: Engine, cache_dir: Path | None = None) -> CostModel | None:
+def calibrate_engine(engine: Engine, cache_dir: Path | None = None, meter: bool = True) -> CostModel | None:
     """Give the engine's bandit (when it has one) its drafter's held-out acceptance as the prior of its drafting
     arms, and (when it wants a calibration and has none) its round costs: its arms', and those of the fixed chains
-    that time its stopping chains by depth (``timing_chains``)."""
+    that time its stopping chains by depth (``timing_chains``). Another selector that speculates (a fixed strategy,
+    the EMA tiers) gets, with ``meter``, a ``PlainTimeMeter`` over the same calibration of its arms, so its rounds
+    carry a plain-decoding estimate too."""
     selector = engine.selector
     if not isinstance(selector, BanditSelector):
-        return None
+        arms = [arm for arm in selector.strategies if not arm.is_disabled]
+        if not meter or not arms or hasattr(selector, "plain_time_estimate"):
+            return None
+        calibration = load_or_measure(engine, arms + timing_chains(arms), METER_ROUNDS, 0, cache_dir)
+        engine.plain_meter = PlainTimeMeter(calibration)
+        return calibration
     if engine.drafter is not None and engine.drafter.prior_hazard is not None:
         selector.set_prior_hazard(engine.drafter.prior_hazard)
     if not selector.config.calibrate:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
+from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.finish import FINISH_CODES
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
@@ -87,6 +88,9 @@ class Engine:
             self.config.prefix_sharing,
         )
         self.round_stats: list[RoundStats] = []
+        # estimates plain decoding's time for a selector without a cost model (set by calibrate_engine; see
+        # fastrl.adaptive.plain_meter): it learns every round after the selector
+        self.plain_meter: PlainTimeMeter | None = None
         self.prefill_rows = PrefillCounts()
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
@@ -232,12 +236,19 @@ class Engine:
             wall_time_s=(wall := max(time.perf_counter() - start, 1e-9)),
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
-            plain_time_estimate_s=plain_time_estimate(self.selector, strategy, len(requests), emitted, wall),
+            plain_time_estimate_s=plain_time_estimate(self._estimator, strategy, len(requests), emitted, wall),
             catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
         )
         self.round_stats.append(stats)
         self._info.observe(stats)
         self.selector.observe(stats)
+        if self.plain_meter is not None:
+            self.plain_meter.observe(stats)
+
+    @property
+    def _estimator(self) -> StrategySelector | PlainTimeMeter:
+        """Who estimates a round's plain-decoding time: the meter when there is one, else the selector."""
+        return self.plain_meter if self.plain_meter is not None else self.selector
 
     def _emit_rows(
         self, requests: list[Request], out: StepOutput, progressed: dict[str, tuple[Request, list[int]]]

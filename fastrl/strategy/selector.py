@@ -53,11 +53,15 @@ class PlainTimeEstimator(Protocol):
 
 
 def plain_time_estimate(
-    selector: StrategySelector, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float
+    estimator: StrategySelector | PlainTimeEstimator,
+    strategy: Strategy,
+    batch_size: int,
+    emitted: list[int],
+    wall_time_s: float,
 ) -> float:
-    """What plain decoding would have taken for a round's tokens: the selector's estimate when it makes one; else a
-    plain round's own time, and 0.0 (no estimate) for a speculative round."""
-    estimate = getattr(selector, "plain_time_estimate", None)  # a protocol isinstance costs ~12 us a round
+    """What plain decoding would have taken for a round's tokens: the estimate of a selector (or meter) that makes
+    one; else a plain round's own time, and 0.0 (no estimate) for a speculative round."""
+    estimate = getattr(estimator, "plain_time_estimate", None)  # a protocol isinstance costs ~12 us a round
     if estimate is not None:
         return estimate(strategy, batch_size, emitted, wall_time_s)
     return wall_time_s if strategy.is_disabled else 0.0

@@ -7,6 +7,7 @@ import pytest
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.factory import build_selector
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.bench.long_tail import run_lockstep
@@ -30,10 +31,18 @@ def models():
     return policy, load_drafter(bundled_drafter_dir(), policy)[0]
 
 
-def _estimate_ratios(models, cache_dir, repeats: int) -> list[float]:
+SELECTORS = {
+    "bandit": lambda: BanditSelector(BanditConfig(strategies=["3_1_4"])),
+    "fixed": lambda: FixedSelector("3_1_4"),  # a PlainTimeMeter estimates for it
+    "ema": lambda: build_selector("ema"),
+}
+
+
+def _estimate_ratios(models, cache_dir, repeats: int, kind: str = "bandit") -> list[float]:
     """Estimated plain time of a speculative run over the real time of a plain run of the same requests, once per
-    repeat. Every round speculates (the bandit's one arm is 3_1_4), so the estimate is the plain cost model alone;
-    the plain engine steps in lockstep with it (a shared machine's load falls on both alike)."""
+    repeat. Every round speculates (the bandit's one arm is 3_1_4, the fixed strategy is, the EMA tiers are chains),
+    so the estimate is the plain cost model alone; the plain engine steps in lockstep with it (a shared machine's load
+    falls on both alike)."""
     policy, drafter = models
     prompts = task_prompts(load_tokenizer(bundled_model_dir()), REQUESTS, 0)
     inputs = [
@@ -43,7 +52,7 @@ def _estimate_ratios(models, cache_dir, repeats: int) -> list[float]:
     config = EngineConfig(max_batch_size=REQUESTS, max_model_len=512)
     ratios = []
     for _ in range(repeats):
-        spec = Engine(policy, config, drafter=drafter, selector=BanditSelector(BanditConfig(strategies=["3_1_4"])))
+        spec = Engine(policy, config, drafter=drafter, selector=SELECTORS[kind]())
         calibrate_engine(spec, cache_dir)  # measured once, then read from cache_dir
         plain = Engine(policy, config, selector=FixedSelector(DISABLE))
         _, outputs = run_lockstep({"plain": plain, "spec": spec}, inputs)
@@ -58,19 +67,21 @@ def _estimate_ratios(models, cache_dir, repeats: int) -> list[float]:
     return ratios
 
 
-def test_every_speculative_round_carries_a_plain_time_estimate(models, tmp_path):
-    assert all(r > 0 for r in _estimate_ratios(models, tmp_path, repeats=2))
+@pytest.mark.parametrize("kind", sorted(SELECTORS))
+def test_every_speculative_round_carries_a_plain_time_estimate(models, tmp_path, kind):
+    assert all(r > 0 for r in _estimate_ratios(models, tmp_path, repeats=2, kind=kind))
 
 
 @pytest.mark.timing
-def test_estimated_plain_time_matches_a_real_plain_run(models, tmp_path):
+@pytest.mark.parametrize("kind", ["bandit", "fixed"])
+def test_estimated_plain_time_matches_a_real_plain_run(models, tmp_path, kind):
     """The estimate within 10% of a real plain run (median over repeats). A wall-clock bound, so it is opt-in
     (`python -m pytest -m timing`, on a machine nothing else loads): calibration and run must see the same load."""
-    ratios = _estimate_ratios(models, tmp_path, REPEATS)
+    ratios = _estimate_ratios(models, tmp_path, REPEATS, kind)
     assert abs(statistics.median(ratios) - 1.0) <= 0.10, ratios
 
 
-def test_plain_rounds_estimate_themselves_and_fixed_strategies_make_no_estimate(models):
+def test_plain_rounds_estimate_themselves_and_an_uncalibrated_fixed_strategy_makes_no_estimate(models, tmp_path):
     policy, drafter = models
     inputs = [GenerateInput([5, 6, 7, 8], SamplingParams(max_new_tokens=8, seed=i)) for i in range(2)]
     plain = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64))
@@ -80,6 +91,8 @@ def test_plain_rounds_estimate_themselves_and_fixed_strategies_make_no_estimate(
     fixed = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), drafter, FixedSelector("3_1_4"))
     fixed.generate(inputs)
     assert RoundTotals.of(fixed.round_stats).estimated_speedup is None
+    assert calibrate_engine(fixed, tmp_path, meter=False) is None and fixed.plain_meter is None
+    assert not list(tmp_path.glob("*.json"))  # nothing measured for it
 
 
 def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp_path):
