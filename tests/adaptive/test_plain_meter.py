@@ -3,6 +3,7 @@ PlainTimeMeter: the bandit's round-time model over the same calibration, so the 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -47,7 +48,7 @@ def test_the_meter_estimates_what_a_one_arm_bandit_estimates(seed):
     arm = rng.choice([Strategy.parse(s) for s in ("3_1_4", "5_1_6", "8_4_32", "12_1_13@0.3")])
     fixed = [Strategy.parse(s) for s in ("1_1_2", "2_1_3", "3_1_4", "5_1_6", "7_1_8")] if arm.stops_early else []
     calibration = _calibration([arm, *fixed], rng)
-    meter = PlainTimeMeter(calibration)
+    meter = PlainTimeMeter(calibration, share=None)  # every round, as the bandit learns
     bandit = BanditSelector(BanditConfig(strategies=[str(arm)], decide_every_s=0.0))  # learns at every choice
     bandit.set_calibration(calibration)
     for stats in _rounds(arm, rng, 60, rng.uniform(0.5, 3.0), calibration):
@@ -69,9 +70,26 @@ def test_the_estimate_follows_the_machines_load(load):
     rng = random.Random(3)
     arm = Strategy.parse("5_1_6")
     calibration = _calibration([arm], rng)
-    meter = PlainTimeMeter(calibration)
+    meter = PlainTimeMeter(calibration, share=None)
     for stats in _rounds(arm, rng, 200, load, calibration):
         meter.observe(stats)
     for b in (1, 8, 30):
         predicted = meter.times.plain_seconds(b)
         assert predicted == pytest.approx(load * calibration.round_time(DISABLE, b), rel=0.15)
+
+
+def test_within_its_share_the_meter_learns_some_rounds_and_all_slow_ones():
+    """Rounds of 1 ms: learning one (~50 us here; anything above 5 us) is more than 0.5% of the next few, which are
+    skipped; rounds of 1 s are all learned."""
+    rng = random.Random(5)
+    arm = Strategy.parse("3_1_4")
+    calibration = _calibration([arm], rng)
+    fast = [dataclasses.replace(s, wall_time_s=0.001) for s in _rounds(arm, rng, 300, 1.0, calibration)]
+    meter = PlainTimeMeter(calibration)
+    for stats in fast:
+        meter.observe(stats)
+    assert 0 < meter.learned < len(fast) // 2
+    every = PlainTimeMeter(calibration)
+    for stats in fast[:20]:
+        every.observe(dataclasses.replace(stats, wall_time_s=1.0))
+    assert every.learned == 20
