@@ -9,6 +9,7 @@ separate two perturbed logits, so any mismatch is a bug: `compare_runs` still ju
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
@@ -215,8 +216,34 @@ def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16, dtype: s
     )
 
 
-def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: list[int]) -> list[RequestOutput]:
-    """Run the case's requests through one engine, adding request i at step arrivals[i]; outputs in input order."""
+def pressure(case: Case) -> dict:
+    """Engine keys that put the case's speculative run under memory pressure, drawn from its seed: a page size of
+    1-32, a KV pool of 5-100% of the tokens its requests need (at least one request's context plus a speculative
+    round, the least an engine takes), the context cut to the longest request, prefix sharing on or off. The engine
+    must wait or preempt and recompute, and still decode exactly what plain decoding does."""
+    rng = random.Random(case.seed * 7 + 1)
+    longest = max(len(i.prompt_ids) + i.params.max_new_tokens for i in case.inputs)
+    context = longest + rng.choice([0, 1, 5, 40])
+    needed = sum(len(i.prompt_ids) + i.params.max_new_tokens for i in case.inputs)
+    fraction = rng.choice([0.05, 0.1, 0.2, 0.4, 1.0])
+    return {
+        "page_size": rng.choice([1, 2, 3, 4, 8, 16, 32]),
+        "kv_cache_tokens": max(int(needed * fraction), context + 64),
+        "max_model_len": context,
+        "prefix_sharing": rng.random() < 0.7,
+    }
+
+
+def decode(
+    case: Case,
+    selector: StrategySelector,
+    batch_size: int,
+    arrivals: list[int],
+    engine_keys: dict | None = None,
+    counts: Counter[str] | None = None,
+) -> list[RequestOutput]:
+    """Run the case's requests through one engine (`engine_keys`: more EngineConfig keys), adding request i at step
+    arrivals[i]; outputs in input order. `counts` gains the engine's preemptions."""
     policy, drafter = models(case.model, case.dtype)
     if case.fused:
         drafter = fused_drafter(case.model, case.fused, case.dtype)
@@ -224,7 +251,7 @@ def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: li
     drafter.set_draft_vocab(None if case.draft_vocab is None else torch.tensor(case.draft_vocab))
     engine = Engine(
         policy,
-        EngineConfig(max_batch_size=batch_size, dtype=case.dtype),
+        EngineConfig(max_batch_size=batch_size, dtype=case.dtype, **(engine_keys or {})),
         drafter=drafter if speculative else None,
         selector=selector,
     )
@@ -237,13 +264,17 @@ def decode(case: Case, selector: StrategySelector, batch_size: int, arrivals: li
             engine.add_request(inp.prompt_ids, inp.params, inp.request_id)
         done.update({out.request_id: out for out in engine.step() if out.finished})
         step += 1
+    if counts is not None:
+        counts["preemptions"] += engine.scheduler.preemptions
     return [done[i.request_id] for i in case.inputs]
 
 
-def run_case(case: Case) -> ExactnessReport:
-    """Plain decoding (all requests at once, its own batch size) against the case's speculative run."""
+def run_case(case: Case, under_pressure: bool = False, counts: Counter[str] | None = None) -> ExactnessReport:
+    """Plain decoding (all requests at once, its own batch size) against the case's speculative run (with
+    `under_pressure`, in an engine of the case's `pressure` keys; `counts` gains its preemptions)."""
     plain = decode(case, FixedSelector(DISABLE), case.plain_batch_size, [0] * len(case.inputs))
-    spec = decode(case, case.selector(), case.batch_size, case.arrivals)
+    keys = pressure(case) if under_pressure else None
+    spec = decode(case, case.selector(), case.batch_size, case.arrivals, keys, counts)
     policy = models(case.model, case.dtype)[0]
     return compare_runs(policy, case.inputs, plain, spec, logprob_tol=LOGPROB_TOLS[case.dtype])
 

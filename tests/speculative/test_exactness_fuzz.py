@@ -6,7 +6,8 @@ The quick profile (default suite) runs QUICK_CASES fixed-seed cases. The long pr
     FASTRL_FUZZ_CASES=3000 python -m pytest -m fuzz tests/speculative/test_exactness_fuzz.py -s
 
 (`FASTRL_FUZZ_SEED=N` starts elsewhere; `FASTRL_FUZZ_DTYPE=float32` runs float32 engines, where near-ties are
-allowed and judged by their gap.)
+allowed and judged by their gap; `FASTRL_FUZZ_PRESSURE=1` runs each speculative engine in a small KV pool, see
+`exactness_cases.pressure`.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import Counter
 import pytest
 
 from fastrl.exactness.compare import ExactnessReport
-from tests.speculative.exactness_cases import DTYPE, LOGPROB_TOLS, make_case, run_case
+from tests.speculative.exactness_cases import DTYPE, LOGPROB_TOLS, make_case, pressure, run_case
 
 QUICK_CASES = 48
 QUICK_SEED = 9000
@@ -26,6 +27,8 @@ QUICK_SEED = 9000
 REGRESSION_SEEDS = (20491,)
 FLOAT32_CASES = 24
 FLOAT32_SEED = 9500
+PRESSURE_CASES = 16
+PRESSURE_SEED = 9700
 
 
 def _kind(case) -> str:
@@ -34,10 +37,10 @@ def _kind(case) -> str:
 
 
 def _run(
-    seeds: range, max_new_tokens: int, progress_every: int = 0, dtype: str = DTYPE
-) -> tuple[ExactnessReport, list[str]]:
+    seeds: range, max_new_tokens: int, progress_every: int = 0, dtype: str = DTYPE, under_pressure: bool = False
+) -> tuple[ExactnessReport, list[str], int]:
     """Run the cases of `seeds`; failing cases are those with a bug, and in float64 also those with a near-tie
-    (float64 rounding cannot make one)."""
+    (float64 rounding cannot make one); and the speculative engines' preemptions."""
     total = ExactnessReport(logprob_tol=LOGPROB_TOLS[dtype])
     failures = []
     kinds: Counter[str] = Counter()
@@ -47,18 +50,19 @@ def _run(
         kinds["reduced draft vocabulary"] += case.draft_vocab is not None
         kinds["switching every round"] += bool(case.switch_space)
         kinds["fused drafter"] += bool(case.fused)
-        report = run_case(case)
+        report = run_case(case, under_pressure, kinds)
         total.extend(report)
         if report.bugs or (report.near_ties and dtype == "float64"):
-            failures.append(f"{case.describe()}: {report.to_dict()['items'][:2]}")
+            keys = f" engine {pressure(case)}" if under_pressure else ""
+            failures.append(f"{case.describe()}{keys}: {report.to_dict()['items'][:2]}")
         if progress_every and done % progress_every == 0:
             print(f"  {done} cases: {total.summary()}, {len(failures)} failing cases", flush=True)
     print(f"case kinds: {dict(kinds)}")
-    return total, failures
+    return total, failures, kinds["preemptions"]
 
 
 def test_quick_profile_matches_plain():
-    total, failures = _run(range(QUICK_SEED, QUICK_SEED + QUICK_CASES), max_new_tokens=40)
+    total, failures, _ = _run(range(QUICK_SEED, QUICK_SEED + QUICK_CASES), max_new_tokens=40)
     print(f"quick exactness profile: {QUICK_CASES} cases, {total.summary()}")
     assert not failures, "\n".join(failures)
     assert total.identical == len(total.items) > QUICK_CASES
@@ -67,10 +71,21 @@ def test_quick_profile_matches_plain():
 def test_quick_float32_profile_has_no_bugs():
     """float32 engines: a verify row and a plain row round differently, so a difference may be a near-tie (the two
     best perturbed logits of a fresh forward closer than float32's bound); anything else is a bug."""
-    total, failures = _run(range(FLOAT32_SEED, FLOAT32_SEED + FLOAT32_CASES), max_new_tokens=40, dtype="float32")
+    total, failures, _ = _run(range(FLOAT32_SEED, FLOAT32_SEED + FLOAT32_CASES), max_new_tokens=40, dtype="float32")
     print(f"quick float32 profile: {FLOAT32_CASES} cases, {total.summary()}")
     assert not failures, "\n".join(failures)
     assert total.identical + total.near_ties == len(total.items) > FLOAT32_CASES
+
+
+def test_quick_pressure_profile_matches_plain():
+    """The quick profile's kind of cases, the speculative run in a small KV pool (5-100% of what its requests need,
+    page sizes 1-32, the context cut to the longest request): waiting, preemption and recompute change no token."""
+    seeds = range(PRESSURE_SEED, PRESSURE_SEED + PRESSURE_CASES)
+    total, failures, preemptions = _run(seeds, max_new_tokens=40, under_pressure=True)
+    print(f"quick pressure profile: {PRESSURE_CASES} cases, {total.summary()}, {preemptions} preemptions")
+    assert not failures, "\n".join(failures)
+    assert total.identical == len(total.items) > PRESSURE_CASES
+    assert preemptions > 0  # the pools were small enough to matter
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
@@ -87,6 +102,10 @@ def test_long_profile_matches_plain():
     dtype = os.environ.get("FASTRL_FUZZ_DTYPE", DTYPE)
     if dtype not in LOGPROB_TOLS:
         raise ValueError(f"FASTRL_FUZZ_DTYPE must be one of {sorted(LOGPROB_TOLS)}, got {dtype!r}")
-    total, failures = _run(range(start, start + cases), max_new_tokens=160, progress_every=50, dtype=dtype)
-    print(f"long {dtype} profile: {cases} cases (seeds {start}..{start + cases - 1}), {total.summary()}")
+    under_pressure = os.environ.get("FASTRL_FUZZ_PRESSURE", "0") == "1"
+    total, failures, preemptions = _run(range(start, start + cases), 160, 50, dtype, under_pressure)
+    kind = f"{dtype}{' under memory pressure' if under_pressure else ''}"
+    print(f"long {kind} profile: {cases} cases (seeds {start}..{start + cases - 1}), {total.summary()}")
+    if under_pressure:
+        print(f"  speculative engines preempted {preemptions} times")
     assert not failures, "\n".join(failures[:20])
