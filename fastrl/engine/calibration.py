@@ -16,6 +16,7 @@ import hashlib
 import json
 import random
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -203,6 +204,13 @@ def load_or_measure(
             return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
         except (ValueError, TypeError) as err:
             raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
+    timed = ", ".join(sorted({str(a) for a in arms if not a.is_disabled}))
+    print(
+        f"fastrl: timing rounds of plain decoding and {timed} at batch sizes {sizes} (round costs, measured once "
+        f"for this model, device and strategies; cached in {path.parent})",
+        file=sys.stderr,
+        flush=True,
+    )
     model = measure(engine, arms, sizes, rounds, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

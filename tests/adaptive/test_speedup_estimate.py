@@ -95,11 +95,17 @@ def test_plain_rounds_estimate_themselves_and_an_uncalibrated_fixed_strategy_mak
     assert not list(tmp_path.glob("*.json"))  # nothing measured for it
 
 
-def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp_path):
+def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp_path, capsys):
     policy, drafter = models
     config = EngineConfig(max_batch_size=2, max_model_len=64)
     engine = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
     calibration = calibrate_engine(engine, tmp_path)
+    (said,) = capsys.readouterr().err.splitlines()  # a measurement says what it times, and where it keeps it
+    assert said.startswith("fastrl: timing rounds of plain decoding and 3_1_4 at batch sizes [1, 2]")
+    assert str(tmp_path) in said
+    cached = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
+    calibrate_engine(cached, tmp_path)
+    assert capsys.readouterr().err == ""  # read from the cache: nothing to say
     assert {str(s) for s in calibration.measured_strategies} == {"3_1_4", "disable"}
     assert {b for _, b, _ in calibration.measurements()} == {1, 2}
     (path,) = tmp_path.glob("*.json")
