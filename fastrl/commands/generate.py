@@ -126,6 +126,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             ) from None
         rounds = earlier + engine.round_stats
         print_generate_summary(rounds, engine.selector)
+        failed = sum(1 for record in stream.done.values() if record.get("error"))
+        if failed:
+            print(
+                f"fastrl generate: {failed} of {len(stream.done)} requests failed (finish_reason \"error\"; the "
+                f"\"error\" of each such line in {cfg.output} says why)",
+                file=sys.stderr,
+            )
         write_reports(targets, rounds, cfg.strategy, engine.selector)
         save_learned(targets, engine.selector)
         return [stream.done[i] for i in sorted(stream.done)]

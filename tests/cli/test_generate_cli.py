@@ -20,7 +20,7 @@ def _read(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_generate_ids_without_tokenizer(model_dir, tmp_path):
+def test_generate_ids_without_tokenizer(model_dir, tmp_path, capsys):
     prompts = tmp_path / "in.jsonl"
     _write(prompts, [{"prompt_ids": [5, 6, 7]}, {"prompt_ids": [8, 9], "seed": 3}, {"prompt_ids": []}])
     out = tmp_path / "out.jsonl"
@@ -44,6 +44,9 @@ def test_generate_ids_without_tokenizer(model_dir, tmp_path):
     assert rows[0]["finish_reason"] in ("stop", "length")
     assert rows[2]["finish_reason"] == "error" and "empty prompt" in rows[2]["error"]
     assert "text" not in rows[0]
+    err = capsys.readouterr().err.splitlines()  # the failed request is said where it happens and counted at the end
+    said = 'fastrl generate: 1 of 3 requests failed (finish_reason "error"; the "error" of each such line in'
+    assert err[-1] == f"{said} {out} says why)"
     # batch_size does not change outputs
     out1 = tmp_path / "out1.jsonl"
     assert (
