@@ -129,8 +129,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         failed = sum(1 for record in stream.done.values() if record.get("error"))
         if failed:
             print(
-                f"fastrl generate: {failed} of {len(stream.done)} requests failed (finish_reason \"error\"; the "
-                f"\"error\" of each such line in {cfg.output} says why)",
+                f'fastrl generate: {failed} of {len(stream.done)} requests failed (finish_reason "error"; the '
+                f'"error" of each such line in {cfg.output} says why)',
                 file=sys.stderr,
             )
         write_reports(targets, rounds, cfg.strategy, engine.selector)
