@@ -27,6 +27,7 @@ from fastrl.adaptive.chain_depth import timing_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.adaptive.round_times import calibration_sizes
+from fastrl.commands.output_guard import write_atomic
 from fastrl.engine.engine import Engine
 from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
@@ -213,9 +214,8 @@ def load_or_measure(
     )
     model = measure(engine, arms, sizes, rounds, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
-    tmp.replace(path)
+    # a temporary file of its own: the rollout workers of one run calibrate at once and write the same path
+    write_atomic(path, json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
     return model
 
 

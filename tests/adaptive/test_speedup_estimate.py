@@ -118,3 +118,42 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
         calibrate_engine(again, tmp_path)
     off = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4"], calibrate=False)))
     assert calibrate_engine(off, tmp_path) is None
+
+
+def test_workers_calibrating_at_once_each_write_a_whole_cache_file(models, tmp_path, monkeypatch):
+    """The rollout workers of one run calibrate at the same time and write the same cache path: each through a
+    temporary file of its own (one shared temporary name let a writer rename another's file away, and fail)."""
+    import threading
+
+    from fastrl.adaptive.cost_model import CostModel
+    from fastrl.engine import calibration
+    from fastrl.strategy.strategy import Strategy
+
+    policy, drafter = models
+    engine = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), drafter, FixedSelector("3_1_4"))
+    arm = Strategy.parse("3_1_4")
+    together = threading.Barrier(8)
+
+    model = CostModel.fit([(DISABLE, 1, 0.01), (arm, 1, 0.02), (DISABLE, 2, 0.012), (arm, 2, 0.025)])
+
+    def measured(*_):
+        together.wait(timeout=60)  # every writer reaches the write at once
+        return model
+
+    monkeypatch.setattr(calibration, "measure", measured)
+    errors = []
+
+    def calibrate():
+        try:
+            calibration.load_or_measure(engine, [arm], 3, 0, tmp_path)
+        except Exception as err:  # noqa: BLE001 - any failure of a writer is the finding
+            errors.append(err)
+
+    threads = [threading.Thread(target=calibrate) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    (path,) = tmp_path.glob("*.json")  # one whole file, nothing left behind
+    assert calibration.load_or_measure(engine, [arm], 3, 0, tmp_path).measurements() == model.measurements()
