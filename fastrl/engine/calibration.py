@@ -12,6 +12,7 @@ engines with the same key.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import random
@@ -196,27 +197,37 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
 def load_or_measure(
     engine: Engine, arms: list[Strategy], rounds: int, seed: int, cache_dir: Path | None = None
 ) -> CostModel:
-    """The cached calibration for this engine and these arms, measured (and cached) when there is none."""
+    """The cached calibration for this engine and these arms, measured (and cached) when there is none. Engines that
+    ask at once (the rollout workers of one run) measure once: the first holds a lock on the cache entry while it
+    measures, the others wait for it and read what it wrote (two measuring at once on one machine would also time
+    each other's load)."""
     sizes = calibration_sizes(engine.config.max_batch_size)
     path = (cache_dir or cache_root() / "calibration") / f"{calibration_key(engine, arms, sizes, rounds)}.json"
     if path.is_file():
-        try:
-            rows = json.loads(path.read_text())
-            return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
-    timed = ", ".join(sorted({str(a) for a in arms if not a.is_disabled}))
-    print(
-        f"fastrl: timing rounds of plain decoding and {timed} at batch sizes {sizes} (round costs, measured once "
-        f"for this model, device and strategies; cached in {path.parent})",
-        file=sys.stderr,
-        flush=True,
-    )
-    model = measure(engine, arms, sizes, rounds, seed)
+        return _read_cache(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a temporary file of its own: the rollout workers of one run calibrate at once and write the same path
-    write_atomic(path, json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a measuring process dies
+        if path.is_file():  # another engine measured while this one waited
+            return _read_cache(path)
+        timed = ", ".join(sorted({str(a) for a in arms if not a.is_disabled}))
+        print(
+            f"fastrl: timing rounds of plain decoding and {timed} at batch sizes {sizes} (round costs, measured once "
+            f"for this model, device and strategies; cached in {path.parent})",
+            file=sys.stderr,
+            flush=True,
+        )
+        model = measure(engine, arms, sizes, rounds, seed)
+        write_atomic(path, json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
     return model
+
+
+def _read_cache(path: Path) -> CostModel:
+    try:
+        rows = json.loads(path.read_text())
+        return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
 
 
 def calibrate_engine(engine: Engine, cache_dir: Path | None = None, meter: bool = True) -> CostModel | None:

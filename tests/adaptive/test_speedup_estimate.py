@@ -2,6 +2,7 @@
 against a real plain run of the same requests, and the calibration cache."""
 
 import statistics
+import time
 
 import pytest
 
@@ -120,9 +121,10 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     assert calibrate_engine(off, tmp_path) is None
 
 
-def test_workers_calibrating_at_once_each_write_a_whole_cache_file(models, tmp_path, monkeypatch):
-    """The rollout workers of one run calibrate at the same time and write the same cache path: each through a
-    temporary file of its own (one shared temporary name let a writer rename another's file away, and fail)."""
+def test_workers_calibrating_at_once_measure_once(models, tmp_path, monkeypatch):
+    """The rollout workers of one run calibrate at the same time: the first measures while the others wait on the
+    cache entry's lock, then read what it wrote (before, every worker measured, on a shared machine each timing the
+    others' load, and all wrote the same path through one temporary name)."""
     import threading
 
     from fastrl.adaptive.cost_model import CostModel
@@ -132,21 +134,22 @@ def test_workers_calibrating_at_once_each_write_a_whole_cache_file(models, tmp_p
     policy, drafter = models
     engine = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), drafter, FixedSelector("3_1_4"))
     arm = Strategy.parse("3_1_4")
-    together = threading.Barrier(8)
-
     model = CostModel.fit([(DISABLE, 1, 0.01), (arm, 1, 0.02), (DISABLE, 2, 0.012), (arm, 2, 0.025)])
+    calls, start = [], threading.Barrier(8)
 
     def measured(*_):
-        together.wait(timeout=60)  # every writer reaches the write at once
+        calls.append(1)
+        time.sleep(0.2)  # a measurement takes a while: the other workers arrive meanwhile
         return model
 
     monkeypatch.setattr(calibration, "measure", measured)
-    errors = []
+    got, errors = [], []
 
     def calibrate():
         try:
-            calibration.load_or_measure(engine, [arm], 3, 0, tmp_path)
-        except Exception as err:  # noqa: BLE001 - any failure of a writer is the finding
+            start.wait(timeout=60)
+            got.append(calibration.load_or_measure(engine, [arm], 3, 0, tmp_path).measurements())
+        except Exception as err:  # noqa: BLE001 - any failure of a worker is the finding
             errors.append(err)
 
     threads = [threading.Thread(target=calibrate) for _ in range(8)]
@@ -154,6 +157,6 @@ def test_workers_calibrating_at_once_each_write_a_whole_cache_file(models, tmp_p
         t.start()
     for t in threads:
         t.join()
-    assert not errors
-    (path,) = tmp_path.glob("*.json")  # one whole file, nothing left behind
-    assert calibration.load_or_measure(engine, [arm], 3, 0, tmp_path).measurements() == model.measurements()
+    assert not errors and len(calls) == 1
+    assert got == [model.measurements()] * 8
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".lock"]  # no temporary file left
