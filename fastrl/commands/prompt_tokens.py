@@ -33,7 +33,23 @@ def line_token_ids(line: PromptLine, tokenizer: Any, chat: bool, where: str, mod
     return list(tokenizer(line.prompt)["input_ids"])
 
 
-def file_token_ids(path: str | Path, tokenizer: Any, chat: bool) -> list[list[int]]:
+def file_token_ids(path: str | Path, tokenizer: Any, chat: bool, context: int | None = None) -> list[list[int]]:
     """Token ids of every line of a prompts JSONL file (``read_prompts``), each as ``line_token_ids`` gives them
-    (errors name the file and line)."""
-    return [line_token_ids(line, tokenizer, chat, f"{path}:{line.line_no}") for line in read_prompts(path)]
+    (errors name the file and line); `context` (the policy's positions): a line of that many tokens or more is an
+    error (``check_prompt_fits``)."""
+    prompts = []
+    for line in read_prompts(path):
+        where = f"{path}:{line.line_no}"
+        prompts.append(line_token_ids(line, tokenizer, chat, where))
+        check_prompt_fits(prompts[-1], context, where)
+    return prompts
+
+
+def check_prompt_fits(prompt: list[int], context: int | None, where: str) -> None:
+    """ValueError naming `where` when `prompt` leaves no room for a response in `context` positions (the engine's
+    own rule, which would refuse the request at run time); None checks nothing."""
+    if context is not None and len(prompt) >= context:
+        raise ValueError(
+            f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({context} positions) leaves "
+            "no room for a response; shorten or remove it"
+        )

@@ -6,8 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from fastrl.commands.prompt_tokens import line_token_ids
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.prompt_tokens import check_prompt_fits, file_token_ids
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import task_prompts
 from fastrl.models.tokenizer import has_chat_template
@@ -24,7 +23,7 @@ def training_prompts(
     train = task_prompts(tokenizer, cfg.num_prompts, cfg.seed)
     held = task_prompts(tokenizer, cfg.eval_prompts, cfg.seed + 1)
     for i, prompt in enumerate(train + held):
-        _check_fits(prompt, context, f"task prompt {i}")
+        check_prompt_fits(prompt, context, f"task prompt {i}")
     return train, held
 
 
@@ -33,23 +32,10 @@ def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool, context: int
     chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "messages" through the
     chat template; "prompt_ids" as given. `context` (the policy's positions): a prompt of that many tokens or more
     is an error naming its line."""
-    chat = chat_template and has_chat_template(tokenizer)
-    prompts = []
-    for line in read_prompts(path):
-        where = f"{path}:{line.line_no}"
-        prompts.append(line_token_ids(line, tokenizer, chat, where))
-        _check_fits(prompts[-1], context, where)
+    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer), context)
     if not prompts:
         raise ValueError(f"train_drafter.prompts={path}: the file holds no prompts")
     return prompts
-
-
-def _check_fits(prompt: list[int], context: int | None, where: str) -> None:
-    if context is not None and len(prompt) >= context:
-        raise ValueError(
-            f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({context} positions) leaves "
-            "no room for a response; shorten or remove it"
-        )
 
 
 def split_prompts(prompts: list[list[int]], cfg: TrainDrafterConfig) -> tuple[list[list[int]], list[list[int]]]:

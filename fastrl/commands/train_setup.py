@@ -94,14 +94,15 @@ def check_prompts_fit(cfg: TrainConfig, task: ArithChainTask, tokenizer: TextTok
     rollout of such a prompt would fail at run time. A tokenizer that splits another prompt into more tokens than
     the longest one can still fail a request; the trainer then names it."""
     limit = cfg.rollout.engine.max_model_len
-    key = "rollout.engine.max_model_len"
+    context, remedy = f"rollout.engine.max_model_len={limit}", "raise rollout.engine.max_model_len or lower task.n_max"
     if limit is None:
-        limit = read_config(model_dir(cfg)).max_position_embeddings
-        key = f"the policy's max_position_embeddings ({model_dir(cfg)})"
+        policy = model_dir(cfg)
+        limit = read_config(policy).max_position_embeddings
+        context, remedy = f"the policy's context ({limit} positions, {policy})", "lower task.n_max"
     prompt = task.longest_prompt()
     tokens = len(tokenizer.encode(prompt))
     if tokens >= limit:
         raise ValueError(
-            f"{key}={limit} leaves no room for a response: the task's longest prompt ({prompt[:40]!r}..., "
-            f"task.n_max={cfg.task.n_max}) is {tokens} tokens; raise {key} or lower task.n_max"
+            f"{context} leaves no room for a response: the task's longest prompt ({prompt[:40]!r}..., "
+            f"task.n_max={cfg.task.n_max}) is {tokens} tokens; {remedy}"
         )

@@ -36,15 +36,14 @@ class DrafterFeed:
         self._steps: dict[int, Tensor] = {}  # arange(k) per write width k
         self._flatten()
 
-    def clear(self, slots: Tensor, slot_ids: list[int]) -> None:
-        """Nothing pending for these slots (newly admitted requests).  # slots [B]"""
+    def clear(self, slot_ids: list[int]) -> None:
+        """Nothing pending for these slots (newly admitted requests)."""
         for slot in slot_ids:
             self._pending[slot] = 0
             self._behind[slot] = False
 
     def append(
         self,
-        slots: Tensor,
         slot_ids: list[int],
         tokens: Tensor,
         features: Tensor,
@@ -53,7 +52,7 @@ class DrafterFeed:
     ) -> None:
         """Queue `counts[b]` entries of row b after what its slot holds (entries past a row's count are written
         too, as padding the next append overwrites); `drafted` False: a round that did not run the drafter emitted
-        them (see ``behind``).  # slots [B], tokens [B,K], features [B,K,F]"""
+        them (see ``behind``).  # tokens [B,K], features [B,K,F]"""
         if features.shape[-1] != self.features.shape[-1]:
             width = self.features.shape[-1]
             raise ValueError(f"DrafterFeed: features are [.., {features.shape[-1]}], the drafter reads [.., {width}]")
@@ -92,7 +91,7 @@ class DrafterFeed:
             self.features[:, :width].index_select(0, slots),
         )
         taken = DrafterInput(tokens, features, self._on_device(pending))
-        self.clear(slots, slot_ids)
+        self.clear(slot_ids)
         return taken
 
     def _on_device(self, values: list[int]) -> Tensor:
@@ -145,7 +144,7 @@ def feed_prompts(
     # slots [B], features [B,S,F] (S >= T_b) -> drafter cache entries 1..T_b-1 of the computed rows written, one
     # entry pending per row
     """
-    feed.clear(slots, slot_ids)
+    feed.clear(slot_ids)
     sizes = [len(t) - 1 for t in tokens]  # T_b: entries 1..T_b-1 now, entry T_b pending
     b = len(tokens)
     rows = torch.arange(b, device=feed.device)
@@ -168,4 +167,4 @@ def feed_prompts(
         # padding goes to entry width + 1; in PyTorch's ops whatever the row count, so that GRPO siblings fed once
         # (prefix sharing) hold bitwise the entries each would have been fed alone
         catch_up(models.drafter, models.policy, models.dcache, dslots, prefix.counts, width, prefix, step_kernel=False)
-    feed.append(slots, slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)
+    feed.append(slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)

@@ -292,7 +292,7 @@ class ModelRunner:
         back = read_back(tokens, logprobs, accepted, finish)
         if self.drafter is not None:
             emitted = [a + 1 for a in back.accepted]
-            self.feed.append(inputs.slots, slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
+            self.feed.append(slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
         out_hidden: list[Tensor | None] = [None] * len(requests)
         wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
         if wanted:  # one copy of the rows that asked, cut per row where it finished
