@@ -55,14 +55,15 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         )  # no speed is reported: a fixed strategy's calibration would be time spent for nothing
         runs[name] = engine.generate(inputs, progress=cfg.progress)
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
-    refused = 0
+    refused = ended_alike = 0
     for index, item in enumerate(report.items):
         line = lines[index // cfg.n]
         m = item.mismatch
-        error = runs["plain"][index].error
-        if error is not None and error == runs["speculative"][index].error:
+        plain, spec = runs["plain"][index], runs["speculative"][index]
+        same_error = plain.error is not None and plain.error == spec.error
+        if same_error and not plain.token_ids and not spec.token_ids:
             refused += 1  # e.g. a prompt past the context: nothing was generated to compare
-            print(f"line {line.line_no}: not checked, both runs refused it: {error}")
+            print(f"line {line.line_no}: not checked, both runs refused it: {plain.error}")
         elif m is not None:
             print(
                 f"line {line.line_no}: {m.kind} at response position {m.position}: plain {m.plain_token} "
@@ -74,8 +75,12 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
                 f"line {line.line_no}: bug: equal tokens but finish reasons equal={item.finish_equal}, "
                 f"max |logprob diff| {item.logprob_diff:.3g}"
             )
-    not_checked = f" ({refused} of them refused by both runs, not checked)" if refused else ""
-    print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}{not_checked}")
+        elif same_error:
+            ended_alike += 1  # e.g. non-finite logits: the same tokens, then the same error, in both runs
+            print(f"line {line.line_no}: equal, both runs ended it with the same error: {plain.error}")
+    notes = [f"{refused} of them refused by both runs, not checked"] if refused else []
+    notes += [f"{ended_alike} of them ended by the same error in both runs"] if ended_alike else []
+    print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}" + "".join(f" ({n})" for n in notes))
     if "report" in targets:
         write_atomic(targets["report"].path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
     return report

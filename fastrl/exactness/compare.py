@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.request import RequestOutput
-from fastrl.exactness.mismatch import Mismatch, analyse_mismatch, logprob_tolerance, near_tie_bound
+from fastrl.exactness.mismatch import (
+    Mismatch,
+    analyse_mismatch,
+    finite_or_none,
+    logprob_tolerance,
+    near_tie_bound,
+)
 from fastrl.models.decoder import CausalLM
 
 
@@ -34,8 +40,8 @@ class RequestComparison:
             "request_id": self.request_id,
             "mismatch": None if self.mismatch is None else self.mismatch.to_dict(),
             "finish_equal": self.finish_equal,
-            "logprob_diff": self.logprob_diff,
-            "logprob_tol": self.logprob_tol,
+            "logprob_diff": finite_or_none(self.logprob_diff),
+            "logprob_tol": finite_or_none(self.logprob_tol),
         }
 
 
@@ -79,8 +85,8 @@ class ExactnessReport:
             "identical": self.identical,
             "near_ties": self.near_ties,
             "bugs": len(self.bugs),
-            "max_logprob_diff": self.max_logprob_diff,
-            "logprob_tol": self.logprob_tol,
+            "max_logprob_diff": finite_or_none(self.max_logprob_diff),
+            "logprob_tol": finite_or_none(self.logprob_tol),
             "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug()],
         }
 
@@ -107,10 +113,16 @@ def compare_runs(
         tolerance = logprob_tolerance(dtype, inp.params.temperature) if logprob_tol is None else logprob_tol
         mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)
         common = len(a.logprobs) if mismatch is None else mismatch.position
-        diffs = [abs(x - y) for x, y in zip(a.logprobs[:common], b.logprobs[:common], strict=False)]
-        diff = max(diffs, default=0.0)
-        if any(math.isnan(x) for x in diffs):
-            diff = math.inf
+        diff = max(map(_logprob_diff, a.logprobs[:common], b.logprobs[:common]), default=0.0)
         equal_finish = a.finish_reason == b.finish_reason
         report.items.append(RequestComparison(a.request_id, mismatch, equal_finish, diff, tolerance))
     return report
+
+
+def _logprob_diff(plain: float, spec: float) -> float:
+    """|plain - spec| of one token's log-probs; two NaNs (the token of a row both runs ended on non-finite logits)
+    or two equal infinities are equal, a NaN beside a number is infinitely far."""
+    if plain == spec or (math.isnan(plain) and math.isnan(spec)):
+        return 0.0
+    diff = abs(plain - spec)
+    return math.inf if math.isnan(diff) else diff

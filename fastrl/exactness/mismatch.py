@@ -62,8 +62,13 @@ class Mismatch:
     def to_dict(self) -> dict:
         """Plain JSON data: a probability or gap that is not finite (a MISSING token, one outside the support) is
         None."""
-        plain = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
+        plain = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
         return {**plain, "kind": self.kind}
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value`` as strict JSON holds it: a finite float as itself, inf and nan as None."""
+    return value if math.isfinite(value) else None
 
 
 def first_difference(plain: list[int], spec: list[int]) -> int | None:

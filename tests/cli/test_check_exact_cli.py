@@ -74,3 +74,24 @@ def test_a_prompt_both_runs_refuse_is_said_not_checked(tmp_path, capsys):
     assert out[0].startswith("line 2: not checked, both runs refused it: ") and "1100 tokens" in out[0]
     assert out[-1].endswith("(1 of them refused by both runs, not checked)")
     assert not any(line.startswith("line 1") for line in out)
+
+
+def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, capsys):
+    """At a temperature whose scaled logits overflow float32, every request ends on non-finite logits after its
+    first token in both runs: compared (equal tokens, then the same error), said per line, exit 0, a strict-JSON
+    report."""
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
+    report = tmp_path / "report.json"
+    args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=8", "temperature=1e-40", "strategy=3_1_4"]
+    assert main(["check-exact", *args, "progress=false"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0]
+        == "line 1: equal, both runs ended it with the same error: request 1: non-finite logits at generated token 0"
+    )
+    assert out[-1].endswith(
+        "2 requests: 2 identical, 0 near-ties, 0 bugs; max |logprob diff| 0.00e+00 "
+        "(2 of them ended by the same error in both runs)"
+    )
+    assert json.loads(report.read_text())["identical"] == 2

@@ -113,3 +113,25 @@ def test_a_third_candidate_within_the_bound_of_the_best_is_a_near_tie():
     stopped = analyse_mismatch(policy, prompt, plain, plain + [first], params, seed, bound=1e9)
     assert stopped is not None and not stopped.near_tie and stopped.plain_token == MISSING
     assert json.loads(json.dumps(stopped.to_dict(), allow_nan=False))["gap"] is None
+
+
+def test_a_row_both_runs_end_on_non_finite_logits_is_equal_and_its_report_is_strict_json():
+    """The token of a row both runs ended on non-finite logits carries a NaN log-prob in each: equal. A NaN beside a
+    number is a bug, and the report of it stays strict JSON (no NaN or Infinity literals)."""
+    policy = tiny_policy(seed=3)
+
+    def output(request: int, logprobs: list[float]) -> RequestOutput:
+        reason, error = FinishReason.ERROR, f"request {request}: non-finite logits at generated token 1"
+        return RequestOutput(
+            str(request), [1, 5], [7, 8], logprobs, reason, error, request, [1], [], None, None, Timings()
+        )
+
+    inputs = [GenerateInput([1, 5], SamplingParams(temperature=1.0, max_new_tokens=2)) for _ in range(3)]
+    nan, inf = float("nan"), float("inf")
+    plain = [output(0, [-0.5, nan]), output(1, [-0.5, nan]), output(2, [-inf, -1.0])]
+    spec = [output(0, [-0.5, nan]), output(1, [-0.5, -1.0]), output(2, [-inf, -1.0])]
+    report = compare_runs(policy, inputs, plain, spec)
+    assert [item.is_bug() for item in report.items] == [False, True, False]
+    assert [item.logprob_diff for item in report.items] == [0.0, inf, 0.0]
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert data["max_logprob_diff"] is None and data["items"][0]["logprob_diff"] is None and data["bugs"] == 1
