@@ -25,7 +25,11 @@ from pathlib import Path
 from fastrl.models.named import cache_root
 
 LOG = logging.getLogger(__name__)
-FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c++17")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC", "-std=c++17")
+"""`-ffp-contract=off`: every product and sum as written, never fused into an FMA where the compiler sees fit. With
+contraction the compiler chose differently between a kernel's instances (the small-row product's one-row pass and
+its sixteen-row pass on a CPU with FMA but not AVX2), and a row's result then depended on how many rows came with
+it."""
 BUILD_TIMEOUT_S = 300
 
 
