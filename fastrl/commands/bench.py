@@ -21,7 +21,7 @@ from fastrl.bench.report import format_table, write_json
 from fastrl.bench.spec_bs1 import bench_bs1
 from fastrl.bench.workload import bench_prompts
 from fastrl.commands.bench_config import BenchConfig
-from fastrl.commands.engine_setup import request_context, resolve_drafter, resolve_model_dir
+from fastrl.commands.engine_setup import model_inputs, request_context, resolve_drafter, resolve_model_dir
 from fastrl.commands.output_guard import guard_outputs
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
@@ -32,7 +32,7 @@ from fastrl.telemetry.run_stats import DEFAULT_THRESHOLDS, run_stats, write_run_
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     """Run the selected suites; returns the JSON payload (also written to cfg.output, checked and locked first)."""
-    with guard_outputs({"output": cfg.output}, {"model": cfg.model, "drafter": cfg.drafter}):
+    with guard_outputs({"output": cfg.output}, model_inputs(resolve_model_dir(cfg.model), cfg.drafter)):
         return _run_bench(cfg)
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
-from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
+from fastrl.commands.engine_setup import (
+    build_engine,
+    check_kv_memory,
+    model_inputs,
+    request_context,
+    resolve_model_dir,
+)
 from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
 from fastrl.commands.prompts_io import read_prompts
@@ -26,7 +32,7 @@ def run_check_exact(cfg: CheckExactConfig) -> ExactnessReport:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model_dir = resolve_model_dir(cfg.model)
-    inputs = {"prompts": cfg.prompts, "ema_json": cfg.ema_json, "model": str(model_dir), "drafter": cfg.drafter}
+    inputs = {"prompts": cfg.prompts, "ema_json": cfg.ema_json, **model_inputs(model_dir, cfg.drafter)}
     with guard_outputs({"report": cfg.report}, inputs) as targets:
         return _check(cfg, model_dir, targets)
 

@@ -107,12 +107,26 @@ def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: boo
             raise ValueError(f"drafter={drafter}: {err}") from None
     if not needed:
         return None
-    if model_dir.resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():
-        return load_drafter(bundled_drafter_dir(), policy)[0]
-    shipped = shipped_drafter_dir(model_dir, assets_dir())
+    shipped = drafter_dir(drafter, model_dir)
     if shipped is not None:
         return load_drafter(shipped, policy)[0]
     raise ValueError(f"a speculative strategy needs a drafter for {model_dir}: pass drafter=DIR")
+
+
+def drafter_dir(drafter: str, model_dir: Path) -> Path | None:
+    """The directory a `drafter=` key names: itself, or when empty the drafter shipped for ``model_dir`` (the
+    bundled model's, a named model's under fastrl/assets); None when the model has none. Commands guard it as an
+    input whether or not the run loads it."""
+    if drafter:
+        return Path(drafter)
+    if model_dir.resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():
+        return bundled_drafter_dir()
+    return shipped_drafter_dir(model_dir, assets_dir())
+
+
+def model_inputs(model_dir: Path, drafter: str) -> dict[str, str]:
+    """The model and drafter directories a run reads, as ``guard_outputs`` inputs (no output may land on them)."""
+    return {"model": str(model_dir), "drafter": str(drafter_dir(drafter, model_dir) or "")}
 
 
 def load_speculative_models(model: str, drafter: str, device: str = "cpu") -> tuple[CausalLM, EagleDrafter, Any]:

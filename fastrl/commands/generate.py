@@ -22,7 +22,7 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.bandit_state_file import read_state_file, write_state_file
 from fastrl.commands.decode_config import DecodeConfig
-from fastrl.commands.engine_setup import build_engine, check_kv_memory, request_context, resolve_model_dir
+from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_guard import GuardedOutputs, atomic_path, guard_outputs
 from fastrl.commands.prompt_tokens import line_token_ids
@@ -55,7 +55,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             "plot_output": cfg.plot_output,
             "bandit_state": cfg.bandit_state,
         },
-        {"prompts": cfg.prompts, "ema_json": cfg.ema_json, "model": str(model_dir), "drafter": cfg.drafter},
+        {"prompts": cfg.prompts, "ema_json": cfg.ema_json, **model_inputs(model_dir, cfg.drafter)},
     )
     try:
         ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema

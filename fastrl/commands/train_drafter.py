@@ -24,7 +24,7 @@ from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_laye
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
-    inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts}
+    inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite) as targets:
         return _train_drafter(cfg, targets["output"])
 

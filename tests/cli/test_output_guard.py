@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from fastrl.assets_path import bundled_model_dir
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.cli import main
+from fastrl.commands.engine_setup import model_inputs
 from fastrl.commands.output_guard import OutputTarget, atomic_path, guard_outputs, staged_directory
 from tests.helpers import write_last_layer_drafter
 
@@ -112,6 +113,18 @@ def test_an_output_that_is_a_file_of_the_model_is_refused(prompts, tmp_path, cap
     args = ["generate", f"model={model}", f"prompts={prompts}", f"output={model / 'config.json'}", "progress=false"]
     assert main(args) == 2
     assert "is a file of the model directory" in capsys.readouterr().err and _snapshot(model) == before
+
+
+def test_the_shipped_drafter_a_run_loads_by_default_is_an_input_too():
+    """`drafter=` left empty names the model's shipped drafter: no output may land on its files (the guard refuses
+    before it locks or writes anything, so this runs against the real asset)."""
+    inputs = model_inputs(bundled_model_dir(), "")
+    assert inputs == {"model": str(bundled_model_dir()), "drafter": str(bundled_drafter_dir())}
+    for name in ("drafter.safetensors", "metrics.json"):
+        target = bundled_drafter_dir() / name
+        with pytest.raises(ValueError, match="is a file of the drafter directory"):
+            guard_outputs({"output": str(target)}, inputs)
+    assert model_inputs(bundled_model_dir(), "elsewhere")["drafter"] == "elsewhere"
 
 
 def _disk_full() -> OSError:
