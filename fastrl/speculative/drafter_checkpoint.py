@@ -208,15 +208,26 @@ def read_draft_vocab(path: str | Path, info: DrafterInfo) -> torch.Tensor | None
 
 def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> DrafterInfo:
     """Everything ``load_drafter`` checks, without a policy model: config, fit, weights readable and finite."""
+    return read_checked_drafter(path, policy_config)[0]
+
+
+def read_checked_drafter(
+    path: str | Path, policy_config: ModelConfig | None = None
+) -> tuple[DrafterInfo, dict[str, torch.Tensor]]:
+    """A drafter directory's config and tensors, checked as ``load_drafter`` checks them (the fit to
+    ``policy_config`` only when given: ``export-drafter`` has no policy): ValueError naming the file and what is
+    wrong."""
     if not Path(path).is_dir():
         raise ValueError(f"drafter directory {path} does not exist")
     info = read_drafter_info(path)
-    check_drafter_fit(path, info, policy_config)
+    if policy_config is not None:
+        check_drafter_fit(path, info, policy_config)
     with torch.device("meta"):  # shapes only: no memory for the weights
         drafter = info.build()
-    check_drafter_tensors(path, drafter, read_drafter_weights(path))
+    tensors = read_drafter_weights(path)
+    check_drafter_tensors(path, drafter, tensors)
     read_draft_vocab(path, info)
-    return info
+    return info, tensors
 
 
 def load_drafter(

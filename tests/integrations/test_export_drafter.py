@@ -211,3 +211,51 @@ def test_a_fused_drafter_is_refused_with_the_reason(tmp_path, capsys, fmt):
     assert not (tmp_path / "direct").exists()
     assert main(["export-drafter", str(tmp_path / "fused"), str(tmp_path / "out"), "--format", fmt]) == 2
     assert "hidden_norm" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def _damaged_copy(source: Path, target: Path, tensors=None, config=None) -> Path:
+    """A copy of the drafter in ``source`` with its tensors and config changed by the given functions."""
+    from fastrl.tensor_files import save_tensors
+
+    target.mkdir()
+    state = {k: v.clone() for k, v in load_file(str(source / "drafter.safetensors")).items()}
+    save_tensors(tensors(state) if tensors else state, target / "drafter.safetensors")
+    meta = json.loads((source / "drafter_config.json").read_text())
+    (target / "drafter_config.json").write_text(json.dumps(config(meta) if config else meta))
+    return target
+
+
+def _with(mapping: dict, **changes) -> dict:
+    return {**mapping, **changes}
+
+
+@pytest.mark.parametrize(
+    ("name", "tensors", "config", "message"),
+    [
+        (
+            "inf",
+            lambda s: _with(s, **{"fc.weight": s["fc.weight"].index_fill(0, torch.tensor([0]), torch.inf)}),
+            None,
+            "NaN or infinity",
+        ),
+        ("int", lambda s: _with(s, **{"fc.weight": s["fc.weight"].long()}), None, "floating"),
+        ("shape", lambda s: _with(s, **{"fc.weight": s["fc.weight"][:, :100].contiguous()}), None, "mis-shaped"),
+        ("missing", lambda s: {k: v for k, v in s.items() if k != "fc.bias"}, None, r"missing \['fc.bias'\]"),
+        ("fuse", lambda s: _with(s, **{"fuse.weight": torch.zeros(192, 576)}), None, r"unexpected \['fuse.weight'\]"),
+        (
+            "layer",
+            None,
+            lambda m: _with(m, layer=_with(m["layer"], hidden_size=96, num_attention_heads=3, num_key_value_heads=1)),
+            "mis-shaped",
+        ),
+        ("vocab", None, lambda m: _with(m, draft_vocab_size=10), "draft_vocab.safetensors is missing"),
+    ],
+)
+def test_a_damaged_drafter_is_refused_before_anything_is_written(drafter_dir, tmp_path, name, tensors, config, message):
+    """export-drafter checks a drafter as loading it for decoding does (tensors finite, floating point, every one
+    there with its shape, config and weights agreeing): one error naming the file, no checkpoint written."""
+    damaged = _damaged_copy(Path(drafter_dir), tmp_path / name, tensors, config)
+    for fmt in ("sglang", "vllm"):
+        with pytest.raises(ValueError, match=message):
+            export_eagle_drafter(damaged, tmp_path / f"out_{fmt}", fmt, drop_fc_bias=True)
+        assert not (tmp_path / f"out_{fmt}").exists()

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import Tensor
 
-from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_drafter_info
+from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter
 from fastrl.tensor_files import save_tensors
 
 FORMATS = ("sglang", "vllm")
@@ -84,7 +83,7 @@ def export_eagle_drafter(
         raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
     if dtype not in DTYPES:
         raise ValueError(f"export.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    info = read_drafter_info(drafter_dir)
+    info, state = read_checked_drafter(drafter_dir)
     if info.extra_layers:
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
     layer = info.layer_config.to_hf_dict()
@@ -95,7 +94,6 @@ def export_eagle_drafter(
         raise ValueError(
             f"export.format={fmt}: no EAGLE draft architecture for model_type {model_type!r} ({supported=})"
         )
-    state = load_file(str(Path(drafter_dir) / WEIGHTS_FILE))
     if fmt == "vllm" and "fc.bias" in state:
         if bool(state["fc.bias"].abs().max() > 0) and not drop_fc_bias:
             raise ValueError(
