@@ -122,6 +122,18 @@ def check_tensors(model: CausalLM, tensors: dict[str, Tensor]) -> None:
         raise ValueError("checkpoint does not match the config: " + "; ".join(problems))
 
 
+def _drop_tied_copy(directory: Path, tensors: dict[str, Tensor]) -> None:
+    """Remove the LM head some tied checkpoints store beside the embeddings; ValueError naming the key when it is
+    not the embeddings' copy (config.json says tied, the weights say otherwise: tying would drop a trained head)."""
+    head, embed = tensors.pop("lm_head.weight", None), tensors.get("model.embed_tokens.weight")
+    if head is not None and embed is not None and not torch.equal(head, embed):
+        raise ValueError(
+            f"checkpoint {directory}: config.json says tie_word_embeddings=true, but the weights hold an "
+            "lm_head.weight that is not model.embed_tokens.weight; set tie_word_embeddings to false if the model "
+            "has its own LM head"
+        )
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> CausalLM:
     """Builds a CausalLM from a local HF directory (stored weights cast to dtype), in eval mode."""
     directory = Path(path)
@@ -130,7 +142,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
     config = read_config(directory)
     tensors = read_tensors(directory, dtype, device)
     if config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)  # some tied checkpoints store the copy anyway
+        _drop_tied_copy(directory, tensors)
     with torch.device("meta"):
         model = CausalLM(config)
     check_tensors(model, tensors)

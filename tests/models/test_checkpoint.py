@@ -101,6 +101,15 @@ def test_hf_rotary_buffers_and_tied_head_copies_are_ignored(hf_checkpoint):
     assert (logits_of(load_model(path), ids) - logits_of(hf, ids)).abs().max() <= TOL
 
 
+def test_a_tied_config_beside_a_trained_head_is_refused(hf_checkpoint):
+    """config.json says tied, yet the weights hold an LM head that is not the embeddings: tying would silently drop
+    the trained head (a config edited by hand), so it is one error naming the key."""
+    _, path = hf_checkpoint("llama_tied")
+    rewrite_weights(path, lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"] * 1.5}))
+    with pytest.raises(ValueError, match="tie_word_embeddings=true, but the weights hold an lm_head.weight"):
+        load_model(path)
+
+
 def test_bad_directories_raise(hf_checkpoint, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_model(tmp_path / "nowhere")
