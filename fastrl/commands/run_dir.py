@@ -10,6 +10,7 @@ the ones given now on top.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
 CHECKPOINTS = "checkpoints"
+CHECKPOINT_NAME = re.compile(r"step_\d+")  # checkpoints/step_000012: the run after 12 steps
 METRICS_FILE = "metrics.jsonl"
 REPLACED_METRICS_FILE = "metrics.replaced.jsonl"  # steps an interrupted run logged after its last checkpoint
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
@@ -94,8 +96,13 @@ def resolve_resume(path: str) -> tuple[Path, Path | None]:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint of ``run_dir`` with the most steps (``checkpoints/step_XXXXXX`` holding trainer_state.json)."""
-    found = [p for p in (run_dir / CHECKPOINTS).glob("step_*") if (p / STATE_FILE).is_file()]
+    """The checkpoint of ``run_dir`` with the most steps (``checkpoints/step_XXXXXX`` holding trainer_state.json; a
+    ``step_XXXXXX.tmp`` being written, or left by a run killed while writing it, is none)."""
+    found = [
+        p
+        for p in (run_dir / CHECKPOINTS).glob("step_*")
+        if CHECKPOINT_NAME.fullmatch(p.name) and (p / STATE_FILE).is_file()
+    ]
     return max(found, key=lambda p: p.name, default=None)
 
 

@@ -92,7 +92,6 @@ def save_training_checkpoint(
         "python_rng": rng.python,
         "has_drafter": bool(backend.drafter_state()[1]),
     }
-    (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     rng_tensors = {"torch_cpu": rng.torch_cpu}
     rng_tensors.update({f"torch_cuda.{i}": s for i, s in enumerate(rng.torch_cuda)})
     save_tensors(rng_tensors, tmp / RNG_FILE)
@@ -103,6 +102,8 @@ def save_training_checkpoint(
     _save_drafter(backend, policy, tmp / DRAFTER_DIR)
     (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
     save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
+    # last: a checkpoint is one only once its state file is there (a run killed while writing leaves none)
+    (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)

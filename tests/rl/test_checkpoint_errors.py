@@ -78,3 +78,27 @@ def test_damaged_checkpoint_is_named(saved, tmp_path, damage, message):
 def test_missing_checkpoint_directory_is_named(tmp_path):
     with pytest.raises(ValueError, match="checkpoint directory .*nowhere does not exist"):
         _trainer(tmp_path / "run").resume(tmp_path / "nowhere")
+
+
+def test_a_checkpoint_killed_while_written_is_never_the_latest(saved, tmp_path, monkeypatch):
+    """A run killed inside save_training_checkpoint leaves ``step_N.tmp`` without its state file (written last), and
+    even a ``.tmp`` that has one is never what resuming picks: the last complete checkpoint is."""
+    import fastrl.rl.checkpoint as checkpoint
+    from fastrl.commands.run_dir import latest_checkpoint
+
+    trainer = _trainer(tmp_path / "ckpt")
+    trainer.train()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save_cotrain_states", killed)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save_checkpoint(tmp_path / "ckpt" / "step_000004")
+    partial = tmp_path / "ckpt" / "step_000004.tmp"
+    assert partial.is_dir() and not (partial / "trainer_state.json").exists()
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copytree(saved, run / "checkpoints" / "step_000001")
+    shutil.copytree(saved, run / "checkpoints" / "step_000009.tmp")
+    assert latest_checkpoint(run) == run / "checkpoints" / "step_000001"
