@@ -30,3 +30,24 @@ def test_a_saved_drafter_is_readable_like_its_config(tmp_path):
     save_drafter(EagleDrafter(load_model(bundled_model_dir()).config), tmp_path / "d", policy_name="arith-tiny")
     modes = {p.name: _mode(p) for p in (tmp_path / "d").iterdir()}
     assert len(set(modes.values())) == 1, modes
+
+
+def test_a_write_the_system_refuses_is_its_os_error(tmp_path):
+    """safetensors reports a failed write as its own error; save_tensors gives the OSError (here a file-size limit,
+    EFBIG; a full disk is ENOSPC the same way), so commands can say it in one line. In a child process: the limit
+    holds for the whole process."""
+    import subprocess
+    import sys
+
+    code = f"""
+import errno, resource, signal, torch
+from fastrl.tensor_files import save_tensors
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    save_tensors({{"w": torch.zeros(100000)}}, {str(tmp_path / "big.safetensors")!r})
+except OSError as err:
+    print(err.errno == errno.EFBIG, err.filename)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", str(tmp_path / "big.safetensors")], done.stderr
