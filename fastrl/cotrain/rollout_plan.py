@@ -72,10 +72,27 @@ class RolloutShards:
         """Prompt + response ids of the shard's requests, generated now or read from its file."""
         path = self.directory / f"shard_{shard:05d}.json"
         if path.is_file():
-            return json.loads(path.read_text())
+            return self._read(path, shard, policy.config.vocab_size)
         ids = self.plan.generate(policy, self.requests(shard), batch_size, device)
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(ids))
         os.replace(tmp, path)
+        return ids
+
+    def _read(self, path: Path, shard: int, vocab_size: int) -> list[list[int]]:
+        """A shard file written earlier; ValueError naming it (and saying how to regenerate it) when it is not this
+        plan's shard: one non-empty list of token ids in [0, vocab_size) per request."""
+        expected = len(self.requests(shard))
+        try:
+            ids = json.loads(path.read_text())
+            if not isinstance(ids, list) or len(ids) != expected:
+                raise ValueError(f"expected a list of {expected} token-id lists")
+            for row in ids:
+                if not isinstance(row, list) or not row:
+                    raise ValueError("a request's ids are not a non-empty list")
+                if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in row):
+                    raise ValueError(f"token ids must be integers in [0, {vocab_size})")
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not shard {shard} of this run ({err}); delete it to generate it again") from None
         return ids

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,6 +36,25 @@ from fastrl.speculative.drafter_checkpoint import (
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 CHECKPOINT_DIR = "drafter"
+RESUME_DIR = "resume"
+"""The saved run under the shards' directory: drafter/, optimizer.pt and state.json, written together into
+``resume.tmp`` and swapped into place, so a run killed while saving leaves the previous shard's state whole."""
+
+
+def restart_hint(saved: Path) -> str:
+    """How to drop a damaged save (``saved_run``'s directory) and train the stream over from its first shard."""
+    target = saved if saved.name.startswith(RESUME_DIR) else saved / STATE_FILE
+    return f"delete {target} to train this stream from its first shard again (its generated shards are kept)"
+
+
+def saved_run(directory: Path) -> Path | None:
+    """The directory of the last complete save under ``directory``: ``resume``; ``resume.old`` when a run was killed
+    between the two renames of a swap; ``directory`` itself for a stream saved before the swap (files at its top);
+    None when nothing was saved."""
+    for candidate in (directory / RESUME_DIR, directory / f"{RESUME_DIR}.old", directory):
+        if (candidate / STATE_FILE).is_file():
+            return candidate
+    return None
 
 
 @dataclass
@@ -60,23 +81,32 @@ class StreamState:
 
     @classmethod
     def load(cls, directory: Path, fingerprint: dict) -> StreamState | None:
-        """The saved state in `directory` (None when there is none); ValueError when it belongs to other settings."""
-        path = directory / STATE_FILE
-        if not path.is_file():
+        """The state saved under `directory` (``saved_run``; None when there is none); ValueError when it belongs to
+        other settings, or naming the file when it is not a state this code wrote."""
+        saved = saved_run(directory)
+        if saved is None:
             return None
-        raw = json.loads(path.read_text())
-        differ = sorted(
-            k for k in set(fingerprint) | set(raw["fingerprint"]) if fingerprint.get(k) != raw["fingerprint"].get(k)
-        )
+        path = saved / STATE_FILE
+        try:
+            raw = json.loads(path.read_text())
+            stored = raw["fingerprint"]
+            differ = sorted(k for k in set(fingerprint) | set(stored) if fingerprint.get(k) != stored.get(k))
+            epochs = [
+                EpochReport(DrafterMetrics(**e["metrics"]), float(e["accept_length"]), int(e["train_tokens"]))
+                for e in raw["epochs"]
+            ]
+            state = cls(**{**raw, "epochs": epochs})
+            counts = (state.epoch, state.shard, state.steps, state.total_steps, state.tokens)
+            if not all(isinstance(n, int) and n >= 0 for n in counts):
+                raise ValueError("epoch, shard, steps, total_steps and tokens must be integers >= 0")
+        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not a train-drafter stream state ({err}); {restart_hint(saved)}") from None
         if differ:
             raise ValueError(
                 f"{directory} holds a run with other settings ({', '.join(differ)}): resume with the same ones, or "
                 "give another stream_dir"
             )
-        epochs = [
-            EpochReport(DrafterMetrics(**e["metrics"]), e["accept_length"], e["train_tokens"]) for e in raw["epochs"]
-        ]
-        return cls(**{**raw, "epochs": epochs})
+        return state
 
 
 @dataclass
@@ -152,23 +182,41 @@ class StreamRun:
         return EpochReport(self.trainer.evaluate(self.held_out), self.accept_length(), state.tokens)
 
     def save(self, state: StreamState) -> None:
-        """The drafter, the optimizer and the state, the state last (it is what a restart trusts)."""
+        """The drafter, the optimizer and the state, written together into ``resume.tmp`` and swapped into place
+        (``RESUME_DIR``): a restart finds them all from the same shard, or all from the one before."""
         directory = self.shards.directory
-        save_drafter(self.trainer.drafter, directory / CHECKPOINT_DIR, self.policy_name)
-        torch.save(self.trainer.optimizer.state_dict(), directory / OPTIMIZER_FILE)
-        raw = asdict(state)
-        tmp = directory / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(raw, indent=1) + "\n")
-        tmp.replace(directory / STATE_FILE)
+        final, tmp, old = (directory / f"{RESUME_DIR}{suffix}" for suffix in ("", ".tmp", ".old"))
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_drafter(self.trainer.drafter, tmp / CHECKPOINT_DIR, self.policy_name)
+        torch.save(self.trainer.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1) + "\n")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.is_dir():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        for name in (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR):  # the layout before the swap, now superseded
+            stale = directory / name
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
 
     def restore(self, state: StreamState) -> None:
         """Load the saved drafter, optimizer and step count into this run's trainer."""
-        directory = self.shards.directory
-        checkpoint = directory / CHECKPOINT_DIR
+        saved = saved_run(self.shards.directory)
+        assert saved is not None  # a state was loaded from it
+        checkpoint = saved / CHECKPOINT_DIR
         drafter = self.trainer.drafter
-        weights = read_drafter_weights(checkpoint)
-        drafter.load_state_dict({k: v.to(drafter.fc.weight.dtype) for k, v in weights.items()})
-        drafter.set_draft_vocab(read_draft_vocab(checkpoint, read_drafter_info(checkpoint)))
-        optim = torch.load(directory / OPTIMIZER_FILE, weights_only=True, map_location=drafter.fc.weight.device)
-        self.trainer.optimizer.load_state_dict(optim)
+        try:
+            weights = read_drafter_weights(checkpoint)
+            drafter.load_state_dict({k: v.to(drafter.fc.weight.dtype) for k, v in weights.items()})
+            drafter.set_draft_vocab(read_draft_vocab(checkpoint, read_drafter_info(checkpoint)))
+        except (ValueError, RuntimeError) as err:
+            hint = restart_hint(saved)
+            raise ValueError(f"{checkpoint}: the stream's saved drafter is unreadable ({err}); {hint}") from None
+        optimizer = saved / OPTIMIZER_FILE
+        try:
+            optim = torch.load(optimizer, weights_only=True, map_location=drafter.fc.weight.device)
+            self.trainer.optimizer.load_state_dict(optim)
+        except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as err:
+            hint = restart_hint(saved)
+            raise ValueError(f"{optimizer}: the stream's saved optimizer is unreadable ({err}); {hint}") from None
         self.trainer.step_count = state.steps

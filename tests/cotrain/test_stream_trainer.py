@@ -78,3 +78,83 @@ def test_resumed_run_equals_uninterrupted_run(policy, tmp_path):
 
     with pytest.raises(ValueError, match="other settings \\(k\\)"):
         make_run(policy, tmp_path / "split", drafter, held).run({"k": 2})
+
+
+def _interrupted(policy, directory, drafter, held, monkeypatch, saves: int) -> None:
+    """A run killed inside its ``saves``-th save, after the new drafter is written and before the rest."""
+    import fastrl.cotrain.stream_trainer as stream_trainer
+
+    real, count = torch.save, {"n": 0}
+
+    def save(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == saves:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stream_trainer.torch, "save", save)
+    with pytest.raises(KeyboardInterrupt):
+        make_run(policy, directory, drafter, held).run({"k": 1})
+    monkeypatch.setattr(stream_trainer.torch, "save", real)
+
+
+def test_a_run_killed_while_saving_resumes_from_the_last_whole_save(policy, tmp_path, monkeypatch):
+    """The drafter, optimizer and state of a save are swapped into place together: a run killed after writing the
+    new drafter but not the rest resumes from the previous shard and ends with an uninterrupted run's weights (it
+    trained a shard twice on a mismatched optimizer and said nothing when they were written in place)."""
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    held = policy_features(policy, [[5, 6, 7, 20, 21, 22, 23]])
+    whole = make_run(policy, tmp_path / "whole", drafter, held)
+    end = whole.run({"k": 1})
+    _interrupted(policy, tmp_path / "split", drafter, held, monkeypatch, saves=3)
+    assert sorted(p.name for p in (tmp_path / "split").iterdir() if p.name.startswith("resume")) == [
+        "resume",
+        "resume.tmp",
+    ]
+    resumed_run = make_run(policy, tmp_path / "split", drafter, held)
+    resumed = resumed_run.run({"k": 1})
+    a, b = whole.trainer.drafter.state_dict(), resumed_run.trainer.drafter.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a) and resumed.steps == end.steps
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: (d / "resume" / "state.json").write_text("{garb"), r"resume/state.json: not a train-drafter"),
+        (lambda d: (d / "resume" / "state.json").write_text("[]"), r"resume/state.json: not a train-drafter"),
+        (lambda d: (d / "resume" / "state.json").write_text("{}"), r"resume/state.json: not a train-drafter"),
+        (lambda d: (d / "resume" / "optimizer.pt").write_bytes(b"\0" * 10), r"saved optimizer is unreadable"),
+        (lambda d: (d / "resume" / "optimizer.pt").unlink(), r"saved optimizer is unreadable"),
+        (lambda d: (d / "shard_00001.json").write_text("{}"), r"shard_00001.json: not shard 1 of this run"),
+        (lambda d: (d / "shard_00001.json").write_text("[[5000]]"), r"shard_00001.json: not shard 1 of this run"),
+        (lambda d: (d / "shard_00001.json").write_text("[[]]"), r"shard_00001.json: not shard 1 of this run"),
+    ],
+)
+def test_a_damaged_stream_is_one_error_naming_the_file_and_the_way_out(policy, tmp_path, damage, message):
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    held = policy_features(policy, [[5, 6, 7, 20, 21, 22, 23]])
+    make_run(policy, tmp_path / "s", drafter, held).run({"k": 1}, stop_after_shards=1)
+    make_run(policy, tmp_path / "s", drafter, held).run({"k": 1}, stop_after_shards=1)  # shard 1 on disk
+    (tmp_path / "s" / "resume" / "state.json").write_text(
+        (tmp_path / "s" / "resume" / "state.json").read_text().replace('"shard": 2', '"shard": 1')
+    )
+    damage(tmp_path / "s")
+    with pytest.raises(ValueError, match=message) as err:
+        make_run(policy, tmp_path / "s", drafter, held).run({"k": 1})
+    assert "delete" in str(err.value)
+
+
+def test_a_stream_saved_before_the_swap_resumes(policy, tmp_path):
+    """Streams saved with the files at the top of the directory (before ``resume/``) resume from them."""
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    held = policy_features(policy, [[5, 6, 7, 20, 21, 22, 23]])
+    end = make_run(policy, tmp_path / "whole", drafter, held).run({"k": 1})
+    make_run(policy, tmp_path / "old", drafter, held).run({"k": 1}, stop_after_shards=2)
+    for item in (tmp_path / "old" / "resume").iterdir():
+        item.rename(tmp_path / "old" / item.name)
+    (tmp_path / "old" / "resume").rmdir()
+    resumed = make_run(policy, tmp_path / "old", drafter, held).run({"k": 1})
+    assert resumed.steps == end.steps and not (tmp_path / "old" / "state.json").exists()
