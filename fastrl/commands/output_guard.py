@@ -112,19 +112,39 @@ class GuardedOutputs:
         self.locks, self.lock_files = [], []
 
 
+def check_work_dir(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
+    """Check a directory a command keeps across its runs and resumes from (``train-drafter``'s stream of shards and
+    saved state): not a file, not an input, created if needed, and taking new files. Its contents are the command's
+    own to read back: they are not refused for being there."""
+    path = _resolved(key, value)
+    _check_not_input(key, value, path, inputs)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{key}={value} is a file; give a directory")
+    _make_parent(key, value, path / "x")
+    return OutputTarget(key, Path(value), path, True)
+
+
 def guard_outputs(
     files: dict[str, str],
     inputs: dict[str, str],
     directories: dict[str, str] | None = None,
     overwrite: bool = False,
+    work_dirs: dict[str, str] | None = None,
 ) -> GuardedOutputs:
-    """Check every non-empty output file (``files``: key -> path) and directory, then lock each; two keys naming the
-    same path, a bad path or an output another process is writing is a ValueError naming the key."""
+    """Check every non-empty output file (``files``: key -> path), directory and work directory (``work_dirs``,
+    see ``check_work_dir``), then lock each; two keys naming the same path, a bad path or an output another process
+    is writing is a ValueError naming the key."""
     targets: dict[str, OutputTarget] = {}
-    checked = [(k, v, False) for k, v in files.items() if v]
-    checked += [(k, v, True) for k, v in (directories or {}).items() if v]
-    for key, value, is_dir in checked:
-        target = check_output_dir(key, value, inputs, overwrite) if is_dir else check_output(key, value, inputs)
+    checked = [(k, v, "file") for k, v in files.items() if v]
+    checked += [(k, v, "dir") for k, v in (directories or {}).items() if v]
+    checked += [(k, v, "work") for k, v in (work_dirs or {}).items() if v]
+    for key, value, kind in checked:
+        if kind == "file":
+            target = check_output(key, value, inputs)
+        elif kind == "dir":
+            target = check_output_dir(key, value, inputs, overwrite)
+        else:
+            target = check_work_dir(key, value, inputs)
         for other in targets.values():
             if _same_file(target.path, other.path):
                 raise ValueError(f"{key} and {other.key} name the same file {value}")

@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.commands.engine_setup import check_device, resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
@@ -24,8 +24,10 @@ from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_laye
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
+    check_device("train_drafter.device", cfg.device)
     inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
-    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite) as targets:
+    work = {"stream_dir": cfg.stream_path}
+    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite, work) as targets:
         return _train_drafter(cfg, targets["output"])
 
 

@@ -28,6 +28,8 @@ class TrainDrafterConfig(OfflineDrafterConfig):
             )
         if not self.output:
             raise ValueError("train_drafter.output: give a directory for the drafter")
+        if self.threads < 0:
+            raise ValueError(f"train_drafter.threads must be >= 0 (0 = PyTorch's default), got {self.threads}")
 
     @property
     def stream_path(self) -> str:

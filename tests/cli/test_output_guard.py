@@ -157,3 +157,19 @@ def test_other_write_errors_pass_through_unchanged(tmp_path):
     with pytest.raises(PermissionError):
         with atomic_path(tmp_path / "x.json"):
             raise PermissionError(errno.EACCES, "denied")
+
+
+def test_a_work_directory_is_reused_but_never_shared(tmp_path):
+    """train-drafter's stream directory keeps its shards and state across runs (a non-empty one is its own to resume
+    from), is created before any work, and is locked: a second command on it is refused while the first holds it."""
+    stream = tmp_path / "run.stream"
+    with guard_outputs({}, {}, work_dirs={"stream_dir": str(stream)}):
+        assert stream.is_dir()
+        (stream / "shard_00000.json").write_text("[]")
+        with pytest.raises(ValueError, match="stream_dir=.* is being written by another fastrl command"):
+            guard_outputs({}, {}, work_dirs={"stream_dir": str(stream)})
+    with guard_outputs({}, {}, work_dirs={"stream_dir": str(stream)}):  # released: reused, contents kept
+        assert (stream / "shard_00000.json").read_text() == "[]"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="stream_dir=.*file is a file; give a directory"):
+        guard_outputs({}, {}, work_dirs={"stream_dir": str(tmp_path / "file")})

@@ -39,7 +39,8 @@ def _error_line(capsys) -> str:
         (["rollout.engine.page_size=0"], "rollout.engine.page_size must be >= 1, got 0"),
         (["rollout.engine.dtype=int8"], "rollout.engine.dtype must be one of"),
         (["rollout.engine.kv_cache_tokens=64"], "rollout.engine.kv_cache_tokens = 64 cannot hold one request"),
-        (["drafter.trainer.lr=-1"], "drafter.trainer.lr must be > 0, got -1.0"),
+        (["drafter.trainer.lr=-1"], "drafter.trainer.lr must be a finite number > 0, got -1.0"),
+        (["drafter.trainer.grad_clip=-1"], "drafter.trainer.grad_clip must be a finite number > 0, got -1.0"),
         (["task.n_max=0"], "task.n_max must be in [n_min=2, "),
         # model= a path that is not a directory
         (["model=/nonexistent/ckpt"], "model=/nonexistent/ckpt: no such model option; choose one of ['bundled', "),

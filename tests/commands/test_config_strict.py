@@ -80,8 +80,18 @@ def test_nested_configs_own_key_names_become_the_keys_as_typed():
         ("generate", ["bandit.epsilon=-1"], "error: bandit.epsilon must be in [0, 1], got -1.0"),
         ("check-exact", ["strategy=bandit", "bandit.min_pulls=-1"], "error: bandit.min_pulls must be an integer"),
         ("generate", ["strategy=ema", "ema.candidate_steps=[]"], "error: ema.candidate_steps must be a non-empty"),
-        ("train-drafter", ["trainer.lr=-1"], "error: trainer.lr must be > 0, got -1.0"),
-        ("train", ["drafter.trainer.lr=-1", "logger=none"], "error: drafter.trainer.lr must be > 0, got -1.0"),
+        ("train-drafter", ["trainer.lr=-1"], "error: trainer.lr must be a finite number > 0, got -1.0"),
+        (
+            "train",
+            ["drafter.trainer.lr=-1", "logger=none"],
+            "error: drafter.trainer.lr must be a finite number > 0, got -1.0",
+        ),
+        ("train-drafter", ["trainer.grad_clip=0"], "error: trainer.grad_clip must be a finite number > 0, got 0.0"),
+        ("train-drafter", ["trainer.weight_decay=-1"], "error: trainer.weight_decay must be a finite number >= 0"),
+        ("train-drafter", ["trainer.feature_noise=-1"], "error: trainer.feature_noise must be a finite number >= 0"),
+        ("train-drafter", ["threads=-1"], "error: train_drafter.threads must be >= 0"),
+        ("train-drafter", ["device=gpu"], "error: train_drafter.device='gpu' is not a torch device"),
+        ("train-drafter", ["stream_dir=/proc/fastrl-nope"], "error: stream_dir=/proc/fastrl-nope: cannot create"),
     ],
 )
 def test_every_command_names_nested_keys_as_typed(tmp_path, command, args, message, capsys):
