@@ -92,7 +92,9 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""
+        """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`).
+        ValueError naming the key for a value of the wrong type or out of range (an integer given as a string or a
+        float, a negative norm epsilon or RoPE base, a special token id that is not an integer)."""
         model_type = _family(d)
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
@@ -105,30 +107,33 @@ class ModelConfig:
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
                 raise ValueError(f"config.json lacks required key {key!r}")
-        max_pos = int(d.get("max_position_embeddings", 4096))
+        max_pos = _int(d, "max_position_embeddings", 4096)
         rope = d.get("rope_scaling") or d.get("rope_parameters") or {}
         if not isinstance(rope, dict) or any(isinstance(v, dict) for v in rope.values()):
             raise ValueError(f"rope parameters {rope!r} are not supported (expected one flat dict)")
-        theta = d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta") or rope.get("rope_theta")
-        attention_bias = True if model_type == "qwen2" else bool(d.get("attention_bias", False))
+        nested = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
+        source = next((m for m in (d, nested, rope) if m.get("rope_theta") is not None), None)
+        theta = 10000.0 if source is None else _positive_float(source, "rope_theta", None)
+        attention_bias = True if model_type == "qwen2" else _bool(d, "attention_bias", False)
+        vocab = _int(d, "vocab_size", required=True)
         return cls(
             model_type=model_type,
-            vocab_size=int(d["vocab_size"]),
-            hidden_size=int(d["hidden_size"]),
-            intermediate_size=int(d["intermediate_size"]),
-            num_hidden_layers=int(d["num_hidden_layers"]),
-            num_attention_heads=int(d["num_attention_heads"]),
-            num_key_value_heads=d.get("num_key_value_heads"),
-            head_dim=d.get("head_dim", 128 if model_type == "qwen3" else None),  # HF Qwen3Config defaults to 128
+            vocab_size=vocab,
+            hidden_size=_int(d, "hidden_size", required=True),
+            intermediate_size=_int(d, "intermediate_size", required=True),
+            num_hidden_layers=_int(d, "num_hidden_layers", required=True),
+            num_attention_heads=_int(d, "num_attention_heads", required=True),
+            num_key_value_heads=_int(d, "num_key_value_heads", None),
+            head_dim=_int(d, "head_dim", 128 if model_type == "qwen3" else None),  # HF Qwen3Config defaults to 128
             max_position_embeddings=max_pos,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta) if theta else 10000.0,
+            rms_norm_eps=_positive_float(d, "rms_norm_eps", 1e-6),
+            rope_theta=theta,
             rope_scaling=_parse_rope(rope, max_pos),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            tie_word_embeddings=_bool(d, "tie_word_embeddings", False),
             attention_bias=attention_bias,
             qk_norm=model_type == "qwen3",
-            bos_token_id=d.get("bos_token_id"),
-            eos_token_id=d.get("eos_token_id"),
+            bos_token_id=_token_ids(d, "bos_token_id"),
+            eos_token_id=_token_ids(d, "eos_token_id"),
         )
 
     def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -183,15 +188,54 @@ class ModelConfig:
         return d
 
 
+def _int(d: dict[str, Any], key: str, default: int | None = None, required: bool = False) -> int | None:
+    """``d[key]`` as a JSON integer >= 1 (``default`` when absent or null, unless ``required``)."""
+    value = d.get(key)
+    if value is None and not required:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _positive_float(d: dict[str, Any], key: str, default: float | None) -> float:
+    """``d[key]`` as a finite number > 0 (``default`` when absent or null; None: required)."""
+    value = d.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _token_ids(d: dict[str, Any], key: str) -> int | list[int] | None:
+    """A special token id (or, for eos, a list of them): integers >= 0, or None. (Not checked against the
+    vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads them.)"""
+    value = d.get(key)
+    ids = value if isinstance(value, list) else [value]
+    if value is not None and not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ValueError(f"{key} must be a token id >= 0 (or a list of them), got {value!r}")
+    return value
+
+
 def _family(d: dict[str, Any]) -> str:
     """The model family named by `architectures` (first entry) or, lacking it, by `model_type`."""
     archs = d.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"architectures must be a list of class names, got {archs!r}")
     if archs:
         if archs[0] not in ARCHITECTURES:
             raise ValueError(f"architecture {archs[0]!r} is not supported (expected one of {list(ARCHITECTURES)})")
         return ARCHITECTURES[archs[0]]
     model_type = d.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} is not supported (expected one of {list(MODEL_TYPES)})")
     return model_type
 
@@ -214,3 +258,5 @@ def _parse_rope(rope: dict[str, Any], max_position_embeddings: int) -> RopeScali
         )
     except KeyError as err:
         raise ValueError(f"llama3 rope_scaling lacks key {err.args[0]!r}: {rope!r}") from None
+    except (TypeError, ValueError):
+        raise ValueError(f"llama3 rope_scaling needs numbers for its factors, got {rope!r}") from None
