@@ -12,13 +12,21 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase | None:
-    """transformers' AutoTokenizer from `path` when it holds a tokenizer.json or tokenizer_config.json, else None."""
+    """transformers' AutoTokenizer from `path` when it holds a tokenizer.json or tokenizer_config.json, else None.
+    ValueError naming the directory and its tokenizer files when they do not load (damaged JSON, a directory where a
+    file goes, a config whose tokenizer.json is missing)."""
     directory = Path(path)
+    present = [name for name in TOKENIZER_FILES if (directory / name).exists()]
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer  # deferred: importing transformers costs seconds
 
-    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as err:  # transformers' own errors are of many kinds: any of them means these files are bad
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hint = "" if (directory / "tokenizer.json").is_file() else "; fastrl loads fast tokenizers from tokenizer.json"
+        raise ValueError(f"{directory}: its tokenizer ({', '.join(present)}) does not load: {first}{hint}") from None
 
 
 def has_chat_template(tokenizer: Any) -> bool:

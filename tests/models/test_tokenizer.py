@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
@@ -23,3 +24,26 @@ def test_loads_local_tokenizer(tmp_path):
 
 def test_directory_without_tokenizer_gives_none(tmp_path):
     assert load_tokenizer(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda d: (d / "tokenizer.json").write_text("{garbage"),
+            r"\(tokenizer.json, tokenizer_config.json\) does not",
+        ),
+        (lambda d: (d / "tokenizer.json").write_text("[]"), r"does not load: invalid type"),
+        (lambda d: (d / "tokenizer.json").unlink(), r"\(tokenizer_config.json\) does not load: .*from tokenizer.json"),
+    ],
+)
+def test_damaged_tokenizer_files_are_one_error_naming_the_directory(tmp_path, damage, message):
+    import shutil
+
+    from fastrl.assets_path import bundled_model_dir
+
+    model = tmp_path / "model"
+    shutil.copytree(bundled_model_dir(), model)
+    damage(model)
+    with pytest.raises(ValueError, match=f"^{model}: its tokenizer {message}"):
+        load_tokenizer(model)
