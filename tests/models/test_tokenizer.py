@@ -33,7 +33,10 @@ def test_directory_without_tokenizer_gives_none(tmp_path):
             lambda d: (d / "tokenizer.json").write_text("{garbage"),
             r"\(tokenizer.json, tokenizer_config.json\) does not",
         ),
-        (lambda d: (d / "tokenizer.json").write_text("[]"), r"does not load: invalid type"),
+        (
+            lambda d: (d / "tokenizer.json").write_text("[]"),
+            r"\(tokenizer.json, tokenizer_config.json\) does not load: invalid type",
+        ),
         (lambda d: (d / "tokenizer.json").unlink(), r"\(tokenizer_config.json\) does not load: .*from tokenizer.json"),
     ],
 )
