@@ -97,23 +97,41 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
         if meta.get("format") != FORMAT:
             raise ValueError(f"format is {meta.get('format')!r}, expected {FORMAT!r}")
         version = meta.get("format_version", 1)
-        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
             raise ValueError(f"format_version is {version!r}, this fastrl reads 1 .. {FORMAT_VERSION}")
         policy = meta["policy"]
         extra = meta.get("extra_layers") or []
         if not isinstance(extra, list):
             raise ValueError(f"extra_layers must be a list of decoder layer indices, got {extra!r}")
         check_extra_layers(tuple(extra))
+        if not isinstance(policy, dict) or not isinstance(meta["layer"], dict):
+            raise ValueError("policy and layer must be JSON objects")
+        draft_vocab = meta.get("draft_vocab_size")
+        for key, value in (
+            ("policy.hidden_size", policy["hidden_size"]),
+            ("policy.vocab_size", policy["vocab_size"]),
+            ("version", meta["version"]),
+            ("draft_vocab_size", 1 if draft_vocab is None else draft_vocab),
+        ):
+            if not _is_int(value) or value < (0 if key == "version" else 1):
+                raise ValueError(f"{key} must be an integer >= {0 if key == 'version' else 1}, got {value!r}")
+        layer = ModelConfig.from_hf_dict(meta["layer"])
+        layer_fit = (layer.hidden_size, layer.vocab_size, layer.num_hidden_layers)
+        if layer_fit != (policy["hidden_size"], policy["vocab_size"], 1):
+            raise ValueError(
+                f"layer has hidden size, vocabulary and layers {layer_fit}; a drafter's one layer has its policy's "
+                f"{(policy['hidden_size'], policy['vocab_size'], 1)}"
+            )
         info = DrafterInfo(
             policy_name=str(policy["name"]),
-            policy_hidden_size=int(policy["hidden_size"]),
-            policy_vocab_size=int(policy["vocab_size"]),
-            version=int(meta["version"]),
-            layer_config=ModelConfig.from_hf_dict(meta["layer"]),
-            draft_vocab_size=None if meta.get("draft_vocab_size") is None else int(meta["draft_vocab_size"]),
+            policy_hidden_size=policy["hidden_size"],
+            policy_vocab_size=policy["vocab_size"],
+            version=meta["version"],
+            layer_config=layer,
+            draft_vocab_size=draft_vocab,
             extra_layers=tuple(extra),
         )
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter config ({exc})") from None
     return dataclasses.replace(info, prior_hazard=chain_prior_hazard(Path(path) / METRICS_FILE))
 
@@ -130,7 +148,12 @@ def chain_prior_hazard(file: Path) -> float | None:
         for record in records:
             strategy = Strategy.parse(str(record["strategy"]))
             if is_chain(strategy) and not strategy.stops_early:
-                hazards.append(geometric_hazard(strategy.steps, float(record["mean_accept_length"])))
+                accept = float(record["mean_accept_length"])
+                if not 1.0 <= accept <= strategy.steps + 1:  # NaN fails too
+                    raise ValueError(
+                        f"{strategy}'s mean_accept_length must be in [1, {strategy.steps + 1}], got {accept}"
+                    )
+                hazards.append(geometric_hazard(strategy.steps, accept))
     except (AttributeError, KeyError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file}: malformed drafter metrics ({exc})") from None
     return sum(hazards) / len(hazards) if hazards else None
@@ -247,3 +270,7 @@ def load_drafter(
     drafter.prior_hazard = info.prior_hazard
     dtype = policy.lm_head.weight.dtype
     return drafter.to(device=device, dtype=dtype).eval(), info
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -246,7 +246,7 @@ def _with(mapping: dict, **changes) -> dict:
             "layer",
             None,
             lambda m: _with(m, layer=_with(m["layer"], hidden_size=96, num_attention_heads=3, num_key_value_heads=1)),
-            "mis-shaped",
+            "layer has hidden size, vocabulary and layers",
         ),
         ("vocab", None, lambda m: _with(m, draft_vocab_size=10), "draft_vocab.safetensors is missing"),
     ],

@@ -113,3 +113,41 @@ def test_fused_drafter_rejects_bad_feature_width(policy):
     positions = torch.arange(3).unsqueeze(0)
     with pytest.raises(ValueError, match=r"features must be \[.., 128\]"):
         drafter(policy, tokens, torch.zeros(1, 3, 96), positions)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"layer": [1]}, "policy and layer must be JSON objects"),
+        ({"policy": "tiny"}, "policy and layer must be JSON objects"),
+        ({"format_version": True}, "format_version is True"),
+        ({"version": "abc"}, "version must be an integer >= 0, got 'abc'"),
+        ({"draft_vocab_size": 0}, "draft_vocab_size must be an integer >= 1, got 0"),
+        ({"draft_vocab_size": -3}, "draft_vocab_size must be an integer >= 1, got -3"),
+        ({"draft_vocab_size": 10.5}, "draft_vocab_size must be an integer >= 1, got 10.5"),
+        ({"layer_edit": {"num_hidden_layers": 2}}, r"layer has hidden size, vocabulary and layers \(64, 97, 2\)"),
+        ({"layer_edit": {"vocab_size": 50}}, r"layer has hidden size, vocabulary and layers \(64, 50, 1\)"),
+        ({"layer_edit": {"vocab_size": "x"}}, "vocab_size must be an integer >= 1, got 'x'"),
+    ],
+)
+def test_a_malformed_drafter_config_is_one_error_naming_the_file(policy, tmp_path, changes, message):
+    """drafter_config.json values of the wrong type or that contradict the policy it names (an AttributeError
+    traceback, or silently ignored, before)."""
+    path = _with_meta(tmp_path, policy)
+    meta = json.loads((path / CONFIG_FILE).read_text())
+    edit = changes.pop("layer_edit", None)
+    meta |= changes
+    if edit:
+        meta["layer"] |= edit
+    (path / CONFIG_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"{CONFIG_FILE}: malformed drafter config \(.*{message}"):
+        read_drafter_info(path)
+
+
+@pytest.mark.parametrize("accept", [float("nan"), -5.0, 99.0, 0.5])
+def test_a_held_out_accept_length_outside_its_chain_is_refused(policy, tmp_path, accept):
+    path = _with_meta(tmp_path, policy)
+    record = {"strategy": "3_1_4", "mean_accept_length": accept, "temperature": 0.0}
+    (path / "metrics.json").write_text(json.dumps({"accept_lengths": [record]}))
+    with pytest.raises(ValueError, match=r"metrics.json: malformed drafter metrics \(3_1_4's mean_accept_length"):
+        read_drafter_info(path)
