@@ -241,8 +241,13 @@ class DepthAcceptance:
         for i, (arm, steps) in enumerate(zip(self.arms, self._depths, strict=True)):
             saved = state.get(str(arm))
             if saved is not None and len(saved[0]) == steps:
-                self.counts[i, :steps] = [float(h) for h in saved[0]]
-                self.counts[i, columns : columns + steps] = [float(t) for t in saved[1]]
+                hits, trials = [float(h) for h in saved[0]], [float(t) for t in saved[1]]
+                if len(trials) != steps or not all(0.0 <= h <= t < math.inf for h, t in zip(hits, trials, strict=True)):
+                    raise ValueError(
+                        f"acceptance of {arm}: expected {steps} counts with 0 <= hits <= trials, got {saved}"
+                    )
+                self.counts[i, :steps] = hits
+                self.counts[i, columns : columns + steps] = trials
 
     def _forget_estimates(self) -> None:
         self._estimated = None

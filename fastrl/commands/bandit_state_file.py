@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from fastrl.adaptive.bandit import BanditSelector, check_state_version
+from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.commands.output_guard import OutputTarget, write_atomic
 
 
@@ -27,6 +28,15 @@ def read_state_file(key: str, path: Path) -> dict | None:
     missing = [k for k in ("acceptance", "times") if k not in state]
     if missing:
         raise ValueError(f"{key}={path}: a bandit state without {missing}; remove the file or name another")
+    try:  # loaded into a bandit of its own config, every arm predicted: what a run would do with it
+        probe = BanditSelector(BanditConfig.from_dict(state["config"]))
+        probe.warm_start(state)
+        for arm in probe.strategies:
+            probe.predict(arm, 1)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as err:
+        raise ValueError(
+            f"{key}={path}: a damaged bandit state ({type(err).__name__}: {err}); remove the file or name another"
+        ) from None
     return state
 
 

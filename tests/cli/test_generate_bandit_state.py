@@ -62,3 +62,46 @@ def test_bandit_state_needs_the_bandit(tmp_path, capsys):
     args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", f"bandit_state={tmp_path / 'b.json'}"]
     assert main(["generate", *args]) == 2
     assert "strategy=bandit" in capsys.readouterr().err
+
+
+def _damaged(state: dict, key: str, value) -> dict:
+    if key == "acceptance-counts":
+        return state | {
+            "acceptance": {arm: [[-5.0] * len(h), [-1.0] * len(t)] for arm, (h, t) in state["acceptance"].items()}
+        }
+    return state | {key: value}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("acceptance", "x"),
+        ("acceptance", [1, 2]),
+        ("acceptance-counts", None),
+        ("times", "x"),
+        ("times", {}),
+        ("chain_rounds", [1]),
+        ("calibration", [["disable", 1]]),
+        ("calibration", [["nope", 1, 0.1]]),
+        ("chain_rounds", {"12_1_13@0.3": {"0": "x"}}),
+    ],
+)
+def test_a_damaged_state_is_one_error_before_any_work(tmp_path, capsys, key, value):
+    """Contents a bandit cannot use (wrong types, negative counts, a calibration row without its time) are refused
+    when the file is read, before any work, naming it: they were tracebacks after the model loaded and calibrated."""
+    from fastrl.adaptive.bandit import BanditSelector
+    from fastrl.adaptive.bandit_config import BanditConfig
+
+    config = BanditConfig(strategies=["12_1_13@0.3", "5_1_6", "3_1_4", "disable"], calibrate=False)
+    good = BanditSelector(config).state_dict()
+    good["acceptance"] = {arm: [[1.0] * len(h), [2.0] * len(t)] for arm, (h, t) in good["acceptance"].items()}
+    state = tmp_path / "bandit.json"
+    content = json.dumps(_damaged(good, key, value))
+    state.write_text(content)
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", "strategy=bandit", f"bandit_state={state}"]
+    assert main(["generate", *args, "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert f"bandit_state={state}: a damaged bandit state" in err and "Traceback" not in err, err
+    assert state.read_text() == content
