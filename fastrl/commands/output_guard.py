@@ -258,6 +258,16 @@ def _check_not_input(key: str, value: str, path: Path, inputs: dict[str, str]) -
             raise ValueError(f"{key}={value} is a file of the {other_key} directory {other}: writing would destroy it")
 
 
+def check_creatable(key: str, value: str) -> None:
+    """ValueError naming ``key`` unless the directory ``value`` exists or can be made, and takes new files: its
+    nearest existing ancestor is a directory where a file can be created (tried for real). Nothing is made: for a
+    directory another tool creates (Hydra's run directory)."""
+    ancestor = _existing_ancestor(Path(value))
+    if not ancestor.is_dir():
+        raise ValueError(f"{key}={value}: {ancestor} is not a directory")
+    _probe_directory(key, value, ancestor)
+
+
 def _make_parent(key: str, value: str, path: Path) -> None:
     """Create the directories above a new output (ValueError naming the key when that is impossible) and check
     that the nearest one takes new files."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from fastrl.commands.output_guard import check_creatable
 from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
@@ -70,6 +71,8 @@ def plan_run(overrides: list[str]) -> RunPlan:
     existed = bool(run_dir) and Path(run_dir).exists()
     if existed:
         check_unused(Path(run_dir))
+    if run_dir:
+        check_creatable(RUN_DIR_KEY, run_dir)
     return RunPlan(list(overrides), existed=existed, resumed_from=checkpoint_path)
 
 

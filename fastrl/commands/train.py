@@ -19,7 +19,13 @@ from omegaconf import OmegaConf
 from fastrl.commands.run_dir import RunPlan, forget_run, keep_metrics_before, latest_checkpoint, plan_run
 from fastrl.commands.train_args import check_groups, in_user_words
 from fastrl.commands.train_config import TrainConfig
-from fastrl.commands.train_setup import build_backend, build_task, check_prompts_fit, model_dir
+from fastrl.commands.train_setup import (
+    build_backend,
+    build_task,
+    check_local_cluster_fit,
+    check_prompts_fit,
+    model_dir,
+)
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.checkpoint import read_trainer_state
@@ -97,6 +103,7 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
         raise ValueError(f"model.path: {policy_dir} has no tokenizer; fastrl train needs one to read the task")
     task = build_task(cfg)  # validates before any worker starts
     check_prompts_fit(cfg, task, tokenizer)
+    check_local_cluster_fit(cfg)
     resumed_step = int(read_trainer_state(cfg.resume)["step"]) if cfg.resume else 0
     if cfg.resume and resumed_step >= cfg.rl.steps:
         say(

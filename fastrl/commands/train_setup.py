@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.commands.engine_setup import resolve_model_dir
@@ -14,7 +17,7 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.rollout.backend import RolloutBackend
 from fastrl.rollout.local import LocalRollout
 from fastrl.rollout.manager import RayRolloutManager
-from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
 
@@ -81,6 +84,17 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
             seed=cfg.rl.seed,
         )
     )
+
+
+def check_local_cluster_fit(cfg: TrainConfig) -> None:
+    """ValueError before Ray starts when the workers of `rollout.backend=ray` ask a local Ray (no
+    `rollout.ray_address`) for more CPUs or GPUs than it will have: `rollout.ray_num_cpus` or every core, and this
+    machine's GPUs. A cluster being joined is checked once Ray knows its resources."""
+    if cfg.rollout.backend != "ray" or cfg.rollout.ray_address:
+        return
+    worker = worker_config(cfg)
+    total = {"CPU": float(cfg.rollout.ray_num_cpus or os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+    check_fit(cfg.rollout.num_workers, worker.num_cpus, worker.num_gpus, total)
 
 
 def build_task(cfg: TrainConfig) -> ArithChainTask:

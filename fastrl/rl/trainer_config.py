@@ -64,7 +64,7 @@ class GRPOConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _at_least(self, "steps", 0)
+        _at_least(self, "steps", 1)
         _at_least(self, "prompts_per_step", 1)
         _at_least(self, "samples_per_prompt", 2)
         _at_least(self, "max_new_tokens", 1)

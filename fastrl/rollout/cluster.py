@@ -72,20 +72,6 @@ def _token_auth_quietly() -> None:
         _enable_token_auth()  # sets RAY_AUTH_MODE=token for this process and its children, refreshes Ray's config
 
 
-def check_fit(num_workers: int, num_cpus: float, num_gpus: float) -> None:
-    """ValueError when ``num_workers`` actors of ``num_cpus`` CPUs and ``num_gpus`` GPUs each ask for more than the
-    Ray cluster has (Ray would queue them forever)."""
-    total = ray.cluster_resources()
-    for resource, per_worker, key in (("CPU", num_cpus, "num_cpus"), ("GPU", num_gpus, "num_gpus")):
-        need, have = num_workers * per_worker, total.get(resource, 0.0)
-        if need > have + 1e-9:
-            raise ValueError(
-                f"rollout.num_workers={num_workers} workers x rollout.worker.{key}={per_worker:g} need {need:g} "
-                f"{resource}s, but this Ray cluster has {have:g} (rollout.ray_num_cpus or the machine's cores): "
-                "lower rollout.num_workers"
-            )
-
-
 def short_error(err: BaseException) -> str:
     """The last meaningful line of a Ray error (the remote exception), not its traceback."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]

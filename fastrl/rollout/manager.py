@@ -13,11 +13,11 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from torch import Tensor
 
-from fastrl.rollout.cluster import check_fit, ensure_ray, short_error
+from fastrl.rollout.cluster import ensure_ray, short_error
 from fastrl.rollout.dispatch import PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
-from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker
 from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord, WorkerReplacement
@@ -47,7 +47,7 @@ class RayRolloutManager:
         self._spawned = 0
         self.workers: list[WorkerHandle] = []
         try:
-            check_fit(config.num_workers, config.worker.num_cpus, config.worker.num_gpus)
+            check_fit(config.num_workers, config.worker.num_cpus, config.worker.num_gpus, ray.cluster_resources())
             self.workers = [self._spawn(i) for i in range(config.num_workers)]
             first = await_started(self.workers, self._spawn, config.worker_start_timeout_s, LOG)
         except (RayError, ValueError) as err:

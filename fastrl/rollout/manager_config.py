@@ -59,3 +59,16 @@ class RolloutManagerConfig:
         for key in ("cotrain_in_tail", "restart_failed_workers", "overlap_drafter_round"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"rollout.{key} must be a bool, got {getattr(self, key)!r}")
+
+
+def check_fit(num_workers: int, num_cpus: float, num_gpus: float, total: dict[str, float]) -> None:
+    """ValueError when ``num_workers`` actors of ``num_cpus`` CPUs and ``num_gpus`` GPUs each ask for more than a
+    cluster of ``total`` resources has (Ray would queue them forever)."""
+    for resource, per_worker in (("CPU", num_cpus), ("GPU", num_gpus)):
+        need, have = num_workers * per_worker, total.get(resource, 0.0)
+        if need > have + 1e-9:
+            raise ValueError(
+                f"rollout.num_workers={num_workers} workers of {per_worker:g} {resource} each need {need:g} "
+                f"{resource}s, but this Ray cluster has {have:g} (rollout.ray_num_cpus or the machine's cores): "
+                "lower rollout.num_workers"
+            )

@@ -32,7 +32,8 @@ def _error_line(capsys) -> str:
         (["strategy=static", "strategy.name=4-3-10"], "strategy.name=4-3-10: expected bandit | ema, disable"),
         (["strategy.name=4-3-10"], "did you mean strategy.name=4_3_10?"),
         # a GRPO key named as rl.steps, not GRPOConfig.steps
-        (["rl.steps=-1"], "rl.steps must be an integer >= 0, got -1"),
+        (["rl.steps=-1"], "rl.steps must be an integer >= 1, got -1"),
+        (["rl.steps=0"], "rl.steps must be an integer >= 1, got 0"),
         (["rl.steps=abc"], "rl.steps=abc (Value 'abc' of type 'str' could not be converted to Integer)"),
         # keys of nested configs whose own messages name them shortly (EngineConfig's "engine.", the drafter
         # trainer's, the task's), named as typed
@@ -92,3 +93,25 @@ def test_reusing_a_run_directory_is_an_error(policy_dir, tmp_path, capsys):
     assert main(["train", *args]) == 2
     assert f"hydra.run.dir={run} holds an earlier run" in _error_line(capsys)
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+
+
+def test_more_workers_than_a_local_ray_has_is_said_before_ray_starts(tmp_path, capsys):
+    """A local Ray's resources are known before it starts (rollout.ray_num_cpus or the cores, the GPUs here): asking
+    for more is the error it would be inside Ray, without starting Ray (a `ray` import is no evidence either way,
+    so the test asserts no Ray session was made)."""
+    import ray
+
+    run = tmp_path / "run"
+    args = [*TINY, "rollout.num_workers=9", "rollout.ray_num_cpus=4", "logger=none", f"hydra.run.dir={run}"]
+    assert main(["train", *args]) == 2
+    assert "rollout.num_workers=9 workers of 1 CPU each need 9 CPUs, but this Ray cluster has 4" in _error_line(capsys)
+    assert not ray.is_initialized() and not run.exists()
+
+
+def test_a_run_directory_that_cannot_be_made_is_said_before_anything_starts(tmp_path, capsys):
+    """Hydra makes the run directory; where it cannot (under a file, a read-only place) the run says so in one line
+    naming the key (it was an OSError traceback from Hydra)."""
+    (tmp_path / "file").write_text("x")
+    run = tmp_path / "file" / "run"
+    assert main(["train", *TINY, "logger=none", f"hydra.run.dir={run}"]) == 2
+    assert f"hydra.run.dir={run}: {tmp_path / 'file'} is not a directory" in _error_line(capsys)

@@ -72,7 +72,9 @@ def test_empty_data_and_stop_do_nothing(setup):
 
 def test_diverging_slice_is_reported_and_discarded(setup):
     policy, live, seqs = setup
-    trainer = CoTrainer(policy, DrafterTrainerConfig(lr=float("inf"), warmup_steps=0))
+    config = DrafterTrainerConfig(warmup_steps=0)
+    config.lr = float("inf")  # past the config's own check: a diverging step
+    trainer = CoTrainer(policy, config)
     trainer.prepare(live, version=0)
     metrics = trainer.train_slice(lambda _: seqs, seconds=5.0, should_stop=stop_after(3))
     assert metrics.error is not None and "FloatingPointError" in metrics.error and metrics.steps == 0

@@ -32,7 +32,8 @@ def test_local_rollout_cotrains_and_publishes(checkpoint):
 
 
 def test_failing_slice_is_reported_and_rollouts_go_on(checkpoint):
-    poisoned = DrafterTrainerConfig(lr=float("inf"), warmup_steps=0, max_tokens_per_batch=512)
+    poisoned = DrafterTrainerConfig(warmup_steps=0, max_tokens_per_batch=512)
+    poisoned.lr = float("inf")  # past the config's own check: every training step then fails
     backend = LocalRollout(worker_config(checkpoint, trainer=poisoned, slice_seconds=0.1))
     requests = mixed_requests(6)
     for _ in range(2):

@@ -16,7 +16,8 @@ from tests.rollout.tail_requests import tail_batch
 
 @pytest.fixture(scope="module")
 def poisoned(checkpoint, ray_cluster):
-    trainer = DrafterTrainerConfig(lr=float("inf"), warmup_steps=0, max_tokens_per_batch=512)
+    trainer = DrafterTrainerConfig(warmup_steps=0, max_tokens_per_batch=512)
+    trainer.lr = float("inf")  # past the config's own check: every training step then fails
     mgr = RayRolloutManager(RolloutManagerConfig(worker=worker_config(checkpoint, trainer=trainer), num_workers=2))
     yield mgr
     mgr.shutdown()
