@@ -137,6 +137,17 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"fastrl {name}: error: {in_schema_words(str(exc), _command(name).schema)}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk mid-run: one line, what was saved before is kept; anything else as it is
+        from fastrl.commands.output_guard import no_space
+
+        full = no_space(
+            exc,
+            f"{exc.filename or 'a file'}: free some space and run the command again (finished work it saved is kept)",
+        )
+        if full is exc:
+            raise
+        print(f"fastrl {name}: error: {full}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"fastrl {name}: interrupted", file=sys.stderr)
         return 130

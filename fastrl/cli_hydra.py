@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastrl.commands.output_guard import no_space
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
 from fastrl.config_compose import check_override_keys, compose_config, quote_string_overrides
 
@@ -147,6 +148,13 @@ def run_hydra_main(
             task(config)
         except ValueError as err:
             raise JobFailed(err) from err
+        except OSError as err:  # a full disk: one line (Hydra would print a traceback), as outside Hydra
+            full = no_space(
+                err, f"{err.filename or 'a file'}: free some space and resume (checkpoints it saved are kept)"
+            )
+            if full is err:
+                raise
+            raise JobFailed(full) from err
 
     quoted = quote_string_overrides(command.schema, overrides, sweep=bool({"-m", "--multirun"} & set(flags)))
     saved = sys.argv

@@ -201,7 +201,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as err:
-        raise _no_space(err, f"{path}; it is left as it was") from None
+        raise no_space(err, f"{path}; it is left as it was") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -229,12 +229,12 @@ def staged_directory(target: OutputTarget) -> Iterator[Path]:
             else:
                 os.replace(item, dest)
     except OSError as err:
-        raise _no_space(err, f"into {final}; its files are left as they were") from None
+        raise no_space(err, f"into {final}; its files are left as they were") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _no_space(err: OSError, where: str) -> Exception:
+def no_space(err: OSError, where: str) -> Exception:
     """A full disk or quota as one ValueError saying what was kept (the CLI prints it as one line); any other
     OSError unchanged."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -85,3 +85,29 @@ def test_a_model_config_that_cannot_be_built_names_the_file_and_the_key(model_di
         f"{bad / 'config.json'}: hidden_size ({config['hidden_size']}) is not a multiple of num_attention_heads" in err
     )
     assert "Traceback" not in err
+
+
+def test_a_full_disk_deep_in_any_command_is_one_line(monkeypatch, capsys):
+    """Where a command meets a full disk outside its guarded outputs (train-drafter's stream, a train checkpoint),
+    the OSError is one line naming the file (it was a traceback); another OSError stays what it is."""
+    import errno
+
+    from fastrl import cli
+
+    def full(overrides):
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/d.stream/resume.tmp/optimizer.pt")
+
+    monkeypatch.setattr(cli, "_train_drafter", full)
+    assert cli.main(["train-drafter"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "fastrl train-drafter: error: no space left writing /runs/d.stream/resume.tmp/optimizer.pt: free some space "
+        "and run the command again (finished work it saved is kept)"
+    )
+
+    def other(overrides):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(cli, "_train_drafter", other)
+    with pytest.raises(OSError, match="Input/output error"):
+        cli.main(["train-drafter"])
