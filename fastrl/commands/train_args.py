@@ -19,6 +19,12 @@ USER_KEYS = (
     ("rollout.worker.strategy", "strategy.name"),
     ("rollout.worker.model_dir", "model.path"),
     ("rollout.worker.drafter_dir", "drafter.path"),
+    ("rollout.worker.torch_threads", "rollout.torch_threads"),
+    ("rollout.worker.buffer_tokens", "drafter.buffer_tokens"),
+    ("rollout.worker.retention_versions", "drafter.retention_versions"),
+    ("rollout.worker.recency_decay", "drafter.recency_decay"),
+    ("rollout.worker.slice_seconds", "drafter.slice_seconds"),
+    ("rollout.worker.cotrain", "drafter.cotrain"),
 )  # the nested configs' own names for their keys (GRPOConfig.steps, engine.page_size): in_schema_words
 
 

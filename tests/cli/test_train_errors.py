@@ -34,6 +34,10 @@ def _error_line(capsys) -> str:
         # a GRPO key named as rl.steps, not GRPOConfig.steps
         (["rl.steps=-1"], "rl.steps must be an integer >= 1, got -1"),
         (["rl.steps=0"], "rl.steps must be an integer >= 1, got 0"),
+        # the rollout worker's keys, named where `fastrl train` has them (drafter.*, rollout.*)
+        (["drafter.slice_seconds=-1"], "drafter.slice_seconds must be a finite number > 0, got -1.0"),
+        (["drafter.buffer_tokens=0"], "drafter.buffer_tokens must be an integer >= 2, got 0"),
+        (["rollout.torch_threads=0"], "rollout.torch_threads must be an integer >= 1, got 0"),
         (["rl.steps=abc"], "rl.steps=abc (Value 'abc' of type 'str' could not be converted to Integer)"),
         # keys of nested configs whose own messages name them shortly (EngineConfig's "engine.", the drafter
         # trainer's, the task's), named as typed
