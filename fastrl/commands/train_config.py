@@ -148,7 +148,7 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     logger: WandbConfig = field(default_factory=WandbConfig)
     resume: str = ""
-    checkpoint_on_interrupt: bool = False
+    checkpoint_on_interrupt: bool = True
     report: bool = True
     threads: int = 1
 
