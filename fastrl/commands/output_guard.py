@@ -114,13 +114,16 @@ class GuardedOutputs:
 
 def check_work_dir(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check a directory a command keeps across its runs and resumes from (``train-drafter``'s stream of shards and
-    saved state): not a file, not an input, created if needed, and taking new files. Its contents are the command's
-    own to read back: they are not refused for being there."""
+    saved state): not a file, not an input, taking new files (its parent is created if needed). Its contents are
+    the command's own to read back: they are not refused for being there."""
     path = _resolved(key, value)
     _check_not_input(key, value, path, inputs)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{key}={value} is a file; give a directory")
-    _make_parent(key, value, path / "x")
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{key}={value} is a file; give a directory")
+        _probe_directory(key, value, path)
+    else:
+        _make_parent(key, value, path)  # the directory itself is made by the first write: a refused run leaves none
     return OutputTarget(key, Path(value), path, True)
 
 

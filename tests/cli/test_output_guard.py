@@ -164,7 +164,8 @@ def test_a_work_directory_is_reused_but_never_shared(tmp_path):
     from), is created before any work, and is locked: a second command on it is refused while the first holds it."""
     stream = tmp_path / "run.stream"
     with guard_outputs({}, {}, work_dirs={"stream_dir": str(stream)}):
-        assert stream.is_dir()
+        assert not stream.exists()  # made by the command's first write: a refused run leaves none
+        stream.mkdir()
         (stream / "shard_00000.json").write_text("[]")
         with pytest.raises(ValueError, match="stream_dir=.* is being written by another fastrl command"):
             guard_outputs({}, {}, work_dirs={"stream_dir": str(stream)})

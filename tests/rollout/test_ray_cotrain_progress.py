@@ -15,7 +15,7 @@ from fastrl.rollout.manager_config import RolloutManagerConfig
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
 
 DEADLINE_S = 3.0  # generous: the suite runs two pytest workers beside the Ray workers on a 2-core machine
-UPDATES = 160
+UPDATES = 800  # ~11 s of updates on a quiet 2-core machine (7 ms each): the round outlasts 2 deadlines there too
 
 
 @pytest.fixture(scope="module")
