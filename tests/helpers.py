@@ -38,7 +38,7 @@ def make_hf_model(family: str, seed: int = 0, vocab_size: int = 97, max_position
         config = transformers.Qwen2Config(tie_word_embeddings=False, rope_theta=1e6, **common)
         model = transformers.Qwen2ForCausalLM(config)
     elif family == "qwen3":
-        config = transformers.Qwen3Config(tie_word_embeddings=True, head_dim=16, rope_theta=1e6, **common)
+        config = transformers.Qwen3Config(tie_word_embeddings=True, rope_theta=1e6, **({"head_dim": 16} | common))
         model = transformers.Qwen3ForCausalLM(config)
     else:
         raise ValueError(family)

@@ -8,6 +8,7 @@ separate two perturbed logits, so any mismatch is a bug: `compare_runs` still ju
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -103,11 +104,55 @@ class SwitchingSelector:
         self._rng.setstate(state["rng"])
 
 
-@cache
+SHAPE_PREFIX = "shape:"  # a model name "shape:SEED": a random architecture drawn from SEED (see ``random_shape``)
+
+
+def random_shape(seed: int) -> tuple[str, dict, int]:
+    """A random family (Llama untied or tied, Qwen2, Qwen3), its sizes and vocabulary from ``seed``: 1-3 layers,
+    head size 8-128 (odd multiples of 4 and 8 included), 1-4 KV heads with 1-4 query heads each, vocabulary
+    11-5000. The suite's other models all have head size 16 or 32 and 4:2 or 6:2 heads; kernels with per-shape
+    instances and fallbacks (the CPU attention, the drafter step) meet other shapes here."""
+    rng = random.Random(seed * 31 + 7)
+    family = rng.choice(["llama", "llama_tied", "qwen2", "qwen3"])
+    kv = rng.choice([1, 2, 3, 4])
+    heads = kv * rng.choice([1, 2, 3, 4])
+    sizes = dict(
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=rng.choice([8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 128]),
+        hidden_size=heads * rng.choice([4, 8, 16, 32]),
+        intermediate_size=rng.choice([40, 64, 128, 200]),
+        num_hidden_layers=rng.randint(1, 3),
+    )
+    return family, sizes, rng.choice([11, 50, 97, 300, 1200, 5000])
+
+
 def models(name: str, dtype: str = DTYPE) -> tuple[CausalLM, EagleDrafter]:
     """The policy and a drafter in `dtype` for a model name: random families get a fresh seeded drafter, the
-    bundled model its shipped one. Cached per dtype: engines never change weights, and one of this dtype never
-    converts them."""
+    bundled model its shipped one, a ``shape:SEED`` model a random architecture (the last few kept). Cached per
+    dtype: engines never change weights, and one of this dtype never converts them."""
+    if name.startswith(SHAPE_PREFIX):
+        return _shape_models(name, dtype)
+    return _family_models(name, dtype)
+
+
+@functools.lru_cache(maxsize=4)
+def _shape_models(name: str, dtype: str) -> tuple[CausalLM, EagleDrafter]:
+    import tempfile
+
+    seed = int(name.removeprefix(SHAPE_PREFIX))
+    family, sizes, vocab = random_shape(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        make_hf_model(family, seed=seed, vocab_size=vocab, **sizes).save_pretrained(tmp)
+        policy = load_model(tmp)
+    torch.manual_seed(seed)
+    drafter = EagleDrafter(policy.config)
+    torch_dtype = getattr(torch, dtype)
+    return policy.to(torch_dtype).eval(), drafter.to(torch_dtype).eval()
+
+
+@cache
+def _family_models(name: str, dtype: str) -> tuple[CausalLM, EagleDrafter]:
     if name == "bundled":
         policy = load_model(bundled_model_dir())
         drafter = load_drafter(bundled_drafter_dir(), policy)[0]
@@ -174,11 +219,14 @@ def random_params(rng: random.Random, max_new_tokens: int, vocab: int) -> Sampli
     )
 
 
-def make_case(seed: int, max_new_tokens: int = 48, max_batch: int = 16, dtype: str = DTYPE) -> Case:
+def make_case(
+    seed: int, max_new_tokens: int = 48, max_batch: int = 16, dtype: str = DTYPE, shapes: bool = False
+) -> Case:
     """The case of `seed`: model, strategy, batch sizes, requests and arrival steps all drawn from it; its engines
-    compute in `dtype`."""
+    compute in `dtype`; with `shapes`, the model is a random architecture (``random_shape``) instead of one of
+    ``MODELS`` (every other draw as without it)."""
     rng = random.Random(seed)
-    name = MODELS[seed % len(MODELS)]
+    name = f"{SHAPE_PREFIX}{seed}" if shapes else MODELS[seed % len(MODELS)]
     policy, _ = models(name)
     vocab = policy.config.vocab_size
     batch_size = rng.randint(1, max_batch)

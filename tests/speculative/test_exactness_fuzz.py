@@ -7,7 +7,8 @@ The quick profile (default suite) runs QUICK_CASES fixed-seed cases. The long pr
 
 (`FASTRL_FUZZ_SEED=N` starts elsewhere; `FASTRL_FUZZ_DTYPE=float32` runs float32 engines, where near-ties are
 allowed and judged by their gap; `FASTRL_FUZZ_PRESSURE=1` runs each speculative engine in a small KV pool, see
-`exactness_cases.pressure`.)
+`exactness_cases.pressure`; `FASTRL_FUZZ_SHAPES=1` draws each case's model as a random architecture,
+`exactness_cases.random_shape`.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ FLOAT32_CASES = 24
 FLOAT32_SEED = 9500
 PRESSURE_CASES = 16
 PRESSURE_SEED = 9700
+SHAPES_CASES = 12
+SHAPES_SEED = 9800
 
 
 def _kind(case) -> str:
@@ -37,15 +40,21 @@ def _kind(case) -> str:
 
 
 def _run(
-    seeds: range, max_new_tokens: int, progress_every: int = 0, dtype: str = DTYPE, under_pressure: bool = False
+    seeds: range,
+    max_new_tokens: int,
+    progress_every: int = 0,
+    dtype: str = DTYPE,
+    under_pressure: bool = False,
+    shapes: bool = False,
 ) -> tuple[ExactnessReport, list[str], int]:
-    """Run the cases of `seeds`; failing cases are those with a bug, and in float64 also those with a near-tie
-    (float64 rounding cannot make one); and the speculative engines' preemptions."""
+    """Run the cases of `seeds` (`shapes`: on random architectures); failing cases are those with a bug, and in
+    float64 also those with a near-tie (float64 rounding cannot make one); and the speculative engines'
+    preemptions."""
     total = ExactnessReport(logprob_tol=LOGPROB_TOLS[dtype])
     failures = []
     kinds: Counter[str] = Counter()
     for done, seed in enumerate(seeds, 1):
-        case = make_case(seed, max_new_tokens=max_new_tokens, dtype=dtype)
+        case = make_case(seed, max_new_tokens=max_new_tokens, dtype=dtype, shapes=shapes)
         kinds[_kind(case)] += 1
         kinds["reduced draft vocabulary"] += case.draft_vocab is not None
         kinds["switching every round"] += bool(case.switch_space)
@@ -88,6 +97,20 @@ def test_quick_pressure_profile_matches_plain():
     assert preemptions > 0  # the pools were small enough to matter
 
 
+def test_quick_shapes_profile_matches_plain():
+    """The quick profile's kind of cases on random architectures (head sizes 8-128, 1-4 KV heads with 1-4 query
+    heads each, 1-3 layers, vocabularies 11-5000), every other one under memory pressure."""
+    seeds = range(SHAPES_SEED, SHAPES_SEED + SHAPES_CASES)
+    even = [s for s in seeds if s % 2 == 0]
+    every = ExactnessReport(logprob_tol=LOGPROB_TOLS[DTYPE])
+    for chosen, squeezed in (([s for s in seeds if s % 2], False), (even, True)):
+        total, failures, _ = _run(chosen, max_new_tokens=40, under_pressure=squeezed, shapes=True)
+        assert not failures, "\n".join(failures)
+        assert total.identical == len(total.items) >= len(chosen)
+        every.extend(total)
+    print(f"quick shapes profile: {SHAPES_CASES} cases, {every.summary()}")
+
+
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
 def test_regression_seed_matches_plain(seed):
     case = make_case(seed, max_new_tokens=160)
@@ -103,8 +126,9 @@ def test_long_profile_matches_plain():
     if dtype not in LOGPROB_TOLS:
         raise ValueError(f"FASTRL_FUZZ_DTYPE must be one of {sorted(LOGPROB_TOLS)}, got {dtype!r}")
     under_pressure = os.environ.get("FASTRL_FUZZ_PRESSURE", "0") == "1"
-    total, failures, preemptions = _run(range(start, start + cases), 160, 50, dtype, under_pressure)
-    kind = f"{dtype}{' under memory pressure' if under_pressure else ''}"
+    shapes = os.environ.get("FASTRL_FUZZ_SHAPES", "0") == "1"
+    total, failures, preemptions = _run(range(start, start + cases), 160, 50, dtype, under_pressure, shapes)
+    kind = f"{dtype}{' on random shapes' if shapes else ''}{' under memory pressure' if under_pressure else ''}"
     print(f"long {kind} profile: {cases} cases (seeds {start}..{start + cases - 1}), {total.summary()}")
     if under_pressure:
         print(f"  speculative engines preempted {preemptions} times")
