@@ -3,6 +3,7 @@ per step, the strategy of each round chosen by a StrategySelector."""
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections.abc import Iterable
@@ -117,15 +118,17 @@ class Engine:
         request_id: str | None = None,
         return_hidden_states: bool = False,
     ) -> str:
-        """Queue a request; returns its id. An invalid request finishes at the next step with an error."""
-        params = params or SamplingParams()
+        """Queue a request; returns its id. A request the model cannot run (ids outside the vocabulary, a prompt past
+        the context) finishes at the next step with an error; one of the wrong types is a ValueError now (see
+        ``check_request``), and nothing is queued."""
+        prompt, params = self.check_request(prompt_ids, params, request_id)
         if request_id is None:
+            while f"req-{self._next_id}" in self._live_ids:  # a caller's own id of that form
+                self._next_id += 1
             request_id = f"req-{self._next_id}"
         self._next_id += 1
-        if request_id in self._live_ids:
-            raise ValueError(f"request id {request_id!r} is already running in this engine")
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
-        request = Request(request_id, list(prompt_ids), params, seed, return_hidden_states=return_hidden_states)
+        request = Request(request_id, prompt, params, seed, return_hidden_states=return_hidden_states)
         request.timings.arrival = now()
         problem = self.scheduler.validate(request)
         if problem is not None:
@@ -139,6 +142,29 @@ class Engine:
                 self.history.start(request_id, None, request.prompt_ids)
         self._live_ids.add(request_id)
         return request_id
+
+    def check_request(
+        self, prompt_ids: Iterable[int], params: SamplingParams | None, request_id: str | None
+    ) -> tuple[list[int], SamplingParams]:
+        """The prompt as a list of Python ints and the params (defaults for None); ValueError naming the request
+        when an id is not an integer (a float, a bool, a string: numpy integers are taken), the params are not a
+        SamplingParams, or the request id is not a string or is already running here. Checks types only: what
+        the model cannot run (the vocabulary, the context) is the scheduler's, per request, at the next step."""
+        name = "request" if request_id is None else f"request {request_id!r}"
+        if request_id is not None and not isinstance(request_id, str):
+            raise ValueError(f"{name}: a request id must be a string, got {type(request_id).__name__}")
+        if request_id in self._live_ids:
+            raise ValueError(f"request id {request_id!r} is already running in this engine")
+        if params is not None and not isinstance(params, SamplingParams):
+            raise ValueError(f"{name}: params must be a SamplingParams, got {type(params).__name__}")
+        if isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
+            raise ValueError(f"{name}: prompt ids must be a sequence of integers, got {type(prompt_ids).__name__}")
+        prompt = []
+        for token in prompt_ids:
+            if isinstance(token, bool) or not hasattr(token, "__index__"):
+                raise ValueError(f"{name}: prompt ids must be integers, got {token!r} ({type(token).__name__})")
+            prompt.append(operator.index(token))
+        return prompt, params or SamplingParams()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work or bool(self._rejected)
@@ -193,6 +219,13 @@ class Engine:
         """Run a batch to completion; outputs come back in input order."""
         from tqdm.auto import tqdm
 
+        inputs = list(inputs)
+        given = [i.request_id for i in inputs if i.request_id is not None]
+        repeated = sorted({r for r in given if given.count(r) > 1})
+        if repeated:
+            raise ValueError(f"request ids {repeated} appear more than once in one generate call")
+        for i in inputs:  # every input checked before any is queued: a bad one leaves none behind
+            self.check_request(i.prompt_ids, i.params, i.request_id)
         ids = [self.add_request(i.prompt_ids, i.params, i.request_id, i.return_hidden_states) for i in inputs]
         results: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not progress) as bar:

@@ -105,7 +105,11 @@ class EngineWorker:
             return [self._finish(out) for out in outputs if out.finished]
 
     def generate(self, requests: list[RolloutRequest]) -> list[RolloutResult]:
-        """Run ``requests`` to completion; results in request order (for a single caller)."""
+        """Run ``requests`` to completion; results in request order (for a single caller). Every request is checked
+        before any is queued (``Engine.check_request``): a bad one leaves none behind."""
+        with self._lock:
+            for request in requests:
+                self.engine.check_request(request.prompt_ids, request.params, request.request_id)
         for request in requests:
             self.submit(request)
         done: dict[str, RolloutResult] = {}

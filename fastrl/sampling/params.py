@@ -19,7 +19,8 @@ class SamplingParams:
         top_p: nucleus mass in (0, 1]; 1 disables it.
         top_k: keep the k most likely tokens (ties at the k-th value kept); 0 disables it.
         seed: request seed in [0, 2**63), or None to let the engine assign one.
-        stop_token_ids: extra token ids that end the request (a list is accepted and stored as a tuple).
+        stop_token_ids: extra token ids in [0, 2**63) that end the request (a list is accepted and stored as a
+            tuple of ints).
         ignore_eos: keep generating past the tokenizer's EOS token.
 
     Invalid values raise ``ValueError`` naming the field and the rule it breaks.
@@ -47,8 +48,9 @@ class SamplingParams:
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
             raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
         stop = tuple(self.stop_token_ids)
-        if any(not _is_int(t) or t < 0 for t in stop):
-            raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
+        if any(not _is_int(t) or not 0 <= t < MAX_SEED for t in stop):  # token ids live in int64 tensors
+            raise ValueError(f"stop_token_ids must be integers in [0, 2**63), got {self.stop_token_ids!r}")
+        stop = tuple(int(t) for t in stop)  # numpy integers as Python ints
         object.__setattr__(self, "stop_token_ids", stop)
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")

@@ -136,6 +136,47 @@ def test_bad_requests_fail_alone(tmp_path):
     assert len(outs[3].token_ids) == 5
 
 
+def test_inputs_of_the_wrong_type_are_refused_before_anything_is_queued(tmp_path):
+    """Prompt ids that are not integers, params that are not SamplingParams, a non-string or repeated request id:
+    one ValueError naming the request, raised by add_request (they broke inside step() and left the engine with
+    requests that then came back as finished with other requests' tokens); a generate call with one bad input
+    queues none of the others; numpy integers are taken as ints."""
+    import numpy as np
+
+    make_hf_model("llama").save_pretrained(tmp_path)
+    engine = Engine(load_model(tmp_path), EngineConfig(max_batch_size=4, max_model_len=32))
+    params = SamplingParams(max_new_tokens=4, temperature=0.0, ignore_eos=True)
+    good = GenerateInput([4, 5, 6], params, "good")
+    reference = engine.generate([good])[0].token_ids
+    bad_inputs = [
+        (
+            np.array([4.0, 5.0], dtype=np.float32),
+            params,
+            "a",
+            r"request 'a': prompt ids must be integers, got np.float32\(4.0\)",
+        ),
+        ([4, 5.7], params, "b", r"request 'b': prompt ids must be integers, got 5.7"),
+        ([True, 5], params, "c", r"request 'c': prompt ids must be integers, got True"),
+        ("4 5", params, "d", r"request 'd': prompt ids must be a sequence of integers, got str"),
+        ([4, 5], {"max_new_tokens": 4}, "e", r"request 'e': params must be a SamplingParams, got dict"),
+        ([4, 5], params, 7, r"a request id must be a string, got int"),
+    ]
+    for prompt, bad_params, request_id, message in bad_inputs:
+        with pytest.raises(ValueError, match=message):
+            engine.add_request(prompt, bad_params, request_id)
+        with pytest.raises(ValueError, match=message):
+            engine.generate([good, GenerateInput(prompt, bad_params, request_id)])
+        assert not engine.has_unfinished()  # nothing of the refused call was queued
+    with pytest.raises(ValueError, match=r"request ids \['x'\] appear more than once"):
+        engine.generate([GenerateInput([4], params, "x"), GenerateInput([5], params, "x")])
+    assert not engine.has_unfinished()
+    outs = engine.generate([good, GenerateInput(np.array([4, 5, 6]), params, "numpy")])
+    assert outs[0].token_ids == outs[1].token_ids == reference and outs[1].prompt_ids == [4, 5, 6]
+    assert all(type(t) is int for t in outs[1].prompt_ids)
+    engine.add_request([4, 5], params, "req-0")  # a caller's id in the engine's own form
+    assert engine.add_request([4, 5], params) != "req-0"
+
+
 def test_streaming_api_reports_progress(tmp_path):
     make_hf_model("llama").save_pretrained(tmp_path)
     engine = Engine(load_model(tmp_path), EngineConfig(max_batch_size=2))

@@ -30,7 +30,7 @@ def test_frozen():
 
 def test_valid_edges_accepted():
     SamplingParams(max_new_tokens=1, temperature=0.0, top_p=1.0, top_k=0, seed=0)
-    SamplingParams(top_p=1e-9, top_k=1, seed=2**63 - 1, stop_token_ids=(0,), ignore_eos=True)
+    SamplingParams(top_p=1e-9, top_k=1, seed=2**63 - 1, stop_token_ids=(0, 2**63 - 1), ignore_eos=True)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +51,9 @@ def test_valid_edges_accepted():
         ("seed", 2**63),
         ("seed", 1.0),
         ("stop_token_ids", (1, -2)),
+        ("stop_token_ids", (2**64,)),  # past int64: it broke inside the engine's step instead
+        ("stop_token_ids", (2**63,)),
+        ("stop_token_ids", (3.0,)),
         ("stop_token_ids", "12"),
         ("stop_token_ids", 5),
         ("ignore_eos", "yes"),
