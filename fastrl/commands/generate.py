@@ -76,7 +76,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
         )
         stream = ResultStream(targets["output"], cfg.resume)
-        _check_kept(stream.done, inputs, cfg.output)
+        _check_kept(stream.done, inputs, cfg.output, run_settings(cfg))
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
             stream.finish()
@@ -97,7 +97,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         kept_rounds = 0  # the rounds up to the last finished request: those that made the kept results
         try:
             for index, out in _finished(engine, pending, cfg.progress):
-                record = _to_record(index, out, tokenizer)
+                record = _to_record(index, out, tokenizer, run_settings(cfg))
                 if cfg.n > 1:
                     record["prompt_index"], record["sample"] = divmod(index, cfg.n)
                 stream.write(record)
@@ -234,8 +234,18 @@ def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> Ge
     return GenerateInput(prompt_ids=ids, params=params, request_id=str(line.line_no))
 
 
-def _check_kept(done: dict[int, dict[str, Any]], inputs: list[GenerateInput], output: str) -> None:
-    """The records an earlier run left must be results of these prompts with these seeds."""
+def run_settings(cfg: GenerateConfig) -> dict[str, Any]:
+    """What decides a result besides its prompt and seed: the model, the dtype and the sampling keys (each record
+    carries them, so a rerun that would mix results of other settings into one file is refused)."""
+    keys = ("model", "dtype", "n", "max_new_tokens", "temperature", "top_p", "top_k")
+    return {key: getattr(cfg, key) for key in keys}
+
+
+def _check_kept(
+    done: dict[int, dict[str, Any]], inputs: list[GenerateInput], output: str, settings: dict[str, Any]
+) -> None:
+    """The records an earlier run left must be results of these prompts with these seeds, made with these settings
+    (records of files written before records carried them are taken on prompt and seed alone)."""
     for index, record in done.items():
         if not 0 <= index < len(inputs):
             raise ValueError(f"output={output} holds a result for prompt {index}; the prompts file has {len(inputs)}")
@@ -245,9 +255,16 @@ def _check_kept(done: dict[int, dict[str, Any]], inputs: list[GenerateInput], ou
                 f"output={output} holds a result for prompt {index} of another prompts file or seed; "
                 "delete it or pass resume=false"
             )
+        kept = record.get("settings", settings)
+        differ = [f"{k}={kept.get(k)!r} (now {v!r})" for k, v in settings.items() if kept.get(k) != v]
+        if differ:
+            raise ValueError(
+                f"output={output} holds results made with other settings: {', '.join(differ)}; resuming would mix "
+                "them into one file: rerun with those settings, delete it, pass resume=false, or name another output"
+            )
 
 
-def _to_record(index: int, out: RequestOutput, tokenizer: Any) -> dict[str, Any]:
+def _to_record(index: int, out: RequestOutput, tokenizer: Any, settings: dict[str, Any]) -> dict[str, Any]:
     """One output line. A non-finite log-probability (the model produced NaN or infinite logits) makes the request
     an error: its tokens are meaningless, and NaN is not JSON."""
     finite = all(math.isfinite(x) for x in out.logprobs)
@@ -259,6 +276,7 @@ def _to_record(index: int, out: RequestOutput, tokenizer: Any) -> dict[str, Any]
         "finish_reason": out.finish_reason.value if out.finish_reason else None,
         "seed": out.seed,
         "accept_lengths": out.accept_lengths,
+        "settings": settings,
     }
     if tokenizer is not None:
         record["text"] = tokenizer.decode(out.token_ids, skip_special_tokens=True)

@@ -88,6 +88,27 @@ def test_output_of_other_prompts_is_not_resumed(model_dir, prompts, full_run, tm
     _assert_same(_read(out), full_run)
 
 
+def test_output_of_other_settings_is_not_resumed(model_dir, prompts, full_run, tmp_path, capsys):
+    """Each record carries the settings that made it: a rerun with another temperature or length would have mixed
+    results of two settings into one file and said only "resuming"; it is refused, naming what differs. Records
+    written before they carried settings resume on prompt and seed alone."""
+    assert full_run[0]["settings"]["temperature"] == 0.8 and full_run[0]["settings"]["max_new_tokens"] == 16
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in full_run[:5]))
+    before = out.read_text()
+    assert main(_args(model_dir, prompts, out, "temperature=0.5", "max_new_tokens=8")) == 2
+    err = capsys.readouterr().err
+    assert "max_new_tokens=16 (now 8), temperature=0.8 (now 0.5)" in err and out.read_text() == before
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "settings"}) + "\n" for r in full_run[:5]))
+    assert main(_args(model_dir, prompts, out)) == 0
+    rows = _read(out)
+    assert [("settings" in r) for r in rows] == [i >= 5 for i in range(N_PROMPTS)]
+    _assert_same(
+        [{k: v for k, v in r.items() if k != "settings"} for r in rows],
+        [{k: v for k, v in r.items() if k != "settings"} for r in full_run],
+    )
+
+
 @pytest.fixture(scope="module")
 def many_prompts(model_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
     """Enough prompts that a run at batch 1 is still busy seconds after its first lines (the signal must land in the
