@@ -106,7 +106,10 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
     for size in sizes:
         pattern = [rng.randrange(vocab) for _ in range(prompt)]
-        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=2 * prompt + budget + 1)
+        # every row holds its whole context for the whole calibration: the pool is sized for that, not as the
+        # engine's own (a kv_cache_tokens that fits the engine's context may not hold one calibration row)
+        context = 2 * prompt + budget + 1
+        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=context, kv_cache_tokens=None)
         script = ScriptedSelector([*arms, DISABLE])
         timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
         for row in range(size):

@@ -121,6 +121,16 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     assert calibrate_engine(off, tmp_path) is None
 
 
+def test_an_engine_with_a_small_kv_pool_calibrates(models, tmp_path):
+    """The calibration's engines hold every row's whole context: their pool is theirs, not a copy of the engine's
+    kv_cache_tokens (a pool that fits the engine made building the bandit's engine fail)."""
+    policy, drafter = models
+    config = EngineConfig(max_batch_size=9, max_model_len=80, kv_cache_tokens=160)
+    engine = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
+    calibration = calibrate_engine(engine, tmp_path)
+    assert calibration is not None and {str(s) for s in calibration.measured_strategies} == {"3_1_4", "disable"}
+
+
 def test_workers_calibrating_at_once_measure_once(models, tmp_path, monkeypatch):
     """The rollout workers of one run calibrate at the same time: the first measures while the others wait on the
     cache entry's lock, then read what it wrote (before, every worker measured, on a shared machine each timing the
