@@ -15,6 +15,7 @@ distribution conditioned on the draft vocabulary). The head then costs K/V of th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,7 @@ class EagleLossConfig:
     key_prefix = "drafter_trainer"  # how this config's (and the drafter trainer's) errors name their keys
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.ttt_steps < 1:
             raise ValueError(f"drafter_trainer.ttt_steps must be >= 1 (1 = no unrolling), got {self.ttt_steps}")
         if self.step_weights and len(self.step_weights) != self.ttt_steps:
@@ -173,3 +175,26 @@ def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:
     if drafter.draft_vocab is not None:
         weight = weight.index_select(0, drafter.draft_vocab.to(weight.device))
     return weight.to(drafter.fc.weight.dtype)  # the rows first: only they are cast
+
+
+def check_types(config: object) -> None:
+    """ValueError naming the key (``drafter_trainer.KEY``) for a field of a loss or trainer config whose value is not
+    of its annotated kind: an int field takes an integer, a float field a number, a list of floats numbers (a config
+    built from a dict, as verl's options are, may hold "fast" or "2"). Booleans are neither."""
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), str(f.type)
+        if kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif kind == "list[float]":
+            ok = isinstance(value, list | tuple) and all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value
+            )
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"drafter_trainer.{f.name} must be {_KINDS[kind]}, got {value!r}")
+
+
+_KINDS = {"int": "an integer", "float": "a number", "list[float]": "a list of numbers"}

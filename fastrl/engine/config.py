@@ -66,6 +66,24 @@ class EngineConfig:
     key_prefix = "engine"  # how this config's errors name its keys (a class attribute, not a key)
 
     def __post_init__(self) -> None:
+        # types first (a config built from a dict, as verl's options are, may hold "64" or "false")
+        for key in ("cuda_graphs", "prefix_sharing", "attention_kernel", "layer_kernels"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"engine.{key} must be true or false, got {getattr(self, key)!r}")
+        for key, optional in (
+            ("max_batch_size", False),
+            ("max_model_len", True),
+            ("seed", False),
+            ("history_tokens", False),
+            ("page_size", False),
+            ("kv_cache_tokens", True),
+        ):
+            value = getattr(self, key)
+            if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, int)):
+                kind = "an integer or None" if optional else "an integer"
+                raise ValueError(f"engine.{key} must be {kind}, got {value!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"engine.device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.max_batch_size < 1:
             raise ValueError(f"engine.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_model_len is not None and self.max_model_len < 2:

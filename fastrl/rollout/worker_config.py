@@ -81,6 +81,7 @@ class RolloutWorkerConfig:
                 raise ValueError(f"rollout.worker: {err}") from err
         if not isinstance(self.engine, EngineConfig):
             raise ValueError(f"rollout.worker.engine must be an EngineConfig or a dict, got {type(self.engine)}")
+        self._check_selector_configs()
         try:
             self.build_strategy_selector()
         except ValueError as err:
@@ -108,6 +109,18 @@ class RolloutWorkerConfig:
             raise ValueError(f"rollout.worker.schedule must be a CotrainSchedule, got {type(self.schedule)}")
         if not isinstance(self.trainer, DrafterTrainerConfig):
             raise ValueError(f"rollout.worker.trainer must be a DrafterTrainerConfig, got {type(self.trainer)}")
+
+    def _check_selector_configs(self) -> None:
+        """The bandit and EMA configs given as dicts, checked whichever selector the strategy names (a bad key of the
+        one not in use was accepted, and then blamed on ``strategy`` once it was)."""
+        checks = (("bandit", lambda v: BanditConfig.from_dict(v).validate()), ("ema", EmaConfig.from_json))
+        for key, check in checks:
+            value = getattr(self, key)
+            if isinstance(value, dict):
+                try:
+                    check(value)
+                except (TypeError, ValueError) as err:
+                    raise ValueError(f"rollout.worker.{key}: {err}") from None
 
     def check_files(self) -> None:
         """ValueError naming the key and the file when ``model_dir`` or ``drafter_dir`` is not a readable checkpoint

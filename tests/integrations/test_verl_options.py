@@ -44,6 +44,19 @@ def test_engine_keys_reach_the_worker():
         ({"trainer": {"learning_rate": 1.0}}, "trainer"),
         ({"bandit": {"strategies": ["8_4_32"], "epsilon": 2.0}}, "bandit.epsilon"),
         ({"drafter_sync_timeout_s": 0}, "drafter_sync_timeout_s"),
+        # ill-typed values (a bare TypeError, a message without the key, or silently taken before)
+        ({"max_batch_size": "64"}, "max_batch_size must be an integer"),
+        ({"max_batch_size": 2.5}, "max_batch_size must be an integer"),
+        ({"engine": {"page_size": "16"}}, "engine.page_size must be an integer"),
+        ({"engine": {"history_tokens": None}}, "engine.history_tokens must be an integer"),
+        ({"engine": {"kv_cache_tokens": "big"}}, "engine.kv_cache_tokens must be an integer or None"),
+        ({"engine": {"prefix_sharing": "false"}}, "engine.prefix_sharing must be true or false"),
+        ({"engine": {"cuda_graphs": "no"}}, "engine.cuda_graphs must be true or false"),
+        ({"trainer": {"lr": "fast"}}, "trainer.lr must be a number"),
+        ({"trainer": {"lr": -1}}, "trainer.lr must be a finite number > 0"),
+        ({"bandit": {"nope": 1}}, "bandit: unknown BanditConfig keys"),
+        ({"strategy": "3_1_4", "bandit": {"epsilon": 2.0}}, "bandit.epsilon"),  # checked though not in use
+        ({"strategy": "3_1_4", "ema": {"ema_alpha": "x"}}, "ema"),
     ],
 )
 def test_invalid_options_name_their_key(options, key):

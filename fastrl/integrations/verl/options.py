@@ -149,14 +149,16 @@ class FastrlRolloutOptions:
                 slice_seconds=self.slice_seconds,
             )
         except (TypeError, ValueError) as err:
-            raise ValueError(_rename_keys(str(err))) from err
+            raise ValueError(rename_keys(str(err))) from err
 
 
-def _rename_keys(message: str) -> str:
+def rename_keys(message: str) -> str:
     """The worker config's key names in an error message, as this section's keys."""
     for old, new in (
         ("rollout.worker: engine.", PREFIX),
+        ("rollout.worker.model_dir", "actor_rollout_ref.model.path"),
         ("rollout.worker.", PREFIX),
+        ("drafter_trainer.", f"{PREFIX}trainer."),
         ("BanditConfig.", f"{PREFIX}bandit."),
         ("EmaConfig.", f"{PREFIX}ema."),
     ):

@@ -4,13 +4,14 @@ fastrl server actor (plus its engine actor) on one device: tensor/pipeline paral
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
 from fastrl.integrations.verl.drafter_hub import DrafterHub
-from fastrl.integrations.verl.options import FastrlRolloutOptions
+from fastrl.integrations.verl.options import FastrlRolloutOptions, rename_keys
 from fastrl.integrations.verl.server import FastrlServer
 
 
@@ -62,8 +63,17 @@ class FastrlReplica(RolloutReplica):
             if size != 1:
                 raise ValueError(f"actor_rollout_ref.rollout.{key}={size}: the fastrl rollout runs one device per "
                                  "replica; set it to 1")  # fmt: skip
-        # Fail in the driver, naming the key, rather than in a server actor.
-        self.options.worker_config(str(self.model_config.path), self.config.dtype, 2, 0, "cpu", 1)
+        # Fail in the driver, naming the key, rather than in a server actor: the options with the context and the
+        # concurrency the servers will have, and the checkpoints where this node sees them (on a shared file system)
+        max_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
+        worker = self.options.worker_config(
+            str(self.model_config.path), self.config.dtype, max_len, 0, "cpu", self.config.max_num_seqs
+        )
+        if Path(worker.model_dir).is_dir():
+            try:
+                worker.check_files()
+            except ValueError as err:
+                raise ValueError(rename_keys(str(err))) from None
         self.server_class = ray.remote(FastrlServer)
 
     def rollout_worker_use_gpu(self) -> bool:
