@@ -80,9 +80,16 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
             stream.finish()
+            keys = ("stats_output", "plot_output")
+            missing = [f"{k}={targets[k].path}" for k in keys if k in targets and not targets[k].exists]
+            note = (
+                f"; {' and '.join(missing)} not written: the run that made these results ended before it wrote "
+                "them, and their rounds are not kept (resume=false generates the results again with them)"
+                if missing
+                else " (stats_output and plot_output are left as they are)"
+            )
             print(
-                f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do "
-                "(stats_output and plot_output are left as they are)",
+                f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do{note}",
                 file=sys.stderr,
             )
             return [stream.done[i] for i in sorted(stream.done)]

@@ -59,6 +59,19 @@ def test_a_finished_rerun_leaves_stats_and_plot_byte_identical(model_dir, prompt
     assert (stats.read_bytes(), plot.read_bytes(), full_run.read_bytes()) == before
 
 
+def test_a_finished_rerun_says_which_statistics_the_interrupted_run_never_wrote(
+    model_dir, prompts, full_run, tmp_path, capsys
+):
+    """A signal after the last result but before the statistics leaves every result and no stats file: the rerun
+    has nothing to do and no rounds to write them from, so it says so instead of "left as they are"."""
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(full_run.read_bytes())
+    assert main(_args(model_dir, prompts, out)) == 0
+    err = capsys.readouterr().err
+    assert f"stats_output={out.with_suffix('.stats.json')} and plot_output={out.with_suffix('.png')} not written" in err
+    assert "resume=false" in err and not out.with_suffix(".stats.json").exists()
+
+
 def test_interrupted_then_resumed_stats_cover_the_whole_run(model_dir, prompts, full_run, tmp_path):
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
