@@ -42,7 +42,7 @@ def compose_config(name: str, schema: type[T], overrides: list[str], config_dir:
             cfg = compose(config_name=name, overrides=overrides)
         obj: Any = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ValueError(f"bad config for `fastrl {name}`: {_first_line(exc)}") from exc
+        raise ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {_first_line(exc)}") from exc
     return obj
 
 
@@ -128,7 +128,8 @@ def _unwrap_optional(kind: Any) -> Any:
 def quote_string_overrides(schema: type, overrides: list[str], sweep: bool = False) -> list[str]:
     """Quote the values of string-typed keys (dotted keys follow nested dataclasses), so `strategy=8_4_32` stays
     the string "8_4_32" (Hydra's grammar would read digits with underscores as the integer 8432); lists of strings
-    are quoted element-wise, and so are a multirun's (``sweep``) comma-separated values."""
+    are quoted element-wise (also as the values of a dict, ``{1:[3_1_4]}``, whose override becomes ``++key=``: a
+    dict's keys are new to Hydra's struct mode), and so are a multirun's (``sweep``) comma-separated values."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -140,8 +141,11 @@ def quote_string_overrides(schema: type, overrides: list[str], sweep: bool = Fal
         elif kind is str:
             out.append(f"{key}={_quote(value)}")
         elif _is_str_list(kind) and value.startswith("[") and value.endswith("]"):
-            elements = [e.strip() for e in value[1:-1].split(",") if e.strip()]
-            out.append(f"{key}=[" + ",".join(e if e[:1] in ("'", '"') else _quote(e) for e in elements) + "]")
+            out.append(f"{key}={_quote_list(value)}")
+        elif get_origin(kind) is dict and _is_str_list(get_args(kind)[1]) and value.startswith("{"):
+            # `++`: Hydra's struct mode refuses new keys in a dict node (even an empty default) on a plain override
+            quoted = re.sub(r"\[[^\]]*\]", lambda m: _quote_list(m.group(0)), value)
+            out.append(f"++{key.lstrip('+')}={quoted}")
         else:
             out.append(item)
     return out
@@ -162,6 +166,12 @@ def _field_type(schema: type, dotted: str) -> Any:
 
 def _is_str_list(kind: Any) -> bool:
     return get_origin(kind) is list and get_args(kind) == (str,)
+
+
+def _quote_list(value: str) -> str:
+    """``[a, 'b']`` with every bare element quoted: ``['a','b']``."""
+    elements = [e.strip() for e in value[1:-1].split(",") if e.strip()]
+    return "[" + ",".join(e if e[:1] in ("'", '"') else _quote(e) for e in elements) + "]"
 
 
 def _quote(value: str) -> str:

@@ -33,8 +33,9 @@ class BanditConfig:
     bs_thresholds: list[int] = field(default_factory=lambda: list(DEFAULT_BS_THRESHOLDS))
     """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default. Choices
     are made per batch size; buckets group the telemetry, the exported per-bucket winners and ``bucket_strategies``."""
-    bucket_strategies: dict[int, list[str]] | None = None
-    """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm)."""
+    bucket_strategies: dict[int, list[str]] = field(default_factory=dict)
+    """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm; None is taken as
+    {}: a default of {} lets Hydra merge `bandit.bucket_strategies={1:[3_1_4]}` into it, which it cannot into None)."""
     epsilon: float = 0.1
     """Exploration: an arm other than the predicted best is pulled only while its optimistic goodput (every depth's
     acceptance raised to its one-sided ``1 - epsilon`` normal bound) still beats the best's prediction; 0 or 0.5
@@ -88,6 +89,8 @@ class BanditConfig:
     """Most recent choices kept for telemetry."""
 
     def __post_init__(self) -> None:
+        if self.bucket_strategies is None:  # states saved before the default was {}
+            self.bucket_strategies = {}
         if isinstance(self.bucket_strategies, Mapping):  # JSON turns the int keys into strings
             self.bucket_strategies = {
                 int(k) if isinstance(k, str) and k.isdigit() else k: list(v) for k, v in self.bucket_strategies.items()
@@ -144,12 +147,13 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.decide_every_s must be a number >= 0, got {every!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"BanditConfig.seed must be an int in [0, 2**63), got {self.seed!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:
             raise ValueError(f"BanditConfig.timeline_limit must be an int >= 0, got {self.timeline_limit!r}")
-        if self.bucket_strategies is not None:
-            if not isinstance(self.bucket_strategies, Mapping):
-                raise ValueError(f"BanditConfig.bucket_strategies must be a mapping, got {self.bucket_strategies!r}")
-            self._validate_bucket_strategies(buckets)
+        if not isinstance(self.bucket_strategies, Mapping):
+            raise ValueError(f"BanditConfig.bucket_strategies must be a mapping, got {self.bucket_strategies!r}")
+        self._validate_bucket_strategies(buckets)
 
     def _validate_bucket_strategies(self, buckets: BatchBuckets) -> None:
         space = set(self.strategy_space())

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastrl.strategy.strategy import MAX_STEPS
+
 SGLANG_KEYS = ("candidate_steps", "ema_alpha", "warmup_batches", "update_interval", "down_hysteresis", "up_hysteresis")
 
 
@@ -60,8 +62,10 @@ class EmaConfig:
         steps = self.candidate_steps
         if isinstance(steps, str) or not isinstance(steps, Sequence) or not steps:
             raise ValueError(f"EmaConfig.candidate_steps must be a non-empty list of ints >= 0, got {steps!r}")
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps):
-            raise ValueError(f"EmaConfig.candidate_steps must be ints >= 0, got {steps!r}")
+        if any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_STEPS for s in steps):
+            raise ValueError(
+                f"EmaConfig.candidate_steps must be ints in [0, {MAX_STEPS}] (chain depths), got {steps!r}"
+            )
         if len(set(steps)) != len(steps):
             raise ValueError(f"EmaConfig.candidate_steps has duplicates: {steps!r}")
         if not _is_number(self.ema_alpha) or not 0.0 < self.ema_alpha <= 1.0:

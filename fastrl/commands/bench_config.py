@@ -87,5 +87,11 @@ class BenchConfig:
         # bandit:KEY=VALUE: the bandit with one setting changed, checked when it is built
         check_strategy_names("bench.long_tail_selectors", self.long_tail_selectors, ("bandit", "ema", "bandit:"))
         check_strategy_names("bench.long_tail_bandit_strategies", self.long_tail_bandit_strategies)
-        if not all(math.isfinite(t) and t >= 0 for t in self.bs1_temperatures):
-            raise ValueError(f"bench.bs1_temperatures must be finite numbers >= 0, got {self.bs1_temperatures}")
+        for key in ("bs1_temperatures", "groups_temperatures"):
+            if not getattr(self, key) or not all(math.isfinite(t) and t >= 0 for t in getattr(self, key)):
+                raise ValueError(f"bench.{key} must be finite numbers >= 0, got {getattr(self, key)}")
+        if not self.kv_memory_new_tokens or min(self.kv_memory_new_tokens) < 1:
+            raise ValueError(f"bench.kv_memory_new_tokens must be positive ints, got {self.kv_memory_new_tokens}")
+        check_strategy_names("bench.groups_selectors", self.groups_selectors, ("bandit", "ema"))
+        check_strategy_names("bench.groups_bandit_strategies", self.groups_bandit_strategies)
+        check_strategy_names("bench.host_time_strategies", self.host_time_strategies)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.adaptive.factory import build_selector
 from fastrl.commands.engine_setup import check_device
 from fastrl.engine.config import check_dtype
 from fastrl.sampling.params import MAX_SEED, SamplingParams
@@ -62,6 +63,11 @@ class DecodeConfig:
             )
         except ValueError as err:
             raise ValueError(f"{command}.{err}") from None
+        try:  # the selector as the engine will build it (an EMA config from ema_json is checked when read)
+            if not (self.strategy == "ema" and self.ema_json):
+                build_selector(self.strategy, self.bandit, self.ema)
+        except ValueError as err:
+            raise ValueError(f"{command}.strategy={self.strategy}: {err}") from None
 
     def check_workload(self, command: str, prompt_lines: int) -> None:
         """ValueError naming the key when the prompts file has no prompt line, or prompts x n is over the limit

@@ -214,8 +214,9 @@ def load_or_measure(
         if path.is_file():  # another engine measured while this one waited
             return _read_cache(path)
         timed = ", ".join(sorted({str(a) for a in arms if not a.is_disabled}))
+        what = f"plain decoding and {timed}" if timed else "plain decoding"
         print(
-            f"fastrl: timing rounds of plain decoding and {timed} at batch sizes {sizes} (round costs, measured once "
+            f"fastrl: timing rounds of {what} at batch sizes {sizes} (round costs, measured once "
             f"for this model, device and strategies; cached in {path.parent})",
             file=sys.stderr,
             flush=True,

@@ -84,6 +84,8 @@ class EngineConfig:
                 raise ValueError(f"engine.{key} must be {kind}, got {value!r}")
         if not isinstance(self.device, str):
             raise ValueError(f"engine.device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
+        if not 0 <= self.seed < 2**63:  # seeds live in int64 tensors
+            raise ValueError(f"engine.seed must be in [0, 2**63), got {self.seed}")
         if self.max_batch_size < 1:
             raise ValueError(f"engine.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_model_len is not None and self.max_model_len < 2:

@@ -73,8 +73,8 @@ class GRPOConfig:
         _at_least(self, "micro_batch_tokens", 1)
         _at_least(self, "checkpoint_every", 0)
         _at_least(self, "top_k", 0)
-        if self.seed < 0:
-            raise ValueError(f"GRPOConfig.seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed < 2**63:  # seeds live in int64 tensors
+            raise ValueError(f"GRPOConfig.seed must be in [0, 2**63), got {self.seed}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"GRPOConfig.temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -223,10 +223,21 @@ def _parse_history(text: str, part: str) -> int:
     return nodes
 
 
+MAX_STEPS = 64
+"""Most drafting levels of a tree or chain (each is a drafter forward in every round)."""
+MAX_TOPK = 64
+"""Most branches a drafted node expands."""
+MAX_TREE_NODES = 1024
+"""Most nodes of an EAGLE or history tree, root included: a verify row attends over its tree with a nodes x nodes
+mask, and the tree's ancestor matrix is nodes x nodes (a suffix_100000 asked 80 GB for it)."""
+
+
 def _check_history(name: str, nodes: int) -> None:
     """Raise ``ValueError`` naming ``name`` when a history tree of ``nodes`` nodes is not allowed."""
     if nodes < 2:
         raise ValueError(f"strategy {name!r}: suffix_N needs N >= 2 (the root plus at least one draft), got {nodes}")
+    if nodes > MAX_TREE_NODES:
+        raise ValueError(f"strategy {name!r}: suffix_N takes N <= {MAX_TREE_NODES} tree nodes, got {nodes}")
 
 
 def _check_rules(name: str, steps: int, topk: int, tokens: int) -> None:
@@ -235,6 +246,11 @@ def _check_rules(name: str, steps: int, topk: int, tokens: int) -> None:
         raise ValueError(f"strategy {name!r}: steps, topk and num_draft_tokens must all be >= 1")
     if tokens < 2:
         raise ValueError(f"strategy {name!r}: num_draft_tokens must be >= 2 (the root plus at least one draft)")
+    if steps > MAX_STEPS or topk > MAX_TOPK or tokens > MAX_TREE_NODES:
+        raise ValueError(
+            f"strategy {name!r}: steps <= {MAX_STEPS}, topk <= {MAX_TOPK} and num_draft_tokens <= {MAX_TREE_NODES} "
+            "(each level is a drafter forward every round, and a verify row's mask is nodes x nodes)"
+        )
     if topk == 1 and tokens != steps + 1:
         raise ValueError(
             f"strategy {name!r}: a topk=1 chain must have num_draft_tokens == steps + 1 = {steps + 1}, got {tokens}"

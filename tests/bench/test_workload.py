@@ -48,6 +48,10 @@ def test_unknown_workload_names_the_key():
         ({"long_tail_bandit_strategies": ["3_1_4", "bandit"]}, "bench.long_tail_bandit_strategies: strategy 'bandit'"),
         ({"bs1_temperatures": [0.0, -1.0]}, r"bench.bs1_temperatures must be finite numbers >= 0"),
         ({"bs1_temperatures": [float("nan")]}, r"bench.bs1_temperatures must be finite numbers >= 0"),
+        ({"groups_temperatures": [-1.0]}, r"bench.groups_temperatures must be finite numbers >= 0"),
+        ({"kv_memory_new_tokens": [0]}, r"bench.kv_memory_new_tokens must be positive ints"),
+        ({"host_time_strategies": ["bogus"]}, r"bench.host_time_strategies: strategy 'bogus'"),
+        ({"groups_selectors": ["3_1_4", "bogus"]}, r"bench.groups_selectors: strategy 'bogus'"),
     ],
 )
 def test_bad_strategy_lists_and_temperatures_name_their_key(keys, message):

@@ -255,3 +255,59 @@ def test_a_bad_decode_key_is_one_error_naming_it(tmp_path, capsys, command, arg,
     err = capsys.readouterr().err
     assert f"{command.replace('-', '_')}.{key} " in err and err.count("error:") == 1
     assert not out.exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["strategy=bogus"], "strategy=bogus: strategy selector 'bogus'"),
+        (["strategy=100000_1_100001"], "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
+        (["strategy=suffix_100000"], "suffix_N takes N <= 1024"),
+        (["strategy=ema", "ema.candidate_steps=[100000]"], "ema.candidate_steps must be ints in [0, 64]"),
+        (["strategy=bandit", "bandit.seed=-1"], "bandit.seed must be an int in [0, 2**63)"),
+    ],
+)
+@pytest.mark.parametrize("command", ["generate", "check-exact"])
+def test_a_strategy_the_engine_cannot_run_is_refused_before_the_model_loads(
+    tmp_path, capsys, monkeypatch, command, args, words
+):
+    """A strategy that does not parse, or one too large to run (a 100000-level chain was killed for memory, a
+    suffix_100000 asked 80 GB), is one line naming the key, and the model is never loaded."""
+    import fastrl.commands.check_exact as check_exact
+    import fastrl.commands.generate as generate
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    for module in (generate, check_exact):  # the commands' own names (imported before the patch: nothing leaks)
+        monkeypatch.setattr(module, "load_model", never)
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6]}])
+    extra = [f"output={tmp_path / 'out.jsonl'}"] if command == "generate" else []
+    assert main([command, f"prompts={prompts}", *extra, "progress=false", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("error:") == 1, err
+
+
+def test_per_bucket_arms_are_set_on_the_command_line(tmp_path, capsys):
+    """`bandit.bucket_strategies={1:[3_1_4,disable]}` reaches the bandit (it was an OmegaConf traceback for every
+    value, and unquoted strategies would have been read as integers)."""
+    from fastrl.commands.generate_config import GenerateConfig
+    from fastrl.config_compose import compose_config
+
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6]}])
+    overrides = [
+        f"prompts={prompts}",
+        "output=o.jsonl",
+        "strategy=bandit",
+        "bandit.bucket_strategies={1:[3_1_4,disable]}",
+    ]
+    config = compose_config("generate", GenerateConfig, overrides)
+    assert config.bandit.bucket_strategies == {1: ["3_1_4", "disable"]}
+    out = tmp_path / "out.jsonl"
+    args = ["strategy=bandit", "bandit.bucket_strategies={1:[3_1_4]}", "max_new_tokens=4", "progress=false"]
+    assert main(["generate", f"prompts={prompts}", f"output={out}", *args]) == 0
+    bad = ["strategy=bandit", "bandit.bucket_strategies={3:[3_1_4]}"]
+    assert main(["generate", f"prompts={prompts}", f"output={tmp_path / 'bad.jsonl'}", *bad]) == 2
+    assert "bandit.bucket_strategies[3]: not a bucket threshold" in capsys.readouterr().err

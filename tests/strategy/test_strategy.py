@@ -192,6 +192,11 @@ def test_history_properties():
 @pytest.mark.parametrize(
     ("text", "rule"),
     [
+        ("suffix_1025", "suffix_N takes N <= 1024"),
+        ("3_1_4+suffix_5000", "suffix_N takes N <= 1024"),
+        ("100000_1_100001", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
+        ("8_65_32", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
+        ("12_8_1025", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
         ("suffix_0", "suffix_N needs N >= 2"),
         ("suffix_1", "suffix_N needs N >= 2"),
         ("suffix_-3", "suffix_N needs N >= 2"),
