@@ -135,7 +135,7 @@ def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_dro
         export_eagle_drafter(drafter_dir, tmp_path, "vllm")
     exported = export_eagle_drafter(drafter_dir, tmp_path, "vllm", drop_fc_bias=True)
     assert exported.architecture == "LlamaForCausalLM" and "fc.bias" not in exported.tensor_names
-    with pytest.raises(ValueError, match="export.format"):
+    with pytest.raises(ValueError, match="export_drafter.format"):
         export_eagle_drafter(drafter_dir, tmp_path, "trtllm")
 
 

@@ -80,9 +80,9 @@ def export_eagle_drafter(
     is non-zero and ``drop_fc_bias`` is not set; for a fused drafter, ``FUSED_REFUSAL`` (nothing is written).
     """
     if fmt not in FORMATS:
-        raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
+        raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
     if dtype not in DTYPES:
-        raise ValueError(f"export.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        raise ValueError(f"export_drafter.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     info, state = read_checked_drafter(drafter_dir)
     if info.extra_layers:
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
@@ -92,12 +92,12 @@ def export_eagle_drafter(
     if model_type not in table:
         supported = sorted(table)
         raise ValueError(
-            f"export.format={fmt}: no EAGLE draft architecture for model_type {model_type!r} ({supported=})"
+            f"export_drafter.format={fmt}: no EAGLE draft architecture for model_type {model_type!r} ({supported=})"
         )
     if fmt == "vllm" and "fc.bias" in state:
         if bool(state["fc.bias"].abs().max() > 0) and not drop_fc_bias:
             raise ValueError(
-                "export.drop_fc_bias: vLLM's EAGLE fc has no bias and this drafter's fc.bias is non-zero; "
+                "export_drafter.drop_fc_bias: vLLM's EAGLE fc has no bias and this drafter's fc.bias is non-zero; "
                 "set drop_fc_bias=true to export without it (drafts then differ from fastrl's)"
             )
         state.pop("fc.bias")
