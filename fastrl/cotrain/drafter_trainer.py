@@ -117,7 +117,8 @@ class DrafterTrainer:
         return c.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     def train_step(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
-        """One optimiser step on a batch of sequences."""
+        """One optimiser step on a batch of sequences (none when the batch holds no position to learn from: a
+        sequence needs a token after its root, and a 2-token rollout gives the loss nothing)."""
         self.drafter.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
@@ -129,6 +130,9 @@ class DrafterTrainer:
             )
         with torch.enable_grad():
             loss = eagle_loss(self.drafter, self.policy, batch, self.config, self.config.feature_noise)
+            if loss.count == 0:  # no position to learn from (sequences too short): no step, nothing counted
+                self.drafter.eval()
+                return DrafterMetrics(0.0, 0.0, 0.0, 0.0, 0)
             self.optimizer.zero_grad(set_to_none=True)
             loss.total.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.grad_clip)

@@ -105,6 +105,16 @@ def fingerprint(cfg: OfflineDrafterConfig, extra: dict) -> dict:
                and k not in RESUMABLE_KEYS}, **extra}  # fmt: skip
 
 
+def nothing_to_train(kind: str, rollouts: int, cfg: OfflineDrafterConfig) -> ValueError:
+    """The error of a run whose rollouts leave the loss no position (each is its prompt and a response that stopped
+    at once, or max_new_tokens=1)."""
+    return ValueError(
+        f"train_drafter: the {rollouts} {kind} rollouts leave no position to train on (a drafter learns from a "
+        f"sequence's tokens after its first two; max_new_tokens={cfg.max_new_tokens} and the responses' early stops "
+        "leave none): raise max_new_tokens or give longer prompts"
+    )
+
+
 def train_offline(
     policy: CausalLM,
     drafter: EagleDrafter,
@@ -127,6 +137,8 @@ def train_offline(
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1)
     held_ids = held_plan.generate(policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
     print(f"{len(plan)} training requests in {shards.count} shards, {len(held_ids)} held out", flush=True)
+    if not any(len(ids) > 2 for ids in held_ids):  # the loss learns from a sequence's tokens after its first two
+        raise nothing_to_train("held-out", len(held_ids), cfg)
     trainer = DrafterTrainer(drafter, policy, dataclasses.replace(cfg.trainer))
 
     def epoch_accept() -> float:
@@ -139,6 +151,8 @@ def train_offline(
         cfg.gen_batch_size, cfg.device, policy_name,
     )  # fmt: skip
     state = run.run(fingerprint(cfg, {"prompts": len(train_prompts), **(identity or {})}))
+    if state.tokens == 0:
+        raise nothing_to_train("training", len(plan), cfg)
     accept = []
     for temperature in (0.0, cfg.temperature):
         inputs = accept_inputs(held_prompts, temperature, cfg)

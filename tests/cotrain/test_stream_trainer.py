@@ -158,3 +158,16 @@ def test_a_stream_saved_before_the_swap_resumes(policy, tmp_path):
     (tmp_path / "old" / "resume").rmdir()
     resumed = make_run(policy, tmp_path / "old", drafter, held).run({"k": 1})
     assert resumed.steps == end.steps and not (tmp_path / "old" / "state.json").exists()
+
+
+def test_a_batch_with_nothing_to_learn_takes_no_step(policy):
+    """Two-token sequences (a prompt of one token and a response of one) give the loss no position: the trainer
+    takes no step and counts nothing (it was a backward through a loss without a graph: a traceback)."""
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    trainer = DrafterTrainer(drafter, policy, DrafterTrainerConfig(ttt_steps=2, warmup_steps=0))
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    metrics = trainer.train_step(policy_features(policy, [[5, 6], [7, 8]]))
+    assert metrics.tokens == 0 and trainer.step_count == 0
+    assert all(torch.equal(before[k], v) for k, v in drafter.state_dict().items())
+    assert trainer.train_step(policy_features(policy, [[5, 6, 7, 8]])).tokens > 0 and trainer.step_count == 1
