@@ -15,12 +15,14 @@ from fastrl.tensor_files import save_tensors
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+GENERATION_CONFIG_FILE = "generation_config.json"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def read_config(path: str | Path) -> ModelConfig:
-    """The ModelConfig of an HF checkpoint directory (its config.json)."""
+    """The ModelConfig of an HF checkpoint directory (its config.json; the EOS ids of its generation_config.json
+    where it has them, as transformers' ``generate`` takes them)."""
     directory = Path(path)
     file = directory / CONFIG_FILE
     if not file.is_file():
@@ -32,9 +34,33 @@ def read_config(path: str | Path) -> ModelConfig:
     if not isinstance(d, dict):
         raise ValueError(f"{file} must hold a JSON object")
     try:
-        return ModelConfig.from_hf_dict(d)
+        config = ModelConfig.from_hf_dict(d)
     except ValueError as err:
         raise ValueError(f"{file}: {err}") from None
+    eos = _generation_eos(directory)
+    if eos is not None:
+        config.eos_token_id = eos
+    return config
+
+
+def _generation_eos(directory: Path) -> int | list[int] | None:
+    """The EOS ids of the checkpoint's generation_config.json, which transformers' ``generate`` stops on in place of
+    config.json's (chat models keep their end-of-turn id there only: Llama-3-Instruct's <|eot_id|>); None when the
+    file or the key is absent. ValueError naming the file when it is there but not JSON or the ids are not ids."""
+    file = directory / GENERATION_CONFIG_FILE
+    if not file.is_file():
+        return None
+    try:
+        d = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file} is not valid JSON: {err}") from None
+    if not isinstance(d, dict) or d.get("eos_token_id") is None:
+        return None
+    eos = d["eos_token_id"]
+    ids = eos if isinstance(eos, list) else [eos]
+    if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ValueError(f"{file}: eos_token_id must be a token id >= 0 (or a list of them), got {eos!r}")
+    return eos
 
 
 def weight_files(directory: Path) -> dict[Path, list[str] | None]:

@@ -209,3 +209,22 @@ def test_hidden_states_on_request(tmp_path):
         ref = hf.model(full).last_hidden_state[0]
     # Token i was produced by the hidden state at position len(prompt) - 1 + i.
     torch.testing.assert_close(out.hidden_states, ref[len(prompt) - 1 : len(prompt) - 1 + 6], atol=1e-4, rtol=0)
+
+
+def test_generation_config_eos_ids_stop_as_in_transformers(tmp_path):
+    """Chat models keep their end-of-turn id in generation_config.json only (Llama-3-Instruct's <|eot_id|>), and
+    transformers' generate stops on it: so does the engine (it ran on to max_new_tokens)."""
+    hf = make_hf_model("llama")
+    prompt = [5, 9, 14, 3]
+    free, _ = _hf_greedy(hf, prompt, 12)
+    stop = free[3]  # a token greedy decoding reaches, not the config's EOS
+    hf.generation_config.eos_token_id = [2, stop]
+    hf.save_pretrained(tmp_path)
+    engine = Engine(load_model(tmp_path), EngineConfig(max_batch_size=1, max_model_len=64))
+    out = engine.generate([GenerateInput(prompt, SamplingParams(max_new_tokens=12, temperature=0.0))])[0]
+    want = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), max_new_tokens=12,
+                       do_sample=False, pad_token_id=0)[0, 4:].tolist()  # fmt: skip
+    assert out.token_ids == want == free[: free.index(stop) + 1] and out.finish_reason == FinishReason.STOP
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": "x"}')
+    with pytest.raises(ValueError, match="generation_config.json: eos_token_id must be a token id"):
+        load_model(tmp_path)
