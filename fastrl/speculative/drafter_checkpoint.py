@@ -173,6 +173,8 @@ def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> N
         pc.head_dim,
     ):
         problems.append("attention head geometry differs from the policy's")
+    if lc.model_type != pc.model_type:  # its layer mirrors the family of the policy it was trained for
+        problems.append(f"its layer is a {lc.model_type} layer, the policy a {pc.model_type} model")
     if info.extra_layers and info.extra_layers[-1] >= pc.num_hidden_layers:
         problems.append(f"extra_layers {list(info.extra_layers)} outside the policy's {pc.num_hidden_layers} layers")
     if problems:

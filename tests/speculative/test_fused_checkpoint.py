@@ -151,3 +151,18 @@ def test_a_held_out_accept_length_outside_its_chain_is_refused(policy, tmp_path,
     (path / "metrics.json").write_text(json.dumps({"accept_lengths": [record]}))
     with pytest.raises(ValueError, match=r"metrics.json: malformed drafter metrics \(3_1_4's mean_accept_length"):
         read_drafter_info(path)
+
+
+def test_a_drafter_of_another_family_is_refused(policy, tmp_path):
+    """A drafter's layer mirrors the family of the policy it was trained for: a Qwen3 drafter on a Llama policy of
+    the same sizes loaded without a word (exact, but drafting from features it never saw)."""
+    import tempfile
+
+    save_drafter(EagleDrafter(policy.config), tmp_path / "d", "tiny")
+    with tempfile.TemporaryDirectory() as tmp:
+        sizes = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+        make_hf_model("qwen3", **sizes).save_pretrained(tmp)
+        other = load_model(tmp)
+    assert other.config.model_type != policy.config.model_type
+    with pytest.raises(ValueError, match=r"does not fit this policy: .*its layer is a llama layer, the policy a qwen3"):
+        load_drafter(tmp_path / "d", other)
