@@ -25,6 +25,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -75,8 +76,10 @@ def save_training_checkpoint(
     optimizer: torch.optim.Optimizer,
     backend: RolloutBackend,
     reference: CausalLM | None = None,
+    tokenizer: Any = None,
 ) -> Path:
-    """Write a checkpoint of the whole run to `path` (replacing one already there); returns the path."""
+    """Write a checkpoint of the whole run to `path` (replacing one already there); returns the path. An HF
+    ``tokenizer`` is saved beside the policy, so `policy/` is a checkpoint every command takes as `model=`."""
     final = Path(path)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -96,6 +99,8 @@ def save_training_checkpoint(
     rng_tensors.update({f"torch_cuda.{i}": s for i, s in enumerate(rng.torch_cuda)})
     save_tensors(rng_tensors, tmp / RNG_FILE)
     save_model(policy, tmp / POLICY_DIR)
+    if hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(tmp / POLICY_DIR)
     if reference is not None:
         save_model(reference, tmp / REFERENCE_DIR)
     save_optimizer(optimizer, tmp)

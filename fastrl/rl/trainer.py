@@ -207,7 +207,7 @@ class GRPOTrainer:
         """Write a checkpoint of the run after `self.step` steps (see fastrl.rl.checkpoint for the layout)."""
         state = TrainerState(step=self.step, policy_version=self.version, config=asdict(self.config))
         return save_training_checkpoint(
-            path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference
+            path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference, self.tokenizer
         )
 
     def resume(self, path: str | Path, strict: bool = True) -> None:

@@ -59,6 +59,10 @@ def test_resume_a_run_directory_continues_it_in_place(policy_dir, tmp_path, caps
     assert f"resuming {run / 'checkpoints' / 'step_000002'}: step 2 of 3" in out
     assert _steps(run) == [0, 1, 2] and _rewards(run) == _rewards(straight)
     assert latest_checkpoint(run) == run / "checkpoints" / "step_000003"
+    # the checkpoint's policy is a model every command takes: its tokenizer is saved beside it
+    from fastrl.models.tokenizer import load_tokenizer
+
+    assert load_tokenizer(policy_dir) is not None and load_tokenizer(run / "checkpoints/step_000003/policy") is not None
     log = (run / "train.log").read_text()
     assert "step 2: reward" in log and f"resuming {run / 'checkpoints' / 'step_000002'}: step 2 of 3" in log
     # finished: said so, nothing changed
