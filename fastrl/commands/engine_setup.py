@@ -35,6 +35,8 @@ def resolve_model_dir(model: str, key: str = "model") -> Path:
         except ImportError as err:
             raise ImportError(f"{key}={model}: {err}") from None
     directory = Path(model) if model else bundled_model_dir()
+    if directory.is_file():
+        raise ValueError(f"{key}={model} is a file; give a checkpoint directory (config.json, model.safetensors)")
     if not directory.is_dir():
         raise ValueError(f"{key}={model}: checkpoint directory {directory} does not exist")
     try:

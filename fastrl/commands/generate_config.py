@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastrl.commands.decode_config import DecodeConfig
 
@@ -23,3 +24,10 @@ class GenerateConfig(DecodeConfig):
             raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
         if self.bandit_state and self.strategy != "bandit":
             raise ValueError(f"generate.bandit_state: a bandit's state file needs strategy=bandit, got {self.strategy}")
+        if self.plot_output:  # the format goes by the suffix: checked before the run, not when the plot is drawn
+            from matplotlib.backend_bases import FigureCanvasBase
+
+            formats = sorted(FigureCanvasBase.get_supported_filetypes())
+            suffix = Path(self.plot_output).suffix.lstrip(".").lower()
+            if suffix not in formats:
+                raise ValueError(f"generate.plot_output={self.plot_output}: give a file ending in one of {formats}")

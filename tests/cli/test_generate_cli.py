@@ -311,3 +311,17 @@ def test_per_bucket_arms_are_set_on_the_command_line(tmp_path, capsys):
     bad = ["strategy=bandit", "bandit.bucket_strategies={3:[3_1_4]}"]
     assert main(["generate", f"prompts={prompts}", f"output={tmp_path / 'bad.jsonl'}", *bad]) == 2
     assert "bandit.bucket_strategies[3]: not a bucket threshold" in capsys.readouterr().err
+
+
+def test_a_plot_of_an_unknown_format_or_a_model_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    """plot_output's format goes by its suffix: a .json plot failed after the whole run; a model= that names a file
+    said the directory did not exist."""
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6]}])
+    out = tmp_path / "out.jsonl"
+    args = ["generate", f"prompts={prompts}", f"output={out}", "progress=false"]
+    assert main([*args, f"plot_output={tmp_path / 'plot.json'}"]) == 2
+    assert f"generate.plot_output={tmp_path / 'plot.json'}: give a file ending in one of" in capsys.readouterr().err
+    assert main([*args, f"model={prompts}"]) == 2
+    assert f"model={prompts} is a file; give a checkpoint directory" in capsys.readouterr().err
+    assert not out.exists()

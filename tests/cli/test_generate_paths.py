@@ -74,7 +74,7 @@ def test_fifo_output_is_streamed_not_replaced(model_dir, prompts, tmp_path):
     [
         (["output={d}"], "is a directory"),
         (["output={d}/o.jsonl", "stats_output=/proc/nope/stats.json"], "stats_output=/proc/nope/stats.json"),
-        (["output={d}/o.jsonl", "plot_output={d}/o.jsonl"], "name the same file"),
+        (["output={d}/o.jsonl", "stats_output={d}/o.jsonl"], "name the same file"),
         (["output={d}/file.txt/o.jsonl"], "is not a directory"),
     ],
 )
