@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -122,6 +123,12 @@ class Engine:
         the context) finishes at the next step with an error; one of the wrong types is a ValueError now (see
         ``check_request``), and nothing is queued."""
         prompt, params = self.check_request(prompt_ids, params, request_id)
+        return self._queue(prompt, params, request_id, return_hidden_states)
+
+    def _queue(
+        self, prompt: list[int], params: SamplingParams, request_id: str | None, return_hidden_states: bool
+    ) -> str:
+        """Queue a checked request (``check_request``'s prompt and params); returns its id."""
         if request_id is None:
             while f"req-{self._next_id}" in self._live_ids:  # a caller's own id of that form
                 self._next_id += 1
@@ -220,13 +227,16 @@ class Engine:
         from tqdm.auto import tqdm
 
         inputs = list(inputs)
-        given = [i.request_id for i in inputs if i.request_id is not None]
-        repeated = sorted({r for r in given if given.count(r) > 1})
+        counts = Counter(i.request_id for i in inputs if i.request_id is not None)
+        repeated = sorted(r for r, n in counts.items() if n > 1)
         if repeated:
             raise ValueError(f"request ids {repeated} appear more than once in one generate call")
-        for i in inputs:  # every input checked before any is queued: a bad one leaves none behind
-            self.check_request(i.prompt_ids, i.params, i.request_id)
-        ids = [self.add_request(i.prompt_ids, i.params, i.request_id, i.return_hidden_states) for i in inputs]
+        # every input checked before any is queued: a bad one leaves none behind
+        checked = [self.check_request(i.prompt_ids, i.params, i.request_id) for i in inputs]
+        ids = [
+            self._queue(prompt, params, i.request_id, i.return_hidden_states)
+            for (prompt, params), i in zip(checked, inputs, strict=True)
+        ]
         results: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not progress) as bar:
             while self.has_unfinished():
