@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
+from fastrl.json_values import is_int
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
@@ -147,7 +148,7 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.decide_every_s must be a number >= 0, got {every!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+        if not is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"BanditConfig.seed must be an int in [0, 2**63), got {self.seed!r}")
         if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:
             raise ValueError(f"BanditConfig.timeline_limit must be an int >= 0, got {self.timeline_limit!r}")

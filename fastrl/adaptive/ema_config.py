@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastrl.json_values import is_int
 from fastrl.strategy.strategy import MAX_STEPS
 
 SGLANG_KEYS = ("candidate_steps", "ema_alpha", "warmup_batches", "update_interval", "down_hysteresis", "up_hysteresis")
@@ -62,7 +63,7 @@ class EmaConfig:
         steps = self.candidate_steps
         if isinstance(steps, str) or not isinstance(steps, Sequence) or not steps:
             raise ValueError(f"EmaConfig.candidate_steps must be a non-empty list of ints >= 0, got {steps!r}")
-        if any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_STEPS for s in steps):
+        if any(not is_int(s) or not 0 <= s <= MAX_STEPS for s in steps):
             raise ValueError(
                 f"EmaConfig.candidate_steps must be ints in [0, {MAX_STEPS}] (chain depths), got {steps!r}"
             )
@@ -70,14 +71,14 @@ class EmaConfig:
             raise ValueError(f"EmaConfig.candidate_steps has duplicates: {steps!r}")
         if not _is_number(self.ema_alpha) or not 0.0 < self.ema_alpha <= 1.0:
             raise ValueError(f"EmaConfig.ema_alpha must be in (0, 1], got {self.ema_alpha!r}")
-        if not _is_int(self.warmup_batches) or self.warmup_batches < 0:
+        if not is_int(self.warmup_batches) or self.warmup_batches < 0:
             raise ValueError(f"EmaConfig.warmup_batches must be an int >= 0, got {self.warmup_batches!r}")
-        if not _is_int(self.update_interval) or self.update_interval < 1:
+        if not is_int(self.update_interval) or self.update_interval < 1:
             raise ValueError(f"EmaConfig.update_interval must be an int >= 1, got {self.update_interval!r}")
         for name in ("down_hysteresis", "up_hysteresis"):
             if not _is_number(getattr(self, name)):
                 raise ValueError(f"EmaConfig.{name} must be a finite number, got {getattr(self, name)!r}")
-        if self.initial_steps is not None and (not _is_int(self.initial_steps) or self.initial_steps < 0):
+        if self.initial_steps is not None and (not is_int(self.initial_steps) or self.initial_steps < 0):
             raise ValueError(f"EmaConfig.initial_steps must be None or an int >= 0, got {self.initial_steps!r}")
 
     def tiers(self) -> list[int]:
@@ -90,10 +91,6 @@ class EmaConfig:
         if self.initial_steps is None:
             return len(tiers) // 2
         return min(range(len(tiers)), key=lambda i: (abs(tiers[i] - self.initial_steps), tiers[i]))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: object) -> bool:

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastrl.json_values import is_int
+
 
 @dataclass
 class PromptLine:
@@ -60,7 +62,7 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
                 raise ValueError(f'{where}: "prompt" must be a string')
             if ids is not None and not (isinstance(ids, list) and all(_is_token_id(t) for t in ids)):
                 raise ValueError(f'{where}: "prompt_ids" must be a list of integers >= 0 (not booleans)')
-            if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
+            if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
                 raise ValueError(f'{where}: "seed" must be an integer in [0, 2**63)')
             lines.append(PromptLine(len(lines), line_no, prompt, ids, seed, messages))
     return lines
@@ -79,9 +81,5 @@ def _check_messages(messages: object, where: str) -> list[dict[str, str]]:
     return messages
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_token_id(value: object) -> bool:
-    return _is_int(value) and value >= 0  # type: ignore[operator]
+    return is_int(value) and value >= 0  # type: ignore[operator]

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from fastrl.cotrain.feature_sequence import FeatureBatch
 from fastrl.cotrain.unrolled_kv import UnrolledKV
+from fastrl.json_values import is_int
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
@@ -184,7 +185,7 @@ def check_types(config: object) -> None:
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), str(f.type)
         if kind == "int":
-            ok = isinstance(value, int) and not isinstance(value, bool)
+            ok = is_int(value)
         elif kind == "float":
             ok = isinstance(value, int | float) and not isinstance(value, bool)
         elif kind == "list[float]":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.json_values import is_int
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 
@@ -91,7 +92,7 @@ class RolloutShards:
             for row in ids:
                 if not isinstance(row, list) or not row:
                     raise ValueError("a request's ids are not a non-empty list")
-                if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in row):
+                if not all(is_int(t) and 0 <= t < vocab_size for t in row):
                     raise ValueError(f"token ids must be integers in [0, {vocab_size})")
         except (ValueError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not shard {shard} of this run ({err}); delete it to generate it again") from None

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fastrl.json_values import is_int
+
 ENGINE_DTYPES = {
     "float64": torch.float64,
     "float32": torch.float32,
@@ -79,7 +81,7 @@ class EngineConfig:
             ("kv_cache_tokens", True),
         ):
             value = getattr(self, key)
-            if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, int)):
+            if not (optional and value is None) and not is_int(value):
                 kind = "an integer or None" if optional else "an integer"
                 raise ValueError(f"engine.{key} must be {kind}, got {value!r}")
         if not isinstance(self.device, str):

@@ -9,7 +9,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from fastrl.models.config import ModelConfig
+from fastrl.models.config import ModelConfig, token_ids
 from fastrl.models.decoder import CausalLM
 from fastrl.tensor_files import save_tensors
 
@@ -54,13 +54,12 @@ def _generation_eos(directory: Path) -> int | list[int] | None:
         d = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{file} is not valid JSON: {err}") from None
-    if not isinstance(d, dict) or d.get("eos_token_id") is None:
+    if not isinstance(d, dict):
         return None
-    eos = d["eos_token_id"]
-    ids = eos if isinstance(eos, list) else [eos]
-    if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise ValueError(f"{file}: eos_token_id must be a token id >= 0 (or a list of them), got {eos!r}")
-    return eos
+    try:
+        return token_ids(d, "eos_token_id", empty=False)
+    except ValueError as err:
+        raise ValueError(f"{file}: {err}") from None
 
 
 def weight_files(directory: Path) -> dict[Path, list[str] | None]:

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from fastrl.json_values import is_int
+
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -132,8 +134,8 @@ class ModelConfig:
             tie_word_embeddings=_bool(d, "tie_word_embeddings", False),
             attention_bias=attention_bias,
             qk_norm=model_type == "qwen3",
-            bos_token_id=_token_ids(d, "bos_token_id"),
-            eos_token_id=_token_ids(d, "eos_token_id"),
+            bos_token_id=token_ids(d, "bos_token_id"),
+            eos_token_id=token_ids(d, "eos_token_id"),
         )
 
     def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -193,7 +195,7 @@ def _int(d: dict[str, Any], key: str, default: int | None = None, required: bool
     value = d.get(key)
     if value is None and not required:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
     return value
 
@@ -215,12 +217,13 @@ def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def _token_ids(d: dict[str, Any], key: str) -> int | list[int] | None:
-    """A special token id (or, for eos, a list of them): integers >= 0, or None. (Not checked against the
-    vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads them.)"""
+def token_ids(d: dict[str, Any], key: str, empty: bool = True) -> int | list[int] | None:
+    """A special token id (or, for eos, a list of them, an empty one only with ``empty``): integers >= 0, or None.
+    (Not checked against the vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads
+    them.)"""
     value = d.get(key)
     ids = value if isinstance(value, list) else [value]
-    if value is not None and not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+    if value is not None and (not (ids or empty) or not all(is_int(t) and t >= 0 for t in ids)):
         raise ValueError(f"{key} must be a token id >= 0 (or a list of them), got {value!r}")
     return value
 

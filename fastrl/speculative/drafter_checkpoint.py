@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.depth_acceptance import geometric_hazard, is_chain
+from fastrl.json_values import is_int
 from fastrl.models.checkpoint import check_weights, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
@@ -97,7 +98,7 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
         if meta.get("format") != FORMAT:
             raise ValueError(f"format is {meta.get('format')!r}, expected {FORMAT!r}")
         version = meta.get("format_version", 1)
-        if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
+        if not is_int(version) or not 1 <= version <= FORMAT_VERSION:
             raise ValueError(f"format_version is {version!r}, this fastrl reads 1 .. {FORMAT_VERSION}")
         policy = meta["policy"]
         extra = meta.get("extra_layers") or []
@@ -113,7 +114,7 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
             ("version", meta["version"]),
             ("draft_vocab_size", 1 if draft_vocab is None else draft_vocab),
         ):
-            if not _is_int(value) or value < (0 if key == "version" else 1):
+            if not is_int(value) or value < (0 if key == "version" else 1):
                 raise ValueError(f"{key} must be an integer >= {0 if key == 'version' else 1}, got {value!r}")
         layer = ModelConfig.from_hf_dict(meta["layer"])
         layer_fit = (layer.hidden_size, layer.vocab_size, layer.num_hidden_layers)
@@ -272,7 +273,3 @@ def load_drafter(
     drafter.prior_hazard = info.prior_hazard
     dtype = policy.lm_head.weight.dtype
     return drafter.to(device=device, dtype=dtype).eval(), info
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,8 @@
+"""Kinds of values read from JSON files and dicts (configs, checkpoints' metadata, prompts lines)."""
+
+from __future__ import annotations
+
+
+def is_int(value: object) -> bool:
+    """A JSON integer: an ``int`` and not a ``bool`` (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
