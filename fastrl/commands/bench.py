@@ -32,16 +32,16 @@ from fastrl.telemetry.run_stats import DEFAULT_THRESHOLDS, run_stats, write_run_
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     """Run the selected suites; returns the JSON payload (also written to cfg.output, checked and locked first)."""
-    with guard_outputs({"output": cfg.output}, model_inputs(resolve_model_dir(cfg.model), cfg.drafter)):
-        return _run_bench(cfg)
+    model_dir = resolve_model_dir(cfg.model)
+    with guard_outputs({"output": cfg.output}, model_inputs(model_dir, cfg.drafter)):
+        return _run_bench(cfg, model_dir)
 
 
-def _run_bench(cfg: BenchConfig) -> dict[str, Any]:
+def _run_bench(cfg: BenchConfig, model_dir: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"fastrl bench tokenizes its prompts and needs a tokenizer in {model_dir}")

@@ -76,7 +76,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
         )
         stream = ResultStream(targets["output"], cfg.resume)
-        _check_kept(stream.done, inputs, cfg.output, run_settings(cfg))
+        settings = run_settings(cfg)
+        _check_kept(stream.done, inputs, cfg.output, settings)
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
             stream.finish()
@@ -104,7 +105,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         kept_rounds = 0  # the rounds up to the last finished request: those that made the kept results
         try:
             for index, out in _finished(engine, pending, cfg.progress):
-                record = _to_record(index, out, tokenizer, run_settings(cfg))
+                record = _to_record(index, out, tokenizer, settings)
                 if cfg.n > 1:
                     record["prompt_index"], record["sample"] = divmod(index, cfg.n)
                 stream.write(record)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import torch
 
@@ -25,16 +26,16 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
     check_device("train_drafter.device", cfg.device)
-    inputs = {"model": str(resolve_model_dir(cfg.model)), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
+    model_dir = resolve_model_dir(cfg.model)
+    inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}
     with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite, work) as targets:
-        return _train_drafter(cfg, targets["output"])
+        return _train_drafter(cfg, model_dir, targets["output"])
 
 
-def _train_drafter(cfg: TrainDrafterConfig, output: OutputTarget) -> OfflineDrafterReport:
+def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarget) -> OfflineDrafterReport:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model_dir = resolve_model_dir(cfg.model)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"train-drafter tokenizes prompts and needs a tokenizer in {model_dir}")
