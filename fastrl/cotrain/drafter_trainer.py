@@ -36,14 +36,11 @@ class DrafterTrainerConfig(EagleLossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key, low, inclusive in (("lr", 0.0, False), ("grad_clip", 0.0, False), ("weight_decay", 0.0, True)):
+        for key, zero_allowed in (("lr", False), ("grad_clip", False), ("weight_decay", True), ("feature_noise", True)):
             value = getattr(self, key)
-            above = value >= low if inclusive else value > low
-            if not (math.isfinite(value) and above):
-                bound = f">= {low:g}" if inclusive else f"> {low:g}"
+            if not (math.isfinite(value) and (value >= 0 if zero_allowed else value > 0)):
+                bound = ">= 0" if zero_allowed else "> 0"
                 raise ValueError(f"drafter_trainer.{key} must be a finite number {bound}, got {value}")
-        if not (math.isfinite(self.feature_noise) and self.feature_noise >= 0):
-            raise ValueError(f"drafter_trainer.feature_noise must be a finite number >= 0, got {self.feature_noise}")
         if self.max_tokens_per_batch < 1:
             raise ValueError(f"drafter_trainer.max_tokens_per_batch must be >= 1, got {self.max_tokens_per_batch}")
         if self.warmup_steps < 0 or self.total_steps < 0:
