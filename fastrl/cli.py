@@ -68,10 +68,10 @@ def _run_command(name: str, argv: list[str], task: Callable[[Any], int | None]) 
     return max(codes, default=0)
 
 
-def _generate(argv: list[str]) -> None:
-    from fastrl.commands.generate import run_generate
+def _generate(argv: list[str]) -> int | None:
+    from fastrl.commands.generate import generate_exit_code, run_generate
 
-    _run_command("generate", argv, run_generate)
+    return _run_command("generate", argv, lambda cfg: generate_exit_code(run_generate(cfg)))
 
 
 def _bench(argv: list[str]) -> None:

@@ -42,6 +42,11 @@ from fastrl.telemetry.speed_summary import print_generate_summary
 SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
 
+def generate_exit_code(records: list[dict[str, Any]]) -> int:
+    """1 when any request ended in an error (its line says why; every other result is kept), else 0."""
+    return 1 if any(record.get("error") for record in records) else 0
+
+
 def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     """Generate for every prompt line not already in the output, streaming records to it; returns every record
     (kept and new) in prompt order."""

@@ -154,6 +154,6 @@ def test_overflowing_activations_give_an_error_record_in_valid_json(tmp_path, pr
         model.model.norm.weight.fill_(3e38)  # finite weights; the logits overflow to infinity, softmax to NaN
     model.save_pretrained(tmp_path / "overflow")
     out = tmp_path / "o.jsonl"
-    assert _generate(tmp_path / "overflow", f"prompts={prompts}", f"output={out}") == 0
+    assert _generate(tmp_path / "overflow", f"prompts={prompts}", f"output={out}") == 1
     rows = _strict(out.read_text())
     assert all(r["finish_reason"] == "error" and "non-finite logits" in r["error"] for r in rows)
