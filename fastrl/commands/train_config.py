@@ -43,7 +43,8 @@ class ModelSpec:
 class DrafterSpec:
     """The drafter and its co-training.
 
-    path: a drafter directory; "" = the drafter shipped with the bundled model; "fresh" = a new random drafter.
+    path: a drafter directory; "" = the drafter shipped for the model (the bundled model's, a named model's such
+    as smollm2); "fresh" = a new random drafter.
     cotrain: train the drafter on the rollouts' hidden states during the tail (False: a frozen drafter).
     schedule: ``steps`` (reproducible: every worker takes ``updates_per_rollout`` drafter updates per rollout, in the
         tail's idle slices and, for what the tail did not cover, right after the rollout, before the new version is

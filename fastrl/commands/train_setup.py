@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.commands.engine_setup import drafter_dir as shipped_or_given
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_config import FRESH_DRAFTER, TrainConfig
 from fastrl.models.checkpoint import read_config
@@ -28,15 +28,16 @@ def model_dir(cfg: TrainConfig) -> Path:
 
 
 def drafter_dir(cfg: TrainConfig) -> str:
-    """The drafter checkpoint directory ('' = a fresh drafter), resolving the shipped one for the bundled model."""
-    path = cfg.drafter.path
-    if path == FRESH_DRAFTER:
+    """The drafter checkpoint directory ('' = a fresh drafter): drafter.path, or the one shipped for the model (the
+    bundled model's, a named model's), as every other command resolves it."""
+    if cfg.drafter.path == FRESH_DRAFTER:
         return ""
-    if path:
-        return path
-    if model_dir(cfg).resolve() == bundled_model_dir().resolve() and bundled_drafter_dir().is_dir():
-        return str(bundled_drafter_dir())
-    raise ValueError(f"drafter.path: no drafter ships with {model_dir(cfg)}; give drafter.path=DIR or drafter=fresh")
+    found = shipped_or_given(cfg.drafter.path, model_dir(cfg))
+    if found is None:
+        raise ValueError(
+            f"drafter.path: no drafter ships with {model_dir(cfg)}; give drafter.path=DIR or drafter=fresh"
+        )
+    return str(found)
 
 
 def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:

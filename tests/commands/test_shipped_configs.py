@@ -67,3 +67,23 @@ def test_generate_defaults_run_one_request(prompts, tmp_path, strategy):
     args = [f"prompts={prompts}", f"output={out}", "max_new_tokens=8", "progress=false", f"strategy={strategy}"]
     assert main(["generate", *args]) == 0
     assert len(out.read_text().splitlines()) == 1
+
+
+def test_train_loads_the_drafter_shipped_for_a_named_model_as_generate_does(policy_dir, tmp_path):
+    import shutil
+
+    from fastrl.assets_path import assets_dir
+    from fastrl.commands.engine_setup import drafter_dir
+    from fastrl.models.named import MARKER_FILE, SMOLLM2
+
+    model = tmp_path / "named"
+    shutil.copytree(policy_dir, model)
+    overrides = [f"model.path={model}", f"rl.checkpoint_dir={tmp_path}"]
+    with pytest.raises(ValueError, match=r"drafter.path: no drafter ships with .*drafter=fresh"):
+        worker_config(_compose_train(overrides))  # a plain directory: no shipped drafter
+    assert worker_config(_compose_train([*overrides, "drafter=fresh"])).drafter_dir == ""
+    (model / MARKER_FILE).write_text(json.dumps({"name": "smollm2"}))  # what a converted named model carries
+    shipped = worker_config(_compose_train(overrides)).drafter_dir
+    assert shipped == str(assets_dir() / SMOLLM2.drafter_asset) == str(drafter_dir("", model))
+    given = worker_config(_compose_train([*overrides, f"drafter.path={tmp_path}"])).drafter_dir
+    assert given == str(tmp_path)
