@@ -270,6 +270,7 @@ class Engine:
         emitted = self._emit_rows(requests, out, progressed)
         for request, n in zip(requests, emitted, strict=True):
             request.accept_lengths.append(n)
+            request.drafted_tokens += out.drafted
         stats = RoundStats(
             strategy=strategy,
             batch_size=len(requests),

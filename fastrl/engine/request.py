@@ -49,6 +49,7 @@ class Request:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     accept_lengths: list[int] = field(default_factory=list)
+    drafted_tokens: int = 0
     hidden_states: list[torch.Tensor] = field(default_factory=list)
     prompt_hidden_states: torch.Tensor | None = None
     slot: int | None = None
@@ -91,6 +92,7 @@ class Request:
             seed=self.seed,
             accept_lengths=list(self.accept_lengths),
             new_token_ids=new,
+            drafted_tokens=self.drafted_tokens,
             hidden_states=hidden,
             prompt_hidden_states=self.prompt_hidden_states,
             timings=timings,
@@ -104,7 +106,9 @@ class RequestOutput:
     once it has finished.
 
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
-    finished), so the first token (sampled at prefill) plus their sum is len(token_ids).
+    finished), so the first token (sampled at prefill) plus their sum is len(token_ids). `drafted_tokens` counts
+    the draft tokens its decode rounds proposed to it (tree nodes, or the depth a stopping chain reached; 0 in a
+    plain round): with ``sum(accept_lengths) - len(accept_lengths)`` accepted, the request's acceptance rate.
     `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the
     drafter's features at the position that produced it (absolute position len(prompt) - 1 + i): the policy's
     final-norm state, or with a fused drafter the outputs of its extra layers then that state (`ModelOutput.features`):
@@ -125,6 +129,7 @@ class RequestOutput:
     hidden_states: torch.Tensor | None
     prompt_hidden_states: torch.Tensor | None
     timings: Timings
+    drafted_tokens: int = 0
 
     @property
     def finished(self) -> bool:

@@ -18,6 +18,7 @@ from torch import Tensor
 from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
+from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, pages_per_request, round_lookahead
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
@@ -113,25 +114,23 @@ class ModelRunner:
                 if s.topk > width:
                     raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
-        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.max_model_len = context_length(config.max_model_len, mc.max_position_embeddings)
         # Entries a round writes past a row's n tokens (its accepted path and own token), and the scratch it
         # writes past the batch's longest row (tree nodes; the drafter's tree expansions).
-        self.lookahead = max((self.runtimes[s].max_depth + 1 for s in speculative), default=1)
+        self.lookahead = round_lookahead(speculative)
         scratch = max((s.max_tree_nodes for s in speculative), default=1)
         if self.drafter is not None:
             scratch = max(scratch, max(self.runtimes[s].tree_area for s in eagle) + 2)
         use_graphs = config.cuda_graphs and (self.device.type == "cuda" or graph_capture is not None)
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
         ps = config.page_size
-        per_request = math.ceil((self.max_model_len + self.lookahead) / ps)
+        per_request = pages_per_request(self.max_model_len, self.lookahead, ps)
         num_pages = slots * per_request  # a graph's padding slot too: its home pages keep its reads in the cache
         if config.kv_cache_tokens is not None:
+            check_kv_cache_tokens(
+                "engine.kv_cache_tokens", config.kv_cache_tokens, self.max_model_len, self.lookahead, ps
+            )
             num_pages = math.ceil(config.kv_cache_tokens / ps)
-            if num_pages < per_request:
-                raise ValueError(
-                    f"engine.kv_cache_tokens = {config.kv_cache_tokens} cannot hold one request of the context "
-                    f"length {self.max_model_len} plus one round ({self.lookahead}): it needs >= {per_request * ps}"
-                )
         # The default pool holds every slot's context: each slot gets its own home range of pages (read in place).
         home = per_request if config.kv_cache_tokens is None else None
         self.pool = PagePool(num_pages, ps, home)

@@ -151,6 +151,7 @@ class EngineWorker:
             drafter_version=self.drafter_version,
             latency_s=latency if latency is not None else 0.0,
             error=out.error,
+            drafted_tokens=out.drafted_tokens,
         )
 
     def _collect_rounds(self) -> None:

@@ -20,7 +20,8 @@ class RolloutRequest:
 @dataclass
 class RolloutResult:
     """One generated sample, with the versions of the weights that produced it. ``error`` is set (and
-    ``finish_reason`` is ``"error"``) when the request was invalid, e.g. a prompt longer than the context."""
+    ``finish_reason`` is ``"error"``) when the request was invalid, e.g. a prompt longer than the context.
+    ``drafted_tokens``: the draft tokens its rounds proposed to it (``RequestOutput.drafted_tokens``)."""
 
     request_id: str
     group: int
@@ -34,6 +35,7 @@ class RolloutResult:
     drafter_version: int
     latency_s: float
     error: str | None = None
+    drafted_tokens: int = 0
 
 
 @dataclass

@@ -74,7 +74,7 @@ class StrategyRuntime:
         if strategy.is_disabled:
             raise ValueError("plain decoding needs no speculative runtime state")
         s, k, n = strategy.steps, strategy.topk, strategy.num_draft_tokens
-        depth = max(min(s, n - 1), strategy.history_max_depth)
+        depth = strategy.verify_depth
         area = max(s - 1, 0) * k
         bits = torch.eye(max(area, 1), dtype=torch.bool, device=device)[:area].view(max(s - 1, 0), k, area)
         chain = None

@@ -144,6 +144,12 @@ class Strategy:
         return eagle + history - 1
 
     @property
+    def verify_depth(self) -> int:
+        """Deepest node of the tree a round verifies: the EAGLE chain's (at most ``num_draft_tokens - 1``) or the
+        history chain's; 0 for plain decoding."""
+        return max(min(self.steps, self.num_draft_tokens - 1), self.history_max_depth, 0)
+
+    @property
     def max_accept_length(self) -> int:
         """Most tokens one request can emit in a round: the tree depth plus the policy's own token."""
         return max(self.steps, self.history_max_depth) + 1
