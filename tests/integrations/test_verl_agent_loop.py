@@ -167,6 +167,75 @@ def test_abort_closes_admission_until_resume(stack):
     assert len(asyncio.run(run()).token_ids) == 2
 
 
+def _long(prompt: list[int], request_id: str) -> dict:
+    """A request that runs to the end of the context (40 tokens)."""
+    sampling = {"max_tokens": 40, "temperature": 1.0, "ignore_eos": True}
+    return {"prompt_ids": prompt, "sampling_params": sampling, "request_id": request_id}
+
+
+def test_a_weight_commit_never_reopens_what_an_abort_closed(stack):
+    """abort_all_requests(reject) arrives while a commit waits for a request in flight: when both are done,
+    admission stays closed until resume_generation (the commit used to reopen it)."""
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    prompt = _rows(first)[0][0]
+    state = load_file(str(bundled_model_dir() / "model.safetensors"))  # the weights it serves: outputs unchanged
+
+    async def run():
+        running = server.generate.remote(**_long(prompt, "commit-long"))
+        await server.receive_weights.remote(state)
+        commit = server.commit_weights.remote()
+        abort = server.abort_all_requests.remote(reject_request=True)
+        await running, await commit, await abort
+        with pytest.raises(RuntimeError, match="paused"):
+            await server.generate.remote(**_long(prompt, "after-commit"))
+        await server.resume_generation.remote()
+        return await server.generate.remote(**_long(prompt, "after-resume"))
+
+    assert len(asyncio.run(run()).token_ids) > 0
+
+
+def test_an_abort_that_rejects_fails_the_requests_waiting_for_admission(stack):
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    prompt = _rows(first)[0][0]
+
+    async def run():
+        await server.abort_all_requests.remote(reject_request=False)
+        parked = server.generate.remote(**_long(prompt, "parked"))  # waits for admission
+        await server.abort_all_requests.remote(reject_request=True)
+        with pytest.raises(RuntimeError, match="paused"):
+            await asyncio.wait_for(parked, timeout=60)  # it used to wait for a resume that may never come
+        await server.resume_generation.remote()
+
+    asyncio.run(run())
+
+
+def test_a_cancelled_call_stays_in_flight_until_the_engine_ends_its_request(stack):
+    """fastrl cannot stop a request mid-way: a caller that cancels stops waiting, but abort_all_requests still waits
+    for the request, and then its id is free again (it was reported idle while the engine still ran it)."""
+    import ray
+
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    prompt = _rows(first)[0][0]
+
+    async def run():
+        call = server.generate.remote(**_long(prompt, "to-cancel"))
+        ray.cancel(call)
+        try:
+            await call
+        except (ray.exceptions.TaskCancelledError, asyncio.CancelledError):
+            pass
+        await server.abort_all_requests.remote(reject_request=False)
+        in_flight = (await server.report.remote()).in_flight
+        await server.resume_generation.remote()
+        return in_flight, await server.generate.remote(**_long(prompt, "to-cancel"))
+
+    in_flight, again = asyncio.run(run())
+    assert in_flight == 0 and len(again.token_ids) > 0
+
+
 def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
     from omegaconf import OmegaConf
 
@@ -197,3 +266,28 @@ def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
     assert list(out.non_tensor_batch["global_steps"]) == [5] * len(out)
     assert set(out.non_tensor_batch["fastrl_policy_version"]) == {5}
     assert [r[1] for r in _rows(out)] != [r[1] for r in _rows(first)]
+
+
+def test_shutdown_ends_the_drafter_hub(stack):
+    """The last server to shut down ends the job's drafter hub, so a later job in the same Ray session starts from
+    a fresh one (it used to find the old hub, its versions and members)."""
+    import time
+
+    import ray
+
+    from fastrl.integrations.verl.replica import hub_name
+
+    replicas = stack[1].get_replicas()
+    name = hub_name(replicas[0].name_suffix)
+    ray.get_actor(name)
+    asyncio.run(replicas[0].shutdown())
+    assert ray.get(ray.get_actor(name).report.remote())["members"] == ["fastrl_server_1_0"]
+    asyncio.run(replicas[1].shutdown())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(ray.get_actor(name).report.remote(), timeout=5)
+        except (ValueError, ray.exceptions.RayActorError):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the drafter hub {name} outlived its servers")

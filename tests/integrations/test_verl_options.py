@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from fastrl.assets_path import bundled_model_dir
-from fastrl.integrations.verl.options import PREFIX, FastrlRolloutOptions
-from fastrl.integrations.verl.requests import RequestLimits, parse_sampling, request_seed, spec_counts, stop_reason
+from fastrl.integrations.verl.options import PREFIX, FastrlRolloutOptions, check_context
+from fastrl.integrations.verl.requests import (
+    RequestLimits,
+    parse_sampling,
+    request_seed,
+    spec_counts,
+    stop_reason,
+    token_ids,
+)
 
 LIMITS = RequestLimits(prompt_length=32, response_length=40)
 
@@ -84,10 +91,61 @@ def test_request_seeds_are_stable_per_id_and_distinct():
 
 
 def test_spec_counts():
-    counts = spec_counts([3, 1, 2], {"3_1_4": 4, "disable": 4})  # 3 rounds, half speculative (3 drafts each)
-    assert (counts.accepted, counts.verify_steps, counts.drafted) == (3, 3, 4)
-    assert spec_counts([1, 1], {"disable": 2}).fields() == {
+    counts = spec_counts([3, 1, 2], drafted=9)  # 3 rounds, 3 accepted of the 9 drafts its rounds proposed
+    assert (counts.accepted, counts.verify_steps, counts.drafted) == (3, 3, 9)
+    assert spec_counts([1, 1], drafted=0).fields() == {
         "spec_num_draft_tokens": 0,
         "spec_num_accepted_tokens": 0,
         "spec_num_verify_steps": 2,
     }
+
+
+@pytest.mark.parametrize(
+    ("sampling", "prompt_len", "said"),
+    [
+        ({"temperature": "hot"}, 10, "sampling_params.temperature must be a finite number"),
+        ({"top_p": [0.9]}, 10, "sampling_params.top_p"),
+        ({"top_k": 1.7}, 10, "sampling_params.top_k must be an integer"),
+        ({"stop_token_ids": 5}, 10, "sampling_params.stop_token_ids must be a sequence"),
+        ({"seed": "1"}, 10, "sampling_params.seed"),
+        ({"ignore_eos": "false"}, 10, "sampling_params.ignore_eos must be a bool"),
+        ({"max_tokens": -3}, 10, "sampling_params.max_tokens must be >= 0, got -3"),
+        ({"max_new_tokens": 2.5}, 10, "sampling_params.max_new_tokens must be an integer"),
+        ({}, 73, "a prompt of 73 tokens leaves no room in prompt_length \\+ response_length = 72"),
+    ],
+)
+def test_bad_sampling_values_are_one_error_naming_the_key(sampling, prompt_len, said):
+    with pytest.raises(ValueError, match=said):
+        parse_sampling(sampling, prompt_len, LIMITS, seed=5)
+
+
+def test_absent_or_none_sampling_values_take_the_defaults():
+    given = {"temperature": None, "top_p": None, "top_k": None, "seed": None, "stop_token_ids": None}
+    params = parse_sampling(given, 10, LIMITS, seed=5).params
+    assert (params.temperature, params.top_p, params.top_k, params.seed, params.stop_token_ids) == (1.0, 1.0, 0, 5, ())
+    assert parse_sampling({}, 72, LIMITS, seed=5).params is None  # the conversation's budget is spent exactly
+
+
+def test_prompt_ids_are_integers():
+    import numpy as np
+    import torch
+
+    assert token_ids([1, 2]) == token_ids(np.array([1, 2])) == token_ids(torch.tensor([1, 2])) == [1, 2]
+    assert all(type(t) is int for t in token_ids(np.array([3, 4])))
+    for bad, said in (
+        ("abc", "a list of token ids, got str"),
+        ([1, 2.5], "integer token ids, got 2.5"),
+        (7, "got int"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            token_ids(bad)
+
+
+def test_a_context_beyond_the_model_or_a_pool_too_small_is_refused_in_the_driver():
+    with pytest.raises(ValueError, match=r"max_model_len \(or prompt_length \+ response_length\) = 72 exceeds .* 64"):
+        check_context(_worker_config(), max_positions=64)
+    check_context(_worker_config(), max_positions=72)
+    small = _worker_config(strategy="3_1_4", engine={"kv_cache_tokens": 64, "page_size": 8})
+    with pytest.raises(ValueError, match=rf"{PREFIX}engine\.kv_cache_tokens = 64 cannot hold .* needs >= 80"):
+        check_context(small, max_positions=1024)  # 72 tokens plus a 3_1_4 round's 4, in pages of 8
+    check_context(_worker_config(strategy="3_1_4", engine={"kv_cache_tokens": 80, "page_size": 8}), 1024)

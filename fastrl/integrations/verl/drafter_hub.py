@@ -50,6 +50,12 @@ class DrafterHub:
         self.version = max(self.version, int(drafter_version))
         return self.version
 
+    def leave(self, server: str) -> int:
+        """A server shut down; returns how many members remain (0: the hub's job is over)."""
+        self.members.discard(server)
+        self.busy.discard(server)
+        return len(self.members)
+
     def mark(self, server: str, busy: bool) -> None:
         """A server got its first request in flight (``busy``) or finished its last one."""
         if busy:

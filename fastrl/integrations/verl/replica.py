@@ -11,8 +11,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
 from fastrl.integrations.verl.drafter_hub import DrafterHub
-from fastrl.integrations.verl.options import FastrlRolloutOptions, rename_keys
+from fastrl.integrations.verl.options import FastrlRolloutOptions, check_context, rename_keys
 from fastrl.integrations.verl.server import FastrlServer
+from fastrl.models.checkpoint import read_config
 
 
 def server_name(replica_rank: int, suffix: str = "") -> str:
@@ -74,6 +75,7 @@ class FastrlReplica(RolloutReplica):
                 worker.check_files()
             except ValueError as err:
                 raise ValueError(rename_keys(str(err))) from None
+            check_context(worker, read_config(worker.model_dir).max_position_embeddings)
         self.server_class = ray.remote(FastrlServer)
 
     def rollout_worker_use_gpu(self) -> bool:

@@ -4,11 +4,11 @@ seed, the stop reason and the speculative-decoding fields verl aggregates. No ve
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fastrl.sampling.params import MAX_SEED, SamplingParams
-from fastrl.strategy.strategy import Strategy
 
 KNOWN_KEYS = (
     "temperature",
@@ -63,32 +63,59 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     if penalty is not None and float(penalty) != 1.0:
         raise ValueError(f"sampling_params.repetition_penalty={penalty}: fastrl samples exactly; only 1.0 is supported")
     if "max_new_tokens" in sampling:
-        limit = sampling["max_new_tokens"]
+        key, limit = "max_new_tokens", sampling["max_new_tokens"]
     elif "max_tokens" in sampling:
-        limit = sampling["max_tokens"]
+        key, limit = "max_tokens", sampling["max_tokens"]
     else:
-        limit = min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
-    if limit is None or isinstance(limit, bool) or not isinstance(limit, int):
-        raise ValueError(f"sampling_params.max_tokens must be an integer, got {limit!r}")
+        key, limit = "", min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
+    if limit is None or not _is_int(limit):
+        raise ValueError(f"sampling_params.{key or 'max_tokens'} must be an integer, got {limit!r}")
+    if limit < 0:
+        if key:
+            raise ValueError(f"sampling_params.{key} must be >= 0, got {limit}")
+        raise ValueError(
+            f"a prompt of {prompt_len} tokens leaves no room in prompt_length + response_length = "
+            f"{limits.prompt_length + limits.response_length} tokens"
+        )
     want_logprobs = bool(sampling.get("logprobs", False))
-    if limit <= 0:
+    if limit == 0:  # a conversation that has spent its budget: nothing to generate
         return ParsedRequest(None, want_logprobs)
-    top_k = sampling.get("top_k", -1)
-    top_k = 0 if top_k is None or int(top_k) < 0 else int(top_k)
-    explicit_seed = sampling.get("seed")
+    top_k = _given(sampling, "top_k", -1)
     try:
         params = SamplingParams(
             max_new_tokens=int(limit),
-            temperature=float(sampling.get("temperature", 1.0)),
-            top_p=float(sampling.get("top_p", 1.0)),
-            top_k=top_k,
-            seed=int(explicit_seed) if explicit_seed is not None else seed,
-            stop_token_ids=tuple(sampling.get("stop_token_ids") or ()),
-            ignore_eos=bool(sampling.get("ignore_eos", limits.ignore_eos)),
+            temperature=_given(sampling, "temperature", 1.0),
+            top_p=_given(sampling, "top_p", 1.0),
+            top_k=0 if _is_int(top_k) and top_k < 0 else top_k,  # verl's -1 is fastrl's 0: off
+            seed=_given(sampling, "seed", seed),
+            stop_token_ids=_given(sampling, "stop_token_ids", ()),
+            ignore_eos=_given(sampling, "ignore_eos", limits.ignore_eos),
         )
     except ValueError as err:
-        raise ValueError(f"sampling_params: {err}") from err
+        raise ValueError(f"sampling_params.{err}") from err
     return ParsedRequest(params, want_logprobs)
+
+
+def _given(sampling: Mapping[str, object], key: str, default: object) -> object:
+    """The request's value of ``key`` (checked by ``SamplingParams``), or ``default`` when absent or None."""
+    value = sampling.get(key)
+    return default if value is None else value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def token_ids(values: object) -> list[int]:
+    """A request's prompt as Python ints (a list, a numpy array or a tensor of integers); anything else is a
+    ValueError saying what was given."""
+    items = values.tolist() if hasattr(values, "tolist") else values
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise ValueError(f"prompt_ids must be a list of token ids, got {type(values).__name__}")
+    bad = next((t for t in items if not _is_int(t)), None)
+    if bad is not None:
+        raise ValueError(f"prompt_ids must hold integer token ids, got {bad!r}")
+    return [int(t) for t in items]
 
 
 def stop_reason(finish_reason: str) -> str:
@@ -103,8 +130,7 @@ class SpecCounts:
 
     verify_steps: decode rounds the request took part in (plain rounds included: their accept length is 1).
     accepted: draft tokens accepted, exactly (tokens emitted by decode rounds minus one per round).
-    drafted: draft tokens proposed to the request: its rounds times the mean draft budget (``num_draft_tokens - 1``)
-        of the rounds its server ran while the request was in flight (fastrl counts drafts per round, not per row).
+    drafted: draft tokens proposed to the request by its rounds, exactly (``RolloutResult.drafted_tokens``).
     """
 
     drafted: int
@@ -119,16 +145,7 @@ class SpecCounts:
         }
 
 
-def spec_counts(accept_lengths: list[int], rounds_by_strategy: Mapping[str, int]) -> SpecCounts:
-    """Counts of one request from its per-round accept lengths and the server's rounds per strategy during it."""
-    steps = len(accept_lengths)
+def spec_counts(accept_lengths: list[int], drafted: int) -> SpecCounts:
+    """Counts of one request from its per-round accept lengths and the draft tokens its rounds proposed."""
     accepted = sum(max(n - 1, 0) for n in accept_lengths)
-    total = sum(rounds_by_strategy.values())
-    budget = sum(n * _draft_budget(name) for name, n in rounds_by_strategy.items())
-    drafted = round(steps * budget / total) if total else 0
-    return SpecCounts(drafted=max(drafted, accepted), accepted=accepted, verify_steps=steps)
-
-
-def _draft_budget(name: str) -> int:
-    strategy = Strategy.parse(name)
-    return 0 if strategy.is_disabled else strategy.max_tree_nodes - 1
+    return SpecCounts(drafted=drafted, accepted=accepted, verify_steps=len(accept_lengths))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections import Counter
 from pathlib import Path
 
 import ray
@@ -19,21 +18,33 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.replica import TokenOutput
 
 from fastrl.integrations.verl.options import FastrlRolloutOptions
-from fastrl.integrations.verl.requests import RequestLimits, parse_sampling, request_seed, spec_counts, stop_reason
+from fastrl.integrations.verl.requests import (
+    RequestLimits,
+    parse_sampling,
+    request_seed,
+    spec_counts,
+    stop_reason,
+    token_ids,
+)
 from fastrl.integrations.verl.server_report import ServerReport
 from fastrl.rollout.ray_worker import RolloutWorkerActor
+from fastrl.rollout.types import RolloutResult
 
-POLL_SECONDS = 0.2  # how often a busy server samples its worker's per-strategy round counts
+ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_generation lifts it)
 
 
 class FastrlServer:
     """Made a Ray actor by ``FastrlReplica`` (async methods, so thousands of ``generate`` calls wait at once).
 
     ``generate`` forwards each request to the engine actor, whose stepping loop decodes all of them together.
-    ``abort_all_requests`` closes admission and waits for the requests in flight (fastrl cannot cancel a request
-    mid-way; they finish normally); ``resume_generation`` reopens it. ``sleep`` ends a rollout: the idle-time
-    co-training stops and the servers' trained drafters are merged into the next version (``DrafterHub``); the
-    engine, its strategy selector and its weights stay alive, so nothing is lost across ``sleep``/``wake_up``.
+    Admission is open while nothing holds it: ``abort_all_requests`` holds it until ``resume_generation``, and each
+    ``commit_weights`` while it installs weights (a commit that ends never reopens what an abort closed). Waiting
+    requests fail as soon as an abort with ``reject_request`` holds admission. ``abort_all_requests`` waits for
+    the requests in flight (fastrl cannot cancel a request mid-way; they finish normally, and a caller that
+    cancels its call leaves its request running, counted in flight, until the engine finishes it).
+    ``sleep`` ends a rollout: the idle-time co-training stops and the servers' trained drafters are merged into the
+    next version (``DrafterHub``); the engine, its strategy selector and its weights stay alive, so nothing is lost
+    across ``sleep``/``wake_up``.
     """
 
     def __init__(
@@ -76,7 +87,9 @@ class FastrlServer:
         self._pending: dict[str, Tensor] = {}
         self._in_flight = 0
         self._idle = asyncio.Event()
-        self._open = asyncio.Event()
+        self._holds: set[str] = set()  # what keeps admission closed: ABORT_HOLD, one name per commit in progress
+        self._gate = asyncio.Condition()  # notified whenever the holds or the rejection change
+        self._commits = 0
         self._reject = False
         self._sleeping = False
         self._rollouts = 0
@@ -84,13 +97,10 @@ class FastrlServer:
         self._cotrain_steps = 0
         self._cotrain_task: asyncio.Task | None = None
         self._cotrain_stop = False
-        self._poll_task: asyncio.Task | None = None
-        self._rounds: Counter[str] = Counter()
 
     async def ready(self) -> str:
         """Wait until the engine has loaded its models (and joined the drafter hub); returns the server's name."""
         self._idle.set()
-        self._open.set()
         stats = await self._worker.stats.remote()
         if self._hub is not None:
             await self._hub.join.remote(self.name, stats.drafter_version)
@@ -111,7 +121,7 @@ class FastrlServer:
         weight versions. ValueError for multimodal input or an invalid request."""
         if image_data or video_data or kwargs.get("audio_data"):
             raise ValueError("the fastrl rollout serves text only; multimodal data is not supported")
-        prompt = [int(t) for t in prompt_ids]
+        prompt = token_ids(prompt_ids)
         parsed = parse_sampling(dict(sampling_params), len(prompt), self._limits, request_seed(self._seed, request_id))
         await self._admit()
         extra: dict[str, object] = {"global_steps": self.global_steps}
@@ -119,16 +129,12 @@ class FastrlServer:
             empty = [] if parsed.return_logprobs else None
             return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
         self._enter()
-        start = Counter(self._rounds)
-        try:
-            result = await self._worker.generate.remote(prompt, parsed.params, request_id)
-            if self._in_flight == 1:  # the last one out reads the final counts (the poller may lag)
-                self._rounds = Counter((await self._worker.stats.remote()).strategy_rounds)
-        finally:
-            self._leave()
+        # shielded: a caller that cancels stops waiting, but the request stays in flight until the engine ends it
+        running = asyncio.ensure_future(self._run(self._worker.generate.remote(prompt, parsed.params, request_id)))
+        result = await asyncio.shield(running)
         if result.error is not None:
             raise ValueError(f"fastrl server {self.name}: {result.error}")
-        counts = spec_counts(result.accept_lengths, self._rounds - start)
+        counts = spec_counts(result.accept_lengths, result.drafted_tokens)
         extra.update(counts.fields())
         extra.update(fastrl_policy_version=result.policy_version, fastrl_drafter_version=result.drafter_version)
         return TokenOutput(
@@ -138,11 +144,27 @@ class FastrlServer:
             extra_fields=extra,
         )
 
+    async def _run(self, call: ray.ObjectRef) -> RolloutResult:
+        try:
+            return await call
+        finally:
+            self._leave()
+
     async def _admit(self) -> None:
-        if not self._open.is_set():
-            if self._reject:
-                raise RuntimeError(f"fastrl server {self.name}: generation is paused (abort_all_requests)")
-            await self._open.wait()
+        """Wait while anything holds admission; fail while an abort that rejects does."""
+        async with self._gate:
+            while self._holds:
+                if self._reject and ABORT_HOLD in self._holds:
+                    raise RuntimeError(f"fastrl server {self.name}: generation is paused (abort_all_requests)")
+                await self._gate.wait()
+
+    async def _hold(self, name: str, held: bool) -> None:
+        async with self._gate:
+            if held:
+                self._holds.add(name)
+            else:
+                self._holds.discard(name)
+            self._gate.notify_all()
 
     def _enter(self) -> None:
         self._in_flight += 1
@@ -151,8 +173,6 @@ class FastrlServer:
             self._hub.mark.remote(self.name, True)
         if self._cotrain_task is not None and not self._cotrain_task.done():
             self._worker.stop_training.remote(self._slice_id)
-        if self._poll_task is None or self._poll_task.done():
-            self._poll_task = asyncio.get_running_loop().create_task(self._poll_rounds())
 
     def _leave(self) -> None:
         self._in_flight -= 1
@@ -164,12 +184,6 @@ class FastrlServer:
             if self._hub is not None and not self._sleeping and not running:
                 self._cotrain_stop = False
                 self._cotrain_task = asyncio.get_running_loop().create_task(self._cotrain())
-
-    async def _poll_rounds(self) -> None:
-        """While requests are in flight, keep a recent copy of the worker's rounds per strategy (for spec counts)."""
-        while self._in_flight > 0:
-            self._rounds = Counter((await self._worker.stats.remote()).strategy_rounds)
-            await asyncio.sleep(POLL_SECONDS)
 
     async def _cotrain(self) -> None:
         """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
@@ -212,14 +226,16 @@ class FastrlServer:
             await task
 
     async def abort_all_requests(self, reject_request: bool = False) -> None:
-        """Close admission (new requests wait, or fail when ``reject_request``) and wait for those in flight."""
-        self._open.clear()
+        """Close admission (new and waiting requests wait, or fail when ``reject_request``) and wait for those in
+        flight."""
         self._reject = bool(reject_request)
+        await self._hold(ABORT_HOLD, True)
         await self._idle.wait()
 
     async def resume_generation(self) -> None:
+        """Lift the abort's hold (admission opens unless a weight commit is in progress)."""
         self._reject = False
-        self._open.set()
+        await self._hold(ABORT_HOLD, False)
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
@@ -250,15 +266,15 @@ class FastrlServer:
         finish, so no response mixes weights. The version is ``global_steps`` when given, else the previous + 1."""
         version = int(global_steps) if global_steps is not None else self._policy_version + 1
         state, self._pending = self._pending, {}
-        was_open = self._open.is_set()
-        self._open.clear()
+        self._commits += 1
+        hold = f"commit {self._commits}"
+        await self._hold(hold, True)
         try:
             await self._idle.wait()
             await self._stop_cotrain()
             await self._worker.update_policy.remote(version, state)
         finally:
-            if was_open:
-                self._open.set()
+            await self._hold(hold, False)
         self._policy_version = version
         if global_steps is not None:
             self.global_steps = int(global_steps)
@@ -283,7 +299,10 @@ class FastrlServer:
         return await self._worker.selector_state.remote()
 
     async def shutdown(self) -> None:
-        """Stop the engine actor (before this actor is killed)."""
+        """Stop the engine actor (before this actor is killed) and leave the drafter hub (the last server to leave
+        ends it, so that a later job in the same Ray session starts from a fresh hub)."""
         await self._stop_cotrain()
         await self._worker.close.remote()
         ray.kill(self._worker)
+        if self._hub is not None and await self._hub.leave.remote(self.name) == 0:
+            ray.kill(self._hub)
