@@ -77,13 +77,18 @@ def _generate(argv: list[str]) -> int | None:
 def _bench(argv: list[str]) -> None:
     from fastrl.commands.bench import run_bench
 
-    _run_command("bench", argv, run_bench)
+    _run_command("bench", argv, lambda cfg: _finished(run_bench(cfg)))
 
 
 def _train_drafter(argv: list[str]) -> None:
     from fastrl.commands.train_drafter import run_train_drafter
 
-    _run_command("train-drafter", argv, run_train_drafter)
+    _run_command("train-drafter", argv, lambda cfg: _finished(run_train_drafter(cfg)))
+
+
+def _finished(result: object) -> int:
+    """The exit code of a command that returns its results (a Hydra multirun collects the jobs' codes)."""
+    return 0
 
 
 def _check_exact(argv: list[str]) -> int | None:

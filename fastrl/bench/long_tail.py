@@ -173,6 +173,16 @@ def _selector(name: str, bandit: BanditConfig | None) -> StrategySelector:
         raise ValueError(f"selector {name!r}: {err}") from None
 
 
+def check_selector_names(key: str, names: list[str], arms: list[str]) -> None:
+    """ValueError naming ``key`` for a ``bandit:KEY=VALUE`` selector that does not build (checked before any run)."""
+    for name in names:
+        if name.startswith("bandit:"):
+            try:
+                _selector(name, BanditConfig(strategies=list(arms)))
+            except ValueError as err:
+                raise ValueError(f"{key}: {err}") from None
+
+
 def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
     """Every measured round as {strategy, batch_size, seconds}: what `python -m fastrl.adaptive.sim --costs` fits."""
     return [

@@ -1,12 +1,9 @@
-"""Benchmark output: an aligned text table on stdout and a JSON file."""
+"""Benchmark output: an aligned text table on stdout and the JSON text of the results."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
-
-from fastrl.commands.output_guard import write_atomic
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -23,8 +20,6 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: str | Path, payload: Any) -> None:
-    """Write a benchmark's results (a dict or a list of records) as indented JSON."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(payload, indent=2) + "\n")  # a failed write never leaves half a file
+def json_text(payload: Any) -> str:
+    """A benchmark's results (a dict or a list of records) as indented JSON text."""
+    return json.dumps(payload, indent=2) + "\n"

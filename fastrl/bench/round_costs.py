@@ -59,10 +59,10 @@ def measure_round_costs(
     def draft() -> None:
         k = strategy.topk
         pos = torch.full((1, k), context, device=device)
-        feats = torch.zeros(1, k, cfg.hidden_size, device=device)
+        feats = torch.zeros(1, k, drafter.feature_size, device=device)
         mask = torch.ones(1, k, context + 1, dtype=torch.bool, device=device)
         out = drafter(policy, torch.full((1, k), 5, device=device), feats, pos, dcache, slots, pos, mask)
-        policy.logits(out)
+        drafter.draft_logits(policy, out)  # over the draft vocabulary when the drafter has one, as rounds do
 
     t = [time_median(fn, repeats, str(device), warmup=3).median_s for fn in (plain, verify, draft)]
     return RoundCosts(*t)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fastrl.bench.long_tail import check_selector_names
 from fastrl.bench.workload import WORKLOADS
-from fastrl.strategy.strategy import check_strategy_names
+from fastrl.commands.engine_setup import check_device
+from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory", "host_time")
 
@@ -55,6 +57,11 @@ class BenchConfig:
     host_time_strategies: list[str] = field(default_factory=lambda: ["disable", "3_1_4"])
 
     def __post_init__(self) -> None:
+        if not self.output:
+            raise ValueError("bench.output must be a file path (the JSON of the results), got ''")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"bench.threads must be an integer >= 0 (0: torch's default), got {self.threads!r}")
+        check_device("bench.device", self.device)
         if self.workload not in WORKLOADS:
             raise ValueError(f"bench.workload must be one of {list(WORKLOADS)}, got {self.workload!r}")
         unknown = [s for s in self.suites if s not in SUITES]
@@ -84,9 +91,18 @@ class BenchConfig:
             if getattr(self, key) < 1:
                 raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")
         check_strategy_names("bench.bs1_strategies", self.bs1_strategies)
-        # bandit:KEY=VALUE: the bandit with one setting changed, checked when it is built
+        for name in self.bs1_strategies:  # the suite's physical limit costs an EAGLE tree's verify and drafter steps
+            strategy = Strategy.parse(name)
+            if not strategy.uses_drafter or strategy.is_history:
+                raise ValueError(
+                    f"bench.bs1_strategies: {name} is not an EAGLE tree (plain decoding is always measured; "
+                    "history strategies run in suites=[groups_bs1])"
+                )
         check_strategy_names("bench.long_tail_selectors", self.long_tail_selectors, ("bandit", "ema", "bandit:"))
         check_strategy_names("bench.long_tail_bandit_strategies", self.long_tail_bandit_strategies)
+        check_selector_names(  # bandit:KEY=VALUE: the bandit with one setting changed
+            "bench.long_tail_selectors", self.long_tail_selectors, self.long_tail_bandit_strategies
+        )
         for key in ("bs1_temperatures", "groups_temperatures"):
             if not getattr(self, key) or not all(math.isfinite(t) and t >= 0 for t in getattr(self, key)):
                 raise ValueError(f"bench.{key} must be finite numbers >= 0, got {getattr(self, key)}")

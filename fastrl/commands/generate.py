@@ -24,7 +24,7 @@ from fastrl.commands.bandit_state_file import read_state_file, write_state_file
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
-from fastrl.commands.output_guard import GuardedOutputs, atomic_path, guard_outputs
+from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
 from fastrl.commands.prompt_tokens import line_token_ids
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
@@ -174,12 +174,7 @@ def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, 
     """stats_output and plot_output of ``rounds``, each written to a temporary file renamed into place."""
     for key, write in (("stats_output", write_run_stats), ("plot_output", write_run_plot)):
         if key in targets:
-            target = targets[key]
-            if not target.regular:
-                write(target.path, rounds, name, selector)
-                continue
-            with atomic_path(target.path) as tmp:
-                write(tmp, rounds, name, selector)
+            write_through(targets[key], lambda path, write=write: write(path, rounds, name, selector))
 
 
 def _finished(

@@ -17,7 +17,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,6 +213,21 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file renamed into place."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def write_through(target: OutputTarget, write: Callable[[Path], None]) -> None:
+    """``write(path)`` into a checked output: through a temporary file renamed into place for a regular file, in
+    place for a FIFO or a device (never replaced)."""
+    if not target.regular:
+        write(target.path)
+        return
+    with atomic_path(target.path) as tmp:
+        write(tmp)
+
+
+def write_text(target: OutputTarget, text: str) -> None:
+    """``text`` (UTF-8) into a checked output, as ``write_through`` does."""
+    write_through(target, lambda path: path.write_text(text, encoding="utf-8"))
 
 
 @contextlib.contextmanager

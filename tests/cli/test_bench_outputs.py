@@ -1,0 +1,85 @@
+"""`fastrl bench` writes where it said, keeps what finished, and refuses before any work what it cannot do: the
+output through a symlink (never replacing the link), the long-tail side files guarded as outputs, the finished
+suites kept when a later one fails or is interrupted, one output per job of a multirun."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastrl.cli import main
+from fastrl.commands import bench
+
+TINY = ["suites=[prefix_sharing]", "prefix_sharing_prompts=1", "prefix_sharing_group_sizes=[1]", "repeats=1"]
+
+
+def test_a_symlinked_output_is_written_through(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "target.json").write_text('{"old": 1}')
+    link = tmp_path / "link.json"
+    link.symlink_to(real / "target.json")
+    assert main(["bench", f"output={link}", *TINY]) == 0
+    assert link.is_symlink()
+    payload = json.loads((real / "target.json").read_text())
+    assert payload["suites"] == ["prefix_sharing"] and "incomplete" not in payload
+    assert [r["samples_per_prompt"] for r in payload["prefix_sharing"]] == [1]
+
+
+def test_the_finished_suites_are_kept_when_a_later_one_stops_the_run(tmp_path, monkeypatch, capsys):
+    def interrupted(ctx, payload):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(bench._SUITES, "host_time", interrupted)
+    out = tmp_path / "b.json"
+    assert main(["bench", f"output={out}", *TINY, "suites=[prefix_sharing,host_time]"]) == 130
+    payload = json.loads(out.read_text())
+    assert payload["suites"] == ["prefix_sharing", "host_time"] and "prefix_sharing" in payload
+    assert payload["incomplete"] == "finished ['prefix_sharing']; stopped: interrupted"
+    assert f"the finished suites ['prefix_sharing'] are in {out}" in capsys.readouterr().err
+
+
+def test_the_long_tail_side_files_are_outputs(tmp_path, capsys):
+    """round_costs.json and the selectors' stats are checked like the output: here one of them is the output."""
+    out = tmp_path / "round_costs.json"
+    out.write_text("USER DATA")
+    args = ["bench", f"output={out}", "suites=[long_tail]", "long_tail_requests=2", "long_tail_max_new_tokens=4"]
+    assert main(args) == 2
+    assert "name the same file" in capsys.readouterr().err and out.read_text() == "USER DATA"
+    files = bench.output_files(bench.BenchConfig(output=str(tmp_path / "b.json"), suites=["long_tail"]))
+    names = {k: v.rsplit("/", 1)[-1] for k, v in files.items()}
+    assert names == {
+        "output": "b.json",
+        "round_costs": "round_costs.json",
+        "long_tail_bandit": "long_tail_bandit.json",
+        "long_tail_bandit_plot": "long_tail_bandit.png",
+        "long_tail_ema": "long_tail_ema.json",
+        "long_tail_ema_plot": "long_tail_ema.png",
+    }
+
+
+def test_each_job_of_a_multirun_writes_its_own_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Hydra records the sweep under runs/multirun/ here
+    out = tmp_path / "b.json"
+    assert main(["bench", "-m", f"output={out}", *TINY, "prefix_sharing_prompts=1,2"]) == 0
+    prompts = [json.loads((tmp_path / f"b.job{j}.json").read_text())["prefix_sharing"][0] for j in (0, 1)]
+    assert prompts[0]["prompt_tokens"] < prompts[1]["prompt_tokens"]  # job 1 ran two prompts, job 0 one
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["output="], "bench.output must be a file path"),
+        (["threads=-1"], "bench.threads must be an integer >= 0"),
+        (["device=gpu"], "bench.device='gpu' is not a torch device"),
+        (["bs1_strategies=[suffix_8]"], "bench.bs1_strategies: suffix_8 is not an EAGLE tree"),
+        (["long_tail_selectors=[bandit:foo=1]"], "bench.long_tail_selectors: selector 'bandit:foo=1'"),
+        (["suites=[plain_vs_hf]", "new_tokens=5000"], "bench.new_tokens=5000: the longest prompt leaves room for"),
+    ],
+)
+def test_bad_values_are_one_line_before_any_suite_runs(tmp_path, capsys, args, said):
+    out = tmp_path / "b.json"
+    assert main(["bench", f"output={out}", *args]) == 2
+    assert said in capsys.readouterr().err and not out.exists()
