@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 
+from fastrl.bench.cli_args import at_least
 from fastrl.models.attention import AttentionBackend, PagedSdpa
 from fastrl.models.backends import attention_backend
 from fastrl.models.kv_cache import KVCache, PageTable
@@ -96,7 +97,7 @@ def time_case(
 def main(argv: list[str] | None = None) -> None:
     """Print the table (on a CPU, one thread); `--json` also writes it."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=at_least(1), default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args(argv)

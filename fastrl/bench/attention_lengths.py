@@ -81,6 +81,9 @@ def grouped_vs_padded(lengths: list[int], groups: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help, and no arguments
     torch.set_num_threads(1)
     for name, us in layout().items():
         print(f"layout, batch 256, 100 keys: {name} {us:.0f} us", flush=True)

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import torch
 
+from fastrl.bench.cli_args import at_least
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.models.attention import AttentionMetadata
 from fastrl.models.checkpoint import load_model
@@ -89,7 +90,7 @@ def time_case(rows: int, queries: int, repeats: int) -> tuple[float, float, floa
 def main(argv: list[str] | None = None) -> None:
     """Print the table (one thread)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=at_least(1), default=15)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print("rows  new  PyTorch µs  kernel µs  PyTorch/kernel  max|diff|  kernel took it")

@@ -57,6 +57,8 @@ def graph_path_counted(counter: OpCounter) -> Iterator[None]:
 
 
 def main(argv: list[str]) -> None:
+    import argparse
+
     from fastrl.adaptive.fixed import FixedSelector
     from fastrl.commands.engine_setup import load_speculative_models
     from fastrl.engine.config import EngineConfig
@@ -64,8 +66,17 @@ def main(argv: list[str]) -> None:
     from fastrl.sampling.params import SamplingParams
     from fastrl.strategy.strategy import Strategy
 
-    strategies = (argv[0] if argv else "disable,5_1_6").split(",")
-    batches = [int(b) for b in (argv[1] if len(argv) > 1 else "16,64").split(",")]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("strategies", nargs="?", default="disable,5_1_6", help="comma-separated strategies")
+    parser.add_argument("batches", nargs="?", default="16,64", help="comma-separated batch sizes")
+    args = parser.parse_args(argv)
+    strategies = args.strategies.split(",")
+    try:
+        for name in strategies:
+            Strategy.parse(name)
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     policy, drafter, _ = load_speculative_models("", "", "cpu")
     counter = OpCounter()

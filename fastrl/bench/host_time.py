@@ -202,6 +202,13 @@ def main(argv: list[str]) -> None:
     from fastrl.commands.engine_setup import resolve_model_dir
     from fastrl.models.checkpoint import load_model
 
+    usage = (
+        "usage: python -m fastrl.bench.host_time throughput|sampled|view|kernel BATCHES [NEW_TOKENS [MODEL]] "
+        "| host STRATEGIES | gumbel"
+    )
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{usage}\n\n{__doc__}")
+        return
     torch.set_num_threads(1)
     if argv[:1] == ["gumbel"]:
         for rows, vocab, full, lazy in lazy_argmax_ab([(256, 91), (1024, 91), (256, 4096), (64, 32000), (16, 49152)]):
@@ -210,11 +217,7 @@ def main(argv: list[str]) -> None:
             )
         return
     if len(argv) < 2 or argv[0] not in ("throughput", "sampled", "view", "kernel", "host"):
-        raise ValueError(
-            "usage: host_time.py throughput|sampled|view|kernel BATCHES [NEW_TOKENS [MODEL]] | host STRATEGIES | "
-            "gumbel; "
-            f"got {argv}"
-        )
+        sys.exit(f"{usage}; got {argv}")
     model_dir = resolve_model_dir(argv[3] if len(argv) > 3 else None)
     model = load_model(model_dir)
     if argv[0] == "host":

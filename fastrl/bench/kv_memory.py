@@ -126,5 +126,8 @@ def peak_rss_bytes() -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 5 or not all(a.isdigit() for a in sys.argv[2:]):
+        sys.exit("usage: python -m fastrl.bench.kv_memory MODEL_DIR MAX_NEW_TOKENS COUNT SEED (one measurement of "
+                 "fastrl bench suites=[kv_memory], which runs it in a fresh process)")  # fmt: skip
     row = _measure(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     print(json.dumps(row.__dict__))

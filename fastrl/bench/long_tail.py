@@ -7,13 +7,16 @@ all of them alike. The bundled model's task prompts by default; any model with i
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.factory import build_selector
+from fastrl.bench.cli_args import at_least
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -21,6 +24,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import check_strategy_names
 from fastrl.telemetry.round_summary import summarize_rounds
 
 
@@ -192,6 +196,21 @@ def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
     ]
 
 
+def check_arguments(args: Any) -> None:
+    """ValueError naming the flag of the first bad value of ``main``'s arguments that argparse's types leave (before
+    any model loads)."""
+    from fastrl.commands.engine_setup import check_device
+
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    check_device("--device", args.device)
+    arms = args.arms.split(",")
+    check_strategy_names("--arms", arms)
+    selectors = args.selectors.split(",")
+    check_strategy_names("--selectors", selectors, ("bandit", "ema", "bandit:"))
+    check_selector_names("--selectors", selectors, arms)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the long-tail table with the bundled model: every selector against plain, the bandit's choices per
     bucket, decode-round seconds per bucket, and the bandit's estimated plain time against the plain run's."""
@@ -206,12 +225,14 @@ def main(argv: list[str] | None = None) -> None:
     from fastrl.strategy.round_stats import RoundTotals
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=64, help="requests timed (at most the prompts file's lines)")
-    parser.add_argument("--group", type=int, default=1, help="samples per prompt (4: GRPO groups)")
-    parser.add_argument("--batch-size", type=int, default=0, help="most requests at once (0: all; 1: batch 1)")
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument(
+        "--requests", type=at_least(1), default=64, help="requests timed (at most the prompts file's lines)"
+    )
+    parser.add_argument("--group", type=at_least(1), default=1, help="samples per prompt (4: GRPO groups)")
+    parser.add_argument("--batch-size", type=at_least(0), default=0, help="most requests at once (0: all; 1: batch 1)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=at_least(1), default=1)
     parser.add_argument(
         "--warmup", action="store_true", help="one untimed pass of every selector first (a GPU's first-use compiles)"
     )
@@ -224,16 +245,21 @@ def main(argv: list[str] | None = None) -> None:
         "--prompts-file", default="", help="prompts JSONL, text through the chat template (default: task prompts)"
     )
     parser.add_argument(
-        "--warm-start", type=int, default=0, help="bandits start from what one learned on this many other prompts"
+        "--warm-start",
+        type=at_least(0),
+        default=0,
+        help="bandits start from what one learned on this many other prompts",
     )
     args = parser.parse_args(argv)
-    if args.warm_start < 0:
-        parser.error(f"--warm-start must be >= 0 prompts, got {args.warm_start}")
-    torch.set_num_threads(1)
-    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter, args.device)
+    try:
+        check_arguments(args)
+        torch.set_num_threads(1)
+        policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter, args.device)
+        every = file_token_ids(args.prompts_file, tokenizer, True) if args.prompts_file else None
+    except ValueError as err:
+        parser.error(str(err))
     distinct = -(-args.requests // args.group)
-    if args.prompts_file:  # the file's first prompts are timed, the next ones warm the bandit up
-        every = file_token_ids(args.prompts_file, tokenizer, True)
+    if every is not None:  # the file's first prompts are timed, the next ones warm the bandit up
         if len(every) < distinct + args.warm_start:
             parser.error(f"--prompts-file has {len(every)} prompts, {distinct} timed + {args.warm_start} warm-up asked")
     else:

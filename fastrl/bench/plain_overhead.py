@@ -19,6 +19,7 @@ import time
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
+from fastrl.bench.cli_args import at_least
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.decoder import CausalLM
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--batch-size", default="1", help="comma-separated batch sizes")
-    parser.add_argument("--rounds", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=at_least(11), default=400, help="rounds per engine (the first 10 warm up)")
+    parser.add_argument("--repeats", type=at_least(1), default=3)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from fastrl.adaptive.bandit import BanditSelector
+from fastrl.bench.cli_args import at_least
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.strategy.round_stats import RoundStats
 
@@ -96,10 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     from fastrl.speculative.drafter_checkpoint import load_drafter
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=0, help="most requests at once (0: all; 1: batch 1)")
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests", type=at_least(1), default=64)
+    parser.add_argument("--batch-size", type=at_least(0), default=0, help="most requests at once (0: all; 1: batch 1)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from fastrl.bench.cli_args import at_least
 from fastrl.models.cpu_linear import small_linear
 
 SHAPES = [(49152, 576), (8192, 576), (1536, 576), (576, 1536), (576, 576), (192, 576)]
@@ -113,13 +114,15 @@ def _alternate(policy, inputs: list, repeats: int, kernel, on_rows: int) -> tupl
 def main(argv: list[str] | None = None) -> None:
     """Print the product table, or with --decode the decoding comparison."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--blocks", type=int, default=9)
+    parser.add_argument("--blocks", type=at_least(1), default=9)
     parser.add_argument("--decode", default="", help="a named model or checkpoint directory to decode with")
     parser.add_argument("--batch-sizes", default="1,4,8")
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--min-rows", type=int, default=0, help="decode: try this routing's fewest rows")
-    parser.add_argument("--min-weight", type=int, default=0, help="decode: try this routing's fewest weight elements")
+    parser.add_argument("--new-tokens", type=at_least(1), default=32)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--min-rows", type=at_least(0), default=0, help="decode: try this routing's fewest rows")
+    parser.add_argument(
+        "--min-weight", type=at_least(0), default=0, help="decode: try this routing's fewest weight elements"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.decode:
