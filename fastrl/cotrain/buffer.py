@@ -104,38 +104,23 @@ class FeatureBuffer:
         self._tokens = 0
         self._sequences = 0
 
+    def sequences(self) -> list[FeatureSequence]:
+        """The buffer's sequences, oldest version first and in their order within it (the sequences themselves,
+        which nothing changes in place: a list of them is a snapshot)."""
+        return [s for v in self.versions for s in self._by_version[v]]
+
     def state(self) -> tuple[dict[str, Tensor], dict]:
-        """The buffer's sequences, oldest version first and in their order within it: ``tokens`` [N] and
-        ``features`` [N,H] concatenated, and a JSON-serialisable dict with each sequence's
-        (length, start_position, policy_version)."""
-        seqs = [s for v in self.versions for s in self._by_version[v]]
-        meta = {"sequences": [[int(s.tokens.shape[0]), s.start_position, s.policy_version] for s in seqs]}
-        if not seqs:
-            return {}, meta
-        tensors = {
-            "tokens": torch.cat([s.tokens for s in seqs]).contiguous(),
-            "features": torch.cat([s.features for s in seqs]).contiguous(),
-        }
-        return tensors, meta
+        """``sequences_state`` of the buffer's sequences."""
+        return sequences_state(self.sequences())
 
     def load_state(self, tensors: dict[str, Tensor], meta: dict) -> None:
         """Replace the contents with what ``state()`` returned (ValueError when the lengths do not add up)."""
-        rows = meta.get("sequences") if isinstance(meta, dict) else None
-        if not isinstance(rows, list):
-            raise ValueError("FeatureBuffer.load_state: 'sequences' is missing")
-        total = sum(int(r[0]) for r in rows)
-        have = int(tensors["tokens"].shape[0]) if rows else 0
-        if total != have or (rows and tensors["features"].shape[0] != have):
-            raise ValueError(f"FeatureBuffer.load_state: sequences hold {total} tokens, the tensors {have}")
+        seqs = sequences_from_state(tensors, meta, "FeatureBuffer.load_state")
         self.clear()
-        offset = 0
-        for length, start, version in rows:
-            end = offset + int(length)
-            seq = FeatureSequence(tensors["tokens"][offset:end], tensors["features"][offset:end], start, version)
-            self._by_version.setdefault(int(version), deque()).append(seq)
-            self._tokens += int(length)
+        for seq in seqs:
+            self._by_version.setdefault(int(seq.policy_version), deque()).append(seq)
+            self._tokens += int(seq.tokens.shape[0])
             self._sequences += 1
-            offset = end
 
     def sample(self, batch_tokens: int, rng: random.Random) -> list[FeatureSequence]:
         """Recency-weighted draw without replacement of sequences holding at most ``batch_tokens`` tokens in all
@@ -179,3 +164,33 @@ class FeatureBuffer:
         seqs = self._by_version.pop(version)
         self._tokens -= sum(s.tokens.shape[0] for s in seqs)
         self._sequences -= len(seqs)
+
+
+def sequences_state(seqs: list[FeatureSequence]) -> tuple[dict[str, Tensor], dict]:
+    """Sequences as checkpoint tensors: ``tokens`` [N] and ``features`` [N,F] concatenated in order, and a
+    JSON-serialisable dict with each sequence's (length, start_position, policy_version)."""
+    meta = {"sequences": [[int(s.tokens.shape[0]), s.start_position, s.policy_version] for s in seqs]}
+    if not seqs:
+        return {}, meta
+    tensors = {
+        "tokens": torch.cat([s.tokens for s in seqs]).contiguous(),
+        "features": torch.cat([s.features for s in seqs]).contiguous(),
+    }
+    return tensors, meta
+
+
+def sequences_from_state(tensors: dict[str, Tensor], meta: dict, where: str) -> list[FeatureSequence]:
+    """What ``sequences_state`` wrote (ValueError naming ``where`` when the lengths do not add up)."""
+    rows = meta.get("sequences") if isinstance(meta, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"{where}: 'sequences' is missing")
+    total = sum(int(r[0]) for r in rows)
+    have = int(tensors["tokens"].shape[0]) if rows else 0
+    if total != have or (rows and tensors["features"].shape[0] != have):
+        raise ValueError(f"{where}: sequences hold {total} tokens, the tensors {have}")
+    seqs, offset = [], 0
+    for length, start, version in rows:
+        end = offset + int(length)
+        seqs.append(FeatureSequence(tensors["tokens"][offset:end], tensors["features"][offset:end], start, version))
+        offset = end
+    return seqs

@@ -270,11 +270,12 @@ class EngineWorker:
         with self._train_lock:
             report = self.cotraining.take_round()
             report.seconds = extra.seconds
-            if extra.error is not None:
-                report.failures.append(extra.error)
-                return report
             with self._lock:
-                report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
+                if extra.error is not None:
+                    report.failures.append(extra.error)
+                else:
+                    report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
+                self.cotraining.mark_boundary()  # what checkpoints hold until the next round ends
         return report
 
     def heldout_top1(self) -> tuple[int, float]:
@@ -293,7 +294,8 @@ class EngineWorker:
         return trained if trained is not None and trained.base_version == self.drafter_version else None
 
     def cotrain_state(self) -> CotrainState | None:
-        """Buffer, optimiser and step counters for a checkpoint (None when co-training is off)."""
+        """Buffer, held-out set, optimiser and step counters at the last step boundary, for a checkpoint (None when
+        co-training is off)."""
         if self.cotraining is None:
             return None
         with self._train_lock, self._lock:

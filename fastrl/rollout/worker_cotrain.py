@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from fastrl.cotrain.buffer import FeatureBuffer
+from fastrl.cotrain.buffer import FeatureBuffer, sequences_from_state, sequences_state
 from fastrl.cotrain.cotrainer import CoTrainer, SliceMetrics
 from fastrl.cotrain.drafter_trainer import make_batches
 from fastrl.cotrain.eagle_loss import eagle_loss
@@ -35,10 +35,20 @@ class RoundReport:
     seconds: float = 0.0  # wall time of the updates taken after the tail (not reproducible)
 
 
+@dataclass(frozen=True)
+class _Boundary:
+    """What a worker's co-training held at the end of a rollout's drafter round (a step boundary)."""
+
+    sequences: list[FeatureSequence]
+    heldout: list[FeatureSequence]
+    heldout_version: int
+    trainer: tuple[dict[str, Tensor], dict]
+
+
 @dataclass
 class CotrainState:
-    """A worker's co-training state for a checkpoint: tensors (buffer ``buffer.*``, optimiser ``optim.*``) and a
-    JSON-serialisable dict (buffer layout, step counters, optimiser scalars)."""
+    """A worker's co-training state for a checkpoint: tensors (buffer ``buffer.*``, held-out set ``heldout.*``,
+    optimiser ``optim.*``) and a JSON-serialisable dict (their layouts, step counters, optimiser scalars)."""
 
     tensors: dict[str, Tensor]
     meta: dict
@@ -66,6 +76,7 @@ class WorkerCoTraining:
         self._pending: list[tuple[str, FeatureSequence]] = []
         self._heldout: list[FeatureSequence] = []
         self._heldout_version = -1
+        self._boundary: _Boundary | None = None
 
     # ---- data -------------------------------------------------------------------------------------------------
     def add(self, request_id: str, seq: FeatureSequence) -> None:
@@ -137,21 +148,48 @@ class WorkerCoTraining:
         return tokens, top1
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
-    def state(self) -> CotrainState:
-        """Buffer and trainer state (pending sequences are committed first)."""
+    def mark_boundary(self) -> None:
+        """Remember the state now, at the end of a rollout's drafter round: what ``state()`` returns until the next
+        boundary, so that a checkpoint taken while the next rollout runs (Ctrl-C) holds none of that rollout's
+        sequences, updates or optimiser moments, and resumes exactly as one taken between the steps would."""
         self.commit()
-        buffer_tensors, buffer_meta = self.buffer.state()
-        trainer_tensors, trainer_meta = self.cotrainer.state()
+        trainer = self.cotrainer.state()  # the optimiser's tensors are cloned: later steps do not reach them
+        self._boundary = _Boundary(self.buffer.sequences(), list(self._heldout), self._heldout_version, trainer)
+
+    def state(self) -> CotrainState:
+        """Buffer, held-out set and trainer state at the last step boundary (``mark_boundary``); before the first
+        one, now (pending sequences committed first)."""
+        boundary = self._boundary
+        if boundary is None:
+            self.commit()
+            current = self.buffer.sequences(), self._heldout, self._heldout_version, self.cotrainer.state()
+            boundary = _Boundary(*current)
+        buffer_tensors, buffer_meta = sequences_state(boundary.sequences)
+        heldout_tensors, heldout_meta = sequences_state(boundary.heldout)
+        trainer_tensors, trainer_meta = boundary.trainer
         tensors = {f"buffer.{k}": v for k, v in buffer_tensors.items()}
+        tensors.update({f"heldout.{k}": v for k, v in heldout_tensors.items()})
         tensors.update(trainer_tensors)
-        meta = {"worker_index": self.worker_index, "buffer": buffer_meta, "trainer": trainer_meta}
+        meta = {
+            "worker_index": self.worker_index,
+            "buffer": buffer_meta,
+            "heldout": heldout_meta | {"version": boundary.heldout_version},
+            "trainer": trainer_meta,
+        }
         return CotrainState(tensors, meta)
 
     def load_state(self, live: EagleDrafter, version: int, state: CotrainState) -> None:
-        """Restore ``state()`` (the live drafter must already be the checkpoint's)."""
+        """Restore ``state()`` (the live drafter must already be the checkpoint's); it is the new boundary. A
+        checkpoint without a held-out set (written before it was kept) starts with none."""
         buffer_tensors = {k.split(".", 1)[1]: v for k, v in state.tensors.items() if k.startswith("buffer.")}
         self.buffer.load_state(buffer_tensors, state.meta["buffer"])
         trainer_tensors = {k: v for k, v in state.tensors.items() if k.startswith("optim.")}
         self.cotrainer.load_state(live, version, trainer_tensors, state.meta["trainer"])
         self._pending.clear()
         self._heldout, self._heldout_version = [], -1
+        heldout = state.meta.get("heldout")
+        if heldout is not None:
+            heldout_tensors = {k.split(".", 1)[1]: v for k, v in state.tensors.items() if k.startswith("heldout.")}
+            self._heldout = sequences_from_state(heldout_tensors, heldout, "co-training held-out set")
+            self._heldout_version = int(heldout.get("version", -1))
+        self.mark_boundary()

@@ -1,0 +1,83 @@
+"""A checkpoint taken while a rollout runs (Ctrl-C between two steps' updates) holds the co-training state of the
+last step boundary: none of the running rollout's sequences, drafter updates or optimiser moments, so resuming it
+repeats that rollout exactly once. The held-out set is part of the state (a resumed run measures the drafter on
+the same features as an uninterrupted one)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from fastrl.cotrain.schedule import CotrainSchedule
+from fastrl.models.checkpoint import save_model
+from fastrl.rl.trainer import GRPOTrainer
+from fastrl.rl.trainer_config import GRPOConfig
+from fastrl.rollout.local import LocalRollout
+from fastrl.rollout.types import RolloutRequest
+from fastrl.rollout.worker_config import RolloutWorkerConfig
+from fastrl.sampling.params import SamplingParams
+from tests.rl.grpo_setup import DigitTask, char_tokenizer, tiny_policy
+
+
+def _run(tmp_path, name: str) -> tuple[GRPOTrainer, LocalRollout]:
+    policy = tiny_policy(seed=0)
+    save_model(policy, tmp_path / f"{name}.served")
+    worker = RolloutWorkerConfig(
+        model_dir=str(tmp_path / f"{name}.served"),
+        strategy="3_2_6",
+        cotrain=True,
+        engine={"max_batch_size": 16, "seed": 0},
+        schedule=CotrainSchedule(mode="steps", updates_per_rollout=2, heldout_fraction=0.3),
+    )
+    backend = LocalRollout(worker, seed=0)
+    config = GRPOConfig(
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=4,
+        max_new_tokens=10,
+        lr=1e-2,
+        kl_coef=0.0,
+        ppo_epochs=1,
+        mini_batches=1,
+        checkpoint_every=2,
+        checkpoint_dir=str(tmp_path / name),
+        progress=False,
+    )
+    return GRPOTrainer(policy, char_tokenizer(), DigitTask(), backend, config), backend
+
+
+def _files(directory) -> dict:
+    tensors = {f.name: load_file(str(f)) for f in sorted(directory.glob("*.safetensors"))}
+    metas = {f.name: json.loads(f.read_text()) for f in sorted(directory.glob("*.json"))}
+    return {"tensors": tensors, "meta": metas}
+
+
+def test_a_checkpoint_inside_a_rollout_holds_the_last_step_boundary(tmp_path):
+    trainer, backend = _run(tmp_path, "run")
+    trainer.train()  # two steps; the checkpoint of step 2 is the boundary
+    boundary = _files(tmp_path / "run" / "step_000002" / "cotrain")
+    assert boundary["meta"]["worker_0.json"]["heldout"]["sequences"]  # the held-out set is kept
+    worker = backend.worker
+    steps_before = worker.cotrainer.total_steps
+    # step 3's rollout, cut short: its requests finish and a tail slice trains on them; no drafter round closes
+    params = [SamplingParams(max_new_tokens=8, temperature=1.0, seed=i) for i in range(6)]
+    worker.generate([RolloutRequest(f"3-{i}", [1, 5 + i, 6], p) for i, p in enumerate(params)])
+    worker.train_drafter_slice(30.0)
+    assert worker.cotrainer.total_steps > steps_before and worker.cotraining.buffer.num_sequences > 0
+    cut = _files(trainer.save_checkpoint(tmp_path / "cut") / "cotrain")
+    assert cut["meta"] == boundary["meta"]
+    for name, tensors in boundary["tensors"].items():
+        assert tensors.keys() == cut["tensors"][name].keys()
+        assert all(torch.equal(tensors[k], cut["tensors"][name][k]) for k in tensors), name
+
+
+def test_the_held_out_set_survives_a_resume(tmp_path):
+    trainer, backend = _run(tmp_path, "run")
+    trainer.train()
+    measured = backend.worker.heldout_top1()
+    assert measured[0] > 0
+    resumed, resumed_backend = _run(tmp_path, "resumed")
+    resumed.resume(tmp_path / "run" / "step_000002")
+    assert resumed_backend.worker.heldout_top1() == measured
