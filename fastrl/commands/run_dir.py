@@ -28,6 +28,7 @@ METRICS_FILE = "metrics.jsonl"
 REPLACED_METRICS_FILE = "metrics.replaced.jsonl"  # steps an interrupted run logged after its last checkpoint
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 RUN_DIR_KEY = "hydra.run.dir"
+CHECKPOINT_DIR_KEY = "rl.checkpoint_dir"
 
 
 def register_run_id() -> None:
@@ -50,6 +51,17 @@ class RunPlan:
     existed: bool = False
     resumed_from: str = ""
 
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory the overrides name (None: Hydra makes a new one)."""
+        given = [value for key, value in map(_split, self.overrides) if key == RUN_DIR_KEY]
+        return Path(given[-1]) if given else None
+
+    @property
+    def resumed_step(self) -> int:
+        """The steps the resumed checkpoint holds (0 for a new run)."""
+        return int(json.loads((Path(self.resumed_from) / STATE_FILE).read_text())["step"]) if self.resumed_from else 0
+
 
 def plan_run(overrides: list[str]) -> RunPlan:
     """Check and complete a run's overrides: ``resume=`` a run directory or a checkpoint, ``hydra.run.dir=`` an
@@ -62,8 +74,8 @@ def plan_run(overrides: list[str]) -> RunPlan:
         checkpoint, resumed_run = resolve_resume(resume)
         checkpoint_path = str(checkpoint)
         if resumed_run is not None and run_dir in ("", str(resumed_run)):
-            skip = set(values) | {"resume", RUN_DIR_KEY}
-            earlier = [o for o in read_overrides(resumed_run) if _split(o)[0] not in skip]
+            given = set(values) | {"resume", RUN_DIR_KEY}
+            earlier = [o for o in read_overrides(resumed_run) if not _replaced(_split(o)[0], given)]
             rest = [o for o in overrides if _split(o)[0] not in ("resume", RUN_DIR_KEY)]
             completed = [*earlier, *rest, f"resume={checkpoint}", f"{RUN_DIR_KEY}={resumed_run}"]
             return RunPlan(completed, in_place=True, resumed_from=checkpoint_path)
@@ -76,6 +88,13 @@ def plan_run(overrides: list[str]) -> RunPlan:
     return RunPlan(list(overrides), existed=existed, resumed_from=checkpoint_path)
 
 
+def _replaced(key: str, given: set[str]) -> bool:
+    """Whether an earlier override of ``key`` gives way to the keys given now: the same key, or a config group
+    given anew (``strategy=disable`` replaces an earlier ``strategy.name=5_1_6`` too)."""
+    parts = key.split(".")
+    return any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
+
+
 def resolve_resume(path: str) -> tuple[Path, Path | None]:
     """(the checkpoint to resume, the run directory it continues or None) for ``resume=path``: a checkpoint
     directory, or a run directory (its latest checkpoint)."""
@@ -84,29 +103,56 @@ def resolve_resume(path: str) -> tuple[Path, Path | None]:
         return where, None
     if not where.is_dir():
         raise ValueError(f"resume={path}: no such directory (give a run directory or one of its checkpoints)")
-    if not (where / CHECKPOINTS).is_dir():
+    checkpoints = checkpoints_dir(where)
+    if not checkpoints.is_dir():
         raise ValueError(
             f"resume={path} is neither a checkpoint ({STATE_FILE} is missing) nor a run directory "
-            f"({CHECKPOINTS}/ is missing)"
+            f"({checkpoints} is missing)"
         )
     latest = latest_checkpoint(where)
     if latest is None:
         raise ValueError(
-            f"resume={path}: the run saved no checkpoint yet ({where / CHECKPOINTS} is empty); "
-            "start it again without resume="
+            f"resume={path}: the run saved no checkpoint yet ({checkpoints} is empty); start it again without resume="
         )
     return latest, where
 
 
+def checkpoints_dir(run_dir: Path) -> Path:
+    """Where the run in ``run_dir`` saves its checkpoints: the ``rl.checkpoint_dir`` it was started with, else
+    ``run_dir/checkpoints``."""
+    given = [value for key, value in map(_split, read_overrides(run_dir)) if key == CHECKPOINT_DIR_KEY]
+    return Path(given[-1]) if given and given[-1] else run_dir / CHECKPOINTS
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint of ``run_dir`` with the most steps (``checkpoints/step_XXXXXX`` holding trainer_state.json; a
-    ``step_XXXXXX.tmp`` being written, or left by a run killed while writing it, is none)."""
+    """The checkpoint of ``run_dir`` with the most steps (``step_XXXXXX`` under its ``checkpoints_dir``, holding
+    trainer_state.json; a ``step_XXXXXX.tmp`` being written, or left by a run killed while writing it, is none)."""
     found = [
         p
-        for p in (run_dir / CHECKPOINTS).glob("step_*")
+        for p in checkpoints_dir(run_dir).glob("step_*")
         if CHECKPOINT_NAME.fullmatch(p.name) and (p / STATE_FILE).is_file()
     ]
     return max(found, key=lambda p: p.name, default=None)
+
+
+def check_checkpoint_dir(checkpoint_dir: str, run_dir: Path, plan: RunPlan) -> Path:
+    """The run's checkpoint directory (``rl.checkpoint_dir``, else ``run_dir/checkpoints``), checked before any
+    work: it can be made, and unless the run continues its own run directory it holds no checkpoint (a run never
+    writes over another run's). ValueError naming the key."""
+    own = run_dir / CHECKPOINTS
+    path = Path(checkpoint_dir) if checkpoint_dir else own
+    if path.resolve() == own.resolve():
+        return path
+    check_creatable(CHECKPOINT_DIR_KEY, str(path))
+    if plan.in_place or not path.is_dir():
+        return path
+    taken = sorted(p.name for p in path.iterdir() if CHECKPOINT_NAME.fullmatch(p.name.removesuffix(".tmp")))
+    if taken:
+        raise ValueError(
+            f"{CHECKPOINT_DIR_KEY}={checkpoint_dir} holds another run's checkpoints ({taken[-1]}); a run never "
+            "writes over them: give an empty or new directory (or continue that run with resume=)"
+        )
+    return path
 
 
 def read_overrides(run_dir: Path) -> list[str]:
@@ -163,3 +209,23 @@ def keep_metrics_before(run_dir: Path, step: int) -> int:
 def _split(override: str) -> tuple[str, str]:
     key, _, value = override.partition("=")
     return key.lstrip("+~"), value
+
+
+def hydra_record(run_dir: Path) -> dict[Path, bytes]:
+    """The files of ``run_dir/.hydra`` (a run's composed config and overrides), to put back with ``restore_files``
+    when a command that continues the run is refused (Hydra rewrites them before the command can check anything)."""
+    folder = run_dir / OVERRIDES_FILE.parent
+    return {p: p.read_bytes() for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
+
+
+def restore_files(files: dict[Path, bytes]) -> None:
+    """Write back what ``hydra_record`` read."""
+    for path, data in files.items():
+        path.write_bytes(data)
+
+
+def steps_from(run_dir: Path, step: int) -> bool:
+    """Whether ``run_dir``'s metrics.jsonl logs a step ``step`` or later (a continued run trained)."""
+    file = run_dir / METRICS_FILE
+    lines = file.read_text().splitlines() if file.is_file() else []
+    return any(json.loads(line).get("step", -1) >= step for line in lines if line.strip())

@@ -7,6 +7,7 @@ checkpoints/, report.png and the offline W&B run; a run that ends before its fir
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import sys
@@ -16,7 +17,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import OmegaConf
 
-from fastrl.commands.run_dir import RunPlan, forget_run, keep_metrics_before, latest_checkpoint, plan_run
+from fastrl.commands.output_guard import guard_outputs
+from fastrl.commands.run_dir import (
+    RUN_DIR_KEY,
+    RunPlan,
+    check_checkpoint_dir,
+    forget_run,
+    hydra_record,
+    keep_metrics_before,
+    latest_checkpoint,
+    plan_run,
+    restore_files,
+    steps_from,
+)
 from fastrl.commands.train_args import check_groups, in_user_words
 from fastrl.commands.train_config import TrainConfig
 from fastrl.commands.train_setup import (
@@ -31,7 +44,7 @@ from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.checkpoint import read_trainer_state
 from fastrl.rl.logprob_check import rollout_tolerance
 from fastrl.rl.metrics import StepMetrics
-from fastrl.rl.trainer import GRPOTrainer
+from fastrl.rl.trainer import GRPOTrainer, check_resumable
 from fastrl.telemetry.speed_summary import print_speed_summary, steps_speed
 from fastrl.telemetry.train_report import plot_train_report
 from fastrl.telemetry.wandb_logger import WandbLogger
@@ -93,10 +106,15 @@ def say(message: str) -> None:
 
 
 def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> list[StepMetrics]:
-    """Build everything, train, write the report and the speed summary; returns the metrics of the steps run."""
-    plan = plan or RunPlan([])
-    torch.set_num_threads(cfg.threads)
+    """Build everything, train, write the report and the speed summary; returns the metrics of the steps run. The
+    run directory is locked while it runs (two commands continuing one run are refused, naming the other's pid)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    with guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)}):
+        return _run_train(cfg, run_dir, plan or RunPlan([]))
+
+
+def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetrics]:
+    torch.set_num_threads(cfg.threads)
     policy_dir = model_dir(cfg)
     tokenizer = load_tokenizer(policy_dir)
     if tokenizer is None:
@@ -111,7 +129,15 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
             f"(give rl.steps=N with N > {resumed_step} to train further)"
         )
         return []
-    if cfg.resume:
+    checkpoints = check_checkpoint_dir(cfg.rl.checkpoint_dir or "", run_dir, plan)
+    tolerance = cfg.rl.logprob_tolerance
+    rl = dataclasses.replace(
+        cfg.rl,
+        checkpoint_dir=str(checkpoints),
+        logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
+    )
+    if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)
+        check_resumable(cfg.resume, rl)
         say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
     if plan.in_place and keep_metrics_before(run_dir, resumed_step):
         say(
@@ -119,16 +145,11 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
             "checkpoint run again; their first lines are in metrics.replaced.jsonl"
         )
     policy = load_model(policy_dir)
-    tolerance = cfg.rl.logprob_tolerance
-    rl = dataclasses.replace(
-        cfg.rl,
-        checkpoint_dir=cfg.rl.checkpoint_dir or str(run_dir / "checkpoints"),
-        logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
-    )
     wandb = None
     if cfg.logger.enabled:
         logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)
-        wandb = WandbLogger(logger_cfg, OmegaConf.to_container(OmegaConf.structured(cfg)))
+        config = OmegaConf.to_container(OmegaConf.structured(cfg))
+        wandb = WandbLogger(logger_cfg, config, wandb_run_id(run_dir))
     recorder = RunRecorder(run_dir, wandb, _earlier_steps(run_dir) if plan.in_place else None)
     thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
     try:
@@ -141,7 +162,7 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
             try:
                 history = trainer.train()
             except KeyboardInterrupt:
-                _interrupted(cfg, trainer, run_dir, Path(rl.checkpoint_dir or run_dir / "checkpoints"))
+                _interrupted(cfg, trainer, run_dir, checkpoints)
                 raise
         finally:
             backend.shutdown()
@@ -168,6 +189,12 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
     return history
 
 
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of the run in ``run_dir``: one per run directory, so ``resume=RUN_DIR`` logs into the same
+    W&B run (a new run directory, from ``resume=CHECKPOINT``, is a new W&B run)."""
+    return hashlib.blake2b(str(run_dir.resolve()).encode(), digest_size=8).hexdigest()
+
+
 def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
     """The steps metrics.jsonl holds (a run directory being continued)."""
     file = run_dir / "metrics.jsonl"
@@ -189,7 +216,7 @@ def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoi
         say(f"interrupted at step {trainer.step}: no checkpoint yet (checkpoint_on_interrupt=true saves one)")
         return
     say(f"interrupted at step {trainer.step}; latest checkpoint: {latest}")
-    say(f"continue with: fastrl train resume={run_dir if latest.parent == run_dir / 'checkpoints' else latest}")
+    say(f"continue with: fastrl train resume={run_dir if latest.parent == checkpoints else latest}")
 
 
 def train_job_logging() -> dict[str, Any]:
@@ -229,11 +256,13 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     flags, overrides = pop_hydra_flags(argv)
     try:
         overrides = check_groups(command.config_dir, overrides)
-        plan = plan_run(overrides) if not flags or flags == ["-m"] or flags == ["--multirun"] else RunPlan(overrides)
+        plan = plan_run(overrides)  # --cfg shows what runs: a resumed run's own overrides with these on top
     except ValueError as err:
         raise ValueError(in_user_words(str(err))) from None
     store = ConfigStore.instance()
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
+
+    recorded = hydra_record(plan.run_dir) if plan.in_place and plan.run_dir is not None else {}
 
     def _job(cfg: TrainConfig) -> None:
         hydra_cfg = HydraConfig.get()
@@ -241,8 +270,12 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
         try:
             run_train(cfg, run_dir, plan)
-        except ValueError as err:
-            raise ValueError(in_user_words(str(err))) from None
+        except BaseException as err:
+            if recorded and not steps_from(run_dir, plan.resumed_step):  # refused: the run keeps its own record
+                restore_files(recorded)
+            if isinstance(err, ValueError):
+                raise ValueError(in_user_words(str(err))) from None
+            raise
         finally:
             if not (run_dir / "metrics.jsonl").is_file():  # ended before its first step: nothing to keep
                 forget_run(run_dir, plan)

@@ -60,6 +60,15 @@ class StepRollout:
     drafter_version: int | None = None
 
 
+def check_resumable(path: str | Path, config: GRPOConfig) -> None:
+    """ValueError naming the keys when ``config`` differs from checkpoint ``path``'s in a key that changes the
+    trajectory (anything but steps, checkpoint_every, checkpoint_dir, progress, logprob_tolerance)."""
+    saved = GRPOConfig(**read_trainer_state(path)["config"])
+    differences = config.trajectory_differences(saved)
+    if differences:
+        raise ValueError(f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {differences}")
+
+
 class GRPOTrainer:
     """Synchronous, on-policy GRPO over a RolloutBackend.
 
@@ -214,12 +223,8 @@ class GRPOTrainer:
         """Continue from a checkpoint: restore every state, push the weights to the backend. With `strict`, a
         config that differs from the checkpoint's in a key that changes the trajectory (anything but steps,
         checkpoint_every, checkpoint_dir, progress, logprob_tolerance) raises ValueError naming the keys."""
-        saved = GRPOConfig(**read_trainer_state(path)["config"])
-        differences = self.config.trajectory_differences(saved)
-        if strict and differences:
-            raise ValueError(
-                f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {differences}"
-            )
+        if strict:
+            check_resumable(path, self.config)
         state = load_training_checkpoint(
             path, self.policy, self.updater.optimizer, self.backend, self.updater.reference
         )

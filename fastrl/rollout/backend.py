@@ -55,7 +55,8 @@ class RolloutBackend(Protocol):
         ...
 
     def load_cotrain_state(self, states: list[CotrainState]) -> None:
-        """Restore what `cotrain_state` returned (after `load_drafter_state`)."""
+        """Restore what `cotrain_state` returned (after `load_drafter_state`); a backend without co-training leaves
+        it unused."""
         ...
 
     def shutdown(self) -> None:

@@ -100,6 +100,9 @@ class LocalRollout:
         return [] if state is None else [state]
 
     def load_cotrain_state(self, states: list[CotrainState]) -> None:
+        """Restore ``[state]`` (left unused by a run without co-training, as the Ray backend does)."""
+        if self.worker.cotraining is None:
+            return
         if len(states) != 1:
             raise ValueError(f"the checkpoint holds co-training state for {len(states)} workers; rollout=local has 1")
         self.worker.load_cotrain_state(states[0])

@@ -143,7 +143,10 @@ class RayRolloutManager:
         return [s for s in self._call_all("cotrain_state") if s is not None]
 
     def load_cotrain_state(self, states: list[CotrainState]) -> None:
-        """Worker i restores ``states[i]``; ValueError when the counts differ (exactness needs the same split)."""
+        """Worker i restores ``states[i]``; ValueError when the counts differ (exactness needs the same split). A run
+        without co-training (``drafter=frozen``) has nothing to restore them into and leaves them."""
+        if not self.config.worker.cotrain:
+            return
         self._await_ready()
         alive = self._alive()
         if len(states) != len(alive):

@@ -29,7 +29,8 @@ class WandbConfig:
 class WandbLogger:
     """A real W&B run. `log` takes a flat dict of scalars or any object with `to_flat_dict()`."""
 
-    def __init__(self, config: WandbConfig, run_config: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: WandbConfig, run_config: dict[str, Any] | None = None, run_id: str = "") -> None:
+        """``run_id``: the W&B run id (a run continued later logs into the same W&B run); empty: a new one."""
         import wandb
 
         self.config = config
@@ -44,6 +45,8 @@ class WandbLogger:
             config=run_config or {},
             tags=config.tags or None,
             reinit="finish_previous",
+            id=run_id or None,
+            resume="allow" if run_id else None,
         )
 
     @property

@@ -21,13 +21,13 @@ from fastrl.sampling.params import SamplingParams
 from tests.rl.grpo_setup import DigitTask, char_tokenizer, tiny_policy
 
 
-def _run(tmp_path, name: str) -> tuple[GRPOTrainer, LocalRollout]:
+def _run(tmp_path, name: str, cotrain: bool = True) -> tuple[GRPOTrainer, LocalRollout]:
     policy = tiny_policy(seed=0)
     save_model(policy, tmp_path / f"{name}.served")
     worker = RolloutWorkerConfig(
         model_dir=str(tmp_path / f"{name}.served"),
         strategy="3_2_6",
-        cotrain=True,
+        cotrain=cotrain,
         engine={"max_batch_size": 16, "seed": 0},
         schedule=CotrainSchedule(mode="steps", updates_per_rollout=2, heldout_fraction=0.3),
     )
@@ -81,3 +81,13 @@ def test_the_held_out_set_survives_a_resume(tmp_path):
     resumed, resumed_backend = _run(tmp_path, "resumed")
     resumed.resume(tmp_path / "run" / "step_000002")
     assert resumed_backend.worker.heldout_top1() == measured
+
+
+def test_a_run_without_cotraining_resumes_a_cotrained_checkpoint(tmp_path):
+    """drafter=frozen over a co-trained run's checkpoint: the co-training state is left unused (it was a Ray
+    traceback from inside the worker)."""
+    trainer, _ = _run(tmp_path, "run")
+    trainer.train()
+    frozen, backend = _run(tmp_path, "frozen", cotrain=False)
+    frozen.resume(tmp_path / "run" / "step_000002")
+    assert frozen.step == 2 and backend.cotrain_state() == []

@@ -1,0 +1,75 @@
+"""Where `fastrl train` keeps its checkpoints: an `rl.checkpoint_dir` that holds another run's checkpoints or cannot
+be made is refused before any work, a run that keeps them there is continued by `resume=RUN_DIR`, a config group
+given anew on resume replaces the run's own keys of that group, a refused resume starts no W&B run, and a resume
+logs into the run's W&B run."""
+
+from __future__ import annotations
+
+import json
+
+from fastrl.cli import main
+from fastrl.commands.run_dir import latest_checkpoint, plan_run
+from fastrl.commands.train import wandb_run_id
+from tests.cli.test_train_run_dirs import TINY, _steps
+
+
+def test_a_checkpoint_dir_of_another_run_is_refused_before_any_work(policy_dir, tmp_path, capsys):
+    other = tmp_path / "other"
+    (other / "step_000002").mkdir(parents=True)
+    (other / "step_000002" / "marker").write_text("theirs")
+    run = tmp_path / "run"
+    args = ["train", *TINY, f"model={policy_dir}", "rl.steps=1", f"hydra.run.dir={run}"]
+    assert main([*args, f"rl.checkpoint_dir={other}"]) == 2
+    said = capsys.readouterr().err
+    assert f"rl.checkpoint_dir={other} holds another run's checkpoints (step_000002)" in said
+    assert (other / "step_000002" / "marker").read_text() == "theirs" and sorted(p.name for p in other.iterdir()) == [
+        "step_000002"
+    ]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main([*args, f"rl.checkpoint_dir={afile / 'ck'}"]) == 2
+    assert f"rl.checkpoint_dir={afile / 'ck'}: {afile} is not a directory" in capsys.readouterr().err
+
+
+def test_a_run_with_its_own_checkpoint_dir_is_resumed_from_it(policy_dir, tmp_path, capsys):
+    run, kept = tmp_path / "run", tmp_path / "kept"
+    base = ["train", *TINY, f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=2", f"hydra.run.dir={run}", f"rl.checkpoint_dir={kept}"]) == 0
+    assert latest_checkpoint(run) == kept / "step_000002"
+    capsys.readouterr()
+    assert main(["train", f"resume={run}", "rl.steps=3"]) == 0
+    assert f"resuming {kept / 'step_000002'}: step 2 of 3" in capsys.readouterr().out
+    assert _steps(run) == [0, 1, 2] and latest_checkpoint(run) == kept / "step_000003"
+
+
+def test_a_group_given_on_resume_replaces_the_runs_keys_of_that_group(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- strategy=static\n- strategy.name=5_1_6\n- rl.steps=2\n")
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "trainer_state.json").write_text("{}")
+    plan = plan_run([f"resume={run}", "strategy=disable", "rl.steps=3"])
+    assert plan.in_place
+    assert [o for o in plan.overrides if not o.startswith(("resume=", "hydra.run.dir="))] == [
+        "strategy=disable",
+        "rl.steps=3",
+    ]
+    kept = plan_run([f"resume={run}", "strategy.bandit.epsilon=0.2"]).overrides
+    assert "strategy=static" in kept and "strategy.name=5_1_6" in kept  # a key inside the group keeps the rest
+
+
+def test_a_refused_resume_starts_no_wandb_run_and_a_resume_logs_into_the_runs_own(policy_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    first = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(first) == 1
+    recorded = (run / ".hydra" / "overrides.yaml").read_text()
+    assert main(["train", f"resume={run}", "rl.steps=2", "rl.lr=0.5"]) == 2
+    assert "GRPOConfig keys differ from the checkpoint's: ['lr']" in capsys.readouterr().err
+    assert sorted((run / "wandb").glob("offline-run-*")) == first
+    assert (run / ".hydra" / "overrides.yaml").read_text() == recorded  # the refused resume left the run's record
+    assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
+    runs = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(wandb_run_id(run) in r.name for r in runs)  # one W&B run, logged twice
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
