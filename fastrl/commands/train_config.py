@@ -68,6 +68,11 @@ class DrafterSpec:
 
     def __post_init__(self) -> None:
         self.cotrain_schedule()  # ValueError naming drafter.schedule / updates_per_rollout / heldout_fraction
+        if self.trainer.seed != 0:
+            raise ValueError(
+                f"drafter.trainer.seed={self.trainer.seed}: co-training draws its batches and noise from rl.seed "
+                "(drafter.trainer.seed is train-drafter's); leave it out"
+            )
 
     def cotrain_schedule(self) -> CotrainSchedule:
         """The co-training schedule these keys describe."""
@@ -134,6 +139,11 @@ class RolloutSpec:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"rollout.backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "local" and self.num_workers != 1:
+            raise ValueError(
+                f"rollout.num_workers={self.num_workers}: rollout=local runs one engine in this process; use "
+                "rollout=ray for more workers"
+            )
         check_device("rollout.engine.device", self.engine.device)
 
 

@@ -47,6 +47,9 @@ def _error_line(capsys) -> str:
         (["drafter.trainer.lr=-1"], "drafter.trainer.lr must be a finite number > 0, got -1.0"),
         (["drafter.trainer.grad_clip=-1"], "drafter.trainer.grad_clip must be a finite number > 0, got -1.0"),
         (["task.n_max=0"], "task.n_max must be in [n_min=2, "),
+        # keys that would have been ignored
+        (["rollout.num_workers=3"], "rollout.num_workers=3: rollout=local runs one engine in this process"),
+        (["drafter.trainer.seed=5"], "drafter.trainer.seed=5: co-training draws its batches and noise from rl.seed"),
         # model= a path that is not a directory
         (["model=/nonexistent/ckpt"], "model=/nonexistent/ckpt: no such model option; choose one of ['bundled', "),
         # Hydra's flags are flags, not keys
