@@ -29,6 +29,7 @@ from fastrl.integrations.verl.requests import (
 from fastrl.integrations.verl.server_report import ServerReport
 from fastrl.rollout.ray_worker import RolloutWorkerActor
 from fastrl.rollout.types import RolloutResult
+from fastrl.sampling.params import SamplingParams
 
 ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_generation lifts it)
 
@@ -130,8 +131,7 @@ class FastrlServer:
             return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
         self._enter()
         # shielded: a caller that cancels stops waiting, but the request stays in flight until the engine ends it
-        running = asyncio.ensure_future(self._run(self._worker.generate.remote(prompt, parsed.params, request_id)))
-        result = await asyncio.shield(running)
+        result = await asyncio.shield(asyncio.ensure_future(self._run(prompt, parsed.params, request_id)))
         if result.error is not None:
             raise ValueError(f"fastrl server {self.name}: {result.error}")
         counts = spec_counts(result.accept_lengths, result.drafted_tokens)
@@ -144,9 +144,10 @@ class FastrlServer:
             extra_fields=extra,
         )
 
-    async def _run(self, call: ray.ObjectRef) -> RolloutResult:
+    async def _run(self, prompt: list[int], params: SamplingParams, request_id: str) -> RolloutResult:
+        """The engine's answer to one request; the request counts as in flight until it comes."""
         try:
-            return await call
+            return await self._worker.generate.remote(prompt, params, request_id)
         finally:
             self._leave()
 
