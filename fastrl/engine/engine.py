@@ -7,7 +7,8 @@ import operator
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import torch
@@ -63,6 +64,9 @@ class Engine:
     History strategies (``suffix_N``, ``S_K_N+suffix_M``) draft from `history`, a suffix index the engine keeps
     current with every prompt and emitted token (requests with the same prompt form one group); pass one index to
     successive engines to keep earlier responses across RL steps. One is made when the strategy space needs it.
+
+    The engine runs `model` and `drafter` themselves, moved to its device and dtype in place (``nn.Module.to``):
+    engines of different dtypes or devices each need their own copy of the modules.
     """
 
     def __init__(
@@ -164,7 +168,9 @@ class Engine:
             raise ValueError(f"request id {request_id!r} is already running in this engine")
         if params is not None and not isinstance(params, SamplingParams):
             raise ValueError(f"{name}: params must be a SamplingParams, got {type(params).__name__}")
-        if isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
+        if hasattr(prompt_ids, "ndim") and prompt_ids.ndim != 1:  # a numpy array or a tensor: one row of ids
+            raise ValueError(f"{name}: prompt ids must be one row of integers, got {prompt_ids.ndim} dimensions")
+        if isinstance(prompt_ids, (str, bytes, Mapping, AbstractSet, Iterator)) or not hasattr(prompt_ids, "__iter__"):
             raise ValueError(f"{name}: prompt ids must be a sequence of integers, got {type(prompt_ids).__name__}")
         prompt = []
         for token in prompt_ids:
@@ -223,9 +229,15 @@ class Engine:
         return released
 
     def generate(self, inputs: Iterable[GenerateInput], progress: bool = False) -> list[RequestOutput]:
-        """Run a batch to completion; outputs come back in input order."""
+        """Run a batch to completion; outputs come back in input order. ValueError while requests queued with
+        ``add_request`` are unfinished (generate would run them to their end and drop their outputs)."""
         from tqdm.auto import tqdm
 
+        if self.has_unfinished():
+            raise ValueError(
+                "Engine.generate: requests queued with add_request are still running; step() them to their end first "
+                "(generate would finish them and drop their outputs)"
+            )
         inputs = list(inputs)
         counts = Counter(i.request_id for i in inputs if i.request_id is not None)
         repeated = sorted(r for r, n in counts.items() if n > 1)

@@ -7,6 +7,7 @@ import numbers
 from dataclasses import dataclass
 
 MAX_SEED = 2**63  # seeds live in [0, 2**63): they fit a non-negative int64
+MAX_COUNT = 2**62  # max_new_tokens and top_k stay below it: a position or a count past the prompt fits an int64
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,10 @@ class SamplingParams:
     """How one request is sampled.
 
     Attributes:
-        max_new_tokens: response length limit, >= 1.
+        max_new_tokens: response length limit, in [1, 2**62) (the context ends a request earlier).
         temperature: >= 0; 0 means greedy (plain argmax of the raw logits).
         top_p: nucleus mass in (0, 1]; 1 disables it.
-        top_k: keep the k most likely tokens (ties at the k-th value kept); 0 disables it.
+        top_k: keep the k most likely tokens (ties at the k-th value kept); 0 disables it; below 2**62.
         seed: request seed in [0, 2**63), or None to let the engine assign one.
         stop_token_ids: extra token ids in [0, 2**63) that end the request (a list is accepted and stored as a
             tuple of ints).
@@ -35,14 +36,14 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens < MAX_COUNT:
+            raise ValueError(f"max_new_tokens must be an integer in [1, 2**62), got {self.max_new_tokens!r}")
         if not _is_real(self.temperature) or not self.temperature >= 0 or math.isinf(self.temperature):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {self.top_p!r}")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        if not _is_int(self.top_k) or not 0 <= self.top_k < MAX_COUNT:
+            raise ValueError(f"top_k must be an integer in [0, 2**62) (0 disables it), got {self.top_k!r}")
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):

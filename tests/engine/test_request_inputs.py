@@ -1,0 +1,69 @@
+"""What a library caller hands the engine is checked before anything is queued: a count past int64 (which broke
+step() and left a neighbour finished with a pad token), prompts that are not one row of ids (a 2-D tensor, a
+dict's keys, a set, a generator), and generate() while add_request's requests still run (their outputs were
+dropped)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fastrl.assets_path import bundled_model_dir
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.sampling.params import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(load_model(bundled_model_dir()).eval(), EngineConfig(max_batch_size=4, max_model_len=64))
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"max_new_tokens": 2**63}, "max_new_tokens must be an integer in \\[1, 2\\*\\*62\\)"),
+        ({"max_new_tokens": 2**62}, "max_new_tokens must be an integer in \\[1, 2\\*\\*62\\)"),
+        ({"top_k": 2**63}, "top_k must be an integer in \\[0, 2\\*\\*62\\)"),
+    ],
+)
+def test_counts_past_int64_are_refused(values, said):
+    with pytest.raises(ValueError, match=said):
+        SamplingParams(**values)
+
+
+def test_the_largest_counts_run_to_the_context(engine):
+    params = SamplingParams(max_new_tokens=2**62 - 1, top_k=2**62 - 1, temperature=1.0, seed=1)
+    good = SamplingParams(max_new_tokens=6, temperature=0.0)
+    out = engine.generate([GenerateInput([1, 5, 6], params), GenerateInput([1, 7, 8], good)])
+    assert out[0].finish_reason.value in ("context", "stop") and len(out[1].token_ids) in range(1, 7)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "said"),
+    [
+        (torch.tensor([[1, 5, 6]]), "one row of integers, got 2 dimensions"),
+        (torch.tensor(5), "one row of integers, got 0 dimensions"),
+        (np.array([[1, 5]]), "one row of integers, got 2 dimensions"),
+        ({1: "a", 5: "b"}, "a sequence of integers, got dict"),
+        ({1, 5, 6}, "a sequence of integers, got set"),
+        ((t for t in [1, 5, 6]), "a sequence of integers, got generator"),
+    ],
+)
+def test_a_prompt_that_is_not_one_row_of_ids_is_refused(engine, prompt, said):
+    with pytest.raises(ValueError, match=said):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=2))
+    assert not engine.has_unfinished()
+
+
+def test_generate_refuses_while_streamed_requests_run(engine):
+    engine.add_request([1, 5, 6], SamplingParams(max_new_tokens=3, temperature=0.0), "streamed")
+    with pytest.raises(ValueError, match="requests queued with add_request are still running"):
+        engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2))])
+    finished = []
+    while engine.has_unfinished():
+        finished += [o.request_id for o in engine.step() if o.finished]
+    assert finished == ["streamed"]
+    assert len(engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2))])) == 1
