@@ -17,7 +17,7 @@ from typing import Any
 
 from fastrl.commands.output_guard import no_space
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
-from fastrl.config_compose import check_override_keys, compose_config, quote_string_overrides
+from fastrl.config_compose import check_override_keys, compose_config, conf_dir, quote_string_overrides
 
 
 def no_run_dir(command: str) -> tuple[str, ...]:
@@ -41,6 +41,10 @@ $APP_CONFIG_GROUPS
 == Config (override any key as key=value) ==
 $CONFIG
 ${hydra.help.footer}"""
+FLAT_HELP_TEMPLATE = """${hydra.help.header}
+== Config (override any key as key=value) ==
+$CONFIG
+${hydra.help.footer}"""  # a command whose config has no groups (its directory holds only train's)
 HELP_FOOTER = """Hydra's flags: --cfg job|hydra|all (-c) prints the config and exits (--resolve resolves it),
 --info prints Hydra's view (search path, defaults), -m runs one job per value of comma-separated overrides (a=1,2),
 --hydra-help lists all of Hydra's flags."""
@@ -172,7 +176,8 @@ def run_hydra_main(
 
 def _help_node(command: HydraCommand) -> dict[str, str]:
     header = f"fastrl {command.name}: {command.summary}\n\nexample: {command.usage}\n"
-    return {"app_name": f"fastrl {command.name}", "header": header, "footer": HELP_FOOTER, "template": HELP_TEMPLATE}
+    template = HELP_TEMPLATE if command.config_dir != conf_dir() else FLAT_HELP_TEMPLATE
+    return {"app_name": f"fastrl {command.name}", "header": header, "footer": HELP_FOOTER, "template": template}
 
 
 def _first_line(err: BaseException) -> str:

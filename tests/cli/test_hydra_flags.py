@@ -37,6 +37,8 @@ def test_help_names_the_command_its_groups_and_keys(command, capsys, tmp_path):
     assert "--cfg job|hydra|all" in out
     if command == "train":
         assert "strategy: bandit, disable, ema, static" in out and "rl: grpo_tiny, grpo_tiny_long" in out
+    else:  # no groups of its own: train's (train/strategy, ...) are not offered to it
+        assert "Config groups" not in out and "train/" not in out
     assert os.listdir(tmp_path) == []
 
 
