@@ -211,11 +211,14 @@ def _split(override: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
-def hydra_record(run_dir: Path) -> dict[Path, bytes]:
-    """The files of ``run_dir/.hydra`` (a run's composed config and overrides), to put back with ``restore_files``
-    when a command that continues the run is refused (Hydra rewrites them before the command can check anything)."""
+def run_record(run_dir: Path, log_file: str) -> dict[Path, bytes]:
+    """The files of ``run_dir/.hydra`` (a run's composed config and overrides) and its log, to put back with
+    ``restore_files`` when a command that continues the run is refused (Hydra rewrites the first and the command
+    logs its line before it can check anything)."""
     folder = run_dir / OVERRIDES_FILE.parent
-    return {p: p.read_bytes() for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
+    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    files += [run_dir / log_file] if (run_dir / log_file).is_file() else []
+    return {p: p.read_bytes() for p in files}
 
 
 def restore_files(files: dict[Path, bytes]) -> None:

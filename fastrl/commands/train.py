@@ -23,11 +23,11 @@ from fastrl.commands.run_dir import (
     RunPlan,
     check_checkpoint_dir,
     forget_run,
-    hydra_record,
     keep_metrics_before,
     latest_checkpoint,
     plan_run,
     restore_files,
+    run_record,
     steps_from,
 )
 from fastrl.commands.train_args import check_groups, in_user_words
@@ -137,7 +137,15 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
         logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
     )
     if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)
-        check_resumable(cfg.resume, rl)
+        try:
+            check_resumable(cfg.resume, rl)
+        except ValueError as err:
+            if plan.in_place:
+                raise
+            raise ValueError(
+                f"{err} (resume=CHECKPOINT takes this command's keys alone: repeat the ones the run was started "
+                "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
+            ) from None
         say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
     if plan.in_place and keep_metrics_before(run_dir, resumed_step):
         say(
@@ -262,7 +270,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     store = ConfigStore.instance()
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
 
-    recorded = hydra_record(plan.run_dir) if plan.in_place and plan.run_dir is not None else {}
+    recorded = run_record(plan.run_dir, LOG_FILE) if plan.in_place and plan.run_dir is not None else {}
 
     def _job(cfg: TrainConfig) -> None:
         hydra_cfg = HydraConfig.get()

@@ -65,10 +65,15 @@ def test_a_refused_resume_starts_no_wandb_run_and_a_resume_logs_into_the_runs_ow
     first = sorted((run / "wandb").glob("offline-run-*"))
     assert len(first) == 1
     recorded = (run / ".hydra" / "overrides.yaml").read_text()
+    log = (run / "train.log").read_text()
     assert main(["train", f"resume={run}", "rl.steps=2", "rl.lr=0.5"]) == 2
     assert "GRPOConfig keys differ from the checkpoint's: ['lr']" in capsys.readouterr().err
     assert sorted((run / "wandb").glob("offline-run-*")) == first
     assert (run / ".hydra" / "overrides.yaml").read_text() == recorded  # the refused resume left the run's record
+    assert (run / "train.log").read_text() == log
+    checkpoint = run / "checkpoints" / "step_000001"
+    assert main(["train", f"resume={checkpoint}", "rl.steps=2", f"hydra.run.dir={tmp_path / 'new'}"]) == 2
+    assert "resume=CHECKPOINT takes this command's keys alone" in capsys.readouterr().err
     assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
     runs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(wandb_run_id(run) in r.name for r in runs)  # one W&B run, logged twice
