@@ -155,7 +155,9 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     policy = load_model(policy_dir)
     wandb = None
     if cfg.logger.enabled:
-        logger_cfg = dataclasses.replace(cfg.logger, dir=str(run_dir), run_name=cfg.logger.run_name or run_dir.name)
+        logger_cfg = dataclasses.replace(
+            cfg.logger, dir=cfg.logger.dir or str(run_dir), run_name=cfg.logger.run_name or run_dir.name
+        )
         config = OmegaConf.to_container(OmegaConf.structured(cfg))
         wandb = WandbLogger(logger_cfg, config, wandb_run_id(run_dir))
     recorder = RunRecorder(run_dir, wandb, _earlier_steps(run_dir) if plan.in_place else None)

@@ -78,3 +78,10 @@ def test_a_refused_resume_starts_no_wandb_run_and_a_resume_logs_into_the_runs_ow
     runs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(wandb_run_id(run) in r.name for r in runs)  # one W&B run, logged twice
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+
+
+def test_logger_dir_is_where_wandb_writes(policy_dir, tmp_path):
+    run, elsewhere = tmp_path / "run", tmp_path / "wb"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=0"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}", f"logger.dir={elsewhere}"]) == 0
+    assert len(list((elsewhere / "wandb").glob("offline-run-*"))) == 1 and not (run / "wandb").exists()
