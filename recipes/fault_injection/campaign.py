@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from out_dir import fresh_out
+
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 
 
@@ -232,7 +234,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/campaign"))
     parser.add_argument("--train-faults", action="store_true", help="also run run.py (about 7 minutes on 2 cores)")
     args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
+    fresh_out(args.out, "campaign.py")  # an earlier campaign's files go, nobody else's
     rows = []
     for i, case in enumerate(CASES):
         work = args.out / f"case{i:02d}"

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from out_dir import fresh_out
 
 from fastrl.rollout.listeners import listeners, process_tree
 
@@ -201,7 +202,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("runs/faults"))
     args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
+    fresh_out(args.out, "run.py")  # an earlier campaign's files go, nobody else's
     print("undisturbed run ...", flush=True)
     if launch(args.out / "baseline", args.steps).wait() != 0:
         raise SystemExit(f"the undisturbed run failed; see {args.out / 'baseline.log'}")
