@@ -47,4 +47,13 @@ def main(budgets: list[float]) -> None:
 
 
 if __name__ == "__main__":
-    main([float(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "0.05,0.02,0.01").split(",")])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("budgets", nargs="?", default="0.05,0.02,0.01", help="comma-separated exploration budgets")
+    args = parser.parse_args()
+    try:
+        budgets = [float(b) for b in args.budgets.split(",")]
+    except ValueError:
+        parser.error(f"budgets must be comma-separated numbers, got {args.budgets!r}")
+    main(budgets)
