@@ -18,11 +18,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fastrl.commands.output_guard import check_creatable
+from fastrl.commands.output_guard import check_creatable, write_atomic
 from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
 CHECKPOINTS = "checkpoints"
+CHECKPOINTS_RECORD = "checkpoints.path"  # a run's rl.checkpoint_dir, absolute, when it is not checkpoints/
+WANDB_ID_FILE = "wandb_run_id"  # the W&B run id of the run, made at its start and read back by resume=RUN_DIR
 CHECKPOINT_NAME = re.compile(r"step_\d+")  # checkpoints/step_000012: the run after 12 steps
 METRICS_FILE = "metrics.jsonl"
 REPLACED_METRICS_FILE = "metrics.replaced.jsonl"  # steps an interrupted run logged after its last checkpoint
@@ -43,13 +45,18 @@ class RunPlan:
 
     overrides: the command line's overrides, completed (a resumed run directory's own overrides first, ``resume=``
     made the checkpoint, ``hydra.run.dir`` the run directory). in_place: the run continues an existing run
-    directory (nothing of it is ever removed). existed: the run directory given existed before (empty).
+    directory (nothing of it is ever removed). existed: the run directory given existed before (empty). locked:
+    the command holds the run directory's lock already (taken before Hydra writes into a continued run). checked:
+    set by the run once its checks passed (before that, a failure is a refusal that leaves a continued run as it
+    was).
     """
 
     overrides: list[str]
     in_place: bool = False
     existed: bool = False
     resumed_from: str = ""
+    locked: bool = False
+    checked: bool = False
 
     @property
     def run_dir(self) -> Path | None:
@@ -57,15 +64,11 @@ class RunPlan:
         given = [value for key, value in map(_split, self.overrides) if key == RUN_DIR_KEY]
         return Path(given[-1]) if given else None
 
-    @property
-    def resumed_step(self) -> int:
-        """The steps the resumed checkpoint holds (0 for a new run)."""
-        return int(json.loads((Path(self.resumed_from) / STATE_FILE).read_text())["step"]) if self.resumed_from else 0
 
-
-def plan_run(overrides: list[str]) -> RunPlan:
+def plan_run(overrides: list[str], check_dirs: bool = True) -> RunPlan:
     """Check and complete a run's overrides: ``resume=`` a run directory or a checkpoint, ``hydra.run.dir=`` an
-    unused directory. ValueError naming the key as typed."""
+    unused directory (not checked without ``check_dirs``: a command that only prints its config). ValueError
+    naming the key as typed."""
     values = dict(_split(o) for o in overrides)
     resume = values.get("resume", "")
     run_dir = values.get(RUN_DIR_KEY, "")
@@ -76,14 +79,18 @@ def plan_run(overrides: list[str]) -> RunPlan:
         if resumed_run is not None and run_dir in ("", str(resumed_run)):
             given = set(values) | {"resume", RUN_DIR_KEY}
             earlier = [o for o in read_overrides(resumed_run) if not _replaced(_split(o)[0], given)]
+            # the run's own rl.checkpoint_dir as it recorded it (absolute), whatever the working directory now
+            if (resumed_run / CHECKPOINTS_RECORD).is_file():
+                kept = f"{CHECKPOINT_DIR_KEY}={checkpoints_dir(resumed_run)}"
+                earlier = [kept if _split(o)[0] == CHECKPOINT_DIR_KEY else o for o in earlier]
             rest = [o for o in overrides if _split(o)[0] not in ("resume", RUN_DIR_KEY)]
             completed = [*earlier, *rest, f"resume={checkpoint}", f"{RUN_DIR_KEY}={resumed_run}"]
             return RunPlan(completed, in_place=True, resumed_from=checkpoint_path)
         overrides = [f"resume={checkpoint}" if _split(o)[0] == "resume" else o for o in overrides]
     existed = bool(run_dir) and Path(run_dir).exists()
-    if existed:
+    if existed and check_dirs:
         check_unused(Path(run_dir))
-    if run_dir:
+    if run_dir and check_dirs:
         check_creatable(RUN_DIR_KEY, run_dir)
     return RunPlan(list(overrides), existed=existed, resumed_from=checkpoint_path)
 
@@ -118,10 +125,10 @@ def resolve_resume(path: str) -> tuple[Path, Path | None]:
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
-    """Where the run in ``run_dir`` saves its checkpoints: the ``rl.checkpoint_dir`` it was started with, else
-    ``run_dir/checkpoints``."""
-    given = [value for key, value in map(_split, read_overrides(run_dir)) if key == CHECKPOINT_DIR_KEY]
-    return Path(given[-1]) if given and given[-1] else run_dir / CHECKPOINTS
+    """Where the run in ``run_dir`` saves its checkpoints: the ``rl.checkpoint_dir`` it recorded (an absolute path,
+    written by ``check_checkpoint_dir``), else ``run_dir/checkpoints``."""
+    recorded = run_dir / CHECKPOINTS_RECORD
+    return Path(recorded.read_text().strip()) if recorded.is_file() else run_dir / CHECKPOINTS
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -140,19 +147,25 @@ def check_checkpoint_dir(checkpoint_dir: str, run_dir: Path, plan: RunPlan) -> P
     work: it can be made, and unless the run continues its own run directory it holds no checkpoint (a run never
     writes over another run's). ValueError naming the key."""
     own = run_dir / CHECKPOINTS
-    path = Path(checkpoint_dir) if checkpoint_dir else own
+    path = Path(checkpoint_dir).absolute() if checkpoint_dir else own
     if path.resolve() == own.resolve():
-        return path
+        return own
     check_creatable(CHECKPOINT_DIR_KEY, str(path))
-    if plan.in_place or not path.is_dir():
-        return path
-    taken = sorted(p.name for p in path.iterdir() if CHECKPOINT_NAME.fullmatch(p.name.removesuffix(".tmp")))
-    if taken:
-        raise ValueError(
-            f"{CHECKPOINT_DIR_KEY}={checkpoint_dir} holds another run's checkpoints ({taken[-1]}); a run never "
-            "writes over them: give an empty or new directory (or continue that run with resume=)"
-        )
+    if not plan.in_place and path.is_dir():
+        taken = sorted(p.name for p in path.iterdir() if CHECKPOINT_NAME.fullmatch(p.name.removesuffix(".tmp")))
+        if taken:
+            raise ValueError(
+                f"{CHECKPOINT_DIR_KEY}={checkpoint_dir} holds another run's checkpoints ({taken[-1]}); a run never "
+                "writes over them: give an empty or new directory (or continue that run with resume=)"
+            )
     return path
+
+
+def record_checkpoints_dir(run_dir: Path, checkpoints: Path) -> None:
+    """Note in ``run_dir`` where its checkpoints go when that is not ``run_dir/checkpoints`` (``checkpoints_dir``
+    reads it back, whatever the working directory of a later command)."""
+    if checkpoints != run_dir / CHECKPOINTS:
+        write_atomic(run_dir / CHECKPOINTS_RECORD, f"{checkpoints}\n")
 
 
 def read_overrides(run_dir: Path) -> list[str]:
@@ -222,13 +235,17 @@ def run_record(run_dir: Path, log_file: str) -> dict[Path, bytes]:
 
 
 def restore_files(files: dict[Path, bytes]) -> None:
-    """Write back what ``hydra_record`` read."""
+    """Write back what ``run_record`` read."""
     for path, data in files.items():
         path.write_bytes(data)
 
 
-def steps_from(run_dir: Path, step: int) -> bool:
-    """Whether ``run_dir``'s metrics.jsonl logs a step ``step`` or later (a continued run trained)."""
-    file = run_dir / METRICS_FILE
-    lines = file.read_text().splitlines() if file.is_file() else []
-    return any(json.loads(line).get("step", -1) >= step for line in lines if line.strip())
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of the run in ``run_dir``: made (random) at the run's first start and kept in the directory,
+    so ``resume=RUN_DIR`` logs into the same W&B run and a new run never does."""
+    file = run_dir / WANDB_ID_FILE
+    if file.is_file():
+        return file.read_text().strip()
+    run_id = secrets.token_hex(8)
+    write_atomic(file, f"{run_id}\n")
+    return run_id

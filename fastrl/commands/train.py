@@ -7,7 +7,6 @@ checkpoints/, report.png and the offline W&B run; a run that ends before its fir
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import sys
@@ -26,9 +25,10 @@ from fastrl.commands.run_dir import (
     keep_metrics_before,
     latest_checkpoint,
     plan_run,
+    record_checkpoints_dir,
     restore_files,
     run_record,
-    steps_from,
+    wandb_run_id,
 )
 from fastrl.commands.train_args import check_groups, in_user_words
 from fastrl.commands.train_config import TrainConfig
@@ -108,9 +108,12 @@ def say(message: str) -> None:
 def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> list[StepMetrics]:
     """Build everything, train, write the report and the speed summary; returns the metrics of the steps run. The
     run directory is locked while it runs (two commands continuing one run are refused, naming the other's pid)."""
+    plan = plan or RunPlan([])
     run_dir.mkdir(parents=True, exist_ok=True)
+    if plan.locked:
+        return _run_train(cfg, run_dir, plan)
     with guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)}):
-        return _run_train(cfg, run_dir, plan or RunPlan([]))
+        return _run_train(cfg, run_dir, plan)
 
 
 def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetrics]:
@@ -147,6 +150,8 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
             ) from None
         say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
+    plan.checked = True  # from here on a failure is not a refusal: what the run wrote stays
+    record_checkpoints_dir(run_dir, checkpoints)
     if plan.in_place and keep_metrics_before(run_dir, resumed_step):
         say(
             f"metrics.jsonl: the steps from {resumed_step} on that the interrupted run logged after its last "
@@ -193,16 +198,11 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     finally:
         if wandb is not None:
             wandb.finish()
-    say(f"run directory: {run_dir} (train.log, metrics.jsonl, checkpoints/)")
+    kept = "checkpoints/" if checkpoints == run_dir / "checkpoints" else f"checkpoints in {checkpoints}"
+    say(f"run directory: {run_dir} (train.log, metrics.jsonl, {kept})")
     if wandb is not None:
         say(f"W&B offline run: {wandb.run_dir} (upload with `wandb sync`)")
     return history
-
-
-def wandb_run_id(run_dir: Path) -> str:
-    """The W&B run id of the run in ``run_dir``: one per run directory, so ``resume=RUN_DIR`` logs into the same
-    W&B run (a new run directory, from ``resume=CHECKPOINT``, is a new W&B run)."""
-    return hashlib.blake2b(str(run_dir.resolve()).encode(), digest_size=8).hexdigest()
 
 
 def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
@@ -264,15 +264,21 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     from fastrl.cli_hydra import pop_hydra_flags, run_hydra_main
 
     flags, overrides = pop_hydra_flags(argv)
+    runs_job = not flags or flags in (["-m"], ["--multirun"])
     try:
         overrides = check_groups(command.config_dir, overrides)
-        plan = plan_run(overrides)  # --cfg shows what runs: a resumed run's own overrides with these on top
+        # --cfg shows what runs (a resumed run's own overrides with these on top) and checks no directory
+        plan = plan_run(overrides, check_dirs=runs_job)
     except ValueError as err:
         raise ValueError(in_user_words(str(err))) from None
     store = ConfigStore.instance()
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
-
-    recorded = run_record(plan.run_dir, LOG_FILE) if plan.in_place and plan.run_dir is not None else {}
+    lock = None
+    recorded: dict[Path, bytes] = {}
+    if plan.in_place and plan.run_dir is not None and runs_job:  # locked before Hydra writes into the run
+        lock = guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(plan.run_dir)})
+        plan.locked = True
+        recorded = run_record(plan.run_dir, LOG_FILE)
 
     def _job(cfg: TrainConfig) -> None:
         hydra_cfg = HydraConfig.get()
@@ -280,13 +286,11 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
         try:
             run_train(cfg, run_dir, plan)
-        except BaseException as err:
-            if recorded and not steps_from(run_dir, plan.resumed_step):  # refused: the run keeps its own record
-                restore_files(recorded)
-            if isinstance(err, ValueError):
-                raise ValueError(in_user_words(str(err))) from None
-            raise
+        except ValueError as err:
+            raise ValueError(in_user_words(str(err))) from None
         finally:
+            if recorded and not plan.checked:  # refused, or nothing left to do: the run keeps its own record
+                restore_files(recorded)
             if not (run_dir / "metrics.jsonl").is_file():  # ended before its first step: nothing to keep
                 forget_run(run_dir, plan)
 
@@ -295,4 +299,6 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     except ValueError as err:
         raise ValueError(in_user_words(str(err))) from None
     finally:
+        if lock is not None:
+            lock.release()
         sys.stdout.flush()

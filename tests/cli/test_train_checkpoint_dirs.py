@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from fastrl.cli import main
-from fastrl.commands.run_dir import latest_checkpoint, plan_run
-from fastrl.commands.train import wandb_run_id
+from fastrl.commands.output_guard import guard_outputs
+from fastrl.commands.run_dir import RUN_DIR_KEY, latest_checkpoint, plan_run, wandb_run_id
 from tests.cli.test_train_run_dirs import TINY, _steps
 
 
@@ -85,3 +85,41 @@ def test_logger_dir_is_where_wandb_writes(policy_dir, tmp_path):
     base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=0"]
     assert main([*base, "rl.steps=1", f"hydra.run.dir={run}", f"logger.dir={elsewhere}"]) == 0
     assert len(list((elsewhere / "wandb").glob("offline-run-*"))) == 1 and not (run / "wandb").exists()
+
+
+def test_a_relative_checkpoint_dir_is_found_from_any_working_directory(policy_dir, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    base = ["train", *TINY, f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}", "rl.checkpoint_dir=ck"]) == 0
+    monkeypatch.chdir(tmp_path / "b")
+    capsys.readouterr()
+    assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
+    assert f"resuming {tmp_path / 'a' / 'ck' / 'step_000001'}" in capsys.readouterr().out
+    assert latest_checkpoint(run) == tmp_path / "a" / "ck" / "step_000002"
+
+
+def test_a_resume_refused_by_the_lock_leaves_the_run_as_it_was(policy_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["train", *TINY, f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    before = {p: p.read_bytes() for p in [*sorted((run / ".hydra").glob("*.yaml")), run / "train.log"]}
+    with guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run)}):  # another command runs in it
+        assert main(["train", f"resume={run}", "rl.steps=9", "threads=2"]) == 2
+    assert "is being written by another fastrl command" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before
+    assert main(["train", "--cfg", "job", f"hydra.run.dir={run}"]) == 0  # printing a config checks no directory
+
+
+def test_a_new_run_in_a_reused_directory_is_a_new_wandb_run(policy_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=0"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    first = wandb_run_id(run)
+    shutil.rmtree(run)
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    assert wandb_run_id(run) != first
