@@ -103,6 +103,7 @@ class Engine:
         self._rejected: list[Request] = []
         self._finishing = False  # a running request finished since the last release
         self._live_ids: set[str] = set()
+        self._streamed: set[str] = set()  # unfinished requests queued by add_request (generate keeps none of theirs)
         self._next_id = 0
 
     @property
@@ -127,7 +128,9 @@ class Engine:
         the context) finishes at the next step with an error; one of the wrong types is a ValueError now (see
         ``check_request``), and nothing is queued."""
         prompt, params = self.check_request(prompt_ids, params, request_id)
-        return self._queue(prompt, params, request_id, return_hidden_states)
+        request_id = self._queue(prompt, params, request_id, return_hidden_states)
+        self._streamed.add(request_id)
+        return request_id
 
     def _queue(
         self, prompt: list[int], params: SamplingParams, request_id: str | None, return_hidden_states: bool
@@ -212,6 +215,7 @@ class Engine:
         finished += self._release()
         for r in finished:
             self._live_ids.discard(r.request_id)
+            self._streamed.discard(r.request_id)
         outputs = [r.to_output(progressed[r.request_id][1] if r.request_id in progressed else None) for r in finished]
         # Deltas of the others that progressed (a request preempted after it progressed is waiting again).
         outputs += [r.to_output(tokens) for r, tokens in progressed.values() if not r.finished]
@@ -233,7 +237,7 @@ class Engine:
         ``add_request`` are unfinished (generate would run them to their end and drop their outputs)."""
         from tqdm.auto import tqdm
 
-        if self.has_unfinished():
+        if self._streamed:
             raise ValueError(
                 "Engine.generate: requests queued with add_request are still running; step() them to their end first "
                 "(generate would finish them and drop their outputs)"

@@ -67,3 +67,24 @@ def test_generate_refuses_while_streamed_requests_run(engine):
         finished += [o.request_id for o in engine.step() if o.finished]
     assert finished == ["streamed"]
     assert len(engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2))])) == 1
+
+
+def test_a_generate_cut_short_leaves_the_engine_usable():
+    """An interrupted generate leaves its own requests queued: the next generate runs them out (dropping their
+    outputs, as their caller is gone) instead of refusing as for add_request's."""
+    engine = Engine(load_model(bundled_model_dir()).eval(), EngineConfig(max_batch_size=4, max_model_len=64))
+    real, calls = engine.step, []
+
+    def cut() -> list:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real()
+
+    engine.step = cut
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([GenerateInput([1, 5, 6], SamplingParams(max_new_tokens=20, temperature=0.0))])
+    engine.step = real
+    assert engine.has_unfinished()
+    out = engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2, temperature=0.0), "after")])
+    assert [o.request_id for o in out] == ["after"] and not engine.has_unfinished()
