@@ -31,7 +31,7 @@ def test_the_finished_suites_are_kept_when_a_later_one_stops_the_run(tmp_path, m
     def interrupted(ctx, payload):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(bench._SUITES, "host_time", interrupted)
+    monkeypatch.setitem(bench.SUITE_RUNS, "host_time", interrupted)
     out = tmp_path / "b.json"
     assert main(["bench", f"output={out}", *TINY, "suites=[prefix_sharing,host_time]"]) == 130
     payload = json.loads(out.read_text())
