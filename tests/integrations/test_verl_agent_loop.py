@@ -167,10 +167,19 @@ def test_abort_closes_admission_until_resume(stack):
     assert len(asyncio.run(run()).token_ids) == 2
 
 
-def _long(prompt: list[int], request_id: str) -> dict:
-    """A request that runs to the end of the context (40 tokens)."""
-    sampling = {"max_tokens": 40, "temperature": 1.0, "ignore_eos": True}
+def _long(prompt: list[int], request_id: str, tokens: int = 40) -> dict:
+    """A request that runs ``tokens`` tokens (40: to the end of the context)."""
+    sampling = {"max_tokens": tokens, "temperature": 1.0, "ignore_eos": True}
     return {"prompt_ids": prompt, "sampling_params": sampling, "request_id": request_id}
+
+
+async def _in_flight(server, count: int) -> None:
+    """Wait (a few seconds at most) until ``count`` requests are in flight on ``server``, so that what the test
+    sends next meets them running."""
+    for _ in range(2000):
+        if (await server.report.remote()).in_flight >= count:
+            return
+        await asyncio.sleep(0.002)
 
 
 def test_a_weight_commit_never_reopens_what_an_abort_closed(stack):
@@ -182,11 +191,13 @@ def test_a_weight_commit_never_reopens_what_an_abort_closed(stack):
     state = load_file(str(bundled_model_dir() / "model.safetensors"))  # the weights it serves: outputs unchanged
 
     async def run():
-        running = server.generate.remote(**_long(prompt, "commit-long"))
+        running = [server.generate.remote(**_long(prompt, f"commit-long-{i}")) for i in range(8)]
+        await _in_flight(server, 8)
         await server.receive_weights.remote(state)
         commit = server.commit_weights.remote()
         abort = server.abort_all_requests.remote(reject_request=True)
-        await running, await commit, await abort
+        await asyncio.gather(*running)
+        await commit, await abort
         with pytest.raises(RuntimeError, match="paused"):
             await server.generate.remote(**_long(prompt, "after-commit"))
         await server.resume_generation.remote()
@@ -222,11 +233,14 @@ def test_a_cancelled_call_stays_in_flight_until_the_engine_ends_its_request(stac
 
     async def run():
         call = server.generate.remote(**_long(prompt, "to-cancel"))
-        ray.cancel(call)
+        others = [server.generate.remote(**_long(prompt, f"short-{i}", tokens=4)) for i in range(4)]
+        await _in_flight(server, 1)
+        ray.cancel(call)  # the others end long before it: an abort must still wait for it
         try:
             await call
         except (ray.exceptions.TaskCancelledError, asyncio.CancelledError):
             pass
+        await asyncio.gather(*others)
         await server.abort_all_requests.remote(reject_request=False)
         in_flight = (await server.report.remote()).in_flight
         await server.resume_generation.remote()

@@ -51,9 +51,13 @@ class DrafterHub:
         return self.version
 
     def leave(self, server: str) -> int:
-        """A server shut down; returns how many members remain (0: the hub's job is over)."""
+        """A server shut down; returns how many members remain (0: the hub's job is over). A round the others
+        were waiting on for it completes now."""
         self.members.discard(server)
         self.busy.discard(server)
+        for state in self._rounds.values():
+            if self.members <= set(state.offered):
+                state.complete.set()
         return len(self.members)
 
     def mark(self, server: str, busy: bool) -> None:

@@ -190,7 +190,11 @@ class FastrlServer:
         """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
         until a request arrives here or the server sleeps."""
         while self._in_flight == 0 and not self._sleeping and not self._cotrain_stop:
-            if not await self._hub.others_busy.remote(self.name):
+            try:
+                others_busy = await self._hub.others_busy.remote(self.name)
+            except ray.exceptions.RayActorError:  # the hub ended (every other server shut down): no tail to fill
+                return
+            if not others_busy:
                 return
             self._slice_id += 1
             metrics = await self._worker.train_drafter_slice.remote(self.options.slice_seconds, self._slice_id)
