@@ -77,17 +77,18 @@ def _generate(argv: list[str]) -> int | None:
 def _bench(argv: list[str]) -> None:
     from fastrl.commands.bench import run_bench
 
-    _run_command("bench", argv, lambda cfg: _finished(run_bench(cfg)))
+    _run_command("bench", argv, lambda cfg: _exit_code_of_results(run_bench(cfg)))
 
 
 def _train_drafter(argv: list[str]) -> None:
     from fastrl.commands.train_drafter import run_train_drafter
 
-    _run_command("train-drafter", argv, lambda cfg: _finished(run_train_drafter(cfg)))
+    _run_command("train-drafter", argv, lambda cfg: _exit_code_of_results(run_train_drafter(cfg)))
 
 
-def _finished(result: object) -> int:
-    """The exit code of a command that returns its results (a Hydra multirun collects the jobs' codes)."""
+def _exit_code_of_results(results: object) -> int:
+    """0: a command that returns its results (a report, a payload) finished; a Hydra multirun collects the jobs'
+    exit codes, not their results."""
     return 0
 
 

@@ -6,6 +6,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from fastrl.json_values import is_integral
+
 MAX_SEED = 2**63  # seeds live in [0, 2**63): they fit a non-negative int64
 MAX_COUNT = 2**62  # max_new_tokens and top_k stay below it: a position or a count past the prompt fits an int64
 
@@ -36,20 +38,20 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens < MAX_COUNT:
+        if not is_integral(self.max_new_tokens) or not 1 <= self.max_new_tokens < MAX_COUNT:
             raise ValueError(f"max_new_tokens must be an integer in [1, 2**62), got {self.max_new_tokens!r}")
         if not _is_real(self.temperature) or not self.temperature >= 0 or math.isinf(self.temperature):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {self.top_p!r}")
-        if not _is_int(self.top_k) or not 0 <= self.top_k < MAX_COUNT:
+        if not is_integral(self.top_k) or not 0 <= self.top_k < MAX_COUNT:
             raise ValueError(f"top_k must be an integer in [0, 2**62) (0 disables it), got {self.top_k!r}")
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < MAX_SEED):
+        if self.seed is not None and (not is_integral(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
             raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
         stop = tuple(self.stop_token_ids)
-        if any(not _is_int(t) or not 0 <= t < MAX_SEED for t in stop):  # token ids live in int64 tensors
+        if any(not is_integral(t) or not 0 <= t < MAX_SEED for t in stop):  # token ids live in int64 tensors
             raise ValueError(f"stop_token_ids must be integers in [0, 2**63), got {self.stop_token_ids!r}")
         stop = tuple(int(t) for t in stop)  # numpy integers as Python ints
         object.__setattr__(self, "stop_token_ids", stop)
@@ -60,10 +62,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when temperature == 0: the token is the argmax of the raw logits."""
         return self.temperature == 0
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_real(value: object) -> bool:

@@ -1,5 +1,6 @@
-"""The output directory of a fault-injection script: emptied for a new campaign only when an earlier campaign of the
-same script made it (a marker file says so); any other non-empty directory is refused, never removed."""
+"""The output directory of a fault-injection script: emptied for a new campaign only when an earlier fault-injection
+campaign made it (a marker file says so, naming the script); any other non-empty directory is refused, never
+removed."""
 
 from __future__ import annotations
 

@@ -4,10 +4,10 @@ seed, the stop reason and the speculative-decoding fields verl aggregates. No ve
 from __future__ import annotations
 
 import hashlib
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fastrl.json_values import is_integral
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
 KNOWN_KEYS = (
@@ -68,7 +68,7 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
         key, limit = "max_tokens", sampling["max_tokens"]
     else:
         key, limit = "", min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
-    if limit is None or not _is_int(limit):
+    if limit is None or not is_integral(limit):
         raise ValueError(f"sampling_params.{key or 'max_tokens'} must be an integer, got {limit!r}")
     if limit < 0:
         if key:
@@ -86,7 +86,7 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
             max_new_tokens=int(limit),
             temperature=_given(sampling, "temperature", 1.0),
             top_p=_given(sampling, "top_p", 1.0),
-            top_k=0 if _is_int(top_k) and top_k < 0 else top_k,  # verl's -1 is fastrl's 0: off
+            top_k=0 if is_integral(top_k) and top_k < 0 else top_k,  # verl's -1 is fastrl's 0: off
             seed=_given(sampling, "seed", seed),
             stop_token_ids=_given(sampling, "stop_token_ids", ()),
             ignore_eos=_given(sampling, "ignore_eos", limits.ignore_eos),
@@ -102,17 +102,13 @@ def _given(sampling: Mapping[str, object], key: str, default: object) -> object:
     return default if value is None else value
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def token_ids(values: object) -> list[int]:
     """A request's prompt as Python ints (a list, a numpy array or a tensor of integers); anything else is a
     ValueError saying what was given."""
     items = values.tolist() if hasattr(values, "tolist") else values
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
         raise ValueError(f"prompt_ids must be a list of token ids, got {type(values).__name__}")
-    bad = next((t for t in items if not _is_int(t)), None)
+    bad = next((t for t in items if not is_integral(t)), None)
     if bad is not None:
         raise ValueError(f"prompt_ids must hold integer token ids, got {bad!r}")
     return [int(t) for t in items]
