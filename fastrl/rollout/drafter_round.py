@@ -52,6 +52,8 @@ class DrafterRounds:
             answered = [w for w, _ in running if w.alive]
             slices = slices + [(w.worker_id, m) for w, m in zip(answered, answers, strict=True)]
             reports = self.gather(calls)
+            for worker, report in zip([w for w, _ in calls if w.alive], reports, strict=True):
+                worker.buffered_sequences = report.buffer_sequences  # what losing it before the next round costs
 
             def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now
                 return reports if method == FINISH else self.call_all(method)

@@ -276,6 +276,7 @@ class EngineWorker:
                 else:
                     report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
                 self.cotraining.mark_boundary()  # what checkpoints hold until the next round ends
+                report.buffer_sequences = self.cotraining.buffer.num_sequences
         return report
 
     def heldout_top1(self) -> tuple[int, float]:

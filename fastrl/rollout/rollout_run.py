@@ -32,6 +32,7 @@ class WorkerHandle:
     lost_reason: str = ""  # once lost: why, the request ids re-run elsewhere, results it had returned
     rerun_request_ids: list[str] = field(default_factory=list)
     served_before_loss: int = 0
+    buffered_sequences: int = 0  # its co-training buffer's sequences at the last drafter round's end
 
 
 @dataclass

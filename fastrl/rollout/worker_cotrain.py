@@ -33,6 +33,7 @@ class RoundReport:
     heldout_top1_sum: float = 0.0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the updates taken after the tail (not reproducible)
+    buffer_sequences: int = 0  # the worker's buffer after the round (what its loss before the next one costs)
 
 
 @dataclass(frozen=True)

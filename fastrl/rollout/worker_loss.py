@@ -9,14 +9,15 @@ from fastrl.rollout.types import WorkerReplacement
 
 
 def loss_record(dead: WorkerHandle, rollout: int, cotrain: bool, replacement_id: str | None) -> WorkerReplacement:
-    """The ``WorkerReplacement`` of ``dead`` (lost during or before rollout ``rollout``). With co-training on, the
-    hidden states of the requests it had served this rollout were in its buffer and are lost with it."""
+    """The ``WorkerReplacement`` of ``dead`` (lost during or before rollout ``rollout``). With co-training on, its
+    buffer is lost with it: the sequences it held at the last drafter round's end and those of the requests it had
+    served since."""
     return WorkerReplacement(
         worker_id=dead.worker_id,
         rollout=rollout,
         reason=dead.lost_reason or "lost",
         rerun_request_ids=list(dead.rerun_request_ids),
-        cotrain_sequences_lost=dead.served_before_loss if cotrain else 0,
+        cotrain_sequences_lost=dead.buffered_sequences + dead.served_before_loss if cotrain else 0,
         replacement_id=replacement_id,
     )
 
