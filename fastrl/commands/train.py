@@ -141,7 +141,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     )
     if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)
         try:
-            check_resumable(cfg.resume, rl)
+            check_resumable(cfg.resume, rl, task)
         except ValueError as err:
             if plan.in_place:
                 raise

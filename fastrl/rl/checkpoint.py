@@ -62,11 +62,14 @@ COTRAIN_DIR = "cotrain"
 @dataclass
 class TrainerState:
     """The trainer's own counters and settings: `step` = steps completed (the next step to run),
-    `policy_version` = the version of the saved policy weights, `config` = the GRPOConfig as a dict."""
+    `policy_version` = the version of the saved policy weights, `config` = the GRPOConfig as a dict, `task` = the
+    task's settings as a dict (None: a task without a dataclass ``config``, or a checkpoint written before they
+    were kept)."""
 
     step: int
     policy_version: int
     config: dict
+    task: dict | None = None
 
 
 def save_training_checkpoint(
@@ -92,6 +95,7 @@ def save_training_checkpoint(
         "step": state.step,
         "policy_version": state.policy_version,
         "config": state.config,
+        "task": state.task,
         "python_rng": rng.python,
         "has_drafter": bool(backend.drafter_state()[1]),
     }
@@ -146,7 +150,8 @@ def load_training_checkpoint(
     tensors = rng_tensors
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()
-    return TrainerState(step=int(meta["step"]), policy_version=int(meta["policy_version"]), config=meta["config"])
+    task = meta.get("task") if isinstance(meta.get("task"), dict) else None
+    return TrainerState(int(meta["step"]), int(meta["policy_version"]), meta["config"], task)
 
 
 def read_trainer_state(path: str | Path) -> dict:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +61,27 @@ class StepRollout:
     drafter_version: int | None = None
 
 
-def check_resumable(path: str | Path, config: GRPOConfig) -> None:
+def check_resumable(path: str | Path, config: GRPOConfig, task: object = None) -> None:
     """ValueError naming the keys when ``config`` differs from checkpoint ``path``'s in a key that changes the
-    trajectory (anything but steps, checkpoint_every, checkpoint_dir, progress, logprob_tolerance)."""
-    saved = GRPOConfig(**read_trainer_state(path)["config"])
-    differences = config.trajectory_differences(saved)
+    trajectory (anything but steps, checkpoint_every, checkpoint_dir, progress, logprob_tolerance), or ``task``'s
+    settings (``task_settings``) from those the checkpoint recorded."""
+    meta = read_trainer_state(path)
+    differences = config.trajectory_differences(GRPOConfig(**meta["config"]))
     if differences:
         raise ValueError(f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {differences}")
+    saved, now = meta.get("task"), task_settings(task)
+    if isinstance(saved, dict) and now is not None and saved != now:
+        keys = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        raise ValueError(f"cannot resume {path} exactly: the task's settings differ from the checkpoint's: {keys}")
+
+
+def task_settings(task: object) -> dict | None:
+    """The settings of ``task`` as a JSON dict (its dataclass ``config``), what a checkpoint records of it; None
+    for a task without one."""
+    config = getattr(task, "config", None)
+    if not is_dataclass(config) or isinstance(config, type):
+        return None
+    return json.loads(json.dumps(asdict(config)))  # as the checkpoint holds it (tuples are lists)
 
 
 class GRPOTrainer:
@@ -214,7 +229,7 @@ class GRPOTrainer:
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write a checkpoint of the run after `self.step` steps (see fastrl.rl.checkpoint for the layout)."""
-        state = TrainerState(step=self.step, policy_version=self.version, config=asdict(self.config))
+        state = TrainerState(self.step, self.version, asdict(self.config), task_settings(self.task))
         return save_training_checkpoint(
             path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference, self.tokenizer
         )
@@ -224,7 +239,7 @@ class GRPOTrainer:
         config that differs from the checkpoint's in a key that changes the trajectory (anything but steps,
         checkpoint_every, checkpoint_dir, progress, logprob_tolerance) raises ValueError naming the keys."""
         if strict:
-            check_resumable(path, self.config)
+            check_resumable(path, self.config, self.task)
         state = load_training_checkpoint(
             path, self.policy, self.updater.optimizer, self.backend, self.updater.reference
         )

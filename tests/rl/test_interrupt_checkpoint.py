@@ -91,3 +91,21 @@ def test_a_run_without_cotraining_resumes_a_cotrained_checkpoint(tmp_path):
     frozen, backend = _run(tmp_path, "frozen", cotrain=False)
     frozen.resume(tmp_path / "run" / "step_000002")
     assert frozen.step == 2 and backend.cotrain_state() == []
+
+
+def test_a_checkpoint_records_the_tasks_settings_and_resume_compares_them(tmp_path):
+    import dataclasses
+
+    import pytest
+
+    from fastrl.rl.tasks.task import TaskConfig
+
+    trainer, _ = _run(tmp_path, "run")
+    trainer.task.config = TaskConfig(n_max=6)  # the settings a configured task (ArithChainTask) carries
+    trainer.train()
+    saved = json.loads((tmp_path / "run" / "step_000002" / "trainer_state.json").read_text())
+    assert saved["task"] == json.loads(json.dumps(dataclasses.asdict(TaskConfig(n_max=6))))
+    other, _ = _run(tmp_path, "other")
+    other.task.config = TaskConfig(n_max=5)
+    with pytest.raises(ValueError, match=r"the task's settings differ from the checkpoint's: \['n_max'\]"):
+        other.resume(tmp_path / "run" / "step_000002")
