@@ -10,6 +10,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from fastrl.json_values import is_int
 from fastrl.rollout.types import RolloutRequest
 
 PROMPT_TOKEN_WORK = 0.1  # a prompt token costs about a tenth of a decoded one (prefill is one batched pass)
@@ -70,6 +71,25 @@ class PromptAffinity:
         self._home.move_to_end(prompt)
         while len(self._home) > self.capacity:
             self._home.popitem(last=False)
+
+    def state(self) -> list[list]:
+        """``[[prompt ids, slot], ...]``, least recently served first (JSON-serialisable)."""
+        return [[list(prompt), slot] for prompt, slot in self._home.items()]
+
+    def load_state(self, entries: object) -> None:
+        """Replace the table with what ``state()`` returned (ValueError when it is not such a list)."""
+        if not isinstance(entries, list) or not all(_is_entry(e) for e in entries):
+            raise ValueError("prompt affinity: expected [[prompt token ids, worker slot], ...]")
+        self._home = OrderedDict((tuple(prompt), int(slot)) for prompt, slot in entries)
+        while len(self._home) > self.capacity:
+            self._home.popitem(last=False)
+
+
+def _is_entry(entry: object) -> bool:
+    if not isinstance(entry, list) or len(entry) != 2:
+        return False
+    prompt, slot = entry
+    return isinstance(prompt, list) and all(is_int(t) for t in prompt) and is_int(slot) and slot >= 0
 
 
 def assign_units(

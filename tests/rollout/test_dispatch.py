@@ -70,3 +70,22 @@ def test_prompts_go_back_to_their_worker_within_the_balance():
     assert affinity.home((0,)) is None and affinity.home((2,)) == 2
     with pytest.raises(ValueError, match="capacity"):
         PromptAffinity(capacity=0)
+
+
+def test_prompt_affinity_state_round_trips_and_refuses_what_it_did_not_write():
+    from fastrl.rollout.dispatch import PromptAffinity
+
+    affinity = PromptAffinity(capacity=3)
+    for prompt, slot in (((1, 2), 0), ((3,), 1), ((1, 2), 1), ((4, 5, 6), 0)):
+        affinity.record(prompt, slot)
+    state = affinity.state()
+    assert state == [[[3], 1], [[1, 2], 1], [[4, 5, 6], 0]]  # least recently served first
+    again = PromptAffinity(capacity=3)
+    again.load_state(state)
+    assert again.state() == state and again.home((1, 2)) == 1 and again.home((9,)) is None
+    smaller = PromptAffinity(capacity=2)
+    smaller.load_state(state)
+    assert smaller.state() == state[1:]  # the least recent go first, as when recording
+    for bad in ({"a": 1}, [[[1], -1]], [[[1.5], 0]], [[[1], 0, 2]], [["12", 0]]):
+        with pytest.raises(ValueError, match="prompt affinity: expected"):
+            PromptAffinity().load_state(bad)

@@ -84,7 +84,10 @@ def test_worker_lost_between_rollouts_is_replaced_and_logged(manager, checkpoint
     assert any("lost between rollouts" in m and victim.worker_id in m for m in caplog.messages)
     assert manager.replaced_workers == before + 1
     assert len({r.worker_id for r in batch.results}) == 2, "the replacement serves in the same rollout"
-    assert len(manager.selector_state()["workers"]) == 2
+    state = manager.selector_state()
+    assert len(state["workers"]) == 2
+    served = {tuple(p) for p, _ in state["affinity"]}  # which worker served each prompt, as the rollout left it
+    assert {tuple(r.prompt_ids) for r in requests} <= served
 
 
 def test_more_workers_than_cpus_is_a_clear_error(checkpoint, ray_cluster):
