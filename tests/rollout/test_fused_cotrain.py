@@ -79,6 +79,8 @@ def test_heldout_top1_of_a_fused_drafter(fused_worker):
     """The held-out measure `fastrl train` reports after each rollout: its feature targets are the final-norm
     columns of the fused features (a full-width target once made every co-trained fused run fail here)."""
     cotraining = fused_worker.cotraining
+    if not fused_worker.buffer.num_sequences:  # this module's tests may run on a fresh worker (xdist's order)
+        fused_worker.generate(mixed_requests(6, prefix="heldout-fill"))
     sequences = fused_worker.buffer.sample(10**9, random.Random(1))
     assert sequences
     cotraining._heldout = sequences  # what the held-out schedule would have kept from these rollouts
