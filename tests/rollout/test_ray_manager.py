@@ -99,6 +99,7 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
         RolloutRequest(f"k{i}", prompt(i), SamplingParams(max_new_tokens=32, seed=300 + i, ignore_eos=True), group=i)
         for i in range(32)
     ]
+    manager.generate(mixed_requests(8, prefix="fill"))  # every worker's buffer holds sequences at a round's end
     victim = manager.workers[1]
     served = ray.get(victim.actor.stats.remote()).requests_served
     boundary = ray.get(victim.actor.cotrain_state.remote())  # its buffer as the last drafter round left it
@@ -126,7 +127,7 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
     assert {t.worker_id: t.requests for t in batch.workers}[victim.worker_id] == kept
     [lost] = batch.replacements  # the loss, as the trainer sees it
     assert (lost.worker_id, len(lost.rerun_request_ids)) == (victim.worker_id, batch.retried_requests)
-    assert buffered > 0  # earlier rollouts of this module filled it
+    assert buffered > 0
     assert lost.cotrain_sequences_lost == buffered + kept, "its buffer died with it: what it held, what it served"
     # the dead worker was replaced by a fresh actor running the current versions
     assert manager.replaced_workers == 1 and len(manager.workers) == 2
