@@ -2,7 +2,8 @@
 removed again when a run ends before its first step; ``resume=`` takes a checkpoint or a run directory.
 
 A run directory holds ``.hydra/`` (the composed config and the command line's overrides), ``train.log``,
-``metrics.jsonl``, ``checkpoints/step_XXXXXX/``, ``report.png`` and ``wandb/``. ``resume=RUN_DIR`` continues that
+``metrics.jsonl``, ``checkpoints/step_XXXXXX/`` (or ``checkpoints.path`` naming an ``rl.checkpoint_dir`` elsewhere),
+``report.png``, ``wandb/`` and ``wandb_run_id``. ``resume=RUN_DIR`` continues that
 run in place from its latest checkpoint, with the overrides it was started with (``.hydra/overrides.yaml``) and
 the ones given now on top.
 """
