@@ -1,10 +1,21 @@
 """Shared test configuration: GPU tests skipped without CUDA; each test gets the root logger it found; without CUDA,
-Triton kernels run in Triton's interpreter."""
+Triton kernels run in Triton's interpreter; Ctrl-C is Python's KeyboardInterrupt even when the suite was started
+with SIGINT ignored."""
 
 import os
+import signal
 
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    # A shell without job control starts `cmd &` with SIGINT ignored, and children inherit that: the tests of
+    # Ctrl-C (step boundaries, train's interrupt checkpoint in a subprocess) then met no interrupt. Python's own
+    # handler here (in every xdist worker too) also resets the disposition a subprocess inherits to the default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 if not torch.cuda.is_available():  # read when Triton is imported: its kernels then run on CPU tensors
     os.environ.setdefault("TRITON_INTERPRET", "1")
