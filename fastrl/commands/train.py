@@ -18,6 +18,8 @@ from omegaconf import OmegaConf
 
 from fastrl.commands.output_guard import guard_outputs
 from fastrl.commands.run_dir import (
+    CHECKPOINT_DIR_KEY,
+    CHECKPOINTS,
     RUN_DIR_KEY,
     RunPlan,
     check_checkpoint_dir,
@@ -198,7 +200,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     finally:
         if wandb is not None:
             wandb.finish()
-    kept = "checkpoints/" if checkpoints == run_dir / "checkpoints" else f"checkpoints in {checkpoints}"
+    kept = f"{CHECKPOINTS}/" if checkpoints == run_dir / CHECKPOINTS else f"checkpoints in {checkpoints}"
     say(f"run directory: {run_dir} (train.log, metrics.jsonl, {kept})")
     if wandb is not None:
         say(f"W&B offline run: {wandb.run_dir} (upload with `wandb sync`)")
@@ -250,9 +252,9 @@ def train_job_logging() -> dict[str, Any]:
 
 def _precheck(plan: RunPlan) -> tuple[str, ...]:
     """Stand-ins for the validation compose: rl.checkpoint_dir interpolates the run directory Hydra has not made."""
-    if any(o.partition("=")[0].lstrip("+~") == "rl.checkpoint_dir" for o in plan.overrides):
+    if any(o.partition("=")[0].lstrip("+~") == CHECKPOINT_DIR_KEY for o in plan.overrides):
         return ()
-    return ("rl.checkpoint_dir=run_dir/checkpoints",)
+    return (f"{CHECKPOINT_DIR_KEY}=run_dir/{CHECKPOINTS}",)
 
 
 def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
