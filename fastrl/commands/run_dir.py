@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fastrl.commands.output_guard import check_creatable, write_atomic
+from fastrl.commands.output_guard import GuardedOutputs, check_creatable, guard_outputs, write_atomic
 from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
@@ -250,3 +250,9 @@ def wandb_run_id(run_dir: Path) -> str:
     run_id = secrets.token_hex(8)
     write_atomic(file, f"{run_id}\n")
     return run_id
+
+
+def lock_run(run_dir: Path) -> GuardedOutputs:
+    """The run directory's lock (released by the result's ``release`` or its ``with`` block): a second command in
+    the same run is refused, naming the first's pid."""
+    return guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)})

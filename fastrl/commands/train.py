@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import OmegaConf
 
-from fastrl.commands.output_guard import guard_outputs
 from fastrl.commands.run_dir import (
     CHECKPOINT_DIR_KEY,
     CHECKPOINTS,
-    RUN_DIR_KEY,
     RunPlan,
     check_checkpoint_dir,
     forget_run,
     keep_metrics_before,
     latest_checkpoint,
+    lock_run,
     plan_run,
     record_checkpoints_dir,
     restore_files,
@@ -114,7 +113,7 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
     run_dir.mkdir(parents=True, exist_ok=True)
     if plan.locked:
         return _run_train(cfg, run_dir, plan)
-    with guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)}):
+    with lock_run(run_dir):
         return _run_train(cfg, run_dir, plan)
 
 
@@ -278,7 +277,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     lock = None
     recorded: dict[Path, bytes] = {}
     if plan.in_place and plan.run_dir is not None and runs_job:  # locked before Hydra writes into the run
-        lock = guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(plan.run_dir)})
+        lock = lock_run(plan.run_dir)
         plan.locked = True
         recorded = run_record(plan.run_dir, LOG_FILE)
 
