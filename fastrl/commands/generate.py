@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import math
 import sys
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.engine.request import RequestOutput
+from fastrl.json_values import read_json
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import MAX_SEED, SamplingParams
@@ -199,10 +199,7 @@ def read_ema_json(path: str) -> EmaConfig:
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"ema_json={path}: file not found")
-    try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"ema_json={path}: not valid JSON ({err})") from None
+    values = read_json(file, f"ema_json={path}")
     try:
         return EmaConfig.from_json(values if isinstance(values, dict) else path)
     except (TypeError, ValueError) as err:

@@ -9,6 +9,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
+from fastrl.json_values import read_json
 from fastrl.models.config import ModelConfig, token_ids
 from fastrl.models.decoder import CausalLM
 from fastrl.tensor_files import save_tensors
@@ -27,10 +28,7 @@ def read_config(path: str | Path) -> ModelConfig:
     file = directory / CONFIG_FILE
     if not file.is_file():
         raise ValueError(f"checkpoint directory {directory} has no {CONFIG_FILE}")
-    try:
-        d = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file} is not valid JSON: {err}") from None
+    d = read_json(file)
     if not isinstance(d, dict):
         raise ValueError(f"{file} must hold a JSON object")
     try:
@@ -50,10 +48,7 @@ def _generation_eos(directory: Path) -> int | list[int] | None:
     file = directory / GENERATION_CONFIG_FILE
     if not file.is_file():
         return None
-    try:
-        d = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file} is not valid JSON: {err}") from None
+    d = read_json(file)
     if not isinstance(d, dict):
         return None
     try:

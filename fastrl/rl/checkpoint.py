@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from fastrl.json_values import read_json
 from fastrl.models.checkpoint import load_model, read_safetensors, save_model
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.cotrain_checkpoint import read_cotrain_states, save_cotrain_states
@@ -162,7 +163,7 @@ def read_trainer_state(path: str | Path) -> dict:
     file = Path(path) / STATE_FILE
     if not file.is_file():
         raise ValueError(f"{path} is not a GRPO checkpoint: {STATE_FILE} is missing")
-    meta = _read_json(file)
+    meta = read_json(file)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{file}: format is {found!r}, expected {FORMAT!r}")
@@ -177,18 +178,9 @@ def read_trainer_state(path: str | Path) -> dict:
     return meta
 
 
-def _read_json(file: Path) -> object:
-    try:
-        return json.loads(file.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{file} is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file} is not valid JSON: {err}") from None
-
-
 def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """rollout_selector.json and rng.safetensors, read and checked; optimizer files checked for readability."""
-    rollout_selector = _read_json(directory / ROLLOUT_SELECTOR_FILE)
+    rollout_selector = read_json(directory / ROLLOUT_SELECTOR_FILE)
     if not isinstance(rollout_selector, dict):
         raise ValueError(f"{directory / ROLLOUT_SELECTOR_FILE} must hold a JSON object")
     if not (directory / RNG_FILE).is_file():
@@ -199,7 +191,7 @@ def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     if (directory / OPTIMIZER_TENSORS).is_file():
         read_safetensors(directory / OPTIMIZER_TENSORS)
     if (directory / OPTIMIZER_META).is_file():
-        _read_json(directory / OPTIMIZER_META)
+        read_json(directory / OPTIMIZER_META)
     return rollout_selector, rng
 
 

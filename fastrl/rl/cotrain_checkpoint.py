@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fastrl.json_values import read_json
 from fastrl.models.checkpoint import read_safetensors
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.tensor_files import save_tensors
@@ -32,10 +33,7 @@ def read_cotrain_states(directory: Path) -> list[CotrainState]:
         meta_file, tensor_file = directory / f"worker_{i}.json", directory / f"worker_{i}.safetensors"
         if not meta_file.is_file() or not tensor_file.is_file():
             raise ValueError(f"{directory}: worker_{i}.json or worker_{i}.safetensors is missing")
-        try:
-            meta = json.loads(meta_file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
+        meta = read_json(meta_file)
         if not isinstance(meta, dict) or not {"buffer", "trainer"} <= set(meta):
             raise ValueError(f"{meta_file}: expected an object with 'buffer' and 'trainer'")
         states.append(CotrainState(read_safetensors(tensor_file), meta))

@@ -109,7 +109,7 @@ def test_bad_prompt_lines_name_the_line(model_dir, tmp_path, capsys, content, me
         (["+temperture=0"], "did you mean 'temperature'?"),
         (["model=/nonexistent"], "model=/nonexistent: checkpoint directory /nonexistent does not exist"),
         (["strategy=ema", "ema_json={d}/missing.json"], "missing.json: file not found"),
-        (["strategy=ema", "ema_json={d}/bad.json"], "bad.json: not valid JSON"),
+        (["strategy=ema", "ema_json={d}/bad.json"], "bad.json is not valid JSON"),
         (["strategy=ema", "ema_json={d}/keys.json"], "unknown EMA config keys"),
         (["seed=9223372036854775808"], "generate.seed"),
         (["device=tpu"], "device"),

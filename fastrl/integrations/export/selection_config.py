@@ -13,6 +13,7 @@ from pathlib import Path
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_merge import merge_bandit_states
+from fastrl.json_values import read_json
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 
@@ -103,10 +104,7 @@ def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list
     path = Path(state_file)
     if not path.is_file():
         raise ValueError(f"{key}={state_file}: file not found")
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{key}={state_file}: not valid JSON ({err})") from None
+    state = read_json(path, f"{key}={state_file}")
     try:
         if isinstance(state, dict) and "workers" in state:
             state = merge_bandit_states(state["workers"])
