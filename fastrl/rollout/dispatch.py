@@ -54,6 +54,9 @@ def make_units(requests: list[RolloutRequest], num_workers: int) -> list[WorkUni
     return units
 
 
+AffinitySnapshot = tuple[tuple[tuple[int, ...], int], ...]  # (prompt ids, worker slot), oldest first
+
+
 class PromptAffinity:
     """The worker slot that last served each prompt, for the `capacity` most recently seen prompts."""
 
@@ -72,9 +75,16 @@ class PromptAffinity:
         while len(self._home) > self.capacity:
             self._home.popitem(last=False)
 
-    def state(self) -> list[list]:
-        """``[[prompt ids, slot], ...]``, least recently served first (JSON-serialisable)."""
-        return [[list(prompt), slot] for prompt, slot in self._home.items()]
+    def snapshot(self) -> AffinitySnapshot:
+        """The table as it is now, least recently served first: a copy of its references (the prompts are tuples,
+        shared), cheap to take after every rollout; ``state(snapshot)`` turns it into JSON when a checkpoint asks."""
+        return tuple(self._home.items())
+
+    def state(self, snapshot: AffinitySnapshot | None = None) -> list[list]:
+        """``[[prompt ids, slot], ...]``, least recently served first (JSON-serialisable): of the table now, or of
+        an earlier ``snapshot()``."""
+        items = self._home.items() if snapshot is None else snapshot
+        return [[list(prompt), slot] for prompt, slot in items]
 
     def load_state(self, entries: object) -> None:
         """Replace the table with what ``state()`` returned (ValueError when it is not such a list)."""

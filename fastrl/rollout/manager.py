@@ -14,7 +14,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from torch import Tensor
 
 from fastrl.rollout.cluster import ensure_ray, short_error
-from fastrl.rollout.dispatch import PromptAffinity, check_request_ids, with_seeds
+from fastrl.rollout.dispatch import AffinitySnapshot, PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
@@ -65,7 +65,7 @@ class RayRolloutManager:
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
         self._affinity = PromptAffinity()  # prompt -> worker slot that served it last (cross-step history)
-        self._affinity_at_boundary: list[list] = []  # the table as the last finished rollout left it
+        self._affinity_at_boundary: AffinitySnapshot = ()  # the table as the last finished rollout left it
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
         self._rounds = DrafterRounds(
@@ -96,7 +96,7 @@ class RayRolloutManager:
             if not self.config.overlap_drafter_round:
                 drafter = self._rounds.close()
         self._remember_selector_states()
-        self._affinity_at_boundary = self._affinity.state()  # what a checkpoint holds until the next rollout ends
+        self._affinity_at_boundary = self._affinity.snapshot()  # what a checkpoint holds until the next one ends
         self._replace_dead()
         self.rollouts += 1
         replacements, self._replacements = self._replacements, []
@@ -128,7 +128,8 @@ class RayRolloutManager:
         replaced first, so every slot is there), and ``"affinity"``: which worker served each prompt, as the last
         finished rollout left it (a resume sends a repeated prompt where the uninterrupted run would)."""
         self._check_workers()
-        return {"workers": self._call_all("selector_state"), "affinity": self._affinity_at_boundary}
+        affinity = self._affinity.state(self._affinity_at_boundary)
+        return {"workers": self._call_all("selector_state"), "affinity": affinity}
 
     def load_selector_state(self, state: dict) -> None:
         """Worker i loads ``state["workers"][i % n]`` (a resumed run may have a different worker count)."""
@@ -137,7 +138,7 @@ class RayRolloutManager:
             raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
         if "affinity" in state:  # absent from checkpoints written before it was kept
             self._affinity.load_state(state["affinity"])
-            self._affinity_at_boundary = self._affinity.state()
+            self._affinity_at_boundary = self._affinity.snapshot()
         self._await_ready()
         refs = [(w, w.actor.load_selector_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
         self._gather(refs)

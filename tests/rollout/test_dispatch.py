@@ -83,6 +83,10 @@ def test_prompt_affinity_state_round_trips_and_refuses_what_it_did_not_write():
     again = PromptAffinity(capacity=3)
     again.load_state(state)
     assert again.state() == state and again.home((1, 2)) == 1 and again.home((9,)) is None
+    snapshot = affinity.snapshot()  # the table at a rollout's end: later records do not change it
+    affinity.record((7,), 0)
+    affinity.record((3,), 0)
+    assert affinity.state(snapshot) == state and affinity.state() == [[[4, 5, 6], 0], [[7], 0], [[3], 0]]
     smaller = PromptAffinity(capacity=2)
     smaller.load_state(state)
     assert smaller.state() == state[1:]  # the least recent go first, as when recording
