@@ -34,6 +34,7 @@ from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.cpu_drafter_step import drafter_step_for
+from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -169,6 +170,18 @@ def _drafter_step_kernel(engine: Engine) -> bool:
     return engine.drafter is not None and drafter_step_for(engine.runner.cache) is not None
 
 
+def _drafter_shape(drafter: EagleDrafter) -> dict:
+    """What a drafter step's cost depends on beyond its layer: the features it reads (a fused drafter's input is
+    (len(extra_layers) + 1) x H wide) and the rows of its LM head (a draft vocabulary, or the policy's whole one)."""
+    vocab = drafter.draft_vocab
+    return {
+        "layer": repr(drafter.config),
+        "kind": type(drafter).__name__,
+        "extra_layers": list(drafter.extra_layers),
+        "draft_vocab": None if vocab is None else int(vocab.numel()),
+    }
+
+
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
     """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend (and the drafter
     step's, and the small-row linear kernel's routing), threads, arms, sizes, rounds."""
@@ -176,7 +189,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
     device = torch.device(engine.config.device)
     described = {
         "policy": dataclasses.asdict(engine.model.config),
-        "drafter": None if drafter is None else repr(drafter.config),
+        "drafter": None if drafter is None else _drafter_shape(drafter),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
         "dtype": engine.config.dtype,
         "cuda_graphs": engine.config.cuda_graphs,

@@ -121,6 +121,30 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     assert calibrate_engine(off, tmp_path) is None
 
 
+def test_calibration_key_tells_drafters_of_one_layer_apart(models):
+    """A drafter step costs more with a wider input (a fused drafter reads (len(extra_layers) + 1) x H) and less with
+    a draft vocabulary (fewer LM-head rows): drafters that share their decoder layer's config get their own key."""
+    import torch
+
+    from fastrl.engine.calibration import calibration_key
+    from fastrl.speculative.drafter import EagleDrafter
+
+    policy, shipped = models
+    config = EngineConfig(max_batch_size=2, max_model_len=64)
+    arms = [DISABLE]
+
+    def key(drafter) -> str:
+        return calibration_key(Engine(policy, config, drafter, FixedSelector("3_1_4")), arms, [1, 2], 3)
+
+    last = EagleDrafter(policy.config).eval()
+    narrow = EagleDrafter(policy.config).eval()
+    narrow.set_draft_vocab(torch.arange(32))
+    assert shipped.extra_layers and repr(last.config) == repr(shipped.config)  # one layer config, three drafters
+    keys = [key(shipped), key(last), key(narrow)]
+    assert len(set(keys)) == 3
+    assert key(EagleDrafter(policy.config).eval()) == keys[1]  # the same shapes, the same key
+
+
 def test_an_engine_with_a_small_kv_pool_calibrates(models, tmp_path):
     """The calibration's engines hold every row's whole context: their pool is theirs, not a copy of the engine's
     kv_cache_tokens (a pool that fits the engine made building the bandit's engine fail)."""
