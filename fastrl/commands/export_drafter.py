@@ -38,11 +38,18 @@ def run_export_drafter(config: ExportDrafterConfig) -> None:
         winners = read_bandit_state(config.bandit_state) if config.bandit_state else []
         final = targets["output"].path
         with staged_directory(targets["output"]) as staging:
-            exported = export_eagle_drafter(config.drafter, staging, config.format, config.dtype, config.drop_fc_bias)
+            exported = export_eagle_drafter(
+                config.drafter, staging, config.format, config.dtype, config.drop_fc_bias, config.full_vocab
+            )
             if winners:
                 for name, text in selection_files(winners, str(final)).items():
                     (staging / name).write_text(text)
         print(f"wrote {exported.format} EAGLE drafter ({exported.architecture}, {exported.dtype}) to {final}")
+        if exported.token_map is not None:
+            print(
+                f"  draft vocabulary of {exported.draft_vocab_size} tokens: serve with "
+                f"--speculative-token-map {final / exported.token_map.name}"
+            )
         for w in winners:
             reason = disable_reason(w)
             print(f"  batch size {w.label:>6}: {w.strategy}" + (f" (plain decoding: {reason})" if reason else ""))

@@ -16,6 +16,7 @@ class ExportDrafterConfig:
     format: str = "sglang"
     dtype: str = "bfloat16"
     drop_fc_bias: bool = False
+    full_vocab: bool = False
     bandit_state: str = ""
     overwrite: bool = False
 

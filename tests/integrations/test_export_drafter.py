@@ -139,6 +139,59 @@ def test_vllm_export_names_the_target_architecture_and_refuses_a_silent_bias_dro
         export_eagle_drafter(drafter_dir, tmp_path, "trtllm")
 
 
+@pytest.fixture(scope="module")
+def narrow_drafter_dir(tmp_path_factory) -> Path:
+    """The last-layer drafter with a 24-token draft vocabulary (ids out of order): its LM head is those rows."""
+    from fastrl.speculative.drafter_checkpoint import save_drafter
+    from tests.helpers import last_layer_drafter
+
+    policy = load_model(bundled_model_dir())
+    drafter = last_layer_drafter(policy)
+    ids = torch.randperm(policy.config.vocab_size, generator=torch.Generator().manual_seed(3))[:24]
+    drafter.set_draft_vocab(ids)
+    directory = tmp_path_factory.mktemp("narrow_drafter")
+    save_drafter(drafter, directory, "arith-tiny", version=1)
+    return directory
+
+
+def test_a_draft_vocabulary_becomes_sglangs_token_map(narrow_drafter_dir, tmp_path, capsys):
+    """SGLang's --speculative-token-map restricts the shared LM head to the map's rows and maps draft index i to
+    ids[i]: with the exported map, SGLang's draft picks fastrl's draft tokens. vLLM has no map: refused unless
+    full_vocab=true."""
+    policy = load_model(bundled_model_dir())
+    drafter, _ = load_drafter(narrow_drafter_dir, policy)
+    exported = export_eagle_drafter(narrow_drafter_dir, tmp_path / "sg", "sglang", dtype="float32")
+    assert exported.token_map == tmp_path / "sg" / "hot_token_ids.pt" and exported.draft_vocab_size == 24
+    hot = torch.load(exported.token_map, weights_only=True)  # as SGLang's load_token_map reads it
+    assert torch.equal(hot, drafter.draft_vocab)
+    config = json.loads((tmp_path / "sg" / "config.json").read_text())
+    assert config["fastrl"]["draft_vocab_size"] == 24 and config["fastrl"]["token_map"] == "hot_token_ids.pt"
+    assert "hot_vocab_size" not in config  # SGLang sets it itself from the map it is given
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(4, policy.config.vocab_size, (10,), generator=g)
+    features = torch.randn(10, policy.config.hidden_size, generator=g)
+    positions = torch.arange(1, 11)
+    with torch.no_grad():
+        ours = drafter.draft_logits(policy, drafter(policy, tokens[None], features[None], positions[None]))[0]
+        sglang = SglangEagleDraft(
+            load_file(str(tmp_path / "sg" / "model.safetensors")),
+            config,
+            policy.model.embed_tokens.weight,
+            policy.lm_head.weight[hot],
+        )
+        theirs = sglang.logits(tokens, positions, features)
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
+    assert torch.equal(hot[theirs.argmax(-1)], drafter.draft_vocab[ours.argmax(-1)])
+    with pytest.raises(ValueError, match="export_drafter.full_vocab: .* 24-token draft vocabulary"):
+        export_eagle_drafter(narrow_drafter_dir, tmp_path / "v", "vllm", drop_fc_bias=True)
+    assert not (tmp_path / "v").exists()
+    exported = export_eagle_drafter(narrow_drafter_dir, tmp_path / "v", "vllm", drop_fc_bias=True, full_vocab=True)
+    assert exported.token_map is None and not (tmp_path / "v" / "hot_token_ids.pt").exists()
+    out = tmp_path / "cli"
+    assert main(["export-drafter", str(narrow_drafter_dir), str(out)]) == 0
+    assert f"--speculative-token-map {out / 'hot_token_ids.pt'}" in capsys.readouterr().out
+
+
 def _trained_bandit_state() -> dict:
     """A bandit that saw speculation pay at batch size 1 and plain decoding win at 32."""
     bandit = BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))

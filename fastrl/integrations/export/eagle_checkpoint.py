@@ -11,6 +11,13 @@ The layout matched (third_party/README.md cites the loaders):
   architecture (``LlamaForCausalLM``; vLLM's ``EAGLEConfig`` prefixes ``Eagle``), only Llama has an EAGLE-1
   model there, and its ``fc`` has no bias: a drafter with a non-zero ``fc.bias`` cannot be served exactly.
 
+A drafter with a reduced draft vocabulary (``draft_vocab_size``: its LM head is the policy's rows of those
+tokens) keeps it in SGLang's form: ``--speculative-token-map FILE`` (FR-Spec) takes a file of the "hot" token ids,
+read with ``torch.load(weights_only=True)``, restricts the shared LM head to those rows and maps the draft's index
+``i`` back to token ``ids[i]``, which is fastrl's draft head (``TOKEN_MAP_FILE``, in the drafter's order). vLLM's
+EAGLE(-1) drafter has no such map: it drafts over the whole vocabulary, a function other than fastrl's, so that
+export needs ``full_vocab=True``.
+
 A fused drafter (``extra_layers``, EAGLE-3's input) is refused: see ``FUSED_REFUSAL``.
 """
 
@@ -23,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter
+from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter, read_draft_vocab
 from fastrl.tensor_files import save_tensors
 
 FORMATS = ("sglang", "vllm")
@@ -31,6 +38,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 SGLANG_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle", "qwen2": "Qwen2ForCausalLMEagle"}
 VLLM_ARCHITECTURES = {"llama": "LlamaForCausalLM"}
 OUTPUT_WEIGHTS = "model.safetensors"
+TOKEN_MAP_FILE = "hot_token_ids.pt"  # SGLang's --speculative-token-map: the draft vocabulary's token ids, in order
 # Why a fused drafter has no exact EAGLE-3 export (read from SGLang's python/sglang/srt/models/llama_eagle3.py and
 # vLLM's vllm/model_executor/models/llama_eagle3.py).
 FUSED_REFUSAL = (
@@ -56,6 +64,8 @@ class ExportedDrafter:
     architecture: str
     tensor_names: list[str]
     dtype: str
+    token_map: Path | None = None  # SGLang's --speculative-token-map file, for a drafter with a draft vocabulary
+    draft_vocab_size: int | None = None  # its size; None: the drafter drafts over the whole vocabulary
 
 
 def eagle_tensor_names(state: dict[str, Tensor]) -> dict[str, str]:
@@ -72,12 +82,19 @@ def eagle_tensor_names(state: dict[str, Tensor]) -> dict[str, str]:
 
 
 def export_eagle_drafter(
-    drafter_dir: str | Path, output: str | Path, fmt: str, dtype: str = "bfloat16", drop_fc_bias: bool = False
+    drafter_dir: str | Path,
+    output: str | Path,
+    fmt: str,
+    dtype: str = "bfloat16",
+    drop_fc_bias: bool = False,
+    full_vocab: bool = False,
 ) -> ExportedDrafter:
-    """Write ``drafter_dir`` (a fastrl drafter checkpoint) to ``output`` as an EAGLE checkpoint for ``fmt``.
+    """Write ``drafter_dir`` (a fastrl drafter checkpoint) to ``output`` as an EAGLE checkpoint for ``fmt``, with
+    SGLang's token map (``TOKEN_MAP_FILE``) when the drafter has a draft vocabulary.
 
     ValueError naming the key when the format, dtype or model family is unsupported, or (vLLM) when ``fc.bias``
-    is non-zero and ``drop_fc_bias`` is not set; for a fused drafter, ``FUSED_REFUSAL`` (nothing is written).
+    is non-zero and ``drop_fc_bias`` is not set, or when the drafter has a draft vocabulary and ``full_vocab`` is
+    not set; for a fused drafter, ``FUSED_REFUSAL`` (nothing is written).
     """
     if fmt not in FORMATS:
         raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
@@ -86,6 +103,13 @@ def export_eagle_drafter(
     info, state = read_checked_drafter(drafter_dir)
     if info.extra_layers:
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
+    draft_vocab = read_draft_vocab(drafter_dir, info)
+    if fmt == "vllm" and draft_vocab is not None and not full_vocab:
+        raise ValueError(
+            f"export_drafter.full_vocab: this drafter drafts over a {draft_vocab.numel()}-token draft vocabulary "
+            "and vLLM's EAGLE drafter has no token map (it drafts over the whole vocabulary); set full_vocab=true "
+            "to export it anyway (drafts then differ from fastrl's), or export --format sglang, which keeps the map"
+        )
     layer = info.layer_config.to_hf_dict()
     model_type = str(layer.get("model_type"))
     table = SGLANG_ARCHITECTURES if fmt == "sglang" else VLLM_ARCHITECTURES
@@ -112,10 +136,21 @@ def export_eagle_drafter(
         num_hidden_layers=1,
         torch_dtype=dtype,
         dtype=dtype,
-        fastrl={"policy": info.policy_name, "drafter_version": info.version, "format": fmt},
+        fastrl={
+            "policy": info.policy_name,
+            "drafter_version": info.version,
+            "format": fmt,
+            "draft_vocab_size": None if draft_vocab is None else int(draft_vocab.numel()),
+            "token_map": TOKEN_MAP_FILE if fmt == "sglang" and draft_vocab is not None else None,
+        },
     )
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype)
+    token_map = None
+    if fmt == "sglang" and draft_vocab is not None:
+        token_map = out / TOKEN_MAP_FILE  # a plain int64 tensor: SGLang reads it with weights_only=True
+        torch.save(draft_vocab.to(torch.int64).contiguous(), token_map)
+    size = None if draft_vocab is None else int(draft_vocab.numel())
+    return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype, token_map, size)
 
 
 def is_fastrl_drafter(path: str | Path) -> bool:
