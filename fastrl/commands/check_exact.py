@@ -20,6 +20,7 @@ from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.request import RequestOutput
 from fastrl.exactness.compare import ExactnessReport, compare_runs
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
@@ -63,33 +64,37 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
     report = compare_runs(engine.model, inputs, runs["plain"], runs["speculative"], cfg.logprob_tol)
     refused = ended_alike = 0
     for index, item in enumerate(report.items):
-        line = lines[index // cfg.n]
+        where = f"line {lines[index // cfg.n].line_no}" + (f" sample {index % cfg.n + 1}/{cfg.n}" if cfg.n > 1 else "")
         m = item.mismatch
         plain, spec = runs["plain"][index], runs["speculative"][index]
         same_error = plain.error is not None and plain.error == spec.error
         if same_error and not plain.token_ids and not spec.token_ids:
             refused += 1  # e.g. a prompt past the context: nothing was generated to compare
-            print(f"line {line.line_no}: not checked, both runs refused it: {plain.error}")
+            print(f"{where}: not checked, both runs refused it: {plain.error}")
         elif m is not None:
             print(
-                f"line {line.line_no}: {m.kind} at response position {m.position}: plain {m.plain_token} "
+                f"{where}: {m.kind} at response position {m.position}: plain {m.plain_token} "
                 f"(p={m.plain_prob:.4g}) vs speculative {m.spec_token} (p={m.spec_prob:.4g}), "
                 f"perturbed logit {m.gap:.3g} below the best"
             )
         elif item.is_bug():
-            print(
-                f"line {line.line_no}: bug: equal tokens but finish reasons equal={item.finish_equal}, "
-                f"max |logprob diff| {item.logprob_diff:.3g}"
-            )
+            ended = "" if item.finish_equal else f"; plain ended {_ending(plain)}, speculative ended {_ending(spec)}"
+            print(f"{where}: bug: equal tokens{ended}; max |logprob diff| {item.logprob_diff:.3g}")
         elif same_error:
             ended_alike += 1  # e.g. non-finite logits: the same tokens, then the same error, in both runs
-            print(f"line {line.line_no}: equal, both runs ended it with the same error: {plain.error}")
+            print(f"{where}: equal, both runs ended it with the same error: {plain.error}")
     notes = [f"{refused} of them refused by both runs, not checked"] if refused else []
     notes += [f"{ended_alike} of them ended by the same error in both runs"] if ended_alike else []
     print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}" + "".join(f" ({n})" for n in notes))
     if "report" in targets:
         write_atomic(targets["report"].path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
     return report
+
+
+def _ending(output: RequestOutput) -> str:
+    """How a request ended, for a line of the report: its finish reason, and its error when it has one."""
+    reason = output.finish_reason.value if output.finish_reason is not None else "unfinished"
+    return reason + (f" ({output.error})" if output.error else "")
 
 
 def check_exact_exit_code(report: ExactnessReport) -> int:

@@ -21,8 +21,9 @@ from fastrl.models.decoder import CausalLM
 @dataclass(frozen=True)
 class RequestComparison:
     """One request of the two runs. mismatch: the first differing token (None when the tokens are equal);
-    finish_equal: same finish reason; logprob_diff: max |plain - spec| over the common tokens; logprob_tol: how far
-    they may differ before equal tokens count as a bug (the request's)."""
+    finish_equal: same finish reason and same error (or none in both); logprob_diff: max |plain - spec| over the
+    common tokens (infinite where a run has no log-prob for one of them); logprob_tol: how far they may differ
+    before equal tokens count as a bug (the request's)."""
 
     request_id: str
     mismatch: Mismatch | None
@@ -112,11 +113,19 @@ def compare_runs(
         bound = near_tie_bound(dtype, inp.params.temperature)
         tolerance = logprob_tolerance(dtype, inp.params.temperature) if logprob_tol is None else logprob_tol
         mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)
-        common = len(a.logprobs) if mismatch is None else mismatch.position
-        diff = max(map(_logprob_diff, a.logprobs[:common], b.logprobs[:common]), default=0.0)
-        equal_finish = a.finish_reason == b.finish_reason
+        common = len(a.token_ids) if mismatch is None else mismatch.position
+        diff = _max_logprob_diff(a.logprobs, b.logprobs, common)
+        equal_finish = a.finish_reason == b.finish_reason and a.error == b.error
         report.items.append(RequestComparison(a.request_id, mismatch, equal_finish, diff, tolerance))
     return report
+
+
+def _max_logprob_diff(plain: Sequence[float], spec: Sequence[float], common: int) -> float:
+    """max |plain - spec| over the first ``common`` tokens (the equal ones); a log-prob missing from either run for
+    one of them (a list cut short) is infinitely far."""
+    if len(plain) < common or len(spec) < common:
+        return math.inf
+    return max(map(_logprob_diff, plain[:common], spec[:common]), default=0.0)
 
 
 def _logprob_diff(plain: float, spec: float) -> float:

@@ -135,3 +135,28 @@ def test_a_row_both_runs_end_on_non_finite_logits_is_equal_and_its_report_is_str
     assert [item.logprob_diff for item in report.items] == [0.0, inf, 0.0]
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert data["max_logprob_diff"] is None and data["items"][0]["logprob_diff"] is None and data["bugs"] == 1
+
+
+def test_a_log_prob_list_cut_short_or_an_error_in_one_run_is_a_bug():
+    """Equal tokens are not enough: a run that lost log-probs (a list shorter than its tokens, or empty) or ended a
+    request with an error the other run did not give (with the same finish reason) is a bug, whichever run it is."""
+    policy = tiny_policy(seed=3)
+
+    def output(logprobs: list[float], error: str | None = None) -> RequestOutput:
+        reason = FinishReason.LENGTH
+        return RequestOutput("r", [1, 5], [7, 8, 9], logprobs, reason, error, 0, [1, 1], [], None, None, Timings())
+
+    inputs = [GenerateInput([1, 5], SamplingParams(temperature=1.0, max_new_tokens=3))]
+    full = output([-0.5, -1.0, -0.25])
+    cases = {
+        "identical": (full, output([-0.5, -1.0, -0.25]), False),
+        "spec short": (full, output([-0.5, -1.0]), True),
+        "spec empty": (full, output([]), True),
+        "plain short": (output([-0.5]), full, True),
+        "spec error": (full, output([-0.5, -1.0, -0.25], "request r: something"), True),
+        "plain error": (output([-0.5, -1.0, -0.25], "request r: x"), full, True),
+        "other error": (output([-0.5, -1.0, -0.25], "request r: x"), output([-0.5, -1.0, -0.25], "request r: y"), True),
+    }
+    for name, (plain, spec, bug) in cases.items():
+        (item,) = compare_runs(policy, inputs, [plain], [spec]).items
+        assert item.is_bug() == bug, name
