@@ -124,6 +124,11 @@ class BanditSelector:
         """Every strategy ``choose`` may return."""
         return list(self._strategies)
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether the round times start from a calibration (``set_calibration``, or a state that had one)."""
+        return self._times.calibration() is not None
+
     def set_calibration(self, calibration: CostModel) -> None:
         """Use ``calibration``'s round times (what rounds taught so far keeps correcting them)."""
         self._learn()
@@ -385,13 +390,15 @@ class BanditSelector:
             stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
         self._stretch = stretch
 
-    def warm_start(self, state: dict) -> None:
+    def warm_start(self, state: dict, calibration: bool = True) -> None:
         """Take the calibration, acceptance counts and round times of a saved state, whatever its config (arms
-        outside this selector's are ignored): a new run or RL step starts from what an earlier one learned."""
+        outside this selector's are ignored): a new run or RL step starts from what an earlier one learned.
+        ``calibration=False`` keeps this selector's own calibration (a run that measured its arms at its batch
+        sizes keeps those, and learns only acceptance and round times from the state)."""
         check_state_version(state)
         self._learn()
         self._stretch = None
-        if state.get("calibration"):
+        if calibration and state.get("calibration"):
             points = [(Strategy.parse(s), int(b), float(t)) for s, b, t in state["calibration"]]
             self.set_calibration(CostModel.fit(points))
         self._acceptance.load(state["acceptance"])

@@ -1,15 +1,66 @@
 """A bandit's state in a JSON file that one `fastrl generate` run leaves for the next (``bandit_state=FILE``): the
 calibration, per-depth acceptance and round times it learned, so the next run starts from them instead of exploring
-again (what an RL run's rollout workers carry between rollouts)."""
+again (what an RL run's rollout workers carry between rollouts).
+
+The file also records what it was learned with (``"setting"``: the policy's and drafter's fingerprints and the
+dtype): acceptance belongs to one policy and drafter, so a run with others is refused rather than started from
+another model's numbers. A run keeps its own calibration (measured at its batch sizes and arms) over the file's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+
+import torch
+from torch import nn
 
 from fastrl.adaptive.bandit import BanditSelector, check_state_version
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.commands.output_guard import OutputTarget, write_atomic
+from fastrl.engine.engine import Engine
+
+SETTING_KEY = "setting"
+SETTING_WORDS = {"policy": "policy (model weights or config)", "drafter": "drafter", "dtype": "dtype"}
+
+
+def module_fingerprint(module: nn.Module) -> str:
+    """A short hash of a module's tensor names, shapes and first values (rounded to bfloat16, so that one checkpoint
+    loaded in float32, float64 or bfloat16 gives one fingerprint): tells two checkpoints apart without reading
+    every weight."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        head = tensor.detach().flatten()[:16].to("cpu", torch.bfloat16).to(torch.float32)
+        digest.update(f"{name}:{tuple(tensor.shape)}:".encode() + head.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def learned_setting(engine: Engine) -> dict:
+    """What a bandit's acceptance and round times belong to: policy, drafter (None without one) and dtype."""
+    drafter = engine.drafter
+    return {
+        "policy": module_fingerprint(engine.model),
+        "drafter": None if drafter is None else module_fingerprint(drafter),
+        "dtype": engine.config.dtype,
+    }
+
+
+def check_setting(key: str, path: Path, state: dict, setting: dict) -> None:
+    """ValueError naming ``key`` and what differs when ``state`` was learned with another policy, drafter or dtype
+    (a state written before settings were recorded is taken as it is)."""
+    saved = state.get(SETTING_KEY)
+    if not isinstance(saved, dict):
+        return
+    differ = [k for k in SETTING_WORDS if saved.get(k) != setting.get(k)]
+    if differ:
+        words = [SETTING_WORDS[k] for k in differ]
+        if "dtype" in differ:
+            words[differ.index("dtype")] += f" ({saved.get('dtype')} there, {setting.get('dtype')} here)"
+        raise ValueError(
+            f"{key}={path} was learned with another "
+            + " and another ".join(words)
+            + ": its acceptance and round times do not fit this run; name another file (or remove it)"
+        )
 
 
 def read_state_file(key: str, path: Path) -> dict | None:
@@ -40,6 +91,8 @@ def read_state_file(key: str, path: Path) -> dict | None:
     return state
 
 
-def write_state_file(target: OutputTarget, selector: BanditSelector) -> None:
-    """Save ``selector``'s state to ``target`` through a temporary file renamed into place."""
-    write_atomic(target.path, json.dumps(selector.state_dict(), sort_keys=True) + "\n")
+def write_state_file(target: OutputTarget, selector: BanditSelector, setting: dict) -> None:
+    """Save ``selector``'s state, with the ``setting`` it was learned in, to ``target`` through a temporary file
+    renamed into place."""
+    state = selector.state_dict() | {SETTING_KEY: setting}
+    write_atomic(target.path, json.dumps(state, sort_keys=True) + "\n")

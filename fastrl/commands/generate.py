@@ -19,7 +19,7 @@ import torch
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.commands.bandit_state_file import read_state_file, write_state_file
+from fastrl.commands.bandit_state_file import check_setting, learned_setting, read_state_file, write_state_file
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
@@ -102,8 +102,11 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         earlier = earlier_rounds(targets, bool(stream.done))
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
         engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
+        setting = learned_setting(engine)
         if learned is not None:
-            engine.selector.warm_start(learned)  # what an earlier run learned: calibration, acceptance, round times
+            check_setting("bandit_state", targets["bandit_state"].path, learned, setting)
+            selector = engine.selector  # a bandit (bandit_state needs one): acceptance and round times learned before
+            selector.warm_start(learned, calibration=not selector.calibrated)  # its own calibration stays
         if stream.done:
             print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
         stream.open()
@@ -122,7 +125,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         except KeyboardInterrupt:
             stream.close()
             write_reports(targets, earlier + engine.round_stats[:kept_rounds], cfg.strategy, engine.selector)
-            save_learned(targets, engine.selector)
+            save_learned(targets, engine.selector, setting)
             print(
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
                 "Run the same command again to finish.",
@@ -147,7 +150,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
         write_reports(targets, rounds, cfg.strategy, engine.selector)
-        save_learned(targets, engine.selector)
+        save_learned(targets, engine.selector, setting)
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
@@ -164,10 +167,10 @@ def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
     return read_round_log(targets["stats_output"].path)
 
 
-def save_learned(targets: GuardedOutputs, selector: StrategySelector) -> None:
-    """bandit_state: what the bandit learned, for the next run to start from."""
+def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: dict) -> None:
+    """bandit_state: what the bandit learned (in ``setting``), for the next run to start from."""
     if "bandit_state" in targets and isinstance(selector, BanditSelector):
-        write_state_file(targets["bandit_state"], selector)
+        write_state_file(targets["bandit_state"], selector, setting)
 
 
 def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:

@@ -105,3 +105,39 @@ def test_a_damaged_state_is_one_error_before_any_work(tmp_path, capsys, key, val
     err = capsys.readouterr().err
     assert f"bandit_state={state}: a damaged bandit state" in err and "Traceback" not in err, err
     assert state.read_text() == content
+
+
+def test_a_state_learned_with_another_dtype_or_drafter_is_refused_and_kept(tmp_path, capsys):
+    """Acceptance belongs to one policy and drafter: a state saved by a float32 run is refused by a float64 run,
+    and by a run with another drafter, naming what differs; the file is left as it was."""
+    from tests.helpers import write_last_layer_drafter
+
+    state = tmp_path / "bandit.json"
+    _run(tmp_path, "first", *BANDIT, f"bandit_state={state}")
+    saved = state.read_text()
+    assert json.loads(saved)["setting"]["dtype"] == "float32"
+    capsys.readouterr()
+    prompts = tmp_path / "in.jsonl"
+    args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", *BANDIT, f"bandit_state={state}", "progress=false"]
+    assert main(["generate", *args, "dtype=float64"]) == 2
+    err = capsys.readouterr().err
+    assert f"{state} was learned with another dtype (float32 there, float64 here): its" in err and "Traceback" not in err
+    other = write_last_layer_drafter(tmp_path / "other_drafter")
+    assert main(["generate", *args, f"drafter={other}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{state} was learned with another drafter:" in err
+    assert state.read_text() == saved and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_run_keeps_its_own_calibration_over_the_states(tmp_path):
+    """The state's calibration was measured at its run's batch sizes; a warm run with a larger batch calibrates
+    its own sizes and keeps them (it extrapolated from the state's before)."""
+    state = tmp_path / "bandit.json"
+    calibrated = ["strategy=bandit", "bandit.strategies=[3_1_4,disable]"]
+    _run(tmp_path, "first", *calibrated, f"bandit_state={state}")
+    sizes = {b for _, b, _ in json.loads(state.read_text())["calibration"]}
+    prompts = tmp_path / "in.jsonl"
+    args = [f"prompts={prompts}", f"output={tmp_path / 'wide.jsonl'}", "max_new_tokens=8", "batch_size=4"]
+    assert main(["generate", *args, *calibrated, f"bandit_state={state}", "progress=false"]) == 0
+    wider = {b for _, b, _ in json.loads(state.read_text())["calibration"]}
+    assert sizes == {1} and max(wider) == 4
