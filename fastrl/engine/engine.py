@@ -133,11 +133,17 @@ class Engine:
         return request_id
 
     def _queue(
-        self, prompt: list[int], params: SamplingParams, request_id: str | None, return_hidden_states: bool
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str | None,
+        return_hidden_states: bool,
+        reserved: AbstractSet[str] = frozenset(),
     ) -> str:
-        """Queue a checked request (``check_request``'s prompt and params); returns its id."""
+        """Queue a checked request (``check_request``'s prompt and params); returns its id. An id made here skips
+        the running ones and ``reserved`` (ids that requests queued next will bring)."""
         if request_id is None:
-            while f"req-{self._next_id}" in self._live_ids:  # a caller's own id of that form
+            while f"req-{self._next_id}" in self._live_ids or f"req-{self._next_id}" in reserved:  # a caller's own
                 self._next_id += 1
             request_id = f"req-{self._next_id}"
         self._next_id += 1
@@ -151,9 +157,9 @@ class Engine:
             request.timings.finished = request.timings.arrival
             self._rejected.append(request)
         else:
-            self.scheduler.add(request)
-            if self.history is not None:
+            if self.history is not None:  # first: a refusal there leaves nothing queued
                 self.history.start(request_id, None, request.prompt_ids)
+            self.scheduler.add(request)
         self._live_ids.add(request_id)
         return request_id
 
@@ -175,9 +181,11 @@ class Engine:
             raise ValueError(f"{name}: prompt ids must be one row of integers, got {prompt_ids.ndim} dimensions")
         if isinstance(prompt_ids, (str, bytes, Mapping, AbstractSet, Iterator)) or not hasattr(prompt_ids, "__iter__"):
             raise ValueError(f"{name}: prompt ids must be a sequence of integers, got {type(prompt_ids).__name__}")
+        if isinstance(prompt_ids, torch.Tensor) and not _integer_dtype(prompt_ids):
+            raise ValueError(f"{name}: prompt ids must be integers, got a {prompt_ids.dtype} tensor")
         prompt = []
         for token in prompt_ids:
-            if isinstance(token, bool) or not hasattr(token, "__index__"):
+            if not _is_token(token):
                 raise ValueError(f"{name}: prompt ids must be integers, got {token!r} ({type(token).__name__})")
             prompt.append(operator.index(token))
         return prompt, params or SamplingParams()
@@ -249,8 +257,9 @@ class Engine:
             raise ValueError(f"request ids {repeated} appear more than once in one generate call")
         # every input checked before any is queued: a bad one leaves none behind
         checked = [self.check_request(i.prompt_ids, i.params, i.request_id) for i in inputs]
+        reserved = set(counts)  # the call's own ids: an input without one must not be given one of them
         ids = [
-            self._queue(prompt, params, i.request_id, i.return_hidden_states)
+            self._queue(prompt, params, i.request_id, i.return_hidden_states, reserved)
             for (prompt, params), i in zip(checked, inputs, strict=True)
         ]
         results: dict[str, RequestOutput] = {}
@@ -338,3 +347,15 @@ class Engine:
                 f"request {request.request_id}: non-finite logits at generated token {len(request.logprobs) - 1}"
             )
         request.timings.finished = now()
+
+
+def _integer_dtype(tensor: torch.Tensor) -> bool:
+    """A tensor of integers: not floating point, complex or bool (which ``operator.index`` takes as 1 and 0)."""
+    return not (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool)
+
+
+def _is_token(token: object) -> bool:
+    """One prompt id: an integer of any kind (Python, numpy, a 0-d integer tensor), not a bool."""
+    if isinstance(token, torch.Tensor):
+        return token.dim() == 0 and _integer_dtype(token)
+    return not isinstance(token, bool) and hasattr(token, "__index__")

@@ -58,6 +58,38 @@ def test_a_prompt_that_is_not_one_row_of_ids_is_refused(engine, prompt, said):
     assert not engine.has_unfinished()
 
 
+@pytest.mark.parametrize(
+    "prompt",
+    [torch.tensor([4.0, 5.0]), [torch.tensor(4.0), torch.tensor(5.0)], torch.tensor([True, False]),
+     [torch.tensor(True)], [torch.tensor([4, 5])]],
+)  # fmt: skip
+def test_a_tensor_of_non_integers_is_refused(engine, prompt):
+    """A float tensor was a bare TypeError, a bool tensor was taken as ids 1 and 0."""
+    with pytest.raises(ValueError, match="prompt ids must be integers"):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=2))
+    assert not engine.has_unfinished()
+    ids = engine.generate([GenerateInput(torch.tensor([1, 5], dtype=torch.int32), SamplingParams(max_new_tokens=2))])
+    assert ids[0].prompt_ids == [1, 5]
+
+
+@pytest.mark.parametrize("strategy", ["disable", "suffix_8"])
+def test_an_id_made_for_an_input_skips_the_ids_later_inputs_bring(strategy):
+    """generate([no id, "req-0"]) gave both requests the id req-0: the first output was lost, and with a history
+    strategy the history index refused the second after both were queued, leaving the engine stuck."""
+    from fastrl.adaptive.fixed import FixedSelector
+
+    policy = load_model(bundled_model_dir()).eval()
+    engine = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=64), selector=FixedSelector(strategy))
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    inputs = [GenerateInput([1, 5, 6], params), GenerateInput([1, 9, 9, 9], params, "req-0")]
+    out = engine.generate(inputs)
+    assert out[1].request_id == "req-0" and out[0].request_id != "req-0"
+    assert [o.prompt_ids for o in out] == [[1, 5, 6], [1, 9, 9, 9]]
+    alone = Engine(policy, EngineConfig(max_batch_size=1, max_model_len=64)).generate(inputs[:1])
+    assert out[0].token_ids == alone[0].token_ids
+    assert not engine.has_unfinished() and len(engine.generate([GenerateInput([1, 7], params, "z")])) == 1
+
+
 def test_generate_refuses_while_streamed_requests_run(engine):
     engine.add_request([1, 5, 6], SamplingParams(max_new_tokens=3, temperature=0.0), "streamed")
     with pytest.raises(ValueError, match="requests queued with add_request are still running"):
