@@ -83,6 +83,7 @@ class Engine:
             history = HistoryIndex(HistoryConfig(token_budget=self.config.history_tokens))
         self.history = history
         self.runner = ModelRunner(model, self.config, drafter, self.selector.strategies, history)
+        self._space = frozenset([*self.selector.strategies, DISABLE])  # what a round can run
         self.max_model_len = self.runner.max_model_len
         mc = model.config
         self.scheduler = Scheduler(
@@ -286,6 +287,9 @@ class Engine:
 
     def _decode(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
         strategy = self.selector.choose(len(requests))
+        if strategy not in self._space:
+            space = sorted(str(s) for s in self._space)
+            raise ValueError(f"{type(self.selector).__name__} chose {strategy}, outside its strategies {space}")
         start = time.perf_counter()
         catch_up = 0.0
         if strategy.is_history and self.history is not None:  # the index catches up on what earlier rounds emitted

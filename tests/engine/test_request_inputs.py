@@ -120,3 +120,19 @@ def test_a_generate_cut_short_leaves_the_engine_usable():
     assert engine.has_unfinished()
     out = engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2, temperature=0.0), "after")])
     assert [o.request_id for o in out] == ["after"] and not engine.has_unfinished()
+
+
+def test_a_selector_choosing_outside_its_strategies_is_named():
+    """The engine prepares the rounds of the selector's strategies only; a choice outside them was a KeyError or
+    an AttributeError deep in the runner."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.strategy.strategy import Strategy
+
+    class Stray(FixedSelector):
+        def choose(self, batch_size: int) -> Strategy:
+            return Strategy.parse("5_1_6")
+
+    policy = load_model(bundled_model_dir()).eval()
+    engine = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), selector=Stray("disable"))
+    with pytest.raises(ValueError, match=r"Stray chose 5_1_6, outside its strategies \['disable'\]"):
+        engine.generate([GenerateInput([1, 5, 6], SamplingParams(max_new_tokens=4))])
