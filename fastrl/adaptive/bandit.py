@@ -124,6 +124,10 @@ class BanditSelector:
         """Every strategy ``choose`` may return."""
         return list(self._strategies)
 
+    def reached_depth(self, arm: Strategy, batch_size: int) -> float | None:
+        """The mean depth the stopping chain ``arm`` reached in rounds at about ``batch_size`` (None before any)."""
+        return self._chain_rounds.depth(arm, batch_size)
+
     @property
     def calibrated(self) -> bool:
         """Whether the round times start from a calibration (``set_calibration``, or a state that had one)."""

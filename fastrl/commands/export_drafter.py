@@ -5,7 +5,12 @@ from __future__ import annotations
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
 from fastrl.commands.output_guard import guard_outputs, staged_directory
 from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
-from fastrl.integrations.export.selection_config import disable_reason, read_bandit_state, selection_files
+from fastrl.integrations.export.selection_config import (
+    disable_reason,
+    exported_strategy,
+    read_bandit_state,
+    selection_files,
+)
 
 
 def export_overrides(argv: list[str]) -> list[str]:
@@ -52,4 +57,5 @@ def run_export_drafter(config: ExportDrafterConfig) -> None:
             )
         for w in winners:
             reason = disable_reason(w)
-            print(f"  batch size {w.label:>6}: {w.strategy}" + (f" (plain decoding: {reason})" if reason else ""))
+            shown = f"{w.strategy} (exported as {exported_strategy(w)})" if w.strategy.stop_below else str(w.strategy)
+            print(f"  batch size {w.label:>6}: {shown}" + (f" (plain decoding: {reason})" if reason else ""))

@@ -247,6 +247,33 @@ def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucke
     assert "plain decoding: " in capsys.readouterr().out
 
 
+def test_a_stopping_chain_is_exported_at_the_depth_it_reached_and_says_so(drafter_dir, tmp_path, capsys):
+    """Neither engine stops a chain where the drafter is unsure: a stopping chain 12_1_13@0.3 that won a bucket by
+    drafting ~4 levels is exported as the fixed chain of that depth (it was exported as 12 fixed levels, silently),
+    with a note; a bucket it ran no round of takes the depth of the nearest batch size it ran, and says so."""
+    config = BanditConfig(strategies=["12_1_13@0.3", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0)
+    bandit, chain = BanditSelector(config), Strategy.parse("12_1_13@0.3")
+    for depth in (4, 5, 4, 3, 4, 4):
+        bandit.observe(RoundStats(chain, 1, [depth], [depth - 1], [depth], 0.004))
+        bandit.observe(RoundStats(DISABLE, 1, [0], [0], [1], 0.008))
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(bandit.state_dict()))
+    out = tmp_path / "out"
+    assert main(["export-drafter", str(drafter_dir), str(out), f"bandit_state={state}"]) == 0
+    sglang = json.loads((out / "sglang_adaptive_config.json").read_text())
+    assert (sglang["1"]["speculative_num_steps"], sglang["1"]["speculative_num_draft_tokens"]) == (4, 5)
+    assert "12_1_13@0.3 stops drafting" in sglang["1"]["note"] and "4.00 levels on average" in sglang["1"]["note"]
+    vllm = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert vllm["num_speculative_tokens"] == 4
+    rows = json.loads((out / "bandit_winners.json").read_text())
+    assert rows[0]["strategy"] == "12_1_13@0.3" and rows[0]["exported"] == "4_1_5"
+    assert "batch size      1: 12_1_13@0.3 (exported as 4_1_5)" in capsys.readouterr().out
+    unseen = [r for r in rows if r["strategy"] == "12_1_13@0.3" and r["pulls"] == 0]
+    assert unseen and all(r["exported"] == "4_1_5" for r in unseen)
+    assert all("no round of 12_1_13@0.3 in this bucket" in r["note"] and "at the nearest batch size" in r["note"]
+               for r in unseen)  # fmt: skip
+
+
 @pytest.mark.parametrize("fmt", ["sglang", "vllm"])
 def test_a_fused_drafter_is_refused_with_the_reason(tmp_path, capsys, fmt):
     """EAGLE-3's layout normalises embed and fused state separately and ends with a norm; fastrl's fused drafter

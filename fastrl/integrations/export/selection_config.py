@@ -19,13 +19,15 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 
 @dataclass(frozen=True)
 class BucketWinner:
-    """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold)."""
+    """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold).
+    ``depth``: for a stopping chain, the mean depth its rounds reached at that batch size (None otherwise)."""
 
     min_batch_size: int
     label: str
     strategy: Strategy
     estimate: float | None
     pulls: int
+    depth: float | None = None
 
 
 def bucket_winners(state: dict) -> list[BucketWinner]:
@@ -43,7 +45,9 @@ def bucket_winners(state: dict) -> list[BucketWinner]:
         for arm in bucket.arms:
             if arm.estimate is not None and (best.estimate is None or arm.estimate > best.estimate):
                 best = arm
-        winners.append(BucketWinner(thresholds[bucket.index], bucket.label, best.strategy, best.estimate, best.pulls))
+        low = thresholds[bucket.index]
+        depth = policy.reached_depth(best.strategy, low) if best.strategy.stop_below else None
+        winners.append(BucketWinner(low, bucket.label, best.strategy, best.estimate, best.pulls, depth))
     return winners
 
 
@@ -51,7 +55,7 @@ def vllm_table(winners: list[BucketWinner], draft_model: str) -> dict:
     """vLLM ``speculative_config``: ``num_speculative_tokens`` of the batch-size-1 winner, plus the per-batch-size
     table ``num_speculative_tokens_per_batch_size`` ({min batch size: tokens}, 0 = no speculation). vLLM's EAGLE
     proposer drafts a chain, so a tree winner ``S_K_N`` contributes its depth ``S``."""
-    table = {str(w.min_batch_size): _chain_tokens(w.strategy) for w in winners}
+    table = {str(w.min_batch_size): exported_strategy(w).steps for w in winners}
     return {
         "method": "eagle",
         "model": draft_model,
@@ -64,7 +68,7 @@ def sglang_adaptive(winners: list[BucketWinner]) -> dict:
     """SGLang adaptive-speculation JSON: the flat keys of its EMA tier controller (``candidate_steps`` = every
     winner's depth; fastrl's ``EmaConfig`` reads the same keys) plus one section per bucket, keyed by its lower
     batch size, pinning that bucket's winner (steps, topk, num_draft_tokens)."""
-    steps = sorted({_chain_tokens(w.strategy) for w in winners})
+    steps = sorted({exported_strategy(w).steps for w in winners})
     doc: dict = {
         "candidate_steps": steps,
         "ema_alpha": 0.2,
@@ -74,14 +78,47 @@ def sglang_adaptive(winners: list[BucketWinner]) -> dict:
         "up_hysteresis": 0.0,
     }
     for w in winners:
-        s = eagle_part(w.strategy)
-        doc[str(w.min_batch_size)] = {
-            "speculative_num_steps": s.steps,
-            "speculative_eagle_topk": s.topk,
-            "speculative_num_draft_tokens": s.num_draft_tokens,
-            "disable": s.is_disabled,
-        } | ({"disable_reason": reason} if (reason := disable_reason(w)) else {})
+        s = exported_strategy(w)
+        doc[str(w.min_batch_size)] = (
+            {
+                "speculative_num_steps": s.steps,
+                "speculative_eagle_topk": s.topk,
+                "speculative_num_draft_tokens": s.num_draft_tokens,
+                "disable": s.is_disabled,
+            }
+            | ({"disable_reason": reason} if (reason := disable_reason(w)) else {})
+            | ({"note": note} if (note := stop_note(w)) else {})
+        )
     return doc
+
+
+def exported_strategy(winner: BucketWinner) -> Strategy:
+    """The fixed EAGLE strategy a bucket's winner is exported as (``eagle_part``); a stopping chain, which neither
+    engine has, as the fixed chain of the depth its rounds reached in that bucket (rounded; its full depth when it
+    ran no round there)."""
+    part = eagle_part(winner.strategy)
+    if winner.strategy.stop_below and winner.depth is not None:
+        return part.truncated(min(part.steps, max(1, round(winner.depth))))
+    return part
+
+
+def stop_note(winner: BucketWinner) -> str | None:
+    """What a bucket's export rests on beyond its winner's own rounds there: a stopping chain's depth (neither engine
+    stops a chain), a winner predicted for a bucket the bandit ran no round of. None when neither applies."""
+    notes = []
+    if winner.pulls == 0 and winner.estimate is not None:
+        notes.append(f"the bandit ran no round of {winner.strategy} in this bucket: it won on its prediction")
+    if winner.strategy.stop_below:
+        stop = f"{winner.strategy} stops drafting where the drafter is unsure, which SGLang and vLLM cannot"
+        if winner.depth is None:
+            notes.append(f"{stop}; it ran no round, so its full depth {winner.strategy.steps} is exported")
+        else:
+            where = "here" if winner.pulls else "at the nearest batch size it ran"
+            notes.append(
+                f"{stop}; exported as the fixed chain of the depth its rounds reached {where} "
+                f"({winner.depth:.2f} levels on average)"
+            )
+    return "; ".join(notes) or None
 
 
 def disable_reason(winner: BucketWinner) -> str | None:
@@ -117,7 +154,8 @@ def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, 
     """File name -> text of the three selection configs: vLLM's table, SGLang's adaptive JSON and the winners."""
     rows = [
         {"min_batch_size": w.min_batch_size, "bucket": w.label, "strategy": str(w.strategy), "estimate": w.estimate,
-         "pulls": w.pulls, "disable_reason": disable_reason(w)}
+         "pulls": w.pulls, "exported": str(exported_strategy(w)), "disable_reason": disable_reason(w),
+         "note": stop_note(w)}
         for w in winners
     ]  # fmt: skip
     docs = {
@@ -143,7 +181,3 @@ def eagle_part(strategy: Strategy) -> Strategy:
     """What an EAGLE-only engine can run of `strategy`: a hybrid's EAGLE tree; plain decoding for a history arm
     (SGLang's and vLLM's EAGLE configs have no history drafts)."""
     return Strategy(strategy.steps, strategy.topk, strategy.num_draft_tokens) if strategy.uses_drafter else DISABLE
-
-
-def _chain_tokens(strategy: Strategy) -> int:
-    return eagle_part(strategy).steps
