@@ -132,20 +132,22 @@ class BanditConfig:
         if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
             raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
         prior = self.prior_rows
-        if isinstance(prior, bool) or not isinstance(prior, int | float) or not prior >= 0:
-            raise ValueError(f"BanditConfig.prior_rows must be a number >= 0, got {self.prior_rows!r}")
+        if isinstance(prior, bool) or not isinstance(prior, int | float) or not 0 <= prior < math.inf:
+            raise ValueError(f"BanditConfig.prior_rows must be a finite number >= 0, got {self.prior_rows!r}")
         within = self.explore_within
         if isinstance(within, bool) or not isinstance(within, int | float) or not 0.0 <= within <= 1.0:
             raise ValueError(f"BanditConfig.explore_within must be a number in [0, 1], got {within!r}")
         budget = self.explore_budget
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or not budget >= 0):
-            raise ValueError(f"BanditConfig.explore_budget must be None or a number >= 0, got {budget!r}")
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 <= budget < math.inf
+        ):
+            raise ValueError(f"BanditConfig.explore_budget must be None or a finite number >= 0, got {budget!r}")
         anchor = self.anchor_every
         if isinstance(anchor, bool) or not isinstance(anchor, int) or anchor < 0:
             raise ValueError(f"BanditConfig.anchor_every must be an int >= 0, got {anchor!r}")
         every = self.decide_every_s
-        if isinstance(every, bool) or not isinstance(every, int | float) or not every >= 0:
-            raise ValueError(f"BanditConfig.decide_every_s must be a number >= 0, got {every!r}")
+        if isinstance(every, bool) or not isinstance(every, int | float) or not 0 <= every < math.inf:
+            raise ValueError(f"BanditConfig.decide_every_s must be a finite number >= 0, got {every!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not is_int(self.seed) or not 0 <= self.seed < 2**63:

@@ -78,6 +78,9 @@ def test_nested_configs_own_key_names_become_the_keys_as_typed():
     "command, args, message",
     [
         ("generate", ["bandit.epsilon=-1"], "error: bandit.epsilon must be in [0, 1], got -1.0"),
+        ("generate", ["bandit.prior_rows=inf"], "error: bandit.prior_rows must be a finite number >= 0, got inf"),
+        ("generate", ["bandit.explore_budget=inf"], "error: bandit.explore_budget must be None or a finite number"),
+        ("generate", ["bandit.decide_every_s=inf"], "error: bandit.decide_every_s must be a finite number >= 0"),
         ("check-exact", ["strategy=bandit", "bandit.min_pulls=-1"], "error: bandit.min_pulls must be an integer"),
         ("generate", ["strategy=ema", "ema.candidate_steps=[]"], "error: ema.candidate_steps must be a non-empty"),
         ("train-drafter", ["trainer.lr=-1"], "error: trainer.lr must be a finite number > 0, got -1.0"),
