@@ -23,6 +23,8 @@ def build_selector(
 ) -> StrategySelector:
     """The selector called ``name``; ``bandit`` / ``ema`` configure those selectors (a config, a dict of its keys, or
     for ``ema`` also the path of an SGLang adaptive-config JSON). Any other name must parse as a strategy."""
+    if isinstance(name, str) and name.strip().lower() in ("bandit", "ema") and name not in ("bandit", "ema"):
+        raise ValueError(f"strategy selector {name!r}: selector names are written {name.strip().lower()!r}")
     if name == "bandit":
         config = bandit if isinstance(bandit, BanditConfig) else BanditConfig.from_dict(bandit or {})
         return BanditSelector(config)

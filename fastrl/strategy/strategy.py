@@ -34,6 +34,7 @@ from dataclasses import dataclass
 DISABLE_NAME = "disable"
 HISTORY_PREFIX = "suffix_"
 _STRATEGY_PATTERN = re.compile(r"^(-?[0-9]+)_(-?[0-9]+)_(-?[0-9]+)(?:@([^@]*))?$")
+_STOP_PATTERN = re.compile(r"^[0-9]*\.?[0-9]+(?:e-?[0-9]+)?$")  # a plain decimal (ASCII digits), as 0.3 or 5e-1
 _HISTORY_PATTERN = re.compile(r"^suffix_(-?[0-9]+)$")
 _GRAMMAR = (
     "'steps_topk_tokens' (e.g. '8_4_32'), 'S_1_N@P' (e.g. '8_1_9@0.3'), 'suffix_N', 'S_K_N+suffix_M' or 'disable'"
@@ -161,7 +162,8 @@ class Strategy:
     def parse(cls, text: str) -> Strategy:
         """Parse ``"steps_topk_tokens"``, ``"suffix_N"``, ``"S_K_N+suffix_M"`` or ``"disable"``.
 
-        ``str(Strategy.parse(s))`` gives ``s`` back for canonical strings (no leading zeros or blanks).
+        ``str(Strategy.parse(s))`` gives ``s`` back for canonical strings (no leading zeros or blanks). Letters may
+        be in any case (``DISABLE``, ``SUFFIX_8``); blanks only around the whole string.
         """
         if isinstance(text, int) and not isinstance(text, bool):  # what YAML and Hydra make of an unquoted 8_4_32
             raise ValueError(
@@ -171,10 +173,14 @@ class Strategy:
             )
         if not isinstance(text, str):
             raise ValueError(f"strategy {text!r}: expected a string like '8_4_32', 'suffix_16' or 'disable'")
-        body = text.strip()
-        if body.lower() == DISABLE_NAME:
+        body = text.strip().lower()
+        if any(c.isspace() for c in body):
+            raise ValueError(f"strategy {text!r}: no blanks inside a strategy; a strategy is {_GRAMMAR}")
+        if body == DISABLE_NAME:
             return DISABLE
         eagle, plus, history = body.partition("+")
+        if plus and "@" in eagle and not history.startswith(HISTORY_PREFIX):  # a sign after '@' (12_1_13@+0.3)
+            _check_stop_text(text, eagle.partition("@")[2] + plus + history)
         if plus:
             if eagle.startswith(HISTORY_PREFIX) or "+" in history or not history.startswith(HISTORY_PREFIX):
                 raise ValueError(
@@ -201,14 +207,19 @@ def _parse_eagle(text: str, part: str) -> tuple[int, int, int, float]:
     _check_rules(text, steps, topk, tokens)
     stop = 0.0
     if match.group(4) is not None:
-        try:
-            stop = float(match.group(4))
-        except ValueError:
-            raise ValueError(
-                f"strategy {text!r}: the stop after '@' must be a probability in (0, 1), got {match.group(4)!r}"
-            ) from None
+        _check_stop_text(text, match.group(4))
+        stop = float(match.group(4))
         _check_stop(text, steps, topk, stop)
     return steps, topk, tokens, stop
+
+
+def _check_stop_text(text: str, stop: str) -> None:
+    """Raise ``ValueError`` naming strategy ``text`` unless ``stop`` (what follows '@') is a plain decimal."""
+    if _STOP_PATTERN.match(stop) is None:
+        raise ValueError(
+            f"strategy {text!r}: the stop after '@' must be a probability in (0, 1) written as a decimal (e.g. "
+            f"'0.3'), got {stop!r}"
+        )
 
 
 def _check_stop(name: str, steps: int, topk: int, stop: float) -> None:

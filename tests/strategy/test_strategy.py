@@ -369,3 +369,37 @@ def test_chain_stop_round_trip_property():
         assert strategy.truncated(steps) == Strategy(steps, 1, steps + 1, history or 0)
 
     check()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("12_1_13@+0.3", "the stop after '@' must be a probability in \\(0, 1\\) written as a decimal"),
+        ("12_1_13@0.3_0", "written as a decimal"),
+        ("12_1_13@\u0660.\u0663", "written as a decimal"),  # Arabic-Indic digits, which float() reads
+        ("12_1_13@ 0.3", "no blanks inside a strategy"),
+        ("3_1_4 +suffix_8", "no blanks inside a strategy"),
+        ("3_1_4+ suffix_8", "no blanks inside a strategy"),
+    ],
+)
+def test_what_follows_at_is_a_plain_decimal_and_blanks_stay_outside(text, said):
+    """'@+0.3' was called a malformed hybrid, '@ 0.3' and '@0.3_0' were read by float(); blanks around '+' were
+    refused while blanks after '@' were taken: one rule for each now."""
+    with pytest.raises(ValueError, match=said):
+        Strategy.parse(text)
+
+
+@pytest.mark.parametrize(("text", "canonical"), [("DISABLE", "disable"), ("SUFFIX_8", "suffix_8"),
+                                                 ("3_1_4+Suffix_8", "3_1_4+suffix_8"), ("12_1_13@3E-1", "12_1_13@0.3"),
+                                                 (" 5_1_6 ", "5_1_6")])  # fmt: skip
+def test_letters_in_any_case(text, canonical):
+    assert str(Strategy.parse(text)) == canonical
+
+
+def test_selector_names_in_another_case_are_named():
+    from fastrl.adaptive.factory import build_selector
+
+    for name in ("BANDIT", "Ema"):
+        with pytest.raises(ValueError, match=f"selector names are written '{name.lower()}'"):
+            build_selector(name)
+    assert str(build_selector("DISABLE").strategies[0]) == "disable"
