@@ -42,8 +42,25 @@ def compose_config(name: str, schema: type[T], overrides: list[str], config_dir:
             cfg = compose(config_name=name, overrides=overrides)
         obj: Any = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {_first_line(exc)}") from exc
+        said = _first_line(exc)
+        raise ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {said}{_override_hint(said)}") from exc
     return obj
+
+
+def _override_hint(said: str) -> str:
+    """What to type instead, for the merge errors whose OmegaConf wording names no fix: a list key given one value
+    (``bandit.strategies=3_1_4``), or a key set below a key that holds one value (``strategy.name=bandit`` where
+    ``strategy`` is a string)."""
+    match = re.search(r"Error merging override ([\w.]+)=(\S*)", said)
+    if match is None:
+        return ""
+    key, value = match.groups()
+    if "is not a ListConfig" in said:
+        return f"; {key} takes a list: {key}=[{value}]"
+    if "Cannot convert" in said and "to string" in said and "." in key:
+        parent = key.rsplit(".", 1)[0]
+        return f"; {parent} holds one value, not keys below it: {parent}=VALUE"
+    return ""
 
 
 def in_schema_words(message: str, schema: type) -> str:

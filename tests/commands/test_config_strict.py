@@ -78,6 +78,8 @@ def test_nested_configs_own_key_names_become_the_keys_as_typed():
     "command, args, message",
     [
         ("generate", ["bandit.epsilon=-1"], "error: bandit.epsilon must be in [0, 1], got -1.0"),
+        ("generate", ["bandit.strategies=3_1_4"], "; bandit.strategies takes a list: bandit.strategies=[3_1_4]"),
+        ("generate", ["strategy.name=bandit"], "; strategy holds one value, not keys below it: strategy=VALUE"),
         ("generate", ["bandit.prior_rows=inf"], "error: bandit.prior_rows must be a finite number >= 0, got inf"),
         ("generate", ["bandit.explore_budget=inf"], "error: bandit.explore_budget must be None or a finite number"),
         ("generate", ["bandit.decide_every_s=inf"], "error: bandit.decide_every_s must be a finite number >= 0"),
