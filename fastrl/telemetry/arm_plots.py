@@ -47,7 +47,8 @@ def plot_rounds(
     axes[4].set_xticks([k + 0.4 - width / 2 for k in range(len(bucket_labels))], bucket_labels)
     axes[4].set_xlabel("batch-size bucket")
     axes[4].set_ylabel("pulls")
-    axes[4].legend(fontsize=7, ncols=min(4, len(names)))
+    if names:  # a run without decode rounds (every request ended at its first token) has no arm to name
+        axes[4].legend(fontsize=7, ncols=min(4, len(names)))
     fig.suptitle(title)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -42,17 +42,29 @@ def steps_speed(history: list[StepMetrics], thresholds: Iterable[int]) -> SpeedS
     )
 
 
-def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = None) -> None:
-    """``title``, then tokens/s and accept length, time against plain decoding, and the choices per bucket."""
+def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = None, tokens: str = "tokens") -> None:
+    """``title``, then tokens/s and accept length, time against plain decoding, and the choices per bucket.
+    ``tokens`` names what was counted (generate counts its decode rounds' tokens, not the first one of a request)."""
     out = file if file is not None else sys.stdout
-    print(f"{title}: {story.tokens} tokens in {story.wall_time_s:.1f} s, {story.tokens_per_s:.0f} tok/s", file=out)
-    print(f"  accept length {story.accept_length:.2f} tokens per request per decode round (1.00 = plain)", file=out)
+    print(f"{title}: {story.tokens} {tokens} in {story.wall_time_s:.1f} s, {story.tokens_per_s:.0f} tok/s", file=out)
+    print(
+        f"  accept length {story.accept_length:.2f} (accepted draft tokens + 1 per request per decode round; "
+        "1.00 = plain)",
+        file=out,
+    )
     print(f"  against plain decoding: {story.plain_words()}", file=out)
     print(f"  strategy chosen per batch-size bucket: {story.choice_words()}", file=out)
 
 
 def print_generate_summary(stats: list[RoundStats], selector: StrategySelector, file: TextIO | None = None) -> None:
-    """The end of `fastrl generate`: the speed story of the decode rounds this run made (nothing when it made none,
-    e.g. a finished run run again)."""
-    if stats:
-        print_speed_summary("fastrl generate", rounds_speed(stats, selector_thresholds(selector)), file)
+    """The end of `fastrl generate`: the speed story of the decode rounds this run made (the first token of each
+    request is sampled by its prefill, outside them); one line saying so when it made none."""
+    if not stats:
+        print(
+            "fastrl generate: no decode round ran (every request ended at its first token, sampled at prefill, or "
+            "was refused): no speed to report",
+            file=file if file is not None else sys.stdout,
+        )
+        return
+    story = rounds_speed(stats, selector_thresholds(selector))
+    print_speed_summary("fastrl generate", story, file, tokens="tokens from decode rounds")

@@ -163,3 +163,19 @@ def test_choice_panel_one_row_per_bucket_one_colour_per_strategy():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "5-20"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["disable", "5_1_6"]
     plt.close(fig)
+
+
+def test_generate_says_what_it_counted_and_when_no_decode_round_ran():
+    """generate's summary counts the tokens of decode rounds (each request's first token comes from its prefill)
+    and says so; a run whose requests all ended at their first token says there is no speed to report."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.strategy.strategy import DISABLE
+    from fastrl.telemetry.speed_summary import print_generate_summary
+
+    out = io.StringIO()
+    print_generate_summary([], FixedSelector("disable"), out)
+    assert out.getvalue().startswith("fastrl generate: no decode round ran (every request ended at its first token")
+    out = io.StringIO()
+    print_generate_summary([RoundStats(DISABLE, 2, [0, 0], [0, 0], [1, 1], 0.5)], FixedSelector("disable"), out)
+    assert "fastrl generate: 2 tokens from decode rounds in 0.5 s, 4 tok/s" in out.getvalue()
+    assert "accept length 1.00 (accepted draft tokens + 1 per request per decode round; 1.00 = plain)" in out.getvalue()
