@@ -7,14 +7,16 @@ drafted and accepted, which is what its tokens per round follow). The chance of 
 ``d - 1`` (the depth's hazard) hardly depends on the batch size, and arms drafted by one source share it closely:
 every EAGLE chain ``S_1_S+1`` follows the same greedy chain (the chains with one stop pool their rows outright, down
 to the depth each drafts), and a larger tree only raises it.
-So each arm's hazard at a depth is its own hits over its own trials, shrunk toward the pooled hazard of the arms of
-its source that its tree contains or that contain it (a larger tree an upper bound, a smaller one a lower bound),
-with a weight of at most ``prior_rows`` rows that fades as the arm's own rows accumulate (``prior_rows / (prior_rows
-+ own rows)`` of it): an arm's own rows, once it has some, outweigh its family's. Where neither the arm nor its pool
-has rows at a depth, the hazard is the one at the depth before (``BASE_ROWS`` rows of weight; at depth 1 the
-drafter's own held-out chain hazard when its checkpoint records one, ``set_prior_hazard``, else 1/2): a drafter that
-misses at depth 1 is not assumed to hit half the time at depth 5. An arm is predicted never below an
-arm whose tree it contains.
+So each arm's hazard at a depth is its own hits over its own trials, shrunk with a weight of at most ``prior_rows``
+rows that fades as the arm's own rows accumulate (``prior_rows / (prior_rows + own rows)`` of it) toward what the
+arms of its source that its tree contains or that contain it say: the pooled hazard while the arm has no rows there,
+then its own rate held between the two sides' pooled hazards (the smaller trees' a lower bound, the larger ones' an
+upper bound). A bound pulls only an own rate beyond it: a 32-node tree whose first rows fell short is lifted to
+the 16-node tree it holds, but a chain's low hazards do not drag down a wide tree that accepts deeper. Where neither
+the arm nor its pool has rows at a depth, the hazard is the one at the depth before (``BASE_ROWS`` rows of weight; at
+depth 1 the drafter's own held-out chain hazard when its checkpoint records one, ``set_prior_hazard``, else 1/2): a
+drafter that misses at depth 1 is not assumed to hit half the time at depth 5. An arm is predicted never below an
+arm whose tree it contains, and its optimistic bound lies above that floor by its own standard error.
 
 Evidence is forgotten as newer evidence of the same arm replaces it: a round of ``b`` rows of an arm (or of a
 chain, for the chains) decays its counts by exp(-b / ``memory_rows``), so the estimate follows an acceptance that
@@ -103,6 +105,9 @@ class DepthAcceptance:
         # containment, once: row = the arm estimated, column = an arm whose counts it takes
         self._twins = _relation(self.arms, lambda arm, other: twins(other, arm))  # [A, A] 0/1
         self._pool = _relation(self.arms, _prior_for)  # [A, A] 0/1
+        # the pool's two sides: arms the row's tree holds (a lower bound on its hazards) and the rest (an upper one)
+        self._below = _relation(self.arms, lambda arm, other: _prior_for(arm, other) and contains(arm, other))
+        self._above = _relation(self.arms, lambda arm, other: _prior_for(arm, other) and not contains(arm, other))
         self._held = [[j for j, other in enumerate(self.arms) if contains(arm, other)] for arm in self.arms]
         self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
         self._keep: dict[tuple[int | None, int], np.ndarray] = {}  # [A, 1] decay factors by (arm run, batch size)
@@ -165,6 +170,7 @@ class DepthAcceptance:
         ``BASE_ROWS`` of the depth before's hazard; and the arm's own rows."""
         if self._estimated is None:
             own, pooled = (self._twins @ self.counts).tolist(), (self._pool @ self.counts).tolist()  # A x [2D]
+            below, above = (self._below @ self.counts).tolist(), (self._above @ self.counts).tolist()
             columns, prior_rows = self._columns, self.prior_rows
             estimates, rows = [], []
             for i, arm in enumerate(self.arms):
@@ -178,7 +184,12 @@ class DepthAcceptance:
                     if prior_rows > 0:
                         weight = prior_rows * trials / (trials + prior_rows) * prior_rows / (prior_rows + own_trials)
                     n = own_trials + weight + BASE_ROWS
-                    before = (own_hits + weight * prior + before * BASE_ROWS) / n
+                    target = prior
+                    if own_trials > 0.0:  # the pool bounds the arm's own rate, on each side from its own arms
+                        low = below[i][d] / below[i][columns + d] if below[i][columns + d] > 0.0 else 0.0
+                        high = above[i][d] / above[i][columns + d] if above[i][columns + d] > 0.0 else 1.0
+                        target = min(max(own_hits / own_trials, low), max(high, low))
+                    before = (own_hits + weight * target + before * BASE_ROWS) / n
                     pooled_before = prior
                     out.append((before, n))
                 estimates.append(out)
@@ -187,14 +198,17 @@ class DepthAcceptance:
         return self._estimated
 
     def tokens_per_row(self, arm: Strategy, z: float = 0.0) -> float:
-        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), raised by ``z`` standard
-        errors of that expectation; at least what any arm whose tree it contains is expected to emit (a larger tree
-        keeps the smaller's nodes)."""
+        """Expected tokens a row emits in one round of ``arm`` (1.0 for plain decoding), at least what any arm whose
+        tree it contains is expected to emit (a larger tree keeps the smaller's nodes), raised by ``z`` of the arm's
+        own standard errors. The floor lifts the expectation, not the uncertainty: a larger tree whose few rows fell
+        short is predicted as the smaller one it holds, and its bound stays above that by its own error (were the
+        floor the smaller tree's bound, the larger could never look better than it and would not be tried again)."""
         if arm.is_disabled:
             return 1.0
         if z not in self._tokens:
-            path = self._path_tokens(z)
-            self._tokens[z] = [max(path[j] for j in held) for held in self._held]
+            mean = self._path_tokens(0.0)
+            raised = mean if z == 0.0 else self._path_tokens(z)
+            self._tokens[z] = [max(mean[j] for j in held) + raised[i] - mean[i] for i, held in enumerate(self._held)]
         return self._tokens[z][self._index[arm]]
 
     def _path_tokens(self, z: float) -> list[float]:
