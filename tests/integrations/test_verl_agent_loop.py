@@ -296,6 +296,8 @@ def test_shutdown_ends_the_drafter_hub(stack):
     ray.get_actor(name)
     asyncio.run(replicas[0].shutdown())
     assert ray.get(ray.get_actor(name).report.remote())["members"] == ["fastrl_server_1_0"]
+    time.sleep(3)  # the first server's handles are released by now: the hub must still serve the second
+    assert ray.get(ray.get_actor(name).report.remote())["members"] == ["fastrl_server_1_0"]
     asyncio.run(replicas[1].shutdown())
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -77,6 +77,11 @@ class FastrlReplica(RolloutReplica):
                 raise ValueError(rename_keys(str(err))) from None
             check_context(worker, read_config(worker.model_dir).max_position_embeddings)
         self.server_class = ray.remote(FastrlServer)
+        # the job's drafter hub, held by the replica for the job: the actor is owned by the driver handle that
+        # made it, and handles found by name (the other replicas', the servers') do not keep it alive, so without
+        # this one Ray collected it once the first server was gone (the next server's shutdown found it dead);
+        # the last server to leave the hub ends it (ray.kill)
+        self._hub: ray.actor.ActorHandle | None = None
 
     def rollout_worker_use_gpu(self) -> bool:
         return self.options.device != "cpu"
@@ -98,6 +103,7 @@ class FastrlReplica(RolloutReplica):
         if self.options.cotrain:
             hub = ray.remote(DrafterHub).options(name=hub_name(self.name_suffix), get_if_exists=True, num_cpus=0)
             hub = hub.remote(self.options.drafter_sync_timeout_s)
+        self._hub = hub
         server = self.server_class.options(
             name=server_name(self.replica_rank, self.name_suffix),
             num_cpus=0,
