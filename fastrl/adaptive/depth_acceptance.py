@@ -105,9 +105,8 @@ class DepthAcceptance:
         # containment, once: row = the arm estimated, column = an arm whose counts it takes
         self._twins = _relation(self.arms, lambda arm, other: twins(other, arm))  # [A, A] 0/1
         self._pool = _relation(self.arms, _prior_for)  # [A, A] 0/1
-        # the pool's two sides: arms the row's tree holds (a lower bound on its hazards) and the rest (an upper one)
+        # the pool's lower side: arms the row's tree holds (a lower bound on its hazards); the rest bound it above
         self._below = _relation(self.arms, lambda arm, other: _prior_for(arm, other) and contains(arm, other))
-        self._above = _relation(self.arms, lambda arm, other: _prior_for(arm, other) and not contains(arm, other))
         self._held = [[j for j, other in enumerate(self.arms) if contains(arm, other)] for arm in self.arms]
         self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
         self._keep: dict[tuple[int | None, int], np.ndarray] = {}  # [A, 1] decay factors by (arm run, batch size)
@@ -169,8 +168,9 @@ class DepthAcceptance:
         """Per arm, (hazard, rows it rests on) per depth: own rows, the pool's (at most ``prior_rows``) and
         ``BASE_ROWS`` of the depth before's hazard; and the arm's own rows."""
         if self._estimated is None:
-            own, pooled = (self._twins @ self.counts).tolist(), (self._pool @ self.counts).tolist()  # A x [2D]
-            below, above = (self._below @ self.counts).tolist(), (self._above @ self.counts).tolist()
+            pooled_counts, below_counts = self._pool @ self.counts, self._below @ self.counts  # [A, 2D]
+            own, pooled = (self._twins @ self.counts).tolist(), pooled_counts.tolist()  # A x [2D]
+            below, above = below_counts.tolist(), (pooled_counts - below_counts).tolist()
             columns, prior_rows = self._columns, self.prior_rows
             estimates, rows = [], []
             for i, arm in enumerate(self.arms):

@@ -102,7 +102,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         earlier = earlier_rounds(targets, bool(stream.done))
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
         engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
-        setting = learned_setting(engine)
+        setting = learned_setting(engine) if "bandit_state" in targets else {}  # what a saved state belongs to
         if learned is not None:
             check_setting("bandit_state", targets["bandit_state"].path, learned, setting)
             selector = engine.selector  # a bandit (bandit_state needs one): acceptance and round times learned before

@@ -144,9 +144,10 @@ class Engine:
         """Queue a checked request (``check_request``'s prompt and params); returns its id. An id made here skips
         the running ones and ``reserved`` (ids that requests queued next will bring)."""
         if request_id is None:
-            while f"req-{self._next_id}" in self._live_ids or f"req-{self._next_id}" in reserved:  # a caller's own
-                self._next_id += 1
             request_id = f"req-{self._next_id}"
+            while request_id in self._live_ids or request_id in reserved:  # a caller's own id of that form
+                self._next_id += 1
+                request_id = f"req-{self._next_id}"
         self._next_id += 1
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
         request = Request(request_id, prompt, params, seed, return_hidden_states=return_hidden_states)

@@ -239,10 +239,10 @@ def check_drafter_files(path: str | Path, policy_config: ModelConfig) -> Drafter
 
 def read_checked_drafter(
     path: str | Path, policy_config: ModelConfig | None = None
-) -> tuple[DrafterInfo, dict[str, torch.Tensor]]:
-    """A drafter directory's config and tensors, checked as ``load_drafter`` checks them (the fit to
-    ``policy_config`` only when given: ``export-drafter`` has no policy): ValueError naming the file and what is
-    wrong."""
+) -> tuple[DrafterInfo, dict[str, torch.Tensor], torch.Tensor | None]:
+    """A drafter directory's config, tensors and draft vocabulary (``read_draft_vocab``), checked as
+    ``load_drafter`` checks them (the fit to ``policy_config`` only when given: ``export-drafter`` has no policy):
+    ValueError naming the file and what is wrong."""
     if not Path(path).is_dir():
         raise ValueError(f"drafter directory {path} does not exist")
     info = read_drafter_info(path)
@@ -252,8 +252,7 @@ def read_checked_drafter(
         drafter = info.build()
     tensors = read_drafter_weights(path)
     check_drafter_tensors(path, drafter, tensors)
-    read_draft_vocab(path, info)
-    return info, tensors
+    return info, tensors, read_draft_vocab(path, info)
 
 
 def load_drafter(

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter, read_draft_vocab
+from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter
 from fastrl.tensor_files import save_tensors
 
 FORMATS = ("sglang", "vllm")
@@ -100,13 +100,14 @@ def export_eagle_drafter(
         raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
     if dtype not in DTYPES:
         raise ValueError(f"export_drafter.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    info, state = read_checked_drafter(drafter_dir)
+    info, state, draft_vocab = read_checked_drafter(drafter_dir)
     if info.extra_layers:
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
-    draft_vocab = read_draft_vocab(drafter_dir, info)
+    size = None if draft_vocab is None else int(draft_vocab.numel())
+    map_name = TOKEN_MAP_FILE if fmt == "sglang" and draft_vocab is not None else None  # SGLang keeps the vocabulary
     if fmt == "vllm" and draft_vocab is not None and not full_vocab:
         raise ValueError(
-            f"export_drafter.full_vocab: this drafter drafts over a {draft_vocab.numel()}-token draft vocabulary "
+            f"export_drafter.full_vocab: this drafter drafts over a {size}-token draft vocabulary "
             "and vLLM's EAGLE drafter has no token map (it drafts over the whole vocabulary); set full_vocab=true "
             "to export it anyway (drafts then differ from fastrl's), or export --format sglang, which keeps the map"
         )
@@ -140,16 +141,14 @@ def export_eagle_drafter(
             "policy": info.policy_name,
             "drafter_version": info.version,
             "format": fmt,
-            "draft_vocab_size": None if draft_vocab is None else int(draft_vocab.numel()),
-            "token_map": TOKEN_MAP_FILE if fmt == "sglang" and draft_vocab is not None else None,
+            "draft_vocab_size": size,
+            "token_map": map_name,
         },
     )
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    token_map = None
-    if fmt == "sglang" and draft_vocab is not None:
-        token_map = out / TOKEN_MAP_FILE  # a plain int64 tensor: SGLang reads it with weights_only=True
+    token_map = None if map_name is None else out / map_name
+    if token_map is not None:  # a plain int64 tensor: SGLang reads it with weights_only=True
         torch.save(draft_vocab.to(torch.int64).contiguous(), token_map)
-    size = None if draft_vocab is None else int(draft_vocab.numel())
     return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype, token_map, size)
 
 
