@@ -52,6 +52,10 @@ class GenerateInput:
     return_hidden_states: bool = False
 
 
+# the requests that progressed in a step, by id, each with the tokens it emitted there
+Progressed = dict[str, tuple[Request, list[int]]]
+
+
 class Engine:
     """Generates from a CausalLM with continuous batching and, given a drafter, EAGLE speculation.
 
@@ -102,6 +106,9 @@ class Engine:
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
         self._rejected: list[Request] = []
+        # outputs of a step that raised after requests progressed (a selector's observe, a fault mid-round): the
+        # next step returns them first, so no emitted token and no finished request is lost to the exception
+        self._undelivered: list[RequestOutput] = []
         self._finishing = False  # a running request finished since the last release
         self._live_ids: set[str] = set()
         self._streamed: set[str] = set()  # unfinished requests queued by add_request (generate keeps none of theirs)
@@ -193,7 +200,7 @@ class Engine:
         return prompt, params or SamplingParams()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work or bool(self._rejected)
+        return self.scheduler.has_work or bool(self._rejected) or bool(self._undelivered)
 
     def server_info(self) -> ServerInfo:
         """A live view: active strategy, recent accept length, running and waiting requests."""
@@ -205,31 +212,43 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         """Admit and prefill waiting requests (recomputing preempted ones), then run one decode round over the other
-        running requests, once each has pages for it."""
-        progressed: dict[str, tuple[Request, list[int]]] = {}
+        running requests, once each has pages for it.
+
+        If anything raises after requests progressed (a selector's ``observe``, a fault in a round), the exception
+        propagates and what had progressed is returned by the next step, ahead of that step's own outputs."""
+        outputs, self._undelivered = self._undelivered, []
+        progressed: Progressed = {}
         finished: list[Request] = self._rejected
         self._rejected = []
-        admitted = self.scheduler.admit()
-        fresh = [r for r in admitted if not r.output_ids]
-        resumed = [r for r in admitted if r.output_ids]
-        if resumed:
-            self.runner.resume(resumed)
-        if fresh:
-            self._prefill(fresh, progressed)
-        finished += self._release()
-        running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
-        active = [r for r in running if r.request_id not in progressed] if fresh else list(running)
-        active = self.scheduler.reserve(active)
-        if active:
-            self._decode(active, progressed)
-        finished += self._release()
+        try:
+            admitted = self.scheduler.admit()
+            fresh = [r for r in admitted if not r.output_ids]
+            resumed = [r for r in admitted if r.output_ids]
+            if resumed:
+                self.runner.resume(resumed)
+            if fresh:
+                self._prefill(fresh, progressed)
+            finished += self._release()
+            running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
+            active = [r for r in running if r.request_id not in progressed] if fresh else list(running)
+            active = self.scheduler.reserve(active)
+            if active:
+                self._decode(active, progressed)
+            finished += self._release()
+        except BaseException:
+            finished += self._release()  # requests that finished in the round: their last tokens go with them
+            self._undelivered = outputs + self._outputs(finished, progressed)
+            raise
+        return outputs + self._outputs(finished, progressed)
+
+    def _outputs(self, finished: list[Request], progressed: Progressed) -> list[RequestOutput]:
+        """One step's outputs: the full output of each finished request (forgetting its id), then the new tokens of
+        every other request that progressed (a request preempted after it progressed is waiting again)."""
         for r in finished:
             self._live_ids.discard(r.request_id)
             self._streamed.discard(r.request_id)
         outputs = [r.to_output(progressed[r.request_id][1] if r.request_id in progressed else None) for r in finished]
-        # Deltas of the others that progressed (a request preempted after it progressed is waiting again).
-        outputs += [r.to_output(tokens) for r, tokens in progressed.values() if not r.finished]
-        return outputs
+        return outputs + [r.to_output(tokens) for r, tokens in progressed.values() if not r.finished]
 
     def _release(self) -> list[Request]:
         """Free the slots and pages of finished requests and tell the history index; returns them."""
@@ -276,7 +295,7 @@ class Engine:
         return [results[i] for i in ids]
 
     # ---- internals ------------------------------------------------------------------------------------------
-    def _prefill(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
+    def _prefill(self, requests: list[Request], progressed: Progressed) -> None:
         out = self.runner.prefill(requests)
         self.prefill_rows.add(len(requests), out.prefill_rows)
         first_token = now()
@@ -286,7 +305,7 @@ class Engine:
             request.timings.first_token = first_token
         self._emit_rows(requests, out, progressed)
 
-    def _decode(self, requests: list[Request], progressed: dict[str, tuple[Request, list[int]]]) -> None:
+    def _decode(self, requests: list[Request], progressed: Progressed) -> None:
         strategy = self.selector.choose(len(requests))
         if strategy not in self._space:
             space = sorted(str(s) for s in self._space)
@@ -324,9 +343,7 @@ class Engine:
         """Who estimates a round's plain-decoding time: the meter when there is one, else the selector."""
         return self.plain_meter if self.plain_meter is not None else self.selector
 
-    def _emit_rows(
-        self, requests: list[Request], out: StepOutput, progressed: dict[str, tuple[Request, list[int]]]
-    ) -> list[int]:
+    def _emit_rows(self, requests: list[Request], out: StepOutput, progressed: Progressed) -> list[int]:
         """Append each row's emitted tokens (the runner already cut them where the request finishes, and says
         why in `out.finish`); returns the counts emitted."""
         for request, tokens, logprobs, hidden in zip(requests, out.tokens, out.logprobs, out.hidden, strict=True):

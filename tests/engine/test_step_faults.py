@@ -1,0 +1,81 @@
+"""A step that raises after requests progressed (a selector's observe, a fault late in a round) loses nothing: the
+exception reaches the caller and the next step returns what had progressed, so the streamed tokens and finished
+outputs equal an undisturbed run's, for any strategy and wherever the failures fall."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.checkpoint import load_model
+from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundStats
+
+
+class _FlakySelector(FixedSelector):
+    """A fixed strategy whose observation raises on the listed rounds (0-based)."""
+
+    def __init__(self, strategy: str, failing: set[int]) -> None:
+        super().__init__(strategy)
+        self.failing = failing
+        self.rounds = 0
+
+    def observe(self, stats: RoundStats) -> None:
+        self.rounds += 1
+        if self.rounds - 1 in self.failing:
+            raise RuntimeError(f"observe failed at round {self.rounds - 1}")
+
+
+@pytest.fixture(scope="module")
+def models():
+    policy = load_model(bundled_model_dir()).eval()
+    return policy, load_drafter(bundled_drafter_dir(), policy)[0]
+
+
+def _inputs(rng: random.Random, count: int) -> list[GenerateInput]:
+    return [
+        GenerateInput(
+            [1, *(rng.randrange(3, 40) for _ in range(rng.randint(2, 12)))],
+            SamplingParams(max_new_tokens=rng.randint(1, 30), temperature=rng.choice([0.0, 1.0]), seed=i),
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("strategy", ["disable", "3_1_4", "3_1_4+suffix_8"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_raising_step_loses_no_output(models, strategy, seed):
+    policy, drafter = models
+    rng = random.Random(seed)
+    inputs = _inputs(rng, 7)
+    config = EngineConfig(max_batch_size=3, max_model_len=128)
+    reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
+    failing = set(rng.sample(range(24), 10))  # consecutive failures too, and ones where requests finish
+    engine = Engine(policy, config, drafter, _FlakySelector(strategy, failing))
+    ids = [engine.add_request(i.prompt_ids, i.params) for i in inputs]
+    streamed: dict[str, list[int]] = {i: [] for i in ids}
+    final = {}
+    raised = 0
+    while engine.has_unfinished():
+        try:
+            outputs = engine.step()
+        except RuntimeError as error:
+            assert "observe failed" in str(error)
+            raised += 1
+            continue
+        for out in outputs:
+            streamed[out.request_id] += out.new_token_ids
+            assert out.request_id not in final, f"{out.request_id} reported after it finished"
+            if out.finished:
+                final[out.request_id] = out
+    assert raised == len([r for r in failing if r < engine.selector.rounds]) > 0
+    for rid, ref in zip(ids, reference, strict=True):
+        assert final[rid].token_ids == ref.token_ids == streamed[rid], rid
+        assert final[rid].finish_reason == ref.finish_reason
+        assert final[rid].logprobs == ref.logprobs
