@@ -1,13 +1,14 @@
 """History drafts: suffix matches over a prompt group's prompt, live siblings and earlier responses."""
 
 from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
-from fastrl.speculative.history.index import HistoryConfig, HistoryIndex, prompt_group_key
+from fastrl.speculative.history.index import HistoryConfig, HistoryIndex, HistoryState, prompt_group_key
 from fastrl.speculative.history.tree import history_draft_tree, pad_draft
 
 __all__ = [
     "HistoryConfig",
     "HistoryDraft",
     "HistoryIndex",
+    "HistoryState",
     "history_draft_tree",
     "pad_draft",
     "prompt_group_key",

@@ -70,6 +70,19 @@ class _Group:
     num_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class HistoryState:
+    """What an index keeps across RL steps, to carry it through a checkpoint: per prompt group (least recently used
+    first) its prompt and its kept responses (oldest first). Live sequences are not part of it."""
+
+    groups: list[tuple[list[int], list[list[int]]]]
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt and response tokens held."""
+        return sum(len(prompt) + sum(map(len, responses)) for prompt, responses in self.groups)
+
+
 def prompt_group_key(prompt_ids: Sequence[int]) -> tuple[int, ...]:
     """The default group key: the prompt's token ids as a tuple (exact, no hash collisions)."""
     return tuple(int(t) for t in prompt_ids)
@@ -137,6 +150,37 @@ class HistoryIndex:
         else:
             self._remove_docs(group, [doc])
         self._enforce_budget()
+
+    # ---- checkpoints -------------------------------------------------------------------------------------
+
+    def state(self) -> HistoryState:
+        """The prompts and kept responses of every group, least recently used first (live sequences left out).
+        Groups are rebuilt from their prompts by ``load_state``: every group must have the default key."""
+        groups = []
+        for key, group in self._groups.items():
+            prompt = group.docs[group.prompt_doc]
+            if key != prompt_group_key(prompt):
+                raise ValueError(f"history index: group {key!r} is not keyed by its prompt; its state cannot be saved")
+            tail = len(prompt[-self.config.max_match :])
+            responses = [group.docs[doc][tail:] for doc in group.finished]
+            if responses:
+                groups.append((list(prompt), responses))
+        return HistoryState(groups)
+
+    def load_state(self, state: HistoryState) -> None:
+        """Replace what the index holds by ``state`` (from ``state()``, maybe of an index of other sizes: the token
+        budget applies as the groups are replayed, oldest first). The n-grams are built afresh, text by text, when a
+        group is next drafted, as after an eviction. ValueError while sequences are live."""
+        if self._seqs:
+            raise ValueError(f"history index: cannot load a state while {len(self._seqs)} sequences are live")
+        self._groups.clear()
+        self.num_tokens = 0
+        for prompt, responses in state.groups:
+            for response in responses:
+                seq_id = ("load_state", self._next_doc)  # not a caller's id: none is live
+                self.start(seq_id, None, prompt)
+                self.extend(seq_id, response)
+                self.finish(seq_id, keep=True)
 
     # ---- drafting ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,79 @@
+"""A history index's state (`HistoryIndex.state` / `load_state`): what carries its kept responses through a
+checkpoint. Round trips are exact; a restored index drafts as the original does when the responses arrived one at a
+time (interleaved siblings are indexed text by text after a load, as after an eviction); budgets apply on load."""
+
+import random
+
+import pytest
+
+from fastrl.speculative.history import HistoryConfig, HistoryIndex, HistoryState
+from tests.speculative.test_history import _occurs, _paths
+
+
+def _fill(index: HistoryIndex, rng: random.Random, groups: int, interleave: bool) -> None:
+    """Random groups of kept (and some discarded) responses, siblings emitted in interleaved pieces or one by one."""
+    for g in range(groups):
+        prompt = [rng.randrange(1, 9) for _ in range(rng.randint(1, 20))]
+        seqs = [f"g{g}-s{i}" for i in range(rng.randint(1, 4))]
+        texts = {s: [rng.randrange(1, 9) for _ in range(rng.randint(0, 30))] for s in seqs}
+        for s in seqs:
+            index.start(s, None, prompt)
+        if interleave:
+            while any(texts.values()):
+                for s in seqs:
+                    piece, texts[s] = texts[s][:3], texts[s][3:]
+                    index.extend(s, piece)
+        else:
+            for s in seqs:
+                index.extend(s, texts[s])
+        for s in seqs:
+            index.finish(s, keep=rng.random() < 0.8)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_state_round_trips_and_restored_indexes_draft_from_the_same_texts(seed):
+    rng = random.Random(seed)
+    config = HistoryConfig(token_budget=rng.choice([60, 400, 100_000]), max_key=3, max_match=rng.choice([3, 8]))
+    original = HistoryIndex(config)
+    _fill(original, rng, rng.randint(1, 8), interleave=seed % 2 == 1)
+    state = original.state()
+    assert state.num_tokens <= original.num_tokens  # groups without a kept response are left out
+    restored = HistoryIndex(config)
+    restored.load_state(state)
+    assert restored.state() == state
+    for i, (prompt, responses) in enumerate(state.groups):  # a new sequence of each group drafts from its texts
+        for index in (original, restored):
+            index.start(f"new{i}", None, prompt)
+        a, b = original.draft(f"new{i}", 12, 4), restored.draft(f"new{i}", 12, 4)
+        # the same texts give a draft exactly when the original finds one (which occurrences rank first may
+        # differ: the original indexed siblings in the order they emitted, a load indexes text by text)
+        assert (a.num_nodes > 1) == (b.num_nodes > 1)
+        texts = [prompt + response for response in responses]
+        for path in _paths(b):
+            assert _occurs(path, texts), f"restored draft path {path} is in none of the group's texts"
+
+
+def test_load_applies_the_budget_oldest_first_and_refuses_live_sequences():
+    big = HistoryIndex(HistoryConfig(token_budget=100_000))
+    _fill(big, random.Random(3), 6, interleave=False)
+    state = big.state()
+    small = HistoryIndex(HistoryConfig(token_budget=state.num_tokens // 2))
+    small.load_state(state)
+    kept = small.state()
+    assert kept.num_tokens <= state.num_tokens // 2 or len(kept.groups) == 1
+    assert kept.groups[-1][0] == state.groups[-1][0]  # the most recently used group survives
+    small.start("live", None, [1, 2, 3])
+    with pytest.raises(ValueError, match="1 sequences are live"):
+        small.load_state(state)
+    empty = HistoryIndex()
+    empty.load_state(HistoryState([]))
+    assert empty.num_tokens == 0 and empty.num_groups == 0
+
+
+def test_a_group_with_its_own_key_is_refused():
+    index = HistoryIndex()
+    index.start("a", "my-key", [1, 2, 3])
+    index.extend("a", [4, 5])
+    index.finish("a", keep=True)
+    with pytest.raises(ValueError, match="'my-key' is not keyed by its prompt"):
+        index.state()
