@@ -14,6 +14,8 @@ Layout of a checkpoint directory:
     cotrain/                  each rollout worker's co-training state, worker_<i>.safetensors (feature buffer,
                               drafter optimiser) + worker_<i>.json (buffer layout, step counters); absent without
                               co-training
+    history/                  each rollout worker's history index (prompts and kept responses), worker_<i>.safetensors
+                              (fastrl.rl.history_checkpoint); absent when no strategy drafts from history
 
 Saving writes to a sibling temporary directory and renames it into place, so a crash never leaves a
 half-written checkpoint under the final name.
@@ -33,6 +35,7 @@ from fastrl.json_values import read_json
 from fastrl.models.checkpoint import load_model, read_safetensors, save_model
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.cotrain_checkpoint import read_cotrain_states, save_cotrain_states
+from fastrl.rl.history_checkpoint import read_history_states, save_history_states
 from fastrl.rl.optimizer_state import META_FILE as OPTIMIZER_META
 from fastrl.rl.optimizer_state import TENSORS_FILE as OPTIMIZER_TENSORS
 from fastrl.rl.optimizer_state import load_optimizer, save_optimizer
@@ -58,6 +61,7 @@ REFERENCE_DIR = "reference"
 DRAFTER_DIR = "drafter"
 ROLLOUT_SELECTOR_FILE = "rollout_selector.json"
 COTRAIN_DIR = "cotrain"
+HISTORY_DIR = "history"
 
 
 @dataclass
@@ -112,6 +116,7 @@ def save_training_checkpoint(
     _save_drafter(backend, policy, tmp / DRAFTER_DIR)
     (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
     save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
+    save_history_states(backend.history_state(), tmp / HISTORY_DIR)
     # last: a checkpoint is one only once its state file is there (a run killed while writing leaves none)
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if final.exists():
@@ -127,14 +132,16 @@ def load_training_checkpoint(
     backend: RolloutBackend,
     reference: CausalLM | None = None,
 ) -> TrainerState:
-    """Restore a checkpoint in place: policy (and reference) weights, optimizer, the backend's drafter and
-    strategy-selector state, the global RNG states. The caller pushes the policy weights to the backend. Every file
-    is checked before anything is restored: a missing, truncated or malformed one is a ValueError naming it."""
+    """Restore a checkpoint in place: policy (and reference) weights, optimizer, the backend's drafter,
+    strategy-selector and co-training state, its workers' history indexes, the global RNG states. The caller pushes
+    the policy weights to the backend. Every file is checked before anything is restored: a missing, truncated or
+    malformed one is a ValueError naming it."""
     directory = Path(path)
     meta = read_trainer_state(directory)
     rollout_selector, rng_tensors = _read_small_files(directory)
     drafter = _read_drafter(directory, meta, backend)
     cotrain = read_cotrain_states(directory / COTRAIN_DIR)
+    history = read_history_states(directory / HISTORY_DIR)
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
         if not (directory / REFERENCE_DIR).is_dir():
@@ -148,6 +155,8 @@ def load_training_checkpoint(
     backend.load_selector_state(rollout_selector)
     if cotrain:
         backend.load_cotrain_state(cotrain)
+    if history:
+        backend.load_history_state(history)
     tensors = rng_tensors
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()

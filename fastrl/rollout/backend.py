@@ -8,6 +8,7 @@ import torch
 
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest
 from fastrl.rollout.worker_cotrain import CotrainState
+from fastrl.speculative.history import HistoryState
 
 
 class RolloutBackend(Protocol):
@@ -47,6 +48,14 @@ class RolloutBackend(Protocol):
 
     def load_selector_state(self, state: dict) -> None:
         """Restore what `selector_state` returned."""
+        ...
+
+    def history_state(self) -> list[HistoryState | None]:
+        """Each worker's history index (prompts and kept responses), in slot order; None for a worker without one."""
+        ...
+
+    def load_history_state(self, states: list[HistoryState]) -> None:
+        """Restore what `history_state` returned: worker slot i takes ``states[i]`` when there is one."""
         ...
 
     def cotrain_state(self) -> list[CotrainState]:

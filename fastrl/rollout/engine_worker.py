@@ -26,6 +26,7 @@ from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTra
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.speculative.history import HistoryState
 from fastrl.strategy.round_stats import RoundStats, RoundTotals
 
 
@@ -221,6 +222,19 @@ class EngineWorker:
     def load_selector_state(self, state: dict) -> None:
         with self._lock:
             self.engine.selector.load_state_dict(state)
+
+    def history_state(self) -> HistoryState | None:
+        """The history index's prompts and kept responses, for a checkpoint (None when no strategy drafts from
+        history). Responses of a rollout still running are in it once they finished: they change drafts, never
+        outputs."""
+        with self._lock:
+            return None if self.engine.history is None else self.engine.history.state()
+
+    def load_history_state(self, state: HistoryState) -> None:
+        """Restore ``history_state()`` before the first rollout; a worker without a history index leaves it unused."""
+        with self._lock:
+            if self.engine.history is not None:
+                self.engine.history.load_state(state)
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:

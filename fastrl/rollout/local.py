@@ -13,6 +13,7 @@ from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, WorkerTiming
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState
+from fastrl.speculative.history import HistoryState
 
 WORKER_ID = "local-0"
 
@@ -93,6 +94,15 @@ class LocalRollout:
         if not isinstance(states, list) or not states:
             raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
         self.worker.load_selector_state(states[0])
+
+    def history_state(self) -> list[HistoryState | None]:
+        """``[state]`` of the one worker, the same layout as the Ray backend's."""
+        return [self.worker.history_state()]
+
+    def load_history_state(self, states: list[HistoryState]) -> None:
+        """Restore slot 0's state (the other slots of a Ray run's checkpoint have no worker here)."""
+        if states:
+            self.worker.load_history_state(states[0])
 
     def cotrain_state(self) -> list[CotrainState]:
         """``[state]`` of the one worker ([] without co-training), the same layout as the Ray backend's."""

@@ -24,6 +24,7 @@ from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequ
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_loss import log_loss, loss_record
 from fastrl.rollout.worker_stats import WorkerStats
+from fastrl.speculative.history import HistoryState
 
 LOG = logging.getLogger("fastrl.rollout")
 
@@ -143,6 +144,17 @@ class RayRolloutManager:
         refs = [(w, w.actor.load_selector_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
         self._gather(refs)
         self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
+
+    def history_state(self) -> list[HistoryState | None]:
+        """Each worker's history index (prompts and kept responses), in slot order; None without one."""
+        self._check_workers()
+        return self._call_all("history_state")
+
+    def load_history_state(self, states: list[HistoryState]) -> None:
+        """Worker slot i restores ``states[i]`` (the prompt affinity sends a repeated prompt back to its slot); slots
+        beyond the checkpoint's start with an empty index."""
+        self._await_ready()
+        self._gather([(w, w.actor.load_history_state.remote(st)) for w, st in zip(self._alive(), states, strict=False)])
 
     def cotrain_state(self) -> list[CotrainState]:
         """Each worker's co-training state (buffer, optimiser, step counters), in slot order ([] when off)."""

@@ -25,6 +25,7 @@ from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState, RoundReport
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
 from fastrl.sampling.params import SamplingParams
+from fastrl.speculative.history import HistoryState
 
 CONTROL = "control"
 TRAIN = "train"
@@ -200,6 +201,14 @@ class RolloutWorkerActor:
     @ray.method(concurrency_group=CONTROL)
     def heldout_top1(self) -> tuple[int, float]:
         return self._worker.heldout_top1()
+
+    @ray.method(concurrency_group=CONTROL)
+    def history_state(self) -> HistoryState | None:
+        return self._worker.history_state()
+
+    @ray.method(concurrency_group=CONTROL)
+    def load_history_state(self, state: HistoryState) -> None:
+        self._worker.load_history_state(state)
 
     @ray.method(concurrency_group=CONTROL)
     def cotrain_state(self) -> CotrainState | None:

@@ -136,3 +136,19 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
     assert {s.drafter_version for s in stats} == {manager.drafter_version}
     after = manager.generate(mixed_requests(6, prefix="after"))
     assert len(after.results) == 6 and after.retried_requests == 0
+
+
+def test_history_indexes_are_saved_and_restored_per_worker_slot(checkpoint, ray_cluster):
+    config = RolloutManagerConfig(worker=worker_config(checkpoint, strategy="3_2_4+suffix_8"), num_workers=2)
+    mgr = RayRolloutManager(config)
+    try:
+        mgr.generate(mixed_requests(12, prefix="h"))
+        states = mgr.history_state()
+        assert len(states) == 2 and all(s is not None and s.num_tokens > 0 for s in states)
+        assert states[0] != states[1]  # each worker served its own prompt groups
+        mgr.load_history_state(states[::-1])
+        assert mgr.history_state() == states[::-1]
+        later = mixed_requests(6, prefix="h-after")
+        assert_same_tokens(mgr.generate(later).results, reference(checkpoint.policy, later))
+    finally:
+        mgr.shutdown()

@@ -1,0 +1,81 @@
+"""The rollout workers' history indexes in a training checkpoint: one safetensors file per worker slot.
+
+``worker_<i>.safetensors`` holds two int64 tensors: ``tokens``, every prompt and kept response of the index one after
+another, and ``layout``, for each prompt group in turn (least recently used first) its prompt length, its number of
+kept responses and their lengths. A run resumed from it drafts from the responses of the steps before it (the rollout
+manager's prompt affinity, saved with the selector state, sends a repeated prompt back to the same slot).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from fastrl.models.checkpoint import read_safetensors
+from fastrl.speculative.history import HistoryState
+from fastrl.tensor_files import save_tensors
+
+
+def save_history_states(states: list[HistoryState | None], directory: Path) -> None:
+    """``worker_<i>.safetensors`` for each worker slot i (nothing when no worker keeps a history index)."""
+    if all(state is None for state in states):
+        return
+    directory.mkdir(parents=True)
+    for i, state in enumerate(states):
+        tokens: list[int] = []
+        layout: list[int] = []
+        for prompt, responses in (state or HistoryState([])).groups:
+            layout += [len(prompt), len(responses), *map(len, responses)]
+            tokens += prompt
+            for response in responses:
+                tokens += response
+        tensors = {"tokens": torch.tensor(tokens, dtype=torch.int64), "layout": torch.tensor(layout, dtype=torch.int64)}
+        save_tensors(tensors, directory / f"worker_{i}.safetensors")
+
+
+def read_history_states(directory: Path) -> list[HistoryState]:
+    """What ``save_history_states`` wrote, in slot order ([] when ``directory`` does not exist); ValueError naming
+    the file when one is missing, unreadable or inconsistent."""
+    if not directory.is_dir():
+        return []
+    count = len(list(directory.glob("worker_*.safetensors")))
+    states = []
+    for i in range(count):
+        file = directory / f"worker_{i}.safetensors"
+        if not file.is_file():
+            raise ValueError(f"{directory}: worker_{i}.safetensors is missing ({count} worker files)")
+        tensors = read_safetensors(file, ["tokens", "layout"])
+        states.append(_state(tensors["tokens"], tensors["layout"], file))
+    return states
+
+
+def _state(tokens: torch.Tensor, layout: torch.Tensor, file: Path) -> HistoryState:
+    """The groups that ``layout`` cuts ``tokens`` into; ValueError naming ``file`` where they disagree."""
+    for name, tensor in (("tokens", tokens), ("layout", layout)):
+        if tensor.dtype != torch.int64 or tensor.dim() != 1:
+            raise ValueError(f"{file}: {name} must be a 1-D int64 tensor, got {tensor.dtype} {tuple(tensor.shape)}")
+    if bool((tokens < 0).any()) or bool((layout < 0).any()):
+        raise ValueError(f"{file}: token ids and lengths must be >= 0")
+    flat, sizes = tokens.tolist(), layout.tolist()
+    groups: list[tuple[list[int], list[list[int]]]] = []
+    at = read = 0
+    while read < len(sizes):
+        if read + 2 > len(sizes) or read + 2 + sizes[read + 1] > len(sizes):
+            raise ValueError(f"{file}: layout is cut short (the group at entry {read} runs past its end)")
+        if sizes[read] < 1:
+            raise ValueError(f"{file}: the group at layout entry {read} has an empty prompt")
+        prompt_len, count = sizes[read], sizes[read + 1]
+        lengths = sizes[read + 2 : read + 2 + count]
+        read += 2 + count
+        if at + prompt_len + sum(lengths) > len(flat):
+            raise ValueError(f"{file}: layout names more tokens than the {len(flat)} stored")
+        prompt, at = flat[at : at + prompt_len], at + prompt_len
+        responses = []
+        for length in lengths:
+            responses.append(flat[at : at + length])
+            at += length
+        groups.append((prompt, responses))
+    if at != len(flat):
+        raise ValueError(f"{file}: layout covers {at} of the {len(flat)} tokens stored")
+    return HistoryState(groups)

@@ -1,0 +1,111 @@
+"""The rollout workers' history indexes in a training checkpoint (`fastrl.rl.history_checkpoint`): a resumed run
+drafts from the responses of the steps before it; the files round-trip any state; a damaged file is one error naming
+it, raised before anything is restored."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastrl.rl.history_checkpoint import read_history_states, save_history_states
+from fastrl.rl.trainer import GRPOTrainer
+from fastrl.rl.trainer_config import GRPOConfig
+from fastrl.speculative.history import HistoryState
+from fastrl.tensor_files import save_tensors
+from tests.rl.grpo_setup import DigitTask, char_tokenizer, local_backend, tiny_policy
+
+
+def _trainer(directory: Path, steps: int, seed: int = 0) -> GRPOTrainer:
+    config = GRPOConfig(
+        steps=steps,
+        prompts_per_step=2,
+        samples_per_prompt=3,
+        max_new_tokens=8,
+        checkpoint_every=2,
+        checkpoint_dir=str(directory),
+        progress=False,
+    )
+    backend = local_backend(directory.with_suffix(".served"), tiny_policy(seed=seed), "3_1_4+suffix_8", seed=seed)
+    return GRPOTrainer(tiny_policy(seed=seed), char_tokenizer(), DigitTask(), backend, config)
+
+
+def test_resume_restores_the_history_the_run_had(tmp_path):
+    run = _trainer(tmp_path / "run", steps=2)
+    run.train()
+    held = run.backend.history_state()
+    saved = read_history_states(tmp_path / "run" / "step_000002" / "history")
+    assert saved == held and held[0].num_tokens > 0 and len(held[0].groups) == 4  # two steps of two prompts
+    resumed = _trainer(tmp_path / "resumed", steps=3, seed=7)
+    resumed.resume(tmp_path / "run" / "step_000002")
+    assert resumed.backend.history_state() == held
+    resumed.train()
+    assert len(resumed.backend.history_state()[0].groups) == 6  # and it goes on growing from there
+
+
+def _random_state(rng: random.Random) -> HistoryState:
+    return HistoryState(
+        [
+            (
+                [rng.randrange(50_000) for _ in range(rng.randint(1, 9))],
+                [[rng.randrange(50_000) for _ in range(rng.randint(0, 9))] for _ in range(rng.randint(0, 4))],
+            )
+            for _ in range(rng.randint(0, 5))
+        ]
+    )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_files_round_trip_any_state(tmp_path, seed):
+    rng = random.Random(seed)
+    states = [_random_state(rng) for _ in range(rng.randint(1, 3))]
+    save_history_states(states, tmp_path / "history")
+    assert read_history_states(tmp_path / "history") == states
+
+
+def test_no_history_writes_nothing_and_reads_as_none(tmp_path):
+    save_history_states([None, None], tmp_path / "history")
+    assert not (tmp_path / "history").exists()
+    assert read_history_states(tmp_path / "history") == []
+
+
+def _write(directory: Path, tokens: list[int], layout: list[int], dtype=torch.int64) -> None:
+    directory.mkdir(exist_ok=True)
+    tensors = {"tokens": torch.tensor(tokens, dtype=dtype), "layout": torch.tensor(layout, dtype=torch.int64)}
+    save_tensors(tensors, directory / "worker_0.safetensors")
+
+
+@pytest.mark.parametrize(
+    "tokens, layout, dtype, message",
+    [
+        ([1, 2, 3], [2, 1, 5], torch.int64, "layout names more tokens than the 3 stored"),
+        ([1, 2, 3], [1, 1, 1], torch.int64, "layout covers 2 of the 3 tokens stored"),
+        ([1, 2, 3], [3, 2, 0], torch.int64, r"layout is cut short \(the group at entry 0 runs past its end\)"),
+        ([1, 2, 3], [0, 0], torch.int64, "the group at layout entry 0 has an empty prompt"),
+        ([1, -2, 3], [3, 0], torch.int64, "token ids and lengths must be >= 0"),
+        ([1, 2, 3], [3, 0], torch.float32, "tokens must be a 1-D int64 tensor"),
+    ],
+)
+def test_an_inconsistent_file_is_named(tmp_path, tokens, layout, dtype, message):
+    _write(tmp_path / "history", tokens, layout, dtype)
+    with pytest.raises(ValueError, match=f"worker_0.safetensors: {message}"):
+        read_history_states(tmp_path / "history")
+
+
+def test_a_damaged_checkpoint_restores_nothing(tmp_path):
+    run = _trainer(tmp_path / "run", steps=2)
+    run.train()
+    file = tmp_path / "run" / "step_000002" / "history" / "worker_0.safetensors"
+    file.write_bytes(file.read_bytes()[:40])
+    other = _trainer(tmp_path / "other", steps=3, seed=7)
+    before = {k: v.clone() for k, v in other.policy.state_dict().items()}
+    with pytest.raises(ValueError, match="worker_0.safetensors is not a readable safetensors file"):
+        other.resume(tmp_path / "run" / "step_000002")
+    assert other.step == 0 and other.backend.history_state()[0] == HistoryState([])
+    assert all(torch.equal(v, other.policy.state_dict()[k]) for k, v in before.items())
+    missing = tmp_path / "run" / "step_000002" / "history" / "worker_1.safetensors"
+    file.rename(missing)
+    with pytest.raises(ValueError, match="worker_0.safetensors is missing"):
+        other.resume(tmp_path / "run" / "step_000002")
