@@ -34,6 +34,7 @@ class DrafterFeed:
         self._pending = [0] * num_slots  # valid entries of each slot
         self._behind = [False] * num_slots  # a round without the drafter appended since the slot's last take
         self._steps: dict[int, Tensor] = {}  # arange(k) per write width k
+        self._taken: list[tuple[int, int, bool]] = []  # (slot, pending, behind) before the last take
         self._flatten()
 
     def clear(self, slot_ids: list[int]) -> None:
@@ -81,6 +82,7 @@ class DrafterFeed:
 
     def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
         """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,F], [B]"""
+        self._taken = []
         pending = [self._pending[s] for s in slot_ids]
         width = max(pending)
         if min(pending) < 1:
@@ -91,8 +93,16 @@ class DrafterFeed:
             self.features[:, :width].index_select(0, slots),
         )
         taken = DrafterInput(tokens, features, self._on_device(pending))
+        self._taken = [(s, n, self._behind[s]) for s, n in zip(slot_ids, pending, strict=True)]
         self.clear(slot_ids)
         return taken
+
+    def restore_take(self) -> None:
+        """Undo the last ``take``: its round failed before it emitted anything, so the entries (still in place: a
+        take copies them) are pending again for the next round to read."""
+        for slot, pending, behind in self._taken:
+            self._pending[slot], self._behind[slot] = pending, behind
+        self._taken = []
 
     def _on_device(self, values: list[int]) -> Tensor:
         """A long tensor of host ints on the feed's device.  # -> [len(values)]"""

@@ -37,7 +37,7 @@ from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.speculative.history.tree import history_draft_tree
 from fastrl.speculative.inputs import DecodeInputs
-from fastrl.speculative.round import InPlaceReads, SpecModels, speculative_round, timed_catch_up
+from fastrl.speculative.round import InPlaceReads, SpecModels, SpecRoundResult, speculative_round, timed_catch_up
 from fastrl.speculative.runtime import build_runtimes
 from fastrl.strategy.strategy import Strategy
 
@@ -262,26 +262,7 @@ class ModelRunner:
             accepted = torch.zeros_like(result.tokens)
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
-            start = time.perf_counter()
-            pending, behind = None, False
-            if strategy.uses_drafter:
-                behind = self.feed.behind(slot_ids)  # rounds without the drafter left it their tokens: time that
-                pending = self.feed.take(inputs.slots, slot_ids)
-            history = self._history_tree(requests, strategy) if strategy.is_history else None
-            prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
-            if self.graphs is not None and _graphed(strategy):
-                if self.drafter.draft_vocab is not None:
-                    self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                pending, catch_up_s = self._catch_up_past_graph(inputs, pending, strategy, behind)
-                spec = self.graphs.run_speculative(inputs, pending, strategy)
-                spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
-            else:
-                runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
-                if first is not None:
-                    lengths = [r.num_tokens - 1 for r in requests]
-                    reads = InPlaceReads.decide(first, lengths, runtime, self.lookahead)
-                spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads, behind)
-                spec.draft_time_s += prep_s
+            spec = self._speculate(requests, inputs, strategy)
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s = spec.catch_up_time_s
@@ -309,6 +290,37 @@ class ModelRunner:
             verify_time_s=verify_s,
             catch_up_time_s=catch_up_s,
         )
+
+    def _speculate(self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy) -> SpecRoundResult:
+        """A speculative round's tokens; one that raises emitted nothing and leaves the drafter's pending entries
+        for the next round (``DrafterFeed.restore_take``), so the engine can go on stepping."""
+        slot_ids = [r.slot for r in requests]
+        start = time.perf_counter()
+        pending, behind = None, False
+        try:
+            if strategy.uses_drafter:
+                behind = self.feed.behind(slot_ids)  # rounds without the drafter left it their tokens: time that
+                pending = self.feed.take(inputs.slots, slot_ids)
+            history = self._history_tree(requests, strategy) if strategy.is_history else None
+            prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
+            if self.graphs is not None and _graphed(strategy):
+                if self.drafter.draft_vocab is not None:
+                    self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
+                pending, catch_up_s = self._catch_up_past_graph(inputs, pending, strategy, behind)
+                spec = self.graphs.run_speculative(inputs, pending, strategy)
+                spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
+                return spec
+            runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
+            if first is not None:
+                lengths = [r.num_tokens - 1 for r in requests]
+                reads = InPlaceReads.decide(first, lengths, runtime, self.lookahead)
+            spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads, behind)
+            spec.draft_time_s += prep_s
+            return spec
+        except BaseException:
+            if pending is not None:
+                self.feed.restore_take()
+            raise
 
     def _catch_up_past_graph(
         self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy, behind: bool

@@ -1,6 +1,7 @@
-"""A step that raises after requests progressed (a selector's observe, a fault late in a round) loses nothing: the
-exception reaches the caller and the next step returns what had progressed, so the streamed tokens and finished
-outputs equal an undisturbed run's, for any strategy and wherever the failures fall."""
+"""A step that raises loses nothing and leaves the engine able to go on: after a selector's observe failed (requests
+had progressed) or a fault inside a round (the drafter's input taken, the history drafted, the verify forward), the
+exception reaches the caller, the next step returns what had progressed, and the streamed tokens and finished outputs
+equal an undisturbed run's, for any strategy and wherever the failures fall."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 
 import pytest
 
+import fastrl.speculative.round as round_module
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
@@ -15,6 +17,7 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.speculative.history.index import HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
 
 
@@ -48,16 +51,8 @@ def _inputs(rng: random.Random, count: int) -> list[GenerateInput]:
     ]
 
 
-@pytest.mark.parametrize("strategy", ["disable", "3_1_4", "3_1_4+suffix_8"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_raising_step_loses_no_output(models, strategy, seed):
-    policy, drafter = models
-    rng = random.Random(seed)
-    inputs = _inputs(rng, 7)
-    config = EngineConfig(max_batch_size=3, max_model_len=128)
-    reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
-    failing = set(rng.sample(range(24), 10))  # consecutive failures too, and ones where requests finish
-    engine = Engine(policy, config, drafter, _FlakySelector(strategy, failing))
+def _run_through_faults(engine: Engine, inputs: list[GenerateInput], message: str) -> tuple[dict, dict, int]:
+    """Step to the end, catching each injected fault; (streamed tokens, final outputs, faults) by request id."""
     ids = [engine.add_request(i.prompt_ids, i.params) for i in inputs]
     streamed: dict[str, list[int]] = {i: [] for i in ids}
     final = {}
@@ -66,16 +61,64 @@ def test_a_raising_step_loses_no_output(models, strategy, seed):
         try:
             outputs = engine.step()
         except RuntimeError as error:
-            assert "observe failed" in str(error)
+            assert message in str(error)
             raised += 1
+            assert raised < 100, "the engine does not get past the fault"
             continue
         for out in outputs:
             streamed[out.request_id] += out.new_token_ids
             assert out.request_id not in final, f"{out.request_id} reported after it finished"
             if out.finished:
                 final[out.request_id] = out
+    return {i: streamed[i] for i in ids}, {i: final[i] for i in ids}, raised
+
+
+def _assert_as_reference(streamed: dict, final: dict, reference: list) -> None:
+    for (rid, out), ref in zip(final.items(), reference, strict=True):
+        assert out.token_ids == ref.token_ids == streamed[rid], rid
+        assert out.finish_reason == ref.finish_reason
+        assert out.logprobs == ref.logprobs
+
+
+@pytest.mark.parametrize("strategy", ["disable", "3_1_4", "3_1_4+suffix_8"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_raising_observe_loses_no_output(models, strategy, seed):
+    policy, drafter = models
+    rng = random.Random(seed)
+    inputs = _inputs(rng, 7)
+    config = EngineConfig(max_batch_size=3, max_model_len=128)
+    reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
+    failing = set(rng.sample(range(24), 10))  # consecutive failures too, and ones where requests finish
+    engine = Engine(policy, config, drafter, _FlakySelector(strategy, failing))
+    streamed, final, raised = _run_through_faults(engine, inputs, "observe failed")
     assert raised == len([r for r in failing if r < engine.selector.rounds]) > 0
-    for rid, ref in zip(ids, reference, strict=True):
-        assert final[rid].token_ids == ref.token_ids == streamed[rid], rid
-        assert final[rid].finish_reason == ref.finish_reason
-        assert final[rid].logprobs == ref.logprobs
+    _assert_as_reference(streamed, final, reference)
+
+
+@pytest.mark.parametrize(
+    "strategy, where",
+    [("3_1_4", "verify"), ("8_4_32", "verify"), ("3_1_4+suffix_8", "history"), ("suffix_8", "verify")],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_fault_inside_a_round_leaves_the_engine_going(models, monkeypatch, strategy, where, seed):
+    policy, drafter = models
+    rng = random.Random(seed)
+    inputs = _inputs(rng, 6)
+    config = EngineConfig(max_batch_size=3, max_model_len=128)
+    reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
+    owner, name = (round_module, "verify_trees") if where == "verify" else (HistoryIndex, "draft")
+    original = getattr(owner, name)
+    failing = set(rng.sample(range(30), 8))
+    calls = [0]
+
+    def faulty(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] - 1 in failing:
+            raise RuntimeError(f"injected fault in {name}")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, faulty)
+    engine = Engine(policy, config, drafter, FixedSelector(strategy))
+    streamed, final, raised = _run_through_faults(engine, inputs, "injected fault")
+    assert raised == len([c for c in failing if c < calls[0]]) > 0
+    _assert_as_reference(streamed, final, reference)
