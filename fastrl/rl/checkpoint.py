@@ -141,7 +141,7 @@ def load_training_checkpoint(
     rollout_selector, rng_tensors = _read_small_files(directory)
     drafter = _read_drafter(directory, meta, backend)
     cotrain = read_cotrain_states(directory / COTRAIN_DIR)
-    history = read_history_states(directory / HISTORY_DIR)
+    history = read_history_states(directory / HISTORY_DIR, policy.config.vocab_size)
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
         if not (directory / REFERENCE_DIR).is_dir():

@@ -34,9 +34,10 @@ def save_history_states(states: list[HistoryState | None], directory: Path) -> N
         save_tensors(tensors, directory / f"worker_{i}.safetensors")
 
 
-def read_history_states(directory: Path) -> list[HistoryState]:
+def read_history_states(directory: Path, vocab_size: int) -> list[HistoryState]:
     """What ``save_history_states`` wrote, in slot order ([] when ``directory`` does not exist); ValueError naming
-    the file when one is missing, unreadable or inconsistent."""
+    the file when one is missing, unreadable, inconsistent, or holds a token id outside ``[0, vocab_size)`` (the
+    policy's: a draft of such a token would fail inside a round)."""
     if not directory.is_dir():
         return []
     count = len(list(directory.glob("worker_*.safetensors")))
@@ -46,17 +47,22 @@ def read_history_states(directory: Path) -> list[HistoryState]:
         if not file.is_file():
             raise ValueError(f"{directory}: worker_{i}.safetensors is missing ({count} worker files)")
         tensors = read_safetensors(file, ["tokens", "layout"])
-        states.append(_state(tensors["tokens"], tensors["layout"], file))
+        states.append(_state(tensors["tokens"], tensors["layout"], vocab_size, file))
     return states
 
 
-def _state(tokens: torch.Tensor, layout: torch.Tensor, file: Path) -> HistoryState:
+def _state(tokens: torch.Tensor, layout: torch.Tensor, vocab_size: int, file: Path) -> HistoryState:
     """The groups that ``layout`` cuts ``tokens`` into; ValueError naming ``file`` where they disagree."""
     for name, tensor in (("tokens", tokens), ("layout", layout)):
         if tensor.dtype != torch.int64 or tensor.dim() != 1:
             raise ValueError(f"{file}: {name} must be a 1-D int64 tensor, got {tensor.dtype} {tuple(tensor.shape)}")
-    if bool((tokens < 0).any()) or bool((layout < 0).any()):
-        raise ValueError(f"{file}: token ids and lengths must be >= 0")
+    if bool((layout < 0).any()):
+        raise ValueError(f"{file}: lengths must be >= 0")
+    outside = tokens[(tokens < 0) | (tokens >= vocab_size)]
+    if outside.numel():
+        raise ValueError(
+            f"{file}: token ids must lie in [0, {vocab_size}) (the policy's vocabulary), found {outside[:5].tolist()}"
+        )
     flat, sizes = tokens.tolist(), layout.tolist()
     groups: list[tuple[list[int], list[list[int]]]] = []
     at = read = 0

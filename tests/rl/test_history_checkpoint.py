@@ -17,6 +17,8 @@ from fastrl.speculative.history import HistoryState
 from fastrl.tensor_files import save_tensors
 from tests.rl.grpo_setup import DigitTask, char_tokenizer, local_backend, tiny_policy
 
+VOCAB = 50_000  # the vocabulary files are read against here (a resume reads them against its policy's)
+
 
 def _trainer(directory: Path, steps: int, seed: int = 0) -> GRPOTrainer:
     config = GRPOConfig(
@@ -36,7 +38,7 @@ def test_resume_restores_the_history_the_run_had(tmp_path):
     run = _trainer(tmp_path / "run", steps=2)
     run.train()
     held = run.backend.history_state()
-    saved = read_history_states(tmp_path / "run" / "step_000002" / "history")
+    saved = read_history_states(tmp_path / "run" / "step_000002" / "history", VOCAB)
     assert saved == held and held[0].num_tokens > 0 and len(held[0].groups) == 4  # two steps of two prompts
     resumed = _trainer(tmp_path / "resumed", steps=3, seed=7)
     resumed.resume(tmp_path / "run" / "step_000002")
@@ -49,8 +51,8 @@ def _random_state(rng: random.Random) -> HistoryState:
     return HistoryState(
         [
             (
-                [rng.randrange(50_000) for _ in range(rng.randint(1, 9))],
-                [[rng.randrange(50_000) for _ in range(rng.randint(0, 9))] for _ in range(rng.randint(0, 4))],
+                [rng.randrange(VOCAB) for _ in range(rng.randint(1, 9))],
+                [[rng.randrange(VOCAB) for _ in range(rng.randint(0, 9))] for _ in range(rng.randint(0, 4))],
             )
             for _ in range(rng.randint(0, 5))
         ]
@@ -62,13 +64,13 @@ def test_files_round_trip_any_state(tmp_path, seed):
     rng = random.Random(seed)
     states = [_random_state(rng) for _ in range(rng.randint(1, 3))]
     save_history_states(states, tmp_path / "history")
-    assert read_history_states(tmp_path / "history") == states
+    assert read_history_states(tmp_path / "history", VOCAB) == states
 
 
 def test_no_history_writes_nothing_and_reads_as_none(tmp_path):
     save_history_states([None, None], tmp_path / "history")
     assert not (tmp_path / "history").exists()
-    assert read_history_states(tmp_path / "history") == []
+    assert read_history_states(tmp_path / "history", VOCAB) == []
 
 
 def _write(directory: Path, tokens: list[int], layout: list[int], dtype=torch.int64) -> None:
@@ -84,14 +86,16 @@ def _write(directory: Path, tokens: list[int], layout: list[int], dtype=torch.in
         ([1, 2, 3], [1, 1, 1], torch.int64, "layout covers 2 of the 3 tokens stored"),
         ([1, 2, 3], [3, 2, 0], torch.int64, r"layout is cut short \(the group at entry 0 runs past its end\)"),
         ([1, 2, 3], [0, 0], torch.int64, "the group at layout entry 0 has an empty prompt"),
-        ([1, -2, 3], [3, 0], torch.int64, "token ids and lengths must be >= 0"),
+        ([1, -2, 3], [3, 0], torch.int64, r"token ids must lie in \[0, 50000\).*found \[-2\]"),
+        ([1, 2, 50_000, 7], [4, 0], torch.int64, r"token ids must lie in \[0, 50000\).*found \[50000\]"),
+        ([1, 2, 3], [3, 1, -1], torch.int64, "lengths must be >= 0"),
         ([1, 2, 3], [3, 0], torch.float32, "tokens must be a 1-D int64 tensor"),
     ],
 )
 def test_an_inconsistent_file_is_named(tmp_path, tokens, layout, dtype, message):
     _write(tmp_path / "history", tokens, layout, dtype)
     with pytest.raises(ValueError, match=f"worker_0.safetensors: {message}"):
-        read_history_states(tmp_path / "history")
+        read_history_states(tmp_path / "history", VOCAB)
 
 
 def test_a_damaged_checkpoint_restores_nothing(tmp_path):
@@ -109,3 +113,16 @@ def test_a_damaged_checkpoint_restores_nothing(tmp_path):
     file.rename(missing)
     with pytest.raises(ValueError, match="worker_0.safetensors is missing"):
         other.resume(tmp_path / "run" / "step_000002")
+
+
+def test_a_history_token_outside_the_policy_vocabulary_is_refused_at_resume(tmp_path):
+    run = _trainer(tmp_path / "run", steps=2)
+    run.train()
+    vocab = run.policy.config.vocab_size
+    history = tmp_path / "run" / "step_000002" / "history"
+    _write(history, [5, 6, vocab + 3], [2, 1, 1])
+    other = _trainer(tmp_path / "other", steps=3, seed=7)
+    message = rf"worker_0.safetensors: token ids must lie in \[0, {vocab}\).*\[{vocab + 3}\]"
+    with pytest.raises(ValueError, match=message):
+        other.resume(tmp_path / "run" / "step_000002")
+    assert other.step == 0 and other.backend.history_state()[0] == HistoryState([])
