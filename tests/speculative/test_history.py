@@ -296,3 +296,20 @@ def test_batched_tree_matches_drafts():
     assert tree.parents.tolist() == [[-1, 0, 0, 1, 0, 0], [-1, 0, 0, 0, 0, 0]]
     assert tree.depths.tolist() == [[0, 1, 1, 2, 1, 1], [0, 1, 1, 1, 1, 1]]
     assert tree.ancestors[0, 3].tolist() == [True, True, False, True, False, False]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ancestors_walked_to_the_drafts_depth_equal_the_full_walk(seed):
+    """The tree's ancestors come from a walk as deep as its drafts reach; they equal a walk of N - 1 steps."""
+    from fastrl.speculative.draft_tree import ancestor_matrix
+
+    rng = random.Random(seed)
+    num_nodes = rng.randint(2, 40)
+    drafts = []
+    for _ in range(rng.randint(1, 5)):
+        size = rng.randint(1, num_nodes)
+        parents = [-1] + [rng.randrange(i) for i in range(1, size)]
+        drafts.append(HistoryDraft(tuple(rng.randrange(9) for _ in range(size)), tuple(parents), (1.0,) * size))
+    deepest = max(max(d.depths) for d in drafts)
+    tree = history_draft_tree(drafts, num_nodes, max_depth=max(deepest, 1) + rng.randint(0, 5))
+    assert torch.equal(tree.ancestors, ancestor_matrix(tree.parents, num_nodes - 1))

@@ -54,11 +54,13 @@ def history_draft_tree(
     tokens: list[tuple[int, ...]] = []
     parents: list[tuple[int, ...]] = []
     depths: list[tuple[int, ...]] = []
+    deepest = 1
     for draft in drafts:
         padded = pad_draft(draft, num_nodes)
         row_depths = padded.depths
         if max(row_depths) > max_depth:
             raise ValueError(f"draft of depth {max(row_depths)} exceeds max_depth={max_depth}")
+        deepest = max(deepest, max(row_depths))
         tokens.append(padded.tokens)
         parents.append(padded.parents)
         depths.append(row_depths)
@@ -67,5 +69,7 @@ def history_draft_tree(
         tokens=torch.tensor(tokens, dtype=torch.long, device=device),
         parents=parent_tensor,
         depths=torch.tensor(depths, dtype=torch.long, device=device),
-        ancestors=ancestor_matrix(parent_tensor, max_depth),
+        # walked up as deep as the drafts reach, not max_depth: a wide, shallow tree (suffix_512 drafts are a few
+        # tokens deep) then costs a few [B,N,N] steps, not N
+        ancestors=ancestor_matrix(parent_tensor, deepest),
     )
