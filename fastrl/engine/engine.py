@@ -152,7 +152,7 @@ class Engine:
         the running ones and ``reserved`` (ids that requests queued next will bring)."""
         if request_id is None:
             request_id = f"req-{self._next_id}"
-            while request_id in self._live_ids or request_id in reserved:  # a caller's own id of that form
+            while self._id_taken(request_id) or request_id in reserved:  # a caller's own id of that form
                 self._next_id += 1
                 request_id = f"req-{self._next_id}"
         self._next_id += 1
@@ -172,6 +172,10 @@ class Engine:
         self._live_ids.add(request_id)
         return request_id
 
+    def _id_taken(self, request_id: str) -> bool:
+        """Running here, or live in the history index (which another engine may share)."""
+        return request_id in self._live_ids or (self.history is not None and self.history.is_live(request_id))
+
     def check_request(
         self, prompt_ids: Iterable[int], params: SamplingParams | None, request_id: str | None
     ) -> tuple[list[int], SamplingParams]:
@@ -184,6 +188,10 @@ class Engine:
             raise ValueError(f"{name}: a request id must be a string, got {type(request_id).__name__}")
         if request_id in self._live_ids:
             raise ValueError(f"request id {request_id!r} is already running in this engine")
+        if request_id is not None and self._id_taken(request_id):
+            raise ValueError(
+                f"request id {request_id!r} is running in another engine that shares this engine's history index"
+            )
         if params is not None and not isinstance(params, SamplingParams):
             raise ValueError(f"{name}: params must be a SamplingParams, got {type(params).__name__}")
         if hasattr(prompt_ids, "ndim") and prompt_ids.ndim != 1:  # a numpy array or a tensor: one row of ids

@@ -136,3 +136,25 @@ def test_a_selector_choosing_outside_its_strategies_is_named():
     engine = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), selector=Stray("disable"))
     with pytest.raises(ValueError, match=r"Stray chose 5_1_6, outside its strategies \['disable'\]"):
         engine.generate([GenerateInput([1, 5, 6], SamplingParams(max_new_tokens=4))])
+
+
+def test_engines_sharing_a_history_index_never_share_a_request_id():
+    """Two engines over one index (the index carries earlier responses across engines): an id live in the index
+    through the other engine is skipped by the ids made here and refused, by name, when a caller brings it."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.speculative.history import HistoryIndex
+
+    policy = load_model(bundled_model_dir()).eval()
+    index = HistoryIndex()
+    config = EngineConfig(max_batch_size=4, max_model_len=64)
+    first = Engine(policy, config, selector=FixedSelector("suffix_8"), history=index)
+    second = Engine(policy, config, selector=FixedSelector("suffix_8"), history=index)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    running = [first.add_request([1, 5, 6], params), first.add_request([1, 5, 7], params)]
+    with pytest.raises(ValueError, match=f"request id '{running[1]}' is running in another engine that shares"):
+        second.generate([GenerateInput([1, 9, 9], params), GenerateInput([1, 9, 8], params, running[1])])
+    outputs = second.generate([GenerateInput([1, 5, 6], params), GenerateInput([1, 9, 8], params)])
+    assert not {o.request_id for o in outputs} & set(running)  # ids made here skip those live in the index
+    assert second.round_stats and not second.has_unfinished()  # the refused call left nothing queued
+    while first.has_unfinished():
+        first.step()

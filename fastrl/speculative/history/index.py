@@ -232,6 +232,10 @@ class HistoryIndex:
         """Prompt groups held."""
         return len(self._groups)
 
+    def is_live(self, seq_id: Hashable) -> bool:
+        """Whether the sequence is started and not finished."""
+        return seq_id in self._seqs
+
     def has_group(self, group_key: Hashable) -> bool:
         """Whether the group is held (not evicted)."""
         return group_key in self._groups
