@@ -123,6 +123,14 @@ def test_lifecycle_errors_and_config_validation():
     for bad in ({"token_budget": 0}, {"max_key": 0}, {"max_key": 8, "max_match": 4}, {"match_base": 0.5}):
         with pytest.raises(ValueError, match="history config"):
             HistoryConfig(**bad)
+    for base in (True, "2", None, float("nan"), float("inf"), 1e30):  # 1e30 ** 16 overflows a float mid-round
+        with pytest.raises(ValueError, match="history config: match_base"):
+            HistoryConfig(match_base=base)
+    HistoryConfig(match_base=1e19)  # ** 16 * 16 = 1.6e305: finite
+    with pytest.raises(ValueError, match=r"match_base \*\* max_match \* max_candidates must be finite"):
+        HistoryConfig(match_base=1e19, max_match=17)
+    with pytest.raises(ValueError, match=r"must be finite, got 1e\+19 \*\* 16 \* 20000"):
+        HistoryConfig(match_base=1e19, max_candidates=20_000)
 
 
 def test_token_budget_evicts_least_recently_used_groups():

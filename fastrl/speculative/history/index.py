@@ -20,6 +20,7 @@ responses of live groups, until it holds at most the budget or only live text re
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +53,18 @@ class HistoryConfig:
                 raise ValueError(f"history config: {name} must be an int >= 1, got {value!r}")
         if self.max_match < self.max_key:
             raise ValueError(f"history config: max_match ({self.max_match}) must be >= max_key ({self.max_key})")
-        if not self.match_base >= 1.0:
-            raise ValueError(f"history config: match_base must be >= 1.0, got {self.match_base!r}")
+        base = self.match_base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base >= 1.0:
+            raise ValueError(f"history config: match_base must be a number >= 1.0, got {base!r}")
+        try:  # a draft node's weight, at most max_candidates longest matches summed, must stay a finite float
+            finite = math.isfinite(float(base) ** self.max_match * self.max_candidates)
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise ValueError(
+                f"history config: match_base ** max_match * max_candidates must be finite, got {base!r} ** "
+                f"{self.max_match} * {self.max_candidates} (a smaller match_base, or a shorter max_match)"
+            )
 
 
 @dataclass
