@@ -75,6 +75,13 @@ class Strategy:
             _check_rules(self._name(), self.steps, self.topk, self.num_draft_tokens)
         if self.history_nodes != 0:
             _check_history(self._name(), self.history_nodes)
+        if self.num_draft_tokens and self.history_nodes:  # a hybrid: the two trees share the root
+            nodes = self.num_draft_tokens + self.history_nodes - 1
+            if nodes > MAX_TREE_NODES:
+                raise ValueError(
+                    f"strategy {self._name()!r}: a hybrid tree holds N + M - 1 nodes (one root), at most "
+                    f"{MAX_TREE_NODES}, got {self.num_draft_tokens} + {self.history_nodes} - 1 = {nodes}"
+                )
         if isinstance(self.stop_below, bool) or not isinstance(self.stop_below, (int, float)):
             raise ValueError(f"strategy {self._name()!r}: stop_below must be a number, got {self.stop_below!r}")
         if self.stop_below != 0:
@@ -181,6 +188,8 @@ class Strategy:
         eagle, plus, history = body.partition("+")
         if plus and "@" in eagle and not history.startswith(HISTORY_PREFIX):  # a sign after '@' (12_1_13@+0.3)
             _check_stop_text(text, eagle.partition("@")[2] + plus + history)
+        if plus and eagle == HISTORY_PREFIX:
+            _parse_history(text, body)  # a sign in suffix_N (suffix_+8): suffix_N's own message
         if plus:
             if eagle.startswith(HISTORY_PREFIX) or "+" in history or not history.startswith(HISTORY_PREFIX):
                 raise ValueError(

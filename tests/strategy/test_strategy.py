@@ -194,6 +194,11 @@ def test_history_properties():
     [
         ("suffix_1025", "suffix_N takes N <= 1024"),
         ("3_1_4+suffix_5000", "suffix_N takes N <= 1024"),
+        (
+            "8_4_32+suffix_1000",
+            "a hybrid tree holds N + M - 1 nodes (one root), at most 1024, got 32 + 1000 - 1 = 1031",
+        ),
+        ("suffix_+8", "the history part must be 'suffix_N' with N an integer"),
         ("100000_1_100001", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
         ("8_65_32", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
         ("12_8_1025", "steps <= 64, topk <= 64 and num_draft_tokens <= 1024"),
