@@ -13,6 +13,7 @@ from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
+from fastrl.cotrain.stream_trainer import check_stream_dir
 from fastrl.models.checkpoint import load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
@@ -30,6 +31,7 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}
     with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite, work) as targets:
+        check_stream_dir("train_drafter.stream_dir", Path(cfg.stream_path))
         return _train_drafter(cfg, model_dir, targets["output"])
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import pickle
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -39,6 +40,31 @@ CHECKPOINT_DIR = "drafter"
 RESUME_DIR = "resume"
 """The saved run under the shards' directory: drafter/, optimizer.pt and state.json, written together into
 ``resume.tmp`` and swapped into place, so a run killed while saving leaves the previous shard's state whole."""
+
+
+OWN_NAMES = re.compile(r"shard_\d{5}\.json|resume(\.old|\.tmp)?")
+"""What a stream writes in its directory (besides hidden temporary files and the layout before the swap)."""
+LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
+"""A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
+
+
+def check_stream_dir(key: str, directory: Path) -> None:
+    """ValueError naming ``key`` when ``directory`` holds entries a stream does not write: a stream replaces and
+    deletes its own files, so it must not share a directory with anything else (an earlier drafter, notes)."""
+    if not directory.is_dir():
+        return
+    legacy = (directory / STATE_FILE).is_file()
+    foreign = sorted(
+        p.name
+        for p in directory.iterdir()
+        if not (OWN_NAMES.fullmatch(p.name) or p.name.startswith(".") or (legacy and p.name in LEGACY_NAMES))
+    )
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValueError(
+            f"{key}={directory} holds what a train-drafter stream does not write ({shown}); a stream replaces and "
+            "deletes files in its directory: give it a directory of its own (new, empty, or an earlier stream's)"
+        )
 
 
 def restart_hint(saved: Path) -> str:
@@ -195,9 +221,10 @@ class StreamRun:
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
-        for name in (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR):  # the layout before the swap, now superseded
-            stale = directory / name
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+        if (directory / STATE_FILE).is_file():  # the layout before the swap, now superseded (its files only)
+            for name in LEGACY_NAMES:
+                stale = directory / name
+                shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
 
     def restore(self, state: StreamState) -> None:
         """Load the saved drafter, optimizer and step count into this run's trainer."""

@@ -174,3 +174,20 @@ def test_a_work_directory_is_reused_but_never_shared(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="stream_dir=.*file is a file; give a directory"):
         guard_outputs({}, {}, work_dirs={"stream_dir": str(tmp_path / "file")})
+
+
+def test_train_drafter_refuses_a_stream_dir_holding_other_files(tmp_path, capsys):
+    """A stream replaces and deletes files in its directory: one that holds anything else (an earlier drafter named
+    like the stream's own `drafter/`, notes) is refused before any work, and nothing in it is touched."""
+    runs = tmp_path / "runs"
+    (runs / "drafter").mkdir(parents=True)
+    (runs / "drafter" / "drafter.safetensors").write_bytes(b"weights")
+    (runs / "notes.txt").write_text("keep me")
+    (runs / "optimizer.pt").write_bytes(b"mine")
+    args = ["train-drafter", f"output={tmp_path / 'out'}", f"stream_dir={runs}", "num_prompts=1", "eval_prompts=1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "train_drafter.stream_dir=" in err and "(drafter, notes.txt, optimizer.pt)" in err
+    assert (runs / "drafter" / "drafter.safetensors").read_bytes() == b"weights"
+    assert (runs / "notes.txt").read_text() == "keep me" and (runs / "optimizer.pt").read_bytes() == b"mine"
+    assert not (tmp_path / "out").exists()
