@@ -115,7 +115,8 @@ class DrafterTrainer:
 
     def train_step(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
         """One optimiser step on a batch of sequences (none when the batch holds no position to learn from: a
-        sequence needs a token after its root, and a 2-token rollout gives the loss nothing)."""
+        sequence needs a token after its root, and a 2-token rollout gives the loss nothing). FloatingPointError
+        when the loss is not finite (a diverged run: the step is not taken)."""
         self.drafter.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
@@ -130,15 +131,23 @@ class DrafterTrainer:
             if loss.count == 0:  # no position to learn from (sequences too short): no step, nothing counted
                 self.drafter.eval()
                 return DrafterMetrics(0.0, 0.0, 0.0, 0.0, 0)
+            total = float(loss.total.detach())
+            if not (math.isfinite(total) and math.isfinite(float(loss.top1))):
+                self.drafter.eval()
+                raise FloatingPointError(f"non-finite drafter loss {total} at step {self.step_count + 1}")
             self.optimizer.zero_grad(set_to_none=True)
             loss.total.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.step_count += 1
         self.drafter.eval()
-        return DrafterMetrics(
-            float(loss.total.detach()), float(loss.feature), float(loss.token), float(loss.top1), loss.count
-        )
+        return DrafterMetrics(total, float(loss.feature), float(loss.token), float(loss.top1), loss.count)
+
+    def check_finite(self) -> None:
+        """FloatingPointError when a weight of the drafter is NaN or infinite (an update that diverged)."""
+        bad = [name for name, p in self.drafter.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise FloatingPointError(f"drafter weights became non-finite after step {self.step_count}: {bad[:3]}")
 
     def train_epoch(self, seqs: list[FeatureSequence]) -> list[DrafterMetrics]:
         """One pass over `seqs` in length-grouped, shuffled batches."""

@@ -16,6 +16,7 @@ distribution conditioned on the draft vocabulary). The head then costs K/V of th
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -53,23 +54,43 @@ class EagleLossConfig:
                 f"drafter_trainer.step_weights needs one weight per unrolled step ({self.ttt_steps}), "
                 f"got {list(self.step_weights)}"
             )
-        if any(w < 0 for w in self.step_weights) or (self.step_weights and sum(self.step_weights) <= 0):
+        weights = list(self.step_weights)
+        if weights and not (all(0 <= w < math.inf for w in weights) and 0 < sum(weights) < math.inf):
             raise ValueError(
-                f"drafter_trainer.step_weights must be >= 0 with a positive sum, got {list(self.step_weights)}"
+                f"drafter_trainer.step_weights must be finite and >= 0 with a positive finite sum, got {weights}"
             )
-        if self.step_decay <= 0:
-            raise ValueError(f"drafter_trainer.step_decay must be > 0, got {self.step_decay}")
-        if self.feature_weight < 0 or self.ce_weight < 0 or self.feature_weight + self.ce_weight <= 0:
+        if not (math.isfinite(self.step_decay) and self.step_decay > 0):
+            raise ValueError(f"drafter_trainer.step_decay must be a finite number > 0, got {self.step_decay}")
+        decayed = [_power(self.step_decay, k) for k in range(self.ttt_steps)]
+        if not weights and not (0.0 < min(decayed) and sum(decayed) < math.inf):
             raise ValueError(
-                f"drafter_trainer.feature_weight and ce_weight must be >= 0, not both 0; "
+                f"drafter_trainer.step_decay ** k for k < ttt_steps (the step weights) must be positive with a finite "
+                f"sum, got {self.step_decay} ** {self.ttt_steps - 1}"
+            )
+        terms = (self.feature_weight, self.ce_weight)
+        if not all(math.isfinite(t) and t >= 0 for t in terms) or sum(terms) <= 0:
+            raise ValueError(
+                f"drafter_trainer.feature_weight and ce_weight must be finite and >= 0, not both 0; "
                 f"got {self.feature_weight}, {self.ce_weight}"
             )
 
+    def _raw_weights(self) -> list[float]:
+        """Per-step weights before normalising: step_weights, or step_decay ** k."""
+        return list(self.step_weights) or [self.step_decay**k for k in range(self.ttt_steps)]
+
     def weights(self) -> list[float]:
         """Per-step weights, normalised to sum to 1."""
-        raw = list(self.step_weights) or [self.step_decay**k for k in range(self.ttt_steps)]
+        raw = self._raw_weights()
         total = sum(raw)
         return [w / total for w in raw]
+
+
+def _power(base: float, exponent: int) -> float:
+    """``base ** exponent``, inf where a float overflows."""
+    try:
+        return float(base) ** exponent
+    except OverflowError:
+        return math.inf
 
 
 @dataclass

@@ -14,7 +14,8 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -194,14 +195,31 @@ class StreamRun:
         torch.manual_seed(seed)
         start, tokens = time.perf_counter(), 0
         for batch in batches:
-            metrics = self.trainer.train_step(batch)
+            with self._diverged(state):
+                metrics = self.trainer.train_step(batch)
             tokens += metrics.tokens
             rate = tokens / max(time.perf_counter() - start, 1e-9)
             bar.set_postfix(
                 epoch=state.epoch + 1, loss=f"{metrics.loss:.3f}", top1=f"{metrics.top1:.3f}", tok_s=f"{rate:.0f}"
             )
+        with self._diverged(state):
+            self.trainer.check_finite()
         state.tokens += tokens
         state.steps = self.trainer.step_count
+
+    @contextmanager
+    def _diverged(self, state: StreamState) -> Iterator[None]:
+        """The block's FloatingPointError (a diverged run) as a ValueError that says where, and that the last save
+        is kept: nothing of this shard is saved."""
+        try:
+            yield
+        except FloatingPointError as err:
+            where = f"epoch {state.epoch + 1}, shard {state.shard + 1} of {self.shards.count}"
+            raise ValueError(
+                f"train-drafter diverged at {where} ({err}): nothing of this shard was saved; lower "
+                f"drafter_trainer.lr (now {self.trainer.config.lr}) or its warm-up and run again (a rerun resumes "
+                "from the last whole save)"
+            ) from None
 
     def evaluate(self, state: StreamState) -> EpochReport:
         """Held-out loss and top-1, and the held-out accept length."""

@@ -61,10 +61,13 @@ def save_drafter(
     drafter: EagleDrafter, path: str | Path, policy_name: str, version: int = 0, dtype: str = "float32"
 ) -> None:
     """Write the drafter's weights (as `dtype`: float32, bfloat16 or float16), its draft vocabulary if it has one,
-    and a config naming the policy (`policy_name`) and the weight `version`."""
+    and a config naming the policy (`policy_name`) and the weight `version`. ValueError, and nothing written, when a
+    weight is NaN or infinite (as `dtype`: float16 overflows past 65504)."""
     if dtype not in SAVE_DTYPES:
         raise ValueError(f"save_drafter: dtype must be one of {sorted(SAVE_DTYPES)}, got {dtype!r}")
     directory = Path(path)
+    tensors = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in drafter.state_dict().items()}
+    check_weights(tensors, f"save_drafter {directory}")  # a diverged drafter is never written: nothing loads it
     directory.mkdir(parents=True, exist_ok=True)
     c = drafter.config
     meta: dict[str, Any] = {
@@ -77,7 +80,6 @@ def save_drafter(
     }
     vocab = drafter.draft_vocab
     meta["draft_vocab_size"] = None if vocab is None else int(vocab.numel())
-    tensors = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in drafter.state_dict().items()}
     save_tensors(tensors, directory / WEIGHTS_FILE, metadata={"format": "pt"})
     if vocab is not None:
         save_tensors({"ids": vocab.detach().to("cpu").contiguous()}, directory / DRAFT_VOCAB_FILE)

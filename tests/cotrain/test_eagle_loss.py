@@ -123,6 +123,14 @@ def test_gradient_flows_through_unrolled_features(setup):
         ({"ttt_steps": 2, "step_weights": [0.0, 0.0]}, "step_weights"),
         ({"step_decay": 0.0}, "step_decay"),
         ({"feature_weight": 0.0, "ce_weight": 0.0}, "ce_weight"),
+        ({"ttt_steps": 3, "step_weights": [float("nan"), 1.0, 1.0]}, "step_weights must be finite"),
+        ({"ttt_steps": 2, "step_weights": [1e308, 1e308]}, "positive finite sum"),
+        ({"step_decay": float("nan")}, "step_decay must be a finite number > 0"),
+        ({"step_decay": float("inf")}, "step_decay must be a finite number > 0"),
+        ({"ttt_steps": 3, "step_decay": 1e300}, r"step_decay \*\* k for k < ttt_steps"),
+        ({"ttt_steps": 3, "step_decay": 1e-300}, r"step_decay \*\* k for k < ttt_steps"),
+        ({"feature_weight": float("nan")}, "feature_weight and ce_weight must be finite"),
+        ({"ce_weight": float("inf")}, "feature_weight and ce_weight must be finite"),
     ],
 )
 def test_bad_loss_config_names_the_key(kwargs, key):

@@ -4,9 +4,13 @@ resumed ending with exactly the weights of an uninterrupted one; a resume with o
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import re
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
@@ -171,3 +175,22 @@ def test_a_batch_with_nothing_to_learn_takes_no_step(policy):
     assert metrics.tokens == 0 and trainer.step_count == 0
     assert all(torch.equal(before[k], v) for k, v in drafter.state_dict().items())
     assert trainer.train_step(policy_features(policy, [[5, 6, 7, 8]])).tokens > 0 and trainer.step_count == 1
+
+
+def test_a_diverged_run_is_one_error_and_keeps_the_last_whole_save(policy, tmp_path):
+    """A learning rate that blows the drafter up (its loss NaN, or its weights after an update) stops the run with an
+    error saying where; the shard it diverged in is not saved, so the save before it stays whole and finite."""
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    held = policy_features(policy, [[5, 6, 7, 20, 21, 22, 23]])
+    make_run(policy, tmp_path / "s", drafter, held).run({"k": 1}, stop_after_shards=1)
+    run = make_run(policy, tmp_path / "s", drafter, held)
+    run.trainer.config = dataclasses.replace(run.trainer.config, lr=1e12, warmup_steps=0)
+    with pytest.raises(ValueError, match=r"train-drafter diverged at epoch 1, shard (\d) of 3 \(.*non-finite") as err:
+        run.run({"k": 1})
+    assert "lower drafter_trainer.lr" in str(err.value)
+    diverged = int(re.search(r"shard (\d) of 3", str(err.value)).group(1))
+    state = json.loads((tmp_path / "s" / "resume" / "state.json").read_text())
+    assert state["shard"] == diverged - 1  # the shards before it were saved, the one it diverged in was not
+    weights = load_file(str(tmp_path / "s" / "resume" / "drafter" / "drafter.safetensors"))
+    assert all(bool(torch.isfinite(w).all()) for w in weights.values())

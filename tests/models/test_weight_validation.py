@@ -99,3 +99,19 @@ def test_pushed_nan_weights_are_refused(checkpoint):
     with pytest.raises(ValueError, match="pushed policy weights: weights hold NaN"):
         load_policy_weights(model, state)
     assert torch.isfinite(model.model.norm.weight).all(), "nothing was loaded"
+
+
+def test_a_drafter_with_nan_or_overflowing_weights_is_never_saved(checkpoint, tmp_path):
+    """What no command would load is not written: NaN, infinity, or a float16 cast that overflows."""
+    policy = load_model(checkpoint)
+    drafter = EagleDrafter(policy.config)
+    with torch.no_grad():
+        drafter.fc.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"save_drafter .*drafter: weights hold NaN or infinity in \['fc.weight'\]"):
+        save_drafter(drafter, tmp_path / "drafter", "tiny")
+    with torch.no_grad():
+        drafter.fc.weight[0, 0] = 1e5
+    save_drafter(drafter, tmp_path / "drafter", "tiny")  # float32 holds it
+    with pytest.raises(ValueError, match="weights hold NaN or infinity"):
+        save_drafter(drafter, tmp_path / "half", "tiny", dtype="float16")
+    assert not (tmp_path / "half").exists()
