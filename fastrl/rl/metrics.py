@@ -23,7 +23,8 @@ class StepMetrics:
     the rounds that drafted only (None when none did: the drafter's quality apart from the selector's choice of
     plain decoding), the drafter version after the rollout and
     its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
-    `drafter_time_s` wall seconds summed over workers, in the tail or after it),
+    `drafter_time_s` wall seconds summed over workers, in the tail or after it; `drafter_failures` co-training
+    slices or merges that failed, their work dropped: each is also a warning in the run's log),
     and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
     rollout's update (None without held-out requests). `drift_kl` (with GRPOConfig.track_drift): KL of the policy
     that generated the rollout to the initial policy, estimated on the rollout's responses.
@@ -70,6 +71,7 @@ class StepMetrics:
     step_time_s: float
     drafter_steps: int = 0
     drafter_time_s: float = 0.0
+    drafter_failures: int = 0
     drafter_heldout_top1_before: float | None = None
     drafter_heldout_top1: float | None = None
     drift_kl: float | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ TRUNCATED_REASONS = ("length", "context")
 
 class OffPolicyRolloutError(RuntimeError):
     """The backend returned samples from a policy version other than the trainer's current one."""
+
+
+LOG = logging.getLogger("fastrl.train")
 
 
 @dataclass
@@ -288,6 +292,8 @@ class GRPOTrainer:
         buckets = [self.task.size_bucket(rollout.problems[r.group]) for r in results]
         names = self.task.bucket_names() if hasattr(self.task, "bucket_names") else None
         drafter = rollout.drafter if rollout.drafter is not None else rollout.batch.drafter
+        for failure in drafter.failures:  # the slice's or merge's work was dropped; the live drafter is whole
+            LOG.warning(f"step {step}: drafter co-training failed, its updates dropped: {failure}")
         drafter_version = (
             rollout.drafter_version if rollout.drafter_version is not None else rollout.batch.drafter_version
         )
@@ -322,6 +328,7 @@ class GRPOTrainer:
             step_time_s=step_time,
             drafter_steps=drafter.steps,
             drafter_time_s=drafter.seconds,
+            drafter_failures=len(drafter.failures),
             drafter_heldout_top1_before=drafter.heldout_top1_before,
             drafter_heldout_top1=drafter.heldout_top1,
             drift_kl=stats.drift_kl,
