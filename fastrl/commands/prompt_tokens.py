@@ -3,6 +3,7 @@ either as is or (chat mode) as one user turn through that template. The one plac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +34,40 @@ def line_token_ids(line: PromptLine, tokenizer: Any, chat: bool, where: str, mod
     return list(tokenizer(line.prompt)["input_ids"])
 
 
-def file_token_ids(path: str | Path, tokenizer: Any, chat: bool, context: int | None = None) -> list[list[int]]:
+@dataclass(frozen=True)
+class PromptLimits:
+    """What a policy can run: `context` positions (a prompt needs room for a response), token ids below
+    `vocab_size`; None checks nothing of that kind."""
+
+    context: int | None = None
+    vocab_size: int | None = None
+
+    def check(self, prompt: list[int], where: str) -> None:
+        """ValueError naming `where` when `prompt` is empty, holds an id outside the vocabulary, or leaves no room
+        for a response (the engine's own rules, which would refuse the request at run time)."""
+        if not prompt:
+            raise ValueError(f"{where}: the prompt is empty; give at least one token")
+        if self.vocab_size is not None:
+            outside = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if outside:
+                raise ValueError(
+                    f"{where}: token ids must lie in [0, {self.vocab_size}) (the policy's vocabulary), found "
+                    f"{outside[:5]}"
+                )
+        if self.context is not None and len(prompt) >= self.context:
+            raise ValueError(
+                f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({self.context} positions) "
+                "leaves no room for a response; shorten or remove it"
+            )
+
+
+def file_token_ids(path: str | Path, tokenizer: Any, chat: bool, limits: PromptLimits | None = None) -> list[list[int]]:
     """Token ids of every line of a prompts JSONL file (``read_prompts``), each as ``line_token_ids`` gives them
-    (errors name the file and line); `context` (the policy's positions): a line of that many tokens or more is an
-    error (``check_prompt_fits``)."""
+    (errors name the file and line); `limits`: a line the policy cannot run is an error naming it."""
     prompts = []
     for line in read_prompts(path):
         where = f"{path}:{line.line_no}"
         prompts.append(line_token_ids(line, tokenizer, chat, where))
-        check_prompt_fits(prompts[-1], context, where)
+        if limits is not None:
+            limits.check(prompts[-1], where)
     return prompts
-
-
-def check_prompt_fits(prompt: list[int], context: int | None, where: str) -> None:
-    """ValueError naming `where` when `prompt` leaves no room for a response in `context` positions (the engine's
-    own rule, which would refuse the request at run time); None checks nothing."""
-    if context is not None and len(prompt) >= context:
-        raise ValueError(
-            f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({context} positions) leaves "
-            "no room for a response; shorten or remove it"
-        )

@@ -10,6 +10,7 @@ import torch
 
 from fastrl.commands.engine_setup import check_device, resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
+from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
@@ -50,7 +51,8 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
-    train_prompts, held_prompts = training_prompts(tokenizer, cfg, policy.config.max_position_embeddings)
+    limits = PromptLimits(policy.config.max_position_embeddings, vocab)
+    train_prompts, held_prompts = training_prompts(tokenizer, cfg, limits)
     identity = {"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter}
     report = train_offline(policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity)
     metrics = {

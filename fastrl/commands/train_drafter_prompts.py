@@ -6,33 +6,36 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from fastrl.commands.prompt_tokens import check_prompt_fits, file_token_ids
+from fastrl.commands.prompt_tokens import PromptLimits, file_token_ids
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.cotrain.offline import task_prompts
 from fastrl.models.tokenizer import has_chat_template
 
 
 def training_prompts(
-    tokenizer: Any, cfg: TrainDrafterConfig, context: int | None = None
+    tokenizer: Any, cfg: TrainDrafterConfig, limits: PromptLimits | None = None
 ) -> tuple[list[list[int]], list[list[int]]]:
     """(train, held-out) prompt ids: from cfg.prompts when set (a seeded split), else num_prompts and eval_prompts
-    bundled-task prompts drawn with different seeds. `context`: the policy's positions; a prompt that leaves no
-    room for a response is an error (naming its line), not a rollout quietly trained on."""
+    bundled-task prompts drawn with different seeds. `limits`: the policy's; a prompt it cannot run (empty, ids
+    outside its vocabulary, no room for a response) is an error naming its line, before any rollout."""
     if cfg.prompts:
-        return split_prompts(file_prompt_ids(cfg.prompts, tokenizer, cfg.chat_template, context), cfg)
+        return split_prompts(file_prompt_ids(cfg.prompts, tokenizer, cfg.chat_template, limits), cfg)
     train = task_prompts(tokenizer, cfg.num_prompts, cfg.seed)
     held = task_prompts(tokenizer, cfg.eval_prompts, cfg.seed + 1)
     for i, prompt in enumerate(train + held):
-        check_prompt_fits(prompt, context, f"task prompt {i}")
+        if limits is not None:
+            limits.check(prompt, f"task prompt {i}")
     return train, held
 
 
-def file_prompt_ids(path: str, tokenizer: Any, chat_template: bool, context: int | None = None) -> list[list[int]]:
+def file_prompt_ids(
+    path: str, tokenizer: Any, chat_template: bool, limits: PromptLimits | None = None
+) -> list[list[int]]:
     """Token ids of every prompt of a prompts JSONL file: "prompt" text as one user turn through the tokenizer's
     chat template (when `chat_template` and the tokenizer has one), else tokenized as is; "messages" through the
-    chat template; "prompt_ids" as given. `context` (the policy's positions): a prompt of that many tokens or more
-    is an error naming its line."""
-    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer), context)
+    chat template; "prompt_ids" as given. `limits` (the policy's): a prompt it cannot run is an error naming its
+    line."""
+    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer), limits)
     if not prompts:
         raise ValueError(f"train_drafter.prompts={path}: the file holds no prompts")
     return prompts

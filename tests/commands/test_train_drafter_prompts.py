@@ -8,6 +8,7 @@ import json
 import pytest
 
 from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
 from fastrl.models.tokenizer import chat_token_ids, load_tokenizer
@@ -34,9 +35,25 @@ def test_a_prompt_that_fills_the_context_is_an_error_naming_its_line(tmp_path):
     """Before, the engine refused the request and train-drafter trained on the bare prompt, past the policy's
     positions; now the run stops before any rollout, naming the line."""
     path = write_prompts(tmp_path / "p.jsonl", [{"prompt_ids": [5] * 9}, {"prompt_ids": [5] * 10}])
-    assert file_prompt_ids(path, None, chat_template=False, context=11) == [[5] * 9, [5] * 10]
+    assert file_prompt_ids(path, None, chat_template=False, limits=PromptLimits(context=11)) == [[5] * 9, [5] * 10]
     with pytest.raises(ValueError, match=r"p.jsonl:2: the prompt has 10 tokens, and the policy's context \(10"):
-        file_prompt_ids(path, None, chat_template=False, context=10)
+        file_prompt_ids(path, None, chat_template=False, limits=PromptLimits(context=10))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([1, 2, 91], r"p.jsonl:2: token ids must lie in \[0, 91\) \(the policy's vocabulary\), found \[91\]"),
+        ([1, 5000, 3, 9999], r"p.jsonl:2: token ids must lie in \[0, 91\).*found \[5000, 9999\]"),
+        ([], r"p.jsonl:2: the prompt is empty"),
+    ],
+)
+def test_a_prompt_the_policy_cannot_run_is_an_error_naming_its_line(tmp_path, bad, message):
+    """ids past the vocabulary crashed inside the rollout's features and left the row in the shard; an empty
+    prompt crashed too. Both now stop the run before any rollout."""
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt_ids": [1, 2]}, {"prompt_ids": bad}, {"prompt_ids": [3]}])
+    with pytest.raises(ValueError, match=message):
+        file_prompt_ids(path, None, chat_template=False, limits=PromptLimits(context=64, vocab_size=91))
 
 
 def test_split_holds_out_eval_prompts_and_names_the_key():
