@@ -4,6 +4,8 @@ held-out prompts (loss, top-1 and accept length after every epoch, accept length
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +107,12 @@ def fingerprint(cfg: OfflineDrafterConfig, extra: dict) -> dict:
                and k not in RESUMABLE_KEYS}, **extra}  # fmt: skip
 
 
+def token_digest(prompts: list[list[int]]) -> str:
+    """A digest of the training prompts' token ids: a resume notices a prompts file, chat template or tokenizer that
+    changed since the stream's shards were generated (its path and count alone did not)."""
+    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
+
+
 def nothing_to_train(kind: str, rollouts: int, cfg: OfflineDrafterConfig) -> ValueError:
     """The error of a run whose rollouts leave the loss no position (each is its prompt and a response that stopped
     at once, or max_new_tokens=1)."""
@@ -150,7 +158,8 @@ def train_offline(
         policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
         cfg.gen_batch_size, cfg.device, policy_name,
     )  # fmt: skip
-    state = run.run(fingerprint(cfg, {"prompts": len(train_prompts), **(identity or {})}))
+    prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
+    state = run.run(fingerprint(cfg, {**prompts, **(identity or {})}))
     if state.tokens == 0:
         raise nothing_to_train("training", len(plan), cfg)
     accept = []

@@ -3,6 +3,7 @@ per temperature, a held-out split, and a drafter checkpoint at the end (bundled 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -93,6 +94,10 @@ def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
     info = read_drafter_info(tmp_path / "drafter")
     assert info.version == 1 and info.draft_vocab_size == 16
     assert json.loads((tmp_path / "drafter" / "metrics.json").read_text())["config"]["prompts"] == path
+    # the same file name, other prompts: the stream's shards were generated from the old ones, so no resume
+    write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}*{a + 2}="} for a in range(6)])
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(prompt_ids_sha256\)"):
+        run_train_drafter(dataclasses.replace(cfg, overwrite=True))
 
 
 @pytest.mark.parametrize("key", ["samples_per_prompt", "shard_requests", "accept_batch_size"])
