@@ -159,6 +159,12 @@ class StreamRun:
         if state is None:
             state = StreamState(fingerprint)
         else:
+            if state.shard >= self.shards.count or len(state.epochs) != state.epoch:
+                saved = saved_run(directory)
+                raise ValueError(
+                    f"{saved / STATE_FILE}: not a state of this stream (shard {state.shard} of {self.shards.count}, "
+                    f"{len(state.epochs)} epoch reports at epoch {state.epoch}); {restart_hint(saved)}"
+                )
             self.restore(state)
         total = self.shards.count * self.epochs
         bar = tqdm(total=total, initial=state.epoch * self.shards.count + state.shard, desc="drafter", unit="shard")
@@ -167,7 +173,7 @@ class StreamRun:
             self.train_shard(state, bar)
             done += 1
             state.shard += 1
-            if state.shard == self.shards.count:
+            if state.shard >= self.shards.count:
                 state.epoch, state.shard = state.epoch + 1, 0
                 state.epochs.append(self.evaluate(state))
                 report = state.epochs[-1]

@@ -122,6 +122,12 @@ def test_a_run_killed_while_saving_resumes_from_the_last_whole_save(policy, tmp_
     assert all(torch.equal(a[k], b[k]) for k in a) and resumed.steps == end.steps
 
 
+def _edit_state(directory, **values) -> None:
+    """Set values of a saved stream state (a state this code would never write)."""
+    path = directory / "resume" / "state.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -130,6 +136,8 @@ def test_a_run_killed_while_saving_resumes_from_the_last_whole_save(policy, tmp_
         (lambda d: (d / "resume" / "state.json").write_text("{}"), r"resume/state.json: not a train-drafter"),
         (lambda d: (d / "resume" / "optimizer.pt").write_bytes(b"\0" * 10), r"saved optimizer is unreadable"),
         (lambda d: (d / "resume" / "optimizer.pt").unlink(), r"saved optimizer is unreadable"),
+        (lambda d: _edit_state(d, shard=99), r"resume/state.json: not a state of this stream \(shard 99 of 3"),
+        (lambda d: _edit_state(d, epoch=1), r"state.json: not a state of this stream .*0 epoch reports at epoch 1"),
         (lambda d: (d / "shard_00001.json").write_text("{}"), r"shard_00001.json: not shard 1 of this run"),
         (lambda d: (d / "shard_00001.json").write_text("[[5000]]"), r"shard_00001.json: not shard 1 of this run"),
         (lambda d: (d / "shard_00001.json").write_text("[[]]"), r"shard_00001.json: not shard 1 of this run"),
