@@ -86,6 +86,13 @@ def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:
         drafter = load_drafter(cfg.init_drafter, policy, cfg.device)[0].float()
     except ValueError as err:
         raise ValueError(f"train_drafter.init_drafter={cfg.init_drafter}: {err}") from None
+    vocab = drafter.draft_vocab
+    if cfg.draft_vocab_size and vocab is not None and vocab.numel() != cfg.draft_vocab_size:
+        raise ValueError(
+            f"train_drafter.draft_vocab_size={cfg.draft_vocab_size}, but init_drafter={cfg.init_drafter} drafts over "
+            f"its own {vocab.numel()} tokens, which training keeps: leave draft_vocab_size out or set it to "
+            f"{vocab.numel()}"
+        )
     held = drafter.extra_layers
     if held == layers:
         return drafter

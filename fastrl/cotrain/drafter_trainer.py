@@ -45,6 +45,8 @@ class DrafterTrainerConfig(EagleLossConfig):
             raise ValueError(f"drafter_trainer.max_tokens_per_batch must be >= 1, got {self.max_tokens_per_batch}")
         if self.warmup_steps < 0 or self.total_steps < 0:
             raise ValueError("drafter_trainer.warmup_steps and total_steps must be >= 0")
+        if not 0 <= self.seed < 2**40:  # batch and noise seeds derive from it (seed * 1_000_003 + ...): int64 range
+            raise ValueError(f"drafter_trainer.seed must be an integer in [0, 2**40), got {self.seed}")
 
 
 @dataclass

@@ -30,6 +30,10 @@ from fastrl.strategy.strategy import Strategy, check_strategy_names
 RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
 
 
+MAX_SEED = 2**40
+"""Above train_drafter.seed's range: a rollout's seed is seed * 100003 + its index, which stays an int64."""
+
+
 @dataclass
 class OfflineDrafterConfig:
     """What to generate, how long to train, and how to measure."""
@@ -57,6 +61,8 @@ class OfflineDrafterConfig:
         for key in positive + ("accept_batch_size", "gen_batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"train_drafter.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.seed < MAX_SEED:  # the rollouts' seeds derive from it (RolloutPlan.request): int64 range
+            raise ValueError(f"train_drafter.seed must be an integer in [0, 2**40), got {self.seed}")
         try:
             check_extra_layers(tuple(self.extra_layers))
         except ValueError as err:

@@ -80,3 +80,17 @@ def test_settings_found_bad_only_after_training_are_refused_before_any_rollout(t
     assert main(["train-drafter", *args]) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not output.exists() and not (tmp_path / "drafter.stream").exists()
+
+
+def test_a_draft_vocab_size_other_than_the_init_drafters_is_refused(policy, tmp_path):
+    """The init drafter's draft vocabulary is kept: another draft_vocab_size was silently ignored."""
+    from fastrl.speculative.drafter_checkpoint import save_drafter
+
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    drafter.set_draft_vocab(torch.arange(40))
+    save_drafter(drafter, tmp_path / "init", "arith-tiny")
+    init = str(tmp_path / "init")
+    kept = initial_drafter(policy, TrainDrafterConfig(init_drafter=init, extra_layers=[0, 2], draft_vocab_size=40))
+    assert kept.draft_vocab.numel() == 40
+    with pytest.raises(ValueError, match=r"draft_vocab_size=20, but init_drafter=.* drafts over its own 40 tokens"):
+        initial_drafter(policy, TrainDrafterConfig(init_drafter=init, extra_layers=[0, 2], draft_vocab_size=20))

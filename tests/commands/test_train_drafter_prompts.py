@@ -109,3 +109,9 @@ def test_counts_below_one_name_the_key(key):
 def test_stream_dir_defaults_beside_the_output():
     assert TrainDrafterConfig(output="runs/d/").stream_path == "runs/d.stream"
     assert TrainDrafterConfig(output="runs/d", stream_dir="s").stream_path == "s"
+
+
+@pytest.mark.parametrize("seed", [-1, 2**40, 10**14])
+def test_a_seed_outside_its_range_names_the_key_before_any_rollout(seed):
+    with pytest.raises(ValueError, match=r"train_drafter.seed must be an integer in \[0, 2\*\*40\)"):
+        TrainDrafterConfig(seed=seed)
