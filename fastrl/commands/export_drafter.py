@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
 from fastrl.commands.output_guard import guard_outputs, staged_directory
-from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
+from fastrl.integrations.export.eagle_checkpoint import TOKEN_MAP_FILE, export_eagle_drafter
 from fastrl.integrations.export.selection_config import (
+    SELECTION_FILES,
     disable_reason,
     exported_strategy,
     read_bandit_state,
@@ -42,7 +43,8 @@ def run_export_drafter(config: ExportDrafterConfig) -> None:
     with guard_outputs({}, inputs, {"output": config.output}, config.overwrite) as targets:
         winners = read_bandit_state(config.bandit_state) if config.bandit_state else []
         final = targets["output"].path
-        with staged_directory(targets["output"]) as staging:
+        # an earlier export's token map or selection configs would restrict or steer this drafter: they go
+        with staged_directory(targets["output"], owned=(TOKEN_MAP_FILE, *SELECTION_FILES)) as staging:
             exported = export_eagle_drafter(
                 config.drafter, staging, config.format, config.dtype, config.drop_fc_bias, config.full_vocab
             )

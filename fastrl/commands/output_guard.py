@@ -231,21 +231,25 @@ def write_text(target: OutputTarget, text: str) -> None:
 
 
 @contextlib.contextmanager
-def staged_directory(target: OutputTarget) -> Iterator[Path]:
+def staged_directory(target: OutputTarget, owned: tuple[str, ...] = ()) -> Iterator[Path]:
     """A temporary directory beside ``target`` to write into; when the block ends without an error its files are
-    renamed into ``target`` (created if needed; files of the same name replaced, others kept), else it is removed."""
+    renamed into ``target`` (created if needed; files of the same name replaced, others kept, except the ``owned``
+    names this write did not produce: an earlier write's, removed), else it is removed."""
     final = target.path
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         yield staging
         final.mkdir(exist_ok=True)
+        produced = {item.name for item in staging.iterdir()}
         for item in sorted(staging.rglob("*")):
             dest = final / item.relative_to(staging)
             if item.is_dir():
                 dest.mkdir(exist_ok=True)
             else:
                 os.replace(item, dest)
+        for name in set(owned) - produced:
+            (final / name).unlink(missing_ok=True)
     except OSError as err:
         raise no_space(err, f"into {final}; its files are left as they were") from None
     finally:

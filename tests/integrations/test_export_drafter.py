@@ -17,7 +17,7 @@ from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.cli import main
 from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
-from fastrl.integrations.export.selection_config import write_selection_configs
+from fastrl.integrations.export.selection_config import SELECTION_FILES, write_selection_configs
 from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.round_stats import RoundStats
@@ -218,6 +218,21 @@ def test_cli_writes_checkpoint_and_selection_configs(drafter_dir, tmp_path):
     winners = write_selection_configs(state, tmp_path / "again", "draft")
     assert [str(w.strategy) for w in winners][0] == "3_1_4" and str(winners[-1].strategy) == "disable"
     assert main(["export-drafter", str(drafter_dir), str(out), "--format", "onnx"]) == 2
+
+
+def test_an_overwrite_leaves_no_file_of_the_export_before(drafter_dir, narrow_drafter_dir, tmp_path):
+    """overwrite=true keeps a user's other files, but not an earlier export's token map or selection configs: they
+    would restrict or steer the new drafter (a full-vocabulary drafter served with a 24-token map)."""
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(_trained_bandit_state()))
+    out = tmp_path / "out"
+    assert main(["export-drafter", str(narrow_drafter_dir), str(out), f"bandit_state={state}"]) == 0
+    (out / "README.md").write_text("mine")
+    assert (out / "hot_token_ids.pt").is_file() and (out / "bandit_winners.json").is_file()
+    assert main(["export-drafter", str(drafter_dir), str(out), "overwrite=true"]) == 0
+    left = sorted(p.name for p in out.iterdir())
+    assert "hot_token_ids.pt" not in left and not set(SELECTION_FILES) & set(left)
+    assert "README.md" in left and json.loads((out / "config.json").read_text())["fastrl"]["token_map"] is None
 
 
 def test_export_from_a_train_checkpoint_merges_every_worker_and_says_why_a_bucket_is_disabled(

@@ -150,6 +150,10 @@ def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list
         raise ValueError(f"{key}={state_file}: {err}") from None
 
 
+SELECTION_FILES = ("vllm_speculative_config.json", "sglang_adaptive_config.json", "bandit_winners.json")
+"""What ``selection_files`` writes (an export without a bandit state removes an earlier export's)."""
+
+
 def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, str]:
     """File name -> text of the three selection configs: vLLM's table, SGLang's adaptive JSON and the winners."""
     rows = [
@@ -158,11 +162,7 @@ def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, 
          "note": stop_note(w)}
         for w in winners
     ]  # fmt: skip
-    docs = {
-        "vllm_speculative_config.json": vllm_table(winners, draft_model),
-        "sglang_adaptive_config.json": sglang_adaptive(winners),
-        "bandit_winners.json": rows,
-    }
+    docs = dict(zip(SELECTION_FILES, (vllm_table(winners, draft_model), sglang_adaptive(winners), rows), strict=True))
     return {name: json.dumps(doc, indent=2) + "\n" for name, doc in docs.items()}
 
 
