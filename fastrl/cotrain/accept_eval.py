@@ -29,3 +29,9 @@ def measure_accept_length(
     engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
     engine.generate(inputs)
     return RoundTotals.of(engine.round_stats).mean_accept_length
+
+
+def accept_text(length: float) -> str:
+    """An accept length as printed: 0 is what a measure without any decode round gives (every held-out response
+    ended at its first token), said so rather than shown below the floor of 1."""
+    return f"{length:.2f}" if length > 0 else "not measured (no decode round)"

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fastrl.cotrain.accept_eval import AcceptResult, measure_accept_length
+from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards
@@ -71,6 +71,13 @@ class OfflineDrafterConfig:
         check_strategy_names("train_drafter.accept_strategies", self.accept_strategies)
         if any(Strategy.parse(name).is_disabled for name in self.accept_strategies):
             raise ValueError("train_drafter.accept_strategies: 'disable' drafts nothing; name speculative ones")
+        history = [name for name in self.accept_strategies if not Strategy.parse(name).uses_drafter]
+        if history:
+            raise ValueError(
+                f"train_drafter.accept_strategies: {history} draft from the rollouts' history, not from the drafter "
+                "this measures; name EAGLE strategies (a hybrid S_K_N+suffix_M is taken)"
+            )
+
         if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
             raise ValueError(
                 f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "
@@ -150,7 +157,13 @@ def train_offline(
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1)
     held_ids = held_plan.generate(policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
-    print(f"{len(plan)} training requests in {shards.count} shards, {len(held_ids)} held out", flush=True)
+    measured = min(cfg.accept_requests, len(held_prompts))
+    fewer = f" (accept_requests={cfg.accept_requests}: there are no more)" if measured < cfg.accept_requests else ""
+    print(
+        f"{len(plan)} training requests in {shards.count} shards, {len(held_ids)} held out; accept length on "
+        f"{measured} held-out prompts{fewer}",
+        flush=True,
+    )
     if not any(len(ids) > 2 for ids in held_ids):  # the loss learns from a sequence's tokens after its first two
         raise nothing_to_train("held-out", len(held_ids), cfg)
     trainer = DrafterTrainer(drafter, policy, dataclasses.replace(cfg.trainer))
@@ -174,7 +187,7 @@ def train_offline(
         for strategy in cfg.accept_strategies:
             length = measure(policy, drafter, held_plan, inputs, strategy, cfg)
             accept.append(AcceptResult(strategy, temperature, length))
-            print(f"accept length {strategy} T={temperature}: {length:.2f}", flush=True)
+            print(f"accept length {strategy} T={temperature}: {accept_text(length)}", flush=True)
     return OfflineDrafterReport(state.epochs, accept, len(plan), state.tokens // max(1, cfg.epochs))
 
 

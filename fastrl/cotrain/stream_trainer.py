@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from fastrl.cotrain.accept_eval import accept_text
 from fastrl.cotrain.drafter_trainer import DrafterMetrics, DrafterTrainer, make_batches
 from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.cotrain.features import policy_features
@@ -179,7 +180,7 @@ class StreamRun:
                 report = state.epochs[-1]
                 bar.write(
                     f"epoch {state.epoch}: held-out loss {report.metrics.loss:.4f}, top-1 {report.metrics.top1:.3f}, "
-                    f"accept length {report.accept_length:.2f}, {state.tokens} tokens trained"
+                    f"accept length {accept_text(report.accept_length)}, {state.tokens} tokens trained"
                 )
             self.save(state)
             bar.update(1)

@@ -69,6 +69,7 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
         ("accept_strategies=[bandit]", "train_drafter.accept_strategies: strategy 'bandit'"),
         ("accept_strategies=[disable]", "'disable' drafts nothing"),
         ("accept_strategies=[]", "name at least one strategy"),
+        ("accept_strategies=[3_1_4,suffix_8]", r"\['suffix_8'\] draft from the rollouts' history"),
         ("draft_vocab_size=100000", r"train_drafter.draft_vocab_size must be in \[0, 91\]"),
     ],
 )

@@ -202,3 +202,9 @@ def test_a_diverged_run_is_one_error_and_keeps_the_last_whole_save(policy, tmp_p
     assert state["shard"] == diverged - 1  # the shards before it were saved, the one it diverged in was not
     weights = load_file(str(tmp_path / "s" / "resume" / "drafter" / "drafter.safetensors"))
     assert all(bool(torch.isfinite(w).all()) for w in weights.values())
+
+
+def test_an_accept_length_without_a_decode_round_says_so():
+    from fastrl.cotrain.accept_eval import accept_text
+
+    assert accept_text(0.0) == "not measured (no decode round)" and accept_text(1.0) == "1.00"
