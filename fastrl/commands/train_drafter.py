@@ -58,7 +58,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     metrics = {
         "policy": policy_name,
         "train_sequences": report.train_sequences,
-        "train_tokens": report.train_tokens,
+        "train_tokens_per_epoch": report.train_tokens,  # each epoch's report holds the cumulative count
         "epochs": [dataclasses.asdict(m) for m in report.epochs],
         "accept_lengths": [dataclasses.asdict(a) for a in report.accept_lengths],
         "config": dataclasses.asdict(cfg),

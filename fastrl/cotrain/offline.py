@@ -91,7 +91,8 @@ class OfflineDrafterConfig:
 
 @dataclass
 class OfflineDrafterReport:
-    """Per-epoch held-out evaluation and the final accept lengths (per strategy and temperature)."""
+    """Per-epoch held-out evaluation and the final accept lengths (per strategy and temperature); the training
+    sequences and tokens of one epoch (each epoch passes over the same ones)."""
 
     epochs: list[EpochReport]
     accept_lengths: list[AcceptResult]

@@ -87,7 +87,8 @@ def saved_run(directory: Path) -> Path | None:
 
 @dataclass
 class EpochReport:
-    """Held-out metrics after one epoch, and the held-out accept length (0 when not measured)."""
+    """Held-out metrics after one epoch, the held-out accept length (0 when not measured), and the tokens trained
+    on from the start of the run through this epoch (cumulative)."""
 
     metrics: DrafterMetrics
     accept_length: float

@@ -102,7 +102,7 @@ def phase_drafter(work: Path, args: argparse.Namespace) -> dict:
     )
     report = run_train_drafter(cfg)
     return {
-        "train_tokens": report.train_tokens,
+        "train_tokens_per_epoch": report.train_tokens,
         "train_sequences": report.train_sequences,
         "epochs": [asdict(e) for e in report.epochs],
         "accept": [asdict(a) for a in report.accept_lengths],
