@@ -275,7 +275,8 @@ def _check_not_input(key: str, value: str, path: Path, inputs: dict[str, str]) -
     """ValueError when ``path`` is an input, or an existing file inside an input directory (a model's weights)."""
     for other_key, other in inputs.items():
         if other and _same_file(path, Path(other)):
-            raise ValueError(f"{key}={value} is the {other_key} file: writing it would destroy the input")
+            kind = "directory" if path.is_dir() else "file"
+            raise ValueError(f"{key}={value} is the {other_key} {kind}: writing it would destroy the input")
         if other and path.is_file() and _contains(Path(other), path):
             raise ValueError(f"{key}={value} is a file of the {other_key} directory {other}: writing would destroy it")
 

@@ -30,6 +30,8 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
     """Parse a prompts JSONL file; a malformed line (or a key a line may not have: a typo such as "sed" would
     otherwise be ignored) raises ValueError naming the file and line."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"prompts file {path} is a directory; give a JSONL file (one prompt a line)")
     if not path.is_file():
         raise ValueError(f"prompts file not found: {path}")
     lines: list[PromptLine] = []

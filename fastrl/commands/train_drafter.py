@@ -28,6 +28,9 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
     check_device("train_drafter.device", cfg.device)
+    if cfg.prompts and not Path(cfg.prompts).is_file():  # before the outputs are checked against it
+        what = "a directory" if Path(cfg.prompts).is_dir() else "not found"
+        raise ValueError(f"train_drafter.prompts={cfg.prompts} is {what}; give a JSONL file (one prompt a line)")
     model_dir = resolve_model_dir(cfg.model)
     inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}

@@ -28,7 +28,8 @@ class DrafterTrainerConfig(EagleLossConfig):
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_steps: int = 20
-    total_steps: int = 0  # 0 = constant learning rate after warm-up; else cosine decay to 10% at total_steps
+    total_steps: int = 0  # 0 = constant learning rate after warm-up (train-drafter: a cosine over its whole run, sized
+    # from its first shard); else cosine decay to 10% at total_steps
     grad_clip: float = 1.0
     max_tokens_per_batch: int = 8192
     feature_noise: float = 0.05

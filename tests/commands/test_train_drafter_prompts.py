@@ -115,3 +115,12 @@ def test_stream_dir_defaults_beside_the_output():
 def test_a_seed_outside_its_range_names_the_key_before_any_rollout(seed):
     with pytest.raises(ValueError, match=r"train_drafter.seed must be an integer in \[0, 2\*\*40\)"):
         TrainDrafterConfig(seed=seed)
+
+
+def test_a_prompts_path_that_is_not_a_file_is_named(tmp_path, capsys):
+    from fastrl.cli import main
+
+    for prompts, said in ((tmp_path, "is a directory"), (tmp_path / "none.jsonl", "is not found")):
+        assert main(["train-drafter", f"output={tmp_path / 'out'}", f"prompts={prompts}"]) == 2
+        assert f"train_drafter.prompts={prompts} {said}; give a JSONL file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
