@@ -54,7 +54,7 @@ def test_export_drafter_refuses_a_directory_holding_a_model(drafter_dir, tmp_pat
     assert main(["export-drafter", str(drafter_dir), str(victim), "--format", "sglang"]) == 2
     assert "not empty" in capsys.readouterr().err and _snapshot(victim) == before
     assert main(["export-drafter", str(drafter_dir), str(drafter_dir), "overwrite=true"]) == 2
-    assert "is the drafter file" in capsys.readouterr().err
+    assert "is the drafter directory" in capsys.readouterr().err
 
 
 def test_export_drafter_with_a_bad_bandit_state_writes_nothing(drafter_dir, tmp_path, capsys):
