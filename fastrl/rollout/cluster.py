@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
 from ray._private import ray_constants
@@ -27,6 +31,30 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """
     if ray.is_initialized():
         return False
+    with _signal_handlers_kept():
+        return _start_ray(address, num_cpus)
+
+
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Restore this process's SIGTERM and SIGINT handlers after the block: ``ray.init`` installs its own SIGTERM
+    handler (``sys.exit``), which skipped fastrl's (a SIGTERM from a scheduler or ``timeout`` then lost the
+    interrupted run's checkpoint and message). Outside the main thread, where handlers cannot change, it does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+def _start_ray(address: str | None, num_cpus: int | None) -> bool:
+    """``ensure_ray``'s start, once it found Ray not initialised."""
     if address:
         ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         return True
