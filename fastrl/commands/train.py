@@ -151,30 +151,20 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
             ) from None
         say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
-    plan.checked = True  # from here on a failure is not a refusal: what the run wrote stays
-    record_checkpoints_dir(run_dir, checkpoints)
-    if plan.in_place and keep_metrics_before(run_dir, resumed_step):
-        say(
-            f"metrics.jsonl: the steps from {resumed_step} on that the interrupted run logged after its last "
-            "checkpoint run again; their first lines are in metrics.replaced.jsonl"
-        )
     policy = load_model(policy_dir)
-    wandb = None
-    if cfg.logger.enabled:
-        logger_cfg = dataclasses.replace(
-            cfg.logger, dir=cfg.logger.dir or str(run_dir), run_name=cfg.logger.run_name or run_dir.name
-        )
-        config = OmegaConf.to_container(OmegaConf.structured(cfg))
-        wandb = WandbLogger(logger_cfg, config, wandb_run_id(run_dir))
-    recorder = RunRecorder(run_dir, wandb, _earlier_steps(run_dir) if plan.in_place else None)
+    recorder = RunRecorder(run_dir, None)
     thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
+    wandb = None
     try:
         backend = build_backend(cfg)
         try:
             trainer = GRPOTrainer(policy, tokenizer, task, backend, rl, logger=recorder, bucket_thresholds=thresholds)
             recorder.trainer = trainer
-            if cfg.resume:
+            if cfg.resume:  # a checkpoint this run cannot take (another worker count) is refused here, unchanged
                 trainer.resume(cfg.resume)
+            wandb = _wandb_logger(cfg, run_dir)
+            plan.checked = True  # from here on a failure is not a refusal: what the run wrote stays
+            _start_recording(recorder, wandb, run_dir, checkpoints, resumed_step, plan)
             try:
                 history = trainer.train()
             except KeyboardInterrupt:
@@ -186,6 +176,16 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             story = steps_speed(recorder.history, thresholds)
             print_speed_summary("rollouts", story)
             logging.getLogger(LOG_NAME).info(f"rollouts: {story.line()}")
+            if wandb is not None:  # the whole run's figures, beside the last step's under the per-step names
+                wandb.summarize(
+                    {
+                        "run/rollout_tokens": story.tokens,
+                        "run/rollout_time_s": story.wall_time_s,
+                        "run/rollout_tokens_per_s": story.tokens_per_s,
+                        "run/accept_length": story.accept_length,
+                        "run/estimated_speedup": story.speedup,
+                    }
+                )
         if cfg.report and recorder.history:
             png = plot_train_report(
                 recorder.history,
@@ -201,9 +201,35 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             wandb.finish()
     kept = f"{CHECKPOINTS}/" if checkpoints == run_dir / CHECKPOINTS else f"checkpoints in {checkpoints}"
     say(f"run directory: {run_dir} (train.log, metrics.jsonl, {kept})")
-    if wandb is not None:
-        say(f"W&B offline run: {wandb.run_dir} (upload with `wandb sync`)")
+    hint = wandb.sync_hint() if wandb is not None else None
+    if hint is not None:
+        say(hint)
     return history
+
+
+def _wandb_logger(cfg: TrainConfig, run_dir: Path) -> WandbLogger | None:
+    """The run's W&B logger (its run directory and name by default), None when logging is off."""
+    if not cfg.logger.enabled:
+        return None
+    logger_cfg = dataclasses.replace(
+        cfg.logger, dir=cfg.logger.dir or str(run_dir), run_name=cfg.logger.run_name or run_dir.name
+    )
+    return WandbLogger(logger_cfg, OmegaConf.to_container(OmegaConf.structured(cfg)), wandb_run_id(run_dir))
+
+
+def _start_recording(
+    recorder: RunRecorder, wandb: WandbLogger | None, run_dir: Path, checkpoints: Path, resumed_step: int, plan: RunPlan
+) -> None:
+    """Once the run is accepted: the checkpoints' directory recorded, metrics.jsonl cut back to the resumed step
+    (a run continued in place), the recorder given the earlier steps and the W&B logger."""
+    record_checkpoints_dir(run_dir, checkpoints)
+    if plan.in_place and keep_metrics_before(run_dir, resumed_step):
+        say(
+            f"metrics.jsonl: the steps from {resumed_step} on that the interrupted run logged after its last "
+            "checkpoint run again; their first lines are in metrics.replaced.jsonl"
+        )
+    recorder.history = _earlier_steps(run_dir) if plan.in_place else []
+    recorder.wandb = wandb
 
 
 def _earlier_steps(run_dir: Path) -> list[StepMetrics]:

@@ -37,22 +37,38 @@ class WandbLogger:
         Path(config.dir).mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("WANDB_SILENT", "true")
         self._wandb = wandb
-        self.run = wandb.init(
-            project=config.project,
-            name=config.run_name or None,
-            dir=config.dir,
-            mode=config.mode if config.enabled else "disabled",
-            config=run_config or {},
-            tags=config.tags or None,
-            reinit="finish_previous",
-            id=run_id or None,
-            resume="allow" if run_id else None,
-        )
+        self.mode = config.mode if config.enabled else "disabled"
+        try:
+            self.run = wandb.init(
+                project=config.project,
+                name=config.run_name or None,
+                dir=config.dir,
+                mode=self.mode,
+                config=run_config or {},
+                tags=config.tags or None,
+                reinit="finish_previous",
+                id=run_id or None,
+                resume="allow" if run_id else None,
+            )
+        except wandb.errors.UsageError as err:  # online without an API key, a bad project name ...
+            raise ValueError(
+                f"logger.mode={self.mode}: W&B refused to start a run ({err}); log in with `wandb login`, or keep "
+                "logger.mode=offline (no account needed; `wandb sync` uploads later)"
+            ) from None
 
     @property
     def run_dir(self) -> str | None:
-        """The local directory holding this run's files (offline: what `wandb sync` uploads)."""
+        """The local directory holding this run's files."""
         return getattr(self.run, "dir", None)
+
+    def sync_hint(self) -> str | None:
+        """How to upload an offline run, every segment of it (a run continued later adds one ``offline-run-*``
+        directory per continuation, all with this run's id); None when nothing is kept to upload."""
+        if self.mode != "offline" or self.run_dir is None:
+            return None
+        segment = Path(self.run_dir).parent  # .../wandb/offline-run-<time>-<id>; run.dir is its files/
+        pattern = segment.parent / f"offline-run-*-{self.run.id}"
+        return f"W&B offline run: {segment.parent} (upload with `wandb sync {pattern}`)"
 
     def log(self, metrics: Any, step: int) -> None:
         """Log scalars at `step`."""
@@ -72,6 +88,10 @@ class WandbLogger:
     def log_image(self, name: str, path: str | Path, step: int | None = None) -> None:
         """Attach a PNG (plots, reports)."""
         self.run.log({name: self._wandb.Image(str(path))}, step=step)
+
+    def summarize(self, values: dict[str, float | None]) -> None:
+        """Set run-level values in the run's summary (None values left out)."""
+        self.run.summary.update({k: v for k, v in values.items() if v is not None})
 
     def finish(self) -> None:
         """Close the run (flushes offline files)."""

@@ -123,3 +123,21 @@ def test_a_new_run_in_a_reused_directory_is_a_new_wandb_run(policy_dir, tmp_path
     shutil.rmtree(run)
     assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
     assert wandb_run_id(run) != first
+
+
+def test_a_resume_refused_by_the_checkpoint_itself_leaves_the_run_as_it_was(policy_dir, tmp_path, capsys):
+    """A checkpoint the run cannot take (co-training state for 1 worker, 2 workers asked) is found only when it is
+    loaded, after the workers start: the refusal still changes nothing (the run's record, its log, its W&B runs),
+    so the run's own `resume=RUN_DIR` works afterwards."""
+    run = tmp_path / "run"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    before = {p: p.read_bytes() for p in [*sorted((run / ".hydra").glob("*.yaml")), run / "train.log"]}
+    segments = sorted((run / "wandb").glob("offline-run-*"))
+    capsys.readouterr()
+    assert main(["train", f"resume={run}", "rl.steps=2", "rollout=ray", "rollout.num_workers=2"]) == 2
+    assert "co-training state for 1 workers, this run has rollout.num_workers=2" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted((run / "wandb").glob("offline-run-*")) == segments
+    assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
+    assert _steps(run) == [0, 1]

@@ -122,3 +122,25 @@ def test_a_run_directory_that_cannot_be_made_is_said_before_anything_starts(tmp_
     run = tmp_path / "file" / "run"
     assert main(["train", *TINY, "logger=none", f"hydra.run.dir={run}"]) == 2
     assert f"hydra.run.dir={run}: {tmp_path / 'file'} is not a directory" in _error_line(capsys)
+
+
+def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, capsys, monkeypatch):
+    """W&B's own UsageError was a traceback; it is one line naming logger.mode, and the refused run leaves no
+    folder (W&B refuses before the first step)."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # no stored login
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    run = tmp_path / "run"
+    args = [
+        "train",
+        *TINY,
+        "drafter=fresh",
+        "rollout=local",
+        "report=false",
+        "logger.mode=online",
+        f"hydra.run.dir={run}",
+    ]
+    assert main(args) == 2
+    line = _error_line(capsys)
+    assert "logger.mode=online: W&B refused to start a run" in line and "logger.mode=offline" in line
+    assert not run.exists()

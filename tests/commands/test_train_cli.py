@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import time
 
@@ -44,7 +45,7 @@ def test_train_local_writes_metrics_and_report(policy_dir, tmp_path):
     assert (run / "checkpoints" / "step_000002").is_dir()
 
 
-def test_train_ray_with_offline_wandb(policy_dir, tmp_path):
+def test_train_ray_with_offline_wandb(policy_dir, tmp_path, capsys):
     run = tmp_path / "run"
     args = [
         *COMMON,
@@ -58,7 +59,11 @@ def test_train_ray_with_offline_wandb(policy_dir, tmp_path):
     assert main(["train", *args]) == 0
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     (events,) = (run / "wandb").glob("offline-run-*/*.wandb")
-    wanted = (b"choice/", b"arm_rounds/", b"rollout_tokens_per_s")  # the speed story: choices, rounds per arm
+    hint = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("W&B offline run:"))
+    pattern = hint.split("`wandb sync ")[1].rstrip("`)")  # the segments of this run, what `wandb sync` takes
+    assert glob.glob(pattern) == [str(events.parent)]
+    # the speed story: choices, rounds per arm, and the whole run's figures in the summary
+    wanted = (b"choice/", b"arm_rounds/", b"rollout_tokens_per_s", b"run/estimated_speedup")
     deadline = time.monotonic() + 60.0  # W&B's service may still be writing its log when finish() returns
     while not all(key in (logged := events.read_bytes()) for key in wanted) and time.monotonic() < deadline:
         time.sleep(0.5)
