@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ def _signal_handlers_kept() -> Iterator[None]:
 def _start_ray(address: str | None, num_cpus: int | None) -> bool:
     """``ensure_ray``'s start, once it found Ray not initialised."""
     if address:
+        _check_reachable(address)
         ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         return True
     cores = os.cpu_count() or 1
@@ -80,6 +82,22 @@ def _start_ray(address: str | None, num_cpus: int | None) -> bool:
         ray.shutdown()
         raise RuntimeError(f"the local Ray bound to {node_ip}, not {LOOPBACK}; refusing to run on a public address")
     return True
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """ValueError naming rollout.ray_address when nothing answers at ``host:port`` within ``timeout_s`` (``ray.init``
+    retries an unreachable GCS for minutes, printing only its own connection warnings); "auto" and ray:// addresses
+    are Ray's to resolve."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ValueError(
+            f"rollout.ray_address={address}: no Ray cluster answers there ({err.strerror or err}); start one with "
+            "`ray start --head` and give its address, or leave rollout.ray_address out for a local Ray"
+        ) from None
 
 
 def _loopback_only() -> None:
