@@ -230,6 +230,9 @@ def _start_recording(
         )
     recorder.history = _earlier_steps(run_dir) if plan.in_place else []
     recorder.wandb = wandb
+    if wandb is not None:  # a killed run's W&B segment may have lost its last steps: W&B keeps what it lacks of
+        for metrics in recorder.history:  # these (a step it holds already is not logged twice)
+            wandb.log(metrics, metrics.step)
 
 
 def _earlier_steps(run_dir: Path) -> list[StepMetrics]:

@@ -141,3 +141,30 @@ def test_a_resume_refused_by_the_checkpoint_itself_leaves_the_run_as_it_was(poli
     assert sorted((run / "wandb").glob("offline-run-*")) == segments
     assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
     assert _steps(run) == [0, 1]
+
+
+def _wandb_steps(segment) -> set[int]:
+    """The `step` values (single digits) a W&B offline segment's history records hold (its protobuf records: the
+    key "step", then its JSON value)."""
+    import re
+    import time
+
+    (events,) = segment.glob("*.wandb")
+    deadline = time.monotonic() + 30.0  # W&B's service may still be writing when the command returns
+    while b"\x12\x04step" not in events.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return {int(m) for m in re.findall(rb"\x12\x04step\x82\x01\x01(\d)", events.read_bytes())}
+
+
+def test_a_resume_gives_wandb_the_steps_a_killed_run_lost(policy_dir, tmp_path):
+    """A run killed before W&B wrote its history (SIGKILL: W&B's buffered records die with it) lost steps that
+    metrics.jsonl and the checkpoint kept; the resume logs the earlier steps again (W&B keeps those it lacks)."""
+    run = tmp_path / "run"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=2", f"hydra.run.dir={run}"]) == 0
+    (first,) = (run / "wandb").glob("offline-run-*")
+    for events in first.glob("*.wandb"):
+        events.write_bytes(events.read_bytes()[:100])  # what a killed run's segment may hold: its header
+    assert main(["train", f"resume={run}", "rl.steps=3"]) == 0
+    (second,) = set((run / "wandb").glob("offline-run-*")) - {first}
+    assert _wandb_steps(second) == {0, 1, 2}
