@@ -67,6 +67,7 @@ class RunRecorder:
         self.trainer: GRPOTrainer | None = None
         self.history: list[StepMetrics] = list(history or [])
         self.lengths: list[int] = []
+        self.steps_run: list[int] = []  # the steps this process ran (the response lengths are theirs)
 
     def log(self, metrics: StepMetrics, step: int) -> None:
         self.history.append(metrics)
@@ -76,6 +77,7 @@ class RunRecorder:
         rollout = self.trainer.last_rollout if self.trainer is not None else None
         step_lengths = [len(r.token_ids) for r in rollout.batch.results] if rollout is not None else []
         self.lengths += step_lengths
+        self.steps_run.append(step)
         if self.wandb is not None:
             self.wandb.log(metrics, step)
             self.wandb.log_choices(metrics.strategy_choices, step)
@@ -192,6 +194,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 recorder.lengths,
                 run_dir / "report.png",
                 f"fastrl train: strategy={cfg.strategy.name}, drafter cotrain={cfg.drafter.cotrain}",
+                recorder.steps_run,
             )
             if wandb is not None:
                 wandb.log_image("report", png)

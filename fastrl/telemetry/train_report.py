@@ -10,8 +10,11 @@ from fastrl.rl.metrics import StepMetrics
 from fastrl.telemetry.report_panels import accept_panel, choice_panel, legend, speed_panel
 
 
-def plot_train_report(history: list[StepMetrics], lengths: list[int], path: str | Path, title: str) -> Path:
-    """Eight panels over steps; `lengths` are the response lengths of the steps this process ran (histogram)."""
+def plot_train_report(
+    history: list[StepMetrics], lengths: list[int], path: str | Path, title: str, length_steps: list[int] | None = None
+) -> Path:
+    """Eight panels over steps; `lengths` are the response lengths of the steps `length_steps` (those this process
+    ran; None: all of `history`'s), in a histogram that says which steps it covers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +38,9 @@ def plot_train_report(history: list[StepMetrics], lengths: list[int], path: str 
     accept_panel(ax[2, 0], history)
     _drafter_panel(ax[2, 1], history)
     _cotrain_panel(ax[3, 0], history)
-    ax[3, 1].hist(lengths, bins=40, label=f"{len(lengths)} responses")
+    covered = length_steps if length_steps is not None else steps
+    span = f"step {covered[0]}" if len(covered) == 1 else f"steps {covered[0]}-{covered[-1]}" if covered else "no step"
+    ax[3, 1].hist(lengths, bins=40, label=f"{len(lengths)} responses of {span}")
     ax[3, 1].set_yscale("log")
     ax[3, 1].set_title("response length (tokens)")
     ax[3, 1].set_xlabel("tokens")

@@ -21,11 +21,25 @@ def metrics(step: int, cotrained: bool) -> StepMetrics:
     return StepMetrics(**numbers)
 
 
-def test_report_with_and_without_cotraining(tmp_path):
+def test_report_with_and_without_cotraining(tmp_path, monkeypatch):
     for cotrained in (True, False):
         history = [metrics(s, cotrained) for s in range(3)]
         png = plot_train_report(history, [3, 5, 9], tmp_path / f"report_{cotrained}.png", "test")
         assert png.is_file() and png.stat().st_size > 10_000
+    # a resumed run: lengths of the steps this process ran only, and the histogram says which
+    import matplotlib.axes
+
+    labels = []
+    real = matplotlib.axes.Axes.hist
+
+    def hist(self, *args, **kwargs):
+        labels.append(kwargs.get("label"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "hist", hist)
+    plot_train_report(history, [3, 5], tmp_path / "resumed.png", "test", length_steps=[2])
+    plot_train_report(history, [3, 5, 9, 4], tmp_path / "whole.png", "test")
+    assert labels == ["2 responses of step 2", "4 responses of steps 0-2"]
     flat = metrics(1, True).to_flat_dict()
     assert flat["drafter_heldout_top1"] == 0.61 and flat["drafter_steps"] == 6.0 and flat["drafter_version"] == 2.0
     assert "drafter_heldout_top1" not in metrics(1, False).to_flat_dict()
