@@ -210,9 +210,16 @@ def keep_metrics_before(run_dir: Path, step: int) -> int:
     if not file.is_file():
         return 0
     keep, moved = [], []
-    for line in file.read_text().splitlines():
-        if line.strip():
-            (keep if json.loads(line).get("step", 0) < step else moved).append(line)
+    lines = [line for line in file.read_text().splitlines() if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        try:
+            logged = json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{file}:{number}: not a line of metrics (not valid JSON)") from None
+            moved.append(line)  # the last line, cut short by a kill while it was written: a step not checkpointed
+            continue
+        (keep if logged.get("step", 0) < step else moved).append(line)
     if moved:
         with (run_dir / REPLACED_METRICS_FILE).open("a") as f:
             f.write("\n".join(moved) + "\n")
