@@ -222,23 +222,18 @@ class Engine:
         """Admit and prefill waiting requests (recomputing preempted ones), then run one decode round over the other
         running requests, once each has pages for it.
 
-        If anything raises after requests progressed (a selector's ``observe``, a fault in a round), the exception
-        propagates and what had progressed is returned by the next step, ahead of that step's own outputs."""
+        If anything raises (a prefill, a round, a selector's ``observe``), the exception propagates, requests whose
+        prefill failed wait to be admitted again, and what had progressed is returned by the next step, ahead of that
+        step's own outputs (a finished request's id stays taken until its output is returned)."""
         outputs, self._undelivered = self._undelivered, []
         progressed: Progressed = {}
         finished: list[Request] = self._rejected
         self._rejected = []
         try:
-            admitted = self.scheduler.admit()
-            fresh = [r for r in admitted if not r.output_ids]
-            resumed = [r for r in admitted if r.output_ids]
-            if resumed:
-                self.runner.resume(resumed)
-            if fresh:
-                self._prefill(fresh, progressed)
+            self._admit(progressed)
             finished += self._release()
             running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
-            active = [r for r in running if r.request_id not in progressed] if fresh else list(running)
+            active = [r for r in running if r.request_id not in progressed] if progressed else list(running)
             active = self.scheduler.reserve(active)
             if active:
                 self._decode(active, progressed)
@@ -247,14 +242,31 @@ class Engine:
             finished += self._release()  # requests that finished in the round: their last tokens go with them
             self._undelivered = outputs + self._outputs(finished, progressed)
             raise
-        return outputs + self._outputs(finished, progressed)
+        outputs += self._outputs(finished, progressed)
+        for out in outputs:  # an id is free again once its final output is delivered
+            if out.finished:
+                self._live_ids.discard(out.request_id)
+                self._streamed.discard(out.request_id)
+        return outputs
+
+    def _admit(self, progressed: Progressed) -> None:
+        """Admit waiting requests, recompute the preempted ones among them and prefill the others; if that raises,
+        they go back to the head of the queue, to be admitted again by a later step."""
+        admitted = self.scheduler.admit()
+        try:
+            resumed = [r for r in admitted if r.output_ids]
+            if resumed:
+                self.runner.resume(resumed)
+            fresh = [r for r in admitted if not r.output_ids]
+            if fresh:
+                self._prefill(fresh, progressed)
+        except BaseException:
+            self.scheduler.readmit(admitted)
+            raise
 
     def _outputs(self, finished: list[Request], progressed: Progressed) -> list[RequestOutput]:
-        """One step's outputs: the full output of each finished request (forgetting its id), then the new tokens of
-        every other request that progressed (a request preempted after it progressed is waiting again)."""
-        for r in finished:
-            self._live_ids.discard(r.request_id)
-            self._streamed.discard(r.request_id)
+        """One step's outputs: the full output of each finished request, then the new tokens of every other request
+        that progressed (a request preempted after it progressed is waiting again)."""
         outputs = [r.to_output(progressed[r.request_id][1] if r.request_id in progressed else None) for r in finished]
         return outputs + [r.to_output(tokens) for r, tokens in progressed.values() if not r.finished]
 

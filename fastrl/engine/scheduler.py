@@ -106,6 +106,13 @@ class Scheduler:
                 self._preempt(victim)
         return [r for r in requests if r.slot is not None]
 
+    def readmit(self, requests: list[Request]) -> None:
+        """Undo the admission of `requests` (their prefill failed): slots and pages freed, back at the head of the
+        queue in their order, to be prefilled (or recomputed) when next admitted."""
+        for request in reversed(requests):
+            if request.slot is not None:
+                self._unseat(request)
+
     def _preempt(self, request: Request) -> None:
         """Free a running request's slot and pages; it waits at the head of the queue to be recomputed."""
         if len([r for r in self.running if not r.finished]) == 1:
@@ -113,6 +120,11 @@ class Scheduler:
                 f"request {request.request_id}: {request.num_tokens} tokens do not fit the KV cache's "
                 f"{self.pool.num_pages} pages of {self.pool.page_size} even alone"
             )
+        self._unseat(request)
+        self.preemptions += 1
+
+    def _unseat(self, request: Request) -> None:
+        """Free a running request's slot and pages and put it at the head of the queue."""
         self.pool.release(request.slot)
         self._free_slots.append(request.slot)
         self._free_slots.sort()
@@ -120,7 +132,6 @@ class Scheduler:
         del self._admitted[request.request_id]
         request.slot = None
         self.waiting.appendleft(request)
-        self.preemptions += 1
 
     def remaining_budget(self, request: Request) -> int:
         """How many more tokens the request may emit before a length limit stops it."""

@@ -5,6 +5,7 @@ equal an undisturbed run's, for any strategy and wherever the failures fall."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -14,6 +15,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.runner import ModelRunner
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
@@ -73,11 +75,14 @@ def _run_through_faults(engine: Engine, inputs: list[GenerateInput], message: st
     return {i: streamed[i] for i in ids}, {i: final[i] for i in ids}, raised
 
 
-def _assert_as_reference(streamed: dict, final: dict, reference: list) -> None:
+def _assert_as_reference(streamed: dict, final: dict, reference: list, logprob_tolerance: float = 0.0) -> None:
     for (rid, out), ref in zip(final.items(), reference, strict=True):
         assert out.token_ids == ref.token_ids == streamed[rid], rid
         assert out.finish_reason == ref.finish_reason
-        assert out.logprobs == ref.logprobs
+        assert len(out.logprobs) == len(ref.logprobs)
+        assert (
+            max((abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)), default=0.0) <= logprob_tolerance
+        )
 
 
 @pytest.mark.parametrize("strategy", ["disable", "3_1_4", "3_1_4+suffix_8"])
@@ -95,20 +100,42 @@ def test_a_raising_observe_loses_no_output(models, strategy, seed):
     _assert_as_reference(streamed, final, reference)
 
 
+FAULTS = {
+    "verify": (round_module, "verify_trees"),
+    "history": (HistoryIndex, "draft"),
+    "prefill": (ModelRunner, "prefill"),
+    "resume": (ModelRunner, "resume"),
+}
+
+
 @pytest.mark.parametrize(
     "strategy, where",
-    [("3_1_4", "verify"), ("8_4_32", "verify"), ("3_1_4+suffix_8", "history"), ("suffix_8", "verify")],
+    [
+        ("3_1_4", "verify"),
+        ("8_4_32", "verify"),
+        ("3_1_4+suffix_8", "history"),
+        ("suffix_8", "verify"),
+        ("disable", "prefill"),
+        ("3_1_4", "prefill"),
+        ("3_1_4", "resume"),
+        ("disable", "resume"),
+    ],
 )
 @pytest.mark.parametrize("seed", [0, 1])
-def test_a_fault_inside_a_round_leaves_the_engine_going(models, monkeypatch, strategy, where, seed):
+def test_a_fault_in_a_prefill_or_a_round_leaves_the_engine_going(models, monkeypatch, strategy, where, seed):
+    """A prefill (or a preempted request's recompute) that raises leaves its requests waiting to be admitted again;
+    a round that raises leaves its requests where they were. Tight pools make the recomputes happen."""
     policy, drafter = models
     rng = random.Random(seed)
     inputs = _inputs(rng, 6)
-    config = EngineConfig(max_batch_size=3, max_model_len=128)
+    tight = where == "resume"
+    config = EngineConfig(max_batch_size=3, page_size=4, max_model_len=40 if tight else 128)
     reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
-    owner, name = (round_module, "verify_trees") if where == "verify" else (HistoryIndex, "draft")
+    if tight:  # room for one request and a bit: three running ones preempt each other
+        config = dataclasses.replace(config, kv_cache_tokens=48)
+    owner, name = FAULTS[where]
     original = getattr(owner, name)
-    failing = set(rng.sample(range(30), 8))
+    failing = {0, rng.randrange(1, 3)} if tight else set(rng.sample(range(30), 8))  # recomputes are few
     calls = [0]
 
     def faulty(*args, **kwargs):
@@ -121,4 +148,25 @@ def test_a_fault_inside_a_round_leaves_the_engine_going(models, monkeypatch, str
     engine = Engine(policy, config, drafter, FixedSelector(strategy))
     streamed, final, raised = _run_through_faults(engine, inputs, "injected fault")
     assert raised == len([c for c in failing if c < calls[0]]) > 0
-    _assert_as_reference(streamed, final, reference)
+    _assert_as_reference(streamed, final, reference, logprob_tolerance=1e-5 if tight else 0.0)
+    if tight:  # a recompute's keys come from a prefill, not one round at a time: float32 log-probs move by ulps
+        assert engine.scheduler.preemptions > 0
+
+
+def test_an_id_stays_taken_until_its_final_output_is_returned(models):
+    """A request that finished in a step that raised is reported by the next step: until then its id cannot be
+    queued again, and generate() refuses to run (it would take the output and drop it)."""
+    policy, drafter = models
+    engine = Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64), drafter, _FlakySelector("3_1_4", {0}))
+    params = SamplingParams(max_new_tokens=1 + 1, temperature=0.0)
+    engine.add_request([1, 5, 6], params, "mine")
+    with pytest.raises(RuntimeError, match="observe failed"):
+        while True:
+            engine.step()
+    with pytest.raises(ValueError, match="request id 'mine' is already running"):
+        engine.add_request([1, 5, 6], params, "mine")
+    with pytest.raises(ValueError, match="requests queued with add_request are still running"):
+        engine.generate([GenerateInput([1, 7], params)])
+    (out,) = engine.step()
+    assert out.request_id == "mine" and out.finished and len(out.token_ids) == 2
+    assert engine.add_request([1, 5, 6], params, "mine") == "mine"  # free again once delivered
