@@ -1,10 +1,14 @@
 """The drafter hub without Ray: a server that leaves completes the round the others wait on (they waited out the
-whole sync timeout and logged a failure), and the count of members left says when the hub's job is over."""
+whole sync timeout and logged a failure), the count of members left says when the hub's job is over, the hub holds
+one round's drafters however long the job, and a server added later lines up with the others' round."""
 
 from __future__ import annotations
 
 import asyncio
 
+import torch
+
+from fastrl.cotrain.cotrainer import TrainedDrafter
 from fastrl.integrations.verl.drafter_hub import DrafterHub
 
 
@@ -23,3 +27,46 @@ def test_a_server_that_leaves_completes_the_round_the_others_wait_on():
     left, release, report = asyncio.run(run())
     assert left == 1 and release is None  # nobody trained: no new version
     assert report["members"] == ["a"] and report["failures"] == []
+
+
+def _trained(base_version: int, value: float) -> TrainedDrafter:
+    return TrainedDrafter({"w": torch.full((256, 256), value)}, steps=2, tokens=10, base_version=base_version)
+
+
+def test_the_hub_holds_one_round_however_many_ran():
+    """Each round's offered copies were kept for the whole job ((servers + 1) drafters more a training step); once
+    merged they go, and a round is dropped once a later one merged."""
+
+    async def run():
+        hub = DrafterHub(timeout_s=600.0)
+        hub.join("a", 0)
+        hub.join("b", 0)
+        for round_index in range(6):
+            a = hub.exchange("a", round_index, _trained(hub.version, 1.0))
+            b = hub.exchange("b", round_index, _trained(hub.version, 3.0))
+            release, same = await asyncio.gather(a, b)
+            assert release is same and release.version == round_index + 1
+            assert float(release.state["w"][0, 0]) == 2.0
+        return hub
+
+    hub = asyncio.run(run())
+    assert list(hub._rounds) == [5] and set(hub._rounds[5].offered.values()) == {None}
+
+
+def test_a_server_added_later_lines_up_with_the_current_round_and_a_late_offer_is_dropped():
+    async def run():
+        hub = DrafterHub(timeout_s=600.0)
+        assert hub.join("a", 0) == 0
+        for round_index in range(3):
+            await hub.exchange("a", round_index, _trained(hub.version, 1.0))
+        assert hub.join("c", 0) == 3  # its first sleep exchanges round 3, with "a"
+        a = hub.exchange("a", 3, _trained(hub.version, 1.0))
+        c = hub.exchange("c", 3, None)
+        release, same = await asyncio.gather(a, c)
+        stale = await asyncio.wait_for(hub.exchange("c", 1, _trained(1, 5.0)), timeout=5)  # not a 600 s wait
+        return hub, release, same, stale
+
+    hub, release, same, stale = asyncio.run(run())
+    assert release is same and release.version == 4 and release.contributors == ["a"]
+    assert stale is None and hub.version == 4
+    assert hub.report()["failures"] == ["round 1: c offered after a later round merged; its copy is dropped"]

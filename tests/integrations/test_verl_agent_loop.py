@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 pytest.importorskip("verl")
@@ -167,6 +168,21 @@ def test_abort_closes_admission_until_resume(stack):
     assert len(asyncio.run(run()).token_ids) == 2
 
 
+def test_a_request_whose_budget_is_spent_carries_every_column_verl_reads(stack):
+    """max_tokens=0 (a multi-turn conversation at its budget) returned no spec counts or versions: verl's metric
+    step then compared None with 0."""
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    request = {"prompt_ids": _rows(first)[0][0], "sampling_params": {"max_tokens": 0, "logprobs": True}}
+    out = ray.get(server.generate.remote(request_id="spent", **request))
+    assert out.token_ids == [] and out.log_probs == [] and out.stop_reason == "length"
+    fields = out.extra_fields
+    assert {k: v for k, v in fields.items() if k.startswith("spec_")} and all(
+        v == 0 for k, v in fields.items() if k.startswith("spec_")
+    )
+    assert isinstance(fields["fastrl_policy_version"], int) and isinstance(fields["fastrl_drafter_version"], int)
+
+
 def _long(prompt: list[int], request_id: str, tokens: int = 40) -> dict:
     """A request that runs ``tokens`` tokens (40: to the end of the context)."""
     sampling = {"max_tokens": tokens, "temperature": 1.0, "ignore_eos": True}
@@ -261,7 +277,7 @@ def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
         FastrlReplica(replica_rank=0, config=rollout, model_config=config.actor_rollout_ref.model, gpus_per_node=2)
 
 
-def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
+def test_update_weights_from_a_generator_or_an_async_one_changes_outputs_and_version(stack):
     from fastrl.integrations.verl.adapter import FastrlServerAdapter
 
     config, servers, agent_loops, first = stack
@@ -271,9 +287,14 @@ def test_update_weights_from_a_generator_changes_outputs_and_version(stack):
         state["lm_head.weight"].shape, generator=torch.Generator().manual_seed(0)
     )
 
+    async def streamed():  # what verl's nccl / nixl checkpoint engines hand the adapter: an async generator
+        for item in state.items():
+            yield item
+
     async def push(rank: int) -> int:
         adapter = FastrlServerAdapter(config=rollout, model_config=model, device_mesh=None, replica_rank=rank)
-        return await adapter.update_weights(((k, v) for k, v in state.items()), global_steps=5)
+        weights = ((k, v) for k, v in state.items()) if rank == 0 else streamed()  # the naive engine's, and theirs
+        return await adapter.update_weights(weights, global_steps=5)
 
     assert [asyncio.run(push(rank)) for rank in range(len(servers.get_replicas()))] == [5, 5]
     out = agent_loops.generate_sequences(chat_batch(PROMPTS, N_SAMPLES))

@@ -78,6 +78,8 @@ def test_sampling_dict_translation():
     assert parse_sampling({}, 70, LIMITS, seed=5).params.max_new_tokens == 2
     assert parse_sampling({"max_tokens": 0}, 10, LIMITS, seed=5).params is None
     assert parse_sampling({"seed": 9, "max_new_tokens": 3}, 10, LIMITS, seed=5).params.seed == 9
+    # both given: max_tokens, the key verl's fully-async client rewrites when it resumes a partial rollout
+    assert parse_sampling({"max_tokens": 3, "max_new_tokens": 5}, 10, LIMITS, seed=5).params.max_new_tokens == 3
     with pytest.raises(ValueError, match="sampling_params.repetition_penalty"):
         parse_sampling({"repetition_penalty": 1.1}, 10, LIMITS, seed=5)
     with pytest.raises(ValueError, match="sampling_params.presence_penalty"):

@@ -5,11 +5,12 @@ fastrl server, which installs the weights as a new policy version."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 
 import ray
 from torch import Tensor
 from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from fastrl.integrations.verl.replica import server_name
 
@@ -44,13 +45,14 @@ class FastrlServerAdapter(BaseRollout):
 
     async def update_weights(
         self,
-        weights: Iterable[tuple[str, Tensor]],
+        weights: Iterable[tuple[str, Tensor]] | AsyncIterable[tuple[str, Tensor]],
         wire_format: str = "named_tensors",
         global_steps: int | None = None,
         peft_config: object | None = None,
         **kwargs: object,
     ) -> int:
-        """Stream ``weights`` (HF parameter names, fastrl's names too) into the server; returns the new version."""
+        """Stream ``weights`` (HF parameter names, fastrl's names too) into the server; returns the new version. verl
+        hands a plain generator (its naive checkpoint engine) or an async one (nccl, nixl and the others)."""
         if wire_format != "named_tensors":
             raise NotImplementedError(f"fastrl rollout: wire_format={wire_format!r}; only 'named_tensors' is supported")
         if peft_config is not None:
@@ -60,7 +62,7 @@ class FastrlServerAdapter(BaseRollout):
         server = self.server()
         bucket: dict[str, Tensor] = {}
         size = 0
-        for name, tensor in weights:
+        async for name, tensor in ensure_async_iterator(weights):
             if hasattr(tensor, "full_tensor"):  # a sharded DTensor: gather it (every rank iterates the generator)
                 tensor = tensor.full_tensor()
             cpu = tensor.detach().to("cpu", copy=True)

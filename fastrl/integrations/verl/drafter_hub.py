@@ -9,6 +9,9 @@ from torch import Tensor
 
 from fastrl.cotrain.cotrainer import TrainedDrafter, average_drafters
 
+MAX_FAILURES = 100
+"""Failures the hub keeps for its report (the most recent ones: a job of many rounds would grow the list forever)."""
+
 
 @dataclass
 class DrafterRelease:
@@ -40,15 +43,17 @@ class DrafterHub:
         self.timeout_s = float(timeout_s)
         self.members: set[str] = set()
         self.version = 0
-        self.failures: list[str] = []
+        self.failures: list[str] = []  # the most recent MAX_FAILURES
         self.busy: set[str] = set()
-        self._rounds: dict[int, _Round] = {}
+        self._rounds: dict[int, _Round] = {}  # the rounds not merged yet, and the last merged one
+        self._next_round = 0  # the round the servers' next sleep exchanges (the last merged one + 1)
 
     def join(self, server: str, drafter_version: int) -> int:
-        """Register a server running drafter ``drafter_version``; returns the hub's current version."""
+        """Register a server running drafter ``drafter_version``; returns the round index its next ``sleep``
+        exchanges (a server added to a running job lines up with the others, not with round 0)."""
         self.members.add(server)
         self.version = max(self.version, int(drafter_version))
-        return self.version
+        return self._next_round
 
     def leave(self, server: str) -> int:
         """A server shut down; returns how many members remain (0: the hub's job is over). A round the others
@@ -72,8 +77,13 @@ class DrafterHub:
         return bool(self.busy - {server})
 
     async def exchange(self, server: str, round_index: int, trained: TrainedDrafter | None) -> DrafterRelease | None:
-        """Offer this server's co-trained copy for ``round_index``; returns the round's release (or None)."""
-        state = self._rounds.setdefault(int(round_index), _Round())
+        """Offer this server's co-trained copy for ``round_index``; returns the round's release (or None). A round
+        older than the last merged one is over: its late offer is dropped and None returned at once."""
+        round_index = int(round_index)
+        if round_index < self._next_round - 1:  # the last merged round stays: a late offer there gets its release
+            self._fail(f"round {round_index}: {server} offered after a later round merged; its copy is dropped")
+            return None
+        state = self._rounds.setdefault(round_index, _Round())
         state.offered[server] = trained
         if self.members <= set(state.offered):
             state.complete.set()
@@ -81,11 +91,21 @@ class DrafterHub:
             await asyncio.wait_for(state.complete.wait(), self.timeout_s)
         except TimeoutError:
             missing = sorted(self.members - set(state.offered))
-            self.failures.append(f"round {round_index}: merged without {missing} after {self.timeout_s}s")
+            self._fail(f"round {round_index}: merged without {missing} after {self.timeout_s}s")
         if not state.merged:
+            if round_index < self._next_round - 1:  # a later round merged while this one waited: too late
+                return None
             state.merged = True
             state.release = self._merge(state.offered)
+            state.offered = dict.fromkeys(state.offered)  # merged: the copies' tensors go (who offered stays)
+            self._next_round = max(self._next_round, round_index + 1)
+            for index in [i for i in self._rounds if i < round_index]:  # over: their releases are superseded
+                del self._rounds[index]
         return state.release
+
+    def _fail(self, message: str) -> None:
+        """Record a failure, keeping the most recent MAX_FAILURES."""
+        self.failures = [*self.failures, message][-MAX_FAILURES:]
 
     def _merge(self, offered: dict[str, TrainedDrafter | None]) -> DrafterRelease | None:
         usable = {s: t for s, t in offered.items() if t is not None and t.base_version == self.version and t.steps > 0}
@@ -94,7 +114,7 @@ class DrafterHub:
         try:
             merged = average_drafters([(t.state, float(t.steps)) for t in usable.values()])
         except ValueError as err:
-            self.failures.append(f"merge: {err}")
+            self._fail(f"merge: {err}")
             return None
         self.version += 1
         return DrafterRelease(self.version, merged, sorted(usable))

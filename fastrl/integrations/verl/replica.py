@@ -3,6 +3,7 @@ fastrl server actor (plus its engine actor) on one device: tensor/pipeline paral
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from fastrl.integrations.verl.drafter_hub import DrafterHub
 from fastrl.integrations.verl.options import FastrlRolloutOptions, check_context, rename_keys
 from fastrl.integrations.verl.server import FastrlServer
 from fastrl.models.checkpoint import read_config
+
+LOG = logging.getLogger("fastrl.verl")
 
 
 def server_name(replica_rank: int, suffix: str = "") -> str:
@@ -122,7 +125,9 @@ class FastrlReplica(RolloutReplica):
         self._server_address = f"fastrl://{server_name(self.replica_rank, self.name_suffix)}"
 
     async def abort_all_requests(self, reject_request: bool = False) -> None:
-        await self.servers[0].abort_all_requests.remote(reject_request=reject_request)
+        """Abort on every server (none after shutdown, as verl's other calls on a shut-down replica do nothing)."""
+        for server in self.servers:
+            await server.abort_all_requests.remote(reject_request=reject_request)
 
     async def reports(self) -> list:
         """Each server's ``ServerReport``."""
@@ -130,7 +135,10 @@ class FastrlReplica(RolloutReplica):
 
     async def shutdown(self) -> None:
         """Stop the engine actors and kill the servers (verl itself never tears replicas down)."""
-        for server in self.servers:
-            await server.shutdown.remote()
+        servers, self.servers = self.servers, []
+        for server in servers:
+            try:  # a server whose engine died still leaves the hub (its shutdown says so); a dead server is killed
+                await server.shutdown.remote()
+            except ray.exceptions.RayError as err:
+                LOG.warning("fastrl replica: a server's shutdown failed (%s); killing it", err)
             ray.kill(server)
-        self.servers = []

@@ -53,8 +53,9 @@ def request_seed(base_seed: int, request_id: str) -> int:
 def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: RequestLimits, seed: int) -> ParsedRequest:
     """Translate verl's sampling dict; unknown or unsupported keys raise ``ValueError`` naming them.
 
-    ``top_k=-1`` (verl's "off") is fastrl's ``0``; without ``max_tokens``/``max_new_tokens`` the limit is SGLang's
-    rule in verl: min(response_length, prompt_length + response_length - len(prompt)).
+    ``top_k=-1`` (verl's "off") is fastrl's ``0``; ``max_tokens`` is taken over ``max_new_tokens`` when both are
+    given; without either the limit is SGLang's rule in verl: min(response_length, prompt_length + response_length -
+    len(prompt)).
     """
     unknown = sorted(set(sampling) - set(KNOWN_KEYS))
     if unknown:
@@ -62,10 +63,10 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     penalty = sampling.get("repetition_penalty", 1.0)
     if penalty is not None and float(penalty) != 1.0:
         raise ValueError(f"sampling_params.repetition_penalty={penalty}: fastrl samples exactly; only 1.0 is supported")
-    if "max_new_tokens" in sampling:
-        key, limit = "max_new_tokens", sampling["max_new_tokens"]
-    elif "max_tokens" in sampling:
+    if "max_tokens" in sampling:  # first: verl's fully-async client rewrites max_tokens alone on a partial rollout
         key, limit = "max_tokens", sampling["max_tokens"]
+    elif "max_new_tokens" in sampling:
+        key, limit = "max_new_tokens", sampling["max_new_tokens"]
     else:
         key, limit = "", min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
     if limit is None or not is_integral(limit):

@@ -104,7 +104,7 @@ class FastrlServer:
         self._idle.set()
         stats = await self._worker.stats.remote()
         if self._hub is not None:
-            await self._hub.join.remote(self.name, stats.drafter_version)
+            self._rollouts = await self._hub.join.remote(self.name, stats.drafter_version)
         return self.name
 
     # ---- generation ---------------------------------------------------------------------------------------------
@@ -126,8 +126,11 @@ class FastrlServer:
         parsed = parse_sampling(dict(sampling_params), len(prompt), self._limits, request_seed(self._seed, request_id))
         await self._admit()
         extra: dict[str, object] = {"global_steps": self.global_steps}
-        if parsed.params is None:
+        if parsed.params is None:  # the budget is spent: no token, and every column verl's metrics read
             empty = [] if parsed.return_logprobs else None
+            stats = await self._worker.stats.remote()
+            extra.update(spec_counts([], 0).fields())
+            extra.update(fastrl_policy_version=stats.policy_version, fastrl_drafter_version=stats.drafter_version)
             return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
         self._enter()
         # shielded: a caller that cancels stops waiting, but the request stays in flight until the engine ends it
@@ -306,8 +309,12 @@ class FastrlServer:
     async def shutdown(self) -> None:
         """Stop the engine actor (before this actor is killed) and leave the drafter hub (the last server to leave
         ends it, so that a later job in the same Ray session starts from a fresh hub)."""
-        await self._stop_cotrain()
-        await self._worker.close.remote()
-        ray.kill(self._worker)
-        if self._hub is not None and await self._hub.leave.remote(self.name) == 0:
-            ray.kill(self._hub)
+        try:
+            await self._stop_cotrain()
+            await self._worker.close.remote()
+        except ray.exceptions.RayError:  # the engine actor died: nothing to close, the hub must still be left
+            pass
+        finally:
+            ray.kill(self._worker)
+            if self._hub is not None and await self._hub.leave.remote(self.name) == 0:
+                ray.kill(self._hub)
