@@ -114,8 +114,8 @@ class GuardedOutputs:
 
 def check_work_dir(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check a directory a command keeps across its runs and resumes from (``train-drafter``'s stream of shards and
-    saved state): not a file, not an input, taking new files (its parent is created if needed). Its contents are
-    the command's own to read back: they are not refused for being there."""
+    saved state): not a file, not an input, taking new files (its parent is created if needed). What it may hold is
+    the command's rule (``train-drafter``: ``stream_trainer.check_stream_dir``), not this check's."""
     path = _resolved(key, value)
     _check_not_input(key, value, path, inputs)
     if path.exists():

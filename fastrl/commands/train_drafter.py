@@ -35,7 +35,7 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}
     with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite, work) as targets:
-        check_stream_dir("train_drafter.stream_dir", Path(cfg.stream_path))
+        check_stream_dir("train_drafter.stream_dir", Path(cfg.stream_path), beside=(Path(cfg.output),))
         return _train_drafter(cfg, model_dir, targets["output"])
 
 

@@ -44,22 +44,33 @@ RESUME_DIR = "resume"
 ``resume.tmp`` and swapped into place, so a run killed while saving leaves the previous shard's state whole."""
 
 
-OWN_NAMES = re.compile(r"shard_\d{5}\.json|resume(\.old|\.tmp)?")
+OWN_NAMES = re.compile(r"shard_\d{5,}\.(json|tmp)|resume(\.old|\.tmp)?")
 """What a stream writes in its directory (besides hidden temporary files and the layout before the swap)."""
 LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 """A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
 
 
-def check_stream_dir(key: str, directory: Path) -> None:
+LATER_KEYS = ("prompt_ids_sha256",)
+"""Fingerprint keys added after streams were saved without them: such a stream resumes unchecked on them."""
+
+
+def check_stream_dir(key: str, directory: Path, beside: tuple[Path, ...] = ()) -> None:
     """ValueError naming ``key`` when ``directory`` holds entries a stream does not write: a stream replaces and
-    deletes its own files, so it must not share a directory with anything else (an earlier drafter, notes)."""
+    deletes its own files, so it must not share a directory with anything else (an earlier drafter, notes).
+    ``beside``: the command's other outputs, which may lie inside it (the stream never touches them)."""
     if not directory.is_dir():
         return
     legacy = (directory / STATE_FILE).is_file()
+    kept = {p.resolve() for p in beside}
     foreign = sorted(
         p.name
         for p in directory.iterdir()
-        if not (OWN_NAMES.fullmatch(p.name) or p.name.startswith(".") or (legacy and p.name in LEGACY_NAMES))
+        if not (
+            OWN_NAMES.fullmatch(p.name)
+            or p.name.startswith(".")
+            or (legacy and p.name in LEGACY_NAMES)
+            or p.resolve() in kept
+        )
     )
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -119,7 +130,8 @@ class StreamState:
         try:
             raw = json.loads(path.read_text())
             stored = raw["fingerprint"]
-            differ = sorted(k for k in set(fingerprint) | set(stored) if fingerprint.get(k) != stored.get(k))
+            keys = (set(fingerprint) | set(stored)) - {k for k in LATER_KEYS if k not in stored}
+            differ = sorted(k for k in keys if fingerprint.get(k) != stored.get(k))
             epochs = [
                 EpochReport(DrafterMetrics(**e["metrics"]), float(e["accept_length"]), int(e["train_tokens"]))
                 for e in raw["epochs"]
@@ -135,6 +147,7 @@ class StreamState:
                 f"{directory} holds a run with other settings ({', '.join(differ)}): resume with the same ones, or "
                 "give another stream_dir"
             )
+        state.fingerprint = fingerprint  # the same settings; keys added since are saved with the next save
         return state
 
 
@@ -248,7 +261,7 @@ class StreamRun:
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
         if (directory / STATE_FILE).is_file():  # the layout before the swap, now superseded (its files only)
-            for name in LEGACY_NAMES:
+            for name in reversed(LEGACY_NAMES):  # state.json last: until it goes, the others are known as the stream's
                 stale = directory / name
                 shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
 

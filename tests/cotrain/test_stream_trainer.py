@@ -208,3 +208,35 @@ def test_an_accept_length_without_a_decode_round_says_so():
     from fastrl.cotrain.accept_eval import accept_text
 
     assert accept_text(0.0) == "not measured (no decode round)" and accept_text(1.0) == "1.00"
+
+
+def test_what_a_stream_leaves_is_its_own_and_anything_else_is_refused(tmp_path):
+    """A stream's own leftovers pass (a shard's temporary file after a kill, shard numbers past 99999, a cleanup of
+    the layout before the swap cut short after state.json); so does the command's output inside it; anything else
+    is named."""
+    from fastrl.cotrain.stream_trainer import check_stream_dir
+
+    stream = tmp_path / "s"
+    (stream / "resume").mkdir(parents=True)
+    for name in ("shard_00003.tmp", "shard_00004.json", "shard_123456.json", ".lock"):
+        (stream / name).write_text("")
+    (stream / "out").mkdir()
+    check_stream_dir("k", stream, beside=(stream / "out",))
+    (stream / "state.json").write_text("{}")  # the layout before the swap: its files are the stream's
+    (stream / "drafter").mkdir()
+    (stream / "optimizer.pt").write_text("")
+    check_stream_dir("k", stream, beside=(stream / "out",))
+    (stream / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"k=.* holds what a train-drafter stream does not write \(notes.txt, out\)"):
+        check_stream_dir("k", stream)
+
+
+def test_a_stream_saved_before_its_prompts_were_fingerprinted_resumes(policy, tmp_path):
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    held = policy_features(policy, [[5, 6, 7, 20, 21, 22, 23]])
+    make_run(policy, tmp_path / "s", drafter, held).run({"k": 1}, stop_after_shards=1)  # no digest then
+    resumed = make_run(policy, tmp_path / "s", drafter, held).run({"k": 1, "prompt_ids_sha256": "abc"})
+    assert resumed.epoch == 2
+    with pytest.raises(ValueError, match=r"other settings \(prompt_ids_sha256\)"):
+        make_run(policy, tmp_path / "s", drafter, held).run({"k": 1, "prompt_ids_sha256": "other"})
