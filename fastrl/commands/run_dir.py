@@ -207,24 +207,37 @@ def keep_metrics_before(run_dir: Path, step: int) -> int:
     """Continuing ``run_dir`` at ``step``: metrics.jsonl keeps the steps before it; the lines of later steps (run
     after the last checkpoint, and run again now) move to metrics.replaced.jsonl. Returns how many moved."""
     file = run_dir / METRICS_FILE
-    if not file.is_file():
-        return 0
     keep, moved = [], []
-    lines = [line for line in file.read_text().splitlines() if line.strip()]
-    for number, line in enumerate(lines, start=1):
-        try:
-            logged = json.loads(line)
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ValueError(f"{file}:{number}: not a line of metrics (not valid JSON)") from None
-            moved.append(line)  # the last line, cut short by a kill while it was written: a step not checkpointed
-            continue
-        (keep if logged.get("step", 0) < step else moved).append(line)
+    for line, logged in read_metrics_lines(run_dir):
+        # a last line cut short by a kill while it was written (None) belongs to a step not checkpointed
+        (keep if logged is not None and logged.get("step", 0) < step else moved).append(line)
     if moved:
         with (run_dir / REPLACED_METRICS_FILE).open("a") as f:
             f.write("\n".join(moved) + "\n")
         file.write_text("".join(x + "\n" for x in keep))
     return len(moved)
+
+
+def read_metrics_lines(run_dir: Path) -> list[tuple[str, dict | None]]:
+    """Each non-blank line of the run's metrics.jsonl with its parsed step record; None for a last line cut short
+    (a run killed while writing it). ValueError naming the file and line when an earlier line is not a record:
+    checked before a continued run changes anything."""
+    file = run_dir / METRICS_FILE
+    if not file.is_file():
+        return []
+    numbered = [(n, line) for n, line in enumerate(file.read_text().splitlines(), start=1) if line.strip()]
+    lines: list[tuple[str, dict | None]] = []
+    for index, (number, line) in enumerate(numbered):
+        try:
+            logged = json.loads(line)
+            if not isinstance(logged, dict):
+                raise ValueError
+        except ValueError:
+            if index < len(numbered) - 1:
+                raise ValueError(f"{file}:{number}: not a line of metrics (not a JSON object)") from None
+            logged = None
+        lines.append((line, logged))
+    return lines
 
 
 def _split(override: str) -> tuple[str, str]:

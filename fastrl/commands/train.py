@@ -26,6 +26,7 @@ from fastrl.commands.run_dir import (
     latest_checkpoint,
     lock_run,
     plan_run,
+    read_metrics_lines,
     record_checkpoints_dir,
     restore_files,
     run_record,
@@ -164,6 +165,8 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             recorder.trainer = trainer
             if cfg.resume:  # a checkpoint this run cannot take (another worker count) is refused here, unchanged
                 trainer.resume(cfg.resume)
+            if plan.in_place:
+                read_metrics_lines(run_dir)  # a damaged metrics.jsonl is refused before the run changes
             wandb = _wandb_logger(cfg, run_dir)
             plan.checked = True  # from here on a failure is not a refusal: what the run wrote stays
             _start_recording(recorder, wandb, run_dir, checkpoints, resumed_step, plan)

@@ -168,3 +168,17 @@ def test_a_resume_gives_wandb_the_steps_a_killed_run_lost(policy_dir, tmp_path):
     assert main(["train", f"resume={run}", "rl.steps=3"]) == 0
     (second,) = set((run / "wandb").glob("offline-run-*")) - {first}
     assert _wandb_steps(second) == {0, 1, 2}
+
+
+def test_a_damaged_metrics_file_refuses_the_resume_before_anything_changes(policy_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["train", *[a for a in TINY if a != "logger=none"], f"model={policy_dir}", "rl.checkpoint_every=1"]
+    assert main([*base, "rl.steps=2", f"hydra.run.dir={run}"]) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(["{garb", *lines[1:]]) + "\n")
+    before = {p: p.read_bytes() for p in [*sorted((run / ".hydra").glob("*.yaml")), run / "train.log"]}
+    segments = sorted((run / "wandb").glob("offline-run-*"))
+    assert main(["train", f"resume={run}", "rl.steps=3"]) == 2
+    assert "metrics.jsonl:1: not a line of metrics" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted((run / "wandb").glob("offline-run-*")) == segments

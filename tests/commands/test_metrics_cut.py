@@ -32,6 +32,6 @@ def test_a_last_line_cut_short_by_a_kill_moves_aside(tmp_path):
 
 
 def test_a_damaged_line_before_the_last_is_named(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("\n".join([_lines([0])[0], "{garb", _lines([1])[0]]) + "\n")
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a line of metrics"):
+    (tmp_path / "metrics.jsonl").write_text("\n".join([_lines([0])[0], "", "{garb", _lines([1])[0]]) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:3: not a line of metrics"):  # the file's own line number
         keep_metrics_before(tmp_path, 1)
