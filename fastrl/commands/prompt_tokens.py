@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fastrl.commands.prompts_io import PromptLine, read_prompts
+from fastrl.engine.scheduler import prompt_problem
 from fastrl.models.tokenizer import chat_token_ids, has_chat_template
 
 
@@ -43,22 +44,11 @@ class PromptLimits:
     vocab_size: int | None = None
 
     def check(self, prompt: list[int], where: str) -> None:
-        """ValueError naming `where` when `prompt` is empty, holds an id outside the vocabulary, or leaves no room
-        for a response (the engine's own rules, which would refuse the request at run time)."""
-        if not prompt:
-            raise ValueError(f"{where}: the prompt is empty; give at least one token")
-        if self.vocab_size is not None:
-            outside = [t for t in prompt if not 0 <= t < self.vocab_size]
-            if outside:
-                raise ValueError(
-                    f"{where}: token ids must lie in [0, {self.vocab_size}) (the policy's vocabulary), found "
-                    f"{outside[:5]}"
-                )
-        if self.context is not None and len(prompt) >= self.context:
-            raise ValueError(
-                f"{where}: the prompt has {len(prompt)} tokens, and the policy's context ({self.context} positions) "
-                "leaves no room for a response; shorten or remove it"
-            )
+        """ValueError naming `where` when the engine would refuse `prompt` (``prompt_problem``: empty, an id
+        outside the vocabulary, no room for a response), before any work."""
+        problem = prompt_problem(prompt, self.context, self.vocab_size)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
 
 
 def file_token_ids(path: str | Path, tokenizer: Any, chat: bool, limits: PromptLimits | None = None) -> list[list[int]]:

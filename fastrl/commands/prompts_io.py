@@ -26,14 +26,22 @@ PROMPT_KEYS = ("prompt", "prompt_ids", "messages")
 LINE_KEYS = (*PROMPT_KEYS, "seed")
 
 
+def prompts_path_problem(path: str | Path) -> str | None:
+    """Why ``path`` is no prompts file (a directory, missing), as the end of a sentence naming it; None: a file."""
+    if Path(path).is_dir():
+        return "is a directory; give a JSONL file (one prompt a line)"
+    if not Path(path).is_file():
+        return "is not found; give a JSONL file (one prompt a line)"
+    return None
+
+
 def read_prompts(path: str | Path) -> list[PromptLine]:
     """Parse a prompts JSONL file; a malformed line (or a key a line may not have: a typo such as "sed" would
     otherwise be ignored) raises ValueError naming the file and line."""
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"prompts file {path} is a directory; give a JSONL file (one prompt a line)")
-    if not path.is_file():
-        raise ValueError(f"prompts file not found: {path}")
+    problem = prompts_path_problem(path)
+    if problem is not None:
+        raise ValueError(f"prompts file {path} {problem}")
     lines: list[PromptLine] = []
     with path.open("rb") as f:
         for line_no, data in enumerate(f, start=1):

@@ -11,6 +11,7 @@ import torch
 from fastrl.commands.engine_setup import check_device, resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.prompt_tokens import PromptLimits
+from fastrl.commands.prompts_io import prompts_path_problem
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
@@ -28,9 +29,9 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
     is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
     check_device("train_drafter.device", cfg.device)
-    if cfg.prompts and not Path(cfg.prompts).is_file():  # before the outputs are checked against it
-        what = "a directory" if Path(cfg.prompts).is_dir() else "not found"
-        raise ValueError(f"train_drafter.prompts={cfg.prompts} is {what}; give a JSONL file (one prompt a line)")
+    problem = prompts_path_problem(cfg.prompts) if cfg.prompts else None  # before outputs are checked against it
+    if problem is not None:
+        raise ValueError(f"train_drafter.prompts={cfg.prompts} {problem}")
     model_dir = resolve_model_dir(cfg.model)
     inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}

@@ -13,6 +13,10 @@ from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
+MAX_SEED = 2**40
+"""Above a drafter training's seeds (drafter_trainer.seed, train_drafter.seed): the seeds derived from them
+(seed * 1_000_003 + ..., seed * 100_003 + a request's index) stay within int64."""
+
 
 @dataclass
 class DrafterTrainerConfig(EagleLossConfig):
@@ -46,7 +50,7 @@ class DrafterTrainerConfig(EagleLossConfig):
             raise ValueError(f"drafter_trainer.max_tokens_per_batch must be >= 1, got {self.max_tokens_per_batch}")
         if self.warmup_steps < 0 or self.total_steps < 0:
             raise ValueError("drafter_trainer.warmup_steps and total_steps must be >= 0")
-        if not 0 <= self.seed < 2**40:  # batch and noise seeds derive from it (seed * 1_000_003 + ...): int64 range
+        if not 0 <= self.seed < MAX_SEED:  # batch and noise seeds derive from it (seed * 1_000_003 + ...)
             raise ValueError(f"drafter_trainer.seed must be an integer in [0, 2**40), got {self.seed}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_accept_length
-from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards
 from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
@@ -28,10 +28,6 @@ from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 # Settings that do not change what a streamed run trains (a resumed run may change them).
 RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
-
-
-MAX_SEED = 2**40
-"""Above train_drafter.seed's range: a rollout's seed is seed * 100003 + its index, which stays an int64."""
 
 
 @dataclass

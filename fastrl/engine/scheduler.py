@@ -8,6 +8,20 @@ from fastrl.engine.page_pool import PagePool
 from fastrl.engine.request import Request
 
 
+def prompt_problem(ids: list[int], context: int | None, vocab_size: int | None) -> str | None:
+    """Why a policy of ``context`` positions and ``vocab_size`` tokens cannot run a prompt (None: it can; a None
+    limit is not checked): the engine's rule, which commands apply before any work."""
+    if len(ids) == 0:
+        return "empty prompt: a request needs at least one prompt token"
+    if context is not None and len(ids) >= context:
+        return f"prompt has {len(ids)} tokens; the context length is {context}, leaving no room for a response"
+    if vocab_size is not None:
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            return f"prompt token ids out of the vocabulary [0, {vocab_size}): {bad[:8]}"
+    return None
+
+
 class Scheduler:
     """Admits waiting requests into free slots while KV pages last, and releases slots and pages at finish.
 
@@ -42,15 +56,7 @@ class Scheduler:
 
     def validate(self, request: Request) -> str | None:
         """The reason a request cannot run, or None when it can."""
-        ids = request.prompt_ids
-        if len(ids) == 0:
-            return "empty prompt: a request needs at least one prompt token"
-        if len(ids) >= self.max_model_len:
-            return f"prompt has {len(ids)} tokens; the context length is {self.max_model_len}, leaving no room"
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            return f"prompt token ids out of the vocabulary [0, {self.vocab_size}): {bad[:8]}"
-        return None
+        return prompt_problem(request.prompt_ids, self.max_model_len, self.vocab_size)
 
     def add(self, request: Request) -> None:
         """Queue a validated request."""

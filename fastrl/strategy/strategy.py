@@ -75,13 +75,11 @@ class Strategy:
             _check_rules(self._name(), self.steps, self.topk, self.num_draft_tokens)
         if self.history_nodes != 0:
             _check_history(self._name(), self.history_nodes)
-        if self.num_draft_tokens and self.history_nodes:  # a hybrid: the two trees share the root
-            nodes = self.num_draft_tokens + self.history_nodes - 1
-            if nodes > MAX_TREE_NODES:
-                raise ValueError(
-                    f"strategy {self._name()!r}: a hybrid tree holds N + M - 1 nodes (one root), at most "
-                    f"{MAX_TREE_NODES}, got {self.num_draft_tokens} + {self.history_nodes} - 1 = {nodes}"
-                )
+        if self.num_draft_tokens and self.history_nodes and self.max_tree_nodes > MAX_TREE_NODES:  # hybrid
+            raise ValueError(
+                f"strategy {self._name()!r}: a hybrid tree holds N + M - 1 nodes (one root), at most "
+                f"{MAX_TREE_NODES}, got {self.num_draft_tokens} + {self.history_nodes} - 1 = {self.max_tree_nodes}"
+            )
         if isinstance(self.stop_below, bool) or not isinstance(self.stop_below, (int, float)):
             raise ValueError(f"strategy {self._name()!r}: stop_below must be a number, got {self.stop_below!r}")
         if self.stop_below != 0:

@@ -115,7 +115,7 @@ def test_generate_groups_with_history_drafts(model_dir, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["prompts=missing.jsonl", "output=o.jsonl"], "prompts file not found"),
+        (["prompts=missing.jsonl", "output=o.jsonl"], "prompts file missing.jsonl is not found"),
         (["output=o.jsonl"], "prompts"),
         (["prompts=in.jsonl", "output=o.jsonl", "no_such_key=1"], "no_such_key"),
         (["prompts=in.jsonl", "output=o.jsonl", "batch_size=0"], "batch_size"),

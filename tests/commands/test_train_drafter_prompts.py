@@ -37,16 +37,16 @@ def test_a_prompt_that_fills_the_context_is_an_error_naming_its_line(tmp_path):
     positions; now the run stops before any rollout, naming the line."""
     path = write_prompts(tmp_path / "p.jsonl", [{"prompt_ids": [5] * 9}, {"prompt_ids": [5] * 10}])
     assert file_prompt_ids(path, None, chat_template=False, limits=PromptLimits(context=11)) == [[5] * 9, [5] * 10]
-    with pytest.raises(ValueError, match=r"p.jsonl:2: the prompt has 10 tokens, and the policy's context \(10"):
+    with pytest.raises(ValueError, match=r"p.jsonl:2: prompt has 10 tokens; the context length is 10, leaving no room"):
         file_prompt_ids(path, None, chat_template=False, limits=PromptLimits(context=10))
 
 
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ([1, 2, 91], r"p.jsonl:2: token ids must lie in \[0, 91\) \(the policy's vocabulary\), found \[91\]"),
-        ([1, 5000, 3, 9999], r"p.jsonl:2: token ids must lie in \[0, 91\).*found \[5000, 9999\]"),
-        ([], r"p.jsonl:2: the prompt is empty"),
+        ([1, 2, 91], r"p.jsonl:2: prompt token ids out of the vocabulary \[0, 91\): \[91\]"),
+        ([1, 5000, 3, 9999], r"p.jsonl:2: prompt token ids out of the vocabulary \[0, 91\): \[5000, 9999\]"),
+        ([], r"p.jsonl:2: empty prompt"),
     ],
 )
 def test_a_prompt_the_policy_cannot_run_is_an_error_naming_its_line(tmp_path, bad, message):

@@ -37,10 +37,12 @@ def test_state_round_trips_and_restored_indexes_draft_from_the_same_texts(seed):
     original = HistoryIndex(config)
     _fill(original, rng, rng.randint(1, 8), interleave=seed % 2 == 1)
     state = original.state()
-    assert state.num_tokens <= original.num_tokens  # groups without a kept response are left out
     restored = HistoryIndex(config)
     restored.load_state(state)
     assert restored.state() == state
+    tail = config.max_match  # each response is held after a copy of its prompt's last max_match tokens
+    held = sum(len(p) + sum(min(tail, len(p)) + len(r) for r in responses) for p, responses in state.groups)
+    assert restored.num_tokens == held <= config.token_budget
     for i, (prompt, responses) in enumerate(state.groups):  # a new sequence of each group drafts from its texts
         for index in (original, restored):
             index.start(f"new{i}", None, prompt)
@@ -60,8 +62,8 @@ def test_load_applies_the_budget_oldest_first_and_refuses_live_sequences():
     small = HistoryIndex(HistoryConfig(token_budget=state.num_tokens // 2))
     small.load_state(state)
     kept = small.state()
-    assert kept.num_tokens <= state.num_tokens // 2 or len(kept.groups) == 1
-    assert kept.groups[-1][0] == state.groups[-1][0]  # the most recently used group survives
+    assert small.num_tokens <= state.num_tokens // 2 and len(kept.groups) < len(state.groups)
+    assert kept.groups == state.groups[-len(kept.groups) :]  # the oldest groups went, the most recent stayed whole
     small.start("live", None, [1, 2, 3])
     with pytest.raises(ValueError, match="1 sequences are live"):
         small.load_state(state)
