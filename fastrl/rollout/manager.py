@@ -146,9 +146,14 @@ class RayRolloutManager:
         self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
 
     def history_state(self) -> list[HistoryState | None]:
-        """Each worker's history index (prompts and kept responses), in slot order; None without one."""
+        """Each worker's history index (prompts and kept responses), in slot order; None without one, or for a worker
+        lost during the call (its slot keeps its place: the states that follow stay with their slots)."""
         self._check_workers()
-        return self._call_all("history_state")
+        states = []
+        for worker in self._alive():
+            got = self._gather([(worker, worker.actor.history_state.remote())])
+            states.append(got[0] if got else None)
+        return states
 
     def load_history_state(self, states: list[HistoryState]) -> None:
         """Worker slot i restores ``states[i]`` (the prompt affinity sends a repeated prompt back to its slot); slots
