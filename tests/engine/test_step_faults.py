@@ -170,3 +170,37 @@ def test_an_id_stays_taken_until_its_final_output_is_returned(models):
     (out,) = engine.step()
     assert out.request_id == "mine" and out.finished and len(out.token_ids) == 2
     assert engine.add_request([1, 5, 6], params, "mine") == "mine"  # free again once delivered
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_faults_anywhere_leave_outputs_as_plain(models, monkeypatch, seed):
+    """Faults drawn at random in every place a step can fail (prefill, recompute, drafting from history, the verify
+    forward, the whole round), under random strategies, batch sizes, page sizes, pools and prefix sharing: the
+    streamed and final outputs equal an undisturbed run's."""
+    policy, drafter = models
+    rng = random.Random(9000 + seed)
+    strategy = rng.choice(["disable", "3_1_4", "5_1_6", "8_4_32", "suffix_8", "3_1_4+suffix_8", "12_1_13@0.3"])
+    inputs = _inputs(rng, rng.randint(1, 8))
+    config = EngineConfig(
+        max_batch_size=rng.randint(1, 4),
+        page_size=rng.choice([1, 4, 16]),
+        max_model_len=48,
+        prefix_sharing=rng.random() < 0.5,
+    )
+    reference = Engine(policy, config, drafter, FixedSelector(strategy)).generate(inputs)
+    if rng.random() < 0.5:
+        config = dataclasses.replace(config, kv_cache_tokens=64)
+    for owner, name in [*FAULTS.values(), (ModelRunner, "decode")]:
+        original, chance = getattr(owner, name), rng.choice([0.0, 0.1, 0.3])
+
+        def faulty(*args, _original=original, _chance=chance, _name=name, **kwargs):
+            if rng.random() < _chance:
+                raise RuntimeError(f"injected fault in {_name}")
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, faulty)
+    engine = Engine(policy, config, drafter, FixedSelector(strategy))
+    streamed, final, _ = _run_through_faults(engine, inputs, "injected fault")
+    # a fault delays its requests, so later batches are composed otherwise: float32 log-probs move by ulps, as
+    # they do between batch compositions (tests/engine/test_engine.py); the tokens do not
+    _assert_as_reference(streamed, final, reference, logprob_tolerance=1e-5)
