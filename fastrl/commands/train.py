@@ -60,13 +60,14 @@ LOG_FILE = "train.log"
 
 class RunRecorder:
     """The trainer's MetricsLogger: metrics.jsonl and train.log in the run directory, W&B, and response lengths for
-    the report. ``history`` starts with the steps an earlier run left in metrics.jsonl (a resumed run directory)."""
+    the report. Once the run is accepted (``_start_recording``), ``history`` starts with the steps an earlier run
+    left in metrics.jsonl (a resumed run directory) and ``wandb`` is the run's W&B logger, if any."""
 
-    def __init__(self, run_dir: Path, wandb: WandbLogger | None, history: list[StepMetrics] | None = None) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.wandb = wandb
+        self.wandb: WandbLogger | None = None
         self.trainer: GRPOTrainer | None = None
-        self.history: list[StepMetrics] = list(history or [])
+        self.history: list[StepMetrics] = []
         self.lengths: list[int] = []
         self.steps_run: list[int] = []  # the steps this process ran (the response lengths are theirs)
 
@@ -155,7 +156,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             ) from None
         say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
     policy = load_model(policy_dir)
-    recorder = RunRecorder(run_dir, None)
+    recorder = RunRecorder(run_dir)
     thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
     wandb = None
     try:
@@ -242,10 +243,8 @@ def _start_recording(
 
 
 def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
-    """The steps metrics.jsonl holds (a run directory being continued)."""
-    file = run_dir / "metrics.jsonl"
-    lines = file.read_text().splitlines() if file.is_file() else []
-    return [StepMetrics(**json.loads(line)) for line in lines if line.strip()]
+    """The steps metrics.jsonl holds (a run directory being continued, cut back to its resumed step)."""
+    return [StepMetrics(**logged) for _, logged in read_metrics_lines(run_dir) if logged is not None]
 
 
 def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoints: Path) -> None:
