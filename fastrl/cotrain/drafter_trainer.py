@@ -10,6 +10,7 @@ import torch
 
 from fastrl.cotrain.eagle_loss import EagleLossConfig, eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
+from fastrl.models.checkpoint import non_finite_names
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
@@ -152,7 +153,7 @@ class DrafterTrainer:
 
     def check_finite(self) -> None:
         """FloatingPointError when a weight of the drafter is NaN or infinite (an update that diverged)."""
-        bad = [name for name, p in self.drafter.named_parameters() if not bool(torch.isfinite(p).all())]
+        bad = non_finite_names(dict(self.drafter.named_parameters()))
         if bad:
             raise FloatingPointError(f"drafter weights became non-finite after step {self.step_count}: {bad[:3]}")
 

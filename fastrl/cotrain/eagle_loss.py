@@ -61,7 +61,7 @@ class EagleLossConfig:
             )
         if not (math.isfinite(self.step_decay) and self.step_decay > 0):
             raise ValueError(f"drafter_trainer.step_decay must be a finite number > 0, got {self.step_decay}")
-        decayed = [_power(self.step_decay, k) for k in range(self.ttt_steps)]
+        decayed = self._raw_weights()  # step_decay ** k when no step_weights are given
         if not weights and not (0.0 < min(decayed) and sum(decayed) < math.inf):
             raise ValueError(
                 f"drafter_trainer.step_decay ** k for k < ttt_steps (the step weights) must be positive with a finite "
@@ -75,8 +75,8 @@ class EagleLossConfig:
             )
 
     def _raw_weights(self) -> list[float]:
-        """Per-step weights before normalising: step_weights, or step_decay ** k."""
-        return list(self.step_weights) or [self.step_decay**k for k in range(self.ttt_steps)]
+        """Per-step weights before normalising: step_weights, or step_decay ** k (inf where that overflows)."""
+        return list(self.step_weights) or [_power(self.step_decay, k) for k in range(self.ttt_steps)]
 
     def weights(self) -> list[float]:
         """Per-step weights, normalised to sum to 1."""

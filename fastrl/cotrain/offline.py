@@ -73,7 +73,6 @@ class OfflineDrafterConfig:
                 f"train_drafter.accept_strategies: {history} draft from the rollouts' history, not from the drafter "
                 "this measures; name EAGLE strategies (a hybrid S_K_N+suffix_M is taken)"
             )
-
         if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
             raise ValueError(
                 f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "

@@ -98,13 +98,18 @@ def read_safetensors(file: Path, names: list[str] | None = None) -> dict[str, Te
         raise ValueError(f"{file} is not a readable safetensors file (truncated or corrupt?): {err}") from None
 
 
+def non_finite_names(tensors: dict[str, Tensor]) -> list[str]:
+    """The names of the tensors that hold NaN or infinity, sorted."""
+    return sorted(n for n, t in tensors.items() if not bool(torch.isfinite(t).all()))
+
+
 def check_weights(tensors: dict[str, Tensor], where: Path | str) -> None:
     """ValueError naming ``where`` and the tensors when any is not floating point (integer or bool weights give
     garbage once cast) or holds NaN or infinity."""
     not_float = sorted(f"{n} ({t.dtype})" for n, t in tensors.items() if not t.is_floating_point())
     if not_float:
         raise ValueError(f"{where}: weights must be floating point, found {not_float[:5]}")
-    not_finite = sorted(n for n, t in tensors.items() if not bool(torch.isfinite(t).all()))
+    not_finite = non_finite_names(tensors)
     if not_finite:
         raise ValueError(f"{where}: weights hold NaN or infinity in {not_finite[:5]}")
 
@@ -117,7 +122,7 @@ def read_tensors(directory: Path, dtype: torch.dtype, device: torch.device | str
         stored = {k: v for k, v in read_safetensors(file, names).items() if not k.endswith(IGNORED_SUFFIXES)}
         check_weights(stored, file)
         tensors.update({k: v.to(device=device, dtype=dtype) for k, v in stored.items()})
-    bad = sorted(k for k, v in tensors.items() if not bool(torch.isfinite(v).all()))
+    bad = non_finite_names(tensors)
     if bad:
         raise ValueError(f"checkpoint {directory}: weights overflow to infinity in {dtype}: {bad[:5]}")
     return tensors
