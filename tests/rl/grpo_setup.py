@@ -13,6 +13,8 @@ from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks import ArithChainTask, Problem, TaskConfig
 from fastrl.rl.tasks.tokenizer import build_tokenizer
+from fastrl.rl.trainer import GRPOTrainer
+from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.rollout.local import LocalRollout
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 
@@ -84,3 +86,11 @@ class DigitTask:
 
     def bucket_names(self) -> list[str]:
         return self.arith.bucket_names()
+
+
+def digit_trainer(directory: Path, strategy: str, seed: int = 0, **config: object) -> GRPOTrainer:
+    """A GRPO trainer on DigitTask over ``tiny_policy(seed)``, checkpointing to ``directory``, its rollouts from an
+    in-process backend of ``strategy`` (serving weights saved at ``directory.served``); ``config``: GRPOConfig keys."""
+    grpo = GRPOConfig(checkpoint_dir=str(directory), progress=False, **config)
+    backend = local_backend(directory.with_suffix(".served"), tiny_policy(seed=seed), strategy, seed=seed)
+    return GRPOTrainer(tiny_policy(seed=seed), char_tokenizer(), DigitTask(), backend, grpo)

@@ -11,22 +11,13 @@ from pathlib import Path
 import pytest
 
 from fastrl.rl.trainer import GRPOTrainer
-from fastrl.rl.trainer_config import GRPOConfig
-from tests.rl.grpo_setup import DigitTask, char_tokenizer, local_backend, tiny_policy
+from tests.rl.grpo_setup import digit_trainer
 
 
 def _trainer(directory: Path) -> GRPOTrainer:
-    config = GRPOConfig(
-        steps=1,
-        prompts_per_step=1,
-        samples_per_prompt=2,
-        max_new_tokens=6,
-        checkpoint_every=1,
-        checkpoint_dir=str(directory),
-        progress=False,
+    return digit_trainer(
+        directory, "2_1_3", steps=1, prompts_per_step=1, samples_per_prompt=2, max_new_tokens=6, checkpoint_every=1
     )
-    backend = local_backend(directory.with_suffix(".served"), tiny_policy(), strategy="2_1_3", cotrain=False)
-    return GRPOTrainer(tiny_policy(), char_tokenizer(), DigitTask(), backend, config)
 
 
 @pytest.fixture(scope="module")

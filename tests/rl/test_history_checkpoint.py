@@ -12,26 +12,16 @@ import torch
 
 from fastrl.rl.history_checkpoint import read_history_states, save_history_states
 from fastrl.rl.trainer import GRPOTrainer
-from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.speculative.history import HistoryState
 from fastrl.tensor_files import save_tensors
-from tests.rl.grpo_setup import DigitTask, char_tokenizer, local_backend, tiny_policy
+from tests.rl.grpo_setup import digit_trainer
 
 VOCAB = 50_000  # the vocabulary files are read against here (a resume reads them against its policy's)
 
 
 def _trainer(directory: Path, steps: int, seed: int = 0) -> GRPOTrainer:
-    config = GRPOConfig(
-        steps=steps,
-        prompts_per_step=2,
-        samples_per_prompt=3,
-        max_new_tokens=8,
-        checkpoint_every=2,
-        checkpoint_dir=str(directory),
-        progress=False,
-    )
-    backend = local_backend(directory.with_suffix(".served"), tiny_policy(seed=seed), "3_1_4+suffix_8", seed=seed)
-    return GRPOTrainer(tiny_policy(seed=seed), char_tokenizer(), DigitTask(), backend, config)
+    sizes = dict(prompts_per_step=2, samples_per_prompt=3, max_new_tokens=8, checkpoint_every=2)
+    return digit_trainer(directory, "3_1_4+suffix_8", seed, steps=steps, **sizes)
 
 
 def test_resume_restores_the_history_the_run_had(tmp_path):
