@@ -12,6 +12,11 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_real(value: object) -> bool:
+    """A JSON number: an ``int`` or a ``float``, not a ``bool`` (NaN and infinities included: callers bound it)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def is_integral(value: object) -> bool:
     """An integer of any kind a caller may hand over (Python, numpy), not a ``bool``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)

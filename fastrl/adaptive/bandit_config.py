@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
-from fastrl.json_values import is_int
+from fastrl.json_values import is_int, is_real
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
@@ -117,36 +117,34 @@ class BanditConfig:
             buckets = BatchBuckets(tuple(self.bs_thresholds))
         except ValueError as err:
             raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
-        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, int | float) or math.isnan(self.epsilon):
+        if not is_real(self.epsilon) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
-        if isinstance(self.min_pulls, bool) or not isinstance(self.min_pulls, int) or self.min_pulls < 1:
+        if not is_int(self.min_pulls) or self.min_pulls < 1:
             raise ValueError(f"BanditConfig.min_pulls must be an integer >= 1, got {self.min_pulls!r}")
         if not 0.0 <= self.epsilon <= 1.0:
             raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
         if not isinstance(self.chain_depth, bool):
             raise ValueError(f"BanditConfig.chain_depth must be true or false, got {self.chain_depth!r}")
-        if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
+        if not is_int(self.window_size) or self.window_size < 1:
             raise ValueError(f"BanditConfig.window_size must be an int >= 1, got {self.window_size!r}")
         if self.reward not in REWARDS:
             raise ValueError(f"BanditConfig.reward must be one of {list(REWARDS)}, got {self.reward!r}")
         if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
             raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
         prior = self.prior_rows
-        if isinstance(prior, bool) or not isinstance(prior, int | float) or not 0 <= prior < math.inf:
+        if not is_real(prior) or not 0 <= prior < math.inf:
             raise ValueError(f"BanditConfig.prior_rows must be a finite number >= 0, got {self.prior_rows!r}")
         within = self.explore_within
-        if isinstance(within, bool) or not isinstance(within, int | float) or not 0.0 <= within <= 1.0:
+        if not is_real(within) or not 0.0 <= within <= 1.0:
             raise ValueError(f"BanditConfig.explore_within must be a number in [0, 1], got {within!r}")
         budget = self.explore_budget
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 <= budget < math.inf
-        ):
+        if budget is not None and (not is_real(budget) or not 0 <= budget < math.inf):
             raise ValueError(f"BanditConfig.explore_budget must be None or a finite number >= 0, got {budget!r}")
         anchor = self.anchor_every
-        if isinstance(anchor, bool) or not isinstance(anchor, int) or anchor < 0:
+        if not is_int(anchor) or anchor < 0:
             raise ValueError(f"BanditConfig.anchor_every must be an int >= 0, got {anchor!r}")
         every = self.decide_every_s
-        if isinstance(every, bool) or not isinstance(every, int | float) or not 0 <= every < math.inf:
+        if not is_real(every) or not 0 <= every < math.inf:
             raise ValueError(f"BanditConfig.decide_every_s must be a finite number >= 0, got {every!r}")
         if not isinstance(self.calibrate, bool):
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")

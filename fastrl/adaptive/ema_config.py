@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastrl.json_values import is_int
+from fastrl.json_values import is_int, is_real
 from fastrl.strategy.strategy import MAX_STEPS
 
 SGLANG_KEYS = ("candidate_steps", "ema_alpha", "warmup_batches", "update_interval", "down_hysteresis", "up_hysteresis")
@@ -94,4 +94,4 @@ class EmaConfig:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_real(value) and math.isfinite(value)

@@ -12,6 +12,7 @@ from fastrl.adaptive.factory import build_selector
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.engine.config import EngineConfig
+from fastrl.json_values import is_real
 from fastrl.models.checkpoint import read_config, weight_files
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
 from fastrl.strategy.selector import StrategySelector
@@ -147,7 +148,7 @@ class RolloutWorkerConfig:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+    return is_real(value) and not math.isnan(value)
 
 
 def _check_int(key: str, value: object, minimum: int) -> None:

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fastrl.json_values import is_int, is_real
 from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
 
 
@@ -49,12 +50,12 @@ class HistoryConfig:
     def __post_init__(self) -> None:
         for name in ("token_budget", "max_key", "max_match", "max_candidates"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"history config: {name} must be an int >= 1, got {value!r}")
         if self.max_match < self.max_key:
             raise ValueError(f"history config: max_match ({self.max_match}) must be >= max_key ({self.max_key})")
         base = self.match_base
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base >= 1.0:
+        if not is_real(base) or not base >= 1.0:
             raise ValueError(f"history config: match_base must be a number >= 1.0, got {base!r}")
         try:  # a draft node's weight, at most max_candidates longest matches summed, must stay a finite float
             finite = math.isfinite(float(base) ** self.max_match * self.max_candidates)
