@@ -248,6 +248,57 @@ def test_indexing_on_draft_equals_indexing_on_arrival(seed):
             assert (lazy.num_tokens, lazy.num_groups) == (eager.num_tokens, eager.num_groups)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_dropped_texts_leave_drafts_as_if_never_there(seed):
+    """Responses dropped from a group (``finish(keep=False)``; eviction takes the same path) leave every later draft
+    equal to an index that never saw them, before and after their occurrences are filtered out (seeded random
+    interleavings of live siblings in two groups, some of them discarded; a large budget, so nothing is evicted)."""
+    rng = random.Random(seed)
+    prompts = [[1, 2, 3, 1], [2, 2]]
+    filtered = skipped = compared = 0
+    for _ in range(60):
+        config = HistoryConfig(token_budget=10**6, max_key=3, max_match=6, max_candidates=rng.choice([1, 2, 4, 16]))
+        full, reference = HistoryIndex(config), HistoryIndex(config)
+        doomed = {seq for seq in range(8) if rng.random() < 0.3}
+        for index in (full, reference):  # both groups held from the start, by a sequence that never finishes
+            for group, prompt in enumerate(prompts):
+                index.start(("anchor", group), None, prompt)
+        live: set[int] = set()
+        for _ in range(80):
+            op, seq, group = (
+                rng.choice(["start", "extend", "extend", "draft", "finish"]),
+                rng.randrange(8),
+                rng.randrange(2),
+            )
+            tokens = [rng.randrange(4) for _ in range(rng.randint(1, 8))]
+            if op == "start" and seq not in live:
+                for index in (full, reference) if seq not in doomed else (full,):
+                    index.start(seq, None, prompts[group])
+                live.add(seq)
+            elif op == "extend" and seq in live:
+                for index in (full, reference) if seq not in doomed else (full,):
+                    index.extend(seq, tokens)
+            elif op == "finish" and seq in live:
+                full.finish(seq, keep=seq not in doomed)
+                if seq not in doomed:
+                    reference.finish(seq, keep=True)
+                live.discard(seq)
+                doomed.discard(seq)  # a later start of this id is a new, kept sequence
+                skipped += any(g.dead for g in full._groups.values())
+            elif op == "draft" and seq in live and seq not in doomed:
+                drafts = full.draft(seq, 8, 4), reference.draft(seq, 8, 4)
+                if not doomed & live:  # a doomed sequence still decoding is visible to its siblings
+                    compared += 1
+                    assert drafts[0] == drafts[1]
+        for seq in doomed & live:
+            full.finish(seq, keep=False)
+        assert full.num_tokens == reference.num_tokens
+        filtered += sum(not g.dead for g in full._groups.values())
+    assert (
+        compared > 100 and skipped and filtered
+    )  # both states were reached: dead occurrences skipped, and filtered out
+
+
 # ---- padded batched trees -----------------------------------------------------------------------------------
 
 

@@ -15,7 +15,8 @@ whose selector seldom picks a history arm seldom pays for the index.
 
 Memory is bounded by ``token_budget`` tokens held (prompts, prompt tails, responses): after every ``start`` and
 ``finish`` the index evicts whole least-recently-used groups with no live sequence, then the oldest finished
-responses of live groups, until it holds at most the budget or only live text remains.
+responses of live groups, until it holds at most the budget or only live text remains. A dropped response's
+occurrences are skipped by lookups and filtered out of the lists in batches, so the rest keep their arrival order.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class HistoryConfig:
     """Sizes of the history index.
 
     token_budget:   most tokens held once only live text would remain beyond it (see the module doc); the index
-                    costs about 0.8 KB per token in CPython, so the default holds ~160 MB
+                    costs about 0.8 KB per token in CPython, so the default holds ~160 MB (and up to a quarter more
+                    while dropped responses wait to be filtered out of a group's n-gram lists)
     max_key:        longest n-gram looked up (occurrence lists per n-gram length 1..max_key)
     max_match:      longest context match measured; a match of length L weighs ``match_base ** L``
     max_candidates: most occurrences (the most recent) whose continuations enter one draft
@@ -74,8 +76,9 @@ class _Group:
 
     prompt_doc: int
     docs: dict[int, list[int]] = field(default_factory=dict)  # doc id -> tokens (responses: prompt tail first)
-    starts: dict[int, int] = field(default_factory=dict)  # doc id -> first end position indexed
     ngrams: dict[tuple[int, ...], list[tuple[int, int]]] = field(default_factory=dict)  # -> (doc, end position)
+    dead: dict[int, list[int]] = field(default_factory=dict)  # removed texts whose occurrences are still in `ngrams`
+    dead_tokens: int = 0  # their tokens (`_remove_docs` filters them out when they pass a quarter of the group's)
     live: set[int] = field(default_factory=set)  # doc ids still decoding
     pending: list[tuple[int, int, int]] = field(default_factory=list)  # (doc, first end, end) not yet indexed
     finished: list[int] = field(default_factory=list)  # kept responses, oldest first
@@ -129,12 +132,12 @@ class HistoryIndex:
         if group is None:
             group = _Group(prompt_doc=self._new_doc())
             self._groups[key] = group
-            self._add_doc(group, group.prompt_doc, prompt, start=0)
+            self._add_doc(group, group.prompt_doc, prompt, first=0)
         self._groups.move_to_end(key)
         doc = self._new_doc()
         prompt_tokens = group.docs[group.prompt_doc]
         tail = prompt_tokens[-self.config.max_match :]
-        self._add_doc(group, doc, tail, start=len(tail) - 1)
+        self._add_doc(group, doc, tail, first=len(tail) - 1)
         group.live.add(doc)
         self._seqs[seq_id] = (key, doc)
         self._enforce_budget()
@@ -181,8 +184,8 @@ class HistoryIndex:
 
     def load_state(self, state: HistoryState) -> None:
         """Replace what the index holds by ``state`` (from ``state()``, maybe of an index of other sizes: the token
-        budget applies as the groups are replayed, oldest first). The n-grams are built afresh, text by text, when a
-        group is next drafted, as after an eviction. ValueError while sequences are live."""
+        budget applies as the groups are replayed, oldest first). A group indexes its texts, prompt first and then the
+        responses in order, when it is next drafted. ValueError while sequences are live."""
         if self._seqs:
             raise ValueError(f"history index: cannot load a state while {len(self._seqs)} sequences are live")
         self._groups.clear()
@@ -227,9 +230,9 @@ class HistoryIndex:
         for k in range(min(cfg.max_key, len(context)), 0, -1):
             for hit in reversed(group.ngrams.get(tuple(context[-k:]), ())):
                 doc, end = hit
-                text = group.docs[doc]
-                if end + 1 >= len(text) or hit in seen:
-                    continue  # a text's own end (nothing follows yet), or found with a longer n-gram
+                text = group.docs.get(doc)
+                if text is None or end + 1 >= len(text) or hit in seen:
+                    continue  # a removed text, a text's own end (nothing follows yet), or found with a longer n-gram
                 seen.add(hit)
                 length = _match_length(context, text, end, k, cfg.max_match)
                 found.append((text[end + 1 : end + 1 + max_depth], cfg.match_base**length))
@@ -262,12 +265,13 @@ class HistoryIndex:
         self._next_doc += 1
         return self._next_doc - 1
 
-    def _add_doc(self, group: _Group, doc: int, tokens: list[int], start: int) -> None:
+    def _add_doc(self, group: _Group, doc: int, tokens: list[int], first: int) -> None:
+        """Add a text whose n-grams ending at positions ``first`` on are indexed (a response's prompt tail is there
+        only as context: its n-grams are the prompt's)."""
         text = list(tokens)
         group.docs[doc] = text
-        group.starts[doc] = start
-        if max(start, 0) < len(text):
-            group.pending.append((doc, max(start, 0), len(text)))
+        if max(first, 0) < len(text):
+            group.pending.append((doc, max(first, 0), len(text)))
         group.num_tokens += len(text)
         self.num_tokens += len(text)
 
@@ -286,16 +290,34 @@ class HistoryIndex:
             ngrams.setdefault(tuple(text[end - k + 1 : end + 1]), []).append((doc, end))
 
     def _remove_docs(self, group: _Group, docs: list[int]) -> None:
-        """Drop responses from a group; the rest is indexed afresh, text by text, when the group is next drafted
-        (rare: eviction and discarded sequences)."""
+        """Drop texts from a group. Their occurrences stay in the n-gram lists, skipped by lookups, until the dead
+        tokens pass a quarter of the group's; then the lists holding their n-grams are filtered, so every other
+        occurrence keeps its arrival order and the group drafts as if the dropped texts had never been there."""
         for doc in docs:
-            removed = len(group.docs.pop(doc))
-            del group.starts[doc]
-            group.num_tokens -= removed
-            self.num_tokens -= removed
-        group.ngrams = {}
-        starts = {doc: max(start, 0) for doc, start in group.starts.items()}
-        group.pending = [(doc, starts[doc], len(text)) for doc, text in group.docs.items() if starts[doc] < len(text)]
+            text = group.docs.pop(doc)
+            group.dead[doc] = text
+            group.num_tokens -= len(text)
+            self.num_tokens -= len(text)
+            group.dead_tokens += len(text)
+        group.pending = [entry for entry in group.pending if entry[0] not in group.dead]
+        if 4 * group.dead_tokens <= group.num_tokens:
+            return
+        max_key, dead = self.config.max_key, group.dead
+        touched = {
+            tuple(text[i : i + k])
+            for text in dead.values()
+            for k in range(1, max_key + 1)
+            for i in range(len(text) - k + 1)
+        }
+        for key in touched:
+            hits = group.ngrams.get(key)
+            if hits is not None:
+                live = [hit for hit in hits if hit[0] not in dead]
+                if live:
+                    group.ngrams[key] = live
+                else:
+                    del group.ngrams[key]
+        group.dead, group.dead_tokens = {}, 0
 
     def _enforce_budget(self) -> None:
         """Evict LRU groups without live sequences, then the oldest kept responses of live groups."""

@@ -1,0 +1,69 @@
+"""What evicting kept responses from a full history group costs: one live sequence drafts from a group that holds
+about ``--tokens`` tokens of kept responses; each step finishes a new ``--response``-token response, which pushes the
+index over its budget and evicts the oldest ones, then the live sequence drafts again. Prints the step times
+(median, 90th percentile, max) and how many steps filtered the group's n-gram lists.
+
+    python -m fastrl.bench.history_eviction --tokens 200000 --response 3000 --steps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from fastrl.bench.cli_args import at_least
+from fastrl.speculative.history import HistoryConfig, HistoryIndex
+
+
+def eviction_steps(tokens: int, response: int, steps: int, vocab: int, seed: int = 0) -> tuple[list[float], int]:
+    """Seconds of each (finish + evict + next draft) step, and how many of them filtered the n-gram lists."""
+    rng = random.Random(seed)
+    index = HistoryIndex(HistoryConfig(token_budget=tokens))
+    prompt = [rng.randrange(vocab) for _ in range(64)]
+    index.start("live", None, prompt)
+    index.extend("live", [rng.randrange(vocab) for _ in range(8)])
+    serial = 0
+
+    def add_response(length: int) -> None:
+        nonlocal serial
+        index.start(serial, None, prompt)
+        index.extend(serial, [rng.randrange(vocab) for _ in range(length)])
+        index.finish(serial, keep=True)
+        serial += 1
+
+    while index.num_tokens < tokens - response:
+        add_response(min(1000, response))
+    index.draft("live", 8, 8)
+    group = next(iter(index._groups.values()))
+    times, filtered = [], 0
+    for _ in range(steps):
+        dead_before = group.dead_tokens
+        start = time.perf_counter()
+        add_response(response)
+        index.draft("live", 8, 8)
+        times.append(time.perf_counter() - start)
+        filtered += group.dead_tokens < dead_before
+    return times, filtered
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the step times."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--tokens", type=at_least(1000), default=200_000, help="the history budget, filled first")
+    parser.add_argument("--response", type=at_least(1), default=3000, help="tokens of each new response")
+    parser.add_argument("--steps", type=at_least(1), default=40)
+    parser.add_argument("--vocab", type=at_least(2), default=50, help="token ids drawn uniformly from [0, vocab)")
+    args = parser.parse_args(argv)
+    times, filtered = eviction_steps(args.tokens, args.response, args.steps, args.vocab)
+    ms = sorted(1000 * t for t in times)
+    p90 = ms[min(len(ms) - 1, int(0.9 * len(ms)))]
+    print(
+        f"{args.steps} evicting steps at {args.tokens} tokens: median {statistics.median(ms):.1f} ms, "
+        f"p90 {p90:.1f} ms, max {ms[-1]:.1f} ms; {filtered} filtered the n-gram lists"
+    )
+
+
+if __name__ == "__main__":
+    main()
