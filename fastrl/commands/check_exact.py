@@ -80,6 +80,11 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         elif item.is_bug():
             ended = "" if item.finish_equal else f"; plain ended {_ending(plain)}, speculative ended {_ending(spec)}"
             print(f"{where}: bug: equal tokens{ended}; max |logprob diff| {item.logprob_diff:.3g}")
+        elif item.near_tie:
+            print(
+                f"{where}: near-tie: equal tokens; max |logprob diff| {item.logprob_diff:.3g}, where a top-k / top-p "
+                "edge within rounding moved the normaliser"
+            )
         elif same_error:
             ended_alike += 1  # e.g. non-finite logits: the same tokens, then the same error, in both runs
             print(f"{where}: equal, both runs ended it with the same error: {plain.error}")

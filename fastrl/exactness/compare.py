@@ -14,6 +14,7 @@ from fastrl.exactness.mismatch import (
     finite_or_none,
     logprob_tolerance,
     near_tie_bound,
+    support_explains_logprobs,
 )
 from fastrl.models.decoder import CausalLM
 
@@ -23,18 +24,28 @@ class RequestComparison:
     """One request of the two runs. mismatch: the first differing token (None when the tokens are equal);
     finish_equal: same finish reason and same error (or none in both); logprob_diff: max |plain - spec| over the
     common tokens (infinite where a run has no log-prob for one of them); logprob_tol: how far they may differ
-    before equal tokens count as a bug (the request's)."""
+    before equal tokens count as a bug (the request's); logprob_tie: every difference beyond it is explained by a
+    top-k / top-p edge within rounding (``support_explains_logprobs``)."""
 
     request_id: str
     mismatch: Mismatch | None
     finish_equal: bool
     logprob_diff: float
     logprob_tol: float
+    logprob_tie: bool = False
 
     def is_bug(self) -> bool:
         if self.mismatch is not None:
             return not self.mismatch.near_tie
-        return not self.finish_equal or not self.logprob_diff <= self.logprob_tol
+        return not self.finish_equal or not (self.logprob_diff <= self.logprob_tol or self.logprob_tie)
+
+    @property
+    def near_tie(self) -> bool:
+        """The tokens differ by a float tie, or equal tokens' log-probs differ beyond the tolerance by a filter edge
+        that rounding moves (``logprob_tie``)."""
+        if self.mismatch is not None:
+            return self.mismatch.near_tie
+        return self.logprob_tie and not self.is_bug()
 
     def to_dict(self) -> dict:
         return {
@@ -43,6 +54,7 @@ class RequestComparison:
             "finish_equal": self.finish_equal,
             "logprob_diff": finite_or_none(self.logprob_diff),
             "logprob_tol": finite_or_none(self.logprob_tol),
+            "logprob_tie": self.logprob_tie,
         }
 
 
@@ -57,11 +69,11 @@ class ExactnessReport:
 
     @property
     def identical(self) -> int:
-        return sum(1 for i in self.items if i.mismatch is None and not i.is_bug())
+        return sum(1 for i in self.items if i.mismatch is None and not i.is_bug() and not i.near_tie)
 
     @property
     def near_ties(self) -> int:
-        return sum(1 for i in self.items if i.mismatch is not None and i.mismatch.near_tie)
+        return sum(1 for i in self.items if i.near_tie)
 
     @property
     def bugs(self) -> list[RequestComparison]:
@@ -88,7 +100,7 @@ class ExactnessReport:
             "bugs": len(self.bugs),
             "max_logprob_diff": finite_or_none(self.max_logprob_diff),
             "logprob_tol": finite_or_none(self.logprob_tol),
-            "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug()],
+            "items": [i.to_dict() for i in self.items if i.mismatch is not None or i.is_bug() or i.near_tie],
         }
 
 
@@ -115,8 +127,12 @@ def compare_runs(
         mismatch = analyse_mismatch(policy, inp.prompt_ids, a.token_ids, b.token_ids, inp.params, a.seed, bound)
         common = len(a.token_ids) if mismatch is None else mismatch.position
         diff = _max_logprob_diff(a.logprobs, b.logprobs, common)
+        tie = False
+        if math.isfinite(diff) and diff > tolerance:
+            excess = [(j, d) for j in range(common) if (d := _logprob_diff(a.logprobs[j], b.logprobs[j])) > tolerance]
+            tie = support_explains_logprobs(policy, inp.prompt_ids, a.token_ids, inp.params, bound, excess, tolerance)
         equal_finish = a.finish_reason == b.finish_reason and a.error == b.error
-        report.items.append(RequestComparison(a.request_id, mismatch, equal_finish, diff, tolerance))
+        report.items.append(RequestComparison(a.request_id, mismatch, equal_finish, diff, tolerance, tie))
     return report
 
 

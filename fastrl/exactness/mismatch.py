@@ -8,7 +8,12 @@ full forward over prompt + the common prefix, and the two tokens are judged on t
   greedy rows) lie within ``bound`` of the best one: each could have been its forward's argmax after rounding, so
   the rollouts rounded a tie apart (usually the two best swapped; in half precision a third candidate close to them
   can win in one forward, as bfloat16 SmolLM2 showed: 30.33, 30.07, 29.98 at the top, the third chosen by plain);
-- a **bug** otherwise (e.g. a token outside the filtered support, or a clear winner that lost).
+- a **bug** otherwise (e.g. a token no rounding keeps in the filtered support, or a clear winner that lost).
+
+Under top-k / top-p a token within rounding of the filter's edge may be kept by one forward and removed by the
+other (``support.py``): such a token counts as possibly kept, and the best it must come within ``bound`` of is the
+best among the tokens every rounding keeps. Equal tokens whose log-probs differ beyond the tolerance are explained
+the same way (``support_explains_logprobs``): the support's edge moved the normaliser.
 
 A difference in length with an equal common prefix (one rollout stopped, the other went on) is a bug too.
 """
@@ -20,10 +25,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from fastrl.exactness.support import support_range
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.processing import process_logits
-from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
+from fastrl.sampling.sampler import SamplingBatch, perturbed_logits, sampling_noise
 
 # Gap below which two perturbed logits count as tied, per compute dtype: a few units of the rounding that two
 # differently shaped forwards (one row vs a verify row, batch 1 vs 64) accumulate over a model's layers.
@@ -101,11 +107,14 @@ def analyse_mismatch(
     position = torch.tensor([context.shape[0]], device=device)
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p)
     probs = torch.softmax(processed, dim=-1)[0]
-    perturbed = perturbed_logits(logits, batch, position)[0].double()
     a = plain[j] if j < len(plain) else MISSING
     b = spec[j] if j < len(spec) else MISSING
-    best = float(perturbed.max())
-    gap = max(best - float(perturbed[t]) if t != MISSING else math.inf for t in (a, b))
+    if params.temperature > 0 and batch.any_filter:
+        gap = _filtered_gap(logits, batch, position, params, bound, (a, b))
+    else:
+        perturbed = perturbed_logits(logits, batch, position)[0].double()
+        best = float(perturbed.max())
+        gap = max(best - float(perturbed[t]) if t != MISSING else math.inf for t in (a, b))
     near_tie = gap < bound
     return Mismatch(
         position=j,
@@ -116,6 +125,52 @@ def analyse_mismatch(
         gap=gap,
         near_tie=near_tie,
     )
+
+
+def _filtered_gap(
+    logits: torch.Tensor, batch: SamplingBatch, position: torch.Tensor, params: SamplingParams, bound: float, tokens
+) -> float:
+    """The gap of a sampled row under top-k / top-p, with the support's edge taken up to rounding (``support.py``): a
+    token no rounding keeps is infinitely far; a kept or possibly kept one lies this far below the best perturbed logit
+    among the tokens every rounding keeps (0 when above it, or when no token is certain: a possibly kept token with
+    large noise wins where it is kept).  # logits [1,V] -> float"""
+    scaled = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=False)  # [1,V]
+    noisy = (scaled + sampling_noise(batch, position, scaled.shape[-1]))[0].double()  # [V]
+    edge = support_range(scaled[0], params.top_k, params.top_p, bound / 2)
+    best = float(noisy[edge.order[: edge.certain]].max()) if edge.certain else -math.inf
+    gaps = [max(0.0, best - float(noisy[t])) if t != MISSING and edge.is_possible(t) else math.inf for t in tokens]
+    return max(gaps)
+
+
+@torch.inference_mode()
+def support_explains_logprobs(
+    policy: CausalLM,
+    prompt_ids: list[int],
+    tokens: list[int],
+    params: SamplingParams,
+    bound: float,
+    excess: list[tuple[int, float]],
+    tolerance: float,
+) -> bool:
+    """Whether the support's edge explains equal tokens' log-prob differences beyond ``tolerance``: ``excess`` holds
+    (response position, |difference|); at each a fresh forward must find the filter's support uncertain within
+    rounding (``support.py``) by enough to move that token's log-prob by the difference less ``tolerance``. Rows
+    without top-k / top-p, and greedy rows (their log-probs are unfiltered), have nothing to explain: False."""
+    if params.temperature <= 0 or not (params.top_k > 0 or params.top_p < 1):
+        return False
+    device = next(policy.parameters()).device
+    batch = SamplingBatch.from_params([params], [0], device)
+    for j, difference in excess:  # in order: a real fault shows at its first position, one forward
+        context = torch.tensor(prompt_ids + tokens[:j], dtype=torch.long, device=device)
+        logits = policy(context.unsqueeze(0), torch.arange(context.shape[0], device=device).unsqueeze(0)).logits[:, -1]
+        scaled = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=False)[0]
+        edge = support_range(scaled, params.top_k, params.top_p, bound / 2)
+        if not edge.is_possible(tokens[j]):
+            return False
+        low, high = edge.logprob_range(tokens[j])
+        if difference > tolerance + (high - low):
+            return False
+    return True
 
 
 def logprob_tolerance(dtype: torch.dtype, temperature: float = 1.0) -> float:

@@ -55,8 +55,8 @@ def test_tokens_outside_the_filter_and_early_stops_are_bugs():
     params = SamplingParams(temperature=1.0, top_k=2)
     (best, second), _, perturbed = _top2(policy, prompt, params, 5)
     excluded = int(torch.argmin(perturbed))
-    m = analyse_mismatch(policy, prompt, [best], [excluded], params, 5, bound=1e9)
-    assert m is not None and m.kind == "bug" and m.spec_prob == 0.0
+    m = analyse_mismatch(policy, prompt, [best], [excluded], params, 5, bound=1e-3)  # far past the top-k edge
+    assert m is not None and m.kind == "bug" and m.spec_prob == 0.0 and m.gap == float("inf")
     stop = analyse_mismatch(policy, prompt, [best, 4], [best], params, 5, bound=1e9)
     assert stop is not None and stop.position == 1 and stop.spec_token == MISSING and stop.kind == "bug"
 
