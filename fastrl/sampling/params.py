@@ -12,13 +12,19 @@ MAX_SEED = 2**63  # seeds live in [0, 2**63): they fit a non-negative int64
 MAX_COUNT = 2**62  # max_new_tokens and top_k stay below it: a position or a count past the prompt fits an int64
 
 
+MIN_TEMPERATURE = 1e-6
+"""Smallest temperature above 0: sampling divides the logits by it in float32, and a temperature near float32's
+smallest normal number (~1.2e-38) turns every logit into an infinity (NaN log-probs). At 1e-6 a logit would have to
+exceed 3e32 to overflow, and the sample is the argmax but for logits closer than ~1e-5."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request is sampled.
 
     Attributes:
         max_new_tokens: response length limit, in [1, 2**62) (the context ends a request earlier).
-        temperature: >= 0; 0 means greedy (plain argmax of the raw logits).
+        temperature: 0 means greedy (plain argmax of the raw logits); otherwise at least ``MIN_TEMPERATURE``.
         top_p: nucleus mass in (0, 1]; 1 disables it.
         top_k: keep the k most likely tokens (ties at the k-th value kept); 0 disables it; below 2**62.
         seed: request seed in [0, 2**63), or None to let the engine assign one.
@@ -42,6 +48,11 @@ class SamplingParams:
             raise ValueError(f"max_new_tokens must be an integer in [1, 2**62), got {self.max_new_tokens!r}")
         if not _is_real(self.temperature) or not self.temperature >= 0 or math.isinf(self.temperature):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(
+                f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}: logits "
+                "divided by a smaller one overflow float32 (a float32 subnormal makes every scaled logit infinite)"
+            )
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {self.top_p!r}")
         if not is_integral(self.top_k) or not 0 <= self.top_k < MAX_COUNT:

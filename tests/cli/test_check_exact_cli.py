@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from fastrl.cli import main
+from tests.helpers import make_hf_model
 
 # The reproduction of the top-p tree bug (request 2 emitted EOS at position 14, outside the filtered support).
 PROMPTS = ["6239+77=", "30+18=", "5+401676=", "89694+564794=", "10+3269=", "9641+48=", "3484+60="]
@@ -77,14 +80,18 @@ def test_a_prompt_both_runs_refuse_is_said_not_checked(tmp_path, capsys):
 
 
 def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, capsys):
-    """At a temperature whose scaled logits overflow float32, every request ends on non-finite logits after its
+    """A model whose logits overflow float32 (finite weights) ends every request on non-finite logits after its
     first token in both runs: compared (equal tokens, then the same error), said per line, exit 0, a strict-JSON
     report."""
+    model = make_hf_model("llama")
+    with torch.no_grad():
+        model.model.norm.weight.fill_(3e38)
+    model.save_pretrained(tmp_path / "overflow")
     prompts = tmp_path / "in.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
+    prompts.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in ([5, 6, 7], [8, 9])))
     report = tmp_path / "report.json"
-    args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=8", "temperature=1e-40", "strategy=3_1_4"]
-    assert main(["check-exact", *args, "progress=false"]) == 0
+    args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=8", f"model={tmp_path / 'overflow'}"]
+    assert main(["check-exact", *args, "strategy=suffix_8", "progress=false"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert (
         out[0]

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from fastrl.sampling.params import SamplingParams
+from fastrl.sampling.params import MIN_TEMPERATURE, SamplingParams
 
 
 def test_defaults_and_greedy():
@@ -30,6 +30,7 @@ def test_frozen():
 
 def test_valid_edges_accepted():
     SamplingParams(max_new_tokens=1, temperature=0.0, top_p=1.0, top_k=0, seed=0)
+    SamplingParams(temperature=MIN_TEMPERATURE)
     SamplingParams(top_p=1e-9, top_k=1, seed=2**63 - 1, stop_token_ids=(0, 2**63 - 1), ignore_eos=True)
 
 
@@ -42,6 +43,8 @@ def test_valid_edges_accepted():
         ("temperature", -0.1),
         ("temperature", float("nan")),
         ("temperature", float("inf")),
+        ("temperature", 1e-40),  # a float32 subnormal: every scaled logit overflowed to an infinity
+        ("temperature", 9.9e-7),
         ("top_p", 0.0),
         ("top_p", 1.5),
         ("top_p", -0.2),
