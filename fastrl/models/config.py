@@ -96,7 +96,8 @@ class ModelConfig:
     def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
         """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`).
         ValueError naming the key for a value of the wrong type or out of range (an integer given as a string or a
-        float, a negative norm epsilon or RoPE base, a special token id that is not an integer)."""
+        float, a negative norm epsilon or RoPE base, a special token id that is not an integer), and for RoPE bases
+        that disagree (see `_rope_theta`)."""
         model_type = _family(d)
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
@@ -113,9 +114,7 @@ class ModelConfig:
         rope = d.get("rope_scaling") or d.get("rope_parameters") or {}
         if not isinstance(rope, dict) or any(isinstance(v, dict) for v in rope.values()):
             raise ValueError(f"rope parameters {rope!r} are not supported (expected one flat dict)")
-        nested = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
-        source = next((m for m in (d, nested, rope) if m.get("rope_theta") is not None), None)
-        theta = 10000.0 if source is None else _positive_float(source, "rope_theta", None)
+        theta = _rope_theta(d)
         attention_bias = True if model_type == "qwen2" else _bool(d, "attention_bias", False)
         vocab = _int(d, "vocab_size", required=True)
         return cls(
@@ -208,6 +207,28 @@ def _positive_float(d: dict[str, Any], key: str, default: float | None) -> float
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def _rope_theta(d: dict[str, Any]) -> float:
+    """The RoPE base: the one value among the top-level `rope_theta`, `rope_scaling.rope_theta` and
+    `rope_parameters.rope_theta` that are present (10000, every family's default, when none is). ValueError naming
+    the keys when they disagree: transformers 4.x reads the top-level key only, 5.x the rope dict's first
+    (`rope_scaling`, else `rope_parameters`), so the checkpoint is a different model to each, and a rollout could not
+    equal the trainer's policy."""
+    sources = {
+        "rope_theta": d,
+        "rope_scaling.rope_theta": d.get("rope_scaling"),
+        "rope_parameters.rope_theta": d.get("rope_parameters"),
+    }
+    given = {key: m.get("rope_theta") for key, m in sources.items() if isinstance(m, dict)}
+    thetas = {key: _positive_float(given, key, None) for key, value in given.items() if value is not None}
+    if len(set(thetas.values())) > 1:
+        values = ", ".join(f"{key}={value}" for key, value in thetas.items())
+        raise ValueError(
+            f"RoPE bases disagree ({values}): transformers 4.x reads the top-level rope_theta, 5.x rope_scaling's, "
+            "else rope_parameters', so the checkpoint is a different model to each; make them equal"
+        )
+    return next(iter(thetas.values()), 10000.0)
 
 
 def _bool(d: dict[str, Any], key: str, default: bool) -> bool:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 from transformers import AutoConfig
 
-from fastrl.models import ModelConfig, RopeScaling
+from fastrl.assets_path import assets_dir, bundled_model_dir
+from fastrl.models import ModelConfig, RopeScaling, read_config
 
 LLAMA31_V4 = {  # Llama-3.1 config.json as written by transformers 4.x (shrunk)
     "architectures": ["LlamaForCausalLM"],
@@ -122,3 +124,54 @@ def test_inexpressible_configs_refuse_export():
         ModelConfig("llama", 10, 32, 8, 1, 4, qk_norm=True).to_hf_dict()
     with pytest.raises(ValueError, match="model_type 'mistral'"):
         ModelConfig("mistral", 10, 32, 8, 1, 4)
+
+
+NO_ROPE = {k: v for k, v in LLAMA31_V4.items() if k not in ("rope_theta", "rope_scaling")}
+L3 = dict(LLAMA31_V4["rope_scaling"])
+
+
+@pytest.mark.parametrize(
+    ("rope", "values"),
+    [
+        (
+            {"rope_theta": 1e4, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+            "rope_theta=10000.0, rope_parameters.rope_theta=1000000.0",
+        ),
+        (
+            {"rope_theta": 1e6, "rope_scaling": {**L3, "rope_theta": 1e4}},
+            "rope_theta=1000000.0, rope_scaling.rope_theta=10000.0",
+        ),
+        (
+            {"rope_scaling": {**L3, "rope_theta": 1e4}, "rope_parameters": {**L3, "rope_theta": 1e6}},
+            "rope_scaling.rope_theta=10000.0, rope_parameters.rope_theta=1000000.0",
+        ),
+    ],
+)
+def test_rope_bases_that_disagree_are_refused(rope, values):
+    """transformers 4.x reads the top-level rope_theta, 5.x the rope dict's (rope_scaling's first): two values make
+    the checkpoint two models, and rollouts must equal the trainer's policy whichever version it runs."""
+    with pytest.raises(ValueError, match=re.escape(f"RoPE bases disagree ({values})")):
+        ModelConfig.from_hf_dict({**NO_ROPE, **rope})
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_theta": 500000, "rope_scaling": {**L3, "rope_theta": 5e5}, "rope_parameters": {**L3, "rope_theta": 5e5}},
+        {"rope_scaling": {**L3, "rope_theta": 5e5}},
+        {"rope_theta": None, "rope_parameters": {**L3, "rope_theta": 5e5}},
+        {"rope_parameters": L3},
+    ],
+)
+def test_one_rope_base_is_read_as_transformers_reads_it(tmp_path, rope):
+    d = {**NO_ROPE, **rope}
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    hf = AutoConfig.from_pretrained(tmp_path)
+    assert ModelConfig.from_hf_dict(d).rope_theta == hf.rope_parameters["rope_theta"]
+
+
+def test_shipped_configs_read():
+    """The bundled model's config.json and the drafters' layers give rope_theta twice (to_hf_dict), equal."""
+    assert read_config(bundled_model_dir()).rope_theta == 10000.0
+    for file in assets_dir().glob("*/drafter_config.json"):
+        ModelConfig.from_hf_dict(json.loads(file.read_text())["layer"])
