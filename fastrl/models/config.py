@@ -11,6 +11,7 @@ from fastrl.json_values import is_int
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
+MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "qwen3": 32768}  # config.json lacks it: transformers' family default
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -94,10 +95,10 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`).
-        ValueError naming the key for a value of the wrong type or out of range (an integer given as a string or a
-        float, a negative norm epsilon or RoPE base, a special token id that is not an integer), and for RoPE bases
-        that disagree (see `_rope_theta`)."""
+        """Reads an HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`);
+        absent keys take transformers' family defaults. ValueError naming the key for a value of the wrong type or
+        out of range (an integer given as a string or a float, a negative norm epsilon or RoPE base, a special token
+        id that is not an integer), and for RoPE bases that disagree (see `_rope_theta`)."""
         model_type = _family(d)
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
@@ -110,7 +111,7 @@ class ModelConfig:
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
                 raise ValueError(f"config.json lacks required key {key!r}")
-        max_pos = _int(d, "max_position_embeddings", 4096)
+        max_pos = _int(d, "max_position_embeddings", MAX_POSITIONS[model_type])
         rope = d.get("rope_scaling") or d.get("rope_parameters") or {}
         if not isinstance(rope, dict) or any(isinstance(v, dict) for v in rope.values()):
             raise ValueError(f"rope parameters {rope!r} are not supported (expected one flat dict)")

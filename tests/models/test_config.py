@@ -11,6 +11,7 @@ from transformers import AutoConfig
 
 from fastrl.assets_path import assets_dir, bundled_model_dir
 from fastrl.models import ModelConfig, RopeScaling, read_config
+from fastrl.models.config import ARCHITECTURES
 
 LLAMA31_V4 = {  # Llama-3.1 config.json as written by transformers 4.x (shrunk)
     "architectures": ["LlamaForCausalLM"],
@@ -175,3 +176,19 @@ def test_shipped_configs_read():
     assert read_config(bundled_model_dir()).rope_theta == 10000.0
     for file in assets_dir().glob("*/drafter_config.json"):
         ModelConfig.from_hf_dict(json.loads(file.read_text())["layer"])
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_absent_max_position_embeddings_takes_the_family_default(tmp_path, arch):
+    """As transformers' LlamaConfig (2048) and Qwen2Config/Qwen3Config (32768), llama3 rope scaling's
+    original_max_position_embeddings falling back to it."""
+    d = {k: v for k, v in NO_ROPE.items() if k != "max_position_embeddings"}
+    rope = {k: v for k, v in L3.items() if k != "original_max_position_embeddings"}
+    d.update(architectures=[arch], model_type=ARCHITECTURES[arch], head_dim=16, rope_parameters=rope)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    hf = AutoConfig.from_pretrained(tmp_path)
+    config = ModelConfig.from_hf_dict(d)
+    assert config.max_position_embeddings == hf.max_position_embeddings
+    assert (
+        config.rope_scaling.original_max_position_embeddings == hf.rope_parameters["original_max_position_embeddings"]
+    )
