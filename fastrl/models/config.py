@@ -72,7 +72,9 @@ class ModelConfig:
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})"
             )
-        if self.hidden_size % self.num_attention_heads != 0:  # transformers refuses it too, even with a head_dim
+        # Qwen2/Qwen3 project hidden_size to heads * head_dim and back whatever they are; transformers' LlamaConfig
+        # refuses a hidden_size that is not a multiple of the heads even with a head_dim
+        if self.hidden_size % self.num_attention_heads != 0 and (self.head_dim is None or self.model_type == "llama"):
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) is not a multiple of "
                 f"num_attention_heads ({self.num_attention_heads})"

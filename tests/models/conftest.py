@@ -29,6 +29,7 @@ TINY = dict(
     max_position_embeddings=128,
     rms_norm_eps=1e-5,
 )
+HEADS6 = {**TINY, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 16}  # q_proj 64 -> 96, o_proj back
 LLAMA3_ROPE = {
     "rope_type": "llama3",
     "rope_theta": 500000.0,
@@ -53,6 +54,10 @@ def hf_reference(name: str) -> PreTrainedModel:
     elif name == "qwen3":
         config = Qwen3Config(**TINY, num_key_value_heads=2, head_dim=32, attention_bias=True, tie_word_embeddings=True)
         model = Qwen3ForCausalLM(config)
+    elif name == "qwen2_heads6":
+        model = Qwen2ForCausalLM(Qwen2Config(**HEADS6))
+    elif name == "qwen3_heads6":
+        model = Qwen3ForCausalLM(Qwen3Config(**HEADS6))
     else:
         raise ValueError(f"unknown reference model {name!r}")
     with torch.no_grad():
@@ -64,12 +69,13 @@ def hf_reference(name: str) -> PreTrainedModel:
     return model.eval()
 
 
-FLAVOURS = ["llama_gqa", "llama_tied", "llama3_rope", "qwen2", "qwen3"]
+FLAVOURS = ["llama_gqa", "llama_tied", "llama3_rope", "qwen2", "qwen3", "qwen2_heads6", "qwen3_heads6"]
 
 
 @pytest.fixture(params=FLAVOURS)
 def flavour(request: pytest.FixtureRequest) -> str:
-    """Every reference flavour: Llama GQA, Llama tied MHA, Llama-3 rope scaling, Qwen2 (bias), Qwen3 (qk norm)."""
+    """Every reference flavour: Llama GQA, Llama tied MHA, Llama-3 rope scaling, Qwen2 (bias), Qwen3 (qk norm), and
+    Qwen2/Qwen3 with heads that do not divide the hidden size (transformers' LlamaConfig refuses those)."""
     return request.param
 
 

@@ -192,3 +192,14 @@ def test_absent_max_position_embeddings_takes_the_family_default(tmp_path, arch)
     assert (
         config.rope_scaling.original_max_position_embeddings == hf.rope_parameters["original_max_position_embeddings"]
     )
+
+
+def test_head_dim_apart_from_hidden_size_only_where_transformers_allows_it():
+    """Qwen2/Qwen3 take 6 heads of 16 on a hidden size of 64 (q_proj 64 -> 96, o_proj back); LlamaConfig refuses."""
+    base = dict(vocab_size=10, hidden_size=64, intermediate_size=8, num_hidden_layers=1, num_attention_heads=6)
+    for model_type in ("qwen2", "qwen3"):
+        assert ModelConfig.from_hf_dict({**base, "model_type": model_type, "head_dim": 16}).head_dim == 16
+        with pytest.raises(ValueError, match=r"hidden_size \(64\) is not a multiple of num_attention_heads \(6\)"):
+            ModelConfig(model_type, **base)  # no head_dim to take
+    with pytest.raises(ValueError, match=r"hidden_size \(64\) is not a multiple of num_attention_heads \(6\)"):
+        ModelConfig.from_hf_dict({**base, "model_type": "llama", "head_dim": 16})
