@@ -22,8 +22,8 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def read_config(path: str | Path) -> ModelConfig:
-    """The ModelConfig of an HF checkpoint directory (its config.json; the EOS ids of its generation_config.json
-    where it has them, as transformers' ``generate`` takes them)."""
+    """The ModelConfig of an HF checkpoint directory: its config.json, with the EOS ids of its generation_config.json
+    in place of config.json's where that file has some (see `_generation_eos`)."""
     directory = Path(path)
     file = directory / CONFIG_FILE
     if not file.is_file():
@@ -42,9 +42,11 @@ def read_config(path: str | Path) -> ModelConfig:
 
 
 def _generation_eos(directory: Path) -> int | list[int] | None:
-    """The EOS ids of the checkpoint's generation_config.json, which transformers' ``generate`` stops on in place of
-    config.json's (chat models keep their end-of-turn id there only: Llama-3-Instruct's <|eot_id|>); None when the
-    file or the key is absent. ValueError naming the file when it is there but not JSON or the ids are not ids."""
+    """The EOS ids of the checkpoint's generation_config.json, which replace config.json's as in transformers'
+    ``generate`` (chat models keep their end-of-turn id there only: Llama-3-Instruct's <|eot_id|>). None, so that
+    config.json's stay, when the file is absent or its ``eos_token_id`` is absent, null or []: there ``generate``
+    stops on no token at all, but a rollout engine stops on the model's EOS, as vLLM and SGLang do. ValueError
+    naming the file when it is there but not JSON or the ids are not ids."""
     file = directory / GENERATION_CONFIG_FILE
     if not file.is_file():
         return None
@@ -52,9 +54,10 @@ def _generation_eos(directory: Path) -> int | list[int] | None:
     if not isinstance(d, dict):
         return None
     try:
-        return token_ids(d, "eos_token_id", empty=False)
+        eos = token_ids(d, "eos_token_id")
     except ValueError as err:
         raise ValueError(f"{file}: {err}") from None
+    return None if eos == [] else eos
 
 
 def weight_files(directory: Path) -> dict[Path, list[str] | None]:

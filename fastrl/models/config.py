@@ -241,13 +241,12 @@ def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def token_ids(d: dict[str, Any], key: str, empty: bool = True) -> int | list[int] | None:
-    """A special token id (or, for eos, a list of them, an empty one only with ``empty``): integers >= 0, or None.
-    (Not checked against the vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads
-    them.)"""
+def token_ids(d: dict[str, Any], key: str) -> int | list[int] | None:
+    """A special token id (or, for eos, a list of them, maybe empty): integers >= 0, or None. (Not checked against
+    the vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads them.)"""
     value = d.get(key)
     ids = value if isinstance(value, list) else [value]
-    if value is not None and (not (ids or empty) or not all(is_int(t) and t >= 0 for t in ids)):
+    if value is not None and not all(is_int(t) and t >= 0 for t in ids):
         raise ValueError(f"{key} must be a token id >= 0 (or a list of them), got {value!r}")
     return value
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from fastrl.models import ModelConfig, load_model, save_model
+from fastrl.models import ModelConfig, load_model, read_config, save_model
 
 TOL = 1e-4
 
@@ -124,6 +124,27 @@ def test_bad_directories_raise(hf_checkpoint, tmp_path):
     next(sharded.glob("model-*.safetensors")).unlink()
     with pytest.raises(ValueError, match="names shards missing"):
         load_model(sharded)
+
+
+@pytest.mark.parametrize(
+    ("generation", "eos"),
+    [
+        (None, [3, 4]),
+        ({"do_sample": False}, [3, 4]),
+        ({"eos_token_id": None}, [3, 4]),
+        ({"eos_token_id": []}, [3, 4]),
+        ({"eos_token_id": [5, 0]}, [5, 0]),
+        ({"eos_token_id": 0}, 0),
+    ],
+)
+def test_generation_config_eos_ids_replace_config_ones_where_it_has_some(tmp_path, generation, eos):
+    """As in transformers' generate (chat models keep their end-of-turn id there only); where generation_config.json
+    has none (absent, null or []) generate stops on no token, but a rollout engine stops on the model's EOS."""
+    config = ModelConfig("qwen2", 10, 32, 8, 1, 4, eos_token_id=[3, 4])
+    (tmp_path / "config.json").write_text(json.dumps(config.to_hf_dict()))
+    if generation is not None:
+        (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    assert read_config(tmp_path).eos_token_id == eos
 
 
 @pytest.mark.parametrize(
