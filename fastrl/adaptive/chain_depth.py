@@ -20,8 +20,10 @@ rounds emitted at that power of two to what they emitted at all sizes.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
+from fastrl.json_values import is_real
 from fastrl.strategy.strategy import Strategy
 
 CURVE_DEPTHS = (1, 2, 3, 5, 7)
@@ -165,9 +167,10 @@ class ChainRounds:
         return {str(arm): {str(k): list(v) for k, v in bins.items()} for arm, bins in self._means.items()}
 
     def load(self, state: dict) -> None:
-        """Take the means of ``state`` (``state()``'s form), replacing any held."""
+        """Take the means of ``state`` (``state()``'s form, checked by ``checked_state``), replacing any held."""
         self._means = {
-            Strategy.parse(arm): {int(k): [float(x) for x in v] for k, v in bins.items()} for arm, bins in state.items()
+            Strategy.parse(arm): {int(k): list(v) for k, v in bins.items()}
+            for arm, bins in checked_state(state).items()
         }
 
     @staticmethod
@@ -176,7 +179,7 @@ class ChainRounds:
         (at most ``DEPTH_MEMORY``) and the rounds summed."""
         sums: dict[str, dict[str, list[float]]] = {}
         for state in states:
-            for arm, bins in state.items():
+            for arm, bins in checked_state(state).items():
                 for k, (depth, tokens, rounds) in bins.items():
                     weight = counted(float(rounds))
                     cell = sums.setdefault(arm, {}).setdefault(k, [0.0, 0.0, 0.0, 0.0])
@@ -185,3 +188,25 @@ class ChainRounds:
                     cell[2] += float(rounds)
                     cell[3] += weight
         return {arm: {k: [d / w, t / w, n] for k, (d, t, n, w) in bins.items() if w > 0} for arm, bins in sums.items()}
+
+
+def checked_state(state: dict) -> dict[str, dict[str, list[float]]]:
+    """``ChainRounds.state()``'s form, its numbers as floats; ValueError naming the entry (``chain_rounds[arm][bin]``)
+    unless every bin is a power-of-two index written in ASCII digits and holds a finite depth, tokens per row and
+    rounds, none negative."""
+    if not isinstance(state, dict):
+        raise ValueError(f"chain_rounds must be an object {{arm: {{bin: [depth, tokens, rounds]}}}}, got {state!r}")
+    checked: dict[str, dict[str, list[float]]] = {}
+    for arm, bins in state.items():
+        if not isinstance(bins, dict):
+            raise ValueError(f"chain_rounds[{arm!r}] must be an object {{bin: [depth, tokens, rounds]}}, got {bins!r}")
+        checked[arm] = {}
+        for k, cell in bins.items():
+            where = f"chain_rounds[{arm!r}][{k!r}]"
+            if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 4):
+                raise ValueError(f"{where}: a bin is a batch size's bit length less one, written in digits (0, 1, ...)")
+            numbers = cell if isinstance(cell, list) and len(cell) == 3 else []
+            if not numbers or not all(is_real(x) and 0 <= x < math.inf for x in numbers):
+                raise ValueError(f"{where} must be [depth, tokens per row, rounds], finite numbers >= 0, got {cell!r}")
+            checked[arm][k] = [float(x) for x in numbers]
+    return checked

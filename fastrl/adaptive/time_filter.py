@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastrl.json_values import is_int, is_real
 from fastrl.strategy.strategy import Strategy
 
 ROUND_STD = 0.15
@@ -29,6 +30,9 @@ BIAS_DRIFT_STD = 0.005
 """How far an arm's bias may move per round (contexts grow during a rollout): an idle arm's regains uncertainty."""
 CLIP_SIGMAS = 3.0
 """Largest innovation learned from, in standard deviations of its prediction (a stalled round counts as 3)."""
+MAX_LOG_RESIDUAL = 100.0
+"""Largest load or bias a saved filter may hold (a factor of e**100 on a round time is no machine's; a prediction
+adds three of them, and beyond e**709 a round time is no float)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,22 @@ class ArmPrior:
 
     @classmethod
     def from_state(cls, saved: list) -> ArmPrior:
-        """The prior as ``LogTimeFilter.state`` writes it: [sizes, mean, std, correlation]."""
+        """The prior as ``LogTimeFilter.state`` writes it: [sizes, mean, std, correlation]; ValueError unless the
+        sizes are increasing positive ints, the mean finite, the std positive and finite, the correlation in [0, 1)."""
+        if not isinstance(saved, list) or len(saved) != 4:
+            raise ValueError(f"a prior is [sizes, mean, std, correlation], got {saved!r}")
         sizes, mean, std, correlation = saved
-        return cls(tuple(int(s) for s in sizes), float(mean), float(std), float(correlation))
+        if not isinstance(sizes, list) or not sizes or not all(is_int(s) and s >= 1 for s in sizes):
+            raise ValueError(f"a prior's sizes are positive ints, got {sizes!r}")
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise ValueError(f"a prior's sizes are strictly increasing, got {sizes!r}")
+        if not (is_real(mean) and math.isfinite(mean)):
+            raise ValueError(f"a prior's mean is a finite number, got {mean!r}")
+        if not (is_real(std) and 0 < std < math.inf):
+            raise ValueError(f"a prior's std is a finite number > 0, got {std!r}")
+        if not (is_real(correlation) and 0 <= correlation < 1):
+            raise ValueError(f"a prior's correlation is a number in [0, 1), got {correlation!r}")
+        return cls(tuple(sizes), float(mean), float(std), float(correlation))
 
 
 class LogTimeFilter:
@@ -144,10 +161,8 @@ class LogTimeFilter:
     def load(self, state: dict) -> None:
         """Take the load and the bias knots ``state`` shares with this filter (an arm with the same prior): their
         means and covariances; the rest keep their priors, uncorrelated with them (arms only ``state`` has are
-        ignored)."""
-        mean, cov = np.asarray(state["mean"], dtype=float), np.asarray(state["cov"], dtype=float)
-        if mean.shape[0] != cov.shape[0] or cov.shape != (mean.shape[0], mean.shape[0]):
-            raise ValueError(f"round-time state: mean of {mean.shape[0]} entries but covariance of shape {cov.shape}")
+        ignored). ValueError naming the entry when ``state`` is not one a filter can hold (``checked_state``)."""
+        mean, cov = checked_state(state)
         layout = {str(arm): (start, self._priors[arm]) for arm, (start, _) in self._knots.items()}
         here, there = shared_indices(state["arms"], layout)
         taken = set(here)
@@ -156,6 +171,64 @@ class LogTimeFilter:
         self.cov[np.ix_(here, here)] = cov[np.ix_(there, there)]
         self.cov[np.ix_(here, rest)] = 0.0
         self.cov[np.ix_(rest, here)] = 0.0
+
+
+def checked_state(state: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and covariance of a saved filter (``LogTimeFilter.state``), checked: ValueError naming the entry
+    (``times.filter.mean``, ``.cov``, ``.arms``) unless the mean lies within ``MAX_LOG_RESIDUAL``, the covariance is
+    a symmetric positive semi-definite matrix of finite entries with positive variances (a filter's never reach 0:
+    every round adds drift and noise), every arm's prior is valid and the load (entry 0) and the arms' knots take
+    each entry once."""
+    where = "times.filter"
+    if not isinstance(state, dict) or not isinstance(state.get("arms"), dict):
+        raise ValueError(f"{where} must be an object with 'arms', 'mean' and 'cov', got {state!r}"[:300])
+    try:
+        mean, cov = np.asarray(state["mean"], dtype=float), np.asarray(state["cov"], dtype=float)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{where}: mean and cov must be a list and a square matrix of numbers ({err})") from None
+    n = mean.shape[0] if mean.ndim == 1 else -1
+    if n < 1 or cov.shape != (n, n):
+        raise ValueError(
+            f"{where}: a mean of shape {mean.shape} and a covariance of shape {cov.shape}; expected [n], [n, n]"
+        )
+    within = f" in (-{MAX_LOG_RESIDUAL:g}, {MAX_LOG_RESIDUAL:g})"
+    for name, values, bound, words in (("mean", mean, MAX_LOG_RESIDUAL, within), ("cov", cov, math.inf, "")):
+        bad = np.argwhere(~(np.abs(values) < bound))  # NaN too
+        if bad.size:
+            index = "".join(f"[{i}]" for i in bad[0])
+            value = float(values[tuple(bad[0])])
+            raise ValueError(f"{where}.{name}{index} is {value}: expected a finite number{words}")
+    variances = np.diag(cov)
+    if variances.min() <= 0:
+        i = int(variances.argmin())
+        raise ValueError(f"{where}.cov[{i}][{i}] is {float(variances[i])!r}: a variance must be > 0")
+    scale = np.sqrt(variances)
+    correlation = cov / np.outer(scale, scale)  # scale-free: the checks below hold for seconds and for hours
+    if not np.allclose(correlation, correlation.T, rtol=0.0, atol=1e-9):
+        i, j = np.argwhere(~np.isclose(correlation, correlation.T, rtol=0.0, atol=1e-9))[0]
+        raise ValueError(
+            f"{where}.cov is not symmetric: [{i}][{j}] = {float(cov[i, j])!r}, [{j}][{i}] = {float(cov[j, i])!r}"
+        )
+    lowest = float(np.linalg.eigvalsh(correlation).min())
+    if lowest < -1e-9:
+        raise ValueError(
+            f"{where}.cov is not positive semi-definite (its correlation matrix has eigenvalue {lowest:.3g})"
+        )
+    taken = [0]
+    for arm, saved in state["arms"].items():
+        if not isinstance(saved, dict) or not is_int(saved.get("start")):
+            raise ValueError(f"{where}.arms[{arm!r}] must be {{'start': int, 'prior': [...]}}, got {saved!r}"[:300])
+        try:
+            prior = ArmPrior.from_state(saved.get("prior"))
+        except ValueError as err:
+            raise ValueError(f"{where}.arms[{arm!r}].prior: {err}") from None
+        start, stop = saved["start"], saved["start"] + len(prior.sizes)
+        if start < 1 or stop > n:
+            raise ValueError(f"{where}.arms[{arm!r}]: knots {start}..{stop - 1} outside the mean's 1..{n - 1}")
+        taken += range(start, stop)
+    if sorted(taken) != list(range(n)):
+        raise ValueError(f"{where}.arms: the load and the arms' knots must take each of the mean's {n} entries once")
+    return mean, cov
 
 
 def shared_indices(saved_arms: dict, layout: dict[str, tuple[int, ArmPrior]]) -> tuple[list[int], list[int]]:

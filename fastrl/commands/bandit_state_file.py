@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from fastrl.adaptive.bandit import BanditSelector, check_state_version
-from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.bandit_state_check import check_state_values
 from fastrl.commands.output_guard import OutputTarget, write_atomic
 from fastrl.engine.engine import Engine
 
@@ -80,10 +81,13 @@ def read_state_file(key: str, path: Path) -> dict | None:
     if missing:
         raise ValueError(f"{key}={path}: a bandit state without {missing}; remove the file or name another")
     try:  # loaded into a bandit of its own config, every arm predicted: what a run would do with it
-        probe = BanditSelector(BanditConfig.from_dict(state["config"]))
+        probe = BanditSelector(check_state_values(state))
         probe.warm_start(state)
         for arm in probe.strategies:
-            probe.predict(arm, 1)
+            for batch_size in probe.config.bs_thresholds:
+                value = probe.predict(arm, batch_size)
+                if value is not None and not math.isfinite(value):
+                    raise ValueError(f"it predicts {value} for {arm} at batch size {batch_size}")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as err:
         raise ValueError(
             f"{key}={path}: a damaged bandit state ({type(err).__name__}: {err}); remove the file or name another"
@@ -93,6 +97,13 @@ def read_state_file(key: str, path: Path) -> dict | None:
 
 def write_state_file(target: OutputTarget, selector: BanditSelector, setting: dict) -> None:
     """Save ``selector``'s state, with the ``setting`` it was learned in, to ``target`` through a temporary file
-    renamed into place."""
+    renamed into place; a state holding a NaN or an infinity is a ValueError naming the file, which is left as it
+    was (JSON has no such numbers, and no run could start from them)."""
     state = selector.state_dict() | {SETTING_KEY: setting}
-    write_atomic(target.path, json.dumps(state, sort_keys=True) + "\n")
+    try:
+        text = json.dumps(state, sort_keys=True, allow_nan=False)
+    except ValueError as err:
+        raise ValueError(
+            f"{target.key}={target.path}: not written, the bandit's state holds a NaN or an infinity ({err})"
+        ) from None
+    write_atomic(target.path, text + "\n")

@@ -1,0 +1,105 @@
+"""What a saved bandit state (``BanditSelector.state_dict``) must hold before a bandit loads it.
+
+A state comes back from files (`fastrl generate bandit_state=FILE`, `export-drafter bandit_state=FILE`, a train
+checkpoint's workers): a NaN or an entry of the wrong shape there is one ValueError naming its key, before any work,
+instead of a bandit that predicts NaN for ever (and saves it back) or silently drops an arm's counts. The round-time
+filter and the stopping chains' means are checked by their own loaders (``time_filter.checked_state``,
+``chain_depth.checked_state``), the calibration by ``CostModel.fit``; this adds what ``BanditSelector`` reads as it
+is: the config, the acceptance counts (one hit and one trial count per depth the arm drafts) and the counters.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fastrl.adaptive.bandit import check_state_version
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.chain_depth import checked_state as checked_chain_rounds
+from fastrl.adaptive.depth_acceptance import depth
+from fastrl.adaptive.time_filter import checked_state as checked_filter
+from fastrl.json_values import is_int, is_real
+from fastrl.strategy.strategy import Strategy
+
+COUNTERS = {"round": 0, "since_plain": 0}
+"""Integer entries and their least value."""
+SECONDS = ("explore_credit", "explore_seconds")
+"""Entries that are finite numbers (the credit may be negative: an exploration may cost more than it was allowed)."""
+
+
+def check_state_values(state: dict) -> BanditConfig:
+    """ValueError naming the first entry of ``state`` a bandit cannot load (see the module docstring); entries a
+    state may lack (written before they existed) are checked where present. Returns the state's config."""
+    check_state_version(state)  # a dict of this version
+    if not isinstance(state.get("config"), dict):
+        raise ValueError(f"config must be a BanditConfig object, got {state.get('config')!r}")
+    config = BanditConfig.from_dict(state["config"])
+    _check_acceptance(state.get("acceptance"))
+    times = state.get("times")
+    if not isinstance(times, dict) or not isinstance(times.get("measured"), list):
+        raise ValueError("times must be an object with 'filter' and 'measured' (a list of arms)")
+    checked_filter(times.get("filter"))
+    checked_chain_rounds(state.get("chain_rounds", {}))
+    pulls = state.get("pulls", {})
+    if not isinstance(pulls, dict):
+        raise ValueError(f"pulls must be an object {{arm: rounds}}, got {pulls!r}")
+    for arm, n in pulls.items():
+        _check_int(f"pulls[{arm!r}]", n, 0)
+    for key, least in COUNTERS.items():
+        if key in state:
+            _check_int(key, state[key], least)
+    for key in SECONDS:
+        if key in state and not (is_real(state[key]) and math.isfinite(state[key])):
+            raise ValueError(f"{key} is {state[key]!r}: expected a finite number")
+    best = state.get("explore_best")
+    if best is not None and not (is_real(best) and 0 < best < math.inf):
+        raise ValueError(f"explore_best is {best!r}: expected null or a finite number > 0")
+    _check_buckets(state, len(config.bs_thresholds))
+    return config
+
+
+def _check_int(key: str, value: object, least: int) -> None:
+    if not is_int(value) or value < least:
+        raise ValueError(f"{key} is {value!r}: expected an integer >= {least}")
+
+
+def _check_acceptance(acceptance: object) -> None:
+    """{arm: [hits per depth, trials per depth]}: one count of each per depth the arm drafts, 0 <= hits <= trials."""
+    if not isinstance(acceptance, dict):
+        raise ValueError(f"acceptance must be an object {{arm: [hits, trials]}}, got {acceptance!r}"[:300])
+    for arm, entry in acceptance.items():
+        where = f"acceptance[{arm!r}]"
+        try:
+            steps = depth(Strategy.parse(arm))
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        counts = entry if isinstance(entry, list) and len(entry) == 2 else [None, None]
+        if not all(isinstance(c, list) and len(c) == steps for c in counts):
+            raise ValueError(f"{where} must be [hits, trials], {steps} counts each (one per depth), got {entry!r}")
+        hits, trials = counts
+        if not all(is_real(h) and is_real(t) and 0 <= h <= t < math.inf for h, t in zip(hits, trials, strict=True)):
+            raise ValueError(f"{where}: counts must be finite numbers with 0 <= hits <= trials, got {entry!r}")
+
+
+def _check_buckets(state: dict, buckets: int) -> None:
+    """One entry per bucket in bucket_rounds (>= 0), last_batch (>= 1) and rewards ({arm: [pulls, recent, total]})."""
+    for key, least in (("bucket_rounds", 0), ("last_batch", 1)):
+        values = state.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != buckets:
+            raise ValueError(f"{key} must hold one integer per bucket ({buckets}), got {values!r}")
+        for i, value in enumerate(values):
+            _check_int(f"{key}[{i}]", value, least)
+    rewards = state.get("rewards")
+    if rewards is None:
+        return
+    if not isinstance(rewards, list) or len(rewards) != buckets or not all(isinstance(b, dict) for b in rewards):
+        raise ValueError(f"rewards must hold one object per bucket ({buckets}), got {rewards!r}"[:300])
+    for i, bucket in enumerate(rewards):
+        for arm, entry in bucket.items():
+            where = f"rewards[{i}][{arm!r}]"
+            if not (isinstance(entry, list) and len(entry) == 3):
+                raise ValueError(f"{where} must be [pulls, recent mean, total], got {entry!r}")
+            _check_int(f"{where}[0]", entry[0], 0)
+            if not all(is_real(x) and math.isfinite(x) for x in entry[1:]):
+                raise ValueError(f"{where} is {entry!r}: the rewards must be finite numbers")

@@ -1,0 +1,97 @@
+"""A bandit state file holds finite numbers a bandit can load: a NaN, a covariance that is no covariance or an entry of
+the wrong shape is one ValueError naming the file and the entry, the file left as it was; and a state holding a NaN
+is never written (a bandit warm-started from a NaN load predicted NaN for every arm, ran its first arm for ever and
+saved the NaN back)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.commands.bandit_state_file import read_state_file, write_state_file
+from fastrl.commands.output_guard import OutputTarget
+from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.strategy import DISABLE, Strategy
+
+STOP, CHAIN = Strategy.parse("12_1_13@0.3"), Strategy.parse("3_1_4")
+
+
+def _learned_state() -> dict:
+    """A calibrated bandit after rounds of every kind: its filter's covariance correlates the load with the biases."""
+    arms = [DISABLE, CHAIN, STOP]
+    calibration = CostModel.fit([(a, b, 0.01 * (1 + i) + 0.001 * b) for i, a in enumerate(arms) for b in (1, 8)])
+    selector = BanditSelector(BanditConfig(strategies=[str(a) for a in arms]), calibration)
+    for batch in (1, 4, 8):
+        selector.observe(RoundStats(CHAIN, batch, [3] * batch, [2] * batch, [3] * batch, 0.02))
+        selector.observe(RoundStats(STOP, batch, [5] * batch, [3] * batch, [4] * batch, 0.03))
+        selector.observe(RoundStats(DISABLE, batch, [0] * batch, [0] * batch, [1] * batch, 0.01))
+    return json.loads(json.dumps(selector.state_dict()))
+
+
+def _not_psd(state: dict) -> None:
+    cov = state["times"]["filter"]["cov"]
+    cov[1][2] = cov[2][1] = 10 * math.sqrt(cov[1][1] * cov[2][2])  # a correlation of 10
+
+
+def _asymmetric(state: dict) -> None:
+    state["times"]["filter"]["cov"][0][1] += 0.5
+
+
+DAMAGES = {
+    "times.filter.mean[0] is nan": lambda s: s["times"]["filter"]["mean"].__setitem__(0, math.nan),
+    "times.filter.mean[2] is 1e+300": lambda s: s["times"]["filter"]["mean"].__setitem__(2, 1e300),
+    "times.filter.cov[1][1] is nan": lambda s: s["times"]["filter"]["cov"][1].__setitem__(1, math.nan),
+    "times.filter.cov[0][0] is -1.0: a variance must be > 0": lambda s: s["times"]["filter"]["cov"][0].__setitem__(
+        0, -1.0
+    ),
+    "times.filter.cov is not positive semi-definite": _not_psd,
+    "times.filter.cov is not symmetric": _asymmetric,
+    "explore_credit is nan": lambda s: s.__setitem__("explore_credit", math.nan),
+    "pulls['3_1_4'] is 'x'": lambda s: s["pulls"].__setitem__("3_1_4", "x"),
+    "chain_rounds['12_1_13@0.3']['0'] must be": lambda s: s["chain_rounds"][str(STOP)]["0"].__setitem__(0, math.nan),
+    "acceptance['3_1_4'] must be [hits, trials], 3 counts each": lambda s: s["acceptance"]["3_1_4"][0].pop(),
+    "last_batch[1] is 0": lambda s: s["last_batch"].__setitem__(1, 0),
+}
+
+
+@pytest.mark.parametrize("message", list(DAMAGES))
+def test_a_damaged_entry_is_one_error_naming_the_file_and_the_entry(tmp_path, message):
+    state = _learned_state()
+    DAMAGES[message](state)
+    path = tmp_path / "bandit.json"
+    content = json.dumps(state)
+    path.write_text(content)
+    with pytest.raises(ValueError) as raised:
+        read_state_file("bandit_state", path)
+    assert str(raised.value).startswith(f"bandit_state={path}: a damaged bandit state")
+    assert message in str(raised.value)
+    assert path.read_text() == content
+
+
+def test_a_learned_state_reads_back_and_predicts_finite_goodputs(tmp_path):
+    path = tmp_path / "bandit.json"
+    path.write_text(json.dumps(_learned_state()))
+    state = read_state_file("bandit_state", path)
+    selector = BanditSelector(BanditConfig.from_dict(state["config"]))
+    selector.warm_start(state)
+    assert all(math.isfinite(selector.predict(arm, b)) for arm in selector.strategies for b in (1, 3, 21))
+
+
+class _NanState:
+    def state_dict(self) -> dict:
+        return _learned_state() | {"explore_credit": math.nan}
+
+
+def test_a_state_holding_a_nan_is_not_written(tmp_path):
+    path = tmp_path / "bandit.json"
+    path.write_text("earlier\n")
+    target = OutputTarget("bandit_state", Path(path), path, True)
+    with pytest.raises(ValueError, match=f"bandit_state={path}: not written, the bandit's state holds a NaN"):
+        write_state_file(target, _NanState(), {})  # type: ignore[arg-type]
+    assert path.read_text() == "earlier\n"
