@@ -1,10 +1,16 @@
-"""Merging rollout workers' bandit states pools what each learned; a merged state loads into a bandit."""
+"""Merging rollout workers' bandit states pools what each learned, whatever the workers' order; a merged state loads
+into a bandit; its exported per-bucket winners do not follow one worker's last batch size."""
+
+import itertools
+import json
 
 import pytest
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_merge import merge_bandit_states
+from fastrl.adaptive.cost_model import CostModel
+from fastrl.integrations.export.selection_config import bucket_winners
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -56,3 +62,45 @@ def test_states_of_different_configs_are_refused():
         merge_bandit_states([_worker(1, 0.01).state_dict(), other.state_dict()])
     with pytest.raises(ValueError, match="non-empty list"):
         merge_bandit_states([])
+
+
+def _calibrated(batches: list[int], plain_every: int) -> BanditSelector:
+    """A worker of a bandit whose calibration has 3_1_4 win at batch 5-10 and plain at 20 and above, after rounds at
+    ``batches``, a plain one every ``plain_every``."""
+    chain = Strategy.parse("3_1_4")
+    times = {1: 0.012, 8: 0.014, 64: 0.2}
+    points = [(DISABLE, b, 0.01 + 0.0002 * b) for b in times] + [(chain, b, t) for b, t in times.items()]
+    selector = BanditSelector(BanditConfig(strategies=["3_1_4", "disable"]), CostModel.fit(points))
+    for i, b in enumerate(batches):
+        spec = DISABLE if i % plain_every == 0 else chain
+        selector.observe(RoundStats(spec, b, [2] * b, [1] * b, [2] * b, 0.01 + 0.001 * b * (i % 3)))
+    return selector
+
+
+def test_the_merge_and_the_winners_do_not_depend_on_the_workers_order():
+    """Three workers' states in any of their six orders merge into one state (the first worker's last batch,
+    exploration credit and rounds since plain were the merge's) and export one set of winners."""
+    workers = [_calibrated([5, 12, 12, 20], 2), _calibrated([20, 20, 7], 5), _calibrated([3, 9, 5, 5, 21, 6], 4)]
+    states = [json.loads(json.dumps(w.state_dict())) for w in workers]
+    merged = [merge_bandit_states(list(order)) for order in itertools.permutations(states)]
+    assert all(json.dumps(m, sort_keys=True) == json.dumps(merged[0], sort_keys=True) for m in merged)
+    assert len({tuple(bucket_winners(m)) for m in merged}) == 1
+    assert merged[0]["explore_credit"] == min(s["explore_credit"] for s in states)
+    assert merged[0]["since_plain"] == min(s["since_plain"] for s in states)
+    assert merged[0]["last_batch"][2] == 6  # bucket 5-20: 4 rounds in the first (last 20) and the third (last 6)
+    assert (merged[0]["explore_best"], merged[0]["explore_seconds"], merged[0]["stretch"]) == (None, 0.0, None)
+
+
+def test_bucket_winners_are_predicted_at_a_batch_size_of_the_bucket_not_the_last_one_run():
+    """3_1_4 wins at batch 5 and 10, plain at 20: a bucket 5-20 whose last round ran at 5 or at 20 exports the
+    winner at its geometric middle, 10, either way."""
+    state = json.loads(json.dumps(_calibrated([], 1).state_dict()))
+    winners = []
+    for last in (5, 20):
+        state["last_batch"][2] = last
+        winners.append(bucket_winners(state))
+    assert winners[0] == winners[1]
+    assert [(w.label, w.batch_size, str(w.strategy)) for w in winners[0]][1:3] == [
+        ("2-4", 3, "3_1_4"),
+        ("5-20", 10, "3_1_4"),
+    ]

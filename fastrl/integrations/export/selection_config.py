@@ -7,20 +7,22 @@ The state is one bandit's ``state_dict`` or a `fastrl train` checkpoint's ``roll
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from fastrl.adaptive.bandit import BanditSelector
-from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_merge import merge_bandit_states
+from fastrl.adaptive.bandit_state_check import check_state_values
 from fastrl.json_values import read_json
 from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 @dataclass(frozen=True)
 class BucketWinner:
-    """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold).
-    ``depth``: for a stopping chain, the mean depth its rounds reached at that batch size (None otherwise)."""
+    """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold), as
+    predicted at ``batch_size`` (``bucket_batch_size``). ``depth``: for a stopping chain, the mean depth its rounds
+    reached at that batch size (None otherwise)."""
 
     min_batch_size: int
     label: str
@@ -28,26 +30,40 @@ class BucketWinner:
     estimate: float | None
     pulls: int
     depth: float | None = None
+    batch_size: int = 1
+
+
+def bucket_batch_size(thresholds: list[int], index: int) -> int:
+    """The batch size that stands for bucket ``index`` in the export: the geometric middle of its range (3 for
+    2-4, 10 for 5-20, rounded), the lower threshold of the last, open one. A property of the config alone, so the
+    winners do not follow the batch size one worker's last round happened to have (``last_batch``)."""
+    low = thresholds[index]
+    if index + 1 == len(thresholds):
+        return low
+    return round(math.sqrt(low * (thresholds[index + 1] - 1)))
 
 
 def bucket_winners(state: dict) -> list[BucketWinner]:
-    """Per bucket, the arm with the best estimate in a saved bandit ``state_dict`` (ties: first in arm order; a
-    bucket with no estimate at all keeps its first arm, as the bandit would)."""
+    """Per bucket, the arm with the best estimate at ``bucket_batch_size`` in a saved bandit ``state_dict`` (ties:
+    first in arm order; a bucket with no estimate at all keeps its first arm, as the bandit would). ValueError naming
+    the entry of a state a bandit cannot load (``check_state_values``)."""
     try:
-        policy = BanditSelector(BanditConfig.from_dict(state["config"]))
+        policy = BanditSelector(check_state_values(state))
         policy.load_state_dict(state)
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a fastrl bandit state_dict ({type(err).__name__}: {err})") from None
     winners = []
     thresholds = policy.config.bs_thresholds
     for bucket in policy.telemetry().buckets:
-        best = bucket.arms[0]
+        batch = bucket_batch_size(thresholds, bucket.index)
+        best, best_value = bucket.arms[0], policy.predict(bucket.arms[0].strategy, batch)
         for arm in bucket.arms:
-            if arm.estimate is not None and (best.estimate is None or arm.estimate > best.estimate):
-                best = arm
+            value = policy.predict(arm.strategy, batch)
+            if value is not None and (best_value is None or value > best_value):
+                best, best_value = arm, value
+        depth = policy.reached_depth(best.strategy, batch) if best.strategy.stop_below else None
         low = thresholds[bucket.index]
-        depth = policy.reached_depth(best.strategy, low) if best.strategy.stop_below else None
-        winners.append(BucketWinner(low, bucket.label, best.strategy, best.estimate, best.pulls, depth))
+        winners.append(BucketWinner(low, bucket.label, best.strategy, best_value, best.pulls, depth, batch))
     return winners
 
 
@@ -158,8 +174,8 @@ def selection_files(winners: list[BucketWinner], draft_model: str) -> dict[str, 
     """File name -> text of the three selection configs: vLLM's table, SGLang's adaptive JSON and the winners."""
     rows = [
         {"min_batch_size": w.min_batch_size, "bucket": w.label, "strategy": str(w.strategy), "estimate": w.estimate,
-         "pulls": w.pulls, "exported": str(exported_strategy(w)), "disable_reason": disable_reason(w),
-         "note": stop_note(w)}
+         "estimated_at_batch_size": w.batch_size, "pulls": w.pulls, "exported": str(exported_strategy(w)),
+         "disable_reason": disable_reason(w), "note": stop_note(w)}
         for w in winners
     ]  # fmt: skip
     docs = dict(zip(SELECTION_FILES, (vllm_table(winners, draft_model), sglang_adaptive(winners), rows), strict=True))
