@@ -131,8 +131,9 @@ def read_tensors(directory: Path, dtype: torch.dtype, device: torch.device | str
     return tensors
 
 
-def check_tensors(model: CausalLM, tensors: dict[str, Tensor]) -> None:
-    """Raises one ValueError listing missing, unexpected and mis-shaped tensors."""
+def check_tensors(model: CausalLM, tensors: dict[str, Tensor], directory: Path | None = None) -> None:
+    """Raises one ValueError listing missing, unexpected and mis-shaped tensors (naming the checkpoint ``directory``
+    they were read from, when given)."""
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         expected.pop("lm_head.weight", None)
@@ -147,7 +148,8 @@ def check_tensors(model: CausalLM, tensors: dict[str, Tensor]) -> None:
     problems += [f"unexpected tensors {unexpected}"] if unexpected else []
     problems += [f"mis-shaped tensors {shapes}"] if shapes else []
     if problems:
-        raise ValueError("checkpoint does not match the config: " + "; ".join(problems))
+        where = "checkpoint" if directory is None else f"checkpoint {directory}"
+        raise ValueError(f"{where} does not match the config: " + "; ".join(problems))
 
 
 def _drop_tied_copy(directory: Path, tensors: dict[str, Tensor]) -> None:
@@ -173,7 +175,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
         _drop_tied_copy(directory, tensors)
     with torch.device("meta"):
         model = CausalLM(config)
-    check_tensors(model, tensors)
+    check_tensors(model, tensors, directory)
     model.load_state_dict(tensors, strict=False, assign=True)
     model.tie_weights()
     return model.eval()

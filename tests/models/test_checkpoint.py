@@ -84,6 +84,7 @@ def test_mismatched_missing_and_unexpected_tensors_listed_in_one_error(hf_checkp
     with pytest.raises(ValueError) as err:
         load_model(path)
     message = str(err.value)
+    assert message.startswith(f"checkpoint {path} does not match the config: ")
     assert "model.layers.0.mlp.up_proj.weight: checkpoint (3, 3) vs model (96, 64)" in message
     assert "missing tensors ['model.norm.weight']" in message
     assert "unexpected tensors ['model.layers.0.self_attn.extra']" in message
