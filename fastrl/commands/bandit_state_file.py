@@ -4,13 +4,16 @@ again (what an RL run's rollout workers carry between rollouts).
 
 The file also records what it was learned with (``"setting"``: the policy's and drafter's fingerprints and the
 dtype): acceptance belongs to one policy and drafter, so a run with others is refused rather than started from
-another model's numbers. A run keeps its own calibration (measured at its batch sizes and arms) over the file's."""
+another model's numbers, as early as each part can be told: the dtype and the drafter (from its files) before any
+work, the policy once it is loaded, before the calibration. A run keeps its own calibration (measured at its batch
+sizes and arms) over the file's."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -18,22 +21,42 @@ from torch import nn
 
 from fastrl.adaptive.bandit import BanditSelector, check_state_version
 from fastrl.adaptive.bandit_state_check import check_state_values
+from fastrl.adaptive.factory import build_selector
+from fastrl.commands.decode_config import DecodeConfig
+from fastrl.commands.engine_setup import drafter_dir
 from fastrl.commands.output_guard import OutputTarget, write_atomic
+from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.engine import Engine
+from fastrl.speculative.drafter_checkpoint import read_drafter_weights
 
 SETTING_KEY = "setting"
-SETTING_WORDS = {"policy": "policy (model weights or config)", "drafter": "drafter", "dtype": "dtype"}
+SETTING_WORDS = {"policy": "policy", "drafter": "drafter", "dtype": "dtype"}
+
+
+def tensors_fingerprint(tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None = None) -> str:
+    """A short hash of named tensors' names, shapes and first values (rounded to bfloat16, so that one checkpoint
+    loaded in float32, float64 or bfloat16 gives one fingerprint; ``dtype``: each head first cast through float32 to
+    it, as a module loaded in that dtype holds it): tells two checkpoints apart without reading every weight."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(tensors, key=lambda item: item[0]):
+        head = tensor.detach().flatten()[:16]
+        if dtype is not None:
+            head = head.to(torch.float32).to(dtype)
+        head = head.to("cpu", torch.bfloat16).to(torch.float32)
+        digest.update(f"{name}:{tuple(tensor.shape)}:".encode() + head.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def module_fingerprint(module: nn.Module) -> str:
-    """A short hash of a module's tensor names, shapes and first values (rounded to bfloat16, so that one checkpoint
-    loaded in float32, float64 or bfloat16 gives one fingerprint): tells two checkpoints apart without reading
-    every weight."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        head = tensor.detach().flatten()[:16].to("cpu", torch.bfloat16).to(torch.float32)
-        digest.update(f"{name}:{tuple(tensor.shape)}:".encode() + head.numpy().tobytes())
-    return digest.hexdigest()[:16]
+    """``tensors_fingerprint`` of a module's state_dict."""
+    return tensors_fingerprint(module.state_dict().items())
+
+
+def drafter_fingerprint(directory: Path, dtype: str) -> str:
+    """``module_fingerprint`` of the drafter in ``directory`` as a run in ``dtype`` loads it (its stored tensors into
+    float32 parameters, then cast to the run's dtype), from its files: no policy, no model."""
+    tensors = read_drafter_weights(directory)
+    return tensors_fingerprint(tensors.items(), ENGINE_DTYPES.get(dtype, torch.float32))
 
 
 def learned_setting(engine: Engine) -> dict:
@@ -46,22 +69,42 @@ def learned_setting(engine: Engine) -> dict:
     }
 
 
-def check_setting(key: str, path: Path, state: dict, setting: dict) -> None:
-    """ValueError naming ``key`` and what differs when ``state`` was learned with another policy, drafter or dtype
-    (a state written before settings were recorded is taken as it is)."""
+def config_setting(cfg: DecodeConfig, model_dir: Path) -> dict:
+    """The parts of ``learned_setting`` a run's config and files tell before any model is loaded: the dtype, and the
+    fingerprint of the drafter the bandit's arms load (None when no arm drafts with one; left out where the run
+    names none, which loading it refuses)."""
+    if not any(s.uses_drafter for s in build_selector(cfg.strategy, bandit=cfg.bandit).strategies):
+        return {"dtype": cfg.dtype, "drafter": None}
+    drafter = drafter_dir(cfg.drafter, model_dir)
+    if drafter is None:
+        return {"dtype": cfg.dtype}
+    try:
+        return {"dtype": cfg.dtype, "drafter": drafter_fingerprint(drafter, cfg.dtype)}
+    except ValueError as err:
+        raise ValueError(f"drafter={drafter}: {err}") from None
+
+
+def check_setting(key: str, path: Path, state: dict, setting: dict, here: str = "this run") -> None:
+    """ValueError naming ``key``, the file and both values of each part of ``setting`` (policy, drafter, dtype) that
+    ``state`` was learned with another of; only the parts ``setting`` holds are compared (what a command cannot
+    know, it leaves out), and a state written before settings were recorded is taken as it is."""
     saved = state.get(SETTING_KEY)
     if not isinstance(saved, dict):
         return
-    differ = [k for k in SETTING_WORDS if saved.get(k) != setting.get(k)]
+    differ = [k for k in SETTING_WORDS if k in setting and saved.get(k) != setting[k]]
     if differ:
-        words = [SETTING_WORDS[k] for k in differ]
-        if "dtype" in differ:
-            words[differ.index("dtype")] += f" ({saved.get('dtype')} there, {setting.get('dtype')} here)"
+        words = [f"{SETTING_WORDS[k]} ({_shown(k, saved.get(k))} there, {_shown(k, setting[k])} here)" for k in differ]
         raise ValueError(
             f"{key}={path} was learned with another "
             + " and another ".join(words)
-            + ": its acceptance and round times do not fit this run; name another file (or remove it)"
+            + f": its acceptance and round times do not fit {here}; name another file (or remove it)"
         )
+
+
+def _shown(part: str, value: object) -> str:
+    if part == "dtype":
+        return str(value)
+    return f"weights {value}" if value else "none"
 
 
 def read_state_file(key: str, path: Path) -> dict | None:

@@ -19,7 +19,14 @@ import torch
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.commands.bandit_state_file import check_setting, learned_setting, read_state_file, write_state_file
+from fastrl.commands.bandit_state_file import (
+    check_setting,
+    config_setting,
+    learned_setting,
+    module_fingerprint,
+    read_state_file,
+    write_state_file,
+)
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
@@ -65,6 +72,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     try:
         ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
         learned = read_state_file("bandit_state", targets["bandit_state"].path) if cfg.bandit_state else None
+        if learned is not None:  # the dtype and the drafter's files tell their part of its setting before any work
+            check_setting("bandit_state", targets["bandit_state"].path, learned, config_setting(cfg, model_dir))
         lines = read_prompts(cfg.prompts)
         cfg.check_workload("generate", len(lines))
         tokenizer = load_tokenizer(model_dir)
@@ -101,10 +110,12 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             return [stream.done[i] for i in sorted(stream.done)]
         earlier = earlier_rounds(targets, bool(stream.done))
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
+        if learned is not None:  # the policy's part, before the calibration
+            check_setting("bandit_state", targets["bandit_state"].path, learned, {"policy": module_fingerprint(model)})
         engine = build_engine(model, model_dir, cfg.strategy, cfg.drafter, engine_config, bandit=cfg.bandit, ema=ema)
         setting = learned_setting(engine) if "bandit_state" in targets else {}  # what a saved state belongs to
         if learned is not None:
-            check_setting("bandit_state", targets["bandit_state"].path, learned, setting)
+            check_setting("bandit_state", targets["bandit_state"].path, learned, setting)  # the engine's own
             selector = engine.selector  # a bandit (bandit_state needs one): acceptance and round times learned before
             selector.warm_start(learned, calibration=not selector.calibrated)  # its own calibration stays
         if stream.done:

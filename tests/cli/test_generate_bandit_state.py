@@ -107,16 +107,23 @@ def test_a_damaged_state_is_one_error_before_any_work(tmp_path, capsys, key, val
     assert state.read_text() == content
 
 
-def test_a_state_learned_with_another_dtype_or_drafter_is_refused_and_kept(tmp_path, capsys):
+def test_a_state_learned_with_another_dtype_or_drafter_is_refused_and_kept(tmp_path, capsys, monkeypatch):
     """Acceptance belongs to one policy and drafter: a state saved by a float32 run is refused by a float64 run,
-    and by a run with another drafter, naming what differs; the file is left as it was."""
+    and by a run with another drafter, naming both settings, before the model is loaded (the drafter's fingerprint
+    comes from its files); one learned with another policy once the policy is loaded, before the engine is built
+    and calibrated (all three were refused after the calibration). The file is left as it was."""
+    from fastrl.commands import generate
     from tests.helpers import write_last_layer_drafter
 
     state = tmp_path / "bandit.json"
     _run(tmp_path, "first", *BANDIT, f"bandit_state={state}")
     saved = state.read_text()
-    assert json.loads(saved)["setting"]["dtype"] == "float32"
+    setting = json.loads(saved)["setting"]
+    assert setting["dtype"] == "float32"
     capsys.readouterr()
+    calls = []
+    for name in ("load_model", "build_engine"):
+        monkeypatch.setattr(generate, name, _recorded(calls, name, getattr(generate, name)))
     prompts = tmp_path / "in.jsonl"
     args = [f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", *BANDIT, f"bandit_state={state}", "progress=false"]
     assert main(["generate", *args, "dtype=float64"]) == 2
@@ -126,8 +133,23 @@ def test_a_state_learned_with_another_dtype_or_drafter_is_refused_and_kept(tmp_p
     other = write_last_layer_drafter(tmp_path / "other_drafter")
     assert main(["generate", *args, f"drafter={other}"]) == 2
     err = capsys.readouterr().err
-    assert f"{state} was learned with another drafter:" in err
-    assert state.read_text() == saved and not (tmp_path / "o.jsonl").exists()
+    assert f"{state} was learned with another drafter (weights {setting['drafter']} there, weights " in err
+    assert calls == [] and state.read_text() == saved and not (tmp_path / "o.jsonl").exists()
+    state.write_text(json.dumps(json.loads(saved) | {"setting": setting | {"policy": "0" * 16}}))
+    assert main(["generate", *args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{state} was learned with another policy (weights {'0' * 16} there, weights {setting['policy']} here)" in err
+    )
+    assert calls == ["load_model"] and not (tmp_path / "o.jsonl").exists()
+
+
+def _recorded(calls: list, name: str, function):
+    def call(*args, **kwargs):
+        calls.append(name)
+        return function(*args, **kwargs)
+
+    return call
 
 
 def test_a_run_keeps_its_own_calibration_over_the_states(tmp_path):
