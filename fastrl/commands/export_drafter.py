@@ -1,16 +1,29 @@
-"""`fastrl export-drafter DIR OUT --format sglang|vllm [bandit_state=FILE]`."""
+"""`fastrl export-drafter DIR OUT --format sglang|vllm [bandit_state=FILE]`.
+
+A bandit state records what it was learned with (``setting``: the policy's and the drafter's fingerprints, the
+dtype; see ``bandit_state_file``). Of these the export knows the drafter alone: a state learned with another drafter
+(or none) is refused, naming both fingerprints, as `fastrl generate` refuses it. The policy the exported drafter
+will serve is not here (a drafter directory names its policy, it does not hold it), and the export's dtype is the
+served checkpoint's format, not the dtype the state's rounds ran in; a state without a setting (a `fastrl train`
+checkpoint's rollout_selector.json, a file written before settings were recorded) is taken as it is."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from fastrl.commands.bandit_state_file import SETTING_KEY, check_setting, drafter_fingerprint
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
 from fastrl.commands.output_guard import guard_outputs, staged_directory
+from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.integrations.export.eagle_checkpoint import TOKEN_MAP_FILE, export_eagle_drafter
 from fastrl.integrations.export.selection_config import (
     SELECTION_FILES,
+    BucketWinner,
     disable_reason,
     exported_strategy,
-    read_bandit_state,
+    read_state,
     selection_files,
+    state_winners,
 )
 
 
@@ -36,12 +49,24 @@ def export_overrides(argv: list[str]) -> list[str]:
     return [f"{k}={v}" for k, v in zip(keys, positional, strict=False)] + overrides
 
 
+def read_winners(state_file: str, drafter: str) -> list[BucketWinner]:
+    """The bucket winners of ``state_file`` (``state_winners``), once its setting's drafter is ``drafter``'s (a
+    ValueError naming both otherwise; see the module docstring)."""
+    state = read_state(state_file)
+    saved = state.get(SETTING_KEY) if isinstance(state, dict) else None
+    if isinstance(saved, dict):
+        dtype = saved.get("dtype") if saved.get("dtype") in ENGINE_DTYPES else "float32"
+        here = {"drafter": drafter_fingerprint(Path(drafter), dtype)}  # as the run that learned it held the drafter
+        check_setting("bandit_state", Path(state_file), state, here, f"the drafter {drafter}")
+    return state_winners(state, f"bandit_state={state_file}")
+
+
 def run_export_drafter(config: ExportDrafterConfig) -> None:
     """Write the EAGLE checkpoint (and, given a bandit state, the selection configs) and print what was written.
     Every input is checked before anything is written; files go to a staging directory renamed into place."""
     inputs = {"drafter": config.drafter, "bandit_state": config.bandit_state}
     with guard_outputs({}, inputs, {"output": config.output}, config.overwrite) as targets:
-        winners = read_bandit_state(config.bandit_state) if config.bandit_state else []
+        winners = read_winners(config.bandit_state, config.drafter) if config.bandit_state else []
         final = targets["output"].path
         # an earlier export's token map or selection configs would restrict or steer this drafter: they go
         with staged_directory(targets["output"], owned=(TOKEN_MAP_FILE, *SELECTION_FILES)) as staging:

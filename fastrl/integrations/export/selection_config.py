@@ -10,6 +10,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_merge import merge_bandit_states
@@ -50,6 +51,8 @@ def bucket_winners(state: dict) -> list[BucketWinner]:
     try:
         policy = BanditSelector(check_state_values(state))
         policy.load_state_dict(state)
+    except ValueError as err:
+        raise ValueError(f"not a fastrl bandit state_dict ({err})") from None
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"not a fastrl bandit state_dict ({type(err).__name__}: {err})") from None
     winners = []
@@ -152,18 +155,28 @@ def disable_reason(winner: BucketWinner) -> str | None:
 
 
 def read_bandit_state(state_file: str | Path, key: str = "bandit_state") -> list[BucketWinner]:
-    """The bucket winners of a bandit state JSON (one bandit's state_dict, or a train checkpoint's
-    rollout_selector.json with every worker's state, merged); ValueError naming ``key`` and the file."""
+    """The bucket winners of a bandit state JSON (``read_state``, ``state_winners``)."""
+    return state_winners(read_state(state_file, key), f"{key}={state_file}")
+
+
+def read_state(state_file: str | Path, key: str = "bandit_state") -> Any:
+    """The JSON value of a bandit state file; ValueError naming ``key`` and the file when it is missing or not
+    JSON."""
     path = Path(state_file)
     if not path.is_file():
         raise ValueError(f"{key}={state_file}: file not found")
-    state = read_json(path, f"{key}={state_file}")
+    return read_json(path, f"{key}={state_file}")
+
+
+def state_winners(state: Any, label: str) -> list[BucketWinner]:
+    """The bucket winners of one bandit's state_dict, or of a train checkpoint's rollout_selector.json with every
+    worker's state, merged; ValueError starting with ``label`` (``key=file``)."""
     try:
         if isinstance(state, dict) and "workers" in state:
             state = merge_bandit_states(state["workers"])
         return bucket_winners(state)
     except ValueError as err:
-        raise ValueError(f"{key}={state_file}: {err}") from None
+        raise ValueError(f"{label}: {err}") from None
 
 
 SELECTION_FILES = ("vllm_speculative_config.json", "sglang_adaptive_config.json", "bandit_winners.json")
