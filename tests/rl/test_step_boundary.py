@@ -43,3 +43,19 @@ def test_a_quiet_block_raises_nothing_and_an_error_inside_is_kept():
         with step_boundary():
             raise ValueError("boom")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_an_ignored_signal_stays_ignored_inside_the_block(number):
+    """A process started with SIGINT ignored (``cmd &`` in a non-interactive shell) ignores it throughout, a policy
+    update and a checkpoint write included (it was honoured only there, with exit 130)."""
+    before = signal.signal(number, signal.SIG_IGN)
+    try:
+        done = []
+        with step_boundary():
+            assert signal.getsignal(number) == signal.SIG_IGN
+            os.kill(os.getpid(), number)
+            done.append("update finished")
+        assert done == ["update finished"] and signal.getsignal(number) == signal.SIG_IGN
+    finally:
+        signal.signal(number, before)
