@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -13,6 +13,9 @@ from fastrl.json_values import is_int, is_real
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 REWARDS = ("goodput", "accept_length")
+MAX_WINDOW_SIZE = 10**9
+"""Largest ``window_size``: a billion rounds (11 days of 1 ms rounds) is a memory that never forgets a run; past
+it the decay per round rounds to 1 and ``memory_rows`` to no float at all (1 followed by 400 zeros)."""
 MEMORY_ROWS_PER_ROUND = 4
 """Request rows of one ``window_size`` round: the acceptance memory is counted in rows, so a round at batch 64
 weighs what 16 rounds at batch 4 do."""
@@ -35,8 +38,9 @@ class BanditConfig:
     """Lower batch size of each bucket, strictly increasing from 1: [1], [2-4], [5-20], [21+] by default. Choices
     are made per batch size; buckets group the telemetry, the exported per-bucket winners and ``bucket_strategies``."""
     bucket_strategies: dict[int, list[str]] = field(default_factory=dict)
-    """Arms per bucket, keyed by the bucket's lower threshold (buckets not listed hold every arm; None is taken as
-    {}: a default of {} lets Hydra merge `bandit.bucket_strategies={1:[3_1_4]}` into it, which it cannot into None)."""
+    """Arms per bucket (a list of strategy strings), keyed by the bucket's lower threshold (an int; in JSON its ASCII
+    digits; buckets not listed hold every arm; None is taken as {}: a default of {} lets Hydra merge
+    `bandit.bucket_strategies={1:[3_1_4]}` into it, which it cannot into None)."""
     epsilon: float = 0.1
     """Exploration: an arm other than the predicted best is pulled only while its optimistic goodput (every depth's
     acceptance raised to its one-sided ``1 - epsilon`` normal bound) still beats the best's prediction; 0 or 0.5
@@ -66,7 +70,8 @@ class BanditConfig:
     """Acceptance memory, in rounds of ``MEMORY_ROWS_PER_ROUND`` request rows: an arm's per-depth counts decay by
     exp(-rows / (4 window_size)) per round of its own (``rows`` its batch size) and 8x more slowly per round of
     another arm, so the estimate follows a drafter and a policy that change under training, and acceptance that
-    changes along the rollouts, whatever the batch size; an arm left alone is tried again after many rows."""
+    changes along the rollouts, whatever the batch size; an arm left alone is tried again after many rows. At most
+    ``MAX_WINDOW_SIZE``."""
     prior_rows: float = 4.0
     """Most weight, in request rows, of the acceptance the arm's family (the arms of its draft source whose trees
     contain it or that it contains) measured at a depth, in an arm's own estimate there; it fades as the arm's own
@@ -92,9 +97,10 @@ class BanditConfig:
     def __post_init__(self) -> None:
         if self.bucket_strategies is None:  # states saved before the default was {}
             self.bucket_strategies = {}
-        if isinstance(self.bucket_strategies, Mapping):  # JSON turns the int keys into strings
+        if isinstance(self.bucket_strategies, Mapping):  # JSON turns the int keys into strings (ASCII digits only)
             self.bucket_strategies = {
-                int(k) if isinstance(k, str) and k.isdigit() else k: list(v) for k, v in self.bucket_strategies.items()
+                int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k: _listed(v)
+                for k, v in self.bucket_strategies.items()
             }
         self.validate()
 
@@ -125,11 +131,13 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
         if not isinstance(self.chain_depth, bool):
             raise ValueError(f"BanditConfig.chain_depth must be true or false, got {self.chain_depth!r}")
-        if not is_int(self.window_size) or self.window_size < 1:
-            raise ValueError(f"BanditConfig.window_size must be an int >= 1, got {self.window_size!r}")
+        window = self.window_size
+        if not is_int(window) or not 1 <= window <= MAX_WINDOW_SIZE:
+            shown = f"an int of {len(str(window))} digits" if is_int(window) and window > 10**12 else repr(window)
+            raise ValueError(f"BanditConfig.window_size must be an int in [1, {MAX_WINDOW_SIZE:_}], got {shown}")
         if self.reward not in REWARDS:
             raise ValueError(f"BanditConfig.reward must be one of {list(REWARDS)}, got {self.reward!r}")
-        if self.bs_threshold is not None and (not isinstance(self.bs_threshold, int) or self.bs_threshold < 1):
+        if self.bs_threshold is not None and (not is_int(self.bs_threshold) or self.bs_threshold < 1):
             raise ValueError(f"BanditConfig.bs_threshold must be None or an int >= 1, got {self.bs_threshold!r}")
         prior = self.prior_rows
         if not is_real(prior) or not 0 <= prior < math.inf:
@@ -150,7 +158,7 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.calibrate must be true or false, got {self.calibrate!r}")
         if not is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"BanditConfig.seed must be an int in [0, 2**63), got {self.seed!r}")
-        if not isinstance(self.timeline_limit, int) or self.timeline_limit < 0:
+        if not is_int(self.timeline_limit) or self.timeline_limit < 0:
             raise ValueError(f"BanditConfig.timeline_limit must be an int >= 0, got {self.timeline_limit!r}")
         if not isinstance(self.bucket_strategies, Mapping):
             raise ValueError(f"BanditConfig.bucket_strategies must be a mapping, got {self.bucket_strategies!r}")
@@ -160,10 +168,15 @@ class BanditConfig:
         space = set(self.strategy_space())
         for low, names in self.bucket_strategies.items():
             key = f"BanditConfig.bucket_strategies[{low!r}]"
-            if low not in buckets.thresholds:
-                raise ValueError(f"{key}: not a bucket threshold, thresholds are {list(buckets.thresholds)}")
+            if not is_int(low) or low not in buckets.thresholds:
+                raise ValueError(
+                    f"{key}: not a bucket threshold (an int, written in ASCII digits), thresholds are "
+                    f"{list(buckets.thresholds)}"
+                )
+            if not isinstance(names, list):
+                raise ValueError(f"{key} must be a list of strategy strings, got {names!r}")
             try:
-                arms = parse_strategy_space(list(names) if not isinstance(names, str) else names)
+                arms = parse_strategy_space(names)
             except ValueError as err:
                 raise ValueError(f"{key}: {err}") from err
             outside = [str(a) for a in arms if a not in space]
@@ -201,3 +214,11 @@ class BanditConfig:
         if self.bs_threshold is not None and DISABLE not in space:
             space.append(DISABLE)
         return space
+
+
+def _listed(names: object) -> object:
+    """A list-like ``bucket_strategies`` value (a Hydra ListConfig, a tuple) as a list; anything else as it is, for
+    ``validate`` to name."""
+    if isinstance(names, Iterable) and not isinstance(names, str | bytes | Mapping):
+        return list(names)
+    return names

@@ -88,14 +88,16 @@ class StrategySpec:
     ema: EmaConfig = field(default_factory=EmaConfig)
 
     def __post_init__(self) -> None:
-        if self.name in SELECTORS or parses_as_strategy(self.name):
+        if self.name in SELECTORS:
             return
-        spelled = str(self.name).replace("-", "_")
-        hint = f"; did you mean strategy.name={spelled}?" if parses_as_strategy(spelled) else ""
-        raise ValueError(
-            f"strategy.name={self.name}: expected {' | '.join(SELECTORS)}, disable or a strategy S_K_N, suffix_N or "
-            f"S_K_N+suffix_M (e.g. 4_3_10){hint}"
-        )
+        try:
+            Strategy.parse(self.name)
+        except ValueError as err:  # the parser names the rule the strategy breaks
+            spelled = str(self.name).replace("-", "_")
+            hint = f"; did you mean strategy.name={spelled}?" if parses_as_strategy(spelled) else ""
+            raise ValueError(
+                f"strategy.name={self.name}: expected {' | '.join(SELECTORS)}, disable or a strategy; {err}{hint}"
+            ) from None
 
 
 def parses_as_strategy(name: str) -> bool:

@@ -210,7 +210,7 @@ def _parse_eagle(text: str, part: str) -> tuple[int, int, int, float]:
             f"strategy {text!r}: the EAGLE part must be exactly three underscore-separated integers, optionally "
             f"followed by '@P' on a chain; a strategy is {_GRAMMAR}"
         )
-    steps, topk, tokens = (int(group) for group in match.groups()[:3])
+    steps, topk, tokens = (_integer(text, group) for group in match.groups()[:3])
     _check_rules(text, steps, topk, tokens)
     stop = 0.0
     if match.group(4) is not None:
@@ -242,9 +242,28 @@ def _parse_history(text: str, part: str) -> int:
     match = _HISTORY_PATTERN.match(part)
     if match is None:
         raise ValueError(f"strategy {text!r}: the history part must be 'suffix_N' with N an integer (e.g. 'suffix_16')")
-    nodes = int(match.group(1))
+    nodes = _integer(text, match.group(1))
     _check_history(text, nodes)
     return nodes
+
+
+MAX_DIGITS = 9
+"""Most significant digits of a strategy's number: past every bound below, and short of Python's limit on parsing an
+int from a string (4,300 digits), which a longer one would meet."""
+
+
+def _integer(text: str, digits: str) -> int:
+    """The int of ``digits`` (ASCII, maybe signed, maybe with leading zeros), one number of strategy ``text``;
+    ValueError naming ``text`` (shortened) when it has more than ``MAX_DIGITS`` significant digits."""
+    sign, body = ("-", digits[1:]) if digits.startswith("-") else ("", digits)
+    body = body.lstrip("0") or "0"
+    if len(body) > MAX_DIGITS:
+        shown = text if len(text) <= 60 else f"{text[:40]}...{text[-12:]}"
+        raise ValueError(
+            f"strategy {shown!r}: a number of {len(body)} digits; steps <= {MAX_STEPS}, topk <= {MAX_TOPK}, "
+            f"num_draft_tokens and suffix_N <= {MAX_TREE_NODES}"
+        )
+    return int(sign + body)
 
 
 MAX_STEPS = 64

@@ -121,6 +121,13 @@ def test_build_selector():
         ({"bucket_strategies": {2: ["3_1_4"]}}, r"bucket_strategies\[2\]"),
         ({"bucket_strategies": {2: []}}, r"bucket_strategies\[2\]"),
         ({"timeline_limit": -1}, "timeline_limit"),
+        ({"timeline_limit": True}, "timeline_limit"),
+        ({"window_size": 10**400}, r"window_size must be an int in \[1, 1_000_000_000\], got an int of 401 digits"),
+        ({"bs_threshold": True}, "bs_threshold"),
+        ({"bucket_strategies": {1: None}}, r"bucket_strategies\[1\] must be a list of strategy strings, got None"),
+        ({"bucket_strategies": {"\u00b2": ["disable"]}}, r"bucket_strategies\['\u00b2'\]: not a bucket threshold"),
+        ({"bucket_strategies": {"\u0661": ["disable"]}}, r"bucket_strategies\['\u0661'\]: not a bucket threshold"),
+        ({"bucket_strategies": {True: ["disable"]}}, r"bucket_strategies\[True\]: not a bucket threshold"),
     ],
 )
 def test_bandit_config_errors_name_the_key(values, key):

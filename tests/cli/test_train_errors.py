@@ -31,6 +31,11 @@ def _error_line(capsys) -> str:
         # a strategy string named as strategy.name, not rollout.worker.strategy
         (["strategy=static", "strategy.name=4-3-10"], "strategy.name=4-3-10: expected bandit | ema, disable"),
         (["strategy.name=4-3-10"], "did you mean strategy.name=4_3_10?"),
+        # a strategy that breaks one rule: the rule, as generate names it
+        (
+            ["strategy=static", "strategy.name=8_4_1000"],
+            "strategy '8_4_1000': num_draft_tokens=1000 exceeds the tree capacity 1 + topk + (steps - 1) * topk**2",
+        ),
         # a GRPO key named as rl.steps, not GRPOConfig.steps
         (["rl.steps=-1"], "rl.steps must be an integer >= 1, got -1"),
         (["rl.steps=0"], "rl.steps must be an integer >= 1, got 0"),
