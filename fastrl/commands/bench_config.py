@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from fastrl.bench.long_tail import check_selector_names
 from fastrl.bench.workload import WORKLOADS
@@ -111,3 +111,28 @@ class BenchConfig:
         check_strategy_names("bench.groups_selectors", self.groups_selectors, ("bandit", "ema"))
         check_strategy_names("bench.groups_bandit_strategies", self.groups_bandit_strategies)
         check_strategy_names("bench.host_time_strategies", self.host_time_strategies)
+        for f in fields(self):
+            if isinstance(getattr(self, f.name), list):
+                check_distinct(f"bench.{f.name}", getattr(self, f.name))
+
+
+def check_distinct(key: str, values: list) -> None:
+    """ValueError naming ``key`` and the entry when a list repeats one (a strategy however it is spelled): a suite
+    runs each entry once, and a repeated one printed its rows twice."""
+    seen: dict = {}
+    for value in values:
+        same = _identity(value)
+        if same in seen:
+            spelled = f" (as {seen[same]!r})" if seen[same] != value else ""
+            raise ValueError(f"{key}: {value!r} is listed twice{spelled}; list each once")
+        seen[same] = value
+
+
+def _identity(value: object) -> object:
+    """What makes two list entries the same: the strategy a string parses to, else the value itself."""
+    if isinstance(value, str):
+        try:
+            return Strategy.parse(value)
+        except ValueError:
+            return value
+    return value
