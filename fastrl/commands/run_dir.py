@@ -205,16 +205,21 @@ def forget_run(run_dir: Path, plan: RunPlan) -> None:
 
 def keep_metrics_before(run_dir: Path, step: int) -> int:
     """Continuing ``run_dir`` at ``step``: metrics.jsonl keeps the steps before it; the lines of later steps (run
-    after the last checkpoint, and run again now) move to metrics.replaced.jsonl. Returns how many moved."""
-    file = run_dir / METRICS_FILE
+    after the last checkpoint, and run again now) move to metrics.replaced.jsonl. Returns how many moved.
+
+    Both files are rewritten through a rename, metrics.replaced.jsonl first, so every line is in one of them at
+    every instant; a command killed between the two renames finds the moved lines already at the end of
+    metrics.replaced.jsonl when run again, and does not add them twice."""
     keep, moved = [], []
     for line, logged in read_metrics_lines(run_dir):
         # a last line cut short by a kill while it was written (None) belongs to a step not checkpointed
         (keep if logged is not None and logged.get("step", 0) < step else moved).append(line)
     if moved:
-        with (run_dir / REPLACED_METRICS_FILE).open("a") as f:
-            f.write("\n".join(moved) + "\n")
-        file.write_text("".join(x + "\n" for x in keep))
+        replaced = run_dir / REPLACED_METRICS_FILE
+        earlier = replaced.read_text().splitlines() if replaced.is_file() else []
+        if earlier[-len(moved) :] != moved:
+            write_atomic(replaced, "".join(x + "\n" for x in [*earlier, *moved]))
+        write_atomic(run_dir / METRICS_FILE, "".join(x + "\n" for x in keep))
     return len(moved)
 
 
