@@ -2,7 +2,9 @@
 
 Layout of a checkpoint directory:
 
-    trainer_state.json        step (steps completed), policy version, the GRPOConfig, Python RNG state
+    trainer_state.json        step (steps completed), policy version, the GRPOConfig, Python RNG state, and what the
+                              checkpoint holds: has_drafter, cotrain_workers and history_workers (the worker slots
+                              whose files cotrain/ and history/ hold; 0: none)
     rng.safetensors           torch RNG states (CPU, and CUDA devices when present)
     policy/                   the policy, HF format (fastrl.models.save_model: config.json + model.safetensors)
     reference/                the frozen KL reference (only when kl_coef > 0), same format
@@ -62,6 +64,10 @@ DRAFTER_DIR = "drafter"
 ROLLOUT_SELECTOR_FILE = "rollout_selector.json"
 COTRAIN_DIR = "cotrain"
 HISTORY_DIR = "history"
+# trainer_state.json's counts of the worker slots cotrain/ and history/ hold (absent from checkpoints written before
+# they were recorded: those folders are then read as found)
+COTRAIN_WORKERS = "cotrain_workers"
+HISTORY_WORKERS = "history_workers"
 
 
 @dataclass
@@ -115,8 +121,8 @@ def save_training_checkpoint(
     save_optimizer(optimizer, tmp)
     _save_drafter(backend, policy, tmp / DRAFTER_DIR)
     (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
-    save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
-    save_history_states(backend.history_state(), tmp / HISTORY_DIR)
+    meta[COTRAIN_WORKERS] = save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
+    meta[HISTORY_WORKERS] = save_history_states(backend.history_state(), tmp / HISTORY_DIR)
     # last: a checkpoint is one only once its state file is there (a run killed while writing leaves none)
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if final.exists():
@@ -135,13 +141,14 @@ def load_training_checkpoint(
     """Restore a checkpoint in place: policy (and reference) weights, optimizer, the backend's drafter,
     strategy-selector and co-training state, its workers' history indexes, the global RNG states. The caller pushes
     the policy weights to the backend. Every file is checked before anything is restored: a missing, truncated or
-    malformed one is a ValueError naming it."""
+    malformed one is a ValueError naming it (a worker file counts as missing against the slots trainer_state.json
+    recorded)."""
     directory = Path(path)
     meta = read_trainer_state(directory)
     rollout_selector, rng_tensors = _read_small_files(directory)
     drafter = _read_drafter(directory, meta, backend)
-    cotrain = read_cotrain_states(directory / COTRAIN_DIR)
-    history = read_history_states(directory / HISTORY_DIR, policy.config.vocab_size)
+    cotrain = read_cotrain_states(directory / COTRAIN_DIR, meta.get(COTRAIN_WORKERS))
+    history = read_history_states(directory / HISTORY_DIR, policy.config.vocab_size, meta.get(HISTORY_WORKERS))
     _copy_weights(directory / POLICY_DIR, policy)
     if reference is not None:
         if not (directory / REFERENCE_DIR).is_dir():
@@ -166,7 +173,7 @@ def load_training_checkpoint(
 
 def read_trainer_state(path: str | Path) -> dict:
     """The parsed trainer_state.json; ValueError naming the file when it is missing, not valid JSON, not a GRPO
-    checkpoint, or holds a step or version that is not an integer >= 0."""
+    checkpoint, or holds a step, version or worker count that is not an integer >= 0."""
     if not Path(path).is_dir():
         raise ValueError(f"resume: checkpoint directory {path} does not exist")
     file = Path(path) / STATE_FILE
@@ -176,7 +183,7 @@ def read_trainer_state(path: str | Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{file}: format is {found!r}, expected {FORMAT!r}")
-    for key in ("step", "policy_version"):
+    for key in ("step", "policy_version", *(k for k in (COTRAIN_WORKERS, HISTORY_WORKERS) if k in meta)):
         value = meta.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{file}: {key!r} must be an integer >= 0, got {value!r}")

@@ -13,14 +13,16 @@ from pathlib import Path
 import torch
 
 from fastrl.models.checkpoint import read_safetensors
+from fastrl.rl.worker_files import worker_slots
 from fastrl.speculative.history import HistoryState
 from fastrl.tensor_files import save_tensors
 
 
-def save_history_states(states: list[HistoryState | None], directory: Path) -> None:
-    """``worker_<i>.safetensors`` for each worker slot i (nothing when no worker keeps a history index)."""
+def save_history_states(states: list[HistoryState | None], directory: Path) -> int:
+    """``worker_<i>.safetensors`` for each worker slot i (nothing when no worker keeps a history index); returns the
+    number of slots written (what the checkpoint records as ``history_workers``)."""
     if all(state is None for state in states):
-        return
+        return 0
     directory.mkdir(parents=True)
     for i, state in enumerate(states):
         tokens: list[int] = []
@@ -32,20 +34,18 @@ def save_history_states(states: list[HistoryState | None], directory: Path) -> N
                 tokens += response
         tensors = {"tokens": torch.tensor(tokens, dtype=torch.int64), "layout": torch.tensor(layout, dtype=torch.int64)}
         save_tensors(tensors, directory / f"worker_{i}.safetensors")
+    return len(states)
 
 
-def read_history_states(directory: Path, vocab_size: int) -> list[HistoryState]:
-    """What ``save_history_states`` wrote, in slot order ([] when ``directory`` does not exist); ValueError naming
-    the file when one is missing, unreadable, inconsistent, or holds a token id outside ``[0, vocab_size)`` (the
-    policy's: a draft of such a token would fail inside a round)."""
-    if not directory.is_dir():
-        return []
-    count = len(list(directory.glob("worker_*.safetensors")))
+def read_history_states(directory: Path, vocab_size: int, workers: int | None = None) -> list[HistoryState]:
+    """What ``save_history_states`` wrote, in slot order: the ``workers`` slots the checkpoint recorded (None, a
+    checkpoint written before it recorded them: the slots found; [] when ``directory`` does not exist). ValueError
+    naming the file when one is missing, unreadable, inconsistent, or holds a token id outside ``[0, vocab_size)``
+    (the policy's: a draft of such a token would fail inside a round)."""
+    count = worker_slots(directory, workers, ("worker_{}.safetensors",), "history indexes")
     states = []
     for i in range(count):
         file = directory / f"worker_{i}.safetensors"
-        if not file.is_file():
-            raise ValueError(f"{directory}: worker_{i}.safetensors is missing ({count} worker files)")
         tensors = read_safetensors(file, ["tokens", "layout"])
         states.append(_state(tensors["tokens"], tensors["layout"], vocab_size, file))
     return states

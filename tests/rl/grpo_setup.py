@@ -88,9 +88,12 @@ class DigitTask:
         return self.arith.bucket_names()
 
 
-def digit_trainer(directory: Path, strategy: str, seed: int = 0, **config: object) -> GRPOTrainer:
+def digit_trainer(
+    directory: Path, strategy: str, seed: int = 0, cotrain: bool = False, **config: object
+) -> GRPOTrainer:
     """A GRPO trainer on DigitTask over ``tiny_policy(seed)``, checkpointing to ``directory``, its rollouts from an
-    in-process backend of ``strategy`` (serving weights saved at ``directory.served``); ``config``: GRPOConfig keys."""
+    in-process backend of ``strategy`` (serving weights saved at ``directory.served``, co-training its drafter with
+    ``cotrain``); ``config``: GRPOConfig keys."""
     grpo = GRPOConfig(checkpoint_dir=str(directory), progress=False, **config)
-    backend = local_backend(directory.with_suffix(".served"), tiny_policy(seed=seed), strategy, seed=seed)
+    backend = local_backend(directory.with_suffix(".served"), tiny_policy(seed=seed), strategy, cotrain, seed)
     return GRPOTrainer(tiny_policy(seed=seed), char_tokenizer(), DigitTask(), backend, grpo)

@@ -1,6 +1,6 @@
 """Resuming from a damaged checkpoint is one clear error naming the file, raised before anything is restored:
 corrupt trainer_state.json, a negative step, a missing drafter/, truncated RNG or drafter weights, corrupt
-rollout_selector.json."""
+rollout_selector.json, a co-training or history file the checkpoint recorded and lacks."""
 
 from __future__ import annotations
 
@@ -64,6 +64,83 @@ def test_damaged_checkpoint_is_named(saved, tmp_path, damage, message):
     with pytest.raises(ValueError, match=message):
         trainer.resume(copy)
     assert trainer.step == 0
+
+
+def _cotrained(directory: Path) -> GRPOTrainer:
+    """A run that co-trains its drafter and drafts from history: its checkpoints hold cotrain/ and history/."""
+    sizes = dict(steps=1, prompts_per_step=1, samples_per_prompt=2, max_new_tokens=6, checkpoint_every=1)
+    return digit_trainer(directory, "2_1_3+suffix_4", cotrain=True, **sizes)
+
+
+@pytest.fixture(scope="module")
+def cotrained(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cotrained")
+    _cotrained(root / "ckpt").train()
+    return root / "ckpt" / "step_000001"
+
+
+def _remove(name: str):
+    return lambda d: shutil.rmtree(d / name) if (d / name).is_dir() else (d / name).unlink()
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("cotrain/worker_0.json", r"cotrain/worker_0.json is missing \(the checkpoint recorded co-training state"),
+        ("cotrain/worker_0.safetensors", r"cotrain/worker_0.safetensors is missing"),
+        ("cotrain", r"cotrain is missing \(the checkpoint recorded co-training state for 1 worker slots\)"),
+        ("history/worker_0.safetensors", r"history/worker_0.safetensors is missing \(the checkpoint recorded history"),
+        ("history", r"history is missing \(the checkpoint recorded history indexes for 1 worker slots\)"),
+    ],
+)
+def test_a_recorded_worker_file_that_is_missing_is_named(cotrained, tmp_path, name, message):
+    """Each was resumed with an empty co-training buffer and optimiser or an empty history index, and the drafter
+    then left the uninterrupted run's."""
+    copy = tmp_path / "ckpt"
+    shutil.copytree(cotrained, copy)
+    _remove(name)(copy)
+    trainer = _cotrained(tmp_path / "other")
+    with pytest.raises(ValueError, match=message):
+        trainer.resume(copy)
+    assert trainer.step == 0 and trainer.backend.worker.cotrainer.total_steps == 0
+
+
+def test_a_checkpoint_written_before_the_worker_slots_were_recorded_reads_what_it_holds(cotrained, tmp_path):
+    copy = tmp_path / "ckpt"
+    shutil.copytree(cotrained, copy)
+    meta = json.loads((copy / "trainer_state.json").read_text())
+    assert (meta.pop("cotrain_workers"), meta.pop("history_workers")) == (1, 1)
+    (copy / "trainer_state.json").write_text(json.dumps(meta))
+    trainer = _cotrained(tmp_path / "kept")
+    trainer.resume(copy)
+    assert trainer.backend.history_state()[0].num_tokens > 0 and trainer.backend.worker.cotrainer.total_steps > 0
+    shutil.rmtree(copy / "cotrain")
+    shutil.rmtree(copy / "history")
+    trainer = _cotrained(tmp_path / "older")
+    trainer.resume(copy)  # as such a checkpoint always loaded: a run without co-training or history state
+    assert trainer.step == 1 and trainer.backend.worker.cotrainer.total_steps == 0
+
+
+def test_the_file_of_a_later_worker_slot_is_named(tmp_path):
+    """A Ray run's checkpoint without worker 1's co-training file was refused as if it came from a run of one worker
+    (naming rollout.num_workers), and one without worker 1's history index was resumed with an empty index there."""
+    import torch
+
+    from fastrl.rl.cotrain_checkpoint import read_cotrain_states, save_cotrain_states
+    from fastrl.rl.history_checkpoint import read_history_states, save_history_states
+    from fastrl.rollout.worker_cotrain import CotrainState
+    from fastrl.speculative.history import HistoryState
+
+    state = CotrainState({"optim.step": torch.zeros(1)}, {"buffer": {}, "trainer": {}})
+    assert save_cotrain_states([state, state], tmp_path / "cotrain") == 2
+    assert save_history_states([HistoryState([([1, 2], [[3]])])] * 2, tmp_path / "history") == 2
+    (tmp_path / "cotrain" / "worker_1.json").unlink()
+    (tmp_path / "history" / "worker_1.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"cotrain/worker_1.json is missing \(the checkpoint recorded co-training"):
+        read_cotrain_states(tmp_path / "cotrain", 2)
+    with pytest.raises(ValueError, match=r"history/worker_1.safetensors is missing \(the checkpoint recorded history"):
+        read_history_states(tmp_path / "history", 10, 2)
+    assert len(read_history_states(tmp_path / "history", 10)) == 1  # unrecorded (older checkpoints): as found
 
 
 def test_missing_checkpoint_directory_is_named(tmp_path):
