@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from fastrl.commands.check_exact_config import CheckExactConfig
+from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import (
     build_engine,
     check_kv_memory,
@@ -16,7 +17,6 @@ from fastrl.commands.engine_setup import (
     request_context,
     resolve_model_dir,
 )
-from fastrl.commands.generate import read_ema_json, to_generate_inputs
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig

@@ -7,18 +7,15 @@ command again (the finished lines are kept, only the rest is generated).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import math
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
-from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.bandit_state_file import (
     check_setting,
     config_setting,
@@ -27,26 +24,21 @@ from fastrl.commands.bandit_state_file import (
     read_state_file,
     write_state_file,
 )
-from fastrl.commands.decode_config import DecodeConfig
+from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
-from fastrl.commands.prompt_tokens import line_token_ids
-from fastrl.commands.prompts_io import PromptLine, read_prompts
+from fastrl.commands.prompts_io import read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.engine.request import RequestOutput
-from fastrl.json_values import read_json
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
-from fastrl.sampling.params import MAX_SEED, SamplingParams
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
 from fastrl.telemetry.run_stats import read_round_log, write_run_plot, write_run_stats
 from fastrl.telemetry.speed_summary import print_generate_summary
-
-SAMPLE_SEED_STRIDE = 1_000_003  # seeds of a line's samples: its seed + j * stride
 
 
 def generate_exit_code(records: list[dict[str, Any]]) -> int:
@@ -206,51 +198,6 @@ def _finished(
                 if out.finished:
                     bar.update(1)
                     yield index_of[out.request_id], out
-
-
-def read_ema_json(path: str) -> EmaConfig:
-    """The EMA controller's settings from an SGLang JSON file; ValueError naming ``ema_json`` and the file."""
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"ema_json={path}: file not found")
-    values = read_json(file, f"ema_json={path}")
-    try:
-        return EmaConfig.from_json(values if isinstance(values, dict) else path)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"ema_json={path}: {err}") from None
-
-
-def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> list[GenerateInput]:
-    """The `cfg.n` engine inputs of one prompt line (a GRPO-style group: one prompt, n seeds). Sample 0 has the
-    line's seed; sample j has seed + j * SAMPLE_SEED_STRIDE (mod 2**63). With n = 1 the request id is the line
-    number, else "line/j"."""
-    first = to_generate_input(line, cfg, tokenizer)
-    if cfg.n == 1:
-        return [first]
-    return [
-        GenerateInput(
-            first.prompt_ids,
-            dataclasses.replace(first.params, seed=(first.params.seed + j * SAMPLE_SEED_STRIDE) % MAX_SEED),
-            request_id=f"{first.request_id}/{j}",
-        )
-        for j in range(cfg.n)
-    ]
-
-
-def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> GenerateInput:
-    """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`; without
-    a "seed" of its own the line's seed is `cfg.seed` + its index among the prompt lines (blank lines do not count)."""
-    where = f"{cfg.prompts}:{line.line_no}"
-    ids = line_token_ids(line, tokenizer, cfg.chat_template, where, cfg.model or "the bundled model")
-    seed = line.seed if line.seed is not None else (cfg.seed + line.index) % MAX_SEED
-    params = SamplingParams(
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-        seed=seed,
-    )
-    return GenerateInput(prompt_ids=ids, params=params, request_id=str(line.line_no))
 
 
 def run_settings(cfg: GenerateConfig) -> dict[str, Any]:
