@@ -67,6 +67,7 @@ class EngineWorker:
             else None
         )
         self.worker_index = worker_index
+        self._history_at_boundary: HistoryState | None = None  # the history index at the last policy push
         self._running: dict[str, RolloutRequest] = {}
         self._rounds: deque[RoundRecord] = deque(maxlen=config.max_round_records)
         self._served = 0
@@ -177,10 +178,12 @@ class EngineWorker:
     # ---- weights ----------------------------------------------------------------------------------------------
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Load policy weights (HF names; tied models with or without lm_head.weight) in place as ``version``.
-        Applied between engine steps: push between rollouts so that no request mixes versions."""
+        Applied between engine steps: push between rollouts so that no request mixes versions. A push is a step
+        boundary: what ``history_state`` returns until the next one is the history index as it stands now."""
         with self._train_lock, self._lock:
             load_policy_weights(self.policy, state)
             self.policy_version = int(version)
+            self._mark_history()
 
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
@@ -224,17 +227,28 @@ class EngineWorker:
             self.engine.selector.load_state_dict(state)
 
     def history_state(self) -> HistoryState | None:
-        """The history index's prompts and kept responses, for a checkpoint (None when no strategy drafts from
-        history). Responses of a rollout still running are in it once they finished: they change drafts, never
-        outputs."""
+        """The history index's prompts and kept responses at the last step boundary (the last policy push; before
+        the first one, now), for a checkpoint (None when no strategy drafts from history). A checkpoint taken after
+        a rollout's responses went in but before the step's update (Ctrl-C) holds none of them: the resumed run,
+        repeating that rollout, keeps each response once, as the uninterrupted run does."""
         with self._lock:
-            return None if self.engine.history is None else self.engine.history.state()
+            if self.engine.history is None:
+                return None
+            boundary = self._history_at_boundary
+            return boundary if boundary is not None else self.engine.history.state()
 
     def load_history_state(self, state: HistoryState) -> None:
-        """Restore ``history_state()`` before the first rollout; a worker without a history index leaves it unused."""
+        """Restore ``history_state()`` before the first rollout (the new step boundary); a worker without a history
+        index leaves it unused."""
         with self._lock:
             if self.engine.history is not None:
                 self.engine.history.load_state(state)
+                self._mark_history()
+
+    def _mark_history(self) -> None:
+        """Remember the history index as it stands (a step boundary), a copy: later rollouts do not reach it."""
+        if self.engine.history is not None:
+            self._history_at_boundary = self.engine.history.state()
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:

@@ -116,3 +116,21 @@ def test_a_history_token_outside_the_policy_vocabulary_is_refused_at_resume(tmp_
     with pytest.raises(ValueError, match=message):
         other.resume(tmp_path / "run" / "step_000002")
     assert other.step == 0 and other.backend.history_state()[0] == HistoryState([])
+
+
+def test_a_checkpoint_taken_after_a_rollout_before_its_update_holds_the_last_step_boundary(tmp_path):
+    """Ctrl-C after a step's rollout finished, before its update: the checkpoint is of the step before, and so is its
+    history index (it held that rollout's responses, which the resumed run, repeating the rollout, then kept twice)."""
+    whole = _trainer(tmp_path / "whole", steps=3)
+    whole.train()
+    cut = _trainer(tmp_path / "cut", steps=3)
+    cut.config.steps = 2
+    cut.train()
+    boundary = cut.backend.history_state()
+    cut.rollout(cut.step)  # step 2's rollout; the interrupt comes before its update
+    saved = cut.save_checkpoint(tmp_path / "cut" / "step_000002")
+    assert read_history_states(saved / "history", VOCAB) == boundary
+    resumed = _trainer(tmp_path / "resumed", steps=3, seed=7)
+    resumed.resume(saved)
+    resumed.train()
+    assert resumed.backend.history_state() == whole.backend.history_state()
