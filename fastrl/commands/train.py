@@ -40,6 +40,7 @@ from fastrl.commands.train_setup import (
     check_local_cluster_fit,
     check_prompts_fit,
     model_dir,
+    result_settings,
 )
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
@@ -144,9 +145,10 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
         checkpoint_dir=str(checkpoints),
         logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
     )
+    settings = result_settings(cfg)
     if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)
         try:
-            check_resumable(cfg.resume, rl, task)
+            check_resumable(cfg.resume, rl, task, settings)
         except ValueError as err:
             if plan.in_place:
                 raise
@@ -162,7 +164,9 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     try:
         backend = build_backend(cfg)
         try:
-            trainer = GRPOTrainer(policy, tokenizer, task, backend, rl, logger=recorder, bucket_thresholds=thresholds)
+            trainer = GRPOTrainer(
+                policy, tokenizer, task, backend, rl, logger=recorder, bucket_thresholds=thresholds, settings=settings
+            )
             recorder.trainer = trainer
             if cfg.resume:  # a checkpoint this run cannot take (another worker count) is refused here, unchanged
                 trainer.resume(cfg.resume)

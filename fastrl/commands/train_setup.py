@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 import torch
@@ -20,6 +21,34 @@ from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
+
+# Keys of model, drafter, strategy and rollout that a resume may change: they change speed, telemetry or where the
+# work runs, not what the run computes (the rollouts' tokens do not depend on batch layout, device or kernels: see
+# EngineConfig; drafter.slice_seconds paces the `steps` schedule's updates, not their number). A co-trained run's
+# rollout.num_workers is checked when its co-training state is loaded (one state per worker).
+CHANGEABLE_ON_RESUME = (
+    "drafter.slice_seconds",
+    "strategy.bandit.timeline_limit",
+    "rollout.backend",
+    "rollout.num_workers",
+    "rollout.ray_address",
+    "rollout.ray_num_cpus",
+    "rollout.torch_threads",
+    "rollout.cotrain_in_tail",
+    "rollout.overlap_drafter_round",
+    "rollout.restart_failed_workers",
+    "rollout.round_timeout_s",
+    "rollout.engine.max_batch_size",
+    "rollout.engine.device",
+    "rollout.engine.seed",  # unused: the engines take rl.seed
+    "rollout.engine.cuda_graphs",
+    "rollout.engine.prefix_sharing",
+    "rollout.engine.page_size",
+    "rollout.engine.kv_cache_tokens",
+    "rollout.engine.attention_kernel",
+    "rollout.engine.layer_kernels",
+)
+RESULT_GROUPS = ("model", "drafter", "strategy", "rollout")  # rl.* and task.* are the trainer's own to check
 
 
 def model_dir(cfg: TrainConfig) -> Path:
@@ -38,6 +67,28 @@ def drafter_dir(cfg: TrainConfig) -> str:
             f"drafter.path: no drafter ships with {model_dir(cfg)}; give drafter.path=DIR or drafter=fresh"
         )
     return str(found)
+
+
+def result_settings(cfg: TrainConfig) -> dict[str, object]:
+    """The run's settings outside rl.* and task.* that change what it computes (its policy, its drafter, its
+    rollouts or the state its checkpoints hold): every key of model, drafter, strategy and rollout but those in
+    CHANGEABLE_ON_RESUME, as dotted keys with JSON values. A checkpoint records them; a resume with other values is
+    refused (``fastrl.rl.trainer.check_resumable``)."""
+    settings: dict[str, object] = {}
+
+    def add(prefix: str, node: object) -> None:
+        for f in fields(node):
+            key, value = f"{prefix}.{f.name}", getattr(node, f.name)
+            if key in CHANGEABLE_ON_RESUME:
+                continue
+            if is_dataclass(value):
+                add(key, value)
+            else:
+                settings[key] = json.loads(json.dumps(value))  # as the checkpoint holds it (tuples are lists)
+
+    for group in RESULT_GROUPS:
+        add(group, getattr(cfg, group))
+    return settings
 
 
 def worker_config(cfg: TrainConfig) -> RolloutWorkerConfig:

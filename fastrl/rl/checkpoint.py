@@ -75,12 +75,14 @@ class TrainerState:
     """The trainer's own counters and settings: `step` = steps completed (the next step to run),
     `policy_version` = the version of the saved policy weights, `config` = the GRPOConfig as a dict, `task` = the
     task's settings as a dict (None: a task without a dataclass ``config``, or a checkpoint written before they
-    were kept)."""
+    were kept), `settings` = the caller's other settings that change what the run computes (`GRPOTrainer.settings`;
+    None: none given, or a checkpoint written before they were kept)."""
 
     step: int
     policy_version: int
     config: dict
     task: dict | None = None
+    settings: dict | None = None
 
 
 def save_training_checkpoint(
@@ -107,6 +109,7 @@ def save_training_checkpoint(
         "policy_version": state.policy_version,
         "config": state.config,
         "task": state.task,
+        "settings": state.settings,
         "python_rng": rng.python,
         "has_drafter": bool(backend.drafter_state()[1]),
     }
@@ -168,7 +171,8 @@ def load_training_checkpoint(
     cuda = [tensors[f"torch_cuda.{i}"] for i in range(sum(k.startswith("torch_cuda.") for k in tensors))]
     GlobalRngState(python=meta["python_rng"], torch_cpu=tensors["torch_cpu"], torch_cuda=cuda).restore()
     task = meta.get("task") if isinstance(meta.get("task"), dict) else None
-    return TrainerState(int(meta["step"]), int(meta["policy_version"]), meta["config"], task)
+    settings = meta.get("settings") if isinstance(meta.get("settings"), dict) else None
+    return TrainerState(int(meta["step"]), int(meta["policy_version"]), meta["config"], task, settings)
 
 
 def read_trainer_state(path: str | Path) -> dict:
@@ -189,6 +193,8 @@ def read_trainer_state(path: str | Path) -> dict:
             raise ValueError(f"{file}: {key!r} must be an integer >= 0, got {value!r}")
     if not isinstance(meta.get("config"), dict):
         raise ValueError(f"{file}: 'config' must be a JSON object (the run's GRPOConfig)")
+    if not isinstance(meta.get("settings", {}), dict | None):
+        raise ValueError(f"{file}: 'settings' must be a JSON object or null (the run's settings by key)")
     if not isinstance(meta.get("python_rng"), list):
         raise ValueError(f"{file}: 'python_rng' is missing or malformed")
     return meta

@@ -65,18 +65,41 @@ class StepRollout:
     drafter_version: int | None = None
 
 
-def check_resumable(path: str | Path, config: GRPOConfig, task: object = None) -> None:
-    """ValueError naming the keys when ``config`` differs from checkpoint ``path``'s in a key that changes the
-    trajectory (anything but steps, checkpoint_every, checkpoint_dir, progress, logprob_tolerance), or ``task``'s
-    settings (``task_settings``) from those the checkpoint recorded."""
+def check_resumable(path: str | Path, config: GRPOConfig, task: object = None, settings: dict | None = None) -> None:
+    """ValueError naming the keys, with the checkpoint's values and these, when ``config`` differs from checkpoint
+    ``path``'s in a key that changes the trajectory (anything but steps, checkpoint_every, checkpoint_dir, progress,
+    logprob_tolerance), ``task``'s settings (``task_settings``) from those the checkpoint recorded, or ``settings``
+    (the caller's other settings that change what the run computes: ``GRPOTrainer.settings``) from those it
+    recorded. A checkpoint that recorded no task settings or no settings (written before they were kept) is not
+    compared there, nor is a key of ``settings`` that only one side has (another fastrl version's)."""
     meta = read_trainer_state(path)
-    differences = config.trajectory_differences(GRPOConfig(**meta["config"]))
-    if differences:
-        raise ValueError(f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {differences}")
-    saved, now = meta.get("task"), task_settings(task)
-    if isinstance(saved, dict) and now is not None and saved != now:
-        keys = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-        raise ValueError(f"cannot resume {path} exactly: the task's settings differ from the checkpoint's: {keys}")
+    saved = GRPOConfig(**meta["config"])
+    keys = config.trajectory_differences(saved)
+    if keys:
+        changes = _changes(asdict(saved), asdict(config), keys)
+        raise ValueError(
+            f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {keys} ({changes})"
+        )
+    saved_task, now = meta.get("task"), task_settings(task)
+    if isinstance(saved_task, dict) and now is not None and saved_task != now:
+        keys = sorted(k for k in set(saved_task) | set(now) if saved_task.get(k) != now.get(k))
+        changes = _changes(saved_task, now, keys)
+        raise ValueError(
+            f"cannot resume {path} exactly: the task's settings differ from the checkpoint's: {keys} ({changes})"
+        )
+    recorded = meta.get("settings")
+    if isinstance(recorded, dict) and settings is not None:
+        keys = sorted(k for k in set(recorded) & set(settings) if recorded[k] != settings[k])
+        if keys:
+            raise ValueError(
+                f"cannot resume {path} exactly: settings that change what the run computes differ from the "
+                f"checkpoint's: {_changes(recorded, settings, keys)}"
+            )
+
+
+def _changes(saved: dict, now: dict, keys: list[str]) -> str:
+    """``key: value in the checkpoint, value now`` for each of ``keys`` (JSON-spelled values)."""
+    return "; ".join(f"{k}: {json.dumps(saved.get(k))} in the checkpoint, {json.dumps(now.get(k))} now" for k in keys)
 
 
 def task_settings(task: object) -> dict | None:
@@ -111,8 +134,12 @@ class GRPOTrainer:
         config: GRPOConfig,
         logger: MetricsLogger | None = None,
         bucket_thresholds: tuple[int, ...] = DEFAULT_BS_THRESHOLDS,
+        settings: dict | None = None,
     ) -> None:
         self.policy = policy
+        # the caller's settings beyond ``config`` and the task's that change what the run computes (JSON values by
+        # name; `fastrl train`'s drafter, strategy, rollout engine ...): checkpoints record them, resume compares them
+        self.settings = settings
         self.bucket_thresholds = tuple(bucket_thresholds)  # batch-size buckets of the metrics' strategy choices
         self.last_rollout: StepRollout | None = None
         self.tokenizer = tokenizer
@@ -233,17 +260,17 @@ class GRPOTrainer:
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write a checkpoint of the run after `self.step` steps (see fastrl.rl.checkpoint for the layout)."""
-        state = TrainerState(self.step, self.version, asdict(self.config), task_settings(self.task))
+        state = TrainerState(self.step, self.version, asdict(self.config), task_settings(self.task), self.settings)
         return save_training_checkpoint(
             path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference, self.tokenizer
         )
 
     def resume(self, path: str | Path, strict: bool = True) -> None:
         """Continue from a checkpoint: restore every state, push the weights to the backend. With `strict`, a
-        config that differs from the checkpoint's in a key that changes the trajectory (anything but steps,
-        checkpoint_every, checkpoint_dir, progress, logprob_tolerance) raises ValueError naming the keys."""
+        config, task or `settings` that differs from the checkpoint's in a key that changes the trajectory raises
+        ValueError naming the keys (see `check_resumable`)."""
         if strict:
-            check_resumable(path, self.config, self.task)
+            check_resumable(path, self.config, self.task, self.settings)
         state = load_training_checkpoint(
             path, self.policy, self.updater.optimizer, self.backend, self.updater.reference
         )

@@ -143,6 +143,28 @@ def test_the_file_of_a_later_worker_slot_is_named(tmp_path):
     assert len(read_history_states(tmp_path / "history", 10)) == 1  # unrecorded (older checkpoints): as found
 
 
+def test_settings_are_recorded_and_compared_key_by_key(tmp_path):
+    """The caller's settings that change what the run computes (`fastrl train`'s drafter, strategy, engine dtype):
+    another value is refused naming it; a key only one side has (another fastrl version's) and a checkpoint written
+    before settings were kept are not compared."""
+    run = _trainer(tmp_path / "run")
+    run.settings = {"drafter.lr": 0.1, "gone": 1}
+    run.train()
+    saved = tmp_path / "run" / "step_000001"
+    other = _trainer(tmp_path / "other")
+    other.settings = {"drafter.lr": 0.2, "new": 2}
+    with pytest.raises(ValueError, match=r"differ from the checkpoint's: drafter.lr: 0.1 in the checkpoint, 0.2 now$"):
+        other.resume(saved)
+    assert other.step == 0
+    meta = json.loads((saved / "trainer_state.json").read_text())
+    (saved / "trainer_state.json").write_text(json.dumps(meta | {"settings": None}))
+    other.resume(saved)
+    assert other.step == 1
+    other.settings = {"drafter.lr": 0.1, "new": 2}
+    (saved / "trainer_state.json").write_text(json.dumps(meta))
+    other.resume(saved)
+
+
 def test_missing_checkpoint_directory_is_named(tmp_path):
     with pytest.raises(ValueError, match="checkpoint directory .*nowhere does not exist"):
         _trainer(tmp_path / "run").resume(tmp_path / "nowhere")
