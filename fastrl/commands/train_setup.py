@@ -24,7 +24,8 @@ from fastrl.speculative.drafter_checkpoint import check_drafter_files
 
 # Keys of model, drafter, strategy and rollout that a resume may change: they change speed, telemetry or where the
 # work runs, not what the run computes (the rollouts' tokens do not depend on batch layout, device or kernels: see
-# EngineConfig; drafter.slice_seconds paces the `steps` schedule's updates, not their number). A co-trained run's
+# EngineConfig; max_batch_size orders the responses a history index keeps by when they finish, which changes drafts,
+# not tokens; drafter.slice_seconds paces the `steps` schedule's updates, not their number). A co-trained run's
 # rollout.num_workers is checked when its co-training state is loaded (one state per worker).
 CHANGEABLE_ON_RESUME = (
     "drafter.slice_seconds",

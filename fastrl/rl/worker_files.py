@@ -14,9 +14,9 @@ def worker_slots(directory: Path, recorded: int | None, names: tuple[str, ...], 
     directory or the first file missing (``what``: what the files hold, for the message)."""
     if recorded is None:
         count = len(list(directory.glob(names[0].format("*")))) if directory.is_dir() else 0
-        why = f"{count} worker slots found"
+        why = f"{_slots(count)} found"
     else:
-        count, why = recorded, f"the checkpoint recorded {what} for {recorded} worker slots"
+        count, why = recorded, f"the checkpoint recorded {what} for {_slots(recorded)}"
     if count and not directory.is_dir():
         raise ValueError(f"{directory} is missing ({why})")
     for i in range(count):
@@ -25,3 +25,7 @@ def worker_slots(directory: Path, recorded: int | None, names: tuple[str, ...], 
             if not file.is_file():
                 raise ValueError(f"{file} is missing ({why})")
     return count
+
+
+def _slots(count: int) -> str:
+    return f"{count} worker slot{'' if count == 1 else 's'}"

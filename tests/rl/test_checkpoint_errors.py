@@ -88,9 +88,9 @@ def _remove(name: str):
     [
         ("cotrain/worker_0.json", r"cotrain/worker_0.json is missing \(the checkpoint recorded co-training state"),
         ("cotrain/worker_0.safetensors", r"cotrain/worker_0.safetensors is missing"),
-        ("cotrain", r"cotrain is missing \(the checkpoint recorded co-training state for 1 worker slots\)"),
+        ("cotrain", r"cotrain is missing \(the checkpoint recorded co-training state for 1 worker slot\)"),
         ("history/worker_0.safetensors", r"history/worker_0.safetensors is missing \(the checkpoint recorded history"),
-        ("history", r"history is missing \(the checkpoint recorded history indexes for 1 worker slots\)"),
+        ("history", r"history is missing \(the checkpoint recorded history indexes for 1 worker slot\)"),
     ],
 )
 def test_a_recorded_worker_file_that_is_missing_is_named(cotrained, tmp_path, name, message):
