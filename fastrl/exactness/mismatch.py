@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from fastrl.exactness.support import support_range
+from fastrl.exactness.support import SupportRange, support_range
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.processing import process_logits
@@ -132,14 +132,22 @@ def _filtered_gap(
 ) -> float:
     """The gap of a sampled row under top-k / top-p, with the support's edge taken up to rounding (``support.py``): a
     token no rounding keeps is infinitely far; a kept or possibly kept one lies this far below the best perturbed logit
-    among the tokens every rounding keeps (0 when above it, or when no token is certain: a possibly kept token with
-    large noise wins where it is kept).  # logits [1,V] -> float"""
+    among the tokens kept whenever it is (the certain ones, and those more than a rounding above it): a possibly kept
+    token with large noise wins where it is kept, but never over a token every such rounding keeps beside it.
+    # logits [1,V] -> float"""
     scaled = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=False)  # [1,V]
     noisy = (scaled + sampling_noise(batch, position, scaled.shape[-1]))[0].double()  # [V]
     edge = support_range(scaled[0], params.top_k, params.top_p, bound / 2)
-    best = float(noisy[edge.order[: edge.certain]].max()) if edge.certain else -math.inf
-    gaps = [max(0.0, best - float(noisy[t])) if t != MISSING and edge.is_possible(t) else math.inf for t in tokens]
+    gaps = [_gap_among_rivals(noisy, edge, t) if t != MISSING and edge.is_possible(t) else math.inf for t in tokens]
     return max(gaps)
+
+
+def _gap_among_rivals(noisy: torch.Tensor, edge: SupportRange, token: int) -> float:
+    """How far ``token``'s perturbed logit lies below the best of the tokens kept whenever it is (0 when above them
+    all, or when none is).  # noisy [V] -> float"""
+    rivals = edge.rivals(token)
+    best = float(noisy[rivals].max()) if len(rivals) else -math.inf
+    return max(0.0, best - float(noisy[token]))
 
 
 @torch.inference_mode()

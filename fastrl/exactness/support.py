@@ -8,13 +8,17 @@ forward's temperature-scaled logits, the tokens the filter keeps whatever the ro
 keeps under some rounding (``possible``), each moving every logit by at most ``slack`` (half the bound: a gap between
 two logits moves by at most the bound).
 
-For a token t the rounding most in its favour lowers every logit above t by ``slack`` and raises t and every logit
-below it by ``slack`` (t climbs past the near ones for top-k; the mass before t shrinks and the normaliser grows for
-top-p), and ties every token within rounding of the k-th logit with it (top-k keeps ties, and a larger top-k set
-lowers the nucleus mass before t: the edge of one filter moves the other's). The rounding most against t raises
-every logit above it and those below it within reach (they pass t), and lowers t and the rest, with exactly k tokens.
-Either way membership is monotone in the logit's rank, so each set is a prefix of the tokens sorted by logit, found
-by bisection with the sampler's own ``process_logits``.
+For a token t the rounding most in its favour lowers every logit more than a rounding above t by ``slack``, ties
+those within reach above it with t (a tie is kept with t and is not before it in the nucleus), and raises t and every
+logit below it by ``slack`` (the normaliser grows), with the widest top-k set rounding can give (every token within
+rounding of the k-th logit tied with it: a larger top-k set lowers the nucleus mass before t, the edge of one filter
+moving the other's); t itself passes top-k unless k tokens stay above it under every rounding. The rounding most
+against t raises every logit above it and those below it within reach (they pass t), and lowers t and the rest, with
+exactly k tokens. Either way membership is monotone in the logit's rank, so each set is a prefix of the tokens sorted
+by logit, found by bisection with the sampler's own ``process_logits``; tests/exactness/test_support.py holds both
+prefixes to every rounding of a discrete adversarial set on small vocabularies. ``certain`` is exact there;
+``possible`` is too, but where both filters' edges are within rounding at once (the widest top-k set's normaliser is
+taken whatever the rounding that tied its edge did to t), about one case in a hundred, where it is a token wider.
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ class SupportRange:
 
     order: [V] token ids by scaled logit, highest first; sorted: [V] their scaled logits; certain / possible: how many
     of the first tokens of ``order`` the filter keeps under every / some rounding (``0 <= certain``, ``1 <= possible``,
-    ``certain <= possible <= V``; none is certain where rounding can reorder the tokens a narrow filter keeps).
+    ``certain <= possible <= V``; none is certain where rounding can reorder the tokens a narrow filter keeps); slack:
+    the rounding of one logit.
     """
 
     order: torch.Tensor
     sorted: torch.Tensor
     certain: int
     possible: int
+    slack: float
 
     def rank(self, token: int) -> int:
         """Where ``token`` stands in ``order`` (0: the highest logit)."""
@@ -47,6 +53,12 @@ class SupportRange:
     def is_possible(self, token: int) -> bool:
         """Whether some rounding keeps ``token``."""
         return self.rank(token) < self.possible
+
+    def rivals(self, token: int) -> torch.Tensor:
+        """Tokens kept whenever ``token`` is: the certain ones, and those more than a rounding above it (the filters
+        cut by value, so a token that stays above ``token`` is kept with it). [R] token ids"""
+        above = int((self.sorted > self.sorted[self.rank(token)] + 2 * self.slack).sum())
+        return self.order[: max(self.certain, above)]
 
     def logprob_range(self, token: int) -> tuple[float, float]:
         """The lowest and highest log-prob ``token`` has under the supports rounding can give it (the largest
@@ -77,12 +89,19 @@ def support_range(scaled: torch.Tensor, top_k: int, top_p: float, slack: float) 
     one = torch.ones(1, dtype=torch.float64)
 
     def kept(i: int, favoured: bool) -> bool:
-        if favoured:  # above i: down; i and below: up; the widest top-k set
-            shift, k = torch.where(ranks < i, -slack, slack), widest
+        value = ranked[i]
+        if favoured:
+            if 0 < top_k < vocab and int((ranked > value + 2 * slack).sum()) >= top_k:
+                return False  # k tokens stay above it under every rounding
+            # far above i: down; within reach above it: tied with it (not before it in the nucleus, still in its
+            # normaliser); i and below: up; the widest top-k set (the largest normaliser)
+            near = (ranks < i) & (ranked <= value + 2 * slack)
+            moved = torch.where(ranks < i, ranked - slack, ranked + slack)
+            moved = torch.where(near, value + slack, moved)
+            k = widest
         else:  # above i and within reach below it: up; i and the rest: down; exactly k
-            climbs = (ranks < i) | ((ranks > i) & (ranked >= ranked[i] - 2 * slack))
-            shift, k = torch.where(climbs, slack, -slack), top_k
-        moved = ranked + shift.to(ranked.dtype)
+            climbs = (ranks < i) | ((ranks > i) & (ranked >= value - 2 * slack))
+            moved, k = torch.where(climbs, ranked + slack, ranked - slack), top_k
         return bool(process_logits(moved[None], one, torch.tensor([k]), p)[0, i] > float("-inf"))
 
     def prefix(favoured: bool) -> int:
@@ -95,4 +114,4 @@ def support_range(scaled: torch.Tensor, top_k: int, top_p: float, slack: float) 
                 high = mid
         return low
 
-    return SupportRange(order=order, sorted=ranked, certain=prefix(False), possible=prefix(True))
+    return SupportRange(order=order, sorted=ranked, certain=prefix(False), possible=prefix(True), slack=slack)

@@ -5,6 +5,7 @@ by what that edge moves are a near-tie, by more a bug."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import torch
@@ -152,3 +153,56 @@ def test_top_k_one_between_two_logits_a_rounding_apart_is_a_near_tie():
         assert tie is not None and tie.near_tie and tie.spec_prob == 0.0
         tight = analyse_mismatch(policy, prompt, [first], [second], params, seed, bound=gap / 4)
         assert tight is not None and tight.kind == "bug"
+
+
+def _adversarial_roundings(values: torch.Tensor, slack: float) -> torch.Tensor:
+    """Every rounding of a small vocabulary's logits that moves each by -slack, 0 or +slack, or onto a point where it
+    ties another logit moved by +-slack (ties are where both filters' edges turn).  # [V] -> [R, V]"""
+    anchors = sorted({float(v) + d for v in values for d in (-slack, slack)})
+    choices = []
+    for v in values.tolist():
+        points = {v - slack, v, v + slack} | {min(max(a, v - slack), v + slack) for a in anchors}
+        choices.append(sorted(points))
+    return torch.tensor(list(itertools.product(*choices)), dtype=torch.float64)
+
+
+def test_the_prefixes_hold_against_every_adversarial_rounding_of_small_vocabularies():
+    """No rounding keeps a token beyond the possible prefix or drops one of the certain prefix (a token called
+    impossible that rounding keeps would be a false bug; one called certain that rounding drops would make its
+    rivals' gaps too strict); and the possible prefix is that tight but in rare cases where both filters' edges
+    are within rounding at once (the widest top-k set is taken for the normaliser whatever the k-th token does)."""
+    rng = random.Random(7)
+    wide = 0
+    for _ in range(300):
+        vocab = rng.choice([2, 3, 4])
+        slack = rng.choice([0.05, 0.3])
+        values = [rng.gauss(0, 1) for _ in range(vocab)]
+        if rng.random() < 0.5:  # near ties
+            values[rng.randrange(vocab)] = values[rng.randrange(vocab)] - rng.uniform(0, 3 * slack)
+        logits = torch.tensor(values, dtype=torch.float64)
+        top_k, top_p = rng.choice([0, 1, 2, 3]), rng.choice([1.0, 0.3, 0.5, 0.7, 0.9])
+        edge = support_range(logits, top_k, top_p, slack)
+        rows = _adversarial_roundings(logits, slack)
+        n = rows.shape[0]
+        kept = process_logits(rows, torch.ones(n, dtype=rows.dtype), torch.full((n,), top_k), torch.full((n,), top_p))
+        kept = kept > float("-inf")  # [R, V]
+        possible = torch.zeros(vocab, dtype=torch.bool)
+        possible[edge.order[: edge.possible]] = True
+        certain = torch.zeros(vocab, dtype=torch.bool)
+        certain[edge.order[: edge.certain]] = True
+        assert not (kept.any(0) & ~possible).any(), (values, top_k, top_p, slack)
+        assert not (certain & ~kept.all(0)).any(), (values, top_k, top_p, slack)
+        wide += bool((possible & ~kept.any(0)).any())
+    assert wide <= 3
+
+
+def test_a_token_that_stays_above_is_a_rival_even_when_not_certain():
+    """Under top_p=0.9 with bfloat16's slack, the second token (p=0.06) is not certain, but it lies more than a
+    rounding above the third (p=0.03): every rounding that keeps the third keeps it, so the third is judged against
+    it (its noise beating the third's by more than the bound makes the third impossible, not a near-tie)."""
+    probs = torch.full((300,), 0.06 / 297, dtype=torch.float64)
+    probs[:3] = torch.tensor([0.85, 0.06, 0.03], dtype=torch.float64)
+    edge = support_range(probs.log(), 0, 0.9, 0.25)
+    assert edge.certain == 1 and edge.is_possible(1) and edge.is_possible(2)
+    assert set(edge.rivals(2).tolist()) == {0, 1}
+    assert set(edge.rivals(1).tolist()) == {0}
