@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from fastrl.sampling.params import check_temperature
+
 # Keys that may differ between a checkpoint and the run that resumes it without changing the trajectory.
 RESUMABLE_KEYS = ("steps", "checkpoint_every", "checkpoint_dir", "progress", "logprob_tolerance")
 
@@ -75,8 +77,7 @@ class GRPOConfig:
         _at_least(self, "top_k", 0)
         if not 0 <= self.seed < 2**63:  # seeds live in int64 tensors
             raise ValueError(f"GRPOConfig.seed must be in [0, 2**63), got {self.seed}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"GRPOConfig.temperature must be a finite number >= 0, got {self.temperature}")
+        check_temperature("GRPOConfig.temperature", self.temperature)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"GRPOConfig.top_p must satisfy 0 < top_p <= 1, got {self.top_p}")
         if not self.lr > 0:

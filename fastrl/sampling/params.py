@@ -15,7 +15,20 @@ MAX_COUNT = 2**62  # max_new_tokens and top_k stay below it: a position or a cou
 MIN_TEMPERATURE = 1e-6
 """Smallest temperature above 0: sampling divides the logits by it in float32, and a temperature near float32's
 smallest normal number (~1.2e-38) turns every logit into an infinity (NaN log-probs). At 1e-6 a logit would have to
-exceed 3e32 to overflow, and the sample is the argmax but for logits closer than ~1e-5."""
+exceed 3e32 to overflow, and the sample is the argmax but for logits closer than ~1e-5; smaller ones bring nothing
+greedy decoding does not, and a subnormal one overflows every logit."""
+
+
+def check_temperature(key: str, value: object) -> None:
+    """ValueError naming ``key`` unless ``value`` is 0 (greedy) or a finite number >= ``MIN_TEMPERATURE`` (the one
+    rule for every place a temperature is given: requests, ``fastrl train``'s rl.temperature, verl's options)."""
+    if not _is_real(value) or not value >= 0 or math.isinf(value):
+        raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+    if 0 < value < MIN_TEMPERATURE:
+        raise ValueError(
+            f"{key} must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {value!r}: logits divided by a smaller "
+            "one can overflow float32 (a float32 subnormal makes every scaled logit infinite)"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,13 +59,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not is_integral(self.max_new_tokens) or not 1 <= self.max_new_tokens < MAX_COUNT:
             raise ValueError(f"max_new_tokens must be an integer in [1, 2**62), got {self.max_new_tokens!r}")
-        if not _is_real(self.temperature) or not self.temperature >= 0 or math.isinf(self.temperature):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if 0 < self.temperature < MIN_TEMPERATURE:
-            raise ValueError(
-                f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}: logits "
-                "divided by a smaller one overflow float32 (a float32 subnormal makes every scaled logit infinite)"
-            )
+        check_temperature("temperature", self.temperature)
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {self.top_p!r}")
         if not is_integral(self.top_k) or not 0 <= self.top_k < MAX_COUNT:

@@ -39,6 +39,7 @@ def _error_line(capsys) -> str:
         # a GRPO key named as rl.steps, not GRPOConfig.steps
         (["rl.steps=-1"], "rl.steps must be an integer >= 1, got -1"),
         (["rl.steps=0"], "rl.steps must be an integer >= 1, got 0"),
+        (["rl.temperature=1e-7"], "rl.temperature must be 0 (greedy) or at least 1e-06, got 1e-07"),  # as generate
         # the rollout worker's keys, named where `fastrl train` has them (drafter.*, rollout.*)
         (["drafter.slice_seconds=-1"], "drafter.slice_seconds must be a finite number > 0, got -1.0"),
         (["drafter.buffer_tokens=0"], "drafter.buffer_tokens must be an integer >= 2, got 0"),
