@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in table:
         print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{usage()}", file=sys.stderr)
         return 2
-    previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup (Ray shutdown, output flush) runs on SIGTERM too
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous != signal.SIG_IGN:  # an ignored SIGTERM (inherited from the parent) stays ignored
+        signal.signal(signal.SIGTERM, _terminate)  # cleanup (Ray shutdown, output flush) runs on SIGTERM too
     try:
         code = table[name](overrides)
     except ValueError as exc:

@@ -59,3 +59,35 @@ def test_an_ignored_signal_stays_ignored_inside_the_block(number):
         assert done == ["update finished"] and signal.getsignal(number) == signal.SIG_IGN
     finally:
         signal.signal(number, before)
+
+
+def test_the_cli_keeps_an_inherited_ignored_sigterm_ignored(monkeypatch):
+    """`fastrl` turns SIGTERM into an unwinding interrupt while a command runs, unless the process inherited it as
+    ignored: then it stays ignored for the whole command (and the handler is put back after it either way)."""
+    import fastrl.cli as cli
+
+    seen = []
+
+    def command(overrides: list[str]) -> int:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the command goes on
+        return 0
+
+    monkeypatch.setattr(cli, "commands", lambda: {"train": command})
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert cli.main(["train"]) == 0 and seen == [signal.SIG_IGN]
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        seen.clear()
+
+        def interrupted(overrides: list[str]) -> int:
+            seen.append(signal.getsignal(signal.SIGTERM))
+            os.kill(os.getpid(), signal.SIGTERM)  # unwinds like Ctrl-C: exit 130
+            return 0
+
+        monkeypatch.setattr(cli, "commands", lambda: {"train": interrupted})
+        assert cli.main(["train"]) == 130 and seen == [cli._terminate]
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
