@@ -22,8 +22,8 @@ from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
 
-# Keys of model, drafter, strategy and rollout that a resume may change: they change speed, telemetry or where the
-# work runs, not what the run computes (the rollouts' tokens do not depend on batch layout, device or kernels: see
+# Keys of model, drafter, strategy and rollout that a resume may change: they change speed, telemetry, drafts or where
+# the work runs, not what the run computes (the rollouts' tokens do not depend on batch layout, device or kernels: see
 # EngineConfig; max_batch_size orders the responses a history index keeps by when they finish, which changes drafts,
 # not tokens; drafter.slice_seconds paces the `steps` schedule's updates, not their number). A co-trained run's
 # rollout.num_workers is checked when its co-training state is loaded (one state per worker).
@@ -48,6 +48,8 @@ CHANGEABLE_ON_RESUME = (
     "rollout.engine.kv_cache_tokens",
     "rollout.engine.attention_kernel",
     "rollout.engine.layer_kernels",
+    "rollout.engine.history_tokens",  # the history index's budget: which responses it keeps (drafts, not tokens)
+    "model.path",  # the checkpoint holds the policy: a moved model directory resumes (its config must fit the weights)
 )
 RESULT_GROUPS = ("model", "drafter", "strategy", "rollout")  # rl.* and task.* are the trainer's own to check
 

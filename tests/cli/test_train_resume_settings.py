@@ -51,12 +51,15 @@ def test_a_setting_that_changes_the_run_is_refused_naming_it(one_step, tmp_path,
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
 
 
-def test_speed_and_placement_settings_may_change_and_the_run_goes_on_exactly(one_step, tmp_path):
+def test_speed_and_placement_settings_may_change_and_the_run_goes_on_exactly(one_step, policy_dir, tmp_path):
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(one_step / "run", run)
+    moved = tmp_path / "moved_policy"  # the model directory moved: the checkpoint holds the policy
+    shutil.copytree(policy_dir, moved)
     faster = ["rollout.engine.max_batch_size=3", "rollout.round_timeout_s=30", "drafter.slice_seconds=0.1", "threads=2"]
+    faster += [f"model.path={moved}", "rollout.engine.history_tokens=50000"]
     assert main(["train", f"resume={run}", "rl.steps=2", *faster]) == 0
     assert _steps(run) == [0, 1] and _rewards(run) == _rewards(one_step / "straight")
     saved = json.loads((run / "checkpoints" / "step_000002" / "trainer_state.json").read_text())["settings"]
@@ -77,4 +80,4 @@ def test_every_key_is_recorded_or_changeable_on_resume():
     recorded = result_settings(config)
     assert set(CHANGEABLE_ON_RESUME) <= set(keys)  # no name misspelled (it would be checked after all)
     assert sorted(recorded) == sorted(k for k in keys if k not in CHANGEABLE_ON_RESUME)
-    assert {"drafter.trainer.lr", "rollout.engine.dtype", "strategy.name", "model.path"} <= set(recorded)
+    assert {"drafter.trainer.lr", "rollout.engine.dtype", "strategy.name", "model.name"} <= set(recorded)
