@@ -128,7 +128,7 @@ def compare_runs(
         common = len(a.token_ids) if mismatch is None else mismatch.position
         diff = _max_logprob_diff(a.logprobs, b.logprobs, common)
         tie = False
-        if math.isfinite(diff) and diff > tolerance:
+        if mismatch is None and math.isfinite(diff) and diff > tolerance:  # (a mismatch is judged by its tokens)
             excess = [(j, d) for j in range(common) if (d := _logprob_diff(a.logprobs[j], b.logprobs[j])) > tolerance]
             tie = support_explains_logprobs(policy, inp.prompt_ids, a.token_ids, inp.params, bound, excess, tolerance)
         equal_finish = a.finish_reason == b.finish_reason and a.error == b.error
