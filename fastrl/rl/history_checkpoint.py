@@ -1,9 +1,12 @@
 """The rollout workers' history indexes in a training checkpoint: one safetensors file per worker slot.
 
-``worker_<i>.safetensors`` holds two int64 tensors: ``tokens``, every prompt and kept response of the index one after
-another, and ``layout``, for each prompt group in turn (least recently used first) its prompt length, its number of
-kept responses and their lengths. A run resumed from it drafts from the responses of the steps before it (the rollout
-manager's prompt affinity, saved with the selector state, sends a repeated prompt back to the same slot).
+``worker_<i>.safetensors`` holds int64 tensors: ``tokens``, every prompt and kept response of the index one after
+another; ``layout``, for each prompt group in turn (least recently used first) its prompt length, its number of
+kept responses and their lengths; and the order the texts arrived in (``HistoryState.orders``): ``order``, (text,
+first, end) triples one after another, and ``order_counts``, how many triples each group has (a file written before
+they were kept has neither: it loads text by text). A run resumed from it drafts from the responses of the steps
+before it as the uninterrupted run would have (the rollout manager's prompt affinity, saved with the selector state,
+sends a repeated prompt back to the same slot).
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ def save_history_states(states: list[HistoryState | None], directory: Path) -> i
             for response in responses:
                 tokens += response
         tensors = {"tokens": torch.tensor(tokens, dtype=torch.int64), "layout": torch.tensor(layout, dtype=torch.int64)}
+        orders = state.orders if state is not None else []
+        if orders is not None:
+            flat = [value for order in orders for triple in order for value in triple]
+            tensors["order"] = torch.tensor(flat, dtype=torch.int64)
+            tensors["order_counts"] = torch.tensor([len(order) for order in orders], dtype=torch.int64)
         save_tensors(tensors, directory / f"worker_{i}.safetensors")
     return len(states)
 
@@ -46,9 +54,38 @@ def read_history_states(directory: Path, vocab_size: int, workers: int | None = 
     states = []
     for i in range(count):
         file = directory / f"worker_{i}.safetensors"
-        tensors = read_safetensors(file, ["tokens", "layout"])
-        states.append(_state(tensors["tokens"], tensors["layout"], vocab_size, file))
+        tensors = read_safetensors(file)
+        for name in ("tokens", "layout"):
+            if name not in tensors:
+                raise ValueError(f"{file} lacks the tensor {name!r}")
+        state = _state(tensors["tokens"], tensors["layout"], vocab_size, file)
+        states.append(_with_orders(state, tensors.get("order"), tensors.get("order_counts"), file))
     return states
+
+
+def _with_orders(
+    state: HistoryState, order: torch.Tensor | None, counts: torch.Tensor | None, file: Path
+) -> HistoryState:
+    """``state`` with the arrival orders the file holds (none: as it is); ValueError naming ``file`` where they do not
+    fit its groups."""
+    if order is None and counts is None:
+        return state
+    if order is None or counts is None:
+        raise ValueError(f"{file}: 'order' and 'order_counts' come together, found only one of them")
+    for name, tensor in (("order", order), ("order_counts", counts)):
+        if tensor.dtype != torch.int64 or tensor.dim() != 1:
+            raise ValueError(f"{file}: {name} must be a 1-D int64 tensor, got {tensor.dtype} {tuple(tensor.shape)}")
+    sizes, flat = counts.tolist(), order.tolist()
+    if any(n < 0 for n in sizes) or 3 * sum(sizes) != len(flat):
+        raise ValueError(f"{file}: order_counts name {sum(sizes)} triples, order holds {len(flat) / 3:g}")
+    orders, at = [], 0
+    for n in sizes:
+        orders.append([tuple(flat[at + 3 * j : at + 3 * j + 3]) for j in range(n)])
+        at += 3 * n
+    try:
+        return HistoryState(state.groups, orders)
+    except ValueError as err:
+        raise ValueError(f"{file}: {err}") from None
 
 
 def _state(tokens: torch.Tensor, layout: torch.Tensor, vocab_size: int, file: Path) -> HistoryState:

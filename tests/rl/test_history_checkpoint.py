@@ -12,7 +12,7 @@ import torch
 
 from fastrl.rl.history_checkpoint import read_history_states, save_history_states
 from fastrl.rl.trainer import GRPOTrainer
-from fastrl.speculative.history import HistoryState
+from fastrl.speculative.history import HistoryConfig, HistoryIndex, HistoryState
 from fastrl.tensor_files import save_tensors
 from tests.rl.grpo_setup import digit_trainer
 
@@ -49,12 +49,52 @@ def _random_state(rng: random.Random) -> HistoryState:
     )
 
 
+def _index_state(rng: random.Random) -> HistoryState:
+    """An index's state, with the order its siblings' texts arrived in (emitted interleaved)."""
+    index = HistoryIndex(HistoryConfig(max_match=4))
+    for g in range(rng.randint(1, 4)):
+        prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 9))]
+        for s in range(3):
+            index.start((g, s), None, prompt)
+        for _ in range(rng.randint(0, 5)):
+            for s in range(3):
+                index.extend((g, s), [rng.randrange(VOCAB) for _ in range(rng.randint(0, 3))])
+        for s in range(3):
+            index.finish((g, s), keep=s != 1)
+    return index.state()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_files_round_trip_any_state(tmp_path, seed):
+    """States with arrival orders (an index's) and without (an older checkpoint's) both come back as they were."""
     rng = random.Random(seed)
-    states = [_random_state(rng) for _ in range(rng.randint(1, 3))]
+    states = [_random_state(rng) if rng.random() < 0.3 else _index_state(rng) for _ in range(rng.randint(1, 3))]
     save_history_states(states, tmp_path / "history")
     assert read_history_states(tmp_path / "history", VOCAB) == states
+
+
+@pytest.mark.parametrize(
+    "order, counts, message",
+    [
+        ([0, 0, 3, 1, -1, 2], [2], None),  # the valid order of the group below
+        ([0, 0, 3, 1, 0, 2], [2], "does not continue its text"),
+        ([0, 0, 3], [1], "does not cover its texts"),
+        ([0, 0, 3, 1, -1], [2], "order_counts name 2 triples, order holds 1.66667"),
+        (None, [2], "'order' and 'order_counts' come together"),
+    ],
+)
+def test_an_order_that_does_not_fit_its_groups_is_named(tmp_path, order, counts, message):
+    (tmp_path / "history").mkdir()
+    tensors = {"tokens": torch.tensor([1, 2, 3, 9, 9], dtype=torch.int64), "layout": torch.tensor([3, 1, 2])}
+    tensors["order_counts"] = torch.tensor(counts, dtype=torch.int64)
+    if order is not None:
+        tensors["order"] = torch.tensor(order, dtype=torch.int64)
+    save_tensors(tensors, tmp_path / "history" / "worker_0.safetensors")
+    if message is None:
+        assert read_history_states(tmp_path / "history", VOCAB)[0].orders == [[(0, 0, 3), (1, -1, 2)]]
+        return
+    with pytest.raises(ValueError, match=f"worker_0.safetensors: .*{message}"):
+        read_history_states(tmp_path / "history", VOCAB)
 
 
 def test_no_history_writes_nothing_and_reads_as_none(tmp_path):
@@ -97,7 +137,7 @@ def test_a_damaged_checkpoint_restores_nothing(tmp_path):
     before = {k: v.clone() for k, v in other.policy.state_dict().items()}
     with pytest.raises(ValueError, match="worker_0.safetensors is not a readable safetensors file"):
         other.resume(tmp_path / "run" / "step_000002")
-    assert other.step == 0 and other.backend.history_state()[0] == HistoryState([])
+    assert other.step == 0 and other.backend.history_state()[0].groups == []
     assert all(torch.equal(v, other.policy.state_dict()[k]) for k, v in before.items())
     missing = tmp_path / "run" / "step_000002" / "history" / "worker_1.safetensors"
     file.rename(missing)
@@ -115,7 +155,7 @@ def test_a_history_token_outside_the_policy_vocabulary_is_refused_at_resume(tmp_
     message = rf"worker_0.safetensors: token ids must lie in \[0, {vocab}\).*\[{vocab + 3}\]"
     with pytest.raises(ValueError, match=message):
         other.resume(tmp_path / "run" / "step_000002")
-    assert other.step == 0 and other.backend.history_state()[0] == HistoryState([])
+    assert other.step == 0 and other.backend.history_state()[0].groups == []
 
 
 def test_a_checkpoint_taken_after_a_rollout_before_its_update_holds_the_last_step_boundary(tmp_path):

@@ -1,6 +1,7 @@
 """A history index's state (`HistoryIndex.state` / `load_state`): what carries its kept responses through a
-checkpoint. Round trips are exact; a restored index drafts as the original does when the responses arrived one at a
-time (interleaved siblings are indexed text by text after a load, as after an eviction); budgets apply on load."""
+checkpoint. Round trips are exact; a restored index drafts as the original does, siblings emitted interleaved
+included (the state keeps the order the texts arrived in); a state without that order (an older checkpoint's) still
+loads; budgets apply on load; an order that does not cover its texts is refused."""
 
 import random
 
@@ -47,12 +48,48 @@ def test_state_round_trips_and_restored_indexes_draft_from_the_same_texts(seed):
         for index in (original, restored):
             index.start(f"new{i}", None, prompt)
         a, b = original.draft(f"new{i}", 12, 4), restored.draft(f"new{i}", 12, 4)
-        # the same texts give a draft exactly when the original finds one (which occurrences rank first may
-        # differ: the original indexed siblings in the order they emitted, a load indexes text by text)
-        assert (a.num_nodes > 1) == (b.num_nodes > 1)
+        assert a == b  # the texts indexed in the order they arrived: siblings interleaved as they were emitted
         texts = [prompt + response for response in responses]
         for path in _paths(b):
             assert _occurs(path, texts), f"restored draft path {path} is in none of the group's texts"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_state_without_orders_loads_text_by_text(seed):
+    rng = random.Random(seed)
+    config = HistoryConfig(max_key=3, max_match=4)
+    original = HistoryIndex(config)
+    _fill(original, rng, 4, interleave=True)
+    state = original.state()
+    older = HistoryState(state.groups)  # as a checkpoint written before orders were kept
+    restored = HistoryIndex(config)
+    restored.load_state(older)
+    assert restored.state().groups == state.groups
+    sequential = HistoryIndex(config)
+    for g, (prompt, responses) in enumerate(state.groups):  # what it equals: each response emitted whole, in turn
+        for j, response in enumerate(responses):
+            sequential.start((g, j), None, prompt)
+            sequential.extend((g, j), response)
+            sequential.finish((g, j), keep=True)
+    for i, (prompt, _) in enumerate(state.groups):
+        for index in (restored, sequential):
+            index.start(f"new{i}", None, prompt)
+        assert restored.draft(f"new{i}", 12, 4) == sequential.draft(f"new{i}", 12, 4)
+
+
+def test_an_order_that_does_not_cover_its_texts_is_refused():
+    groups = [([1, 2, 3], [[4, 5], [6]])]
+    HistoryState(groups, [[(0, 0, 3), (1, -1, 0), (2, -1, 1), (1, 0, 2)]])  # a valid interleaving
+    for order, said in (
+        ([(0, 0, 3), (1, -1, 2), (2, -1, 0)], "does not cover its texts"),  # response 2's token missing
+        ([(0, 0, 3), (1, 0, 2), (2, -1, 1)], "does not continue"),  # response 1 must start at -1
+        ([(0, 0, 3), (3, -1, 1)], "does not continue"),  # no third response
+        ([(0, 0, 3), (1, -1, 2), (1, 1, 2), (2, -1, 1)], "does not continue"),  # overlaps
+    ):
+        with pytest.raises(ValueError, match=said):
+            HistoryState(groups, [order])
+    with pytest.raises(ValueError, match="2 orders for 1 groups"):
+        HistoryState(groups, [[], []])
 
 
 def test_load_applies_the_budget_oldest_first_and_refuses_live_sequences():

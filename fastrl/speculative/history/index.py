@@ -81,6 +81,7 @@ class _Group:
     dead_tokens: int = 0  # their tokens (`_remove_docs` filters them out when they pass a quarter of the group's)
     live: set[int] = field(default_factory=set)  # doc ids still decoding
     pending: list[tuple[int, int, int]] = field(default_factory=list)  # (doc, first end, end) not yet indexed
+    log: list[list[int]] = field(default_factory=list)  # every [doc, first end, end] queued, in arrival order
     finished: list[int] = field(default_factory=list)  # kept responses, oldest first
     num_tokens: int = 0
 
@@ -91,6 +92,29 @@ class HistoryState:
     first) its prompt and its kept responses (oldest first). Live sequences are not part of it."""
 
     groups: list[tuple[list[int], list[list[int]]]]
+    orders: list[list[tuple[int, int, int]]] | None = None
+    """Per group, the order its texts arrived in: (text, first, end) ranges of positions, text 0 the prompt and i the
+    i-th response (positions within it; -1 is the prompt's last token, where a response's text starts), so that a
+    restored index indexes them as the original did and drafts as it would have. None (a state saved before it was
+    kept): each text after the other."""
+
+    def __post_init__(self) -> None:
+        if self.orders is None:
+            return
+        if len(self.orders) != len(self.groups):
+            raise ValueError(f"history state: {len(self.orders)} orders for {len(self.groups)} groups")
+        for g, ((prompt, responses), order) in enumerate(zip(self.groups, self.orders, strict=True)):
+            reached = [0] + [-1] * len(responses)  # where each text's next range must start
+            ends = [len(prompt)] + [len(response) for response in responses]
+            for text, first, end in order:
+                if not (0 <= text < len(ends) and first == reached[text] and first < end <= ends[text]):
+                    raise ValueError(
+                        f"history state: group {g}'s order has the range {(text, first, end)}, which does not continue "
+                        f"its text where the ranges before it ended"
+                    )
+                reached[text] = end
+            if reached != ends:
+                raise ValueError(f"history state: group {g}'s order does not cover its texts")
 
     @property
     def num_tokens(self) -> int:
@@ -150,7 +174,7 @@ class HistoryIndex:
         first = len(text)
         text.extend(int(token) for token in tokens)
         if len(text) > first:
-            group.pending.append((doc, first, len(text)))
+            _queue(group, doc, first, len(text))
         group.num_tokens += len(tokens)
         self.num_tokens += len(tokens)
 
@@ -171,7 +195,7 @@ class HistoryIndex:
     def state(self) -> HistoryState:
         """The prompts and kept responses of every group, least recently used first (live sequences left out).
         Groups are rebuilt from their prompts by ``load_state``: every group must have the default key."""
-        groups = []
+        groups, orders = [], []
         for key, group in self._groups.items():
             prompt = group.docs[group.prompt_doc]
             if key != prompt_group_key(prompt):
@@ -180,16 +204,34 @@ class HistoryIndex:
             responses = [group.docs[doc][tail:] for doc in group.finished]
             if responses:
                 groups.append((list(prompt), responses))
-        return HistoryState(groups)
+                texts = {group.prompt_doc: (0, 0)} | {doc: (i + 1, tail) for i, doc in enumerate(group.finished)}
+                order: list[tuple[int, int, int]] = []
+                for d, f, e in group.log:
+                    if d not in texts:
+                        continue  # a live or dropped text
+                    text, shift = texts[d]
+                    if order and order[-1][0] == text and order[-1][2] == f - shift:  # it continues the range before
+                        order[-1] = (text, order[-1][1], e - shift)
+                    else:
+                        order.append((text, f - shift, e - shift))
+                orders.append(order)
+        return HistoryState(groups, orders)
 
     def load_state(self, state: HistoryState) -> None:
         """Replace what the index holds by ``state`` (from ``state()``, maybe of an index of other sizes: the token
-        budget applies as the groups are replayed, oldest first). A group indexes its texts, prompt first and then the
-        responses in order, when it is next drafted. ValueError while sequences are live."""
+        budget applies as the groups are restored, oldest first). A group indexes its texts when it is next drafted,
+        in the order they arrived (``HistoryState.orders``), so it drafts as the saved index would have; a state
+        without orders indexes the prompt, then each response after the other. ValueError while sequences are
+        live."""
         if self._seqs:
             raise ValueError(f"history index: cannot load a state while {len(self._seqs)} sequences are live")
         self._groups.clear()
         self.num_tokens = 0
+        if state.orders is not None:
+            for (prompt, responses), order in zip(state.groups, state.orders, strict=True):
+                self._restore_group(prompt, responses, order)
+                self._enforce_budget()
+            return
         for prompt, responses in state.groups:
             for response in responses:
                 seq_id = ("load_state", self._next_doc)  # not a caller's id: none is live
@@ -271,9 +313,29 @@ class HistoryIndex:
         text = list(tokens)
         group.docs[doc] = text
         if max(first, 0) < len(text):
-            group.pending.append((doc, max(first, 0), len(text)))
+            _queue(group, doc, max(first, 0), len(text))
         group.num_tokens += len(text)
         self.num_tokens += len(text)
+
+    def _restore_group(self, prompt: list[int], responses: list[list[int]], order: list[tuple[int, int, int]]) -> None:
+        """Add one group of a state with orders: its prompt, its kept responses (each after the prompt's tail, as
+        ``start`` makes them) and their ranges queued in the saved order."""
+        key = prompt_group_key(prompt)
+        if key in self._groups:
+            raise ValueError("history index: a state holds one prompt group twice")
+        group = _Group(prompt_doc=self._new_doc())
+        self._groups[key] = group
+        tail = [int(t) for t in prompt[-self.config.max_match :]]
+        docs = [group.prompt_doc] + [self._new_doc() for _ in responses]
+        texts = [[int(t) for t in prompt]] + [tail + [int(t) for t in response] for response in responses]
+        for doc, text in zip(docs, texts, strict=True):
+            group.docs[doc] = text
+            group.num_tokens += len(text)
+            self.num_tokens += len(text)
+        group.finished = docs[1:]
+        for text, first, end in order:
+            shift = len(tail) if text else 0
+            _queue(group, docs[text], first + shift, end + shift)
 
     def _index_pending(self, group: _Group) -> None:
         """Index the tokens emitted since the group's last draft, in the order they were emitted."""
@@ -317,6 +379,7 @@ class HistoryIndex:
                     group.ngrams[key] = live
                 else:
                     del group.ngrams[key]
+        group.log = [entry for entry in group.log if entry[0] not in dead]
         group.dead, group.dead_tokens = {}, 0
 
     def _enforce_budget(self) -> None:
@@ -339,6 +402,17 @@ class HistoryIndex:
                 self._remove_docs(group, drop)
             if self.num_tokens <= budget:
                 return
+
+
+def _queue(group: _Group, doc: int, first: int, end: int) -> None:
+    """Queue positions [first, end) of a text for indexing, and log them (a range continuing the logged one before it
+    extends it)."""
+    group.pending.append((doc, first, end))
+    last = group.log[-1] if group.log else None
+    if last is not None and last[0] == doc and last[2] == first:
+        last[2] = end
+    else:
+        group.log.append([doc, first, end])
 
 
 def _match_length(context: list[int], text: list[int], end: int, known: int, limit: int) -> int:
