@@ -24,7 +24,8 @@ from fastrl.engine.server_info import ServerInfo
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.history.index import HistoryConfig, HistoryIndex
+from fastrl.speculative.history.config import HistoryConfig
+from fastrl.speculative.history.index import HistoryIndex
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector, plain_time_estimate
 from fastrl.strategy.strategy import DISABLE

@@ -1,7 +1,9 @@
 """History drafts: suffix matches over a prompt group's prompt, live siblings and earlier responses."""
 
+from fastrl.speculative.history.config import HistoryConfig
 from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
-from fastrl.speculative.history.index import HistoryConfig, HistoryIndex, HistoryState, prompt_group_key
+from fastrl.speculative.history.index import HistoryIndex, prompt_group_key
+from fastrl.speculative.history.state import HistoryState
 from fastrl.speculative.history.tree import history_draft_tree, pad_draft
 
 __all__ = [

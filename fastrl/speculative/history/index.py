@@ -21,53 +21,13 @@ occurrences are skipped by lookups and filtered out of the lists in batches, so 
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fastrl.json_values import is_int, is_real
+from fastrl.speculative.history.config import HistoryConfig
 from fastrl.speculative.history.draft import HistoryDraft, rank_continuations
-
-
-@dataclass(frozen=True)
-class HistoryConfig:
-    """Sizes of the history index.
-
-    token_budget:   most tokens held once only live text would remain beyond it (see the module doc); the index
-                    costs about 0.8 KB per token in CPython, so the default holds ~160 MB (and up to a quarter more
-                    while dropped responses wait to be filtered out of a group's n-gram lists)
-    max_key:        longest n-gram looked up (occurrence lists per n-gram length 1..max_key)
-    max_match:      longest context match measured; a match of length L weighs ``match_base ** L``
-    max_candidates: most occurrences (the most recent) whose continuations enter one draft
-    match_base:     how strongly a longer context match outweighs a shorter one (1.0: plain counts)
-    """
-
-    token_budget: int = 200_000
-    max_key: int = 4
-    max_match: int = 16
-    max_candidates: int = 16
-    match_base: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name in ("token_budget", "max_key", "max_match", "max_candidates"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(f"history config: {name} must be an int >= 1, got {value!r}")
-        if self.max_match < self.max_key:
-            raise ValueError(f"history config: max_match ({self.max_match}) must be >= max_key ({self.max_key})")
-        base = self.match_base
-        if not is_real(base) or not base >= 1.0:
-            raise ValueError(f"history config: match_base must be a number >= 1.0, got {base!r}")
-        try:  # a draft node's weight, at most max_candidates longest matches summed, must stay a finite float
-            finite = math.isfinite(float(base) ** self.max_match * self.max_candidates)
-        except OverflowError:
-            finite = False
-        if not finite:
-            raise ValueError(
-                f"history config: match_base ** max_match * max_candidates must be finite, got {base!r} ** "
-                f"{self.max_match} * {self.max_candidates} (a smaller match_base, or a shorter max_match)"
-            )
+from fastrl.speculative.history.state import HistoryState
 
 
 @dataclass
@@ -84,42 +44,6 @@ class _Group:
     log: list[list[int]] = field(default_factory=list)  # every [doc, first end, end] queued, in arrival order
     finished: list[int] = field(default_factory=list)  # kept responses, oldest first
     num_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class HistoryState:
-    """What an index keeps across RL steps, to carry it through a checkpoint: per prompt group (least recently used
-    first) its prompt and its kept responses (oldest first). Live sequences are not part of it."""
-
-    groups: list[tuple[list[int], list[list[int]]]]
-    orders: list[list[tuple[int, int, int]]] | None = None
-    """Per group, the order its texts arrived in: (text, first, end) ranges of positions, text 0 the prompt and i the
-    i-th response (positions within it; -1 is the prompt's last token, where a response's text starts), so that a
-    restored index indexes them as the original did and drafts as it would have. None (a state saved before it was
-    kept): each text after the other."""
-
-    def __post_init__(self) -> None:
-        if self.orders is None:
-            return
-        if len(self.orders) != len(self.groups):
-            raise ValueError(f"history state: {len(self.orders)} orders for {len(self.groups)} groups")
-        for g, ((prompt, responses), order) in enumerate(zip(self.groups, self.orders, strict=True)):
-            reached = [0] + [-1] * len(responses)  # where each text's next range must start
-            ends = [len(prompt)] + [len(response) for response in responses]
-            for text, first, end in order:
-                if not (0 <= text < len(ends) and first == reached[text] and first < end <= ends[text]):
-                    raise ValueError(
-                        f"history state: group {g}'s order has the range {(text, first, end)}, which does not continue "
-                        f"its text where the ranges before it ended"
-                    )
-                reached[text] = end
-            if reached != ends:
-                raise ValueError(f"history state: group {g}'s order does not cover its texts")
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt and response tokens held."""
-        return sum(len(prompt) + sum(map(len, responses)) for prompt, responses in self.groups)
 
 
 def prompt_group_key(prompt_ids: Sequence[int]) -> tuple[int, ...]:
