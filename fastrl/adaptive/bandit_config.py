@@ -16,6 +16,9 @@ REWARDS = ("goodput", "accept_length")
 MAX_WINDOW_SIZE = 10**9
 """Largest ``window_size``: a billion rounds (11 days of 1 ms rounds) is a memory that never forgets a run; past
 it the decay per round rounds to 1 and ``memory_rows`` to no float at all (1 followed by 400 zeros)."""
+MAX_MIN_PULLS = 1000
+"""Most timed rounds per arm and calibration batch size: every arm runs them at every size before the first decision,
+so a calibration of more would outlast the rollouts it serves."""
 MEMORY_ROWS_PER_ROUND = 4
 """Request rows of one ``window_size`` round: the acceptance memory is counted in rows, so a round at batch 64
 weighs what 16 rounds at batch 4 do."""
@@ -125,8 +128,9 @@ class BanditConfig:
             raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
         if not is_real(self.epsilon) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
-        if not is_int(self.min_pulls) or self.min_pulls < 1:
-            raise ValueError(f"BanditConfig.min_pulls must be an integer >= 1, got {self.min_pulls!r}")
+        if not is_int(self.min_pulls) or not 1 <= self.min_pulls <= MAX_MIN_PULLS:
+            bounds = f"[1, {MAX_MIN_PULLS}]"
+            raise ValueError(f"BanditConfig.min_pulls must be an integer in {bounds}, got {self.min_pulls!r}")
         if not 0.0 <= self.epsilon <= 1.0:
             raise ValueError(f"BanditConfig.epsilon must be in [0, 1], got {self.epsilon}")
         if not isinstance(self.chain_depth, bool):

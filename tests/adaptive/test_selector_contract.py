@@ -124,6 +124,7 @@ def test_build_selector():
         ({"timeline_limit": True}, "timeline_limit"),
         ({"window_size": 10**400}, r"window_size must be an int in \[1, 1_000_000_000\], got an int of 401 digits"),
         ({"bs_threshold": True}, "bs_threshold"),
+        ({"min_pulls": 10**9}, r"min_pulls must be an integer in \[1, 1000\], got 1000000000"),  # calibrates for ever
         ({"bucket_strategies": {1: None}}, r"bucket_strategies\[1\] must be a list of strategy strings, got None"),
         ({"bucket_strategies": {"\u00b2": ["disable"]}}, r"bucket_strategies\['\u00b2'\]: not a bucket threshold"),
         ({"bucket_strategies": {"\u0661": ["disable"]}}, r"bucket_strategies\['\u0661'\]: not a bucket threshold"),
