@@ -3,6 +3,7 @@ filled by rollouts, and time-sliced drafter co-training. Ray actors and the in-p
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import Counter, deque
@@ -68,6 +69,7 @@ class EngineWorker:
         )
         self.worker_index = worker_index
         self._history_at_boundary: HistoryState | None = None  # the history index at the last policy push
+        self._selector_at_boundary: dict | None = None  # the strategy selector's state then
         self._running: dict[str, RolloutRequest] = {}
         self._rounds: deque[RoundRecord] = deque(maxlen=config.max_round_records)
         self._served = 0
@@ -179,11 +181,12 @@ class EngineWorker:
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Load policy weights (HF names; tied models with or without lm_head.weight) in place as ``version``.
         Applied between engine steps: push between rollouts so that no request mixes versions. A push is a step
-        boundary: what ``history_state`` returns until the next one is the history index as it stands now."""
+        boundary: what ``history_state`` and ``selector_state`` return until the next one is the history index and the
+        selector as they stand now."""
         with self._train_lock, self._lock:
             load_policy_weights(self.policy, state)
             self.policy_version = int(version)
-            self._mark_history()
+            self._mark_boundary()
 
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
@@ -218,13 +221,18 @@ class EngineWorker:
             return self.drafter_version, state
 
     def selector_state(self) -> dict:
-        """The strategy selector's state (JSON-serialisable)."""
+        """The strategy selector's state (JSON-serialisable) at the last step boundary (the last policy push; before
+        the first one, now), as ``history_state``: a checkpoint taken after a rollout, before its update, holds the
+        selector that the resumed run's repeat of that rollout starts from, as the uninterrupted run's did."""
         with self._lock:
-            return self.engine.selector.state_dict()
+            boundary = self._selector_at_boundary
+            return copy.deepcopy(boundary) if boundary is not None else self.engine.selector.state_dict()
 
     def load_selector_state(self, state: dict) -> None:
+        """Restore ``selector_state()`` (a new step boundary)."""
         with self._lock:
             self.engine.selector.load_state_dict(state)
+            self._selector_at_boundary = copy.deepcopy(self.engine.selector.state_dict())
 
     def history_state(self) -> HistoryState | None:
         """The history index's prompts and kept responses at the last step boundary (the last policy push; before
@@ -243,12 +251,14 @@ class EngineWorker:
         with self._lock:
             if self.engine.history is not None:
                 self.engine.history.load_state(state)
-                self._mark_history()
+                self._history_at_boundary = self.engine.history.state()
 
-    def _mark_history(self) -> None:
-        """Remember the history index as it stands (a step boundary), a copy: later rollouts do not reach it."""
+    def _mark_boundary(self) -> None:
+        """Remember the history index and the selector as they stand (a step boundary), copies: later rollouts do
+        not reach them."""
         if self.engine.history is not None:
             self._history_at_boundary = self.engine.history.state()
+        self._selector_at_boundary = copy.deepcopy(self.engine.selector.state_dict())
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:

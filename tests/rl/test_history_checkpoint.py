@@ -158,19 +158,46 @@ def test_a_history_token_outside_the_policy_vocabulary_is_refused_at_resume(tmp_
     assert other.step == 0 and other.backend.history_state()[0].groups == []
 
 
+def _interrupted_after_a_rollout(tmp_path: Path, strategy: str, state) -> tuple[object, object, object, object]:
+    """A 3-step run, and the same run cut after step 2's rollout, before its update (Ctrl-C), checkpointed and resumed
+    to the end: ``state(trainer)`` of the uninterrupted run at its end, of the cut run at the step boundary and after
+    the rollout, and of the resumed run at its end."""
+
+    def trainer(directory: Path, steps: int, seed: int = 0) -> GRPOTrainer:
+        sizes = dict(prompts_per_step=2, samples_per_prompt=3, max_new_tokens=8, checkpoint_every=2)
+        return digit_trainer(directory, strategy, seed, steps=steps, **sizes)
+
+    whole = trainer(tmp_path / "whole", steps=3)
+    whole.train()
+    cut = trainer(tmp_path / "cut", steps=3)
+    cut.config.steps = 2
+    cut.train()
+    boundary = state(cut)
+    cut.rollout(cut.step)  # step 2's rollout; the interrupt comes before its update
+    after_rollout = state(cut)
+    resumed = trainer(tmp_path / "resumed", steps=3, seed=7)
+    resumed.resume(cut.save_checkpoint(tmp_path / "cut" / "step_000002"))
+    resumed.train()
+    return state(whole), boundary, after_rollout, state(resumed)
+
+
 def test_a_checkpoint_taken_after_a_rollout_before_its_update_holds_the_last_step_boundary(tmp_path):
     """Ctrl-C after a step's rollout finished, before its update: the checkpoint is of the step before, and so is its
     history index (it held that rollout's responses, which the resumed run, repeating the rollout, then kept twice)."""
-    whole = _trainer(tmp_path / "whole", steps=3)
-    whole.train()
-    cut = _trainer(tmp_path / "cut", steps=3)
-    cut.config.steps = 2
-    cut.train()
-    boundary = cut.backend.history_state()
-    cut.rollout(cut.step)  # step 2's rollout; the interrupt comes before its update
-    saved = cut.save_checkpoint(tmp_path / "cut" / "step_000002")
-    assert read_history_states(saved / "history", VOCAB) == boundary
-    resumed = _trainer(tmp_path / "resumed", steps=3, seed=7)
-    resumed.resume(saved)
-    resumed.train()
-    assert resumed.backend.history_state() == whole.backend.history_state()
+    whole, boundary, after, resumed = _interrupted_after_a_rollout(
+        tmp_path, "3_1_4+suffix_8", lambda t: t.backend.history_state()
+    )
+    assert after == boundary and resumed == whole
+    assert read_history_states(tmp_path / "cut" / "step_000002" / "history", VOCAB) == boundary
+
+
+def _selector_state(trainer: GRPOTrainer) -> dict:
+    return trainer.backend.selector_state()
+
+
+def test_the_selector_in_a_checkpoint_is_the_one_the_last_step_boundary_left(tmp_path):
+    """As the history index: a checkpoint taken after a step's rollout, before its update, holds the EMA controller as
+    the step before left it (it held the rollout's rounds, which the resumed run, repeating the rollout, then counted
+    twice); the resumed run ends on the uninterrupted run's controller."""
+    whole, boundary, after, resumed = _interrupted_after_a_rollout(tmp_path, "ema", _selector_state)
+    assert after == boundary and resumed == whole
