@@ -12,8 +12,9 @@ full forward over prompt + the common prefix, and the two tokens are judged on t
 
 Under top-k / top-p a token within rounding of the filter's edge may be kept by one forward and removed by the
 other (``support.py``): such a token counts as possibly kept, and the best it must come within ``bound`` of is the
-best among the tokens every rounding keeps. Equal tokens whose log-probs differ beyond the tolerance are explained
-the same way (``support_explains_logprobs``): the support's edge moved the normaliser.
+best among the tokens kept whenever it is (the certain ones, and those more than a rounding above it). Equal tokens
+whose log-probs differ beyond the tolerance are explained the same way (``support_explains_logprobs``): the
+support's edge moved the normaliser.
 
 A difference in length with an equal common prefix (one rollout stopped, the other went on) is a bug too.
 """
@@ -100,11 +101,9 @@ def analyse_mismatch(
     if j is None:
         return None
     device = next(policy.parameters()).device
-    context = torch.tensor(prompt_ids + plain[:j], dtype=torch.long, device=device)
-    positions = torch.arange(context.shape[0], device=device)
-    logits = policy(context.unsqueeze(0), positions.unsqueeze(0)).logits[:, -1]  # [1,V]
+    logits = _fresh_logits(policy, prompt_ids + plain[:j])
     batch = SamplingBatch.from_params([params], [seed], device)
-    position = torch.tensor([context.shape[0]], device=device)
+    position = torch.tensor([len(prompt_ids) + j], device=device)
     processed = process_logits(logits, batch.temperature, batch.top_k, batch.top_p)
     probs = torch.softmax(processed, dim=-1)[0]
     a = plain[j] if j < len(plain) else MISSING
@@ -125,6 +124,13 @@ def analyse_mismatch(
         gap=gap,
         near_tie=near_tie,
     )
+
+
+def _fresh_logits(policy: CausalLM, context: list[int]) -> torch.Tensor:
+    """The policy's next-token logits after ``context``, from one full forward (no cache).  # [T] ids -> [1,V]"""
+    device = next(policy.parameters()).device
+    ids = torch.tensor(context, dtype=torch.long, device=device)
+    return policy(ids.unsqueeze(0), torch.arange(ids.shape[0], device=device).unsqueeze(0)).logits[:, -1]
 
 
 def _filtered_gap(
@@ -164,13 +170,11 @@ def support_explains_logprobs(
     (response position, |difference|); at each a fresh forward must find the filter's support uncertain within
     rounding (``support.py``) by enough to move that token's log-prob by the difference less ``tolerance``. Rows
     without top-k / top-p, and greedy rows (their log-probs are unfiltered), have nothing to explain: False."""
-    if params.temperature <= 0 or not (params.top_k > 0 or params.top_p < 1):
+    batch = SamplingBatch.from_params([params], [0], next(policy.parameters()).device)
+    if params.temperature <= 0 or not batch.any_filter:  # as analyse_mismatch decides
         return False
-    device = next(policy.parameters()).device
-    batch = SamplingBatch.from_params([params], [0], device)
     for j, difference in excess:  # in order: a real fault shows at its first position, one forward
-        context = torch.tensor(prompt_ids + tokens[:j], dtype=torch.long, device=device)
-        logits = policy(context.unsqueeze(0), torch.arange(context.shape[0], device=device).unsqueeze(0)).logits[:, -1]
+        logits = _fresh_logits(policy, prompt_ids + tokens[:j])
         scaled = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=False)[0]
         edge = support_range(scaled, params.top_k, params.top_p, bound / 2)
         if not edge.is_possible(tokens[j]):
