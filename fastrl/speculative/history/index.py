@@ -129,16 +129,12 @@ class HistoryIndex:
             if responses:
                 groups.append((list(prompt), responses))
                 texts = {group.prompt_doc: (0, 0)} | {doc: (i + 1, tail) for i, doc in enumerate(group.finished)}
-                order: list[tuple[int, int, int]] = []
+                order: list[list[int]] = []
                 for d, f, e in group.log:
-                    if d not in texts:
-                        continue  # a live or dropped text
-                    text, shift = texts[d]
-                    if order and order[-1][0] == text and order[-1][2] == f - shift:  # it continues the range before
-                        order[-1] = (text, order[-1][1], e - shift)
-                    else:
-                        order.append((text, f - shift, e - shift))
-                orders.append(order)
+                    if d in texts:  # not a live or dropped text
+                        text, shift = texts[d]
+                        _append_range(order, text, f - shift, e - shift)
+                orders.append([(text, first, end) for text, first, end in order])
         return HistoryState(groups, orders)
 
     def load_state(self, state: HistoryState) -> None:
@@ -329,14 +325,18 @@ class HistoryIndex:
 
 
 def _queue(group: _Group, doc: int, first: int, end: int) -> None:
-    """Queue positions [first, end) of a text for indexing, and log them (a range continuing the logged one before it
-    extends it)."""
+    """Queue positions [first, end) of a text for indexing, and log them."""
     group.pending.append((doc, first, end))
-    last = group.log[-1] if group.log else None
-    if last is not None and last[0] == doc and last[2] == first:
+    _append_range(group.log, doc, first, end)
+
+
+def _append_range(ranges: list[list[int]], text: int, first: int, end: int) -> None:
+    """Append [text, first, end) to ``ranges``, extending the last range instead when this one continues it."""
+    last = ranges[-1] if ranges else None
+    if last is not None and last[0] == text and last[2] == first:
         last[2] = end
     else:
-        group.log.append([doc, first, end])
+        ranges.append([text, first, end])
 
 
 def _match_length(context: list[int], text: list[int], end: int, known: int, limit: int) -> int:
