@@ -16,8 +16,9 @@ import torch
 from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_accept_length
 from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards
+from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
 from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
+from fastrl.engine.config import check_dtype
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
@@ -48,6 +49,7 @@ class OfflineDrafterConfig:
     accept_requests: int = 16
     accept_batch_size: int = 16
     device: str = "cpu"
+    rollout_dtype: str = ""  # what rollouts and accept lengths run in; "" = bfloat16 on a GPU, float32 on a CPU
     draft_vocab_size: int = 0  # > 0: draft over the K most frequent tokens of the first shard's rollouts
     extra_layers: list[int] = field(default_factory=list)  # EAGLE-3 fused input: these decoder layers + the last
     trainer: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
@@ -59,6 +61,8 @@ class OfflineDrafterConfig:
                 raise ValueError(f"train_drafter.{key} must be >= 1, got {getattr(self, key)}")
         if not 0 <= self.seed < MAX_SEED:  # the rollouts' seeds derive from it (RolloutPlan.request): int64 range
             raise ValueError(f"train_drafter.seed must be an integer in [0, 2**40), got {self.seed}")
+        if self.rollout_dtype:
+            check_dtype("train_drafter.rollout_dtype", self.rollout_dtype)
         try:
             check_extra_layers(tuple(self.extra_layers))
         except ValueError as err:
@@ -82,6 +86,12 @@ class OfflineDrafterConfig:
     @property
     def temperatures(self) -> list[float]:
         return list(self.rollout_temperatures) or [self.temperature]
+
+    @property
+    def engine_dtype(self) -> str:
+        """The dtype rollouts and accept lengths run in: `rollout_dtype`, else what an RL rollout on the device
+        runs in (bfloat16 on a GPU, float32 on a CPU). Features and training stay in the policy's own dtype."""
+        return self.rollout_dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")
 
 
 @dataclass
@@ -111,7 +121,7 @@ def accept_inputs(prompts: list[list[int]], temperature: float, cfg: OfflineDraf
 
 def fingerprint(cfg: OfflineDrafterConfig, extra: dict) -> dict:
     """The settings a resumed run must share with the run it resumes."""
-    raw = dataclasses.asdict(cfg)
+    raw = dataclasses.asdict(cfg) | {"rollout_dtype": cfg.engine_dtype}  # the device is resumable, its dtype not
     return {**{k: v for k, v in raw.items() if k in {f.name for f in dataclasses.fields(OfflineDrafterConfig)}
                and k not in RESUMABLE_KEYS}, **extra}  # fmt: skip
 
@@ -149,9 +159,10 @@ def train_offline(
     must match (the prompts' source, the initial drafter)."""
     torch.manual_seed(cfg.seed)
     temperatures = cfg.temperatures
-    plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed)
+    dtype = cfg.engine_dtype
+    plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
-    held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1)
+    held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1, dtype)
     held_ids = held_plan.generate(policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
     measured = min(cfg.accept_requests, len(held_prompts))
     fewer = f" (accept_requests={cfg.accept_requests}: there are no more)" if measured < cfg.accept_requests else ""
@@ -195,6 +206,8 @@ def measure(
     strategy: str,
     cfg: OfflineDrafterConfig,
 ) -> float:
-    """Accept length of `strategy` on `inputs`, in an engine sized like the plan's."""
+    """Accept length of `strategy` on `inputs`, in an engine sized like the plan's and in its dtype (on copies of
+    the policy and the drafter in training where that dtype is not theirs: an engine casts what it is given)."""
     config = plan.engine_config(cfg.accept_batch_size, cfg.device)
-    return measure_accept_length(policy, drafter, inputs, strategy, config)
+    dtype = config.torch_dtype
+    return measure_accept_length(cast_copy(policy, dtype), cast_copy(drafter, dtype), inputs, strategy, config)

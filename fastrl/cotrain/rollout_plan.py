@@ -3,10 +3,15 @@ the shards of those requests' rollouts on disk (generated on first need, read ba
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+import torch
+from torch import nn
 
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -14,17 +19,21 @@ from fastrl.json_values import is_int
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 
+M = TypeVar("M", bound=nn.Module)
+
 
 @dataclass
 class RolloutPlan:
     """Requests of one pass per temperature over the prompts, `samples` per prompt (a prompt's samples adjacent, so
-    a shard's engine shares their prefill). Request r has seed `seed * 100003 + r`."""
+    a shard's engine shares their prefill). Request r has seed `seed * 100003 + r`. The engine runs in `dtype`
+    (an engine dtype name), on a cast copy of a policy held in another."""
 
     prompts: list[list[int]]
     temperatures: list[float]
     samples: int
     max_new_tokens: int
     seed: int
+    dtype: str = "float32"
 
     def __len__(self) -> int:
         return len(self.prompts) * len(self.temperatures) * self.samples
@@ -43,13 +52,22 @@ class RolloutPlan:
         """An engine whose KV cache holds the longest prompt plus max_new_tokens (not the model's whole context:
         SmolLM2's 8192 positions would cost 377 MB of float32 KV cache per slot)."""
         max_model_len = max(len(p) for p in self.prompts) + self.max_new_tokens + 1
-        return EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device)
+        return EngineConfig(max_batch_size=batch_size, max_model_len=max_model_len, device=device, dtype=self.dtype)
 
     def generate(self, policy: CausalLM, requests: range, batch_size: int, device: str) -> list[list[int]]:
-        """Prompt + response ids of `requests`, in one batched engine (plain decoding)."""
-        engine = Engine(policy, self.engine_config(batch_size, device))
+        """Prompt + response ids of `requests`, in one batched engine (plain decoding); `policy` keeps its dtype."""
+        config = self.engine_config(batch_size, device)
+        engine = Engine(cast_copy(policy, config.torch_dtype), config)
         outs = engine.generate([self.request(r) for r in requests], progress=len(requests) > 1)
         return [o.prompt_ids + o.token_ids for o in outs]
+
+
+def cast_copy(module: M, dtype: torch.dtype) -> M:
+    """`module` itself when its parameters are in `dtype`, else a copy cast to it (an engine casts the modules it
+    is given in place: a policy or drafter in training keeps its own dtype)."""
+    if next(module.parameters()).dtype == dtype:
+        return module
+    return copy.deepcopy(module).to(dtype)
 
 
 @dataclass

@@ -50,7 +50,7 @@ LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 """A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
 
 
-LATER_KEYS = ("prompt_ids_sha256",)
+LATER_KEYS = ("prompt_ids_sha256", "rollout_dtype")
 """Fingerprint keys added after streams were saved without them: such a stream resumes unchecked on them."""
 
 
