@@ -19,6 +19,7 @@ import json
 import random
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,15 +29,20 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes" / "bundled_model"))
 
 from fastrl.adaptive.factory import build_selector  # noqa: E402
-from fastrl.bench.gpu_round_costs import measure_costs, measure_shape  # noqa: E402
+from fastrl.bench.gpu_round_costs import ShapeCosts, measure_costs, measure_shape  # noqa: E402
 from fastrl.bench.workload import left_pad  # noqa: E402
 from fastrl.engine.config import EngineConfig  # noqa: E402
 from fastrl.engine.engine import Engine, GenerateInput  # noqa: E402
+from fastrl.models.device_sync import drain  # noqa: E402
 from fastrl.rl.tasks.task import ArithChainTask  # noqa: E402
 from fastrl.sampling.params import SamplingParams  # noqa: E402
 from fastrl.strategy.strategy import Strategy  # noqa: E402
 
-STRATEGIES = ["3_1_4", "5_1_6", "7_1_8", "5_4_8", "6_2_12", "6_4_24", "8_4_32"]
+STRATEGIES = "3_1_4,5_1_6,7_1_8,5_4_8,6_2_12,6_4_24,8_4_32"
+TINY = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=176, tokens_per_batch=2048)
+RECIPE = dict(
+    hidden_size=1024, num_layers=28, num_heads=16, num_kv_heads=4, intermediate_size=2816, tokens_per_batch=32768
+)
 
 
 def log(results: dict, out: Path, key: str, value) -> None:
@@ -44,29 +50,26 @@ def log(results: dict, out: Path, key: str, value) -> None:
     import gc
 
     gc.collect()
-    torch.cuda.empty_cache()
-    value = {"value": value, "gpu_allocated_gb": torch.cuda.memory_allocated() / 2**30}
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    allocated = torch.cuda.memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+    value = {"value": value, "gpu_allocated_gb": allocated}
     results[key] = value
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(f"== {key}: {json.dumps(value, default=str)[:2000]}", flush=True)
 
 
-def phase_sft(work: Path, seconds: float, steps: int) -> dict:
+def phase_sft(work: Path, seconds: float, steps: int, device: str, tiny: bool) -> dict:
     from sft import SFTConfig, train
 
     cfg = SFTConfig(
         out=str(work / "model"),
-        hidden_size=1024,
-        num_layers=28,
-        num_heads=16,
-        num_kv_heads=4,
-        intermediate_size=2816,
-        tokens_per_batch=32768,
+        **(TINY if tiny else RECIPE),
         chunk_examples=2048,
         steps=steps,
         warmup_steps=50,
         lr=6e-4,
-        device="cuda",
+        device=device,
         time_budget_s=seconds,
         threads=8,
     )
@@ -95,7 +98,7 @@ def phase_drafter(work: Path, args: argparse.Namespace) -> dict:
         max_new_tokens=1024,
         accept_strategies=["5_1_6", "8_4_32"],
         accept_requests=16,
-        device="cuda",
+        device=args.device,
         trainer=DrafterTrainerConfig(
             lr=2e-3, max_tokens_per_batch=16384, feature_noise=0.05, ttt_steps=args.drafter_ttt
         ),
@@ -132,19 +135,23 @@ def task_prompts(tokenizer, count: int, seed: int, min_size: int = 1) -> list[li
 def timed_generate(engine: Engine, inputs: list[GenerateInput], repeats: int) -> tuple[float, list]:
     """Median seconds of engine.generate(inputs) (the engine is built, and its graphs captured, beforehand)."""
     times, outs = [], None
+    device = engine.config.device
     engine.generate(inputs[:2])  # warm-up
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        drain(device)
         start = time.perf_counter()
         outs = engine.generate(inputs)
-        torch.cuda.synchronize()
+        drain(device)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2], outs
 
 
-def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
+def phase_bs1(work: Path, args: argparse.Namespace) -> dict:
+    """Batch 1 at T=0 and T=1: plain, each of `--bs1-strategies`, and HF generate, with each strategy's physical
+    limit (accept length x plain round / (verify + drafting)) from measured round costs."""
+    dtype, device, repeats = args.dtype, args.device, args.repeats
     policy, drafter, tokenizer = load(work, dtype)
-    prompts = task_prompts(tokenizer, 6, seed=7, min_size=6)
+    prompts = task_prompts(tokenizer, args.bs1_prompts, seed=7, min_size=6)
     rows = {}
     graphs_memory = {}
     for temperature in (0.0, 1.0):
@@ -152,54 +159,59 @@ def phase_bs1(work: Path, dtype: str, repeats: int, hf_compile: bool) -> dict:
             GenerateInput(p, SamplingParams(max_new_tokens=512, temperature=temperature, seed=i))
             for i, p in enumerate(prompts)
         ]
-        plain = Engine(policy, EngineConfig(max_batch_size=1, device="cuda", dtype=dtype))
+        plain = Engine(policy, EngineConfig(max_batch_size=1, device=device, dtype=dtype))
         t_plain, ref = timed_generate(plain, inputs, repeats)
         tokens = sum(len(o.token_ids) for o in ref)
         rows[f"T={temperature} fastrl plain"] = {"tok_s": tokens / t_plain, "speedup": 1.0}
         context = sum(len(p) for p in prompts) // len(prompts) + 64
-        drafter = drafter.to("cuda", next(plain.model.parameters()).dtype)
-        costs = next(c for c in measure_costs(plain.model, drafter, "trained", context) if c.graphs)
-        for name in STRATEGIES:
+        drafter = drafter.to(device, next(plain.model.parameters()).dtype)
+        # round costs by CUDA events (a CPU smoke run has no limits)
+        measured = measure_costs(plain.model, drafter, "trained", context) if device == "cuda" else []
+        costs = next((c for c in measured if c.graphs), None)
+        for name in args.bs1_strategies.split(","):
             strategy = Strategy.parse(name)
-            config = EngineConfig(max_batch_size=1, device="cuda", dtype=dtype)
+            config = EngineConfig(max_batch_size=1, device=device, dtype=dtype)
             engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
             graphs_memory[name] = engine.runner.graphs.pool_bytes if engine.runner.graphs else None
             t, outs = timed_generate(engine, inputs, repeats)
             same = [o.token_ids for o in outs] == [o.token_ids for o in ref]
             rounds = engine.round_stats[-sum(len(o.accept_lengths) for o in outs) :]
             accept = sum(s.mean_accept_length for s in rounds) / max(1, len(rounds))
-            verify = costs.t_verify_ms.get(strategy.num_draft_tokens) or _nearest(costs.t_verify_ms, strategy)
-            limit = accept * costs.t_plain_ms / (verify + strategy.steps * costs.t_draft_ms)
+            limit = physical_limit(costs, strategy, accept)
             speedup = t_plain / t
             rows[f"T={temperature} fastrl {name}"] = {
                 "tok_s": tokens / t,
                 "speedup": speedup,
                 "accept_length": accept,
                 "physical_limit": limit,
-                "fraction_of_limit": speedup / limit,
+                "fraction_of_limit": speedup / limit if limit else None,
                 "identical_to_plain": same,
             }
         if temperature == 0.0:
-            rows.update(hf_bs1(work, prompts, 512, tokens / t_plain, dtype, hf_compile))
-    return {"rows": rows, "graph_pool_bytes": graphs_memory, "costs_ms": asdict(costs)}
+            rows.update(hf_bs1(work, prompts, 512, tokens / t_plain, args))
+    return {"rows": rows, "graph_pool_bytes": graphs_memory, "costs_ms": asdict(costs) if costs else None}
 
 
-def _nearest(table: dict[int, float], strategy: Strategy) -> float:
-    k = min(table, key=lambda x: abs(x - strategy.num_draft_tokens))
-    return table[k]
+def physical_limit(costs: ShapeCosts | None, strategy: Strategy, accept: float) -> float | None:
+    """The speedup a round of `strategy` reaches at `accept` tokens a round if it cost only its kernels' time."""
+    if costs is None:
+        return None
+    nearest = min(costs.t_verify_ms, key=lambda k: abs(k - strategy.num_draft_tokens))
+    verify = costs.t_verify_ms.get(strategy.num_draft_tokens) or costs.t_verify_ms[nearest]
+    return accept * costs.t_plain_ms / (verify + strategy.steps * costs.t_draft_ms)
 
 
-def hf_model(work: Path, dtype: str):
+def hf_model(work: Path, dtype: str, device: str):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(work / "model", dtype=getattr(torch, dtype)).to("cuda").eval()
+    return AutoModelForCausalLM.from_pretrained(work / "model", dtype=getattr(torch, dtype)).to(device).eval()
 
 
-def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, dtype: str, compile_too: bool) -> dict:
-    model = hf_model(work, dtype)
+def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, args: argparse.Namespace) -> dict:
+    model = hf_model(work, args.dtype, args.device)
     rows = {}
     variants = [("HF generate", {})]
-    if compile_too:
+    if args.hf_compile:
         variants.append(("HF static cache + compile", {"cache_implementation": "static"}))
     for name, extra in variants:
         if extra:
@@ -208,7 +220,7 @@ def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, dtype: str,
         def run(model=model, extra=extra) -> int:
             produced = 0
             for p in prompts:
-                ids = torch.tensor([p], device="cuda")
+                ids = torch.tensor([p], device=args.device)
                 with torch.inference_mode():
                     out = model.generate(
                         ids,
@@ -223,10 +235,10 @@ def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, dtype: str,
 
         try:
             run()
-            torch.cuda.synchronize()
+            drain(args.device)
             start = time.perf_counter()
             produced = run()
-            torch.cuda.synchronize()
+            drain(args.device)
             tok_s = produced / (time.perf_counter() - start)
             rows[f"T=0.0 {name}"] = {"tok_s": tok_s, "speedup": tok_s / plain_tok_s}
         except Exception as err:  # report and go on: the other figures are still worth having
@@ -234,9 +246,9 @@ def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, dtype: str,
     return rows
 
 
-def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens: int) -> dict:
+def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens: int, device: str) -> dict:
     policy, _, tokenizer = load(work, dtype)
-    model = hf_model(work, dtype)
+    model = hf_model(work, dtype, device)
     prompts = task_prompts(tokenizer, max(batch_sizes), seed=3)
     rows = {}
     for bs in batch_sizes:
@@ -244,11 +256,11 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
         params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
         seconds = {}
         for kernel in (True, False):
-            config = EngineConfig(max_batch_size=bs, device="cuda", dtype=dtype, attention_kernel=kernel)
+            config = EngineConfig(max_batch_size=bs, device=device, dtype=dtype, attention_kernel=kernel)
             seconds[kernel], _ = timed_generate(Engine(policy, config), [GenerateInput(p, params) for p in batch], 3)
         t = seconds[True]
         ids, mask = left_pad(batch, 0)
-        ids_t, mask_t = torch.tensor(ids, device="cuda"), torch.tensor(mask, device="cuda")
+        ids_t, mask_t = torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
         def hf_run(ids_t=ids_t, mask_t=mask_t) -> None:
             with torch.inference_mode():
@@ -262,10 +274,10 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
                 )
 
         hf_run()
-        torch.cuda.synchronize()
+        drain(device)
         start = time.perf_counter()
         hf_run()
-        torch.cuda.synchronize()
+        drain(device)
         t_hf = time.perf_counter() - start
         rows[bs] = {
             "fastrl_tok_s": bs * new_tokens / t,
@@ -277,7 +289,7 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
     return rows
 
 
-def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
+def phase_long_tail(work: Path, dtype: str, count: int, device: str) -> dict:
     policy, drafter, tokenizer = load(work, dtype)
     prompts = task_prompts(tokenizer, count, seed=11)
     inputs = [
@@ -285,11 +297,11 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
     ]
     rows, reference = {}, None
     for name, kernel in [("disable", True), ("5_1_6", True), ("bandit", True), ("disable", False), ("5_1_6", False)]:
-        config = EngineConfig(max_batch_size=count, device="cuda", dtype=dtype, attention_kernel=kernel)
+        config = EngineConfig(max_batch_size=count, device=device, dtype=dtype, attention_kernel=kernel)
         engine = Engine(policy, config, drafter=None if name == "disable" else drafter, selector=build_selector(name))
         start = time.perf_counter()
         outs = engine.generate(inputs)
-        torch.cuda.synchronize()
+        drain(device)
         seconds = time.perf_counter() - start
         tokens = [o.token_ids for o in outs]
         reference = reference or tokens
@@ -306,7 +318,7 @@ def phase_long_tail(work: Path, dtype: str, count: int) -> dict:
     return rows
 
 
-def phase_exactness(work: Path, dtype: str) -> dict:
+def phase_exactness(work: Path, dtype: str, device: str) -> dict:
     """Speculative vs plain on the trained model, every difference judged (near-tie or bug)."""
     from fastrl.exactness.compare import compare_runs
 
@@ -318,9 +330,9 @@ def phase_exactness(work: Path, dtype: str) -> dict:
             GenerateInput(p, SamplingParams(max_new_tokens=256, temperature=temperature, seed=i))
             for i, p in enumerate(prompts)
         ]
-        plain = Engine(policy, EngineConfig(max_batch_size=48, device="cuda", dtype=dtype)).generate(inputs)
+        plain = Engine(policy, EngineConfig(max_batch_size=48, device=device, dtype=dtype)).generate(inputs)
         for name in ("7_1_8", "6_4_24", "bandit"):
-            config = EngineConfig(max_batch_size=16, device="cuda", dtype=dtype)
+            config = EngineConfig(max_batch_size=16, device=device, dtype=dtype)
             engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
             report = compare_runs(engine.model, inputs, plain, engine.generate(inputs))
             out[f"T={temperature} {name}"] = report.to_dict() | {"summary": report.summary()}
@@ -344,45 +356,63 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--long-tail", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,8,64,256")
+    parser.add_argument("--bs1-strategies", default=STRATEGIES, help="strategies the bs1 phase times (comma-separated)")
+    parser.add_argument("--bs1-prompts", type=int, default=6, help="prompts the bs1 phase generates one at a time")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--tiny", action="store_true", help="a tiny float32 model: a smoke run of this script")
     args = parser.parse_args()
+    if args.tiny:
+        args.dtype = "float32"
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
-    results["device"] = torch.cuda.get_device_name()
-    phases = args.phases.split(",")
-    for phase in phases:
+    results["device"] = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    results["torch"] = torch.__version__
+    unknown = [p for p in args.phases.split(",") if p not in PHASES]
+    if unknown:
+        parser.error(f"--phases: unknown phase(s) {unknown}; known: {sorted(PHASES)}")
+    for phase in args.phases.split(","):
         start = time.perf_counter()
-        print(f"phase {phase}: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated", flush=True)
-        if phase == "sft":
-            value = phase_sft(work, args.sft_seconds, args.sft_steps)
-        elif phase == "drafter":
-            value = phase_drafter(work, args)
-        elif phase == "bs1":
-            value = phase_bs1(work, args.dtype, args.repeats, args.hf_compile)
-        elif phase == "plain_vs_hf":
-            sizes = [int(x) for x in args.batch_sizes.split(",")]
-            value = phase_plain_vs_hf(work, args.dtype, sizes, 128)
-        elif phase == "long_tail":
-            value = phase_long_tail(work, args.dtype, args.long_tail)
-        elif phase == "attention":
-            from fastrl.bench.attention import main as attention_bench
-
-            attention_bench(["--device", "cuda", "--json", str(out / "attention.json")])
-            value = json.loads((out / "attention.json").read_text())
-        elif phase == "exactness":
-            value = phase_exactness(work, args.dtype)
-        elif phase == "shapes":
-            value = {
-                name: [asdict(r) | {"ratios": r.ratios()} for r in measure_shape(name)]
-                for name in ("qwen2.5-1.5b", "qwen2.5-7b")
-            }
-        else:
-            raise ValueError(f"--phases: unknown phase {phase!r}")
+        print(f"phase {phase}", flush=True)
+        try:
+            value = PHASES[phase](work, out, args)
+        except Exception as err:  # record it and go on: a later phase may not need this one
+            traceback.print_exc()
+            value = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        value = {"seconds": time.perf_counter() - start} | (value if isinstance(value, dict) else {"result": value})
         log(results, out, phase, value)
         print(f"phase {phase} took {time.perf_counter() - start:.0f}s", flush=True)
 
+
+def phase_attention(out: Path, device: str) -> dict:
+    from fastrl.bench.attention import main as attention_bench
+
+    attention_bench(["--device", device, "--json", str(out / "attention.json")])
+    return json.loads((out / "attention.json").read_text())
+
+
+def phase_shapes() -> dict:
+    return {
+        name: [asdict(r) | {"ratios": r.ratios()} for r in measure_shape(name)]
+        for name in ("qwen2.5-1.5b", "qwen2.5-7b")
+    }
+
+
+# each phase from (work, out, args)
+PHASES = {
+    "sft": lambda work, out, a: phase_sft(work, a.sft_seconds, a.sft_steps, a.device, a.tiny),
+    "drafter": lambda work, out, a: phase_drafter(work, a),
+    "bs1": lambda work, out, a: phase_bs1(work, a),
+    "plain_vs_hf": lambda work, out, a: phase_plain_vs_hf(
+        work, a.dtype, [int(x) for x in a.batch_sizes.split(",")], 128, a.device
+    ),
+    "long_tail": lambda work, out, a: phase_long_tail(work, a.dtype, a.long_tail, a.device),
+    "attention": lambda work, out, a: phase_attention(out, a.device),
+    "exactness": lambda work, out, a: phase_exactness(work, a.dtype, a.device),
+    "shapes": lambda work, out, a: phase_shapes(),
+}
 
 if __name__ == "__main__":
     main()
