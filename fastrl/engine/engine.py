@@ -33,14 +33,17 @@ from fastrl.strategy.strategy import DISABLE
 
 @dataclass
 class PrefillCounts:
-    """Prompts prefilled, and the rows the model actually ran (fewer when identical prompts shared a prefill)."""
+    """Prompts prefilled, the rows the model actually ran (fewer when identical prompts shared a prefill), and the
+    prefill forwards that ran them."""
 
     prompts: int = 0
     computed: int = 0
+    forwards: int = 0
 
     def add(self, prompts: int, computed: int) -> None:
         self.prompts += prompts
         self.computed += computed
+        self.forwards += 1
 
 
 @dataclass
@@ -98,6 +101,7 @@ class Engine:
             self.runner.pool,
             self.runner.lookahead,
             self.config.prefix_sharing,
+            self.config.admission_slots,
         )
         self.round_stats: list[RoundStats] = []
         # estimates plain decoding's time for a selector without a cost model (set by calibrate_engine; see

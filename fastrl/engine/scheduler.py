@@ -29,7 +29,8 @@ class Scheduler:
     past its tokens); before each decode round `reserve` gives every running request pages for that round,
     preempting the most recently admitted ones when the pool runs out (their pages are freed; they wait at the
     head of the queue and are recomputed by a prefill over their tokens when readmitted). Requests admitted in
-    the same step with identical prompts share the prompt's pages (`prefix_sharing`).
+    the same step with identical prompts share the prompt's pages (`prefix_sharing`). While requests run and more
+    wait than slots are free, admission waits for `admit_batch` free slots (their prefills then run together).
     """
 
     def __init__(
@@ -40,6 +41,7 @@ class Scheduler:
         pool: PagePool,
         lookahead: int = 1,
         prefix_sharing: bool = True,
+        admit_batch: int = 1,
     ) -> None:
         self.num_slots = num_slots
         self.max_model_len = max_model_len
@@ -47,6 +49,7 @@ class Scheduler:
         self.pool = pool
         self.lookahead = lookahead
         self.prefix_sharing = prefix_sharing
+        self.admit_batch = admit_batch
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.preemptions = 0
@@ -69,6 +72,9 @@ class Scheduler:
         one for its prompt (shared with an identical prompt admitted in the same step when sharing is on).
         """
         admitted: list[Request] = []
+        free = len(self._free_slots)
+        if self.running and free < self.admit_batch and len(self.waiting) > free:
+            return admitted  # the running requests free more slots soon: one prefill for a batch of arrivals
         first_of: dict[tuple[int, ...], Request] = {}
         while self.waiting and self._free_slots:
             request = self.waiting[0]

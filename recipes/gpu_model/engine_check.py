@@ -202,11 +202,28 @@ def phase_long_tail(args, device: str) -> dict:
     return {"argv": argv, "table": text.getvalue().splitlines()}
 
 
+def phase_admission(args, device: str) -> dict:
+    """The bundled model on 2,048 task requests queued on 256 slots, admitted as slots free and in batches of 32
+    (`fastrl.bench.admission`: paired repeats, tokens checked identical); its printed table, kept whole."""
+    import contextlib
+    import io
+
+    from fastrl.bench.admission import main as admission_bench
+
+    requests, slots, admit = ("64", "16", "1,4") if args.tiny else ("2048", "256", "1,32")
+    argv = ["--device", device, "--repeats", "2", "--requests", requests, "--batch-size", slots, "--admit", admit]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        admission_bench(argv)
+    print(text.getvalue(), flush=True)
+    return {"argv": argv, "table": text.getvalue().splitlines()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--work", default="/tmp/fastrl-engine-check")
-    parser.add_argument("--phases", default="plain,profile,long_tail,attention,tests")
+    parser.add_argument("--phases", default="plain,profile,long_tail,admission,attention,tests")
     parser.add_argument("--long-tail", type=int, default=256, help="requests in the long-tail batch")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke run of this script)")
@@ -252,6 +269,8 @@ def main() -> None:
                 value = phase_profile(model, drafter, args, device, dtype)
             elif phase == "long_tail":
                 value = phase_long_tail(args, device)
+            elif phase == "admission":
+                value = phase_admission(args, device)
             else:
                 raise ValueError(f"--phases: unknown phase {phase!r}")
         except Exception as err:  # record it and go on: the other phases are still worth having

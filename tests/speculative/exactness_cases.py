@@ -267,7 +267,8 @@ def make_case(
 def pressure(case: Case) -> dict:
     """Engine keys that put the case's speculative run under memory pressure, drawn from its seed: a page size of
     1-32, a KV pool of 5-100% of the tokens its requests need (at least one request's context plus a speculative
-    round, the least an engine takes), the context cut to the longest request, prefix sharing on or off. The engine
+    round, the least an engine takes), the context cut to the longest request, prefix sharing on or off, admission
+    in batches of 1 to the batch size. The engine
     must wait or preempt and recompute, and still decode exactly what plain decoding does."""
     rng = random.Random(case.seed * 7 + 1)
     longest = max(len(i.prompt_ids) + i.params.max_new_tokens for i in case.inputs)
@@ -279,6 +280,7 @@ def pressure(case: Case) -> dict:
         "kv_cache_tokens": max(int(needed * fraction), context + 64),
         "max_model_len": context,
         "prefix_sharing": rng.random() < 0.7,
+        "admit_batch": rng.randint(1, case.batch_size),  # drawn last: the draws above stay the cases they were
     }
 
 

@@ -1,0 +1,119 @@
+"""Admission in batches (`engine.admit_batch`) on a queue longer than the slots, as an RL step's rollouts are:
+tokens/s, prefill forwards and decode rounds for each setting, the settings taking turns in every repeat (paired),
+their tokens checked identical.
+
+    python -m fastrl.bench.admission --requests 2048 --batch-size 256 --admit 1,32
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from fastrl.bench.cli_args import at_least
+from fastrl.engine.config import EngineConfig, check_dtype
+from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.models.decoder import CausalLM
+from fastrl.models.device_sync import drain
+from fastrl.sampling.params import SamplingParams
+
+
+@dataclass
+class AdmissionRow:
+    """One admit_batch setting: wall seconds per repeat, and what its engine ran (the same every repeat)."""
+
+    admit_batch: int
+    runs_s: list[float] = field(default_factory=list)
+    tokens: int = 0
+    prefill_forwards: int = 0
+    decode_rounds: int = 0
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.runs_s)
+
+
+def bench_admission(
+    policy: CausalLM,
+    inputs: list[GenerateInput],
+    slots: int,
+    settings: list[int],
+    repeats: int,
+    device: str,
+    dtype: str = "float32",
+) -> list[AdmissionRow]:
+    """Each setting generates `inputs` on `slots` slots once per repeat, in turn; ValueError when a setting's tokens
+    differ from the first's (admission must not change a token)."""
+    rows = [AdmissionRow(a) for a in settings]
+    reference = None
+    for _ in range(repeats):
+        for row in rows:
+            config = EngineConfig(max_batch_size=slots, device=device, dtype=dtype, admit_batch=row.admit_batch)
+            engine = Engine(policy, config)
+            drain(device)
+            start = time.perf_counter()
+            outputs = engine.generate(inputs)
+            drain(device)
+            row.runs_s.append(time.perf_counter() - start)
+            tokens = [o.token_ids for o in outputs]
+            reference = reference or tokens
+            if tokens != reference:
+                raise ValueError(f"admit_batch={row.admit_batch} changed the tokens of a request")
+            row.tokens = sum(map(len, tokens))
+            row.prefill_forwards = engine.prefill_rows.forwards
+            row.decode_rounds = len(engine.round_stats)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Admission in batches: tokens/s, prefill forwards and decode rounds per admit_batch (paired repeats)."""
+    from fastrl.bench.workload import bench_prompts
+    from fastrl.commands.engine_setup import load_speculative_models
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--requests", type=at_least(1), default=2048)
+    parser.add_argument("--batch-size", type=at_least(1), default=256, help="engine slots")
+    parser.add_argument("--admit", default="1,32", help="admit_batch settings (comma-separated; the first is the base)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeats", type=at_least(1), default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="", help="engine dtype (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
+    args = parser.parse_args(argv)
+    try:
+        settings = [int(a) for a in args.admit.split(",")]
+    except ValueError:
+        parser.error(f"--admit: integers separated by commas, got {args.admit!r}")
+    if any(not 1 <= a <= args.batch_size for a in settings):
+        parser.error(f"--admit: each setting must be in [1, --batch-size={args.batch_size}], got {settings}")
+    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    try:
+        check_dtype("--dtype", dtype)
+    except ValueError as err:
+        parser.error(str(err))
+    torch.set_num_threads(1)
+    policy, _, tokenizer = load_speculative_models(args.model, "", args.device)
+    prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    rows = bench_admission(policy, inputs, args.batch_size, settings, args.repeats, args.device, dtype)
+    base = rows[0].median_s
+    print(f"{args.requests} requests on {args.batch_size} slots ({args.device}, {dtype}), {rows[0].tokens} tokens:")
+    for row in rows:
+        runs = [round(s, 2) for s in row.runs_s]
+        print(
+            f"  admit_batch {row.admit_batch:4d}: {row.median_s:7.2f} s (median; runs {runs})"
+            f" {row.tokens / row.median_s:8.0f} tok/s  x{base / row.median_s:.3f}  prefill forwards "
+            f"{row.prefill_forwards:5d}  decode rounds {row.decode_rounds:5d}"
+        )
+
+
+if __name__ == "__main__":
+    main()
