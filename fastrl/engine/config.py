@@ -55,7 +55,8 @@ class EngineConfig:
         are free, so that their prefills run as one forward rather than one eager forward every round or two
         (a queue longer than the slots, as in an RL step's rollouts: 2,048 requests on 256 slots prefilled 3.2
         rows a call 639 times for 1,280 decode rounds). None: max_batch_size // 8 (at least 1); 1 admits as soon
-        as a slot frees. Tokens do not depend on it (each request samples from its own seed).
+        as a slot frees; more than max_batch_size waits for every slot. Tokens do not depend on it (each request
+        samples from its own seed).
     """
 
     max_batch_size: int = 64
@@ -105,15 +106,16 @@ class EngineConfig:
             raise ValueError(f"engine.page_size must be >= 1, got {self.page_size}")
         if self.kv_cache_tokens is not None and self.kv_cache_tokens < 1:
             raise ValueError(f"engine.kv_cache_tokens must be >= 1 or None, got {self.kv_cache_tokens}")
-        if self.admit_batch is not None and not 1 <= self.admit_batch <= self.max_batch_size:
-            bound = f"[1, max_batch_size={self.max_batch_size}]"
-            raise ValueError(f"engine.admit_batch must be in {bound} or None, got {self.admit_batch}")
+        if self.admit_batch is not None and self.admit_batch < 1:
+            raise ValueError(f"engine.admit_batch must be >= 1 or None, got {self.admit_batch}")
         check_dtype("engine.dtype", self.dtype)
 
     @property
     def admission_slots(self) -> int:
         """Free slots an admission waits for while requests decode and the queue outnumbers the free slots."""
-        return self.admit_batch if self.admit_batch is not None else max(1, self.max_batch_size // 8)
+        if self.admit_batch is None:
+            return max(1, self.max_batch_size // 8)
+        return min(self.admit_batch, self.max_batch_size)  # a copy with fewer slots (calibration's) keeps the key
 
     @property
     def torch_dtype(self) -> torch.dtype:
