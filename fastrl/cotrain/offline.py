@@ -18,7 +18,7 @@ from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrai
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
 from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
-from fastrl.engine.config import check_dtype
+from fastrl.engine.config import check_dtype, default_dtype
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
@@ -91,7 +91,7 @@ class OfflineDrafterConfig:
     def engine_dtype(self) -> str:
         """The dtype rollouts and accept lengths run in: `rollout_dtype`, else what an RL rollout on the device
         runs in (bfloat16 on a GPU, float32 on a CPU). Features and training stay in the policy's own dtype."""
-        return self.rollout_dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")
+        return self.rollout_dtype or default_dtype(self.device)
 
 
 @dataclass
@@ -163,7 +163,8 @@ def train_offline(
     plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1, dtype)
-    held_ids = held_plan.generate(policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
+    rollout_policy = cast_copy(policy, held_plan.engine_config(1, cfg.device).torch_dtype)  # once: it is frozen
+    held_ids = held_plan.generate(rollout_policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
     measured = min(cfg.accept_requests, len(held_prompts))
     fewer = f" (accept_requests={cfg.accept_requests}: there are no more)" if measured < cfg.accept_requests else ""
     print(
@@ -177,12 +178,12 @@ def train_offline(
 
     def epoch_accept() -> float:
         inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
-        return measure(policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
+        return measure(rollout_policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
 
     held_features = policy_features(policy, held_ids, extra_layers=drafter.extra_layers)
     run = StreamRun(
         policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
-        cfg.gen_batch_size, cfg.device, policy_name,
+        cfg.gen_batch_size, cfg.device, policy_name, rollout_policy,
     )  # fmt: skip
     prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
     state = run.run(fingerprint(cfg, {**prompts, **(identity or {})}))
@@ -192,7 +193,7 @@ def train_offline(
     for temperature in (0.0, cfg.temperature):
         inputs = accept_inputs(held_prompts, temperature, cfg)
         for strategy in cfg.accept_strategies:
-            length = measure(policy, drafter, held_plan, inputs, strategy, cfg)
+            length = measure(rollout_policy, drafter, held_plan, inputs, strategy, cfg)
             accept.append(AcceptResult(strategy, temperature, length))
             print(f"accept length {strategy} T={temperature}: {accept_text(length)}", flush=True)
     return OfflineDrafterReport(state.epochs, accept, len(plan), state.tokens // max(1, cfg.epochs))

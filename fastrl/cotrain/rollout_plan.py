@@ -63,11 +63,13 @@ class RolloutPlan:
 
 
 def cast_copy(module: M, dtype: torch.dtype) -> M:
-    """`module` itself when its parameters are in `dtype`, else a copy cast to it (an engine casts the modules it
-    is given in place: a policy or drafter in training keeps its own dtype)."""
+    """`module` itself when its parameters are in `dtype`, else a copy cast to it, for inference (an engine casts
+    the modules it is given in place: a policy or drafter in training keeps its own dtype). Each parameter is cast
+    straight into the copy (no full-precision copy on the way; tied weights stay tied)."""
     if next(module.parameters()).dtype == dtype:
         return module
-    return copy.deepcopy(module).to(dtype)
+    memo = {id(p): nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in module.parameters()}
+    return copy.deepcopy(module, memo).to(dtype)
 
 
 @dataclass

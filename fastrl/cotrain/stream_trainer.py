@@ -50,8 +50,9 @@ LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 """A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
 
 
-LATER_KEYS = ("prompt_ids_sha256", "rollout_dtype")
-"""Fingerprint keys added after streams were saved without them: such a stream resumes unchecked on them."""
+LATER_KEYS: dict[str, str | None] = {"prompt_ids_sha256": None, "rollout_dtype": "float32"}
+"""Fingerprint keys added after streams were saved without them, with what such a stream held: None, unknown (it
+resumes unchecked on the key); a value, what every stream of that time had (its rollouts ran in float32)."""
 
 
 def check_stream_dir(key: str, directory: Path, beside: tuple[Path, ...] = ()) -> None:
@@ -130,7 +131,9 @@ class StreamState:
         try:
             raw = json.loads(path.read_text())
             stored = raw["fingerprint"]
-            keys = (set(fingerprint) | set(stored)) - {k for k in LATER_KEYS if k not in stored}
+            unknown = {k for k, then in LATER_KEYS.items() if k not in stored and then is None}
+            stored = {**{k: then for k, then in LATER_KEYS.items() if then is not None and k in fingerprint}, **stored}
+            keys = (set(fingerprint) | set(stored)) - unknown
             differ = sorted(k for k in keys if fingerprint.get(k) != stored.get(k))
             epochs = [
                 EpochReport(DrafterMetrics(**e["metrics"]), float(e["accept_length"]), int(e["train_tokens"]))
@@ -165,6 +168,7 @@ class StreamRun:
     gen_batch_size: int
     device: str
     policy_name: str
+    rollout_policy: CausalLM | None = None  # what generates the shards (the policy cast to the rollout dtype)
 
     def run(self, fingerprint: dict, stop_after_shards: int | None = None) -> StreamState:
         """Train to the end (or for `stop_after_shards` shards), resuming from the shards' directory when it holds
@@ -203,7 +207,7 @@ class StreamRun:
 
     def train_shard(self, state: StreamState, bar: tqdm) -> None:
         """Generate or read shard `state.shard`, train one pass over it."""
-        ids = self.shards.ids(state.shard, self.policy, self.gen_batch_size, self.device)
+        ids = self.shards.ids(state.shard, self.rollout_policy or self.policy, self.gen_batch_size, self.device)
         drafter = self.trainer.drafter
         if self.draft_vocab_size > 0 and drafter.draft_vocab is None:
             drafter.set_draft_vocab(most_frequent_tokens(ids, self.draft_vocab_size, self.policy.config.vocab_size))

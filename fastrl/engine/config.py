@@ -16,6 +16,11 @@ ENGINE_DTYPES = {
 }
 
 
+def default_dtype(device: str) -> str:
+    """The dtype an engine on ``device`` runs rollouts in unless told: bfloat16 on a GPU, float32 on a CPU."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
 def check_dtype(key: str, dtype: str) -> None:
     """ValueError naming ``key`` when ``dtype`` is not one an engine computes in."""
     if dtype not in ENGINE_DTYPES:
@@ -53,10 +58,10 @@ class EngineConfig:
         missing or the check failing: a warning and PyTorch). Ignored on a CPU.
     admit_batch: while requests decode and more wait than slots are free, admission waits until this many slots
         are free, so that their prefills run as one forward rather than one eager forward every round or two
-        (a queue longer than the slots, as in an RL step's rollouts: 2,048 requests on 256 slots prefilled 3.2
-        rows a call 639 times for 1,280 decode rounds). None: max_batch_size // 8 (at least 1); 1 admits as soon
+        (a queue longer than the slots, as in an RL step's rollouts: 2,048 requests on 256 slots, admitted at once,
+        prefilled in 622 steps of 1,317 decode rounds). None: max_batch_size // 8 (at least 1); 1 admits as soon
         as a slot frees; more than max_batch_size waits for every slot. Tokens do not depend on it (each request
-        samples from its own seed).
+        samples from its own seed) beyond the rounding of another batch composition (none in float64).
     """
 
     max_batch_size: int = 64

@@ -34,16 +34,16 @@ from fastrl.strategy.strategy import DISABLE
 @dataclass
 class PrefillCounts:
     """Prompts prefilled, the rows the model actually ran (fewer when identical prompts shared a prefill), and the
-    prefill forwards that ran them."""
+    steps that prefilled (each one call of the runner's prefill: a forward per group of similar prompt lengths)."""
 
     prompts: int = 0
     computed: int = 0
-    forwards: int = 0
+    calls: int = 0
 
     def add(self, prompts: int, computed: int) -> None:
         self.prompts += prompts
         self.computed += computed
-        self.forwards += 1
+        self.calls += 1
 
 
 @dataclass

@@ -14,7 +14,7 @@ from fastrl.sampling.params import SamplingParams
 from tests.helpers import make_hf_model
 
 
-def test_rows_count_fewer_prefill_forwards_for_larger_batches(tmp_path):
+def test_rows_count_fewer_prefill_calls_for_larger_batches(tmp_path):
     make_hf_model("llama", seed=1).save_pretrained(tmp_path)
     model = load_model(tmp_path)
     rng = random.Random(0)
@@ -24,10 +24,11 @@ def test_rows_count_fewer_prefill_forwards_for_larger_batches(tmp_path):
         )
         for i in range(24)
     ]
-    rows = bench_admission(model, inputs, 6, [1, 4], repeats=2, device="cpu")
+    rows = bench_admission(model, inputs, 6, [1, 4], repeats=2, device="cpu", dtype="float64")
     assert [r.admit_batch for r in rows] == [1, 4] and all(len(r.runs_s) == 2 for r in rows)
     assert rows[0].tokens == rows[1].tokens == sum(len(o.token_ids) for o in _plain(model, inputs))
-    assert rows[1].prefill_forwards < rows[0].prefill_forwards
+    assert rows[1].prefill_calls < rows[0].prefill_calls
+    assert all(r.identical == len(inputs) for r in rows)
     assert all(r.decode_rounds > 0 for r in rows)
 
 

@@ -5,11 +5,12 @@ dtype its shards were generated in."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
 
-from fastrl.cotrain.offline import OfflineDrafterConfig, accept_inputs, fingerprint, measure
+from fastrl.cotrain.offline import OfflineDrafterConfig, accept_inputs, fingerprint, measure, train_offline
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import load_model
@@ -82,15 +83,43 @@ def test_the_rollout_dtype_defaults_by_device_and_a_bad_one_is_named():
 
 
 def test_a_stream_remembers_its_rollout_dtype(policy, tmp_path):
-    """The device may change on resume; the dtype its shards came from may not (a stream saved before the key
-    existed resumes unchecked on it)."""
+    """The device may change on resume; the dtype its shards came from may not. A stream saved before the key
+    existed ran its rollouts in float32 (the engines' default then): it resumes in float32 and is refused in
+    bfloat16, on a CPU and on a GPU alike."""
     cpu, gpu = OfflineDrafterConfig(device="cpu"), OfflineDrafterConfig(device="cuda")
     assert fingerprint(cpu, {}) != fingerprint(gpu, {})
     assert fingerprint(gpu, {}) == fingerprint(OfflineDrafterConfig(device="cpu", rollout_dtype="bfloat16"), {})
+    gpu_float32 = fingerprint(OfflineDrafterConfig(device="cuda", rollout_dtype="float32"), {})
     torch.manual_seed(0)
     drafter = EagleDrafter(policy.config)
-    old = {k: v for k, v in fingerprint(cpu, {}).items() if k != "rollout_dtype"}
-    make_run(policy, tmp_path / "s", drafter, []).run(old, stop_after_shards=1)
-    assert make_run(policy, tmp_path / "s", drafter, []).run(fingerprint(cpu, {}), stop_after_shards=1).shard == 2
-    with pytest.raises(ValueError, match=r"other settings \(rollout_dtype\)"):
-        make_run(policy, tmp_path / "s", drafter, []).run(fingerprint(gpu, {}))
+    for name, resumed in (("cpu", fingerprint(cpu, {})), ("gpu", gpu_float32)):
+        old = {k: v for k, v in fingerprint(cpu, {}).items() if k != "rollout_dtype"}
+        make_run(policy, tmp_path / name, drafter, []).run(old, stop_after_shards=1)
+        with pytest.raises(ValueError, match=r"other settings \(rollout_dtype\)"):
+            make_run(policy, tmp_path / name, drafter, []).run(fingerprint(gpu, {}))
+        assert make_run(policy, tmp_path / name, drafter, []).run(resumed, stop_after_shards=1).shard == 2
+
+
+def test_cast_copy_keeps_tied_weights_tied_and_the_original_untouched(policy):
+    tied = copy.deepcopy(policy)
+    tied.lm_head.weight = tied.model.embed_tokens.weight
+    half = cast_copy(tied, torch.bfloat16)
+    assert half.lm_head.weight is half.model.embed_tokens.weight
+    assert half.lm_head.weight.dtype == torch.bfloat16 and not half.lm_head.weight.requires_grad
+    assert tied.lm_head.weight.dtype == torch.float32 and tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert torch.equal(half.model.embed_tokens.weight, tied.model.embed_tokens.weight.to(torch.bfloat16))
+
+
+def test_a_bfloat16_training_run_streams_bfloat16_rollouts_and_trains_float32_weights(policy, tmp_path):
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    cfg = OfflineDrafterConfig(
+        num_prompts=len(PROMPTS), eval_prompts=2, max_new_tokens=12, epochs=1, shard_requests=len(PROMPTS),
+        gen_batch_size=4, accept_requests=2, accept_batch_size=2, accept_strategies=["3_1_4"],
+        rollout_dtype="bfloat16",
+    )  # fmt: skip
+    train_offline(policy, drafter, PROMPTS, PROMPTS[:2], cfg, tmp_path / "stream", "test")
+    assert {p.dtype for p in policy.parameters()} == {p.dtype for p in drafter.parameters()} == {torch.float32}
+    plan = RolloutPlan(PROMPTS, cfg.temperatures, 1, cfg.max_new_tokens, cfg.seed, "bfloat16")
+    shard = json.loads((tmp_path / "stream" / "shard_00000.json").read_text())
+    assert shard == _reference(policy, plan)
