@@ -258,9 +258,7 @@ class CudaGraphRounds:
         captured.replay()
         out = captured.outputs
         nodes = strategy.max_tree_nodes - 1
-        result = SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
-        result.reached = None if out.reached is None else out.reached[:b]
-        return result
+        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
 
     def _bucket(self, batch_size: int) -> int:
         bucket = self.bucket_for(batch_size)

@@ -356,7 +356,6 @@ class Engine:
             verify_time_s=out.verify_time_s,
             plain_time_estimate_s=plain_time_estimate(self._estimator, strategy, len(requests), emitted, wall),
             catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
-            reached=out.reached,
         )
         self.round_stats.append(stats)
         self._info.observe(stats)

@@ -49,8 +49,7 @@ class StepOutput:
     tokens[b] / logprobs[b]: the tokens row b emits, in order (accepted drafts, then the policy's own token; one
     token for prefill and plain rounds), already cut where the request finishes; finish[b]: why it finishes
     (a `fastrl.engine.finish.FINISH_CODES` key), 0 while it runs. accepted[b]: accepted draft tokens (0 for
-    plain); reached[b]: how deep row b's draft went along its accepted path (`RoundStats.reached`; [] for a
-    prefill). hidden[b]: the hidden state behind each emitted token, [len(tokens[b]),F] float32 on the CPU, only
+    plain). hidden[b]: the hidden state behind each emitted token, [len(tokens[b]),F] float32 on the CPU, only
     for requests that asked for hidden states (else None). prompt_hidden[b]: a prefill's prompt hidden states
     [P-1,F] for such requests. F is the drafter's `feature_size`: H (the final-norm state), or for a fused
     drafter its input, the outputs of its `extra_layers` then the final-norm state (what co-training needs).
@@ -69,7 +68,6 @@ class StepOutput:
     catch_up_time_s: float = 0.0
     """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
     ``draft_time_s``)."""
-    reached: list[int] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -261,18 +259,17 @@ class ModelRunner:
                 )
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accepted = reached = torch.zeros_like(result.tokens)
+            accepted = torch.zeros_like(result.tokens)
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
             spec = self._speculate(requests, inputs, strategy)
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
-            reached = spec.reached
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s = spec.catch_up_time_s
         candidates = accepted + 1
         finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
         self.state.advance(inputs.slots, tokens, candidates)
-        back = read_back(tokens, logprobs, accepted, finish, reached)
+        back = read_back(tokens, logprobs, accepted, finish)
         if self.drafter is not None:
             emitted = [a + 1 for a in back.accepted]
             self.feed.append(slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
@@ -292,7 +289,6 @@ class ModelRunner:
             draft_time_s=draft_s,
             verify_time_s=verify_s,
             catch_up_time_s=catch_up_s,
-            reached=back.reached,
         )
 
     def _speculate(self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy) -> SpecRoundResult:

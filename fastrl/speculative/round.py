@@ -75,7 +75,6 @@ class SpecRoundResult:
     state that produced token j: what the drafter reads next; F = H without feature layers); entries past
     accepted[b] are padding. accepted: [B] accepted draft tokens. draft_nodes: tree
     nodes verified per row, root excluded (fewer than the strategy's when a chain stopped early). Times in seconds.
-    reached: [B] how deep each row's draft went along its accepted path (`Acceptance.reached`).
     """
 
     tokens: Tensor
@@ -87,7 +86,6 @@ class SpecRoundResult:
     verify_time_s: float = 0.0
     catch_up_time_s: float = 0.0
     """The drafter's catch-up, a part of ``draft_time_s`` (0.0 unless the round was asked to time it)."""
-    reached: Tensor | None = None
 
     def padded(self, levels: int) -> SpecRoundResult:
         """The same result with its per-row entries zero-padded to `levels`.  # [B,D+1] -> [B,levels]"""
@@ -101,7 +99,6 @@ class SpecRoundResult:
             self.draft_time_s,
             self.verify_time_s,
             self.catch_up_time_s,
-            self.reached,
         )
 
 
@@ -299,9 +296,8 @@ def verify_trees(
     if runtime.verifies_chain:  # the path's first accepted + 1 nodes are the chain's first ones (the rest: padding)
         levels = runtime.max_depth + 1
         return SpecRoundResult(
-            targets[:, :levels], logprobs[:, :levels], out.features[:, :levels], acc.accepted, nodes - 1,
-            reached=acc.reached,
-        )  # fmt: skip
+            targets[:, :levels], logprobs[:, :levels], out.features[:, :levels], acc.accepted, nodes - 1
+        )
     path_hidden = out.features.gather(1, acc.path.unsqueeze(-1).expand(-1, -1, out.features.shape[-1]))
     return SpecRoundResult(
         tokens=targets.gather(1, acc.path),
@@ -309,5 +305,4 @@ def verify_trees(
         hidden=path_hidden,
         accepted=acc.accepted,
         draft_nodes=nodes - 1,
-        reached=acc.reached,
     )

@@ -18,18 +18,15 @@ from fastrl.speculative.draft_tree import DraftTree
 
 @dataclass
 class Acceptance:
-    """Per row: accepted draft tokens, the accepted path's node indices by depth, and how deep the draft went there.
+    """Per row: accepted draft tokens, and the accepted path's node indices by depth.
 
     accepted: [B] long, number of accepted draft tokens (emitted tokens = accepted + 1)
     path:       [B,D+1] long, path[b,d] = node at depth d on the accepted path for d <= accepted[b]; entries
                 beyond repeat the deepest accepted node
-    reached:  [B] long, accepted + 1 where the deepest accepted node has a drafted child (the policy rejected the
-                next depth), accepted where it is a leaf (the draft ended there)
     """
 
     accepted: Tensor
     path: Tensor
-    reached: Tensor
 
 
 def verify_tree(tree: DraftTree, targets: Tensor, max_depth: int) -> Acceptance:
@@ -45,5 +42,4 @@ def verify_tree(tree: DraftTree, targets: Tensor, max_depth: int) -> Acceptance:
     at_level = on_path.unsqueeze(1) & (tree.depths.unsqueeze(1) == levels.view(1, -1, 1))  # [B,D+1,N]
     path = torch.where(at_level.any(-1), at_level.float().argmax(-1), -1)
     path = torch.where(path < 0, deepest.unsqueeze(1), path)
-    reached = accepted + (tree.parents == deepest.unsqueeze(1)).any(dim=1).long()
-    return Acceptance(accepted=accepted, path=path, reached=reached)
+    return Acceptance(accepted=accepted, path=path)

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from fastrl.adaptive.depth_acceptance import is_chain
 from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
@@ -60,33 +59,3 @@ def test_the_requests_counts_add_up_to_the_rounds_counts(models, seed):
     assert sum(o.drafted_tokens for o in outputs) == sum(sum(s.drafted_tokens) for s in engine.round_stats)
     assert sum(len(o.accept_lengths) for o in outputs) == sum(s.batch_size for s in engine.round_stats)
     assert len({s.strategy for s in engine.round_stats}) > 1
-
-
-@pytest.mark.parametrize("name", ["disable", "7_1_8", "12_1_13@0.3", "8_4_8", "8_4_32", "suffix_8", "3_1_4+suffix_8"])
-def test_each_round_says_how_deep_each_rows_draft_went(models, name):
-    """`RoundStats.reached`: 0 for plain rounds; a chain drafts every level up to where it stopped, so a row went
-    one past its accepted tokens unless it accepted the whole chain; a tree's accepted path may end at a leaf. The
-    graph path (a replay runs the round again here) reports what the eager path does."""
-    from fastrl.bench.eager_ops import OpCounter, graph_path_counted
-
-    policy, drafter = models
-    strategy = Strategy.parse(name)
-    config = EngineConfig(max_batch_size=4, max_model_len=128)
-    engine = Engine(policy, config, drafter, build_selector(name))
-    engine.generate(_inputs(21, 10))
-    with graph_path_counted(OpCounter()):
-        graphed = Engine(policy, config, drafter, build_selector(name))
-    assert graphed.runner.graphs is not None
-    graphed.generate(_inputs(21, 10))
-    assert [s.reached for s in graphed.round_stats] == [s.reached for s in engine.round_stats]
-    leaves = 0
-    for stats in engine.round_stats:
-        assert stats.reached is not None
-        for reached, accepted, drafted in zip(stats.reached, stats.accepted_tokens, stats.drafted_tokens, strict=True):
-            if strategy.is_disabled:
-                assert reached == 0
-            elif is_chain(strategy):  # a chain of `drafted` levels this round
-                assert reached == min(accepted + 1, drafted)
-            leaves += reached == accepted < strategy.steps
-    if name == "8_4_8":  # 7 nodes over 8 levels: some accepted paths end at a leaf short of the depth
-        assert leaves > 0

@@ -61,35 +61,6 @@ def test_verify_batched_rows_independent():
     assert acc.accepted.tolist() == [3, 1]
 
 
-def test_verify_says_whether_the_draft_went_on_past_the_accepted_path():
-    """`reached` is accepted + 1 where the deepest accepted node has a child (the next depth was drafted and
-    rejected), accepted where it is a leaf or the whole depth was accepted: against a walk of random trees."""
-    import random
-
-    rng = random.Random(11)
-    for _ in range(300):
-        nodes = rng.randint(1, 9)
-        parents = [-1] + [rng.randrange(i) for i in range(1, nodes)]
-        tokens = [0]
-        for i in range(1, nodes):  # a node's children carry distinct tokens (as drafted trees do)
-            taken = {tokens[c] for c in range(1, i) if parents[c] == parents[i]}
-            tokens.append(rng.choice([t for t in range(1, nodes + 3) if t not in taken][:3]))
-        tree = _tree(parents, tokens)
-        depth = int(tree.depths.max())
-        targets = torch.tensor([[rng.randint(1, 3) for _ in range(nodes)]])
-        acc = verify_tree(tree, targets, max_depth=depth)
-        # the walk: from the root, follow the first child whose token is the policy's target at its parent
-        node, accepted = 0, 0
-        while True:
-            nxt = [c for c in range(nodes) if parents[c] == node and tokens[c] == targets[0, node].item()]
-            if not nxt:
-                break
-            node, accepted = nxt[0], accepted + 1
-        has_child = any(parents[c] == node for c in range(nodes))
-        assert acc.accepted.tolist() == [accepted]
-        assert acc.reached.tolist() == [accepted + has_child], (parents, tokens, targets.tolist())
-
-
 def test_finalize_keeps_best_ancestor_closed_in_topological_order():
     torch.manual_seed(0)
     b, k = 3, 3
