@@ -23,10 +23,7 @@ class RoundStats:
     ``wall_time_s`` the round spent catching up on text emitted before it: a history round indexing what came since
     its groups' last history draft, a drafter round after rounds without the drafter feeding it their tokens (the
     engine times that catch-up only then). A cost of the rounds that went before as much as of this one, which the
-    bandit does not learn as this arm's. ``reached``: per row, how deep its draft went along the path it accepted:
-    ``accepted + 1`` where the next depth was drafted there and the policy rejected it, ``accepted`` where nothing
-    was drafted past the accepted path (a tree's leaf, a chain that stopped early, every level accepted); None when
-    not known (a row short of the strategy's depth then reads as rejected at the next depth).
+    bandit does not learn as this arm's.
     """
 
     strategy: Strategy
@@ -39,7 +36,6 @@ class RoundStats:
     verify_time_s: float = 0.0
     plain_time_estimate_s: float = 0.0
     catch_up_time_s: float = 0.0
-    reached: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -52,15 +48,6 @@ class RoundStats:
                 raise ValueError(f"RoundStats.{name} must be non-negative, got {values}")
         if any(a > d for a, d in zip(self.accepted_tokens, self.drafted_tokens, strict=True)):
             raise ValueError("RoundStats.accepted_tokens exceeds drafted_tokens in some row")
-        if self.reached is not None:
-            if len(self.reached) != self.batch_size:
-                raise ValueError(f"RoundStats.reached has {len(self.reached)} rows, batch_size is {self.batch_size}")
-            rows = zip(self.reached, self.accepted_tokens, self.drafted_tokens, strict=True)
-            if not all(a <= r <= min(a + 1, d) for r, a, d in rows):
-                raise ValueError(
-                    "RoundStats.reached must lie in [accepted, min(accepted + 1, drafted)] in every row, got "
-                    f"{self.reached} (accepted {self.accepted_tokens})"
-                )
         if not self.wall_time_s > 0.0:
             raise ValueError(f"RoundStats.wall_time_s must be > 0, got {self.wall_time_s}")
         if self.draft_time_s < 0.0 or self.verify_time_s < 0.0 or self.plain_time_estimate_s < 0.0:

@@ -32,10 +32,6 @@ def test_round_stats_properties():
         ({"accepted_tokens": [8, 0]}, "exceeds drafted_tokens"),
         ({"wall_time_s": 0.0}, "wall_time_s"),
         ({"draft_time_s": -1.0}, "draft_time_s"),
-        ({"reached": [1]}, "reached has 1 rows"),
-        ({"reached": [0, 2]}, r"reached must lie in \[accepted, min\(accepted \+ 1, drafted\)\]"),
-        ({"reached": [3, 2]}, "reached must lie in"),
-        ({"accepted_tokens": [1, 3], "emitted_tokens": [2, 4], "reached": [2, 4]}, "reached must lie in"),
     ],
 )
 def test_round_stats_validation(kwargs, message):
@@ -50,12 +46,6 @@ def test_round_stats_validation(kwargs, message):
     values.update(kwargs)
     with pytest.raises(ValueError, match=message):
         RoundStats(**values)
-
-
-def test_round_stats_reached_takes_a_rejection_or_the_end_of_the_draft():
-    stats = RoundStats(Strategy(3, 1, 4), 3, [3, 3, 3], [1, 3, 0], [2, 4, 1], 0.01, reached=[2, 3, 0])
-    assert stats.reached == [2, 3, 0]
-    assert RoundStats(Strategy(3, 1, 4), 1, [3], [1], [2], 0.01).reached is None
 
 
 @pytest.mark.parametrize("name", ["bandit", "ema", "disable", "8_4_32"])
