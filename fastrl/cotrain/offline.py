@@ -18,7 +18,7 @@ from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrai
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
 from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
-from fastrl.engine.config import check_dtype, default_dtype
+from fastrl.engine.config import ENGINE_DTYPES, check_dtype, default_dtype
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.tasks.task import ArithChainTask
@@ -163,7 +163,7 @@ def train_offline(
     plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1, dtype)
-    rollout_policy = cast_copy(policy, held_plan.engine_config(1, cfg.device).torch_dtype)  # once: it is frozen
+    rollout_policy = cast_copy(policy, ENGINE_DTYPES[dtype])  # once: the policy is frozen
     held_ids = held_plan.generate(rollout_policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
     measured = min(cfg.accept_requests, len(held_prompts))
     fewer = f" (accept_requests={cfg.accept_requests}: there are no more)" if measured < cfg.accept_requests else ""
