@@ -23,16 +23,7 @@ chain, for the chains) decays its counts by exp(-b / ``memory_rows``), so the es
 drifts as the drafter and policy train, or along the rollouts (the long tail's last tokens, decoded at batch 1, are
 easier than its first at batch 64: memory counted in rounds let 64-row rounds outweigh a hundred 1-row ones); every
 other round decays them ``IDLE_MEMORY`` times more slowly, so an arm left alone regains its uncertainty (and is
-tried again) only after many rows, not after a few dozen plain rounds. Unless the arms that do run show that the
-source's acceptance moved since: every arm also records, for each row it counts, the own rate per depth of every
-other arm of its source at that moment, and a round of an arm whose rate (after the round) stands more than
-``STALE_Z`` standard errors from the rate an idle arm's rows recorded for it (the depths weighted by the idle arm's
-rows) decays that idle arm's counts as if the idle arm had run: rows counted under an acceptance that is gone are
-replaced by the running arm's, so the idle arm falls back on its pool and its exploration bound and is tried again.
-Without it a tree tried in a first phase of a weak drafter could keep over 100 rows into a stronger second phase,
-predicted at its old 2.6 tokens against ~6 true and never retried, while the chain ran at hazards those rows
-contradicted. The record is not saved with the counts (``state``): loaded
-rows are judged by idle decay alone. Expected
+tried again) only after many rows, not after a few dozen plain rounds. Expected
 tokens per row = 1 + sum_d prod_{j<=d} h_j; the optimistic value raises that expectation by ``z`` of its standard
 errors (the exploration bound: an arm with few rounds at the deep levels may still be much better than its mean
 says).
@@ -55,9 +46,6 @@ UNKNOWN_HAZARD = 0.5
 IDLE_MEMORY = 8.0
 """How many times more slowly an arm's counts decay over other arms' rows (plain ones included) than over its
 own."""
-STALE_Z = 3.0
-"""Standard errors by which a running arm's hazards must have moved since an idle arm's rows were counted for those
-rows to be treated as replaced (decayed as if that arm had run)."""
 
 
 def family(strategy: Strategy) -> str:
@@ -122,11 +110,6 @@ class DepthAcceptance:
         self._held = [[j for j, other in enumerate(self.arms) if contains(arm, other)] for arm in self.arms]
         self._prior_hazard = dict.fromkeys(("eagle", "history", "hybrid"), UNKNOWN_HAZARD)
         self._keep: dict[tuple[int | None, int], np.ndarray] = {}  # [A, 1] decay factors by (arm run, batch size)
-        # [A, A, 2D]: per arm (row), what every other arm's own rate was at each depth when the row's own rows were
-        # counted: the rate times the row's trials there, then those trials (where the other arm had a rate); decays
-        # with the row's counts
-        self._context = np.zeros((len(self.arms), len(self.arms), 2 * self._columns))
-        self._kin = _relation(self.arms, lambda arm, other: family(arm) == family(other) and not twins(arm, other))
         # until the next observation: per arm (hazard, rows it rests on) per depth, and its own rows
         self._estimated: tuple[list[list[tuple[float, float]]], list[float]] | None = None
         self._tokens: dict[float, list[float]] = {}  # per-arm tokens per row by z, likewise
@@ -143,10 +126,8 @@ class DepthAcceptance:
         """Count one round's rows (a strategy outside the arms, or plain decoding, teaches nothing)."""
         self._forget_estimates()
         arm = self._index.get(stats.strategy)
-        keep = self._decay(arm, stats.batch_size)
+        self.counts *= self._decay(arm, stats.batch_size)
         if arm is None:
-            self.counts *= keep
-            self._context *= keep[:, :, None]
             return
         steps, columns = self._depths[arm], self._columns
         stopped = [0] * (steps + 1)  # rows by accepted tokens (at most steps)
@@ -160,34 +141,7 @@ class DepthAcceptance:
                 added[d - 1] = reached
             if d < steps:
                 added[columns + d] = reached
-        own = self._twins @ self.counts  # [A, 2D]: every arm's own rows before this round
-        hits, trials = own[:, :columns], own[:, columns:]
-        has_rate = trials > 0.0
-        rate = np.where(has_rate, hits / np.maximum(trials, 1e-300), 0.0)  # [A, D]
-        after = own[arm] + added
-        now = np.where(after[columns:] > 0.0, after[:columns] / np.maximum(after[columns:], 1e-300), 0.0)
-        keep = np.where(self._stale(arm, now, after[columns:]), self._decay(arm, stats.batch_size)[arm], keep)
-        self.counts *= keep
-        self._context *= keep[:, :, None]
         self.counts[arm] += added
-        new_trials = np.asarray(added[columns:])  # [D]
-        self._context[arm, :, :columns] += new_trials * rate
-        self._context[arm, :, columns:] += new_trials * has_rate
-
-    def _stale(self, arm: int, now: np.ndarray, trials: np.ndarray) -> np.ndarray:
-        """Per arm, True where its own rows were counted while ``arm``'s own rate (now ``now`` per depth, over
-        ``trials``) stood more than ``STALE_Z`` standard errors away from ``now``: the source's acceptance moved since,
-        so they no longer describe the arm. -> [A, 1] bool"""
-        columns = self._columns
-        context = self._twins @ self._context[:, arm, :]  # [A, 2D]: each arm's record of ``arm``'s rate
-        own_trials = (self._twins @ self.counts)[:, columns:]  # [A, D]
-        weight = np.where(context[:, columns:] > 0.0, own_trials, 0.0)  # [A, D]
-        then = context[:, :columns] / np.maximum(context[:, columns:], 1e-300)
-        variance = 2.0 * now * (1.0 - now) / np.maximum(trials, 1.0)  # [D]: both sides' sampling error
-        shift = (weight * (now - then)).sum(axis=1)
-        spread = np.sqrt((weight**2 * variance).sum(axis=1))
-        moved = np.abs(shift) > STALE_Z * np.maximum(spread, 1e-12)
-        return (moved & (self._kin[:, arm] > 0) & (weight.sum(axis=1) > 0.0))[:, None]
 
     def _decay(self, arm: int | None, batch_size: int) -> np.ndarray:
         """What a round of ``arm`` (None: no arm's) over ``batch_size`` rows leaves of every arm's counts: an arm's
@@ -297,7 +251,6 @@ class DepthAcceptance:
         """Restore the counts of the arms ``state`` shares with this estimator (others start empty)."""
         self._forget_estimates()
         self.counts[:] = 0.0
-        self._context[:] = 0.0
         columns = self._columns
         for i, (arm, steps) in enumerate(zip(self.arms, self._depths, strict=True)):
             saved = state.get(str(arm))
