@@ -15,6 +15,8 @@ with its error and the next one runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -189,34 +191,29 @@ def phase_tests(log: Path, seconds: float, tests: list[str]) -> dict:
 def phase_long_tail(args, device: str) -> dict:
     """The bundled model and drafter on the long-tail batch (`fastrl.bench.long_tail`: T=1, lengths from its EOS),
     plain, static trees and the bandit; its printed table, kept whole."""
-    import contextlib
-    import io
-
     from fastrl.bench.long_tail import main as long_tail_bench
 
     argv = ["--device", device, "--requests", str(args.long_tail), "--selectors", "3_1_4,5_1_6,bandit", "--warmup"]
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        long_tail_bench(argv + ["--max-new-tokens", "512"])
-    print(text.getvalue(), flush=True)
-    return {"argv": argv, "table": text.getvalue().splitlines()}
+    return {"argv": argv, "table": printed_table(long_tail_bench, argv + ["--max-new-tokens", "512"])}
 
 
 def phase_admission(args, device: str) -> dict:
     """The bundled model on 2,048 task requests queued on 256 slots, admitted as slots free and in batches of 32
     (`fastrl.bench.admission`: paired repeats, tokens checked identical); its printed table, kept whole."""
-    import contextlib
-    import io
-
     from fastrl.bench.admission import main as admission_bench
 
     requests, slots, admit = ("64", "16", "1,4") if args.tiny else ("2048", "256", "1,32")
     argv = ["--device", device, "--repeats", "2", "--requests", requests, "--batch-size", slots, "--admit", admit]
+    return {"argv": argv, "table": printed_table(admission_bench, argv)}
+
+
+def printed_table(bench_main, argv: list[str]) -> list[str]:
+    """What a benchmark's ``main(argv)`` prints, echoed and returned line by line (kept whole in results.json)."""
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        admission_bench(argv)
+        bench_main(argv)
     print(text.getvalue(), flush=True)
-    return {"argv": argv, "table": text.getvalue().splitlines()}
+    return text.getvalue().splitlines()
 
 
 def main() -> None:
