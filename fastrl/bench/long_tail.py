@@ -199,7 +199,7 @@ def cost_measurements(rows: list[LongTailRow]) -> list[dict]:
 def check_arguments(args: Any) -> None:
     """ValueError naming the flag of the first bad value of ``main``'s arguments that argparse's types leave (before
     any model loads)."""
-    from fastrl.commands.engine_setup import check_device
+    from fastrl.engine.machine import check_device
 
     if not math.isfinite(args.temperature) or args.temperature < 0:
         raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")

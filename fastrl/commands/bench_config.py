@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from fastrl.bench.long_tail import check_selector_names
 from fastrl.bench.workload import WORKLOADS
-from fastrl.commands.engine_setup import check_device
+from fastrl.engine.machine import check_device
 from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory", "host_time")

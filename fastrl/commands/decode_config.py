@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
-from fastrl.commands.engine_setup import check_device
 from fastrl.engine.config import check_dtype
+from fastrl.engine.machine import check_device
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
 MAX_REQUESTS = 1_000_000  # prompts x n of one run: each request's prompt, tokens and record are held in memory

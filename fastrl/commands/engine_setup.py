@@ -14,6 +14,7 @@ from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_di
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
+from fastrl.engine.machine import available_bytes
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
@@ -46,21 +47,6 @@ def resolve_model_dir(model: str, key: str = "model") -> Path:
     return directory
 
 
-def check_device(key: str, device: str) -> None:
-    """ValueError naming ``key`` when ``device`` is not a torch device this machine has."""
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"{key}={device!r} is not a torch device ({err})") from None
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{key}={device}: this machine has no CUDA device (torch.cuda.is_available() is False)")
-        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise ValueError(f"{key}={device}: only {torch.cuda.device_count()} CUDA devices here")
-    elif parsed.type != "cpu":
-        raise ValueError(f"{key}={device!r}: fastrl runs on cpu or cuda")
-
-
 def request_context(config: ModelConfig, prompt_lengths: list[int], max_new_tokens: int) -> int:
     """The context a decode run needs: its longest prompt plus max_new_tokens (and the token that is fed last),
     at most the model's; the KV cache is sized to it instead of the model's whole context."""
@@ -78,25 +64,13 @@ def check_kv_memory(
         2 * config.num_hidden_layers * length * config.num_key_value_heads * config.head_dim
     ) * torch.empty((), dtype=dtype).element_size()
     need = bytes_per_slot * slots
-    available = _available_bytes(device)
+    available = available_bytes(device)
     if available is not None and need > available:
         fits = max(1, available // max(1, bytes_per_slot))
         raise ValueError(
             f"{key}={slots} needs a {need / 2**30:.1f} GiB KV cache, but {available / 2**30:.1f} GiB is available "
             f"on {device}; use {key}={fits} or less"
         )
-
-
-def _available_bytes(device: str) -> int | None:
-    if torch.device(device).type == "cuda":
-        return torch.cuda.mem_get_info(torch.device(device))[0]
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def resolve_drafter(drafter: str, model_dir: Path, policy: CausalLM, needed: bool) -> EagleDrafter | None:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
-from fastrl.commands.engine_setup import check_device
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.machine import check_device
 from fastrl.rl.tasks.config import TaskConfig
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.strategy.strategy import Strategy

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from fastrl.commands.engine_setup import check_device, resolve_model_dir
+from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import prompts_path_problem
@@ -16,6 +16,7 @@ from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.cotrain.stream_trainer import check_stream_dir
+from fastrl.engine.machine import check_device
 from fastrl.models.checkpoint import load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model

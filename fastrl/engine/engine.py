@@ -74,7 +74,9 @@ class Engine:
     successive engines to keep earlier responses across RL steps. One is made when the strategy space needs it.
 
     The engine runs `model` and `drafter` themselves, moved to its device and dtype in place (``nn.Module.to``):
-    engines of different dtypes or devices each need their own copy of the modules.
+    engines of different dtypes or devices each need their own copy of the modules. They move only once every
+    check has passed (strategies, pool size against the memory free, device): a refused engine leaves them as they
+    were.
     """
 
     def __init__(
@@ -140,7 +142,7 @@ class Engine:
         """Queue a request; returns its id. A request the model cannot run (ids outside the vocabulary, a prompt past
         the context) finishes at the next step with an error; one of the wrong types is a ValueError now (see
         ``check_request``), and nothing is queued."""
-        prompt, params = self.check_request(prompt_ids, params, request_id)
+        prompt, params = self.check_request(prompt_ids, params, request_id, return_hidden_states)
         request_id = self._queue(prompt, params, request_id, return_hidden_states)
         self._streamed.add(request_id)
         return request_id
@@ -182,15 +184,27 @@ class Engine:
         return request_id in self._live_ids or (self.history is not None and self.history.is_live(request_id))
 
     def check_request(
-        self, prompt_ids: Iterable[int], params: SamplingParams | None, request_id: str | None
+        self,
+        prompt_ids: Iterable[int],
+        params: SamplingParams | None,
+        request_id: str | None,
+        return_hidden_states: object = False,
     ) -> tuple[list[int], SamplingParams]:
         """The prompt as a list of Python ints and the params (defaults for None); ValueError naming the request
         when an id is not an integer (a float, a bool, a string: numpy integers are taken), the params are not a
-        SamplingParams, or the request id is not a string or is already running here. Checks types only: what
-        the model cannot run (the vocabulary, the context) is the scheduler's, per request, at the next step."""
+        SamplingParams, the request id is not a non-empty string or is already running here, or
+        `return_hidden_states` is not a bool. Checks types only: what the model cannot run (the vocabulary, the
+        context) is the scheduler's, per request, at the next step."""
         name = "request" if request_id is None else f"request {request_id!r}"
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"{name}: a request id must be a string, got {type(request_id).__name__}")
+        if request_id == "":
+            raise ValueError("a request id must not be empty (None lets the engine name the request)")
+        if not isinstance(return_hidden_states, bool):
+            raise ValueError(
+                f"{name}: return_hidden_states must be true or false, got {return_hidden_states!r} "
+                f"({type(return_hidden_states).__name__})"
+            )
         if request_id in self._live_ids:
             raise ValueError(f"request id {request_id!r} is already running in this engine")
         if request_id is not None and self._id_taken(request_id):
@@ -302,7 +316,7 @@ class Engine:
         if repeated:
             raise ValueError(f"request ids {repeated} appear more than once in one generate call")
         # every input checked before any is queued: a bad one leaves none behind
-        checked = [self.check_request(i.prompt_ids, i.params, i.request_id) for i in inputs]
+        checked = [self.check_request(i.prompt_ids, i.params, i.request_id, i.return_hidden_states) for i in inputs]
         reserved = set(counts)  # the call's own ids: an input without one must not be given one of them
         ids = [
             self._queue(prompt, params, i.request_id, i.return_hidden_states, reserved)

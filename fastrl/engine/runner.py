@@ -19,6 +19,8 @@ from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
 from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, pages_per_request, round_lookahead
+from fastrl.engine.kv_plan import KvPlan, KvShape, incoming_bytes
+from fastrl.engine.machine import check_device
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
@@ -90,9 +92,10 @@ class ModelRunner:
         """`graph_capture` (tests): build the graph rounds, their padding slot and static inputs on any device,
         each round run by this stand-in for the CUDA capture (see `CudaGraphRounds`)."""
         self.config = config
+        check_device("engine.device", config.device)
         self.device = torch.device(config.device)
         dtype = config.torch_dtype
-        self.model = model.to(device=self.device, dtype=dtype).eval()
+        # Every check first: a refused engine leaves the caller's modules as they were (no dtype or device moved).
         speculative = [s for s in strategies if not s.is_disabled]
         eagle = [s for s in speculative if s.uses_drafter]
         if eagle and drafter is None:
@@ -104,12 +107,12 @@ class ModelRunner:
         for s in eagle:
             if s.topk > mc.vocab_size:
                 raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
-        self.drafter = drafter.to(device=self.device, dtype=dtype).eval() if eagle and drafter else None
+        run_drafter = drafter if eagle else None
         # What the drafter reads (and co-training keeps): the final-norm state, or a fused drafter's layers too.
         self.feature_layers: tuple[int, ...] = drafter.extra_layers if drafter is not None else ()
         check_extra_layers(self.feature_layers, mc.num_hidden_layers)
-        if self.drafter is not None and self.drafter.draft_vocab is not None:
-            width = self.drafter.draft_vocab.numel()
+        if run_drafter is not None and run_drafter.draft_vocab is not None:
+            width = run_drafter.draft_vocab.numel()
             for s in eagle:
                 if s.topk > width:
                     raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
@@ -119,7 +122,7 @@ class ModelRunner:
         # writes past the batch's longest row (tree nodes; the drafter's tree expansions).
         self.lookahead = round_lookahead(speculative)
         scratch = max((s.max_tree_nodes for s in speculative), default=1)
-        if self.drafter is not None:
+        if run_drafter is not None:
             scratch = max(scratch, max(self.runtimes[s].tree_area for s in eagle) + 2)
         use_graphs = config.cuda_graphs and (self.device.type == "cuda" or graph_capture is not None)
         slots = config.max_batch_size + (1 if use_graphs else 0)  # graphs pad batches on a scratch slot
@@ -131,38 +134,50 @@ class ModelRunner:
                 "engine.kv_cache_tokens", config.kv_cache_tokens, self.max_model_len, self.lookahead, ps
             )
             num_pages = math.ceil(config.kv_cache_tokens / ps)
-        # The default pool holds every slot's context: each slot gets its own home range of pages (read in place).
-        home = per_request if config.kv_cache_tokens is None else None
-        self.pool = PagePool(num_pages, ps, home)
-        eos = mc.eos_token_id
-        eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
-        self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
-        self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
-        self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
-        configs = [mc] + ([self.drafter.config] if self.drafter is not None else [])
+        configs = [mc] + ([run_drafter.config] if run_drafter is not None else [])
         shapes = [(c.num_attention_heads, c.num_key_value_heads, c.head_dim) for c in configs]
-        backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
+        columns, scratch_pages = PageTable.layout(self.max_model_len + scratch, ps, scratch)
+        layers = [mc.num_hidden_layers, 1][: len(configs)]  # the drafter's cache has one layer
+        caches = tuple(KvShape(n, c.num_key_value_heads, c.head_dim) for n, c in zip(layers, configs, strict=True))
+        kv_plan = KvPlan(
+            slots, num_pages, scratch_pages, columns, ps, caches, dtype, self.device, config.kv_cache_tokens
+        )
+        kv_plan.check(incoming_bytes([model, run_drafter], self.device, dtype))
+        with kv_plan.allocating():
+            # The default pool holds every slot's context: each slot gets its own range of pages (read in place).
+            home = per_request if config.kv_cache_tokens is None else None
+            self.pool = PagePool(num_pages, ps, home)
+            eos = mc.eos_token_id
+            eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+            self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
+            self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
+            backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
+            self.cache = KVCache(
+                mc.num_hidden_layers,
+                slots,
+                self.table.max_len,
+                mc.num_key_value_heads,
+                mc.head_dim,
+                dtype=dtype,
+                device=self.device,
+                table=self.table,
+                backend=backend,
+            )
+            if run_drafter is not None:
+                dcache = run_drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table, backend)
+                self.feed = DrafterFeed(slots, run_drafter.feature_size, dtype, self.device, self.lookahead)
+        self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
+        # Only now the modules move to the engine's device and dtype (in place: the engine runs the caller's).
+        self.model = model.to(device=self.device, dtype=dtype).eval()
+        self.drafter = run_drafter.to(device=self.device, dtype=dtype).eval() if run_drafter is not None else None
         if self.device.type == "cuda":  # installed (or taken out) on the modules this engine runs
             kernels = LayerKernels.load(self.device, dtype) if config.layer_kernels else None
             for module in (self.model, self.drafter):
                 if module is not None:
                     install_layer_kernels(module, kernels)
-        self.cache = KVCache(
-            mc.num_hidden_layers,
-            slots,
-            self.table.max_len,
-            mc.num_key_value_heads,
-            mc.head_dim,
-            dtype=dtype,
-            device=self.device,
-            table=self.table,
-            backend=backend,
-        )
         self.spec_models: SpecModels | None = None
         if self.drafter is not None:
-            dcache = self.drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table, backend)
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache, self.feature_layers)
-            self.feed = DrafterFeed(slots, self.drafter.feature_size, dtype, self.device, self.lookahead)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache, feature_layers=self.feature_layers)
         self.graphs = self._capture_graphs(graph_capture) if use_graphs else None

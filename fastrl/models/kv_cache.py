@@ -50,7 +50,7 @@ class PageTable:
         self.home_stride = home_stride
         self.num_slots = num_slots
         self.page_size = page_size
-        self.columns = math.ceil(max_len / page_size)
+        self.columns, paged_scratch = PageTable.layout(max_len, page_size, scratch_len)
         self.max_len = self.columns * page_size
         self.device = torch.device(device)
         self.paged = num_pages is not None
@@ -62,11 +62,16 @@ class PageTable:
             self._default = slots * self.columns + cols
         else:
             self.num_pages = num_pages
-            self.scratch_pages = math.ceil(scratch_len / page_size) + 1
+            self.scratch_pages = paged_scratch
             self._default = num_pages + slots * self.scratch_pages + cols % self.scratch_pages
         self.total_pages = self.num_pages + num_slots * self.scratch_pages
         self._default = self._default.to(self.device)
         self.table = self._default.clone()  # [num_slots, columns] long
+
+    @staticmethod
+    def layout(max_len: int, page_size: int, scratch_len: int = 0) -> tuple[int, int]:
+        """The columns of a slot of `max_len` entries, and the scratch pages a paged table gives each slot."""
+        return math.ceil(max_len / page_size), math.ceil(scratch_len / page_size) + 1
 
     def map(self, slots: list[int], columns: list[int], pages: list[int]) -> None:
         """Point `table[slots[i], columns[i]]` at pool page `pages[i]` (one indexed write for all of them)."""
