@@ -141,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = table[name](overrides)
     except ValueError as exc:
-        from fastrl.config_compose import in_schema_words
+        from fastrl.config_compose import UnknownKeyError, in_schema_words
 
-        print(f"fastrl {name}: error: {in_schema_words(str(exc), _command(name).schema)}", file=sys.stderr)
+        said = str(exc) if isinstance(exc, UnknownKeyError) else in_schema_words(str(exc), _command(name).schema)
+        print(f"fastrl {name}: error: {said}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk mid-run: one line, what was saved before is kept; anything else as it is
         from fastrl.commands.output_guard import no_space

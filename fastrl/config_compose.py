@@ -97,6 +97,11 @@ def _nested_configs(schema: type, prefix: str) -> list[tuple[str, type]]:
     return found
 
 
+class UnknownKeyError(ValueError):
+    """An override names a key the command does not have. Its message quotes the key as the user typed it, so the
+    CLI prints it as it is (``in_schema_words`` would rewrite a typed ``engine.x`` into ``rollout.engine.x``)."""
+
+
 def check_override_keys(command: str, schema: type, overrides: list[str]) -> None:
     """ValueError for the first override whose key is not in ``schema`` (``+``, ``++`` and ``~`` prefixes included:
     adding keys the command does not read is a mistake, never a setting), with the closest known key."""
@@ -109,7 +114,7 @@ def check_override_keys(command: str, schema: type, overrides: list[str]) -> Non
         problem = _unknown_key(schema, key)
         if problem is not None:
             name = command.replace("_", "-")  # the command as typed (its config file is check_exact.yaml, ...)
-            raise ValueError(f"`fastrl {name}` has no key {key!r}{problem}")
+            raise UnknownKeyError(f"`fastrl {name}` has no key {key!r}{problem}")
 
 
 def _unknown_key(schema: type, dotted: str) -> str | None:
@@ -117,20 +122,32 @@ def _unknown_key(schema: type, dotted: str) -> str | None:
     (dict, Any); else a hint: ``"; did you mean 'x.temperature'?"`` or the known keys."""
     current: Any = schema
     done: list[str] = []
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
         current = _unwrap_optional(current)
         if not is_dataclass(current):
             return None
         hints = get_type_hints(current)
         if part not in hints:
+            within = _keys_ending(schema, dotted)
+            if len(within) == 1:  # a nested key typed without its section: `engine.x` for `rollout.engine.x`
+                return f"; did you mean {within[0]!r}?"
             prefix = ".".join(done + [""])
             close = difflib.get_close_matches(part, list(hints), n=1, cutoff=0.6)
             if close:
-                return f"; did you mean {prefix + close[0]!r}?"
+                whole = ".".join([prefix + close[0], *parts[i + 1 :]])  # the rest of the key, when it fits there
+                meant = whole if _field_type(schema, whole) is not None else prefix + close[0]
+                return f"; did you mean {meant!r}?"
             return f"; {(prefix or 'top-level ')}keys are {sorted(hints)}"
         done.append(part)
         current = hints[part]
     return None
+
+
+def _keys_ending(schema: type, dotted: str) -> list[str]:
+    """The keys of ``schema`` that end with the whole dotted name ``dotted`` below some section."""
+    sections = [path for path, _ in _nested_configs(schema, "")]
+    return [f"{path}.{dotted}" for path in sections if _field_type(schema, f"{path}.{dotted}") is not None]
 
 
 def _unwrap_optional(kind: Any) -> Any:

@@ -32,7 +32,7 @@ from fastrl.commands.run_dir import (
     run_record,
     wandb_run_id,
 )
-from fastrl.commands.train_args import check_groups, in_user_words
+from fastrl.commands.train_args import check_groups, in_user_words_error
 from fastrl.commands.train_config import TrainConfig
 from fastrl.commands.train_setup import (
     build_backend,
@@ -309,7 +309,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         # --cfg shows what runs (a resumed run's own overrides with these on top) and checks no directory
         plan = plan_run(overrides, check_dirs=runs_job)
     except ValueError as err:
-        raise ValueError(in_user_words(str(err))) from None
+        raise in_user_words_error(err) from None
     store = ConfigStore.instance()
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
     lock = None
@@ -326,7 +326,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         try:
             run_train(cfg, run_dir, plan)
         except ValueError as err:
-            raise ValueError(in_user_words(str(err))) from None
+            raise in_user_words_error(err) from None
         finally:
             if recorded and not plan.checked:  # refused, or nothing left to do: the run keeps its own record
                 restore_files(recorded)
@@ -336,7 +336,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     try:
         run_hydra_main(command, flags + plan.overrides, _job, ("hydra/job_logging=fastrl_train",), _precheck(plan))
     except ValueError as err:
-        raise ValueError(in_user_words(str(err))) from None
+        raise in_user_words_error(err) from None
     finally:
         if lock is not None:
             lock.release()

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from fastrl.commands.train_config import parses_as_strategy
-from fastrl.config_compose import key_start
+from fastrl.config_compose import UnknownKeyError, key_start
 from fastrl.models.named import is_named_model
 
 # Internal key names in error messages -> the keys of `fastrl train` (the most specific first).
@@ -34,6 +34,12 @@ def in_user_words(message: str) -> str:
     for internal, user in USER_KEYS:
         message = re.sub(key_start(internal), user, message)
     return message
+
+
+def in_user_words_error(err: ValueError) -> ValueError:
+    """The error as `fastrl train` shows it: an unknown key as the user typed it, any other with internal key
+    names in the user's words (``in_user_words``)."""
+    return err if isinstance(err, UnknownKeyError) else ValueError(in_user_words(str(err)))
 
 
 def group_options(config_dir: Path, group: str) -> list[str]:

@@ -42,6 +42,25 @@ def test_train_unknown_key_exits_with_a_clear_error(capsys):
 
 
 @pytest.mark.parametrize(
+    "command, override, message",
+    [
+        # a nested key typed without its section: the key as typed, and the whole key meant
+        ("train", "engine.admit_batch=4", "no key 'engine.admit_batch'; did you mean 'rollout.engine.admit_batch'?"),
+        ("train", "page_size=4", "no key 'page_size'; did you mean 'rollout.engine.page_size'?"),
+        # a section misspelt: the suggestion keeps the rest of the key
+        ("train-drafter", "drafter_trainer.lr=1e-4", "no key 'drafter_trainer.lr'; did you mean 'trainer.lr'?"),
+        ("train-drafter", "trainr.ttt_steps=2", "no key 'trainr.ttt_steps'; did you mean 'trainer.ttt_steps'?"),
+        ("generate", "bandt.epsilon=0.1", "no key 'bandt.epsilon'; did you mean 'bandit.epsilon'?"),
+    ],
+)
+def test_an_unknown_key_is_quoted_as_typed(command, override, message, capsys):
+    """The CLI's errors put a nested config's own key names in the user's words; an unknown key is the user's
+    words already, and rewriting it (``engine.x`` -> ``rollout.engine.x``) named a key that exists as unknown."""
+    assert main([command, override]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["model=local"], "model=local needs model.path=DIR"),
