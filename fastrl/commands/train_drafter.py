@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import torch
 
+from fastrl.assets_path import bundled_model_dir
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.prompt_tokens import PromptLimits
@@ -28,7 +30,8 @@ from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_laye
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     """Train, save the drafter to cfg.output with metrics.json beside it; returns the report. The output directory
-    is checked (and locked) before any work: an existing non-empty one needs overwrite=true."""
+    is checked (and locked) before any work: an existing non-empty one needs overwrite=true, unless all it holds is
+    this run's own stream (stream_dir inside output: the rerun of an interrupted run resumes)."""
     check_device("train_drafter.device", cfg.device)
     problem = prompts_path_problem(cfg.prompts) if cfg.prompts else None  # before outputs are checked against it
     if problem is not None:
@@ -36,9 +39,45 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     model_dir = resolve_model_dir(cfg.model)
     inputs = {"model": str(model_dir), "prompts": cfg.prompts, "init_drafter": cfg.init_drafter}
     work = {"stream_dir": cfg.stream_path}
-    with guard_outputs({}, inputs, {"output": cfg.output}, cfg.overwrite, work) as targets:
+    overwrite = cfg.overwrite or holds_only_its_stream(Path(cfg.output), Path(cfg.stream_path))
+    with guard_outputs({}, inputs, {"output": cfg.output}, overwrite, work) as targets:
         check_stream_dir("train_drafter.stream_dir", Path(cfg.stream_path), beside=(Path(cfg.output),))
         return _train_drafter(cfg, model_dir, targets["output"])
+
+
+def holds_only_its_stream(output: Path, stream: Path) -> bool:
+    """Whether the directory `output` holds nothing but the run's own stream directory `stream` (inside it, at any
+    depth) and that stream's lock file: the output of a run stopped before it saved its drafter, which its rerun
+    resumes into. Anything else in it (an earlier drafter, notes) still needs overwrite=true."""
+    if not (output.is_dir() and stream.is_dir()):
+        return False
+    here = output.resolve()
+    try:
+        parts = stream.resolve().relative_to(here).parts
+    except ValueError:
+        return False
+    for depth, part in enumerate(parts):
+        lock = {f".{part}.lock"} if depth == len(parts) - 1 else set()
+        if not {p.name for p in here.iterdir()} <= {part} | lock:
+            return False
+        here = here / part
+    return bool(parts)
+
+
+def stream_identity(identity: dict) -> dict:
+    """The stream fingerprint's keys naming the run's inputs (``model``, ``source`` = the prompts file,
+    ``init_drafter``) as absolute, resolved paths (the bundled model's for model=""; a named model by its name):
+    one file spelled two ways is one setting. Applied to a saved fingerprint too, it reads an earlier version's raw
+    spelling (relative to the current directory); applying it twice changes nothing."""
+    out = dict(identity)
+    for key in ("model", "source", "init_drafter"):
+        value = out.get(key)
+        if not isinstance(value, str) or (key == "model" and is_named_model(value)):
+            continue
+        if key == "model" and not value:
+            value = str(bundled_model_dir())
+        out[key] = os.path.realpath(value) if value else ""
+    return out
 
 
 def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarget) -> OfflineDrafterReport:
@@ -58,8 +97,10 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
     limits = PromptLimits(policy.config.max_position_embeddings, vocab)
     train_prompts, held_prompts = training_prompts(tokenizer, cfg, limits)
-    identity = {"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter}
-    report = train_offline(policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity)
+    identity = stream_identity({"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter})
+    report = train_offline(
+        policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity, stream_identity
+    )
     metrics = {
         "policy": policy_name,
         "train_sequences": report.train_sequences,

@@ -17,7 +17,7 @@ from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_accept
 from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
-from fastrl.cotrain.stream_trainer import EpochReport, StreamRun
+from fastrl.cotrain.stream_trainer import Canonical, EpochReport, StreamRun, open_stream
 from fastrl.engine.config import ENGINE_DTYPES, check_dtype, default_dtype
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
@@ -151,17 +151,22 @@ def train_offline(
     stream_dir: str | Path,
     policy_name: str,
     identity: dict | None = None,
+    canonical: Canonical | None = None,
 ) -> OfflineDrafterReport:
     """Stream rollouts of `train_prompts` (samples_per_prompt each, one pass per rollout temperature) into
     `drafter` (trained in place) for cfg.epochs, resuming from `stream_dir` when it holds this run; held-out
     rollouts of `held_prompts` for loss and top-1, accept length on them after each epoch (first strategy, at
     `temperature`) and at the end (every strategy, T=0 and T=`temperature`). `identity`: what else a resumed run
-    must match (the prompts' source, the initial drafter)."""
+    must match (the prompts' source, the initial drafter); `canonical`: how a saved stream's settings read now
+    (``stream_trainer.check_settings``). A stream of other settings is refused before any rollout."""
     torch.manual_seed(cfg.seed)
     temperatures = cfg.temperatures
     dtype = cfg.engine_dtype
     plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
+    prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
+    settings = fingerprint(cfg, {**prompts, **(identity or {})})
+    open_stream(shards, settings, canonical)  # refused before the held-out rollouts; run.run checks it again
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1, dtype)
     rollout_policy = cast_copy(policy, ENGINE_DTYPES[dtype])  # once: the policy is frozen
     held_ids = held_plan.generate(rollout_policy, range(len(held_plan)), cfg.gen_batch_size, cfg.device)
@@ -183,10 +188,9 @@ def train_offline(
     held_features = policy_features(policy, held_ids, extra_layers=drafter.extra_layers)
     run = StreamRun(
         policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
-        cfg.gen_batch_size, cfg.device, policy_name, rollout_policy,
+        cfg.gen_batch_size, cfg.device, policy_name, rollout_policy, canonical,
     )  # fmt: skip
-    prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
-    state = run.run(fingerprint(cfg, {**prompts, **(identity or {})}))
+    state = run.run(settings)
     if state.tokens == 0:
         raise nothing_to_train("training", len(plan), cfg)
     accept = []

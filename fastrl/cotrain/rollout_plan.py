@@ -76,7 +76,8 @@ def cast_copy(module: M, dtype: torch.dtype) -> M:
 class RolloutShards:
     """The plan's rollouts in shards of `shard_size` requests, kept as JSON files in `directory`: a shard is
     generated the first time it is needed (written atomically) and read back afterwards, so memory holds one shard
-    and an interrupted run regenerates nothing it finished."""
+    and an interrupted run regenerates nothing it finished. Only a run of the settings recorded beside the shards
+    reads them back (``stream_trainer.open_stream`` checks before any work)."""
 
     plan: RolloutPlan
     shard_size: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import random
 import re
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -44,7 +46,11 @@ RESUME_DIR = "resume"
 ``resume.tmp`` and swapped into place, so a run killed while saving leaves the previous shard's state whole."""
 
 
-OWN_NAMES = re.compile(r"shard_\d{5,}\.(json|tmp)|resume(\.old|\.tmp)?")
+FINGERPRINT_FILE = "fingerprint.json"
+"""The settings the stream's shards are generated with, written (atomically) before its first shard: shards are only
+ever read back by a run with these settings."""
+SHARD_NAME = re.compile(r"shard_\d{5,}\.json")
+OWN_NAMES = re.compile(r"shard_\d{5,}\.(json|tmp)|resume(\.old|\.tmp)?|fingerprint\.json")
 """What a stream writes in its directory (besides hidden temporary files and the layout before the swap)."""
 LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 """A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
@@ -53,6 +59,59 @@ LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 LATER_KEYS: dict[str, str | None] = {"prompt_ids_sha256": None, "rollout_dtype": "float32"}
 """Fingerprint keys added after streams were saved without them, with what such a stream held: None, unknown (it
 resumes unchecked on the key); a value, what every stream of that time had (its rollouts ran in float32)."""
+
+
+SETTING_NAMES: dict[str, str] = {
+    "source": "prompts",
+    "prompts": "training prompt count",
+    "trainer": "drafter_trainer",
+}
+"""How a refusal names a fingerprint key that is not the user's own key of that name."""
+
+Canonical = Callable[[dict], dict]
+"""A fingerprint as this version spells it (an earlier version's raw path spellings resolved); applied to the saved
+and the new fingerprint before they are compared."""
+
+
+def setting_changes(saved: dict, fingerprint: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(the user's name of the key, saved value, new value) of every setting that differs, nested settings
+    (drafter_trainer's) key by key."""
+    changes = []
+    for key in sorted(set(saved) | set(fingerprint)):
+        old, new = saved.get(key), fingerprint.get(key)
+        name = prefix + SETTING_NAMES.get(key, key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += setting_changes(old, new, f"{name}.")
+        elif old != new:
+            changes.append((name, old, new))
+    return changes
+
+
+def check_settings(directory: Path, saved: dict, fingerprint: dict, canonical: Canonical | None = None) -> None:
+    """ValueError naming every setting (the user's key, the stream's value and this run's) in which ``fingerprint``
+    differs from the ``saved`` one of the stream in ``directory``. A key added since the stream was saved is taken
+    as ``LATER_KEYS`` says."""
+    if canonical is not None:
+        saved, fingerprint = canonical(saved), canonical(fingerprint)
+    unknown = {k for k, then in LATER_KEYS.items() if k not in saved and then is None}
+    saved = {**{k: then for k, then in LATER_KEYS.items() if then is not None and k in fingerprint}, **saved}
+    known = {k: v for k, v in saved.items() if k not in unknown}
+    changes = setting_changes(known, {k: v for k, v in fingerprint.items() if k not in unknown})
+    if not changes:
+        return
+    names = ", ".join(dict.fromkeys(name for name, _, _ in changes))
+    shown = ", ".join(_change_text(name, old, new) for name, old, new in changes)
+    raise ValueError(
+        f"{directory} holds a run with other settings ({names}): {shown}; its shards were generated with those. "
+        "Resume with the stream's settings, give another stream_dir, or delete the stream's shard_*.json files and "
+        f"{RESUME_DIR}/ to generate them again with these"
+    )
+
+
+def _change_text(name: str, old: Any, new: Any) -> str:
+    if name == "prompt_ids_sha256":  # no key of the user's: the training prompts' token ids
+        return f"{name}={str(old)[:12]}… (now {str(new)[:12]}…: other training prompts or token ids)"
+    return f"{name}={old!r} (now {new!r})"
 
 
 def check_stream_dir(key: str, directory: Path, beside: tuple[Path, ...] = ()) -> None:
@@ -85,6 +144,66 @@ def restart_hint(saved: Path) -> str:
     """How to drop a damaged save (``saved_run``'s directory) and train the stream over from its first shard."""
     target = saved if saved.name.startswith(RESUME_DIR) else saved / STATE_FILE
     return f"delete {target} to train this stream from its first shard again (its generated shards are kept)"
+
+
+def read_fingerprint(directory: Path) -> dict | None:
+    """The settings recorded in ``directory`` (``FINGERPRINT_FILE``; None when there is none); ValueError naming the
+    file when it is not one this code wrote."""
+    path = directory / FINGERPRINT_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        saved = err
+    if not isinstance(saved, dict):
+        raise ValueError(
+            f"{path}: not a train-drafter stream's settings ({saved}); the shards beside it cannot be checked: "
+            f"give another stream_dir, or delete it, the shard_*.json files and {RESUME_DIR}/ to start the stream over"
+        )
+    return saved
+
+
+def record_fingerprint(directory: Path, fingerprint: dict) -> None:
+    """Write ``fingerprint`` into ``directory`` (created if needed) through a hidden temporary file renamed into
+    place: a run killed while writing leaves the previous record or none, never half of one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{FINGERPRINT_FILE}.tmp"
+    tmp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, directory / FINGERPRINT_FILE)
+
+
+def open_stream(shards: RolloutShards, fingerprint: dict, canonical: Canonical | None = None) -> StreamState | None:
+    """The saved state of the stream in ``shards.directory`` to resume (None: none), after checking, before any work
+    and writing nothing, that what the directory holds was made with ``fingerprint``: its recorded settings (when it
+    holds shards or a state: a record beside nothing made is replaced), its state's, and that shards without any
+    record (a run stopped before its first save, by a fastrl version that kept none) are not read back."""
+    directory = shards.directory
+    made = sorted(p.name for p in directory.glob("shard_*.json") if SHARD_NAME.fullmatch(p.name))
+    state = StreamState.load(directory)
+    if made or state is not None:
+        recorded = read_fingerprint(directory)
+        if recorded is None and state is None:
+            shown = ", ".join(made[:3]) + (f" and {len(made) - 3} more" if len(made) > 3 else "")
+            raise ValueError(
+                f"{directory} holds rollout shards ({shown}) but no record of the settings they were generated with "
+                "(a run stopped before its first save, by a fastrl version that kept none): they may come from other "
+                "settings and are not read back; delete them to generate them again, or give another stream_dir"
+            )
+        if recorded is not None:
+            check_settings(directory, recorded, fingerprint, canonical)
+    if state is None:
+        return None
+    saved = saved_run(directory)
+    assert saved is not None  # a state was loaded from it
+    check_settings(directory, state.fingerprint, fingerprint, canonical)
+    if state.shard >= shards.count or len(state.epochs) != state.epoch:
+        raise ValueError(
+            f"{saved / STATE_FILE}: not a state of this stream (shard {state.shard} of {shards.count}, "
+            f"{len(state.epochs)} epoch reports at epoch {state.epoch}); {restart_hint(saved)}"
+        )
+    state.fingerprint = fingerprint  # the same settings; keys added since are saved with the next save
+    return state
 
 
 def saved_run(directory: Path) -> Path | None:
@@ -121,20 +240,18 @@ class StreamState:
     epochs: list[EpochReport] = field(default_factory=list)
 
     @classmethod
-    def load(cls, directory: Path, fingerprint: dict) -> StreamState | None:
-        """The state saved under `directory` (``saved_run``; None when there is none); ValueError when it belongs to
-        other settings, or naming the file when it is not a state this code wrote."""
+    def load(cls, directory: Path) -> StreamState | None:
+        """The state saved under `directory` (``saved_run``; None when there is none), with the fingerprint it was
+        saved under (``open_stream`` compares it); ValueError naming the file when it is not a state this code
+        wrote."""
         saved = saved_run(directory)
         if saved is None:
             return None
         path = saved / STATE_FILE
         try:
             raw = json.loads(path.read_text())
-            stored = raw["fingerprint"]
-            unknown = {k for k, then in LATER_KEYS.items() if k not in stored and then is None}
-            stored = {**{k: then for k, then in LATER_KEYS.items() if then is not None and k in fingerprint}, **stored}
-            keys = (set(fingerprint) | set(stored)) - unknown
-            differ = sorted(k for k in keys if fingerprint.get(k) != stored.get(k))
+            if not isinstance(raw["fingerprint"], dict):
+                raise ValueError("its fingerprint is not a mapping")
             epochs = [
                 EpochReport(DrafterMetrics(**e["metrics"]), float(e["accept_length"]), int(e["train_tokens"]))
                 for e in raw["epochs"]
@@ -145,12 +262,6 @@ class StreamState:
                 raise ValueError("epoch, shard, steps, total_steps and tokens must be integers >= 0")
         except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not a train-drafter stream state ({err}); {restart_hint(saved)}") from None
-        if differ:
-            raise ValueError(
-                f"{directory} holds a run with other settings ({', '.join(differ)}): resume with the same ones, or "
-                "give another stream_dir"
-            )
-        state.fingerprint = fingerprint  # the same settings; keys added since are saved with the next save
         return state
 
 
@@ -169,21 +280,17 @@ class StreamRun:
     device: str
     policy_name: str
     rollout_policy: CausalLM | None = None  # what generates the shards (the policy cast to the rollout dtype)
+    canonical: Canonical | None = None  # how fingerprints compare (``check_settings``)
 
     def run(self, fingerprint: dict, stop_after_shards: int | None = None) -> StreamState:
         """Train to the end (or for `stop_after_shards` shards), resuming from the shards' directory when it holds
-        this run's state; returns the state reached."""
-        directory = self.shards.directory
-        state = StreamState.load(directory, fingerprint)
+        this run's state (``open_stream``: a stream of other settings is refused); returns the state reached. The
+        settings are recorded in the directory before its first shard is generated."""
+        state = open_stream(self.shards, fingerprint, self.canonical)
+        record_fingerprint(self.shards.directory, fingerprint)
         if state is None:
             state = StreamState(fingerprint)
         else:
-            if state.shard >= self.shards.count or len(state.epochs) != state.epoch:
-                saved = saved_run(directory)
-                raise ValueError(
-                    f"{saved / STATE_FILE}: not a state of this stream (shard {state.shard} of {self.shards.count}, "
-                    f"{len(state.epochs)} epoch reports at epoch {state.epoch}); {restart_hint(saved)}"
-                )
             self.restore(state)
         total = self.shards.count * self.epochs
         bar = tqdm(total=total, initial=state.epoch * self.shards.count + state.shard, desc="drafter", unit="shard")

@@ -218,7 +218,7 @@ def test_what_a_stream_leaves_is_its_own_and_anything_else_is_refused(tmp_path):
 
     stream = tmp_path / "s"
     (stream / "resume").mkdir(parents=True)
-    for name in ("shard_00003.tmp", "shard_00004.json", "shard_123456.json", ".lock"):
+    for name in ("shard_00003.tmp", "shard_00004.json", "shard_123456.json", ".lock", "fingerprint.json"):
         (stream / name).write_text("")
     (stream / "out").mkdir()
     check_stream_dir("k", stream, beside=(stream / "out",))
@@ -238,5 +238,5 @@ def test_a_stream_saved_before_its_prompts_were_fingerprinted_resumes(policy, tm
     make_run(policy, tmp_path / "s", drafter, held).run({"k": 1}, stop_after_shards=1)  # no digest then
     resumed = make_run(policy, tmp_path / "s", drafter, held).run({"k": 1, "prompt_ids_sha256": "abc"})
     assert resumed.epoch == 2
-    with pytest.raises(ValueError, match=r"other settings \(prompt_ids_sha256\)"):
+    with pytest.raises(ValueError, match=r"other settings \(prompt_ids_sha256\): prompt_ids_sha256=abc… \(now other…"):
         make_run(policy, tmp_path / "s", drafter, held).run({"k": 1, "prompt_ids_sha256": "other"})
