@@ -8,6 +8,7 @@ command again (the finished lines are kept, only the rest is generated).
 from __future__ import annotations
 
 import errno
+import json
 import math
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.buckets import BatchBuckets
 from fastrl.commands.bandit_state_file import (
     check_setting,
     config_setting,
@@ -28,15 +30,19 @@ from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
+from fastrl.commands.round_ledger import RoundLedger
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.engine import GenerateInput
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
+from fastrl.strategy.strategy import Strategy
+from fastrl.telemetry.arm_plots import plot_rounds
+from fastrl.telemetry.arm_table import bucket_indices
 from fastrl.telemetry.run_stats import read_round_log, write_run_plot, write_run_stats
 from fastrl.telemetry.speed_summary import print_generate_summary
 
@@ -83,20 +89,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         )
         stream = ResultStream(targets["output"], cfg.resume)
         settings = run_settings(cfg)
-        _check_kept(stream.done, inputs, cfg.output, settings)
+        _check_kept(stream.done, inputs, lines, cfg, settings)
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
             stream.finish()
-            keys = ("stats_output", "plot_output")
-            missing = [f"{k}={targets[k].path}" for k in keys if k in targets and not targets[k].exists]
-            note = (
-                f"; {' and '.join(missing)} not written: the run that made these results ended before it wrote "
-                "them, and their rounds are not kept (resume=false generates the results again with them)"
-                if missing
-                else " (stats_output and plot_output are left as they are)"
-            )
             print(
-                f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do{note}",
+                f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do"
+                f"{finished_reports(targets)}",
                 file=sys.stderr,
             )
             return [stream.done[i] for i in sorted(stream.done)]
@@ -113,21 +112,21 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         if stream.done:
             print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
         stream.open()
-        kept_rounds = 0  # the rounds up to the last finished request: those that made the kept results
+        ledger = RoundLedger(engine)
         try:
-            for index, out in _finished(engine, pending, cfg.progress):
+            for index, out in _finished(ledger, pending, cfg.progress):
                 record = _to_record(index, out, tokenizer, settings)
                 if cfg.n > 1:
                     record["prompt_index"], record["sample"] = divmod(index, cfg.n)
                 stream.write(record)
-                kept_rounds = len(engine.round_stats)
                 if record.get("error"):
                     line_no = lines[index // cfg.n].line_no
                     print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
             stream.finish()
         except KeyboardInterrupt:
             stream.close()
-            write_reports(targets, earlier + engine.round_stats[:kept_rounds], cfg.strategy, engine.selector)
+            written = {inputs[i].request_id for i in stream.done}
+            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
             save_learned(targets, engine.selector, setting)
             print(
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
@@ -159,6 +158,46 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         targets.release()
 
 
+def finished_reports(targets: GuardedOutputs) -> str:
+    """With every result already in the output: a missing plot_output is drawn from the round log stats_output
+    holds; returns the end of the "nothing to do" line, saying what is left as it is and what is not written, and
+    why (the rounds behind the results are kept only in a stats_output file)."""
+    stats = targets["stats_output"] if "stats_output" in targets else None
+    plot = targets["plot_output"] if "plot_output" in targets else None
+    left = [f"{t.key}={t.path}" for t in (stats, plot) if t is not None and t.exists]
+    note = f" ({' and '.join(left)} left as {'they are' if len(left) > 1 else 'it is'})" if left else ""
+    if stats is not None and not stats.exists:
+        missing = [f"{t.key}={t.path}" for t in (stats, plot) if t is not None and not t.exists]
+        return (
+            f"{note}; {' and '.join(missing)} not written: the rounds that made these results are kept in no stats "
+            f"file here ({stats.path} does not exist: the run that made them had another stats_output or none, or "
+            "was stopped before writing it); resume=false generates the results again with them"
+        )
+    if plot is None or plot.exists:
+        return note
+    if stats is None:
+        return (
+            f"{note}; plot_output={plot.path} not written: it is drawn from the rounds that made these results, "
+            "which only a stats_output file keeps: name the one their run wrote, or pass resume=false to generate "
+            "them again"
+        )
+    if not stats.regular:
+        return f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is no file to read rounds from"
+    try:
+        data = json.loads(stats.path.read_text(encoding="utf-8"))
+        rounds = [RoundStats(**(r | {"strategy": Strategy.parse(r["strategy"])})) for r in data["round_log"]]
+        thresholds, name = [int(t) for t in data["bucket_thresholds"]], str(data["strategy_selector"])
+        labels, buckets = BatchBuckets(tuple(thresholds)).labels(), bucket_indices(rounds, thresholds)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        return (
+            f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is not the stats of a fastrl "
+            f"generate run ({type(err).__name__}: {err}), so it holds no rounds to draw it from"
+        )
+    title = f"strategy selector: {name}"
+    write_through(plot, lambda path: plot_rounds(rounds, buckets, labels, path, title=title))
+    return f"{note}; plot_output={plot.path} drawn from the rounds in stats_output={stats.path}"
+
+
 def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
     """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own ([]
     for a fresh run, or when there is no stats file to merge)."""
@@ -184,17 +223,18 @@ def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, 
 
 
 def _finished(
-    engine: Engine, pending: list[tuple[int, GenerateInput]], progress: bool
+    ledger: RoundLedger, pending: list[tuple[int, GenerateInput]], progress: bool
 ) -> Iterator[tuple[int, RequestOutput]]:
     """(prompt index, output) of every pending request, as each finishes."""
     from tqdm.auto import tqdm
 
+    engine = ledger.engine
     index_of = {}
     for index, x in pending:
         index_of[engine.add_request(x.prompt_ids, x.params, x.request_id)] = index
     with tqdm(total=len(pending), desc="generate", unit="req", disable=not progress) as bar:
         while engine.has_unfinished():
-            for out in engine.step():
+            for out in ledger.step():
                 if out.finished:
                     bar.update(1)
                     yield index_of[out.request_id], out
@@ -208,25 +248,48 @@ def run_settings(cfg: GenerateConfig) -> dict[str, Any]:
 
 
 def _check_kept(
-    done: dict[int, dict[str, Any]], inputs: list[GenerateInput], output: str, settings: dict[str, Any]
+    done: dict[int, dict[str, Any]],
+    inputs: list[GenerateInput],
+    lines: list[PromptLine],
+    cfg: GenerateConfig,
+    settings: dict[str, Any],
 ) -> None:
-    """The records an earlier run left must be results of these prompts with these seeds, made with these settings
-    (records of files written before records carried them are taken on prompt and seed alone)."""
-    for index, record in done.items():
-        if not 0 <= index < len(inputs):
-            raise ValueError(f"output={output} holds a result for prompt {index}; the prompts file has {len(inputs)}")
-        x = inputs[index]
-        if record.get("prompt_ids") != x.prompt_ids or record.get("seed") != x.params.seed:
-            raise ValueError(
-                f"output={output} holds a result for prompt {index} of another prompts file or seed; "
-                "delete it or pass resume=false"
-            )
-        kept = record.get("settings", settings)
+    """The records an earlier run left must be made with these settings (records of files written before records
+    carried them are taken as made with them), then be results of these prompts with these seeds. The settings come
+    first: results of another ``n`` sit at other indices, so they would read as results of other prompts."""
+    for index in sorted(done):
+        kept = done[index].get("settings", settings)
         differ = [f"{k}={kept.get(k)!r} (now {v!r})" for k, v in settings.items() if kept.get(k) != v]
         if differ:
             raise ValueError(
-                f"output={output} holds results made with other settings: {', '.join(differ)}; resuming would mix "
-                "them into one file: rerun with those settings, delete it, pass resume=false, or name another output"
+                f"output={cfg.output} holds results made with other settings: {', '.join(differ)}; resuming would "
+                "mix them into one file: rerun with those settings, delete it, pass resume=false, or name another "
+                "output"
+            )
+    redo = "delete it or pass resume=false"
+    for index in sorted(done):
+        record, (prompt, sample) = done[index], divmod(index, cfg.n)
+        of_sample = f' ("sample": {sample})' if cfg.n > 1 else ""
+        if index < 0:
+            raise ValueError(f'output={cfg.output} holds a result with "index": {index}, which names no prompt; {redo}')
+        if prompt >= len(lines):
+            count = f"{len(lines)} prompt{'' if len(lines) == 1 else 's'}"
+            count += f" (x n={cfg.n}: {len(inputs)} results)" if cfg.n > 1 else ""
+            raise ValueError(
+                f"output={cfg.output} holds a result for prompt {prompt + 1}{of_sample}, but prompts={cfg.prompts} "
+                f"has {count}: its results are of another prompts file; {redo}"
+            )
+        x, where = inputs[index], f"line {lines[prompt].line_no} of prompts={cfg.prompts}{of_sample}"
+        if record.get("prompt_ids") != x.prompt_ids:
+            raise ValueError(
+                f"output={cfg.output} holds a result for {where} made from another prompt (its prompt_ids differ "
+                f"from this line's): the results are of another prompts file, or the line changed; {redo}"
+            )
+        if record.get("seed") != x.params.seed:
+            raise ValueError(
+                f"output={cfg.output} holds a result for {where} made with seed {record.get('seed')!r}, but this "
+                f'run samples it with seed {x.params.seed} (seed= or the line\'s "seed" changed): rerun with the '
+                f"earlier seed, {redo}"
             )
 
 
