@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastrl.bench.cli_args import at_least
+from fastrl.bench.cli_args import at_least, int_list
 from fastrl.engine.config import EngineConfig, check_dtype, default_dtype
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
@@ -75,6 +75,29 @@ def bench_admission(
     return rows
 
 
+def default_admit(batch_size: int) -> list[int]:
+    """``--admit``'s default: admission at once (1) against in batches of an eighth of the slots (the engine's own
+    default, ``EngineConfig.admission_slots``), one setting where the two coincide (under 16 slots)."""
+    return sorted({1, max(1, batch_size // 8)})
+
+
+def check_arguments(args: argparse.Namespace) -> list[int]:
+    """``main``'s admit_batch settings (``--admit`` or its default); ValueError naming the flag of the first bad
+    value that argparse's types leave, before any model loads."""
+    from fastrl.commands.engine_setup import resolve_model_dir
+    from fastrl.engine.machine import check_device
+    from fastrl.sampling.params import check_temperature
+
+    settings = args.admit if args.admit is not None else default_admit(args.batch_size)
+    if any(a > args.batch_size for a in settings):
+        raise ValueError(f"--admit: each setting must be in [1, --batch-size={args.batch_size}], got {settings}")
+    check_temperature("--temperature", args.temperature)
+    check_device("--device", args.device)
+    check_dtype("--dtype", args.dtype or default_dtype(args.device))
+    resolve_model_dir(args.model, "--model")
+    return settings
+
+
 def main(argv: list[str] | None = None) -> None:
     """Admission in batches: tokens/s, prefill calls and decode rounds per admit_batch (paired repeats)."""
     from fastrl.bench.workload import bench_prompts
@@ -83,27 +106,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--requests", type=at_least(1), default=2048)
     parser.add_argument("--batch-size", type=at_least(1), default=256, help="engine slots")
-    parser.add_argument("--admit", default="1,32", help="admit_batch settings (comma-separated; the first is the base)")
+    parser.add_argument(
+        "--admit",
+        type=int_list(1),
+        default=None,
+        help="admit_batch settings, comma-separated, each in [1, --batch-size]; the first is the base (default: 1 "
+        "and --batch-size // 8, the engine's default: admission at once against in batches; 1,32 at 256 slots)",
+    )
     parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 (greedy) or at least 1e-6")
     parser.add_argument("--repeats", type=at_least(1), default=2)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="", help="engine dtype (default: bfloat16 on cuda, float32 on cpu)")
     parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
     args = parser.parse_args(argv)
     try:
-        settings = [int(a) for a in args.admit.split(",")]
-    except ValueError:
-        parser.error(f"--admit: integers separated by commas, got {args.admit!r}")
-    if any(not 1 <= a <= args.batch_size for a in settings):
-        parser.error(f"--admit: each setting must be in [1, --batch-size={args.batch_size}], got {settings}")
-    dtype = args.dtype or default_dtype(args.device)
-    try:
-        check_dtype("--dtype", dtype)
+        settings = check_arguments(args)
+        dtype = args.dtype or default_dtype(args.device)
+        torch.set_num_threads(1)
+        policy, _, tokenizer = load_speculative_models(args.model, "", args.device)
     except ValueError as err:
         parser.error(str(err))
-    torch.set_num_threads(1)
-    policy, _, tokenizer = load_speculative_models(args.model, "", args.device)
     prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=i))

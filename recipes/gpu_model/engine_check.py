@@ -8,8 +8,10 @@ task's 91-token vocabulary): decoding speed does not depend on what the weights 
     PYTHONPATH=. python recipes/gpu_model/engine_check.py --out $OUT           # on the GPU, --deadline 520 s
     python recipes/gpu_model/engine_check.py --out /tmp/x --device cpu --tiny  # a smoke run of the same code
 
+Every argument is checked before the model is built (a typo is argparse's one-line error, not a phase lost later).
 Every phase rewrites `results.json` when it ends (a later failure loses nothing); a phase that raises is recorded
-with its error and the next one runs.
+with its error and the next one runs. The tests phase runs pytest from the repository root (relative --tests paths
+are the repository's), and pytest failing with no failed test (a path not found) is that phase's error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
+from fastrl.bench.cli_args import at_least, int_list, name_list, positive_float
 from fastrl.bench.timing import time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -37,6 +40,8 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.strategy import Strategy
 
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("plain", "profile", "long_tail", "admission", "attention", "tests")
 RECIPE = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=4)
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, by device name
@@ -94,7 +99,7 @@ def phase_plain(model, args, device, dtype) -> dict:
     ops (norms, RoPE, SwiGLU), and HF generate."""
     rows = {}
     hf = hf_model(model, args, device, dtype)
-    for batch in [int(b) for b in args.batch_sizes.split(",")]:
+    for batch in args.batch_sizes:
         ids = prompts(batch, args.prompt_len)
         params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
         inputs = [GenerateInput(p, params) for p in ids]
@@ -142,7 +147,7 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     out = {}
-    for batch in [int(b) for b in args.profile_batches.split(",")]:
+    for batch in args.profile_batches:
         rows = {}
         for strategy in ("disable", args.strategy):
             engine = engine_for(model, drafter, batch, strategy, device, dtype)
@@ -173,7 +178,9 @@ def phase_profile(model, drafter, args, device, dtype) -> dict:
 
 
 def phase_tests(log: Path, seconds: float, tests: list[str]) -> dict:
-    """The GPU tests, verbose, into `log` (what ran before a timeout is kept)."""
+    """The GPU tests, verbose, into `log` (what ran before a timeout is kept), run from the repository root whatever
+    the working directory; pytest failing with no FAILED test (a path or usage error: 4, nothing collected: 5) is
+    the phase's error, not a pass."""
     with log.open("w") as sink:
         try:
             code = subprocess.run(
@@ -181,11 +188,15 @@ def phase_tests(log: Path, seconds: float, tests: list[str]) -> dict:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 timeout=max(10.0, seconds),
+                cwd=ROOT,
             ).returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
     lines = log.read_text().splitlines()
-    return {"returncode": code, "failed": [line for line in lines if "FAILED" in line], "tail": lines[-15:]}
+    value = {"returncode": code, "failed": [line for line in lines if "FAILED" in line], "tail": lines[-15:]}
+    if code not in (0, "timeout") and not value["failed"]:
+        value["error"] = f"pytest exited {code} with no FAILED test (see the tail)"
+    return value
 
 
 def phase_long_tail(args, device: str) -> dict:
@@ -211,30 +222,69 @@ def printed_table(bench_main, argv: list[str]) -> list[str]:
     """What a benchmark's ``main(argv)`` prints, echoed and returned line by line (kept whole in results.json)."""
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        bench_main(argv)
+        try:
+            bench_main(argv)
+        except SystemExit as err:  # its usage error (on stderr) fails this phase, not the whole check
+            raise RuntimeError(f"{' '.join(argv)}: exited with {err.code}") from None
     print(text.getvalue(), flush=True)
     return text.getvalue().splitlines()
 
 
-def main() -> None:
+def repo_path(text: str) -> str:
+    """An argparse ``type``: a test file or directory (``path::test`` too), relative ones against the repository
+    root (where the tests phase runs pytest)."""
+    path = text.split("::")[0]
+    if not path or not (ROOT / path).exists():
+        raise argparse.ArgumentTypeError(f"{path} is not in {ROOT}")
+    return text
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, every value checked before a model is built or a phase runs (argparse's one-line error
+    naming the flag)."""
+    from fastrl.engine.machine import check_device
+    from fastrl.strategy.strategy import check_strategy_names
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--work", default="/tmp/fastrl-engine-check")
-    parser.add_argument("--phases", default="plain,profile,long_tail,admission,attention,tests")
-    parser.add_argument("--long-tail", type=int, default=256, help="requests in the long-tail batch")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument(
+        "--phases", type=name_list(PHASES), default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}"
+    )
+    parser.add_argument("--long-tail", type=at_least(1), default=256, help="requests in the long-tail batch")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu needs --tiny to be quick")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke run of this script)")
-    parser.add_argument("--batch-sizes", default="1,8,64,256")
-    parser.add_argument("--prompt-len", type=int, default=256)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--strategy", default="5_1_6")
-    parser.add_argument("--profile-batches", default="1,256", help="batch sizes the profile phase takes")
-    parser.add_argument("--tests", default=",".join(TESTS), help="test files (comma-separated)")
-    parser.add_argument("--tests-seconds", type=float, default=240.0, help="at most this long for the tests")
-    parser.add_argument("--deadline", type=float, default=520.0, help="seconds for all phases (the tests get the rest)")
-    parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: the card's, by name)")
-    args = parser.parse_args()
+    parser.add_argument("--batch-sizes", type=int_list(1), default="1,8,64,256")
+    parser.add_argument("--prompt-len", type=at_least(1), default=256)
+    parser.add_argument("--new-tokens", type=at_least(1), default=128)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--strategy", default="5_1_6", help="the speculative strategy the profile phase takes")
+    parser.add_argument(
+        "--profile-batches", type=int_list(1), default="1,256", help="batch sizes the profile phase takes"
+    )
+    parser.add_argument(
+        "--tests",
+        type=lambda text: [repo_path(t) for t in text.split(",")],
+        default=",".join(TESTS),
+        help="test files (comma-separated, relative to the repository root)",
+    )
+    parser.add_argument("--tests-seconds", type=positive_float, default=240.0, help="at most this long for the tests")
+    parser.add_argument(
+        "--deadline", type=positive_float, default=520.0, help="seconds for all phases (the tests get the rest)"
+    )
+    parser.add_argument("--bandwidth", type=positive_float, default=None, help="bytes/s (default: the card's, by name)")
+    args = parser.parse_args(argv)
+    try:
+        check_device("--device", args.device)
+        check_strategy_names("--strategy", [args.strategy])
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Every phase of ``--phases`` in turn, each one's result (or error) written to results.json as it ends."""
+    args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     Path(args.work).mkdir(parents=True, exist_ok=True)
@@ -247,14 +297,14 @@ def main() -> None:
     results["bandwidth_bytes_per_s"] = args.bandwidth
     begin = time.perf_counter()
     model, drafter = build(args.tiny, device, dtype)
-    for phase in args.phases.split(","):
+    for phase in args.phases:
         start = time.perf_counter()
         try:
             if start - begin > args.deadline - 20.0:
                 raise TimeoutError(f"skipped: {start - begin:.0f} s of the {args.deadline:.0f} s deadline spent")
             if phase == "tests":
                 left = args.deadline - (time.perf_counter() - begin) - 5.0
-                value = phase_tests(out / "tests.txt", min(args.tests_seconds, left), args.tests.split(","))
+                value = phase_tests(out / "tests.txt", min(args.tests_seconds, left), args.tests)
             elif phase == "attention":
                 from fastrl.bench.attention import main as attention_bench
 
@@ -268,7 +318,7 @@ def main() -> None:
                 value = phase_long_tail(args, device)
             elif phase == "admission":
                 value = phase_admission(args, device)
-            else:
+            else:  # parse_args took only PHASES
                 raise ValueError(f"--phases: unknown phase {phase!r}")
         except Exception as err:  # record it and go on: the other phases are still worth having
             value = {"error": f"{type(err).__name__}: {err}"[:2000]}

@@ -10,6 +10,11 @@ real model shapes. Writes `results.json` and prints tables.
 
 Phases read what earlier phases wrote under --work (a model and a drafter), so a later call on the same machine
 can run the benchmarks alone.
+
+    python recipes/gpu_model/run.py --out /tmp/x --work /tmp/xw --device cpu --tiny   # a smoke run of every phase
+
+`--tiny` takes a tiny float32 model and shrinks every phase's work to a smoke size (steps, prompts, epochs, requests,
+tokens, repeats; `shapes` needs CUDA and is skipped on the CPU); a flag given explicitly still wins.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes" / "bundled_model"))
 
 from fastrl.adaptive.factory import build_selector  # noqa: E402
+from fastrl.bench.cli_args import at_least, int_list, name_list, positive_float  # noqa: E402
 from fastrl.bench.gpu_round_costs import ShapeCosts, measure_costs, measure_shape  # noqa: E402
 from fastrl.bench.workload import left_pad  # noqa: E402
 from fastrl.engine.config import EngineConfig  # noqa: E402
@@ -43,6 +50,43 @@ TINY = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermedi
 RECIPE = dict(
     hidden_size=1024, num_layers=28, num_heads=16, num_kv_heads=4, intermediate_size=2816, tokens_per_batch=32768
 )
+# The work flags' defaults: the GPU run's, and --tiny's smoke run of every phase (~15 s on a CPU); a flag given
+# on the command line wins over both.
+FULL = dict(
+    sft_seconds=200.0,
+    sft_steps=1600,
+    drafter_prompts=2048,
+    drafter_samples=1,
+    drafter_epochs=6,
+    drafter_ttt=3,
+    drafter_shard=4096,
+    repeats=3,
+    long_tail=256,
+    batch_sizes=[1, 8, 64, 256],
+    bs1_strategies=STRATEGIES.split(","),
+    bs1_prompts=6,
+)
+SMOKE = dict(
+    sft_seconds=30.0,
+    sft_steps=40,
+    drafter_prompts=8,
+    drafter_samples=1,
+    drafter_epochs=1,
+    drafter_ttt=1,
+    drafter_shard=4096,
+    repeats=1,
+    long_tail=4,
+    batch_sizes=[1, 4],
+    bs1_strategies=["5_1_6"],
+    bs1_prompts=1,
+)
+SMOKE_TOKENS = 24
+"""--tiny: most new tokens a request of any phase generates (the GPU run's range from 128 to 1,024)."""
+
+
+def smoke(args: argparse.Namespace, full: int, small: int) -> int:
+    """A phase's fixed size: ``full`` on the GPU run, ``small`` under --tiny."""
+    return small if args.tiny else full
 
 
 def log(results: dict, out: Path, key: str, value) -> None:
@@ -59,19 +103,20 @@ def log(results: dict, out: Path, key: str, value) -> None:
     print(f"== {key}: {json.dumps(value, default=str)[:2000]}", flush=True)
 
 
-def phase_sft(work: Path, seconds: float, steps: int, device: str, tiny: bool) -> dict:
+def phase_sft(work: Path, args: argparse.Namespace) -> dict:
+    """The model, trained on the bundled task for `--sft-steps` or `--sft-seconds`, whichever ends first."""
     from sft import SFTConfig, train
 
     cfg = SFTConfig(
         out=str(work / "model"),
-        **(TINY if tiny else RECIPE),
-        chunk_examples=2048,
-        steps=steps,
-        warmup_steps=50,
+        **(TINY if args.tiny else RECIPE),
+        chunk_examples=smoke(args, 2048, 256),
+        steps=args.sft_steps,
+        warmup_steps=min(50, args.sft_steps // 4),
         lr=6e-4,
-        device=device,
-        time_budget_s=seconds,
-        threads=8,
+        device=args.device,
+        time_budget_s=args.sft_seconds,
+        threads=smoke(args, 8, 1),
     )
     train(cfg)
     return json.loads((work / "model" / "training.json").read_text())
@@ -89,15 +134,15 @@ def phase_drafter(work: Path, args: argparse.Namespace) -> dict:
         output=str(work / "drafter"),
         overwrite=True,
         num_prompts=args.drafter_prompts,
-        eval_prompts=64,
+        eval_prompts=smoke(args, 64, 4),
         samples_per_prompt=args.drafter_samples,
         rollout_temperatures=[0.0, 1.0],
         epochs=args.drafter_epochs,
         gen_batch_size=256,
         shard_requests=args.drafter_shard,
-        max_new_tokens=1024,
+        max_new_tokens=smoke(args, 1024, SMOKE_TOKENS),
         accept_strategies=["5_1_6", "8_4_32"],
-        accept_requests=16,
+        accept_requests=smoke(args, 16, 2),
         device=args.device,
         trainer=DrafterTrainerConfig(
             lr=2e-3, max_tokens_per_batch=16384, feature_noise=0.05, ttt_steps=args.drafter_ttt
@@ -154,9 +199,10 @@ def phase_bs1(work: Path, args: argparse.Namespace) -> dict:
     prompts = task_prompts(tokenizer, args.bs1_prompts, seed=7, min_size=6)
     rows = {}
     graphs_memory = {}
+    new_tokens = smoke(args, 512, SMOKE_TOKENS)
     for temperature in (0.0, 1.0):
         inputs = [
-            GenerateInput(p, SamplingParams(max_new_tokens=512, temperature=temperature, seed=i))
+            GenerateInput(p, SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i))
             for i, p in enumerate(prompts)
         ]
         plain = Engine(policy, EngineConfig(max_batch_size=1, device=device, dtype=dtype))
@@ -168,7 +214,7 @@ def phase_bs1(work: Path, args: argparse.Namespace) -> dict:
         # round costs by CUDA events (a CPU smoke run has no limits)
         measured = measure_costs(plain.model, drafter, "trained", context) if device == "cuda" else []
         costs = next((c for c in measured if c.graphs), None)
-        for name in args.bs1_strategies.split(","):
+        for name in args.bs1_strategies:
             strategy = Strategy.parse(name)
             config = EngineConfig(max_batch_size=1, device=device, dtype=dtype)
             engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
@@ -188,7 +234,7 @@ def phase_bs1(work: Path, args: argparse.Namespace) -> dict:
                 "identical_to_plain": same,
             }
         if temperature == 0.0:
-            rows.update(hf_bs1(work, prompts, 512, tokens / t_plain, args))
+            rows.update(hf_bs1(work, prompts, new_tokens, tokens / t_plain, args))
     return {"rows": rows, "graph_pool_bytes": graphs_memory, "costs_ms": asdict(costs) if costs else None}
 
 
@@ -246,7 +292,11 @@ def hf_bs1(work: Path, prompts, new_tokens: int, plain_tok_s: float, args: argpa
     return rows
 
 
-def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens: int, device: str) -> dict:
+def phase_plain_vs_hf(
+    work: Path, dtype: str, batch_sizes: list[int], new_tokens: int, device: str, repeats: int = 3
+) -> dict:
+    """Plain decoding's tokens/s per batch size, fastrl with its attention kernel and with PyTorch's, against HF
+    generate (`repeats` timed runs of fastrl, one of HF)."""
     policy, _, tokenizer = load(work, dtype)
     model = hf_model(work, dtype, device)
     prompts = task_prompts(tokenizer, max(batch_sizes), seed=3)
@@ -257,7 +307,9 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
         seconds = {}
         for kernel in (True, False):
             config = EngineConfig(max_batch_size=bs, device=device, dtype=dtype, attention_kernel=kernel)
-            seconds[kernel], _ = timed_generate(Engine(policy, config), [GenerateInput(p, params) for p in batch], 3)
+            seconds[kernel], _ = timed_generate(
+                Engine(policy, config), [GenerateInput(p, params) for p in batch], repeats
+            )
         t = seconds[True]
         ids, mask = left_pad(batch, 0)
         ids_t, mask_t = torch.tensor(ids, device=device), torch.tensor(mask, device=device)
@@ -289,11 +341,12 @@ def phase_plain_vs_hf(work: Path, dtype: str, batch_sizes: list[int], new_tokens
     return rows
 
 
-def phase_long_tail(work: Path, dtype: str, count: int, device: str) -> dict:
+def phase_long_tail(work: Path, dtype: str, count: int, device: str, new_tokens: int = 1024) -> dict:
     policy, drafter, tokenizer = load(work, dtype)
     prompts = task_prompts(tokenizer, count, seed=11)
     inputs = [
-        GenerateInput(p, SamplingParams(max_new_tokens=1024, temperature=1.0, seed=i)) for i, p in enumerate(prompts)
+        GenerateInput(p, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=i))
+        for i, p in enumerate(prompts)
     ]
     rows, reference = {}, None
     for name, kernel in [("disable", True), ("5_1_6", True), ("bandit", True), ("disable", False), ("5_1_6", False)]:
@@ -318,19 +371,19 @@ def phase_long_tail(work: Path, dtype: str, count: int, device: str) -> dict:
     return rows
 
 
-def phase_exactness(work: Path, dtype: str, device: str) -> dict:
-    """Speculative vs plain on the trained model, every difference judged (near-tie or bug)."""
+def phase_exactness(work: Path, dtype: str, device: str, count: int = 48, new_tokens: int = 256) -> dict:
+    """Speculative vs plain on the trained model (`count` prompts), every difference judged (near-tie or bug)."""
     from fastrl.exactness.compare import compare_runs
 
     policy, drafter, tokenizer = load(work, dtype)
-    prompts = task_prompts(tokenizer, 48, seed=5)
+    prompts = task_prompts(tokenizer, count, seed=5)
     out = {}
     for temperature in (0.0, 1.0):
         inputs = [
-            GenerateInput(p, SamplingParams(max_new_tokens=256, temperature=temperature, seed=i))
+            GenerateInput(p, SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i))
             for i, p in enumerate(prompts)
         ]
-        plain = Engine(policy, EngineConfig(max_batch_size=48, device=device, dtype=dtype)).generate(inputs)
+        plain = Engine(policy, EngineConfig(max_batch_size=count, device=device, dtype=dtype)).generate(inputs)
         for name in ("7_1_8", "6_4_24", "bandit"):
             config = EngineConfig(max_batch_size=16, device=device, dtype=dtype)
             engine = Engine(policy, config, drafter=drafter, selector=build_selector(name))
@@ -339,30 +392,64 @@ def phase_exactness(work: Path, dtype: str, device: str) -> dict:
     return out
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line with --tiny's smoke sizes filled in, every value checked before anything is built or
+    written (argparse's one-line error naming the flag)."""
+    from fastrl.engine.config import check_dtype
+    from fastrl.engine.machine import check_device
+    from fastrl.strategy.strategy import check_strategy_names
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def work(
+        flag: str, kind: Callable[[str], object], text: str
+    ) -> None:  # a work flag: the GPU run's default, or --tiny's
+        key = flag[2:].replace("-", "_")
+        full, small = (",".join(map(str, d[key])) if isinstance(d[key], list) else d[key] for d in (FULL, SMOKE))
+        parser.add_argument(flag, type=kind, default=None, help=f"{text} (default: {full}; with --tiny: {small})")
+
     parser.add_argument("--out", default="runs/gpu")
     parser.add_argument("--work", default="/tmp/fastrl-gpu")
-    parser.add_argument("--phases", default="sft,drafter,bs1,plain_vs_hf,long_tail,shapes")
-    parser.add_argument("--sft-seconds", type=float, default=200.0)
-    parser.add_argument("--sft-steps", type=int, default=1600)
-    parser.add_argument("--drafter-prompts", type=int, default=2048)
-    parser.add_argument("--drafter-samples", type=int, default=1, help="responses per prompt and temperature")
-    parser.add_argument("--drafter-epochs", type=int, default=6)
-    parser.add_argument("--drafter-ttt", type=int, default=3, help="training-time-test steps")
-    parser.add_argument("--drafter-shard", type=int, default=4096, help="requests generated and trained at a time")
+    parser.add_argument(
+        "--phases",
+        type=name_list(PHASES),
+        default="sft,drafter,bs1,plain_vs_hf,long_tail,shapes",
+        help=f"comma-separated, of {', '.join(PHASES)}",
+    )
+    work("--sft-seconds", positive_float, "the SFT phase's time budget")
+    work("--sft-steps", at_least(1), "SFT steps (its schedule's length)")
+    work("--drafter-prompts", at_least(1), "prompts the drafter's rollouts take")
+    work("--drafter-samples", at_least(1), "responses per prompt and temperature")
+    work("--drafter-epochs", at_least(1), "drafter training epochs")
+    work("--drafter-ttt", at_least(1), "training-time-test steps")
+    work("--drafter-shard", at_least(1), "requests generated and trained at a time")
     parser.add_argument("--hf-compile", action="store_true", help="also time HF generate with static cache + compile")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--long-tail", type=int, default=256)
-    parser.add_argument("--batch-sizes", default="1,8,64,256")
-    parser.add_argument("--bs1-strategies", default=STRATEGIES, help="strategies the bs1 phase times (comma-separated)")
-    parser.add_argument("--bs1-prompts", type=int, default=6, help="prompts the bs1 phase generates one at a time")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--tiny", action="store_true", help="a tiny float32 model: a smoke run of this script")
-    args = parser.parse_args()
-    if args.tiny:
-        args.dtype = "float32"
+    parser.add_argument("--dtype", default=None, help="the benchmarks' dtype (default: bfloat16; with --tiny: float32)")
+    work("--repeats", at_least(1), "timed repeats (medians)")
+    work("--long-tail", at_least(1), "requests in the long-tail batch")
+    work("--batch-sizes", int_list(1), "batch sizes plain_vs_hf times")
+    work("--bs1-strategies", lambda text: text.split(","), "strategies the bs1 phase times (comma-separated)")
+    work("--bs1-prompts", at_least(1), "prompts the bs1 phase generates one at a time")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu needs --tiny to be quick")
+    parser.add_argument("--tiny", action="store_true", help="a tiny float32 model and smoke sizes: a smoke run")
+    args = parser.parse_args(argv)
+    for key, value in (SMOKE if args.tiny else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.dtype is None:
+        args.dtype = "float32" if args.tiny else "bfloat16"
+    try:
+        check_device("--device", args.device)
+        check_dtype("--dtype", args.dtype)
+        check_strategy_names("--bs1-strategies", args.bs1_strategies)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Every phase of ``--phases`` in turn, each one's result (or error) written to results.json as it ends."""
+    args = parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
@@ -370,10 +457,7 @@ def main() -> None:
     results = json.loads(path.read_text()) if path.exists() else {}
     results["device"] = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     results["torch"] = torch.__version__
-    unknown = [p for p in args.phases.split(",") if p not in PHASES]
-    if unknown:
-        parser.error(f"--phases: unknown phase(s) {unknown}; known: {sorted(PHASES)}")
-    for phase in args.phases.split(","):
+    for phase in args.phases:
         start = time.perf_counter()
         print(f"phase {phase}", flush=True)
         try:
@@ -386,14 +470,18 @@ def main() -> None:
         print(f"phase {phase} took {time.perf_counter() - start:.0f}s", flush=True)
 
 
-def phase_attention(out: Path, device: str) -> dict:
+def phase_attention(out: Path, device: str, repeats: int = 30) -> dict:
+    """One layer's attention (`fastrl.bench.attention`, its default 30 repeats on the GPU run)."""
     from fastrl.bench.attention import main as attention_bench
 
-    attention_bench(["--device", device, "--json", str(out / "attention.json")])
+    attention_bench(["--device", device, "--repeats", str(repeats), "--json", str(out / "attention.json")])
     return json.loads((out / "attention.json").read_text())
 
 
-def phase_shapes() -> dict:
+def phase_shapes(device: str) -> dict:
+    """Round costs of real model shapes with random weights (CUDA events: skipped on the CPU)."""
+    if device != "cuda":
+        return {"skipped": "measures CUDA round costs (--device cuda)"}
     return {
         name: [asdict(r) | {"ratios": r.ratios()} for r in measure_shape(name)]
         for name in ("qwen2.5-1.5b", "qwen2.5-7b")
@@ -402,16 +490,20 @@ def phase_shapes() -> dict:
 
 # each phase from (work, out, args)
 PHASES = {
-    "sft": lambda work, out, a: phase_sft(work, a.sft_seconds, a.sft_steps, a.device, a.tiny),
+    "sft": lambda work, out, a: phase_sft(work, a),
     "drafter": lambda work, out, a: phase_drafter(work, a),
     "bs1": lambda work, out, a: phase_bs1(work, a),
     "plain_vs_hf": lambda work, out, a: phase_plain_vs_hf(
-        work, a.dtype, [int(x) for x in a.batch_sizes.split(",")], 128, a.device
+        work, a.dtype, a.batch_sizes, smoke(a, 128, SMOKE_TOKENS), a.device, smoke(a, 3, 1)
     ),
-    "long_tail": lambda work, out, a: phase_long_tail(work, a.dtype, a.long_tail, a.device),
-    "attention": lambda work, out, a: phase_attention(out, a.device),
-    "exactness": lambda work, out, a: phase_exactness(work, a.dtype, a.device),
-    "shapes": lambda work, out, a: phase_shapes(),
+    "long_tail": lambda work, out, a: phase_long_tail(
+        work, a.dtype, a.long_tail, a.device, smoke(a, 1024, SMOKE_TOKENS)
+    ),
+    "attention": lambda work, out, a: phase_attention(out, a.device, smoke(a, 30, 2)),
+    "exactness": lambda work, out, a: phase_exactness(
+        work, a.dtype, a.device, smoke(a, 48, 4), smoke(a, 256, SMOKE_TOKENS)
+    ),
+    "shapes": lambda work, out, a: phase_shapes(a.device),
 }
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
-from fastrl.bench.admission import bench_admission, main
+from fastrl.bench.admission import bench_admission, default_admit, main
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
@@ -42,12 +43,34 @@ def _plain(model, inputs):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--admit", "1,x"], "integers separated by commas"),
+        (["--admit", "1,x"], "argument --admit: integers separated by commas"),
+        (["--admit", "0,2"], "argument --admit: each must be >= 1"),
         (["--admit", "1,9"], "in [1, --batch-size=8]"),
         (["--admit", "1,2", "--dtype", "f16"], "--dtype must be one of"),
+        (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1.0"),
+        (["--temperature", "1e-9"], "--temperature must be 0 (greedy) or at least 1e-06"),
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0"),
+        (["--model", "nonexist"], "--model=nonexist: checkpoint directory nonexist does not exist"),
+        (["--device", "tpu"], "--device='tpu'"),
+        (["--device", "cuda"], "--device=cuda: this machine has no CUDA device"),
     ],
 )
-def test_bad_settings_are_one_error(flags, message, capsys):
-    with pytest.raises(SystemExit):
+def test_bad_settings_are_one_error_before_a_model_loads(flags, message, capsys, monkeypatch):
+    """Each bad value is argparse's one line naming its flag (exit 2), no traceback, no model loaded; the default
+    --admit fits the 8 slots, so it hides no later check."""
+    import fastrl.commands.engine_setup as engine_setup
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(engine_setup, "load_speculative_models", lambda *a: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as exit_:
         main(["--batch-size", "8", *flags])
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert message in err.strip().splitlines()[-1]
+
+
+def test_the_default_admit_follows_the_batch_size():
+    """Admission at once against in batches of an eighth of the slots (the engine's default), as 1,32 at 256."""
+    assert default_admit(256) == [1, 32]
+    assert default_admit(64) == [1, 8]
+    assert default_admit(8) == default_admit(1) == [1]
