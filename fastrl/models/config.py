@@ -252,14 +252,24 @@ def token_ids(d: dict[str, Any], key: str) -> int | list[int] | None:
 
 
 def _family(d: dict[str, Any]) -> str:
-    """The model family named by `architectures` (first entry) or, lacking it, by `model_type`."""
+    """The model family named by `architectures` (first entry) or, lacking it, by `model_type`; ValueError when
+    both are given and disagree (transformers builds a model by `model_type`: a Mistral or Granite checkpoint
+    labelled ``LlamaForCausalLM`` would run here as another model, its sliding window or multipliers dropped)."""
     archs = d.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise ValueError(f"architectures must be a list of class names, got {archs!r}")
     if archs:
         if archs[0] not in ARCHITECTURES:
             raise ValueError(f"architecture {archs[0]!r} is not supported (expected one of {list(ARCHITECTURES)})")
-        return ARCHITECTURES[archs[0]]
+        family = ARCHITECTURES[archs[0]]
+        named = d.get("model_type")
+        if named is not None and named != family:
+            raise ValueError(
+                f"model_type {named!r} disagrees with architectures {archs[0]!r} (model_type {family!r}): "
+                "transformers builds the model by model_type, so this checkpoint is not the model that family "
+                "computes"
+            )
+        return family
     model_type = d.get("model_type")
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} is not supported (expected one of {list(MODEL_TYPES)})")

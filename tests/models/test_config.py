@@ -203,3 +203,23 @@ def test_head_dim_apart_from_hidden_size_only_where_transformers_allows_it():
             ModelConfig(model_type, **base)  # no head_dim to take
     with pytest.raises(ValueError, match=r"hidden_size \(64\) is not a multiple of num_attention_heads \(6\)"):
         ModelConfig.from_hf_dict({**base, "model_type": "llama", "head_dim": 16})
+
+
+@pytest.mark.parametrize(
+    ("architecture", "model_type"),
+    [
+        ("LlamaForCausalLM", "mistral"),  # a sliding window transformers applies, dropped here
+        ("LlamaForCausalLM", "granite"),  # embedding, residual, attention and logit multipliers, dropped here
+        ("Qwen2ForCausalLM", "llama"),  # transformers builds a Llama, without the q/k/v biases this would run
+        ("Qwen3ForCausalLM", "qwen2"),
+    ],
+)
+def test_architectures_and_model_type_must_agree(architecture, model_type):
+    """transformers builds the model `model_type` names; running the one `architectures` names instead would roll
+    out another model than the trainer's, silently (a Mistral labelled Llama: logits 7 apart)."""
+    d = {**LLAMA31_V4, "architectures": [architecture], "model_type": model_type}
+    with pytest.raises(ValueError, match=f"model_type {model_type!r} disagrees with architectures {architecture!r}"):
+        ModelConfig.from_hf_dict(d)
+    assert AutoConfig.for_model(model_type).model_type == model_type  # a model_type transformers knows
+    agreeing = {**d, "model_type": ARCHITECTURES[architecture]}
+    assert ModelConfig.from_hf_dict(agreeing).model_type == ARCHITECTURES[architecture]
