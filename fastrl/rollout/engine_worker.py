@@ -4,6 +4,7 @@ filled by rollouts, and time-sliced drafter co-training. Ray actors and the in-p
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from collections import Counter, deque
@@ -29,6 +30,8 @@ from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.speculative.history import HistoryState
 from fastrl.strategy.round_stats import RoundStats, RoundTotals
+
+LOG = logging.getLogger(__name__)
 
 
 class EngineWorker:
@@ -191,7 +194,9 @@ class EngineWorker:
     def update_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Load drafter weights in place as ``version`` (and the draft vocabulary when ``state`` holds
         ``DRAFT_VOCAB_KEY``); the co-training copy restarts from them. A state with ``EXTRA_LAYERS_KEY`` must name
-        the live drafter's extra layers (ValueError otherwise: a drafter cannot change the layers it reads)."""
+        the live drafter's extra layers (ValueError otherwise: a drafter cannot change the layers it reads). Every
+        tensor is checked first (names, shapes, floating point, finite; the draft vocabulary's ids): a refused state
+        is one ValueError naming what is wrong, and the drafter and its version stay as they were."""
         with self._lock:
             if self.drafter is None:
                 raise ValueError(f"worker {self.worker_id} runs without a drafter; cannot load drafter weights")
@@ -201,10 +206,15 @@ class EngineWorker:
                     f"drafter's {list(self.drafter.extra_layers)}"
                 )
             weights = {k: v for k, v in state.items() if k not in (DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY)}
+            try:  # the policy path's checks (load_policy_weights); check_tensors reads state_dict() and config
+                check_weights(weights, "pushed drafter weights")
+                check_tensors(self.drafter, weights)  # type: ignore[arg-type]
+            except ValueError as err:
+                raise ValueError(f"worker {self.worker_id}: drafter version {version} refused: {err}") from None
+            if DRAFT_VOCAB_KEY in state:  # checks the ids before it changes anything
+                self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             with torch.no_grad():
                 self.drafter.load_state_dict(weights)
-            if DRAFT_VOCAB_KEY in state:
-                self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             self.drafter_version = int(version)
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
@@ -280,7 +290,7 @@ class EngineWorker:
                 return self.cotraining.train(live, version, seconds, stop, self._rng_devices())
             except Exception as err:  # a slice reports its failure, it never raises into rollouts
                 self.cotrainer.invalidate()
-                return SliceMetrics(error=f"{type(err).__name__}: {err}")
+                return SliceMetrics(error=describe(err))
 
     @contextmanager
     def _training(self) -> Iterator[None]:
@@ -296,7 +306,9 @@ class EngineWorker:
 
     def finish_drafter_round(self) -> RoundReport:
         """End this rollout's co-training: on the ``steps`` schedule, take the updates the tail left undone; then
-        report the rollout's totals and the live drafter's held-out top-1 (and reset the totals)."""
+        report the rollout's totals and the live drafter's held-out top-1 (and reset the totals). Never raises: a
+        failure is in the report's ``failures`` (``"<worker id>: <error>"``), the round's training is dropped (no
+        trained copy is left to publish) and the live drafter stays as it was."""
         if self.cotraining is None:
             return RoundReport()
         with self._training():
@@ -306,23 +318,52 @@ class EngineWorker:
         extra = self.train_drafter_slice(float("inf")) if self.config.schedule.deterministic else SliceMetrics()
         self._training_at = time.monotonic()  # the held-out measure runs next
         with self._train_lock:
-            report = self.cotraining.take_round()
-            report.seconds = extra.seconds
-            with self._lock:
-                if extra.error is not None:
-                    report.failures.append(extra.error)
-                else:
-                    report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
-                self.cotraining.mark_boundary()  # what checkpoints hold until the next round ends
-                report.buffer_sequences = self.cotraining.buffer.num_sequences
+            try:
+                report = self._round_report(extra)
+            except Exception as err:  # a round reports its failure, it never raises into rollouts
+                earlier = [self._failure(extra.error)] if extra.error is not None else []
+                report = self._failed_round(extra.seconds, earlier, err)
+            try:
+                with self._lock:
+                    self.cotraining.mark_boundary()  # what checkpoints hold until the next round ends
+            except Exception as err:
+                report = self._failed_round(report.seconds, report.failures, err)
+            report.buffer_sequences = self.cotraining.buffer.num_sequences
         return report
 
+    def _round_report(self, extra: SliceMetrics) -> RoundReport:
+        """The rollout's totals (reset) and the live drafter's held-out top-1, or ``extra``'s failure."""
+        report = self.cotraining.take_round()
+        report.seconds = extra.seconds
+        if extra.error is not None:
+            report.failures.append(self._failure(extra.error))
+        else:
+            with self._lock:
+                report.heldout_tokens, report.heldout_top1_sum = self.cotraining.heldout_top1(self.drafter)
+        return report
+
+    def _failed_round(self, seconds: float, failures: list[str], err: Exception) -> RoundReport:
+        """A round that failed with ``err``: its training copy and totals are dropped (nothing of it is published)
+        and the report holds no totals, only ``failures`` and this one."""
+        self.cotrainer.invalidate()
+        self.cotrainer.take_rollout_totals()  # when take_round itself failed: they must not reach the next round
+        return RoundReport(seconds=seconds, failures=[*failures, self._failure(describe(err))])
+
+    def _failure(self, error: str) -> str:
+        """A co-training failure line as every report gives it: ``"<worker id>: <error>"``."""
+        return f"{self.worker_id}: {error}"
+
     def heldout_top1(self) -> tuple[int, float]:
-        """(tokens, summed top-1) of the live drafter on the newest held-out features ((0, 0.0) without any)."""
+        """(tokens, summed top-1) of the live drafter on the newest held-out features ((0, 0.0) without any). Never
+        raises: a failing measure is logged and counts no tokens."""
         if self.cotraining is None:
             return 0, 0.0
         with self._train_lock, self._lock:
-            return self.cotraining.heldout_top1(self.drafter)
+            try:
+                return self.cotraining.heldout_top1(self.drafter)
+            except Exception as err:  # a co-training measure never raises into rollouts
+                LOG.warning("%s: held-out top-1 measure failed: %s", self.worker_id, describe(err))
+                return 0, 0.0
 
     def trained_drafter(self) -> TrainedDrafter | None:
         """The weights co-trained since the live drafter last changed (None when no step was taken)."""
@@ -376,6 +417,11 @@ class EngineWorker:
         at = self._training_at
         training = 0.0 if at is None else time.monotonic() - at
         return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s, training)
+
+
+def describe(err: Exception) -> str:
+    """``"<ErrorType>: <message>"``, how co-training failures are reported."""
+    return f"{type(err).__name__}: {err}"
 
 
 def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
