@@ -216,8 +216,12 @@ def gumbel_noise(
 ) -> torch.Tensor:
     """Standard Gumbel noise -log(-log(u)) from :func:`uniform_noise`, as float32.
 
-    ``argmax(log_probs + gumbel_noise(...))`` is an exact sample from ``softmax(log_probs)`` (up to the 2**-24
-    grid of u); the values are finite, between about -2.9 and 17.3.
+    ``argmax(log_probs + gumbel_noise(...))`` is an exact sample from ``softmax(log_probs)`` up to the 2**-24
+    grid of u; the values are finite, between about -2.9 and 17.3. What the grid costs, computed exactly over all
+    2**24 values: a token more than ~20.2 below a row's best is never drawn, and one 15-20 below is drawn less
+    often than its probability (a 32000-token row with one token 19 above the rest draws the rest 9.3e-6 of the
+    time, against softmax's 1.8e-4); ties at the grid go to the lower index (a flat 32000-token row: the first
+    token 1.00095 / V, the last 0.99905 / V).
     """
     # [N], [N] -> [N, V] float32
     return gumbel_from_bits(uniform_bits(seeds, positions, vocab_size, device=device, stream=stream))
