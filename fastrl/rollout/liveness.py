@@ -27,10 +27,12 @@ class LivenessPolicy:
 
 @dataclass
 class Verdict:
-    """A worker found unable to serve, and why (one line for the log)."""
+    """A worker found unable to serve, and why (one line for the log); ``hung`` False: it answers, but its stepping
+    loop failed."""
 
     worker_id: str
     reason: str
+    hung: bool = True
 
 
 @dataclass
@@ -78,7 +80,7 @@ def _judge(worker_id: str, ref: ray.ObjectRef, deadline: float) -> Verdict | Non
     except RayError as err:
         return Verdict(worker_id, f"health check failed: {type(err).__name__}")
     if not health.ok:
-        return Verdict(worker_id, f"stepping loop failed: {health.error}")
+        return Verdict(worker_id, f"stepping loop failed: {health.error}", hung=False)
     if health.stalled_s > deadline:
         return Verdict(worker_id, f"no decode round finished in {health.stalled_s:.0f} s (deadline {deadline:g} s)")
     if health.training_stalled_s > deadline:

@@ -4,10 +4,13 @@ recovery from dead workers."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import random
 import time
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
@@ -19,7 +22,7 @@ from fastrl.rollout.drafter_round import DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker
-from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle
+from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle, require_ray
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord, WorkerReplacement
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_loss import log_loss, loss_record
@@ -27,6 +30,22 @@ from fastrl.rollout.worker_stats import WorkerStats
 from fastrl.speculative.history import HistoryState
 
 LOG = logging.getLogger("fastrl.rollout")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Manager = TypeVar("Manager", bound="RayRolloutManager")
+
+
+def _needs_ray(method: Callable[Concatenate[Manager, P], R]) -> Callable[Concatenate[Manager, P], R]:
+    """An entry point that calls Ray: RuntimeError first when Ray was shut down under the manager (any Ray call
+    would otherwise start a fresh local Ray, where none of its workers exist)."""
+
+    @functools.wraps(method)
+    def checked(self: Manager, *args: P.args, **kwargs: P.kwargs) -> R:
+        require_ray()
+        return method(self, *args, **kwargs)
+
+    return checked
 
 
 class RayRolloutManager:
@@ -36,9 +55,14 @@ class RayRolloutManager:
     order. Workers whose share is done while others run the tail train the drafter in short slices; on the
     ``steps`` schedule every worker then takes the updates the tail left undone (fastrl.cotrain.schedule); the
     copies trained this rollout are averaged (weighted by steps) into drafter version v + 1, pushed to every worker.
-    A worker lost mid-rollout (dead, or hung: no round in ``round_timeout_s``, killed) or before a rollout or push is
-    replaced at once (``restart_failed_workers``) at the current weights and selector state; its unfinished requests
-    re-run. Each loss is logged (``fastrl.rollout``) and reported in the next ``RolloutBatch.replacements``.
+    A worker lost mid-rollout (dead; hung: no round in ``round_timeout_s``; failed: its stepping loop raised; the
+    last two killed) or before a rollout or push is replaced at once (``restart_failed_workers``) at the current
+    weights and selector state; its unfinished requests re-run. Each loss is logged (``fastrl.rollout``) and reported
+    in the next ``RolloutBatch.replacements``.
+
+    Weight pushes are all or nothing (``_push``): the manager records a version (and keeps its weights for
+    replacements) only once every live worker has installed it, so replacements always start from weights the
+    workers accepted. Every public method that calls Ray raises one RuntimeError when Ray was shut down under it.
     """
 
     def __init__(self, config: RolloutManagerConfig) -> None:
@@ -74,6 +98,7 @@ class RayRolloutManager:
         )
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
+    @_needs_ray
     def generate(self, requests: list[RolloutRequest]) -> RolloutBatch:
         """Generate every request; results in request order, with per-worker timing, rounds and co-training."""
         start = time.perf_counter()
@@ -105,25 +130,29 @@ class RayRolloutManager:
         version, lost = self.drafter_version, replacements
         return RolloutBatch(outcome.results, wall, tail, outcome.timings, rounds, drafter, version, retried, lost)
 
+    @_needs_ray
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
-        """Put ``state`` in the object store once and install it as ``version`` on every worker."""
+        """Put ``state`` in the object store once and install it as ``version`` on every worker; a push a worker
+        refuses (ValueError) leaves every worker, and ``policy_version``, at the last accepted weights (``_push``)."""
         self._check_workers()
-        ref = ray.put(state)
+        ref = self._push("policy", "update_policy", int(version), self.policy_version, state)
         self._policy_ref, self.policy_version = ref, int(version)
-        self._call_all("update_policy", self.policy_version, ref)
         self._replace_dead()
 
+    @_needs_ray
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
         """The current drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker);
         {} when the workers run without a drafter."""
         self._await_ready()
         return self._call_all("drafter_state")[0]
 
+    @_needs_ray
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
         """Install drafter weights as ``version`` on every worker (resume)."""
         self._await_ready()
         self._push_drafter(int(version), state)
 
+    @_needs_ray
     def selector_state(self) -> dict:
         """Each worker's strategy-selector state: ``{"workers": [state, ...]}`` in worker order (a lost worker is
         replaced first, so every slot is there), and ``"affinity"``: which worker served each prompt, as the last
@@ -132,6 +161,7 @@ class RayRolloutManager:
         affinity = self._affinity.state(self._affinity_at_boundary)
         return {"workers": self._call_all("selector_state"), "affinity": affinity}
 
+    @_needs_ray
     def load_selector_state(self, state: dict) -> None:
         """Worker i loads ``state["workers"][i % n]`` (a resumed run may have a different worker count)."""
         states = state.get("workers") if isinstance(state, dict) else None
@@ -145,6 +175,7 @@ class RayRolloutManager:
         self._gather(refs)
         self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
 
+    @_needs_ray
     def history_state(self) -> list[HistoryState | None]:
         """Each worker's history index (prompts and kept responses), in slot order; None without one, or for a worker
         lost during the call (its slot keeps its place: the states that follow stay with their slots)."""
@@ -155,17 +186,20 @@ class RayRolloutManager:
             states.append(got[0] if got else None)
         return states
 
+    @_needs_ray
     def load_history_state(self, states: list[HistoryState]) -> None:
         """Worker slot i restores ``states[i]`` (the prompt affinity sends a repeated prompt back to its slot); slots
         beyond the checkpoint's start with an empty index."""
         self._await_ready()
         self._gather([(w, w.actor.load_history_state.remote(st)) for w, st in zip(self._alive(), states, strict=False)])
 
+    @_needs_ray
     def cotrain_state(self) -> list[CotrainState]:
         """Each worker's co-training state (buffer, optimiser, step counters), in slot order ([] when off)."""
         self._check_workers()
         return [s for s in self._call_all("cotrain_state") if s is not None]
 
+    @_needs_ray
     def load_cotrain_state(self, states: list[CotrainState]) -> None:
         """Worker i restores ``states[i]``; ValueError when the counts differ (exactness needs the same split). A run
         without co-training (``drafter=frozen``) has nothing to restore them into and leaves them."""
@@ -181,8 +215,9 @@ class RayRolloutManager:
         self._gather([(w, w.actor.load_cotrain_state.remote(st)) for w, st in zip(alive, states, strict=True)])
 
     def shutdown(self) -> None:
-        """Kill every worker actor (and Ray itself when this manager started it)."""
-        for w in self.workers:
+        """Kill every worker actor (and Ray itself when this manager started it); with Ray already shut down under
+        it there is nothing left to kill (a Ray call would start a fresh Ray)."""
+        for w in self.workers if ray.is_initialized() else []:
             with contextlib.suppress(RayActorError, ValueError):
                 ray.kill(w.actor)
         self.workers = []
@@ -191,6 +226,7 @@ class RayRolloutManager:
             self._owns_ray = False
 
     # ---- reports ----------------------------------------------------------------------------------------------
+    @_needs_ray
     def worker_stats(self) -> list[WorkerStats]:
         """Every live worker's stats (versions, requests served, rounds, buffer, co-training steps)."""
         self._await_ready()
@@ -231,6 +267,7 @@ class RayRolloutManager:
         monitor = LivenessMonitor(self._liveness)
         pending = {ref: worker for worker, ref in calls}
         while pending:
+            require_ray()
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.config.liveness_interval_s)
             for ref in done:
                 del pending[ref]
@@ -251,6 +288,7 @@ class RayRolloutManager:
     def _take_rounds(self) -> list[RoundRecord]:
         return [r for rounds in self._call_all("take_rounds") for r in rounds]
 
+    @_needs_ray
     def finish_rollout(self) -> tuple[DrafterTrainingStats, int]:
         """The last rollout's co-training stats and the drafter version after it, finishing it first when
         ``overlap_drafter_round`` left it running (any other call finishes it too, before it acts)."""
@@ -258,9 +296,57 @@ class RayRolloutManager:
         return self._rounds.last
 
     def _push_drafter(self, version: int, state: dict[str, Tensor]) -> None:
+        """Install drafter weights as ``version`` on every worker; all or nothing, as ``_push``."""
+        self._drafter_ref = self._push("drafter", "update_drafter", version, self.drafter_version, state)
+        self.drafter_version = version
+
+    def _push(self, what: str, method: str, version: int, current: int, state: dict[str, Tensor]) -> ray.ObjectRef:
+        """Put ``state`` (``what`` weights) in the object store and install it as ``version`` on every live worker
+        (``method``), replacing ``current``; the caller records the returned ref and version only when this returns,
+        so a replacement always starts from weights that the workers accepted.
+
+        All or nothing, so that every worker ends on one version. Workers that die or hang during the push are
+        lost as in any call (replaced later at the weights then recorded). If every live worker that answered took
+        the push, it stands. If any refused it (its checks raised), it is refused as a whole: the workers that took
+        it are killed (replaced by the next call at the ``current`` weights), and a ValueError names the refusing
+        worker and its reason. A push that no worker answered is refused too (RuntimeError): none installed it."""
         ref = ray.put(state)
-        self._drafter_ref, self.drafter_version = ref, version
-        self._call_all("update_drafter", version, ref)
+        calls = [(w, getattr(w.actor, method).remote(version, ref)) for w in self._alive()]
+        ray.wait([call for _, call in calls], num_returns=len(calls), timeout=self.config.round_timeout_s)
+        took, refused = [], []
+        for worker, call in calls:
+            try:
+                ray.get(call, timeout=0)
+                took.append(worker)
+            except RayActorError:
+                if worker.alive:
+                    worker.alive, worker.lost_reason = False, f"died during the {what} push"
+            except GetTimeoutError:
+                self._kill_hung(worker, f"no answer to the {what} push in {self.config.round_timeout_s:g} s")
+            except RayError as err:
+                refused.append((worker, short_error(err)))
+        if refused:
+            self._revert(took, f"{what} version {version}")
+            (first, reason), others = refused[0], len(refused) - 1
+            also = f" (and {others} more)" if others else ""
+            raise ValueError(
+                f"{what} version {version} refused by rollout worker {first.worker_id}{also}: {reason}; "
+                f"every worker keeps {what} version {current}"
+            )
+        if not took:
+            raise RuntimeError(
+                f"no rollout worker answered the push of {what} version {version} (all lost during it); "
+                f"the workers keep {what} version {current}"
+            )
+        return ref
+
+    def _revert(self, took: list[WorkerHandle], pushed: str) -> None:
+        """Kill the workers that installed a refused push (``pushed`` names it): the next call replaces them at the
+        weights the manager recorded, so that every worker ends on one version."""
+        for worker in took:
+            LOG.warning("rollout worker %s took %s, which other workers refused: killed", worker.worker_id, pushed)
+            ray.kill(worker.actor, no_restart=True)
+            worker.alive, worker.lost_reason = False, f"reverted: took {pushed}, which other workers refused"
 
     def _check_workers(self) -> None:
         """Kill and replace workers lost since the last call (dead, hung, failed); wait until replacements serve."""
@@ -334,12 +420,13 @@ class RayRolloutManager:
         self.workers = [w for w in self.workers if w.alive]
 
     def _started(self, w: WorkerHandle) -> bool:
-        """Wait for ``w``'s start-up calls; one that fails or times out is killed (False)."""
+        """Wait for ``w``'s start-up calls; one that dies, raises (a weight push it refuses) or times out is killed
+        (False)."""
         try:
             ray.get(w.ready, timeout=self.config.worker_start_timeout_s)
-        except (RayActorError, GetTimeoutError) as err:
+        except (RayError, GetTimeoutError) as err:
             LOG.warning("replacement rollout worker %s failed to start: %s", w.worker_id, short_error(err))
-            w.alive = False
-            ray.kill(w.actor)
+            w.alive, w.lost_reason = False, f"failed to start ({short_error(err)})"
+            ray.kill(w.actor, no_restart=True)
         w.ready = []
         return w.alive

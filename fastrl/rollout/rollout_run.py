@@ -14,8 +14,9 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
+from fastrl.rollout.cluster import short_error
 from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units
-from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy
+from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 
 
@@ -58,9 +59,12 @@ class RolloutRun:
     back-to-back slices of ``slice_seconds``; when the last unit returns every running slice is told to stop at its
     next step.
 
-    A worker that dies or hangs (past ``liveness``'s per-round deadline: killed) is replaced at once by ``replace``
-    (at most one per starting worker; it serves on return); its unreturned units go to the least loaded of the
-    survivors and the replacement; results count when a call returns (none lost or counted twice).
+    A worker that dies, hangs (past ``liveness``'s per-round deadline) or fails (its stepping loop raised: its calls
+    fail) is killed and replaced at once by ``replace`` (at most one replacement per starting worker; it serves on
+    return); its unreturned units go to the least loaded of the survivors and the replacement; results count when a
+    call returns (none lost or counted twice). Losses are bounded: once the replacements are spent every loss leaves
+    one worker fewer, so a failure that recurs on every worker (a deterministic bug) ends the rollout with one
+    RuntimeError naming the last worker lost and its cause.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class RolloutRun:
         self.slices: list[tuple[str, SliceMetrics]] = []
         self.retried = 0
         self.replacements_left = len(workers)
+        self.replacements_used: list[str] = []
         self.first_idle: float | None = None
         self.start = 0.0
 
@@ -122,7 +127,9 @@ class RolloutRun:
                 self._went_idle(w)
         interval = self.liveness.policy.check_interval_s
         while self.gen_refs:
+            require_ray()
             ready, _ = ray.wait([*self.gen_refs, *self.slice_refs], num_returns=1, timeout=interval)
+            require_ray()
             for ref in ready:
                 if ref in self.gen_refs:
                     self._unit_done(ref)
@@ -168,9 +175,25 @@ class RolloutRun:
             self.log.warning("rollout worker %s died mid-rollout; its unfinished requests re-run", worker.worker_id)
             self._lost(worker, [unit], "died mid-rollout")
             return
+        except RayError as err:  # the call raised on a worker that still runs
+            self._call_failed(worker, unit, err)
+            return
         self._record(worker, unit, outputs)
         if not self.outstanding[worker.worker_id]:
             self._went_idle(worker)
+
+    def _call_failed(self, worker: WorkerHandle, unit: WorkUnit, err: RayError) -> None:
+        """A generation call raised. A worker that cannot serve by now (its stepping loop failed, or it died or does
+        not answer a health check) is killed and replaced, and its unfinished requests re-run; a healthy worker
+        refused the requests themselves, which no re-run mends: RuntimeError naming them."""
+        wid = worker.worker_id
+        problem = probe({wid: worker.actor}, self.liveness.policy.round_timeout_s).get(wid)
+        if problem is None:
+            ids = [self.requests[i].request_id for i in unit.indices]
+            raise RuntimeError(f"rollout worker {wid} refused requests {ids}: {short_error(err)}")
+        self.log.warning("rollout worker %s failed mid-rollout (%s): killed; its requests re-run", wid, problem)
+        ray.kill(worker.actor, no_restart=True)
+        self._lost(worker, [unit], f"failed mid-rollout ({problem})")
 
     def _record(self, worker: WorkerHandle, unit: WorkUnit, outputs: list[RolloutResult]) -> None:
         wid = worker.worker_id
@@ -186,11 +209,12 @@ class RolloutRun:
         busy = {wid: w.actor for wid, w in by_id.items() if self.outstanding[wid]}
         for verdict in self.liveness.poll(busy):
             worker = by_id[verdict.worker_id]
+            state = "is hung" if verdict.hung else "failed"
             self.log.warning(
-                "rollout worker %s is hung (%s): killed; its requests re-run", worker.worker_id, verdict.reason
+                "rollout worker %s %s (%s): killed; its requests re-run", worker.worker_id, state, verdict.reason
             )
             ray.kill(worker.actor, no_restart=True)
-            self._lost(worker, [], f"hung mid-rollout ({verdict.reason})")
+            self._lost(worker, [], f"{'hung' if verdict.hung else 'failed'} mid-rollout ({verdict.reason})")
 
     def _end_slices(self) -> list[tuple[WorkerHandle, ray.ObjectRef]]:
         """Tell running slices to stop at the end of their training step, and hand them over without waiting: a
@@ -203,7 +227,8 @@ class RolloutRun:
         return [(w, ref) for ref, (w, _) in running]
 
     def _lost(self, worker: WorkerHandle, units: list[WorkUnit], reason: str) -> None:
-        """``worker`` died: keep what it returned, replace it, re-send the rest to the survivors and the replacement."""
+        """``worker`` was lost (died, or killed as hung or failed): keep what it returned, replace it, re-send the rest
+        to the survivors and the replacement; RuntimeError when none is left to take it."""
         worker.alive = False
         self.liveness.forget(worker.worker_id)
         wid = worker.worker_id
@@ -228,11 +253,16 @@ class RolloutRun:
         fresh = self.replace(worker) if self.replacements_left > 0 else None
         if fresh is not None:
             self.replacements_left -= 1
+            self.replacements_used.append(fresh.worker_id)
             self.workers.append(fresh)
             self.load[fresh.worker_id] = 0.0
             survivors.append(fresh)
         if units and not survivors:
-            raise RuntimeError("every rollout worker died; the rollout cannot finish")
+            raise RuntimeError(
+                f"rollout worker {wid} {reason}, and no rollout worker is left to re-run its requests (every worker "
+                f"of this rollout was lost, and its {len(self.replacements_used)} replacements too): the rollout "
+                "cannot finish"
+            )
         for unit in sorted(units, key=lambda u: -u.work):
             target = min(survivors, key=lambda w: self.load[w.worker_id])
             self._send(target, unit, retry=True)
@@ -290,8 +320,19 @@ class RolloutRun:
 
 
 def _get_or_none(ref: ray.ObjectRef) -> list[RolloutResult] | None:
-    """The results of a finished call, or None when its worker died before returning them."""
+    """The results of a finished call, or None when its worker died or failed before returning them (the call
+    raised: its requests re-run elsewhere)."""
     try:
         return ray.get(ref)
-    except RayActorError:
+    except RayError:
         return None
+
+
+def require_ray() -> None:
+    """RuntimeError when Ray is not running in this process (``ray.shutdown()`` under the rollout manager): a Ray
+    call would silently start a fresh local Ray, where none of the manager's workers or objects exist."""
+    if not ray.is_initialized():
+        raise RuntimeError(
+            "Ray was shut down under the rollout manager (ray.shutdown() while it ran): its workers are gone; "
+            "start a new RayRolloutManager"
+        )

@@ -1,0 +1,78 @@
+"""Fault injection into real rollout worker actors: ``actor.__ray_call__(fault)`` runs ``fault(actor)`` in the actor's
+own process, where it replaces one method of the actor's EngineWorker. Each fault is built by a factory, so Ray
+pickles it by value (the actor processes need not import the tests)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import ray
+
+from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.rollout_run import WorkerHandle
+
+Fault = Callable[[Any], None]
+
+
+def failing_steps(after: int) -> Fault:
+    """The worker's engine step raises ``RuntimeError("injected step failure")`` after ``after`` good steps (its
+    stepping loop then fails every waiting call)."""
+
+    def inject(actor: Any) -> None:
+        worker, count = actor._worker, [0]
+        original = worker.step
+
+        def step() -> list:
+            count[0] += 1
+            if count[0] > after:
+                raise RuntimeError("injected step failure")
+            return original()
+
+        worker.step = step
+
+    return inject
+
+
+def refusing_policy_pushes() -> Fault:
+    """The worker refuses every policy push, as its weight checks would: ``ValueError("injected refusal")``."""
+
+    def inject(actor: Any) -> None:
+        def update_policy(version: int, state: dict) -> None:
+            raise ValueError("injected refusal")
+
+        actor._worker.update_policy = update_policy
+
+    return inject
+
+
+def dying_on_policy_push() -> Fault:
+    """The worker's process exits when a policy push reaches it (a worker lost mid-push)."""
+
+    def inject(actor: Any) -> None:
+        def update_policy(version: int, state: dict) -> None:
+            os._exit(1)
+
+        actor._worker.update_policy = update_policy
+
+    return inject
+
+
+def inject(actor: ray.actor.ActorHandle, fault: Fault) -> None:
+    """Install ``fault`` in a running worker actor (waits until it is in place)."""
+    ray.get(actor.__ray_call__.remote(fault))
+
+
+def inject_into_new_workers(monkeypatch: pytest.MonkeyPatch, manager: RayRolloutManager, fault: Fault) -> None:
+    """Every worker ``manager`` starts from now on (replacements) gets ``fault`` before any other call reaches it;
+    ``monkeypatch.undo()`` ends that."""
+    spawn = manager._spawn
+
+    def spawn_faulty(slot: int) -> WorkerHandle:
+        handle = spawn(slot)
+        inject(handle.actor, fault)
+        return handle
+
+    monkeypatch.setattr(manager, "_spawn", spawn_faulty)

@@ -1,0 +1,69 @@
+"""A worker whose stepping loop fails mid-rollout (its engine step raises), on a real local Ray with two workers: it
+is killed and replaced within the rollout, its unfinished requests re-run and every finished result is kept (seeded
+requests: the same tokens); a failure that recurs on every worker ends the rollout with one clear error."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.manager_config import RolloutManagerConfig
+from fastrl.rollout.types import RolloutRequest
+from fastrl.sampling.params import SamplingParams
+from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
+from tests.rollout.faults import failing_steps, inject, inject_into_new_workers
+
+
+@pytest.fixture(scope="module")
+def manager(checkpoint, ray_cluster):
+    config = RolloutManagerConfig(
+        worker=worker_config(checkpoint, cotrain=False), num_workers=2, round_timeout_s=4.0, liveness_interval_s=0.2
+    )
+    mgr = RayRolloutManager(config)
+    yield mgr
+    mgr.shutdown()
+
+
+def long_requests(prefix: str, n: int = 16) -> list[RolloutRequest]:
+    params = [SamplingParams(max_new_tokens=40, seed=500 + i, ignore_eos=True) for i in range(n)]
+    return [RolloutRequest(f"{prefix}{i}", prompt(i), params[i], group=i) for i in range(n)]
+
+
+def test_a_worker_whose_stepping_loop_fails_is_replaced_and_its_requests_rerun(manager, checkpoint, caplog):
+    """It used to abort the rollout (RayTaskError out of generate) and lose the other worker's results."""
+    requests = long_requests("fail")
+    victim = manager.workers[1]
+    inject(victim.actor, failing_steps(after=30))
+    with caplog.at_level(logging.WARNING, logger="fastrl.rollout"):
+        batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    [lost] = batch.replacements
+    assert lost.worker_id == victim.worker_id
+    assert lost.reason.startswith("failed mid-rollout") and "injected step failure" in lost.reason
+    assert lost.rerun_request_ids and batch.retried_requests == len(lost.rerun_request_ids)
+    assert any("failed mid-rollout" in m and victim.worker_id in m for m in caplog.messages)
+    assert victim.worker_id not in {w.worker_id for w in manager.workers} and len(manager.workers) == 2
+    assert lost.replacement_id in {w.worker_id for w in manager.workers}
+    after = mixed_requests(6, prefix="after-fail")
+    assert_same_tokens(manager.generate(after).results, reference(checkpoint.policy, after))
+
+
+def test_a_failure_on_every_worker_is_one_clear_error_and_the_manager_recovers(manager, checkpoint, monkeypatch):
+    """Every worker and every replacement fails at its first step (a deterministic bug): the replacements are
+    bounded (one per starting worker) and the rollout ends with one RuntimeError naming a worker and the cause."""
+    for w in manager.workers:
+        inject(w.actor, failing_steps(after=0))
+    inject_into_new_workers(monkeypatch, manager, failing_steps(after=0))
+    pattern = (
+        r"rollout worker worker-\d+ failed mid-rollout \(stepping loop failed: RuntimeError: injected step failure\), "
+        r"and no rollout worker is left to re-run its requests \(.* its 2 replacements too\)"
+    )
+    with pytest.raises(RuntimeError, match=pattern):
+        manager.generate(mixed_requests(8, prefix="doomed"))
+    monkeypatch.undo()  # the bug is fixed: the next rollout replaces every lost worker and serves
+    requests = mixed_requests(8, prefix="recovered")
+    batch = manager.generate(requests)
+    assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+    assert len(manager.workers) == 2
