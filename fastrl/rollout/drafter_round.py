@@ -72,7 +72,8 @@ def close_drafter_round(
     """Every worker finishes the rollout's updates (``steps`` schedule) and reports them (``call_all(method)``
     calls a worker method on every live worker and returns the answers in slot order); the copies trained on top
     of drafter ``version`` are averaged (weighted by steps, in slot order) into ``version + 1`` and ``push``ed;
-    the held-out top-1 is measured before and after the push."""
+    the held-out top-1 is measured before and after the push. A push the workers refuse (ValueError: the backends'
+    pushes are all or nothing) is a failure of the round, not of the rollout: the version stays."""
     reports: list[RoundReport] = call_all(FINISH)
     stats = combine_rounds(reports, slices)
     trained: list[TrainedDrafter] = [t for t in call_all("trained_drafter") if t is not None]
@@ -84,7 +85,11 @@ def close_drafter_round(
     except ValueError as err:
         stats.failures.append(f"merge: {err}")
         return stats
-    push(version + 1, merged)
+    try:
+        push(version + 1, merged)
+    except ValueError as err:
+        stats.failures.append(f"push: {err}")
+        return stats
     if stats.heldout_tokens:
         stats.heldout_top1 = heldout_mean(call_all("heldout_top1"))
     return stats

@@ -85,3 +85,28 @@ def test_every_running_slice_is_collected_in_one_gather_and_a_hung_one_is_skippe
     assert not w1.alive and w0.alive and w2.alive
     assert stats.seconds == 2.0 + 3.0
     assert stats.failures == ["w2: RuntimeError: boom"]
+
+
+def test_a_refused_push_is_a_failure_of_the_round_not_of_the_rollout() -> None:
+    """The merged drafter's push is all or nothing (a worker refusing it leaves every worker at the last version);
+    its refusal raised out of the rollout and lost its results, where every other co-training failure is a line of
+    the round's report."""
+    import torch
+
+    from fastrl.cotrain.cotrainer import TrainedDrafter
+    from fastrl.rollout.drafter_round import close_drafter_round
+
+    trained = TrainedDrafter({"w": torch.ones(2)}, steps=3, tokens=30, base_version=4)
+    answers = {"finish_drafter_round": [RoundReport(steps=3, tokens=30)], "trained_drafter": [trained]}
+    calls: list[str] = []
+
+    def call_all(method: str) -> list:
+        calls.append(method)
+        return answers[method]
+
+    def push(version: int, state: dict) -> None:
+        raise ValueError(f"drafter version {version} refused by rollout worker w0: non-finite; every worker keeps 4")
+
+    stats = close_drafter_round(call_all, 4, push, [])
+    assert stats.failures == ["push: drafter version 5 refused by rollout worker w0: non-finite; every worker keeps 4"]
+    assert stats.steps == 3 and "heldout_top1" not in calls  # the round's totals kept; nothing measured after it
