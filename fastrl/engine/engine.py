@@ -75,8 +75,9 @@ class Engine:
 
     The engine runs `model` and `drafter` themselves, moved to its device and dtype in place (``nn.Module.to``):
     engines of different dtypes or devices each need their own copy of the modules. They move only once every
-    check has passed (strategies, pool size against the memory free, device): a refused engine leaves them as they
-    were.
+    check has passed (strategies, device, the pool's size against the memory free once they have moved): a refused
+    engine leaves them as they were. The pool is allocated after they move (in the memory a cast to a narrower
+    dtype gives back); an allocation that fails even so is refused with the same ValueError but leaves them moved.
     """
 
     def __init__(

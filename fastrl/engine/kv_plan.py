@@ -8,7 +8,7 @@ bare MemoryError, an allocator's RuntimeError, or a host swapping its way throug
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -62,7 +62,7 @@ class KvPlan:
     def needed_bytes(self, incoming: int = 0) -> int:
         """What must be free: the bookkeeping, the KV wherever it is held at once (a CUDA device holds its pool
         from the start; a CPU pool asked for by size is meant to be filled), and `incoming` bytes of modules about
-        to move to the device."""
+        to move to the device (negative: the modules there shrink to the engine's dtype, and give bytes back)."""
         held = self.device.type == "cuda" or self.kv_cache_tokens is not None
         bookkeeping = self.num_pages * BOOKKEEPING_BYTES_PER_PAGE + self.slots * self.columns * TABLE_BYTES_PER_ENTRY
         return bookkeeping + (self.kv_bytes if held else 0) + incoming
@@ -86,7 +86,11 @@ class KvPlan:
         free = available_bytes(self.device)
         need = self.needed_bytes(incoming)
         if free is not None and need > free:
-            moving = f" and {incoming / 2**30:.2f} GiB of weights moving there" if incoming else ""
+            moving = ""
+            if incoming > 0:
+                moving = f" and {incoming / 2**30:.2f} GiB of weights moving there"
+            elif incoming < 0:
+                moving = f" (less {-incoming / 2**30:.2f} GiB the weights there give back in {self.dtype})"
             raise ValueError(
                 f"{self.describe()}{moving} needs {need / 2**30:.2f} GiB, but {free / 2**30:.2f} GiB is free on "
                 f"{self.device}: lower {self.keys}"
@@ -115,15 +119,44 @@ def _allocation_failure(err: BaseException) -> bool:
 
 
 def incoming_bytes(modules: list[torch.nn.Module | None], device: torch.device, dtype: torch.dtype) -> int:
-    """Bytes the modules' tensors will take on a CUDA `device` that are not there yet (0 for a CPU device)."""
-    if device.type != "cuda":
+    """The net change of `device`'s memory when the modules' tensors move there in `dtype` (``nn.Module.to``):
+    a tensor elsewhere adds its size in `dtype`; one already there adds its size in `dtype` less its size now
+    (negative when it shrinks, as a float32 policy on the GPU cast to a bfloat16 engine's dtype). Non-floating
+    tensors keep their dtype. 0 for a CPU device (the host's memory is not counted against its weights). A tensor
+    two modules share counts once."""
+    if device.type == "cpu":
         return 0
-    item = torch.empty((), dtype=dtype).element_size()
-    total = 0
+    seen: set[int] = set()
+    moves: list[TensorMove] = []
     for module in modules:
         if module is None:
             continue
         for tensor in [*module.parameters(), *module.buffers()]:
-            if tensor.device.type != "cuda" or (device.index is not None and tensor.device.index != device.index):
-                total += tensor.numel() * (item if tensor.is_floating_point() else tensor.element_size())
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            there = tensor.device.type == device.type and (device.index is None or tensor.device.index == device.index)
+            moves.append(TensorMove(there, tensor.numel(), tensor.element_size(), tensor.is_floating_point()))
+    return net_bytes(moves, torch.empty((), dtype=dtype).element_size())
+
+
+@dataclass(frozen=True)
+class TensorMove:
+    """One tensor about to move: whether it is on the target device already, its elements, its bytes per element
+    now, and whether it is floating (cast to the engine's dtype) or not (kept in its own)."""
+
+    on_target: bool
+    numel: int
+    itemsize: int
+    is_float: bool
+
+
+def net_bytes(moves: Iterable[TensorMove], target_itemsize: int) -> int:
+    """The target device's net change in bytes when `moves` land there, floating tensors at `target_itemsize`
+    bytes per element: what arrives counts whole, what is there already counts its growth (or, negative, its
+    shrinking)."""
+    total = 0
+    for move in moves:
+        after = move.numel * (target_itemsize if move.is_float else move.itemsize)
+        total += after - move.numel * move.itemsize if move.on_target else after
     return total

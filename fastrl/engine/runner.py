@@ -95,7 +95,8 @@ class ModelRunner:
         check_device("engine.device", config.device)
         self.device = torch.device(config.device)
         dtype = config.torch_dtype
-        # Every check first: a refused engine leaves the caller's modules as they were (no dtype or device moved).
+        # Every check first, the pool's plan last: a refused engine leaves the caller's modules as they were (no dtype
+        # or device moved).
         speculative = [s for s in strategies if not s.is_disabled]
         eagle = [s for s in speculative if s.uses_drafter]
         if eagle and drafter is None:
@@ -142,7 +143,14 @@ class ModelRunner:
         kv_plan = KvPlan(
             slots, num_pages, scratch_pages, columns, ps, caches, dtype, self.device, config.kv_cache_tokens
         )
+        # The plan counts the modules' net change of the device's memory (a float32 policy already on the GPU,
+        # cast to a bfloat16 engine, gives bytes back): the last check, before anything moves.
         kv_plan.check(incoming_bytes([model, run_drafter], self.device, dtype))
+        # Only now the modules move to the engine's device and dtype (in place: the engine runs the caller's), and
+        # then the pool is allocated in what they left free. An allocation that fails after the plan passed (the
+        # plan's ValueError) leaves them moved.
+        self.model = model.to(device=self.device, dtype=dtype).eval()
+        self.drafter = run_drafter.to(device=self.device, dtype=dtype).eval() if run_drafter is not None else None
         with kv_plan.allocating():
             # The default pool holds every slot's context: each slot gets its own range of pages (read in place).
             home = per_request if config.kv_cache_tokens is None else None
@@ -167,9 +175,6 @@ class ModelRunner:
                 dcache = run_drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table, backend)
                 self.feed = DrafterFeed(slots, run_drafter.feature_size, dtype, self.device, self.lookahead)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
-        # Only now the modules move to the engine's device and dtype (in place: the engine runs the caller's).
-        self.model = model.to(device=self.device, dtype=dtype).eval()
-        self.drafter = run_drafter.to(device=self.device, dtype=dtype).eval() if run_drafter is not None else None
         if self.device.type == "cuda":  # installed (or taken out) on the modules this engine runs
             kernels = LayerKernels.load(self.device, dtype) if config.layer_kernels else None
             for module in (self.model, self.drafter):

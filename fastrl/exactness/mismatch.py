@@ -30,7 +30,7 @@ from fastrl.exactness.support import SupportRange, support_range
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.sampling.processing import process_logits
-from fastrl.sampling.sampler import SamplingBatch, perturbed_logits, sampling_noise
+from fastrl.sampling.sampler import SamplingBatch, centred, perturbed_logits, sampling_noise
 
 # Gap below which two perturbed logits count as tied, per compute dtype: a few units of the rounding that two
 # differently shaped forwards (one row vs a verify row, batch 1 vs 64) accumulate over a model's layers.
@@ -142,7 +142,9 @@ def _filtered_gap(
     token with large noise wins where it is kept, but never over a token every such rounding keeps beside it.
     # logits [1,V] -> float"""
     scaled = process_logits(logits, batch.temperature, batch.top_k, batch.top_p, apply_filters=False)  # [1,V]
-    noisy = (scaled + sampling_noise(batch, position, scaled.shape[-1]))[0].double()  # [V]
+    # The sampler's arithmetic: the noise goes on the centred row (its maximum is the filtered row's, whose top the
+    # filters always keep), so a low temperature's large values do not round the noise away.
+    noisy = (centred(scaled) + sampling_noise(batch, position, scaled.shape[-1]))[0].double()  # [V]
     edge = support_range(scaled[0], params.top_k, params.top_p, bound / 2)
     gaps = [_gap_among_rivals(noisy, edge, t) if t != MISSING and edge.is_possible(t) else math.inf for t in tokens]
     return max(gaps)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from torch import Tensor
 
 from fastrl.rollout.cluster import ensure_ray, short_error
@@ -282,6 +282,12 @@ class RayRolloutManager:
         ray.kill(worker.actor, no_restart=True)
         worker.alive, worker.lost_reason = False, f"hung ({reason})"
 
+    def _kill_failed(self, worker: WorkerHandle, reason: str) -> None:
+        """Kill a worker whose call failed (``reason`` says how), so that the next call replaces it."""
+        LOG.warning("rollout worker %s %s: killed", worker.worker_id, reason)
+        ray.kill(worker.actor, no_restart=True)
+        worker.alive, worker.lost_reason = False, reason
+
     def _call_all(self, method: str, *args: object) -> list:
         return self._gather([(w, getattr(w.actor, method).remote(*args)) for w in self._alive()])
 
@@ -306,10 +312,13 @@ class RayRolloutManager:
         so a replacement always starts from weights that the workers accepted.
 
         All or nothing, so that every worker ends on one version. Workers that die or hang during the push are
-        lost as in any call (replaced later at the weights then recorded). If every live worker that answered took
-        the push, it stands. If any refused it (its checks raised), it is refused as a whole: the workers that took
-        it are killed (replaced by the next call at the ``current`` weights), and a ValueError names the refusing
-        worker and its reason. A push that no worker answered is refused too (RuntimeError): none installed it."""
+        lost as in any call (replaced later at the weights then recorded); so is a worker whose push failed with any
+        error but a refusal (an OOM or RuntimeError while loading, past its checks, which may leave a partial copy;
+        Ray's own errors, such as fetching the pushed object): it is killed. If every live worker that answered took
+        the push, it stands. If any refused it (its checks raised ValueError), it is refused as a whole: the workers
+        that took it are killed (replaced by the next call at the ``current`` weights), and a ValueError names the
+        refusing worker and its reason. A push that no worker answered is refused too (RuntimeError): none installed
+        it."""
         ref = ray.put(state)
         calls = [(w, getattr(w.actor, method).remote(version, ref)) for w in self._alive()]
         ray.wait([call for _, call in calls], num_returns=len(calls), timeout=self.config.round_timeout_s)
@@ -324,7 +333,10 @@ class RayRolloutManager:
             except GetTimeoutError:
                 self._kill_hung(worker, f"no answer to the {what} push in {self.config.round_timeout_s:g} s")
             except RayError as err:
-                refused.append((worker, short_error(err)))
+                if is_refusal(err):
+                    refused.append((worker, short_error(err)))
+                else:  # it failed past its checks (a partial copy, maybe) or could not run: replaced, not refusing
+                    self._kill_failed(worker, f"failed the {what} push ({short_error(err)})")
         if refused:
             self._revert(took, f"{what} version {version}")
             (first, reason), others = refused[0], len(refused) - 1
@@ -430,3 +442,10 @@ class RayRolloutManager:
             ray.kill(w.actor, no_restart=True)
         w.ready = []
         return w.alive
+
+
+def is_refusal(err: RayError) -> bool:
+    """Whether a worker's call failed because the worker refused it: its checks raised ValueError in the task (Ray
+    wraps it in a RayTaskError whose cause it is). Any other error (a RuntimeError or OOM in the task, Ray's own
+    errors) is a failure, not a refusal."""
+    return isinstance(err, RayTaskError) and isinstance(err.cause, ValueError)

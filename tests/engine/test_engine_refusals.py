@@ -13,11 +13,13 @@ import errno
 import pytest
 import torch
 
+import fastrl.engine.kv_plan as kv_plan_module
+import fastrl.engine.runner as runner_module
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
-from fastrl.engine.kv_plan import KvPlan, KvShape
+from fastrl.engine.kv_plan import KvPlan, KvShape, TensorMove, incoming_bytes, net_bytes
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
@@ -121,6 +123,67 @@ def test_other_errors_pass_through_the_allocation():
     with pytest.raises(RuntimeError, match="shape mismatch"):
         with _plan().allocating():
             raise RuntimeError("shape mismatch")
+
+
+def test_the_net_bytes_count_what_arrives_whole_and_what_is_there_by_its_change():
+    bf16 = 2
+    arriving = TensorMove(on_target=False, numel=10, itemsize=4, is_float=True)
+    shrinking = TensorMove(on_target=True, numel=10, itemsize=4, is_float=True)  # float32 there, cast to bfloat16
+    growing = TensorMove(on_target=True, numel=10, itemsize=1, is_float=True)  # float8 there, cast to bfloat16
+    ints_there = TensorMove(on_target=True, numel=10, itemsize=8, is_float=False)  # kept in their dtype
+    ints_arriving = TensorMove(on_target=False, numel=10, itemsize=8, is_float=False)
+    assert net_bytes([arriving], bf16) == 20
+    assert net_bytes([shrinking], bf16) == -20
+    assert net_bytes([growing], bf16) == 10
+    assert net_bytes([ints_there], bf16) == 0
+    assert net_bytes([ints_arriving], bf16) == 80
+    assert net_bytes([arriving, shrinking, growing, ints_there, ints_arriving], bf16) == 90
+    assert net_bytes([], bf16) == 0
+
+
+def _module(device: str) -> torch.nn.Module:
+    module = torch.nn.Linear(4, 3, device=device, dtype=torch.float32)  # 15 floats
+    module.register_buffer("ids", torch.zeros(5, dtype=torch.int64, device=device))
+    return module
+
+
+def test_modules_already_on_the_device_in_a_wider_dtype_give_bytes_back():
+    """A float32 model already on the engine's device, cast to a bfloat16 engine, frees half its floats: the old
+    count said 0 (nothing incoming), so the pool was planned (and allocated) beside the float32 weights. The meta
+    device stands in for a CUDA one."""
+    target = torch.device("meta")
+    there, elsewhere = _module("meta"), _module("cpu")
+    assert incoming_bytes([there], target, torch.bfloat16) == 15 * (2 - 4)
+    assert incoming_bytes([elsewhere], target, torch.bfloat16) == 15 * 2 + 5 * 8
+    assert incoming_bytes([there, None, elsewhere], target, torch.bfloat16) == 15 * (2 - 4) + 15 * 2 + 5 * 8
+    assert incoming_bytes([there], target, torch.float64) == 15 * (8 - 4)
+    assert incoming_bytes([there, there], target, torch.bfloat16) == 15 * (2 - 4)  # a shared tensor counts once
+    assert incoming_bytes([elsewhere], torch.device("cpu"), torch.bfloat16) == 0
+
+
+def test_the_plan_takes_back_the_bytes_a_cast_frees(monkeypatch):
+    plan = _plan(device=torch.device("cuda"), dtype=torch.bfloat16)
+    monkeypatch.setattr(kv_plan_module, "available_bytes", lambda device: plan.needed_bytes() - 100)
+    with pytest.raises(ValueError, match="lower engine.max_batch_size"):
+        plan.check(0)
+    plan.check(-100)
+    with pytest.raises(ValueError, match=r"\(less 0.00 GiB the weights there give back in torch.bfloat16\)"):
+        plan.check(-99)
+
+
+def test_the_modules_move_before_the_pool_is_allocated(pristine, monkeypatch):
+    """The pool is allocated in what the modules' move leaves free: they have their engine's dtype by then."""
+    seen: list[torch.dtype] = []
+    policy = copy.deepcopy(pristine[0])
+    real = runner_module.PagePool
+
+    def recording(*args, **kwargs):
+        seen.append(next(policy.parameters()).dtype)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "PagePool", recording)
+    Engine(policy, EngineConfig(max_batch_size=2, max_model_len=64, dtype="float32"))
+    assert seen == [torch.float32]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ are judged by the request's dtype and temperature."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import torch
 
@@ -13,7 +14,8 @@ from fastrl.engine.request import FinishReason, RequestOutput, Timings
 from fastrl.exactness.compare import compare_runs
 from fastrl.exactness.mismatch import MISSING, analyse_mismatch, first_difference, logprob_tolerance, near_tie_bound
 from fastrl.sampling.params import SamplingParams
-from fastrl.sampling.sampler import SamplingBatch, perturbed_logits
+from fastrl.sampling.processing import process_logits
+from fastrl.sampling.sampler import SamplingBatch, perturbed_logits, sampling_noise
 from tests.rl.grpo_setup import tiny_policy
 
 
@@ -113,6 +115,37 @@ def test_a_third_candidate_within_the_bound_of_the_best_is_a_near_tie():
     stopped = analyse_mismatch(policy, prompt, plain, plain + [first], params, seed, bound=1e9)
     assert stopped is not None and not stopped.near_tie and stopped.plain_token == MISSING
     assert json.loads(json.dumps(stopped.to_dict(), allow_nan=False))["gap"] is None
+
+
+class FixedLogits(torch.nn.Module):
+    """A stand-in policy whose next-token logits are ``row`` after any context."""
+
+    def __init__(self, row: torch.Tensor) -> None:
+        super().__init__()
+        self.row = torch.nn.Parameter(row, requires_grad=False)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.row.expand(1, ids.shape[1], -1))
+
+
+@torch.inference_mode()
+def test_a_filtered_rows_gap_is_the_samplers_perturbed_gap_at_a_low_temperature():
+    """The sampler adds its noise to the centred row; the filtered gap added it to the raw one, where a float32 row
+    at T = 1e-5 (30 / 1e-5 = 3e6, a step of 0.25) rounds the noise away: the reported gap was not the sampler's."""
+    row = torch.tensor([30.0, 29.999998, 29.999996, 29.999994, 0.0, -1.0, 2.0, 1.0])
+    policy, prompt, seed = FixedLogits(row), [1, 2], 11
+    params = SamplingParams(temperature=1e-5, top_k=4)
+    batch, position = SamplingBatch.from_params([params], [seed]), torch.tensor([len(prompt)])
+    perturbed = perturbed_logits(row.unsqueeze(0), batch, position)[0].double()
+    order = torch.argsort(perturbed, descending=True).tolist()
+    bound = near_tie_bound(torch.float32, params.temperature)
+    scaled = process_logits(row.unsqueeze(0), batch.temperature, batch.top_k, batch.top_p, apply_filters=False)
+    uncentred = (scaled + sampling_noise(batch, position, row.numel()))[0].double()
+    for other in order[1:4]:
+        want = float(perturbed[order[0]]) - float(perturbed[other])
+        m = analyse_mismatch(policy, prompt, [order[0]], [other], params, seed, bound)
+        assert m is not None and m.gap == want and m.near_tie == (want < bound)
+        assert float(uncentred[order[:4]].max()) - float(uncentred[other]) != want  # the old arithmetic's gap
 
 
 def test_a_row_both_runs_end_on_non_finite_logits_is_equal_and_its_report_is_strict_json():

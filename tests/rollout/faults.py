@@ -48,6 +48,19 @@ def refusing_policy_pushes() -> Fault:
     return inject
 
 
+def failing_policy_pushes() -> Fault:
+    """The worker's policy push fails past its checks, as an OOM or a copy failing inside ``load_state_dict`` would:
+    ``RuntimeError("injected load failure")`` (not a refusal)."""
+
+    def inject(actor: Any) -> None:
+        def update_policy(version: int, state: dict) -> None:
+            raise RuntimeError("injected load failure")
+
+        actor._worker.update_policy = update_policy
+
+    return inject
+
+
 def dying_on_policy_push() -> Fault:
     """The worker's process exits when a policy push reaches it (a worker lost mid-push)."""
 

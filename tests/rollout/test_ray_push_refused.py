@@ -14,13 +14,20 @@ from collections.abc import Callable
 import pytest
 import ray
 import torch
+from ray.exceptions import GetTimeoutError, RaySystemError, RayTaskError
 from torch import Tensor
 
 from fastrl.models.checkpoint import load_model
-from fastrl.rollout.manager import RayRolloutManager
+from fastrl.rollout.manager import RayRolloutManager, is_refusal
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
-from tests.rollout.faults import dying_on_policy_push, inject, inject_into_new_workers, refusing_policy_pushes
+from tests.rollout.faults import (
+    dying_on_policy_push,
+    failing_policy_pushes,
+    inject,
+    inject_into_new_workers,
+    refusing_policy_pushes,
+)
 
 State = dict[str, Tensor]
 
@@ -133,6 +140,34 @@ def test_a_push_stands_when_a_worker_dies_during_it(manager, states):
     assert victim.worker_id not in {w.worker_id for w in manager.workers}
     assert {s.policy_version for s in manager.worker_stats()} == {version + 1}
     serves(manager, states[version + 1][0], "after-died-mid-push")
+
+
+def test_a_push_stands_when_a_worker_fails_it_past_its_checks(manager, states):
+    """A RuntimeError inside the worker's push (an OOM or a failed copy in load_state_dict, after its checks, which
+    may leave a partial copy) is no refusal: it used to refuse the push for all. The worker is killed and replaced,
+    and the push stands on the other worker's answer; the replacement starts from the new weights."""
+    version = manager.policy_version
+    victim = manager.workers[0]
+    inject(victim.actor, failing_policy_pushes())
+    manager.update_policy(version + 1, states[version + 1][1])
+    assert manager.policy_version == version + 1
+    assert not victim.alive and "failed the policy push (RuntimeError: injected load failure)" in victim.lost_reason
+    assert victim.worker_id not in {w.worker_id for w in manager.workers}
+    assert {s.policy_version for s in manager.worker_stats()} == {version + 1}
+    batch = manager.generate(mixed_requests(6, prefix="after-failed-push"))
+    assert [r.worker_id for r in batch.replacements] == [victim.worker_id]
+    assert_same_tokens(batch.results, reference(states[version + 1][0], mixed_requests(6, prefix="after-failed-push")))
+
+
+def test_only_a_task_error_caused_by_a_value_error_is_a_refusal():
+    def task_error(cause: BaseException) -> RayTaskError:
+        return RayTaskError("update_policy", "Traceback ...", cause).as_instanceof_cause()
+
+    assert is_refusal(task_error(ValueError("pushed weights: nan")))
+    assert not is_refusal(task_error(RuntimeError("CUDA out of memory")))
+    assert not is_refusal(task_error(MemoryError()))
+    assert not is_refusal(RaySystemError("could not fetch the pushed object"))
+    assert not is_refusal(GetTimeoutError("no answer"))
 
 
 def test_a_replacement_whose_start_up_push_raises_is_killed(own_manager, states, monkeypatch, caplog):
