@@ -278,13 +278,12 @@ class RayRolloutManager:
         return self._gather(calls)
 
     def _kill_hung(self, worker: WorkerHandle, reason: str) -> None:
-        LOG.warning("rollout worker %s is hung (%s): killed", worker.worker_id, reason)
-        ray.kill(worker.actor, no_restart=True)
-        worker.alive, worker.lost_reason = False, f"hung ({reason})"
+        self._kill(worker, f"hung ({reason})", f"is hung ({reason})")
 
-    def _kill_failed(self, worker: WorkerHandle, reason: str) -> None:
-        """Kill a worker whose call failed (``reason`` says how), so that the next call replaces it."""
-        LOG.warning("rollout worker %s %s: killed", worker.worker_id, reason)
+    def _kill(self, worker: WorkerHandle, reason: str, logged: str | None = None) -> None:
+        """Kill a worker that cannot go on serving (``reason``, its ``lost_reason``; ``logged``, what the log says of
+        it, the reason by default), so that the next call replaces it."""
+        LOG.warning("rollout worker %s %s: killed", worker.worker_id, logged or reason)
         ray.kill(worker.actor, no_restart=True)
         worker.alive, worker.lost_reason = False, reason
 
@@ -336,7 +335,7 @@ class RayRolloutManager:
                 if is_refusal(err):
                     refused.append((worker, short_error(err)))
                 else:  # it failed past its checks (a partial copy, maybe) or could not run: replaced, not refusing
-                    self._kill_failed(worker, f"failed the {what} push ({short_error(err)})")
+                    self._kill(worker, f"failed the {what} push ({short_error(err)})")
         if refused:
             self._revert(took, f"{what} version {version}")
             (first, reason), others = refused[0], len(refused) - 1
@@ -356,9 +355,8 @@ class RayRolloutManager:
         """Kill the workers that installed a refused push (``pushed`` names it): the next call replaces them at the
         weights the manager recorded, so that every worker ends on one version."""
         for worker in took:
-            LOG.warning("rollout worker %s took %s, which other workers refused: killed", worker.worker_id, pushed)
-            ray.kill(worker.actor, no_restart=True)
-            worker.alive, worker.lost_reason = False, f"reverted: took {pushed}, which other workers refused"
+            taken = f"took {pushed}, which other workers refused"
+            self._kill(worker, f"reverted: {taken}", taken)
 
     def _check_workers(self) -> None:
         """Kill and replace workers lost since the last call (dead, hung, failed); wait until replacements serve."""
