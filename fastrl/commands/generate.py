@@ -8,7 +8,6 @@ command again (the finished lines are kept, only the rest is generated).
 from __future__ import annotations
 
 import errno
-import json
 import math
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
-from fastrl.adaptive.buckets import BatchBuckets
 from fastrl.commands.bandit_state_file import (
     check_setting,
     config_setting,
@@ -40,10 +38,14 @@ from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
-from fastrl.strategy.strategy import Strategy
-from fastrl.telemetry.arm_plots import plot_rounds
-from fastrl.telemetry.arm_table import bucket_indices
-from fastrl.telemetry.run_stats import read_round_log, write_run_plot, write_run_stats
+from fastrl.telemetry.run_stats import (
+    READ_ERRORS,
+    plot_run,
+    read_recorded_run,
+    read_round_log,
+    write_run_plot,
+    write_run_stats,
+)
 from fastrl.telemetry.speed_summary import print_generate_summary
 
 
@@ -184,17 +186,13 @@ def finished_reports(targets: GuardedOutputs) -> str:
     if not stats.regular:
         return f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is no file to read rounds from"
     try:
-        data = json.loads(stats.path.read_text(encoding="utf-8"))
-        rounds = [RoundStats(**(r | {"strategy": Strategy.parse(r["strategy"])})) for r in data["round_log"]]
-        thresholds, name = [int(t) for t in data["bucket_thresholds"]], str(data["strategy_selector"])
-        labels, buckets = BatchBuckets(tuple(thresholds)).labels(), bucket_indices(rounds, thresholds)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        run = read_recorded_run(stats.path)
+    except READ_ERRORS as err:
         return (
             f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is not the stats of a fastrl "
             f"generate run ({type(err).__name__}: {err}), so it holds no rounds to draw it from"
         )
-    title = f"strategy selector: {name}"
-    write_through(plot, lambda path: plot_rounds(rounds, buckets, labels, path, title=title))
+    write_through(plot, lambda path: plot_run(path, run.rounds, run.selector_name, run.thresholds))
     return f"{note}; plot_output={plot.path} drawn from the rounds in stats_output={stats.path}"
 
 

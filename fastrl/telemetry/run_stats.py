@@ -7,7 +7,7 @@ interrupted run wrote with its own (``read_round_log``) and its stats cover the 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,40 @@ def run_stats(stats: list[RoundStats], selector_name: str, selector: StrategySel
     return out
 
 
+READ_ERRORS = (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError)
+"""What reading a file that is not a stats JSON of `run_stats` raises."""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """What a stats JSON records of its run: its rounds, the buckets they are reported in, its selector's name."""
+
+    rounds: list[RoundStats]
+    thresholds: list[int]
+    selector_name: str
+
+
+def _read(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _rounds(data: dict[str, Any]) -> list[RoundStats]:
+    return [RoundStats(**(r | {"strategy": Strategy.parse(r["strategy"])})) for r in data["round_log"]]
+
+
+def read_recorded_run(path: str | Path) -> RecordedRun:
+    """The run a stats JSON written by `run_stats` records; one of ``READ_ERRORS`` for a file that is not one."""
+    data = _read(path)
+    thresholds = [int(t) for t in data["bucket_thresholds"]]
+    BatchBuckets(tuple(thresholds))  # thresholds it could not report in are not a run's
+    return RecordedRun(_rounds(data), thresholds, str(data["strategy_selector"]))
+
+
 def read_round_log(path: str | Path, key: str = "stats_output") -> list[RoundStats]:
     """The rounds a stats JSON written by `run_stats` holds; ValueError naming ``key`` when it holds none."""
     try:
-        log = json.loads(Path(path).read_text(encoding="utf-8"))["round_log"]
-        return [RoundStats(**(r | {"strategy": Strategy.parse(r["strategy"])})) for r in log]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        return _rounds(_read(path))
+    except READ_ERRORS as err:
         raise ValueError(
             f"{key}={path}: not the stats of an earlier fastrl generate run ({type(err).__name__}: {err}), so the "
             "resumed run cannot merge them; delete it or choose another stats_output"
@@ -70,7 +98,11 @@ def write_run_stats(path: str | Path, stats: list[RoundStats], selector_name: st
 
 def write_run_plot(path: str | Path, stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> Path:
     """PNG of chosen strategies, accept lengths, goodput, batch size and per-bucket pulls."""
-    thresholds = selector_thresholds(selector)
+    return plot_run(path, stats, selector_name, selector_thresholds(selector))
+
+
+def plot_run(path: str | Path, stats: list[RoundStats], selector_name: str, thresholds: list[int]) -> Path:
+    """`write_run_plot` with the batch-size buckets given (a recorded run's, ``RecordedRun``)."""
     labels = BatchBuckets(tuple(thresholds)).labels()
     return plot_rounds(
         stats, bucket_indices(stats, thresholds), labels, path, title=f"strategy selector: {selector_name}"
