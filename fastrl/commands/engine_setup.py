@@ -18,6 +18,7 @@ from fastrl.engine.machine import available_bytes
 from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
+from fastrl.models.kv_cache import KvShape
 from fastrl.models.named import is_named_model, named_model_dir, shipped_drafter_dir
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
@@ -60,9 +61,8 @@ def check_kv_memory(
     """ValueError naming ``key`` (the batch size) when a KV cache of ``slots`` slots of ``length`` entries (None:
     the model's whole context) cannot fit the memory available now (RAM, or the CUDA device's free memory)."""
     length = config.max_position_embeddings if length is None else length
-    bytes_per_slot = (
-        2 * config.num_hidden_layers * length * config.num_key_value_heads * config.head_dim
-    ) * torch.empty((), dtype=dtype).element_size()
+    shape = KvShape(config.num_hidden_layers, config.num_key_value_heads, config.head_dim)
+    bytes_per_slot = shape.entry_bytes(dtype) * length
     need = bytes_per_slot * slots
     available = available_bytes(device)
     if available is not None and need > available:

@@ -15,20 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from fastrl.engine.machine import available_bytes
+from fastrl.models.kv_cache import KvShape
 
 # Host bytes the pool's bookkeeping takes per page (free list, free set, reference count), rounded up: what a
 # page costs before any KV is written to it; and per page-table entry (the table and its default, int64 each).
 BOOKKEEPING_BYTES_PER_PAGE = 128
 TABLE_BYTES_PER_ENTRY = 16
-
-
-@dataclass(frozen=True)
-class KvShape:
-    """One KV cache over the pool: its layers and its key/value heads of `head_dim`."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
 
 
 @dataclass(frozen=True)
@@ -55,9 +47,8 @@ class KvPlan:
     @property
     def kv_bytes(self) -> int:
         """Bytes of K and V over every page of every cache."""
-        item = torch.empty((), dtype=self.dtype).element_size()
-        per_page = sum(2 * c.layers * self.page_size * c.kv_heads * c.head_dim * item for c in self.caches)
-        return per_page * self.total_pages
+        per_entry = sum(c.entry_bytes(self.dtype) for c in self.caches)
+        return per_entry * self.page_size * self.total_pages
 
     def needed_bytes(self, incoming: int = 0) -> int:
         """What must be free: the bookkeeping, the KV wherever it is held at once (a CUDA device holds its pool
@@ -137,7 +128,7 @@ def incoming_bytes(modules: list[torch.nn.Module | None], device: torch.device, 
             seen.add(id(tensor))
             there = tensor.device.type == device.type and (device.index is None or tensor.device.index == device.index)
             moves.append(TensorMove(there, tensor.numel(), tensor.element_size(), tensor.is_floating_point()))
-    return net_bytes(moves, torch.empty((), dtype=dtype).element_size())
+    return net_bytes(moves, dtype.itemsize)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
 from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, pages_per_request, round_lookahead
-from fastrl.engine.kv_plan import KvPlan, KvShape, incoming_bytes
+from fastrl.engine.kv_plan import KvPlan, incoming_bytes
 from fastrl.engine.machine import check_device
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
@@ -28,7 +28,7 @@ from fastrl.engine.read_back import read_back
 from fastrl.engine.request import Request
 from fastrl.models.backends import attention_backend
 from fastrl.models.decoder import CausalLM
-from fastrl.models.kv_cache import KVCache, PageTable
+from fastrl.models.kv_cache import KVCache, KvShape, PageTable
 from fastrl.models.layer_kernels import LayerKernels
 from fastrl.models.layers import install_layer_kernels
 from fastrl.sampling.sampler import sample
@@ -138,8 +138,10 @@ class ModelRunner:
         configs = [mc] + ([run_drafter.config] if run_drafter is not None else [])
         shapes = [(c.num_attention_heads, c.num_key_value_heads, c.head_dim) for c in configs]
         columns, scratch_pages = PageTable.layout(self.max_model_len + scratch, ps, scratch)
-        layers = [mc.num_hidden_layers, 1][: len(configs)]  # the drafter's cache has one layer
-        caches = tuple(KvShape(n, c.num_key_value_heads, c.head_dim) for n, c in zip(layers, configs, strict=True))
+        caches = (KvShape(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim),)
+        if run_drafter is not None:  # one layer (EagleDrafter.new_cache)
+            dc = run_drafter.config
+            caches += (KvShape(1, dc.num_key_value_heads, dc.head_dim),)
         kv_plan = KvPlan(
             slots, num_pages, scratch_pages, columns, ps, caches, dtype, self.device, config.kv_cache_tokens
         )

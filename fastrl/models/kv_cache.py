@@ -102,6 +102,19 @@ class SlotRows:
     pages: Tensor
 
 
+@dataclass(frozen=True)
+class KvShape:
+    """One KV cache's shape over a page table: its layers and its key/value heads of `head_dim`."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+    def entry_bytes(self, dtype: torch.dtype) -> int:
+        """Bytes of K and V one cache entry (one token's position) holds over every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype.itemsize
+
+
 class KVCache:
     """Per-layer K/V pages `[num_layers, total_pages * page_size, kv_heads, head_dim]` behind a `PageTable`.
 
@@ -167,7 +180,7 @@ class KVCache:
     @property
     def page_bytes(self) -> int:
         """Bytes of K and V one page holds over every layer."""
-        return 2 * self.num_layers * self.page_size * self.num_kv_heads * self.head_dim * self.k.element_size()
+        return KvShape(self.num_layers, self.num_kv_heads, self.head_dim).entry_bytes(self.k.dtype) * self.page_size
 
     def rows(self, slots: Tensor | SlotRows) -> SlotRows:
         """Resolves slot ids and their page-table rows once.  # [B] -> SlotRows"""

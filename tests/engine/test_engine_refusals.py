@@ -19,8 +19,9 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
-from fastrl.engine.kv_plan import KvPlan, KvShape, TensorMove, incoming_bytes, net_bytes
+from fastrl.engine.kv_plan import KvPlan, TensorMove, incoming_bytes, net_bytes
 from fastrl.models.checkpoint import load_model
+from fastrl.models.kv_cache import KvShape
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.strategy import Strategy
