@@ -30,7 +30,7 @@ class BanditConfig:
 
     ``reward``: ``"goodput"`` (default) is emitted tokens per second of wall time: the bandit predicts it for every
     arm as batch size * tokens per row / round time at the batch size at hand, so ``disable`` wins wherever
-    speculation does not pay. ``"accept_length"`` is the mean tokens per request per round (accepted + 1), the
+    speculation does not pay. ``"accept_length"`` is the mean tokens per request per round (`accept_length`), the
     seeds' reward: it ignores the round's cost, so it never prefers ``disable`` (which scores 1.0, the least any
     strategy can) and always prefers the largest tree, even where verifying it costs more than it saves.
     """

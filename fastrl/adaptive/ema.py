@@ -68,7 +68,7 @@ class EmaSelector:
     def observe(self, stats: RoundStats) -> None:
         """Fold the round's mean accepted drafts into the EMA; recompute the tier on schedule."""
         if self.current_steps > 0 and stats.strategy.uses_drafter:
-            batch_mean = stats.mean_accept_length - 1.0  # mean accepted drafts per row
+            batch_mean = sum(stats.accepted_tokens) / stats.batch_size  # mean accepted drafts per row, uncut
             self.ema_accept = (1.0 - self.config.ema_alpha) * self.ema_accept + self.config.ema_alpha * batch_mean
         self._rounds += 1
         past_warmup = self._rounds - self.config.warmup_batches

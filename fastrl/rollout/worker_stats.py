@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 class WorkerStats:
     """A worker's counters since it started.
 
-    ``mean_batch_size`` and ``mean_accept_length`` (accepted drafts + 1, row-weighted) are over all its decode
-    rounds; ``strategy_rounds`` counts rounds per strategy name.
+    ``mean_batch_size`` and ``mean_accept_length`` (tokens per row per round, row-weighted: `accept_length`) are
+    over all its decode rounds; ``strategy_rounds`` counts rounds per strategy name.
     """
 
     worker_id: str

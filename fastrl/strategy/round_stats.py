@@ -63,8 +63,8 @@ class RoundStats:
 
     @property
     def mean_accept_length(self) -> float:
-        """Mean tokens per row the round produced: accepted drafts + 1 (1.0 for plain decoding); see RoundTotals."""
-        return accept_length(sum(self.accepted_tokens), self.batch_size)
+        """Mean tokens per row the round produced (1.0 for plain decoding); see `accept_length`."""
+        return accept_length(self.total_emitted, self.batch_size)
 
     @property
     def acceptance_rate(self) -> float:
@@ -77,13 +77,15 @@ class RoundStats:
         return self.total_emitted / self.wall_time_s
 
 
-def accept_length(accepted: int, rows: int) -> float:
-    """Mean tokens per row per round: accepted draft tokens / rows + 1 (0.0 for no rows).
+def accept_length(emitted: int, rows: int) -> float:
+    """The accept length: mean tokens a round added to a request, emitted tokens / rows (0.0 for no rows).
 
-    Counted from accepted drafts, not emitted tokens, so that a request stopping mid-path does not read as a worse
-    drafter; the two agree whenever no row stopped early.
+    A row's tokens are its accepted drafts + 1, cut where its request finished (EOS, a stop id, its token budget):
+    drafts the policy accepted past that point were never emitted, and counting them would read the last round of
+    every request as better than any of its text (the literature's "tokens per round" counts them out too). The
+    drafter's uncut agreement is `acceptance_rate` and `RoundStats.accepted_tokens`, what selectors learn from.
     """
-    return accepted / rows + 1.0 if rows else 0.0
+    return emitted / rows if rows else 0.0
 
 
 @dataclass
@@ -126,8 +128,8 @@ class RoundTotals:
 
     @property
     def mean_accept_length(self) -> float:
-        """Row-weighted accept length (accepted drafts + 1); 0.0 when no rounds were counted."""
-        return accept_length(self.accepted, self.rows)
+        """Row-weighted accept length (see `accept_length`); 0.0 when no rounds were counted."""
+        return accept_length(self.emitted, self.rows)
 
     @property
     def acceptance_rate(self) -> float:

@@ -14,8 +14,8 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 def test_round_stats_properties():
     stats = RoundStats(Strategy(8, 4, 16), 4, [15] * 4, [3, 0, 5, 8], [4, 1, 6, 2], 0.02, 0.005, 0.012)
     assert stats.total_emitted == 13
-    assert stats.mean_accept_length == pytest.approx((3 + 0 + 5 + 8) / 4 + 1)  # a stopped row still counts its accepts
-    assert stats.acceptance_rate == pytest.approx(16 / 60)
+    assert stats.mean_accept_length == pytest.approx(13 / 4)  # the tokens emitted: the last row stopped at 2 of 9
+    assert stats.acceptance_rate == pytest.approx(16 / 60)  # the drafter's agreement counts all 8 of its accepts
     assert stats.goodput == pytest.approx(13 / 0.02)
     plain = RoundStats(DISABLE, 2, [0, 0], [0, 0], [1, 1], 0.01)
     assert plain.mean_accept_length == 1.0

@@ -15,6 +15,7 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
+from fastrl.strategy.round_stats import RoundTotals
 from fastrl.strategy.strategy import Strategy
 
 
@@ -59,3 +60,20 @@ def test_the_requests_counts_add_up_to_the_rounds_counts(models, seed):
     assert sum(o.drafted_tokens for o in outputs) == sum(sum(s.drafted_tokens) for s in engine.round_stats)
     assert sum(len(o.accept_lengths) for o in outputs) == sum(s.batch_size for s in engine.round_stats)
     assert len({s.strategy for s in engine.round_stats}) > 1
+
+
+@pytest.mark.parametrize(("seed", "name"), [(3, "7_1_8"), (4, "5_1_6"), (5, "8_4_32"), (6, "bandit")])
+def test_the_rounds_accept_length_is_the_requests(models, seed, name):
+    """One accept length: tokens a round added to a request (accepted drafts + 1, cut where it finished), whether
+    summed over the rounds (`RoundTotals`: train-drafter's held-out figure, worker stats, telemetry) or over the
+    requests (`RequestOutput.accept_lengths`: RL metrics, verl's counts). Drafts accepted past a request's end
+    (EOS, a stop id, its token budget) were never emitted and count in neither."""
+    policy, drafter = models
+    engine = Engine(policy, EngineConfig(max_batch_size=3, max_model_len=128, seed=seed), drafter, build_selector(name))
+    outputs = engine.generate(_inputs(200 + seed, 10))
+    rounds = RoundTotals.of(engine.round_stats)
+    per_request = sum(sum(o.accept_lengths) for o in outputs) / sum(len(o.accept_lengths) for o in outputs)
+    assert rounds.mean_accept_length == pytest.approx(per_request, rel=1e-12)
+    cut = [s for s in engine.round_stats if sum(s.emitted_tokens) < sum(s.accepted_tokens) + s.batch_size]
+    assert cut, "no request stopped inside an accepted path: the case tests nothing"
+    assert all(s.mean_accept_length == sum(s.emitted_tokens) / s.batch_size for s in engine.round_stats)
