@@ -33,6 +33,12 @@ class FeatureSequence:
             raise ValueError(f"FeatureSequence.start_position must be >= 1, got {self.start_position}")
 
     @property
+    def finite(self) -> bool:
+        """Whether every feature is finite: one NaN or inf entry makes every training step that samples the
+        sequence non-finite, so buffers keep only finite sequences."""
+        return bool(torch.isfinite(self.features).all())
+
+    @property
     def num_targets(self) -> int:
         return max(0, self.tokens.shape[0] - 1)
 
@@ -74,21 +80,21 @@ class FeatureBatch:
             raise ValueError(f"FeatureBatch.collate: target_size {hidden} must be in 1..{size} (the features' width)")
         b = len(seqs)
         tokens = torch.zeros(b, width, dtype=torch.long)
-        features = torch.zeros(b, width, size)
-        targets = torch.zeros(b, width, hidden)
+        features = torch.zeros(b, width, size, dtype=dtype)  # padded in the batch's dtype: float64 stays exact
+        targets = torch.zeros(b, width, hidden, dtype=dtype)
         positions = torch.zeros(b, width, dtype=torch.long)
         mask = torch.zeros(b, width, dtype=torch.bool)
         for row, s in enumerate(seqs):
             n = s.tokens.shape[0]
             tokens[row, :n] = s.tokens
-            features[row, :n] = s.features.float()
-            targets[row, : n - 1] = s.features[1:, size - hidden :].float()
+            features[row, :n] = s.features
+            targets[row, : n - 1] = s.features[1:, size - hidden :]
             positions[row] = s.start_position + torch.arange(width)
             mask[row, : n - 1] = True
         return cls(
             tokens.to(device),
-            features.to(device, dtype),
-            targets.to(device, dtype),
+            features.to(device),
+            targets.to(device),
             positions.to(device),
             mask.to(device),
         )

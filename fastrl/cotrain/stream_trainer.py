@@ -319,6 +319,11 @@ class StreamRun:
         if self.draft_vocab_size > 0 and drafter.draft_vocab is None:
             drafter.set_draft_vocab(most_frequent_tokens(ids, self.draft_vocab_size, self.policy.config.vocab_size))
         seqs = policy_features(self.policy, ids, extra_layers=drafter.extra_layers)
+        if dropped := sum(not s.finite for s in seqs):  # one NaN would fail every step that samples it
+            seqs = [s for s in seqs if s.finite]
+            bar.write(
+                f"train-drafter: shard {state.shard + 1}: {dropped} rollouts' policy features are not finite: left out"
+            )
         seed = self.trainer.config.seed * 1_000_003 + state.epoch * 10_007 + state.shard
         batches = make_batches(seqs, self.trainer.config.max_tokens_per_batch, random.Random(seed))
         if state.total_steps == 0:  # cosine over the whole run, sized by the first shard

@@ -334,6 +334,7 @@ class EngineWorker:
     def _round_report(self, extra: SliceMetrics) -> RoundReport:
         """The rollout's totals (reset) and the live drafter's held-out top-1, or ``extra``'s failure."""
         report = self.cotraining.take_round()
+        report.failures = [self._failure(f) for f in report.failures]
         report.seconds = extra.seconds
         if extra.error is not None:
             report.failures.append(self._failure(extra.error))

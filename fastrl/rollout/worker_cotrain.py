@@ -75,6 +75,7 @@ class WorkerCoTraining:
         self.seed = seed
         self.worker_index = worker_index
         self._pending: list[tuple[str, FeatureSequence]] = []
+        self._non_finite = 0  # sequences dropped for a non-finite feature since the last round report
         self._heldout: list[FeatureSequence] = []
         self._heldout_version = -1
         self._boundary: _Boundary | None = None
@@ -88,7 +89,9 @@ class WorkerCoTraining:
         """Move pending sequences into the buffer (or the held-out set) in request-id order, so the buffer's order
         does not depend on which request finished first."""
         for request_id, seq in sorted(self._pending, key=lambda item: item[0]):
-            if self.schedule.is_heldout(request_id):
+            if not seq.finite:  # one NaN would fail every slice (or held-out measure) that reads it
+                self._non_finite += 1
+            elif self.schedule.is_heldout(request_id):
                 if seq.policy_version > self._heldout_version:
                     self._heldout, self._heldout_version = [], seq.policy_version
                 self._heldout.append(seq)
@@ -129,9 +132,11 @@ class WorkerCoTraining:
         """This rollout's training totals (and reset them); none after a failed slice (its copy was discarded, and
         the failure is in that slice's metrics)."""
         totals = self.cotrainer.take_rollout_totals()
+        dropped, self._non_finite = self._non_finite, 0
+        failures = [f"{dropped} rollouts' features were not finite: left out of co-training"] if dropped else []
         if totals.failed:
-            return RoundReport()
-        return RoundReport(totals.steps, totals.tokens, totals.loss_sum, totals.top1_sum)
+            return RoundReport(failures=failures)
+        return RoundReport(totals.steps, totals.tokens, totals.loss_sum, totals.top1_sum, failures=failures)
 
     @torch.no_grad()
     def heldout_top1(self, drafter: EagleDrafter) -> tuple[int, float]:

@@ -49,6 +49,18 @@ def test_short_sequences_are_dropped_and_long_ones_cut():
     assert buf.num_tokens == 8 and buf.sample(100, random.Random(0))[0].tokens.shape[0] == 8
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_sequence_with_a_non_finite_feature_is_left_out_and_counted(bad):
+    """Kept, one NaN fails every training step that samples it (each co-training slice's whole work discarded)."""
+    rng = random.Random(7)
+    buf = FeatureBuffer(capacity_tokens=1000)
+    poisoned = seq(12, 0, tag=5)
+    poisoned.features[rng.randrange(12), rng.randrange(4)] = bad
+    buf.extend([seq(6, 0, tag=1), poisoned, seq(6, 0, tag=2)])
+    assert buf.non_finite_dropped == 1 and buf.num_tokens == 12 and sorted(tags(buf.sequences())) == [1, 2]
+    assert all(s.finite for s in buf.sample(1000, random.Random(0)))
+
+
 def test_sample_respects_budget_and_favours_recent_versions():
     buf = FeatureBuffer(capacity_tokens=10_000, recency_decay=0.25)
     for _ in range(50):
@@ -77,3 +89,16 @@ def test_sample_respects_budget_and_favours_recent_versions():
 def test_bad_settings_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         FeatureBuffer(**kwargs)
+
+
+def test_collate_keeps_the_batch_dtype_exactly():
+    """float64 features stay float64 through padding (no float32 round trip: the float64 loss checks rely on it)."""
+    from fastrl.cotrain.feature_sequence import FeatureBatch
+
+    seqs = [FeatureSequence(torch.arange(n), torch.randn(n, 6, dtype=torch.float64), 2) for n in (3, 5)]
+    batch = FeatureBatch.collate(seqs, dtype=torch.float64, target_size=4)
+    assert batch.features.dtype == torch.float64 and batch.targets.dtype == torch.float64
+    for row, s in enumerate(seqs):
+        n = s.tokens.shape[0]
+        assert torch.equal(batch.features[row, :n], s.features)
+        assert torch.equal(batch.targets[row, : n - 1], s.features[1:, 2:])

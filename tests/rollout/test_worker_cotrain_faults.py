@@ -62,6 +62,25 @@ def test_final_step_failure_names_the_worker(checkpoint):
     assert report.steps == 0 and worker.trained_drafter() is None
 
 
+def test_a_rollout_with_non_finite_features_is_left_out_and_reported(checkpoint):
+    """One NaN feature (a policy overflowing on one rollout) costs that rollout's data, not the round's training."""
+    worker = EngineWorker("w-nan", worker_config(checkpoint, schedule=STEPS))
+    add, poisoned = worker.cotraining.add, []
+
+    def poison_first(request_id, seq):
+        if not poisoned:
+            seq.features[1, 0] = float("nan")
+            poisoned.append(request_id)
+        add(request_id, seq)
+
+    worker.cotraining.add = poison_first
+    worker.generate(mixed_requests(8))
+    report = worker.finish_drafter_round()
+    assert report.failures == ["w-nan: 1 rollouts' features were not finite: left out of co-training"]
+    assert report.steps == STEPS.updates_per_rollout and worker.trained_drafter() is not None
+    assert all(s.finite for s in worker.cotraining.buffer.sequences())
+
+
 def _bad_shape(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], str]:
     return state | {"fc.bias": torch.zeros(3)}, "fc.bias"
 
