@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
+
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.engine.scheduler import prompt_problem
 from fastrl.models.tokenizer import chat_token_ids, has_chat_template
@@ -31,7 +33,10 @@ def line_token_ids(line: PromptLine, tokenizer: Any, chat: bool, where: str, mod
                 f"text (with chat_template=false) or prompt_ids"
             )
         messages = line.messages if line.messages is not None else [{"role": "user", "content": line.prompt}]
-        return chat_token_ids(tokenizer, messages)
+        try:
+            return chat_token_ids(tokenizer, messages)
+        except (TemplateError, TypeError, KeyError, ValueError) as err:  # the template's own refusal
+            raise ValueError(f"{where}: the chat template of {model} refused this line: {err}") from None
     return list(tokenizer(line.prompt)["input_ids"])
 
 

@@ -83,3 +83,19 @@ def test_a_template_or_tokenizer_the_model_lacks_is_named(tmp_path):
         line_token_ids(text_line, plain, True, f"{path}:2", "M")
     with pytest.raises(ValueError, match=r'"messages" needs a tokenizer, and M has none'):
         line_token_ids(chat_line, None, False, f"{path}:1", "M")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for m in messages %}{% if m['role'] not in ['user', 'system'] %}"
+        "{{ raise_exception('unknown role ' + m['role']) }}{% endif %}{{ m['content'] }}{% endfor %}",
+        "{% for m in messages %}{{ m['content'] + m['name'] }}{% endfor %}",  # a key the line lacks
+    ],
+)
+def test_a_chat_template_refusing_a_line_is_an_error_naming_the_line(tmp_path, template):
+    tokenizer = chat_tokenizer()
+    tokenizer.chat_template = template
+    line = read_prompts(_write(tmp_path / "p.jsonl", [{"messages": [{"role": "robot", "content": "hi"}]}]))[0]
+    with pytest.raises(ValueError, match=r"^p\.jsonl:1: the chat template of m refused this line: "):
+        line_token_ids(line, tokenizer, chat=False, where="p.jsonl:1", model="m")
