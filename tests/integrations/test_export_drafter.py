@@ -14,7 +14,7 @@ from torch import Tensor
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.assets_path import assets_dir, bundled_drafter_dir, bundled_model_dir
 from fastrl.cli import main
 from fastrl.integrations.export.eagle_checkpoint import export_eagle_drafter
 from fastrl.integrations.export.selection_config import SELECTION_FILES, write_selection_configs
@@ -354,3 +354,13 @@ def test_a_damaged_drafter_is_refused_before_anything_is_written(drafter_dir, tm
         with pytest.raises(ValueError, match=message):
             export_eagle_drafter(damaged, tmp_path / f"out_{fmt}", fmt, drop_fc_bias=True)
         assert not (tmp_path / f"out_{fmt}").exists()
+
+
+def test_a_tied_policys_drafter_exports_an_untied_sglang_config(tmp_path):
+    """SmolLM2 ties its embeddings; SGLang's EAGLE model with ``tie_word_embeddings`` makes its LM head the embedding
+    module, and the worker's ``set_embed_and_head`` deletes the embedding's weight and then the head's: the same
+    parameter twice. Both come from the target, so the draft config says untied."""
+    shipped = assets_dir() / "smollm2-drafter"
+    assert json.loads((shipped / "drafter_config.json").read_text())["layer"]["tie_word_embeddings"] is True
+    export_eagle_drafter(shipped, tmp_path, "sglang")
+    assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is False

@@ -6,7 +6,10 @@ The layout matched (third_party/README.md cites the loaders):
   ``LlamaForCausalLMEagle`` / ``Qwen2ForCausalLMEagle``; the draft model is ``fc`` (Linear 2H -> H, with bias)
   over ``cat(embed(token), feature)`` and ``num_hidden_layers`` decoder layers whose layer 0 has no
   ``input_layernorm``, then no final norm; checkpoint names carry no ``model.`` prefix (the loader adds it).
-  Embedding and LM head are the target's (the EAGLE worker shares them), so the checkpoint omits them.
+  Embedding and LM head are the target's (the EAGLE worker shares them), so the checkpoint omits them, and its
+  config says ``tie_word_embeddings: false`` whatever the target's: tied, the draft model's LM head *is* its
+  embedding module, and the worker's ``set_embed_and_head`` (``del`` embed weight, ``del`` head weight) would
+  delete that one parameter twice.
 * vLLM ``vllm/model_executor/models/llama_eagle.py``: the same names, but the draft config names the *target*
   architecture (``LlamaForCausalLM``; vLLM's ``EAGLEConfig`` prefixes ``Eagle``), only Llama has an EAGLE-1
   model there, and its ``fc`` has no bias: a drafter with a non-zero ``fc.bias`` cannot be served exactly.
@@ -135,6 +138,7 @@ def export_eagle_drafter(
     config.update(
         architectures=[table[model_type]],
         num_hidden_layers=1,
+        **({"tie_word_embeddings": False} if fmt == "sglang" else {}),
         torch_dtype=dtype,
         dtype=dtype,
         fastrl={
