@@ -303,6 +303,27 @@ def test_update_weights_from_a_generator_or_an_async_one_changes_outputs_and_ver
     assert [r[1] for r in _rows(out)] != [r[1] for r in _rows(first)]
 
 
+def test_a_reward_model_served_by_fastrl_in_the_same_job_has_its_own_servers_and_hub(stack):
+    """verl builds a reward (or teacher) model's replicas with the rollout's class: their servers and drafter hub
+    are that role's (it used to be an ActorAlreadyExistsError on the policy's server name, and with other names the
+    reward model's drafters would have merged into the policy's hub)."""
+    from fastrl.integrations.verl.replica import FastrlReplica, hub_name
+
+    config, servers = stack[0], stack[1]
+    rollout, model = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model
+    reward = FastrlReplica(replica_rank=0, config=rollout, model_config=model, gpus_per_node=1, is_reward_model=True)
+    asyncio.run(reward.init_standalone())
+    try:
+        policy_hub = hub_name(servers.get_replicas()[0].name_suffix)
+        assert reward._server_address == "fastrl://fastrl_server_reward_0_0"
+        assert ray.get(ray.get_actor(hub_name(reward.name_suffix, "reward_")).report.remote())["members"] == [
+            "fastrl_server_reward_0_0"
+        ]
+        assert "fastrl_server_reward_0_0" not in ray.get(ray.get_actor(policy_hub).report.remote())["members"]
+    finally:
+        asyncio.run(reward.shutdown())
+
+
 def test_shutdown_ends_the_drafter_hub(stack):
     """The last server to shut down ends the job's drafter hub, so a later job in the same Ray session starts from
     a fresh one (it used to find the old hub, its versions and members)."""

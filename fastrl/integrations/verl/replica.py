@@ -19,14 +19,22 @@ from fastrl.models.checkpoint import read_config
 LOG = logging.getLogger("fastrl.verl")
 
 
-def server_name(replica_rank: int, suffix: str = "") -> str:
-    """The Ray actor name of replica ``replica_rank``'s server (the weight-sync adapter finds it by this name)."""
-    return f"fastrl_server_{replica_rank}_0{suffix}"
+def server_name(replica_rank: int, suffix: str = "", role: str = "") -> str:
+    """The Ray actor name of replica ``replica_rank``'s server (the weight-sync adapter finds the policy's by this
+    name). ``role``: "" for the policy's rollout, ``"reward_"`` / ``"teacher_"`` for a reward or teacher model's
+    servers in the same job, as verl names its other backends' (one name, one server)."""
+    return f"fastrl_server_{role}{replica_rank}_0{suffix}"
 
 
-def hub_name(suffix: str = "") -> str:
-    """The Ray actor name of the job's drafter hub (one per rollout role)."""
-    return f"fastrl_drafter_hub{suffix}"
+def hub_name(suffix: str = "", role: str = "") -> str:
+    """The Ray actor name of the drafter hub of one model's servers (``role`` as in ``server_name``): a reward
+    model's drafters never merge into the policy's."""
+    return f"fastrl_drafter_hub{'_' + role.rstrip('_') if role else ''}{suffix}"
+
+
+def replica_role(is_reward_model: bool, is_teacher_model: bool) -> str:
+    """``server_name``'s role of a replica."""
+    return "reward_" if is_reward_model else "teacher_" if is_teacher_model else ""
 
 
 def worker_device(visible_devices: str, local_rank: int) -> str:
@@ -80,6 +88,7 @@ class FastrlReplica(RolloutReplica):
                 raise ValueError(rename_keys(str(err))) from None
             check_context(worker, read_config(worker.model_dir).max_position_embeddings)
         self.server_class = ray.remote(FastrlServer)
+        self.role = replica_role(self.is_reward_model, self.is_teacher_model)
         # the job's drafter hub, held by the replica for the job: the actor is owned by the driver handle that
         # made it, and handles found by name (the other replicas', the servers') do not keep it alive, so without
         # this one Ray collected it once the first server was gone (the next server's shutdown found it dead);
@@ -104,25 +113,27 @@ class FastrlReplica(RolloutReplica):
             node_id, devices = ray.get_runtime_context().get_node_id(), ""
         hub = None
         if self.options.cotrain:
-            hub = ray.remote(DrafterHub).options(name=hub_name(self.name_suffix), get_if_exists=True, num_cpus=0)
+            named = hub_name(self.name_suffix, self.role)
+            hub = ray.remote(DrafterHub).options(name=named, get_if_exists=True, num_cpus=0)
             hub = hub.remote(self.options.drafter_sync_timeout_s)
         self._hub = hub
+        name = server_name(self.replica_rank, self.name_suffix, self.role)
         server = self.server_class.options(
-            name=server_name(self.replica_rank, self.name_suffix),
+            name=name,
             num_cpus=0,
             max_concurrency=self.max_concurrency,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(
             config=self.config,
             model_config=self.model_config,
-            name=server_name(self.replica_rank, self.name_suffix),
+            name=name,
             cuda_visible_devices=devices or None,
             hub=hub,
         )
         await server.ready.remote()
         self.servers = [server]
         self._server_handle = server
-        self._server_address = f"fastrl://{server_name(self.replica_rank, self.name_suffix)}"
+        self._server_address = f"fastrl://{name}"
 
     async def abort_all_requests(self, reject_request: bool = False) -> None:
         """Abort on every server (none after shutdown, as verl's other calls on a shut-down replica do nothing)."""
