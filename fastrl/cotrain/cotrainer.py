@@ -217,6 +217,31 @@ class CoTrainer:
         return TrainedDrafter(state, self.round_steps, self.round_tokens, self._base_version)
 
 
+def non_finite_key(state: dict[str, Tensor]) -> str | None:
+    """The first floating tensor of ``state`` holding a NaN or an infinity (None: all finite)."""
+    return next((k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+
+
+def mergeable(copies: dict[str, TrainedDrafter], version: int) -> tuple[dict[str, TrainedDrafter], list[str]]:
+    """The copies (by holder name, in the dict's order) trained on top of drafter ``version`` with at least one
+    step, and one failure line per such copy left out because a tensor is not finite: a diverged copy must never
+    be published, and it must not cost the healthy copies their merge."""
+    kept, failures = {}, []
+    for holder, trained in copies.items():
+        if trained.base_version != version or trained.steps <= 0:
+            continue
+        if (key := non_finite_key(trained.state)) is not None:
+            failures.append(f"merge: {holder}'s copy holds non-finite values in {key}: left out")
+        else:
+            kept[holder] = trained
+    return kept, failures
+
+
+def merge_weights(copies: dict[str, TrainedDrafter]) -> dict[str, Tensor]:
+    """``average_drafters`` of ``copies`` weighted by their steps, in the dict's order."""
+    return average_drafters([(t.state, float(t.steps)) for t in copies.values()])
+
+
 def average_drafters(items: list[tuple[dict[str, Tensor], float]]) -> dict[str, Tensor]:
     """Weighted mean of drafter state dicts (weights: e.g. training steps), in the first state's dtypes.
 
@@ -235,8 +260,8 @@ def average_drafters(items: list[tuple[dict[str, Tensor], float]]) -> dict[str, 
         for k, v in state.items():
             if v.shape != first[k].shape:
                 raise ValueError(f"average_drafters: {k} has shape {tuple(v.shape)} vs {tuple(first[k].shape)}")
-            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                raise ValueError(f"average_drafters: {k} holds non-finite values")
+        if (key := non_finite_key(state)) is not None:
+            raise ValueError(f"average_drafters: {key} holds non-finite values")
     total = float(sum(w for _, w in items))
     out: dict[str, Tensor] = {}
     for k, ref in first.items():

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter, average_drafters
+from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter, merge_weights, mergeable
 from fastrl.rollout.cotrain_stats import combine_rounds, heldout_mean
 from fastrl.rollout.types import DrafterTrainingStats
 from fastrl.rollout.worker_cotrain import RoundReport
@@ -76,12 +76,13 @@ def close_drafter_round(
     pushes are all or nothing) is a failure of the round, not of the rollout: the version stays."""
     reports: list[RoundReport] = call_all(FINISH)
     stats = combine_rounds(reports, slices)
-    trained: list[TrainedDrafter] = [t for t in call_all("trained_drafter") if t is not None]
-    items = [(t.state, float(t.steps)) for t in trained if t.base_version == version]
-    if not items:
+    trained: list[TrainedDrafter | None] = call_all("trained_drafter")
+    kept, failures = mergeable({f"worker slot {i}": t for i, t in enumerate(trained) if t is not None}, version)
+    stats.failures += failures
+    if not kept:
         return stats
     try:
-        merged = average_drafters(items)
+        merged = merge_weights(kept)
     except ValueError as err:
         stats.failures.append(f"merge: {err}")
         return stats

@@ -70,3 +70,23 @@ def test_a_server_added_later_lines_up_with_the_current_round_and_a_late_offer_i
     assert release is same and release.version == 4 and release.contributors == ["a"]
     assert stale is None and hub.version == 4
     assert hub.report()["failures"] == ["round 1: c offered after a later round merged; its copy is dropped"]
+
+
+def test_a_diverged_copy_is_left_out_and_the_healthy_ones_merge():
+    """One server's non-finite copy used to fail the whole merge (no new version for anyone)."""
+
+    async def run(values):
+        hub = DrafterHub(timeout_s=600.0)
+        for name in values:
+            hub.join(name, 1)
+        offers = [hub.exchange(name, 0, _trained(1, value)) for name, value in values.items()]
+        return await asyncio.gather(*offers), hub.report()
+
+    for bad in (float("nan"), float("inf")):
+        releases, report = asyncio.run(run({"a": 1.0, "b": bad, "c": 3.0}))
+        release = releases[0]
+        assert all(r is release for r in releases) and release.version == 2 and release.contributors == ["a", "c"]
+        assert torch.equal(release.state["w"], torch.full((256, 256), 2.0))  # equal steps: the mean of a and c
+        assert report["failures"] == ["merge: b's copy holds non-finite values in w: left out"]
+    releases, report = asyncio.run(run({"a": float("nan")}))
+    assert releases == [None] and report["version"] == 1 and len(report["failures"]) == 1

@@ -110,3 +110,22 @@ def test_a_refused_push_is_a_failure_of_the_round_not_of_the_rollout() -> None:
     stats = close_drafter_round(call_all, 4, push, [])
     assert stats.failures == ["push: drafter version 5 refused by rollout worker w0: non-finite; every worker keeps 4"]
     assert stats.steps == 3 and "heldout_top1" not in calls  # the round's totals kept; nothing measured after it
+
+
+def test_a_diverged_copy_is_left_out_of_the_merge_and_the_others_are_pushed() -> None:
+    """One worker's non-finite copy used to fail the whole merge: no new drafter from the healthy workers either."""
+    import torch
+
+    from fastrl.cotrain.cotrainer import TrainedDrafter
+    from fastrl.rollout.drafter_round import close_drafter_round
+
+    def copy(value: float, steps: int) -> TrainedDrafter:
+        return TrainedDrafter({"w": torch.full((3,), value)}, steps=steps, tokens=10, base_version=4)
+
+    trained = [copy(1.0, 1), copy(float("nan"), 2), None, copy(4.0, 3)]
+    answers = {"finish_drafter_round": [RoundReport(steps=1, tokens=10)] * 4, "trained_drafter": trained}
+    pushed: list[tuple[int, dict]] = []
+    stats = close_drafter_round(answers.__getitem__, 4, lambda v, s: pushed.append((v, s)), [])
+    assert stats.failures == ["merge: worker slot 1's copy holds non-finite values in w: left out"]
+    assert [v for v, _ in pushed] == [5]
+    assert torch.allclose(pushed[0][1]["w"], torch.full((3,), (1.0 * 1 + 4.0 * 3) / 4))

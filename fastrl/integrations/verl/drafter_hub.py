@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from fastrl.cotrain.cotrainer import TrainedDrafter, average_drafters
+from fastrl.cotrain.cotrainer import TrainedDrafter, merge_weights, mergeable
 
 MAX_FAILURES = 100
 """Failures the hub keeps for its report (the most recent ones: a job of many rounds would grow the list forever)."""
@@ -108,16 +108,18 @@ class DrafterHub:
         self.failures = [*self.failures, message][-MAX_FAILURES:]
 
     def _merge(self, offered: dict[str, TrainedDrafter | None]) -> DrafterRelease | None:
-        usable = {s: t for s, t in offered.items() if t is not None and t.base_version == self.version and t.steps > 0}
-        if not usable:
+        kept, failures = mergeable({s: t for s, t in offered.items() if t is not None}, self.version)
+        for failure in failures:
+            self._fail(failure)
+        if not kept:
             return None
         try:
-            merged = average_drafters([(t.state, float(t.steps)) for t in usable.values()])
+            merged = merge_weights(kept)
         except ValueError as err:
             self._fail(f"merge: {err}")
             return None
         self.version += 1
-        return DrafterRelease(self.version, merged, sorted(usable))
+        return DrafterRelease(self.version, merged, sorted(kept))
 
     def report(self) -> dict:
         """Version, members and failures (for tests and logs)."""
