@@ -94,8 +94,8 @@ class RolloutWorkerConfig:
         _check_int("max_round_records", self.max_round_records, 1)
         for key in ("num_cpus", "num_gpus"):
             value = getattr(self, key)
-            if not _is_number(value) or value < 0:
-                raise ValueError(f"rollout.worker.{key} must be a number >= 0, got {value!r}")
+            if not _is_number(value) or not 0 <= value < math.inf:  # Ray counts resources in finite units
+                raise ValueError(f"rollout.worker.{key} must be a finite number >= 0, got {value!r}")
         if not _is_number(self.recency_decay) or not 0 < self.recency_decay <= 1:
             raise ValueError(f"rollout.worker.recency_decay must be in (0, 1], got {self.recency_decay!r}")
         if not _is_number(self.slice_seconds) or not 0 < self.slice_seconds < math.inf:

@@ -64,6 +64,8 @@ def test_engine_keys_reach_the_worker():
         ({"bandit": {"nope": 1}}, "bandit: unknown BanditConfig keys"),
         ({"strategy": "3_1_4", "bandit": {"epsilon": 2.0}}, "bandit.epsilon"),  # checked though not in use
         ({"strategy": "3_1_4", "ema": {"ema_alpha": "x"}}, "ema"),
+        ({"num_cpus": float("inf")}, "num_cpus must be a finite number"),  # was Ray's OverflowError in the actor
+        ({"export_dir": "/proc/version/states"}, "export_dir=/proc/version/states: /proc/version is not a directory"),
     ],
 )
 def test_invalid_options_name_their_key(options, key):
@@ -114,6 +116,13 @@ def test_spec_counts():
         ({"max_tokens": -3}, 10, "sampling_params.max_tokens must be >= 0, got -3"),
         ({"max_new_tokens": 2.5}, 10, "sampling_params.max_new_tokens must be an integer"),
         ({}, 73, "a prompt of 73 tokens leaves no room in prompt_length \\+ response_length = 72"),
+        ({"repetition_penalty": "abc"}, 10, "sampling_params.repetition_penalty must be a number, got 'abc'"),
+        ({"repetition_penalty": [1]}, 10, "sampling_params.repetition_penalty must be a number"),
+        ({"logprobs": "false"}, 10, "sampling_params.logprobs must be a bool or a count"),
+        ({"logprobs": [1]}, 10, "sampling_params.logprobs must be a bool or a count"),
+        ({"max_tokens": 2**62}, 10, "sampling_params.max_tokens must be an integer"),
+        ({"max_tokens": 0, "temperature": "hot"}, 10, "sampling_params.temperature"),  # a spent budget checks too
+        ({"max_tokens": 0, "top_k": 1.7}, 10, "sampling_params.top_k must be an integer"),
     ],
 )
 def test_bad_sampling_values_are_one_error_naming_the_key(sampling, prompt_len, said):
@@ -151,3 +160,11 @@ def test_a_context_beyond_the_model_or_a_pool_too_small_is_refused_in_the_driver
     with pytest.raises(ValueError, match=rf"{PREFIX}engine\.kv_cache_tokens = 64 cannot hold .* needs >= 80"):
         check_context(small, max_positions=1024)  # 72 tokens plus a 3_1_4 round's 4, in pages of 8
     check_context(_worker_config(strategy="3_1_4", engine={"kv_cache_tokens": 80, "page_size": 8}), 1024)
+
+
+@pytest.mark.parametrize("section", [0, False, "", [], "bandit"])
+def test_a_fastrl_section_that_is_not_a_mapping_is_refused(section):
+    """Falsy non-mappings used to read as "no options" (every default, silently)."""
+    with pytest.raises(ValueError, match="must be a mapping of options"):
+        FastrlRolloutOptions.from_custom({"fastrl": section})
+    assert FastrlRolloutOptions.from_custom({"fastrl": None}) == FastrlRolloutOptions.from_custom(None)

@@ -7,6 +7,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
@@ -93,12 +94,18 @@ class FastrlRolloutOptions:
             raise ValueError(f"{PREFIX}drafter_sync_timeout_s must be a finite number > 0, got {timeout!r}")
         if not isinstance(self.export_dir, str):
             raise ValueError(f"{PREFIX}export_dir must be a path or '', got {self.export_dir!r}")
+        if self.export_dir:  # checked where the options are read (the driver), not after a whole rollout
+            where = Path(self.export_dir).absolute()
+            existing = next(p for p in (where, *where.parents) if p.exists())
+            if not existing.is_dir():
+                raise ValueError(f"{PREFIX}export_dir={self.export_dir}: {existing} is not a directory")
 
     @classmethod
     def from_custom(cls, custom: Mapping | None) -> FastrlRolloutOptions:
         """Read ``rollout.custom`` (verl's extension dict; its ``fastrl`` entry holds these options). Unknown keys
         raise ``ValueError`` naming them."""
-        section = (custom or {}).get("fastrl") or {}
+        section = (custom or {}).get("fastrl")
+        section = {} if section is None else section  # absent: every default; 0, false or "" is not a mapping
         if not isinstance(section, Mapping):
             raise ValueError(f"{PREFIX[:-1]} must be a mapping of options, got {section!r}")
         values = {str(k): _plain(v) for k, v in section.items()}

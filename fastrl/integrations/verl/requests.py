@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fastrl.json_values import is_integral
+from fastrl.json_values import is_integral, is_real
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
 KNOWN_KEYS = (
@@ -61,8 +61,13 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     if unknown:
         raise ValueError(f"sampling_params.{unknown[0]}: not supported by the fastrl rollout (known: {KNOWN_KEYS})")
     penalty = sampling.get("repetition_penalty", 1.0)
+    if penalty is not None and not is_real(penalty):
+        raise ValueError(f"sampling_params.repetition_penalty must be a number, got {penalty!r}")
     if penalty is not None and float(penalty) != 1.0:
         raise ValueError(f"sampling_params.repetition_penalty={penalty}: fastrl samples exactly; only 1.0 is supported")
+    logprobs = sampling.get("logprobs", False)
+    if logprobs is not None and not (isinstance(logprobs, bool) or is_integral(logprobs) and logprobs >= 0):
+        raise ValueError(f"sampling_params.logprobs must be a bool or a count >= 0, got {logprobs!r}")
     if "max_tokens" in sampling:  # first: verl's fully-async client rewrites max_tokens alone on a partial rollout
         key, limit = "max_tokens", sampling["max_tokens"]
     elif "max_new_tokens" in sampling:
@@ -78,13 +83,11 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
             f"a prompt of {prompt_len} tokens leaves no room in prompt_length + response_length = "
             f"{limits.prompt_length + limits.response_length} tokens"
         )
-    want_logprobs = bool(sampling.get("logprobs", False))
-    if limit == 0:  # a conversation that has spent its budget: nothing to generate
-        return ParsedRequest(None, want_logprobs)
+    want_logprobs = bool(logprobs)
     top_k = _given(sampling, "top_k", -1)
-    try:
+    try:  # checked whatever the budget: a bad value is an error on every request, not on some
         params = SamplingParams(
-            max_new_tokens=int(limit),
+            max_new_tokens=max(int(limit), 1),
             temperature=_given(sampling, "temperature", 1.0),
             top_p=_given(sampling, "top_p", 1.0),
             top_k=0 if is_integral(top_k) and top_k < 0 else top_k,  # verl's -1 is fastrl's 0: off
@@ -93,7 +96,12 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
             ignore_eos=_given(sampling, "ignore_eos", limits.ignore_eos),
         )
     except ValueError as err:
-        raise ValueError(f"sampling_params.{err}") from err
+        message = str(err)
+        if key and message.startswith("max_new_tokens"):  # the request's own name for the limit
+            message = key + message.removeprefix("max_new_tokens")
+        raise ValueError(f"sampling_params.{message}") from err
+    if limit == 0:  # a conversation that has spent its budget: nothing to generate
+        return ParsedRequest(None, want_logprobs)
     return ParsedRequest(params, want_logprobs)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from fastrl.integrations.verl.server_report import ServerReport
 from fastrl.rollout.ray_worker import RolloutWorkerActor
 from fastrl.rollout.types import RolloutResult
 from fastrl.sampling.params import SamplingParams
+
+LOG = logging.getLogger("fastrl.verl")
 
 ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_generation lifts it)
 
@@ -219,8 +222,13 @@ class FastrlServer:
         if self.options.export_dir:
             state = await self._worker.selector_state.remote()
             path = Path(self.options.export_dir) / f"bandit_state_{self.name}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(state) + "\n")
+            try:  # renamed into place: a reader never sees half a state; a failed export never fails the step
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_name(path.name + ".partial")
+                partial.write_text(json.dumps(state) + "\n")
+                os.replace(partial, path)
+            except OSError as err:
+                LOG.warning("fastrl server %s: custom.fastrl.export_dir: %s not written (%s)", self.name, path, err)
 
     async def wake_up(self) -> None:
         """Start of a rollout (the engine never released anything)."""
