@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from fastrl.adaptive.arm_rewards import ArmRewards
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.bandit_state_check import STATE_VERSION, check_state_values, check_state_version
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
 from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.cost_model import CostModel
@@ -42,7 +43,18 @@ from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
-STATE_VERSION = 4
+RESUMED_KEYS = (
+    "pulls",
+    "round",
+    "explore_credit",
+    "explore_seconds",
+    "since_plain",
+    "bucket_rounds",
+    "last_batch",
+    "rewards",
+    "timeline",
+)
+"""Entries ``load_state_dict`` restores besides what ``warm_start`` takes (a warm start reads states without them)."""
 MAX_UNLEARNED = 64
 """Most observed rounds queued unlearned (rounds of a stretch shorter than a ms each)."""
 CHAIN_TOKENS_PRIOR = 8.0
@@ -368,10 +380,18 @@ class BanditSelector:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict`` exactly; the saved config must equal this selector's."""
-        check_state_version(state)
-        if BanditConfig.from_dict(state["config"]) != self.config:
+        """Restore ``state_dict`` exactly; the saved config must equal this selector's. Every entry is checked
+        first (``check_state_values``): a damaged state is one ValueError naming its entry, and nothing is loaded."""
+        if check_state_values(state) != self.config:
             raise ValueError("bandit state_dict was saved with a different BanditConfig")
+        missing = [key for key in RESUMED_KEYS if state.get(key) is None]  # what warm_start may do without
+        if missing:
+            raise ValueError(f"a bandit state to resume from needs {missing}")
+        for i, (bucket, saved) in enumerate(zip(self._rewards, state["rewards"], strict=True)):
+            if set(saved) != {str(arm) for arm in bucket}:
+                raise ValueError(
+                    f"rewards[{i}] holds arms {sorted(saved)}, this bandit's bucket {i} has {sorted(map(str, bucket))}"
+                )
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
         self._round = int(state["round"])
@@ -409,14 +429,3 @@ class BanditSelector:
         self._times.load_state(state["times"])
         self._chain_rounds.load(state.get("chain_rounds", {}))  # absent from states saved before stopping chains'
         self._memo.clear()
-
-
-def check_state_version(state: dict) -> None:
-    """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``."""
-    version = state.get("version") if isinstance(state, dict) else None
-    if version != STATE_VERSION:
-        raise ValueError(
-            f"bandit state version {version!r} != {STATE_VERSION} (version 3 held round times as running means, "
-            "version 2 per-arm time ratios without the shared load, version 1 the epsilon-greedy bandit's window of "
-            "rewards: none fits this bandit's model, start without it)"
-        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -118,14 +118,18 @@ class BanditConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid key."""
+        for key in ("strategies", "bs_thresholds"):
+            value = getattr(self, key)
+            if not isinstance(value, Sequence) or (isinstance(value, str | bytes) and key == "bs_thresholds"):
+                raise ValueError(f"BanditConfig.{key} must be a list, got {value!r}")
         try:
             parse_strategy_space(list(self.strategies) if not isinstance(self.strategies, str) else self.strategies)
         except ValueError as err:
             raise ValueError(f"BanditConfig.strategies: {err}") from err
         try:
             buckets = BatchBuckets(tuple(self.bs_thresholds))
-        except ValueError as err:
-            raise ValueError(f"BanditConfig.bs_thresholds: {err}") from err
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"BanditConfig.bs_thresholds: {err}") from None
         if not is_real(self.epsilon) or math.isnan(self.epsilon):
             raise ValueError(f"BanditConfig.epsilon must be a number in [0, 1], got {self.epsilon!r}")
         if not is_int(self.min_pulls) or not 1 <= self.min_pulls <= MAX_MIN_PULLS:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from fastrl.adaptive.bandit import check_state_version
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.chain_depth import checked_state as checked_chain_rounds
 from fastrl.adaptive.depth_acceptance import depth
@@ -20,6 +19,8 @@ from fastrl.adaptive.time_filter import checked_state as checked_filter
 from fastrl.json_values import is_int, is_real
 from fastrl.strategy.strategy import Strategy
 
+STATE_VERSION = 4
+"""The version of ``BanditSelector.state_dict`` this bandit reads and writes."""
 COUNTERS = {"round": 0, "since_plain": 0}
 """Integer entries and their least value."""
 SECONDS = ("explore_credit", "explore_seconds")
@@ -38,6 +39,8 @@ def check_state_values(state: dict) -> BanditConfig:
     if not isinstance(times, dict) or not isinstance(times.get("measured"), list):
         raise ValueError("times must be an object with 'filter' and 'measured' (a list of arms)")
     checked_filter(times.get("filter"))
+    for i, arm in enumerate(times["measured"]):
+        _strategy(f"times.measured[{i}]", arm)
     checked_chain_rounds(state.get("chain_rounds", {}))
     pulls = state.get("pulls", {})
     if not isinstance(pulls, dict):
@@ -54,7 +57,79 @@ def check_state_values(state: dict) -> BanditConfig:
     if best is not None and not (is_real(best) and 0 < best < math.inf):
         raise ValueError(f"explore_best is {best!r}: expected null or a finite number > 0")
     _check_buckets(state, len(config.bs_thresholds))
+    _check_timeline(state.get("timeline", []), len(config.bs_thresholds))
+    _check_stretch(state.get("stretch"))
+    calibration = state.get("calibration")
+    if calibration is not None and not (
+        isinstance(calibration, list) and all(isinstance(c, list) and len(c) == 3 for c in calibration)
+    ):
+        raise ValueError(
+            f"calibration must be null or a list of [strategy, batch size, seconds], got {calibration!r}"[:300]
+        )
+    for i, (arm, batch_size, seconds) in enumerate(calibration or []):
+        _strategy(f"calibration[{i}][0]", arm)
+        _check_int(f"calibration[{i}][1]", batch_size, 1)
+        if not (is_real(seconds) and 0 < seconds < math.inf):
+            raise ValueError(f"calibration[{i}][2] is {seconds!r}: expected a finite number of seconds > 0")
     return config
+
+
+def check_state_version(state: dict) -> None:
+    """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``."""
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != STATE_VERSION:
+        raise ValueError(
+            f"bandit state version {version!r} != {STATE_VERSION} (version 3 held round times as running means, "
+            "version 2 per-arm time ratios without the shared load, version 1 the epsilon-greedy bandit's window of "
+            "rewards: none fits this bandit's model, start without it)"
+        )
+
+
+def _strategy(key: str, value: object) -> Strategy:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is {value!r}: expected a strategy string")
+    try:
+        return Strategy.parse(value)
+    except ValueError as err:
+        raise ValueError(f"{key}: {err}") from None
+
+
+def _check_timeline(timeline: object, buckets: int) -> None:
+    """[[round >= 0, batch size >= 1, bucket, strategy, reason], ...]."""
+    if not isinstance(timeline, list):
+        raise ValueError(f"timeline must be a list, got {timeline!r}"[:300])
+    for i, entry in enumerate(timeline):
+        where = f"timeline[{i}]"
+        if not (isinstance(entry, list) and len(entry) == 5):
+            raise ValueError(f"{where} must be [round, batch size, bucket, strategy, reason], got {entry!r}"[:300])
+        _check_int(f"{where}[0]", entry[0], 0)
+        _check_int(f"{where}[1]", entry[1], 1)
+        _check_int(f"{where}[2]", entry[2], 0)
+        if entry[2] >= buckets:
+            raise ValueError(f"{where}[2] is {entry[2]}: there are {buckets} buckets")
+        _strategy(f"{where}[3]", entry[3])
+        if not isinstance(entry[4], str):
+            raise ValueError(f"{where}[4] is {entry[4]!r}: expected the reason, a string")
+
+
+STRETCH_KEYS = {"strategy", "batch_size", "credit", "explore_cost", "anchor_in", "seconds", "rounds"}
+
+
+def _check_stretch(stretch: object) -> None:
+    """null, or the exploit stretch in progress: its strategy, batch size, counters and (optional) thresholds."""
+    if stretch is None:
+        return
+    if not isinstance(stretch, dict) or set(stretch) != STRETCH_KEYS:
+        raise ValueError(f"stretch must be null or an object with {sorted(STRETCH_KEYS)}, got {stretch!r}"[:300])
+    _strategy("stretch.strategy", stretch["strategy"])
+    _check_int("stretch.batch_size", stretch["batch_size"], 1)
+    _check_int("stretch.rounds", stretch["rounds"], 0)
+    if stretch["anchor_in"] is not None:
+        _check_int("stretch.anchor_in", stretch["anchor_in"], 0)
+    for key in ("credit", "seconds", "explore_cost"):
+        value = stretch[key]
+        if (key != "explore_cost" or value is not None) and not (is_real(value) and math.isfinite(value)):
+            raise ValueError(f"stretch.{key} is {value!r}: expected a finite number")
 
 
 def _check_int(key: str, value: object, least: int) -> None:

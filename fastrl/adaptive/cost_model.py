@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -86,9 +87,10 @@ class CostModel:
             raise ValueError("CostModel.fit needs at least one measurement")
         samples: dict[Strategy, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for strategy, batch_size, seconds in measurements:
-            if batch_size < 1 or not seconds > 0:
+            if batch_size < 1 or not 0 < seconds < math.inf:
                 raise ValueError(
-                    f"measurement ({strategy}, {batch_size}, {seconds}): batch_size must be >= 1 and seconds > 0"
+                    f"measurement ({strategy}, {batch_size}, {seconds}): batch_size must be >= 1 and seconds a "
+                    "finite number > 0"
                 )
             samples[strategy][batch_size].append(seconds)
         tables = {

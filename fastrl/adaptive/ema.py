@@ -25,8 +25,10 @@ The controller ignores the batch size (SGLang's per-batch-size slots are the ban
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from fastrl.adaptive.ema_config import EmaConfig
+from fastrl.json_values import is_int, is_real
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -112,6 +114,13 @@ class EmaSelector:
             raise ValueError(f"EMA state version {state.get('version')!r} != {STATE_VERSION}")
         if EmaConfig.from_json(state["config"]) != self.config:
             raise ValueError("EMA state_dict was saved with a different EmaConfig")
-        self._tier = self._tiers.index(int(state["steps"]))
-        self.ema_accept = float(state["ema_accept"])
-        self._rounds = int(state["rounds"])
+        steps, accept, rounds = state.get("steps"), state.get("ema_accept"), state.get("rounds")
+        if not is_int(steps) or steps not in self._tiers:
+            raise ValueError(f"EMA state steps is {steps!r}: expected one of the tiers {self._tiers}")
+        if not (is_real(accept) and 0 <= accept < math.inf):
+            raise ValueError(f"EMA state ema_accept is {accept!r}: expected a finite number >= 0")
+        if not is_int(rounds) or rounds < 0:
+            raise ValueError(f"EMA state rounds is {rounds!r}: expected an integer >= 0")
+        self._tier = self._tiers.index(steps)
+        self.ema_accept = float(accept)
+        self._rounds = rounds

@@ -202,6 +202,11 @@ def checked_state(state: dict) -> tuple[np.ndarray, np.ndarray]:
     if variances.min() <= 0:
         i = int(variances.argmin())
         raise ValueError(f"{where}.cov[{i}][{i}] is {float(variances[i])!r}: a variance must be > 0")
+    if variances.max() > MAX_LOG_RESIDUAL**2:  # wider than any residual the mean may hold: the update loses precision
+        i = int(variances.argmax())
+        raise ValueError(
+            f"{where}.cov[{i}][{i}] is {float(variances[i])!r}: a variance must be <= {MAX_LOG_RESIDUAL**2:g}"
+        )
     scale = np.sqrt(variances)
     correlation = cov / np.outer(scale, scale)  # scale-free: the checks below hold for seconds and for hours
     if not np.allclose(correlation, correlation.T, rtol=0.0, atol=1e-9):

@@ -30,6 +30,7 @@ from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.commands.output_guard import write_atomic
 from fastrl.engine.engine import Engine
+from fastrl.json_values import is_int
 from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
@@ -221,6 +222,8 @@ def load_or_measure(
     path = (cache_dir or cache_root() / "calibration") / f"{calibration_key(engine, arms, sizes, rounds)}.json"
     if path.is_file():
         return _read_cache(path)
+    if path.exists():  # found before the measuring, which could not be saved there
+        raise ValueError(f"calibration cache {path} is not a file: remove it to measure again")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a measuring process dies
@@ -242,7 +245,9 @@ def load_or_measure(
 def _read_cache(path: Path) -> CostModel:
     try:
         rows = json.loads(path.read_text())
-        return CostModel.fit([(Strategy.parse(s), int(b), float(t)) for s, b, t in rows])
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 3 and is_int(r[1]) for r in rows):
+            raise ValueError("expected a list of [strategy, batch size, seconds] rows")
+        return CostModel.fit([(Strategy.parse(s), b, float(t)) for s, b, t in rows])
     except (ValueError, TypeError) as err:
         raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
 

@@ -149,6 +149,10 @@ def load_training_checkpoint(
     directory = Path(path)
     meta = read_trainer_state(directory)
     rollout_selector, rng_tensors = _read_small_files(directory)
+    try:
+        backend.check_selector_state(rollout_selector)
+    except ValueError as err:
+        raise ValueError(f"{directory / ROLLOUT_SELECTOR_FILE}: {err}") from None
     drafter = _read_drafter(directory, meta, backend)
     cotrain = read_cotrain_states(directory / COTRAIN_DIR, meta.get(COTRAIN_WORKERS))
     history = read_history_states(directory / HISTORY_DIR, policy.config.vocab_size, meta.get(HISTORY_WORKERS))

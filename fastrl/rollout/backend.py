@@ -46,6 +46,10 @@ class RolloutBackend(Protocol):
         """The strategy policies' state (e.g. bandit windows), for exact resume."""
         ...
 
+    def check_selector_state(self, state: dict) -> None:
+        """ValueError naming what is wrong when `load_selector_state` could not restore ``state`` (nothing loaded)."""
+        ...
+
     def load_selector_state(self, state: dict) -> None:
         """Restore what `selector_state` returned."""
         ...

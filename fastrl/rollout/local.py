@@ -89,11 +89,11 @@ class LocalRollout:
         """``{"workers": [state]}``, the same layout as the Ray backend's."""
         return {"workers": [self.worker.selector_state()]}
 
+    def check_selector_state(self, state: dict) -> None:
+        self.config.checked_selector_states(state)
+
     def load_selector_state(self, state: dict) -> None:
-        states = state.get("workers") if isinstance(state, dict) else None
-        if not isinstance(states, list) or not states:
-            raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
-        self.worker.load_selector_state(states[0])
+        self.worker.load_selector_state(self.config.checked_selector_states(state)[0])
 
     def history_state(self) -> list[HistoryState | None]:
         """``[state]`` of the one worker, the same layout as the Ray backend's."""

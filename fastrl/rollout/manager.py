@@ -161,12 +161,13 @@ class RayRolloutManager:
         affinity = self._affinity.state(self._affinity_at_boundary)
         return {"workers": self._call_all("selector_state"), "affinity": affinity}
 
+    def check_selector_state(self, state: dict) -> None:
+        self.config.worker.checked_selector_states(state)
+
     @_needs_ray
     def load_selector_state(self, state: dict) -> None:
         """Worker i loads ``state["workers"][i % n]`` (a resumed run may have a different worker count)."""
-        states = state.get("workers") if isinstance(state, dict) else None
-        if not isinstance(states, list) or not states:
-            raise ValueError("load_selector_state: expected {'workers': [state, ...]} as returned by selector_state()")
+        states = self.config.worker.checked_selector_states(state)
         if "affinity" in state:  # absent from checkpoints written before it was kept
             self._affinity.load_state(state["affinity"])
             self._affinity_at_boundary = self._affinity.snapshot()

@@ -141,6 +141,24 @@ class RolloutWorkerConfig:
         """A fresh strategy selector (each worker owns one)."""
         return build_selector(self.strategy, self.bandit, self.ema)
 
+    def checked_selector_states(self, state: object) -> list[dict]:
+        """The per-worker states of a backend's ``selector_state()`` (``{"workers": [state, ...]}``), each loaded
+        into a fresh selector of this config first: ValueError naming the entry (``workers[i]``) and what is wrong,
+        before any worker loads one (a damaged checkpoint used to fail mid-load or rounds later)."""
+        states = state.get("workers") if isinstance(state, dict) else None
+        if not isinstance(states, list) or not states:
+            raise ValueError("expected {'workers': [state, ...]} as returned by selector_state()")
+        for i, worker_state in enumerate(states):
+            try:
+                if not isinstance(worker_state, dict):
+                    raise ValueError(f"a selector state is an object, got {worker_state!r}"[:200])
+                self.build_strategy_selector().load_state_dict(worker_state)
+            except ValueError as err:
+                raise ValueError(f"workers[{i}]: {err}") from None
+            except (KeyError, TypeError, AttributeError, IndexError) as err:  # a layout no check foresaw
+                raise ValueError(f"workers[{i}]: {type(err).__name__}: {err}") from None
+        return states
+
     def needs_drafter(self) -> bool:
         """True when an EAGLE strategy (alone or in a hybrid) or co-training needs a drafter."""
         speculative = any(s.uses_drafter for s in self.build_strategy_selector().strategies)

@@ -211,6 +211,52 @@ def test_state_dict_round_trip_continues_identically():
         resumed.warm_start(state | {"version": 3})
 
 
+def _entries(obj, at=()):
+    """Paths to every entry of a JSON value."""
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return
+    for key, value in items:
+        yield (*at, key)
+        yield from _entries(value, (*at, key))
+
+
+def test_a_damaged_state_is_one_value_error_and_loads_nothing():
+    """Resuming used to load a damaged state part-way, or take it and fail rounds later (a huge variance: a math
+    domain error mid-decode; a timeline entry short by one: an unpack error): every one-entry damage is now a
+    ValueError, and the selector is as it was; a damage that loads leaves a bandit that runs and saves."""
+    config = BanditConfig(strategies=SPACE, window_size=8)
+    policy = BanditSelector(config, calibration=calibration(SPACE))
+    run(policy, [64 - i // 10 for i in range(300)] + [2] * 50, seed=3)
+    state = json.loads(json.dumps(policy.state_dict()))
+    paths = list(_entries(state))
+    rng = random.Random(11)
+    bad_values = [None, "x", -1, 1.5, float("nan"), float("inf"), 1e30, True, [], {}, [1, 2]]
+    loaded = refused = 0
+    for _ in range(400):
+        damaged = json.loads(json.dumps(state))
+        *parents, last = rng.choice(paths)
+        holder = damaged
+        for key in parents:
+            holder = holder[key]
+        holder[last] = rng.choice(bad_values)
+        fresh = BanditSelector(config)
+        before = fresh.state_dict()
+        try:
+            fresh.load_state_dict(damaged)
+        except ValueError:
+            refused += 1
+            assert fresh.state_dict() == before
+            continue
+        loaded += 1
+        run(fresh, [4] * 20, seed=5)
+        json.dumps(fresh.state_dict(), allow_nan=False)
+    assert refused > 300 and loaded > 0
+
+
 def test_warm_start_carries_calibration_and_acceptance_across_configs():
     policy = BanditSelector(BanditConfig(strategies=SPACE), calibration=calibration(SPACE))
     run(policy, [1] * 200, seed=0)

@@ -28,8 +28,9 @@ def test_fit_interpolates_in_batch_size():
     assert fallback.round_time(CHAIN, 4) == CostModel.default_gpu().round_time(CHAIN, 4)
     with pytest.raises(ValueError, match="at least one"):
         CostModel.fit([])
-    with pytest.raises(ValueError, match="seconds > 0"):
-        CostModel.fit([(TREE, 1, 0.0)])
+    for seconds in (0.0, float("inf"), float("nan")):  # an infinite round time made every prediction inf or 0/0
+        with pytest.raises(ValueError, match="seconds a finite number > 0"):
+            CostModel.fit([(TREE, 1, seconds)])
 
 
 def test_parametric_default_shape():

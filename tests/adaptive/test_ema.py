@@ -190,3 +190,21 @@ def test_from_json_rejects_unknown_keys(tmp_path):
 def test_config_errors_name_the_key(values, key):
     with pytest.raises(ValueError, match=f"EmaConfig.{key}"):
         EmaConfig.from_json(values)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("steps", 4, "steps is 4: expected one of the tiers"),
+        ("steps", "3", "steps is '3'"),
+        ("ema_accept", float("nan"), "ema_accept is nan"),
+        ("ema_accept", -1.0, "ema_accept is -1.0"),
+        ("rounds", -5, "rounds is -5"),
+        ("rounds", 2.5, "rounds is 2.5"),
+    ],
+)
+def test_a_damaged_state_is_refused_naming_the_entry(key, value, said):
+    selector = EmaSelector(EmaConfig())
+    state = json.loads(json.dumps(selector.state_dict()))
+    with pytest.raises(ValueError, match=said):
+        EmaSelector(EmaConfig()).load_state_dict(state | {key: value})

@@ -1,6 +1,7 @@
 """Every run measures its own speedup: the plain-decoding time the bandit estimates for a speculative run's rounds
 against a real plain run of the same requests, and the calibration cache."""
 
+import json
 import statistics
 import time
 
@@ -113,10 +114,26 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     other = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["5_1_6", "disable"], min_pulls=1)))
     calibrate_engine(other, tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 2  # other arms, another key
-    path.write_text("{not json")
-    again = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1)))
-    with pytest.raises(ValueError, match="calibration cache .* unreadable"):
+    rows = json.loads(path.read_text())
+    damaged = [
+        "{not json",
+        json.dumps([[s, b, float("inf") if i == 0 else t] for i, (s, b, t) in enumerate(rows)]),  # inf: a ZeroDivision
+        json.dumps([[s, float("inf") if i == 0 else b, t] for i, (s, b, t) in enumerate(rows)]),  # an OverflowError
+        json.dumps([[s, 1.5, t] for s, _, t in rows]),  # read as batch size 1 before
+    ]
+    for text in damaged:
+        path.write_text(text)
+        again = Engine(
+            policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], min_pulls=1))
+        )
+        with pytest.raises(ValueError, match="calibration cache .* unreadable"):
+            calibrate_engine(again, tmp_path)
+    path.unlink()
+    capsys.readouterr()
+    path.mkdir()  # refused before the measuring, which used to end in an IsADirectoryError
+    with pytest.raises(ValueError, match="calibration cache .* is not a file: remove it"):
         calibrate_engine(again, tmp_path)
+    assert capsys.readouterr().err == ""  # nothing measured
     off = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4"], calibrate=False)))
     assert calibrate_engine(off, tmp_path) is None
 

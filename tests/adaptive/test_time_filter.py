@@ -140,3 +140,16 @@ def test_ratios_and_plain_time_are_learned_under_a_wandering_load(seed):
         for b in (4, 16, 40):
             assert ratio(times, arm, b) == pytest.approx(truth[arm] * cost[arm](b) / plain_s(b), rel=0.06), (arm, b)
     assert estimated == pytest.approx(real, rel=0.03)
+
+
+def test_a_variance_wider_than_any_residual_is_refused():
+    """cov[0][0] = 1e30 used to pass, and the next round's update lost the variance to rounding: a math domain
+    error in the middle of decoding."""
+    from fastrl.adaptive.time_filter import MAX_LOG_RESIDUAL, checked_state
+
+    times = RoundTimes()
+    state = times.state()["filter"]
+    for variance in (1e30, MAX_LOG_RESIDUAL**2 * 1.01):
+        with pytest.raises(ValueError, match=r"times\.filter\.cov\[0\]\[0\] is .*: a variance must be <= 10000"):
+            checked_state(state | {"cov": [[variance]]})
+    checked_state(state | {"cov": [[MAX_LOG_RESIDUAL**2]]})

@@ -54,6 +54,18 @@ def _truncate(name: str):
         (_truncate("drafter/drafter.safetensors"), r"drafter.safetensors is not a readable safetensors file"),
         (_truncate("policy/model.safetensors"), r"model.safetensors is not a readable safetensors file"),
         (lambda d: (d / "rollout_selector.json").write_text("[1"), r"rollout_selector.json is not valid JSON"),
+        (
+            lambda d: (d / "rollout_selector.json").write_text('{"workers": [{"strategy": "3_1_4"}]}'),
+            r"rollout_selector.json: workers\[0\]: state_dict is for strategy '3_1_4'",
+        ),
+        (
+            lambda d: (d / "rollout_selector.json").write_text('{"workers": [{}]}'),
+            r"rollout_selector.json: workers\[0\]: KeyError",
+        ),
+        (
+            lambda d: (d / "rollout_selector.json").write_text('{"workers": []}'),
+            r"rollout_selector.json: expected \{'workers'",
+        ),
     ],
 )
 def test_damaged_checkpoint_is_named(saved, tmp_path, damage, message):
