@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fastrl.adaptive.bandit import BanditSelector, check_state_version
-from fastrl.adaptive.bandit_state_check import check_state_values
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.bandit_state_check import check_state_values, check_state_version
 from fastrl.adaptive.factory import build_selector
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import drafter_dir
@@ -131,18 +131,22 @@ def read_state_file(key: str, path: Path) -> dict | None:
                 value = probe.predict(arm, batch_size)
                 if value is not None and not math.isfinite(value):
                     raise ValueError(f"it predicts {value} for {arm} at batch size {batch_size}")
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as err:
         raise ValueError(
             f"{key}={path}: a damaged bandit state ({type(err).__name__}: {err}); remove the file or name another"
         ) from None
     return state
 
 
-def write_state_file(target: OutputTarget, selector: BanditSelector, setting: dict) -> None:
+def write_state_file(
+    target: OutputTarget, selector: BanditSelector, setting: dict, earlier: dict | None = None
+) -> None:
     """Save ``selector``'s state, with the ``setting`` it was learned in, to ``target`` through a temporary file
     renamed into place; a state holding a NaN or an infinity is a ValueError naming the file, which is left as it
-    was (JSON has no such numbers, and no run could start from them)."""
-    state = selector.state_dict() | {SETTING_KEY: setting}
+    was (JSON has no such numbers, and no run could start from them). ``earlier``: the state the run started from;
+    the acceptance counts and calibration of its arms this selector lacks are kept (a run with fewer arms used to
+    leave only its own in the file, and the next run with the others explored them all again)."""
+    state = carried_forward(selector.state_dict(), earlier) | {SETTING_KEY: setting}
     try:
         text = json.dumps(state, sort_keys=True, allow_nan=False)
     except ValueError as err:
@@ -150,3 +154,18 @@ def write_state_file(target: OutputTarget, selector: BanditSelector, setting: di
             f"{target.key}={target.path}: not written, the bandit's state holds a NaN or an infinity ({err})"
         ) from None
     write_atomic(target.path, text + "\n")
+
+
+def carried_forward(state: dict, earlier: dict | None) -> dict:
+    """``state`` with the acceptance counts and calibration points of ``earlier``'s arms that ``state`` has none
+    of (a bandit warm-started from such a file takes them for the arms it has, and ignores the others)."""
+    if not earlier:
+        return state
+    acceptance = state["acceptance"]
+    kept = {arm: counts for arm, counts in earlier.get("acceptance", {}).items() if arm not in acceptance}
+    calibration = state.get("calibration")
+    own = {point[0] for point in calibration or []}
+    points = [p for p in earlier.get("calibration") or [] if p[0] not in own]
+    if calibration is not None or points:
+        calibration = (calibration or []) + points
+    return state | {"acceptance": acceptance | kept, "calibration": calibration}

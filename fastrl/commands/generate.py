@@ -129,7 +129,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
             write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
-            save_learned(targets, engine.selector, setting)
+            save_learned(targets, engine.selector, setting, learned)
             print(
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
                 "Run the same command again to finish.",
@@ -154,7 +154,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
         write_reports(targets, rounds, cfg.strategy, engine.selector)
-        save_learned(targets, engine.selector, setting)
+        save_learned(targets, engine.selector, setting, learned)
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
@@ -207,10 +207,11 @@ def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
     return read_round_log(targets["stats_output"].path)
 
 
-def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: dict) -> None:
-    """bandit_state: what the bandit learned (in ``setting``), for the next run to start from."""
+def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: dict, earlier: dict | None) -> None:
+    """bandit_state: what the bandit learned (in ``setting``), for the next run to start from, with what the file
+    held before (``earlier``) of arms this run did not have."""
     if "bandit_state" in targets and isinstance(selector, BanditSelector):
-        write_state_file(targets["bandit_state"], selector, setting)
+        write_state_file(targets["bandit_state"], selector, setting, earlier)
 
 
 def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fastrl.adaptive.bandit import STATE_VERSION
+from fastrl.adaptive.bandit_state_check import STATE_VERSION
 from fastrl.cli import main
 
 PROMPTS = ["sum a=20 b=51 =", "sum a=10 b=69 c=13 =", "sum a=65 b=28 =", "sum a=3 b=94 c=12 d=7 ="]
@@ -164,3 +164,18 @@ def test_a_run_keeps_its_own_calibration_over_the_states(tmp_path):
     assert main(["generate", *args, *calibrated, f"bandit_state={state}", "progress=false"]) == 0
     wider = {b for _, b, _ in json.loads(state.read_text())["calibration"]}
     assert sizes == {1} and max(wider) == 4
+
+
+def test_a_run_with_fewer_arms_keeps_the_others_learning_in_the_file(tmp_path):
+    """A run with a subset of the arms rewrote the file with its own alone: 5_1_6's counts were lost, and the next
+    run with it explored it again."""
+    state = tmp_path / "bandit.json"
+    _run(tmp_path, "first", *BANDIT, f"bandit_state={state}")
+    first = json.loads(state.read_text())["acceptance"]
+    fewer = ["strategy=bandit", "bandit.strategies=[3_1_4,disable]", "bandit.calibrate=false"]
+    _run(tmp_path, "second", *fewer, f"bandit_state={state}")
+    second = json.loads(state.read_text())
+    assert second["acceptance"]["5_1_6"] == first["5_1_6"]  # carried as it was
+    assert sum(second["acceptance"]["3_1_4"][1]) > sum(first["3_1_4"][1])  # learned on
+    assert second["config"]["strategies"] == ["3_1_4", "disable"]
+    _run(tmp_path, "third", *BANDIT, f"bandit_state={state}")  # the file still loads into the wider bandit
