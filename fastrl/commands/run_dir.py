@@ -47,7 +47,8 @@ class RunPlan:
     overrides: the command line's overrides, completed (a resumed run directory's own overrides first, ``resume=``
     made the checkpoint, ``hydra.run.dir`` the run directory). in_place: the run continues an existing run
     directory (nothing of it is ever removed). existed: the run directory given existed before (empty). locked:
-    the command holds the run directory's lock already (taken before Hydra writes into a continued run). checked:
+    the command holds the run directory's lock (taken before Hydra writes into a continued run, else as the run
+    starts; a command refused the lock removes nothing: the directory is the other command's). checked:
     set by the run once its checks passed (before that, a failure is a refusal that leaves a continued run as it
     was).
     """

@@ -119,6 +119,7 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
     if plan.locked:
         return _run_train(cfg, run_dir, plan)
     with lock_run(run_dir):
+        plan.locked = True  # this command's run from here: what it wrote is its own to remove
         return _run_train(cfg, run_dir, plan)
 
 
@@ -330,7 +331,8 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         finally:
             if recorded and not plan.checked:  # refused, or nothing left to do: the run keeps its own record
                 restore_files(recorded)
-            if not (run_dir / "metrics.jsonl").is_file():  # ended before its first step: nothing to keep
+            # ended before its first step: nothing to keep; refused the lock, the directory is another command's
+            if plan.locked and not (run_dir / "metrics.jsonl").is_file():
                 forget_run(run_dir, plan)
 
     try:

@@ -182,3 +182,32 @@ def test_a_damaged_metrics_file_refuses_the_resume_before_anything_changes(polic
     assert "metrics.jsonl:1: not a line of metrics" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in before} == before
     assert sorted((run / "wandb").glob("offline-run-*")) == segments
+
+
+def test_a_run_refused_by_the_lock_of_a_command_started_with_it_removes_nothing(
+    policy_dir, tmp_path, capsys, monkeypatch
+):
+    """Two commands started at once in one new run directory: the one refused the lock removed the directory the
+    other was running in (it took the directory for its own, written before its first step)."""
+    import fastrl.commands.train as train_command
+
+    run = tmp_path / "run"
+    held = []
+    planned = train_command.plan_run
+
+    def plan_then_the_other_starts(*args, **kwargs):
+        plan = planned(*args, **kwargs)  # planned while the directory did not exist yet
+        run.mkdir()
+        other = guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run)})
+        (run / "theirs.txt").write_text("the other command's")
+        held.append(other)
+        return plan
+
+    monkeypatch.setattr(train_command, "plan_run", plan_then_the_other_starts)
+    try:
+        assert main(["train", *TINY, f"model={policy_dir}", "rl.steps=1", f"hydra.run.dir={run}"]) == 2
+    finally:
+        for other in held:
+            other.release()
+    assert "is being written by another fastrl command" in capsys.readouterr().err
+    assert (run / "theirs.txt").read_text() == "the other command's"
