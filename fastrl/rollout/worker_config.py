@@ -12,6 +12,7 @@ from fastrl.adaptive.factory import build_selector
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, round_lookahead
 from fastrl.json_values import is_real
 from fastrl.models.checkpoint import read_config, weight_files
 from fastrl.speculative.drafter_checkpoint import check_drafter_files
@@ -136,6 +137,14 @@ class RolloutWorkerConfig:
                 check_drafter_files(self.drafter_dir, policy)
             except ValueError as err:
                 raise ValueError(f"rollout.worker.drafter_dir: {err}") from None
+        if self.engine.kv_cache_tokens is not None:  # what each engine would refuse as it starts, said once here
+            check_kv_cache_tokens(
+                "engine.kv_cache_tokens",
+                self.engine.kv_cache_tokens,
+                context_length(self.engine.max_model_len, policy.max_position_embeddings),
+                round_lookahead(self.build_strategy_selector().strategies),
+                self.engine.page_size,
+            )
 
     def build_strategy_selector(self) -> StrategySelector:
         """A fresh strategy selector (each worker owns one)."""

@@ -150,3 +150,13 @@ def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, c
     line = _error_line(capsys)
     assert "logger.mode=online: W&B refused to start a run" in line and "logger.mode=offline" in line
     assert not run.exists()
+
+
+def test_a_pool_too_small_is_the_same_line_with_ray_workers(tmp_path, capsys):
+    """With rollout=ray the engines' refusal came back from the actors as a RuntimeError traceback naming
+    engine.kv_cache_tokens: the worker config checks the pool in the driver, before Ray starts."""
+    run = tmp_path / "run"
+    args = ["train", "rollout=ray", "rollout.engine.kv_cache_tokens=64", "logger=none", f"hydra.run.dir={run}"]
+    assert main(args) == 2
+    assert "rollout.engine.kv_cache_tokens = 64 cannot hold one request" in _error_line(capsys)
+    assert not run.exists()

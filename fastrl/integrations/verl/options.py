@@ -12,7 +12,6 @@ from typing import Any
 
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, round_lookahead
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 
 PREFIX = "actor_rollout_ref.rollout.custom.fastrl."
@@ -162,27 +161,19 @@ class FastrlRolloutOptions:
 
 def check_context(worker: RolloutWorkerConfig, max_positions: int) -> None:
     """ValueError naming verl's keys, in the driver, when the context verl asks of the servers exceeds the model's
-    positions (the engine would serve a shorter one) or the KV pool cannot hold one request of it."""
+    positions (the engine would serve a shorter one); the KV pool's fit is ``worker.check_files``'."""
     context = worker.engine.max_model_len
     if context is not None and context > max_positions:
         raise ValueError(
             f"actor_rollout_ref.rollout.max_model_len (or prompt_length + response_length) = {context} exceeds "
             f"the model's context of {max_positions} positions (max_position_embeddings)"
         )
-    if worker.engine.kv_cache_tokens is not None:
-        lookahead = round_lookahead(worker.build_strategy_selector().strategies)
-        check_kv_cache_tokens(
-            f"{PREFIX}engine.kv_cache_tokens",
-            worker.engine.kv_cache_tokens,
-            context_length(context, max_positions),
-            lookahead,
-            worker.engine.page_size,
-        )
 
 
 def rename_keys(message: str) -> str:
     """The worker config's key names in an error message, as this section's keys."""
     for old, new in (
+        ("engine.kv_cache_tokens =", f"{PREFIX}engine.kv_cache_tokens ="),  # the worker's own check of the pool
         ("rollout.worker: engine.", PREFIX),
         ("rollout.worker.model_dir", "actor_rollout_ref.model.path"),
         ("rollout.worker.", PREFIX),
