@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import ray
-from ray._private import ray_constants
+from ray._private import ray_constants, services
 from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR, _enable_token_auth
+from ray._private.utils import detect_fate_sharing_support
 
 LOOPBACK = "127.0.0.1"
 # Ray replaces a node IP of 127.0.0.1 by the machine's external address unless "clusters" are off for the process
@@ -69,19 +70,45 @@ def _start_ray(address: str | None, num_cpus: int | None) -> bool:
         raise ValueError(f"rollout.ray_num_cpus={num_cpus} exceeds this machine's {cores} cores")
     _loopback_only()
     _token_auth_quietly()
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        log_to_driver=True,
-        _node_ip_address=LOOPBACK,
-    )
+    with _node_in_its_own_session():
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+            _node_ip_address=LOOPBACK,
+        )
     node_ip = ray.util.get_node_ip_address()
     if node_ip != LOOPBACK:
         ray.shutdown()
         raise RuntimeError(f"the local Ray bound to {node_ip}, not {LOOPBACK}; refusing to run on a public address")
     return True
+
+
+@contextmanager
+def _node_in_its_own_session() -> Iterator[None]:
+    """Start the local Ray's node processes (GCS, raylet and, through the raylet, every worker) in sessions of their
+    own. A signal to this command's process group (``timeout``, ``kill -TERM -PGID``, a terminal's hangup) reaches
+    this process, which finishes its step and saves a checkpoint, and no longer the workers it needs for that (the
+    raylet died with it, and the run lost its checkpoint and hung until Ray gave up on its GCS). They still end with
+    this process: Ray's kernel fate sharing (a parent-death signal) does not depend on the group. Where the kernel
+    has no fate sharing, Ray's reaper cleans up by process group, so the processes stay in this one."""
+    if not detect_fate_sharing_support():
+        yield
+        return
+    started = services.ConsolePopen
+
+    class OwnSession(started):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = started
 
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
