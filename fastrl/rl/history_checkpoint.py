@@ -121,4 +121,7 @@ def _state(tokens: torch.Tensor, layout: torch.Tensor, vocab_size: int, file: Pa
         groups.append((prompt, responses))
     if at != len(flat):
         raise ValueError(f"{file}: layout covers {at} of the {len(flat)} tokens stored")
-    return HistoryState(groups)
+    try:
+        return HistoryState(groups)
+    except ValueError as err:
+        raise ValueError(f"{file}: {err}") from None

@@ -120,6 +120,13 @@ def _write(directory: Path, tokens: list[int], layout: list[int], dtype=torch.in
         ([1, 2, 50_000, 7], [4, 0], torch.int64, r"token ids must lie in \[0, 50000\).*found \[50000\]"),
         ([1, 2, 3], [3, 1, -1], torch.int64, "lengths must be >= 0"),
         ([1, 2, 3], [3, 0], torch.float32, "tokens must be a 1-D int64 tensor"),
+        # one prompt group twice: the index refused it halfway through a resume, naming no file
+        (
+            [1, 2, 7, 1, 2, 8],
+            [2, 1, 1, 2, 1, 1],
+            torch.int64,
+            "history state: group 1 holds the prompt of group 0 again",
+        ),
     ],
 )
 def test_an_inconsistent_file_is_named(tmp_path, tokens, layout, dtype, message):

@@ -19,6 +19,10 @@ class HistoryState:
     kept): each text after the other."""
 
     def __post_init__(self) -> None:
+        first: dict[tuple[int, ...], int] = {}
+        for g, (prompt, _) in enumerate(self.groups):  # an index holds a prompt once: its texts are one group
+            if (earlier := first.setdefault(tuple(prompt), g)) != g:
+                raise ValueError(f"history state: group {g} holds the prompt of group {earlier} again")
         if self.orders is None:
             return
         if len(self.orders) != len(self.groups):
