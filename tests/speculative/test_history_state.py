@@ -49,7 +49,7 @@ def test_state_round_trips_and_restored_indexes_draft_from_the_same_texts(seed):
             index.start(f"new{i}", None, prompt)
         a, b = original.draft(f"new{i}", 12, 4), restored.draft(f"new{i}", 12, 4)
         assert a == b  # the texts indexed in the order they arrived: siblings interleaved as they were emitted
-        texts = [prompt + response for response in responses]
+        texts = [prompt] + [prompt + response for response in responses]  # a group's prompt is one of its texts
         for path in _paths(b):
             assert _occurs(path, texts), f"restored draft path {path} is in none of the group's texts"
 
@@ -67,6 +67,9 @@ def test_a_state_without_orders_loads_text_by_text(seed):
     assert restored.state().groups == state.groups
     sequential = HistoryIndex(config)
     for g, (prompt, responses) in enumerate(state.groups):  # what it equals: each response emitted whole, in turn
+        if not responses:  # a group whose responses were all dropped: its prompt alone
+            sequential.start((g, "dropped"), None, prompt)
+            sequential.finish((g, "dropped"), keep=False)
         for j, response in enumerate(responses):
             sequential.start((g, j), None, prompt)
             sequential.extend((g, j), response)
@@ -116,3 +119,27 @@ def test_a_group_with_its_own_key_is_refused():
     index.finish("a", keep=True)
     with pytest.raises(ValueError, match="'my-key' is not keyed by its prompt"):
         index.state()
+
+
+def test_a_group_whose_responses_were_all_dropped_keeps_its_place_through_a_state():
+    """Such a group counts in the token budget and the eviction order; a state without it let the restored index
+    evict another group than the original did, and then draft differently."""
+    config = HistoryConfig(token_budget=40, max_key=3, max_match=4)
+    original = HistoryIndex(config)
+    for name, prompt, response, keep in (("a", [1, 2, 3, 4], [5] * 10, False), ("b", [6, 7, 8], [9] * 12, True)):
+        original.start(name, None, prompt)
+        original.extend(name, response)
+        original.finish(name, keep=keep)
+    state = original.state()
+    assert state.groups[0] == ([1, 2, 3, 4], [])
+    restored = HistoryIndex(config)
+    restored.load_state(state)
+    assert restored.state() == state and restored.num_tokens == original.num_tokens
+    for index in (original, restored):  # a new group over the budget: both evict the same one
+        index.start("c", None, [3, 3, 3, 3, 3, 3, 3, 3])
+        index.extend("c", [4] * 10)
+        index.finish("c", keep=True)
+    assert restored.state() == original.state()
+    for index in (original, restored):
+        index.start("b2", None, [6, 7, 8])
+    assert restored.draft("b2", 12, 4) == original.draft("b2", 12, 4)

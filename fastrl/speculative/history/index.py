@@ -126,15 +126,16 @@ class HistoryIndex:
                 raise ValueError(f"history index: group {key!r} is not keyed by its prompt; its state cannot be saved")
             tail = len(prompt[-self.config.max_match :])
             responses = [group.docs[doc][tail:] for doc in group.finished]
-            if responses:
-                groups.append((list(prompt), responses))
-                texts = {group.prompt_doc: (0, 0)} | {doc: (i + 1, tail) for i, doc in enumerate(group.finished)}
-                order: list[list[int]] = []
-                for d, f, e in group.log:
-                    if d in texts:  # not a live or dropped text
-                        text, shift = texts[d]
-                        _append_range(order, text, f - shift, e - shift)
-                orders.append([(text, first, end) for text, first, end in order])
+            # a group of a prompt alone (its responses dropped or evicted) is kept too: it holds its place in the
+            # budget and the eviction order, so that the restored index evicts, and drafts, as this one would
+            groups.append((list(prompt), responses))
+            texts = {group.prompt_doc: (0, 0)} | {doc: (i + 1, tail) for i, doc in enumerate(group.finished)}
+            order: list[list[int]] = []
+            for d, f, e in group.log:
+                if d in texts:  # not a live or dropped text
+                    text, shift = texts[d]
+                    _append_range(order, text, f - shift, e - shift)
+            orders.append([(text, first, end) for text, first, end in order])
         return HistoryState(groups, orders)
 
     def load_state(self, state: HistoryState) -> None:
@@ -153,11 +154,12 @@ class HistoryIndex:
                 self._enforce_budget()
             return
         for prompt, responses in state.groups:
-            for response in responses:
+            for response in responses or [None]:  # None: a group of its prompt alone, made by a dropped text
                 seq_id = ("load_state", self._next_doc)  # not a caller's id: none is live
                 self.start(seq_id, None, prompt)
-                self.extend(seq_id, response)
-                self.finish(seq_id, keep=True)
+                if response is not None:
+                    self.extend(seq_id, response)
+                self.finish(seq_id, keep=response is not None)
 
     # ---- drafting ----------------------------------------------------------------------------------------
 
