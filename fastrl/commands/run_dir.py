@@ -19,7 +19,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fastrl.commands.output_guard import GuardedOutputs, check_creatable, guard_outputs, write_atomic
+from fastrl.atomic_files import write_atomic
+from fastrl.commands.output_guard import GuardedOutputs, check_creatable, guard_outputs
 from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
@@ -47,8 +48,9 @@ class RunPlan:
     overrides: the command line's overrides, completed (a resumed run directory's own overrides first, ``resume=``
     made the checkpoint, ``hydra.run.dir`` the run directory). in_place: the run continues an existing run
     directory (nothing of it is ever removed). existed: the run directory given existed before (empty). locked:
-    the command holds the run directory's lock (taken before Hydra writes into a continued run, else as the run
-    starts; a command refused the lock removes nothing: the directory is the other command's). checked:
+    the command holds the run directory's lock already (taken before Hydra writes into a continued run). started:
+    the job holds its run directory's lock and runs (a job refused the lock removes nothing: the directory is the
+    other command's). checked:
     set by the run once its checks passed (before that, a failure is a refusal that leaves a continued run as it
     was).
     """
@@ -58,6 +60,7 @@ class RunPlan:
     existed: bool = False
     resumed_from: str = ""
     locked: bool = False
+    started: bool = False
     checked: bool = False
 
     @property

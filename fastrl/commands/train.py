@@ -117,9 +117,10 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
     plan = plan or RunPlan([])
     run_dir.mkdir(parents=True, exist_ok=True)
     if plan.locked:
+        plan.started = True
         return _run_train(cfg, run_dir, plan)
     with lock_run(run_dir):
-        plan.locked = True  # this command's run from here: what it wrote is its own to remove
+        plan.started = True  # this job's run from here: what it wrote is its own to remove
         return _run_train(cfg, run_dir, plan)
 
 
@@ -324,6 +325,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         hydra_cfg = HydraConfig.get()
         run_dir = Path(hydra_cfg.runtime.output_dir)
         logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
+        plan.started = False  # each job of a multirun takes its own directory's lock
         try:
             run_train(cfg, run_dir, plan)
         except ValueError as err:
@@ -332,7 +334,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
             if recorded and not plan.checked:  # refused, or nothing left to do: the run keeps its own record
                 restore_files(recorded)
             # ended before its first step: nothing to keep; refused the lock, the directory is another command's
-            if plan.locked and not (run_dir / "metrics.jsonl").is_file():
+            if plan.started and not (run_dir / "metrics.jsonl").is_file():
                 forget_run(run_dir, plan)
 
     try:

@@ -211,3 +211,26 @@ def test_a_run_refused_by_the_lock_of_a_command_started_with_it_removes_nothing(
             other.release()
     assert "is being written by another fastrl command" in capsys.readouterr().err
     assert (run / "theirs.txt").read_text() == "the other command's"
+
+
+def test_every_job_of_a_multirun_runs_under_its_own_directory_lock(tmp_path, monkeypatch):
+    """The jobs of `fastrl train -m` share one RunPlan: a flag the first job set made every later one run without
+    locking its directory (a second command could have written into it at the same time)."""
+    import fastrl.commands.train as train_command
+    from fastrl.commands.run_dir import RunPlan
+
+    held = []
+
+    def job_body(cfg, run_dir, plan):
+        try:
+            with guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)}):
+                held.append(False)
+        except ValueError:
+            held.append(True)  # refused: this job holds its directory
+        return []
+
+    monkeypatch.setattr(train_command, "_run_train", job_body)
+    plan = RunPlan([])
+    for job in ("0", "1", "2"):
+        train_command.run_train(None, tmp_path / job, plan)
+    assert held == [True, True, True]
