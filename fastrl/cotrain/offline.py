@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_accept_length
+from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_rounds
 from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
@@ -25,6 +25,7 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.fused_drafter import check_extra_layers
+from fastrl.strategy.round_stats import RoundTotals
 from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 # Settings that do not change what a streamed run trains (a resumed run may change them).
@@ -183,7 +184,7 @@ def train_offline(
 
     def epoch_accept() -> float:
         inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
-        return measure(rollout_policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg)
+        return measure(rollout_policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg).mean_accept_length
 
     held_features = policy_features(policy, held_ids, extra_layers=drafter.extra_layers)
     run = StreamRun(
@@ -197,9 +198,9 @@ def train_offline(
     for temperature in (0.0, cfg.temperature):
         inputs = accept_inputs(held_prompts, temperature, cfg)
         for strategy in cfg.accept_strategies:
-            length = measure(rollout_policy, drafter, held_plan, inputs, strategy, cfg)
-            accept.append(AcceptResult(strategy, temperature, length))
-            print(f"accept length {strategy} T={temperature}: {accept_text(length)}", flush=True)
+            totals = measure(rollout_policy, drafter, held_plan, inputs, strategy, cfg)
+            accept.append(AcceptResult(strategy, temperature, totals.mean_accept_length, totals.mean_accepted_drafts))
+            print(f"accept length {strategy} T={temperature}: {accept_text(totals.mean_accept_length)}", flush=True)
     return OfflineDrafterReport(state.epochs, accept, len(plan), state.tokens // max(1, cfg.epochs))
 
 
@@ -210,9 +211,10 @@ def measure(
     inputs: list[GenerateInput],
     strategy: str,
     cfg: OfflineDrafterConfig,
-) -> float:
-    """Accept length of `strategy` on `inputs`, in an engine sized like the plan's and in its dtype (on copies of
-    the policy and the drafter in training where that dtype is not theirs: an engine casts what it is given)."""
+) -> RoundTotals:
+    """The decode rounds of `strategy` on `inputs` (``measure_rounds``), in an engine sized like the plan's and in
+    its dtype (on copies of the policy and the drafter in training where that dtype is not theirs: an engine casts
+    what it is given)."""
     config = plan.engine_config(cfg.accept_batch_size, cfg.device)
     dtype = config.torch_dtype
-    return measure_accept_length(cast_copy(policy, dtype), cast_copy(drafter, dtype), inputs, strategy, config)
+    return measure_rounds(cast_copy(policy, dtype), cast_copy(drafter, dtype), inputs, strategy, config)

@@ -140,8 +140,10 @@ def read_drafter_info(path: str | Path) -> DrafterInfo:
 
 
 def chain_prior_hazard(file: Path) -> float | None:
-    """Mean per-depth hazard of the fixed greedy chains whose accept lengths ``train-drafter`` measured on held-out
-    prompts (``metrics.json``: ``accept_lengths``, every temperature); None without the file or such a chain.
+    """Mean per-depth hazard of the fixed greedy chains whose acceptance ``train-drafter`` measured on held-out
+    prompts (``metrics.json``: ``accept_lengths``, every temperature): from each record's ``mean_accepted_drafts``
+    (uncut where a request finished, as the bandit's own per-depth counts are), or in a file written before that
+    was kept, its ``mean_accept_length`` (which then counted the same); None without the file or such a chain.
     ValueError naming the file when it is there but malformed."""
     if not file.is_file():
         return None
@@ -151,7 +153,8 @@ def chain_prior_hazard(file: Path) -> float | None:
         for record in records:
             strategy = Strategy.parse(str(record["strategy"]))
             if is_chain(strategy) and not strategy.stops_early:
-                accept = float(record["mean_accept_length"])
+                drafts = record.get("mean_accepted_drafts")
+                accept = float(record["mean_accept_length"] if drafts is None else 1.0 + float(drafts))
                 if not 1.0 <= accept <= strategy.steps + 1:  # NaN fails too
                     raise ValueError(
                         f"{strategy}'s mean_accept_length must be in [1, {strategy.steps + 1}], got {accept}"

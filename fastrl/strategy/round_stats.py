@@ -132,6 +132,12 @@ class RoundTotals:
         return accept_length(self.emitted, self.rows)
 
     @property
+    def mean_accepted_drafts(self) -> float:
+        """Row-weighted draft tokens the policy accepted per round, uncut where a request finished (0.0 without
+        rounds): the drafter's agreement, which per-depth acceptance and the bandit's prior learn from."""
+        return self.accepted / self.rows if self.rows else 0.0
+
+    @property
     def acceptance_rate(self) -> float:
         """Accepted / drafted tokens (0.0 when nothing was drafted)."""
         return self.accepted / self.drafted if self.drafted else 0.0

@@ -58,6 +58,36 @@ def test_chain_prior_hazard_reads_the_fixed_chains_of_a_checkpoint(tmp_path):
             chain_prior_hazard(tmp_path / METRICS_FILE)
 
 
+def test_the_prior_reads_the_uncut_accepted_drafts_where_a_checkpoint_has_them(tmp_path):
+    """The accept length a new train-drafter writes is cut where requests finished; the prior is read from the
+    uncut figure beside it, as the bandit's own per-depth counts are (from the cut one it came out low, more so the
+    shorter the responses)."""
+    cut, uncut = chain_tokens(0.5, 3), chain_tokens(0.7, 3)
+    record = {"strategy": "3_1_4", "temperature": 0.0, "mean_accept_length": cut}
+    write_metrics(tmp_path, [record | {"mean_accepted_drafts": uncut - 1.0}])
+    assert chain_prior_hazard(tmp_path / METRICS_FILE) == pytest.approx(0.7, abs=1e-9)
+    write_metrics(tmp_path, [record])  # written before the figure was kept: its accept length counted uncut
+    assert chain_prior_hazard(tmp_path / METRICS_FILE) == pytest.approx(0.5, abs=1e-9)
+
+
+def test_measured_rounds_give_both_figures_from_one_run():
+    from fastrl.cotrain.accept_eval import measure_rounds
+    from fastrl.engine.engine import GenerateInput
+    from fastrl.sampling.params import SamplingParams
+
+    policy = load_model(bundled_model_dir()).eval()
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    rng = random.Random(4)
+    inputs = [
+        GenerateInput([1, *(rng.randrange(3, 40) for _ in range(6))], SamplingParams(max_new_tokens=n, temperature=0))
+        for n in (5, 9, 13, 30)
+    ]
+    totals = measure_rounds(policy, drafter, inputs, "7_1_8", EngineConfig(max_batch_size=1))
+    assert totals.mean_accept_length == totals.emitted / totals.rows
+    assert totals.mean_accepted_drafts == totals.accepted / totals.rows
+    assert 1.0 + totals.mean_accepted_drafts > totals.mean_accept_length  # short budgets cut some accepted paths
+
+
 def test_an_engine_starts_its_bandit_from_the_drafters_prior(tmp_path):
     """A drafter checkpoint whose metrics say its chains hit 0.9 per depth: before any round, every EAGLE chain is
     predicted at the geometric chain length of 0.9, where a drafter without metrics starts at 1/2."""
