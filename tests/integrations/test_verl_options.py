@@ -88,6 +88,19 @@ def test_sampling_dict_translation():
         parse_sampling({"presence_penalty": 0.5}, 10, LIMITS, seed=5)
 
 
+def test_numpy_numbers_are_taken_as_the_numbers_they_hold():
+    """verl hands over values read from arrays: numpy scalars of the right kind are as good as Python's."""
+    import numpy as np
+
+    for penalty in (np.float32(1.0), np.int64(1), np.float64(1.0)):
+        assert parse_sampling({"repetition_penalty": penalty}, 10, LIMITS, seed=5).params is not None
+    assert parse_sampling({"logprobs": np.bool_(True)}, 10, LIMITS, seed=5).return_logprobs
+    assert not parse_sampling({"logprobs": np.bool_(False)}, 10, LIMITS, seed=5).return_logprobs
+    assert parse_sampling({"logprobs": np.int64(2)}, 10, LIMITS, seed=5).return_logprobs
+    with pytest.raises(ValueError, match="sampling_params.repetition_penalty=1.5"):
+        parse_sampling({"repetition_penalty": np.float32(1.5)}, 10, LIMITS, seed=5)
+
+
 def test_request_seeds_are_stable_per_id_and_distinct():
     assert request_seed(7, "det-0") == request_seed(7, "det-0")
     assert len({request_seed(7, f"det-{i}") for i in range(100)} | {request_seed(8, "det-0")}) == 101

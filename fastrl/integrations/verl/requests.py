@@ -60,12 +60,12 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     unknown = sorted(set(sampling) - set(KNOWN_KEYS))
     if unknown:
         raise ValueError(f"sampling_params.{unknown[0]}: not supported by the fastrl rollout (known: {KNOWN_KEYS})")
-    penalty = sampling.get("repetition_penalty", 1.0)
+    penalty = _python(sampling.get("repetition_penalty", 1.0))
     if penalty is not None and not is_real(penalty):
         raise ValueError(f"sampling_params.repetition_penalty must be a number, got {penalty!r}")
     if penalty is not None and float(penalty) != 1.0:
         raise ValueError(f"sampling_params.repetition_penalty={penalty}: fastrl samples exactly; only 1.0 is supported")
-    logprobs = sampling.get("logprobs", False)
+    logprobs = _python(sampling.get("logprobs", False))
     if logprobs is not None and not (isinstance(logprobs, bool) or is_integral(logprobs) and logprobs >= 0):
         raise ValueError(f"sampling_params.logprobs must be a bool or a count >= 0, got {logprobs!r}")
     if "max_tokens" in sampling:  # first: verl's fully-async client rewrites max_tokens alone on a partial rollout
@@ -103,6 +103,11 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     if limit == 0:  # a conversation that has spent its budget: nothing to generate
         return ParsedRequest(None, want_logprobs)
     return ParsedRequest(params, want_logprobs)
+
+
+def _python(value: object) -> object:
+    """A numpy scalar (or 0-d array or tensor) as the Python number it holds; anything else as it is."""
+    return value.item() if getattr(value, "ndim", None) == 0 and hasattr(value, "item") else value
 
 
 def _given(sampling: Mapping[str, object], key: str, default: object) -> object:
