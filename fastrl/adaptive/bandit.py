@@ -55,6 +55,8 @@ RESUMED_KEYS = (
     "timeline",
 )
 """Entries ``load_state_dict`` restores besides what ``warm_start`` takes (a warm start reads states without them)."""
+RESUMED_NULLABLE_KEYS = ("explore_best",)
+"""Entries ``load_state_dict`` restores that may be null, but must be there."""
 MAX_UNLEARNED = 64
 """Most observed rounds queued unlearned (rounds of a stretch shorter than a ms each)."""
 CHAIN_TOKENS_PRIOR = 8.0
@@ -385,6 +387,7 @@ class BanditSelector:
         if check_state_values(state) != self.config:
             raise ValueError("bandit state_dict was saved with a different BanditConfig")
         missing = [key for key in RESUMED_KEYS if state.get(key) is None]  # what warm_start may do without
+        missing += [key for key in RESUMED_NULLABLE_KEYS if key not in state]
         if missing:
             raise ValueError(f"a bandit state to resume from needs {missing}")
         for i, (bucket, saved) in enumerate(zip(self._rewards, state["rewards"], strict=True)):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.bandit import RESUMED_KEYS, RESUMED_NULLABLE_KEYS, BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.depth_acceptance import DepthAcceptance, contains
@@ -255,6 +255,12 @@ def test_a_damaged_state_is_one_value_error_and_loads_nothing():
         run(fresh, [4] * 20, seed=5)
         json.dumps(fresh.state_dict(), allow_nan=False)
     assert refused > 300 and loaded > 0
+    for key in (*RESUMED_KEYS, *RESUMED_NULLABLE_KEYS):  # an entry missing: named, and nothing loaded
+        fresh = BanditSelector(config)
+        before = fresh.state_dict()
+        with pytest.raises(ValueError, match=key):
+            fresh.load_state_dict({k: v for k, v in state.items() if k != key})
+        assert fresh.state_dict() == before
 
 
 def test_warm_start_carries_calibration_and_acceptance_across_configs():
