@@ -46,7 +46,6 @@ class FeatureBuffer:
         self._by_version: dict[int, deque[FeatureSequence]] = {}
         self._tokens = 0
         self._sequences = 0
-        self.non_finite_dropped = 0
 
     @property
     def num_tokens(self) -> int:
@@ -76,9 +75,9 @@ class FeatureBuffer:
 
     def add(self, seq: FeatureSequence) -> None:
         """Keep ``seq`` (cut to the capacity); sequences without a target (< 2 tokens) or from a version older than
-        the retention window are dropped, and so are sequences with a non-finite feature (counted in
-        ``non_finite_dropped``: kept, one would fail every training step that samples it). Evicts as needed.
-        ValueError when its feature width is not ``feature_size``."""
+        the retention window are dropped. Evicts as needed. ValueError when its feature width is not
+        ``feature_size``, or a feature is not finite (kept, one would fail every training step that samples it:
+        callers leave such sequences out, as co-training does, and say so)."""
         if self.feature_size is not None and seq.features.shape[-1] != self.feature_size:
             raise ValueError(
                 f"FeatureBuffer: a sequence's features are [.., {seq.features.shape[-1]}], this buffer holds the "
@@ -87,8 +86,7 @@ class FeatureBuffer:
         if seq.tokens.shape[0] < 2:
             return
         if not seq.finite:
-            self.non_finite_dropped += 1
-            return
+            raise ValueError("FeatureBuffer: a sequence's features hold a NaN or an infinity")
         if seq.tokens.shape[0] > self.capacity_tokens:
             n = self.capacity_tokens
             seq = FeatureSequence(seq.tokens[:n], seq.features[:n], seq.start_position, seq.policy_version)

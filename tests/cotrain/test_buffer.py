@@ -50,15 +50,16 @@ def test_short_sequences_are_dropped_and_long_ones_cut():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_a_sequence_with_a_non_finite_feature_is_left_out_and_counted(bad):
+def test_a_sequence_with_a_non_finite_feature_is_refused_and_nothing_changes(bad):
     """Kept, one NaN fails every training step that samples it (each co-training slice's whole work discarded)."""
     rng = random.Random(7)
     buf = FeatureBuffer(capacity_tokens=1000)
     poisoned = seq(12, 0, tag=5)
     poisoned.features[rng.randrange(12), rng.randrange(4)] = bad
-    buf.extend([seq(6, 0, tag=1), poisoned, seq(6, 0, tag=2)])
-    assert buf.non_finite_dropped == 1 and buf.num_tokens == 12 and sorted(tags(buf.sequences())) == [1, 2]
-    assert all(s.finite for s in buf.sample(1000, random.Random(0)))
+    buf.extend([seq(6, 0, tag=1), seq(6, 0, tag=2)])
+    with pytest.raises(ValueError, match="NaN or an infinity"):
+        buf.add(poisoned)
+    assert buf.num_tokens == 12 and sorted(tags(buf.sequences())) == [1, 2]
 
 
 def test_sample_respects_budget_and_favours_recent_versions():
