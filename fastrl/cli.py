@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastrl {name}: error: {said}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk mid-run: one line, what was saved before is kept; anything else as it is
-        from fastrl.commands.output_guard import no_space
+        from fastrl.atomic_files import no_space
 
         full = no_space(
             exc,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastrl.commands.output_guard import no_space
+from fastrl.atomic_files import no_space
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
 from fastrl.config_compose import check_override_keys, compose_config, conf_dir, quote_string_overrides
 

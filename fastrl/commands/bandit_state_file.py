@@ -22,9 +22,10 @@ from torch import nn
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_state_check import check_state_values, check_state_version
 from fastrl.adaptive.factory import build_selector
+from fastrl.atomic_files import write_atomic
 from fastrl.commands.decode_config import DecodeConfig
 from fastrl.commands.engine_setup import drafter_dir
-from fastrl.commands.output_guard import OutputTarget, write_atomic
+from fastrl.commands.output_guard import OutputTarget
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.engine import Engine
 from fastrl.speculative.drafter_checkpoint import read_drafter_weights

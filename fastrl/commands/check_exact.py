@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from fastrl.atomic_files import write_atomic
 from fastrl.commands.check_exact_config import CheckExactConfig
 from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import (
@@ -17,7 +18,7 @@ from fastrl.commands.engine_setup import (
     request_context,
     resolve_model_dir,
 )
-from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_atomic
+from fastrl.commands.output_guard import GuardedOutputs, guard_outputs
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.request import RequestOutput

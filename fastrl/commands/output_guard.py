@@ -3,15 +3,14 @@ concurrent writer is refused, and files reach their place by a rename. Errors ar
 
 ``guard_outputs`` checks every output file and directory (not an input, not a directory where a file is expected,
 not a file where a directory is, a non-empty directory only with ``overwrite=true``, writable) and takes an
-exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release). ``write_atomic`` and
-``staged_directory`` write through a temporary file or directory renamed into place, so a failed or interrupted
-command never leaves a half-written output over a good one.
+exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release). ``write_through``
+(``fastrl.atomic_files`` for a plain path) and ``staged_directory`` write through a temporary file or directory
+renamed into place, so a failed or interrupted command never leaves a half-written output over a good one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import shutil
@@ -20,6 +19,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fastrl.atomic_files import atomic_path, no_space
 
 
 @dataclass(frozen=True)
@@ -191,30 +192,6 @@ def _lock(guarded: GuardedOutputs, target: OutputTarget) -> None:
     guarded.lock_files.append(lock_file)
 
 
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix, for writers that go by it) to write; renamed over ``path``
-    (keeping its permissions) when the block ends without an error, else removed."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise no_space(err, f"{path}; it is left as it was") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file renamed into place."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-
-
 def write_through(target: OutputTarget, write: Callable[[Path], None]) -> None:
     """``write(path)`` into a checked output: through a temporary file renamed into place for a regular file, in
     place for a FIFO or a device (never replaced)."""
@@ -254,14 +231,6 @@ def staged_directory(target: OutputTarget, owned: tuple[str, ...] = ()) -> Itera
         raise no_space(err, f"into {final}; its files are left as they were") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def no_space(err: OSError, where: str) -> Exception:
-    """A full disk or quota as one ValueError saying what was kept (the CLI prints it as one line); any other
-    OSError unchanged."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ValueError(f"no space left writing {where}")
-    return err
 
 
 def _resolved(key: str, value: str) -> Path:
@@ -333,9 +302,3 @@ def _existing_ancestor(directory: Path) -> Path:
     while not current.exists() and current != current.parent:
         current = current.parent
     return current
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

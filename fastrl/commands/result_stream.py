@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from fastrl.commands.output_guard import OutputTarget, write_atomic
+from fastrl.atomic_files import write_atomic
+from fastrl.commands.output_guard import OutputTarget
 
 INDEX_KEY = "index"
 

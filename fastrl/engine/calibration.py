@@ -28,7 +28,7 @@ from fastrl.adaptive.chain_depth import timing_chains
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.adaptive.round_times import calibration_sizes
-from fastrl.commands.output_guard import write_atomic
+from fastrl.atomic_files import write_atomic
 from fastrl.engine.engine import Engine
 from fastrl.json_values import is_int
 from fastrl.models.cpu_linear import small_linear_routing

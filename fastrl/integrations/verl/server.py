@@ -18,6 +18,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.replica import TokenOutput
 
+from fastrl.atomic_files import write_atomic
 from fastrl.integrations.verl.options import FastrlRolloutOptions
 from fastrl.integrations.verl.requests import (
     RequestLimits,
@@ -224,10 +225,8 @@ class FastrlServer:
             path = Path(self.options.export_dir) / f"bandit_state_{self.name}.json"
             try:  # renamed into place: a reader never sees half a state; a failed export never fails the step
                 path.parent.mkdir(parents=True, exist_ok=True)
-                partial = path.with_name(path.name + ".partial")
-                partial.write_text(json.dumps(state) + "\n")
-                os.replace(partial, path)
-            except OSError as err:
+                write_atomic(path, json.dumps(state, allow_nan=False) + "\n")
+            except (OSError, ValueError) as err:  # ValueError: a full disk, or a NaN JSON cannot hold
                 LOG.warning("fastrl server %s: custom.fastrl.export_dir: %s not written (%s)", self.name, path, err)
 
     async def wake_up(self) -> None:

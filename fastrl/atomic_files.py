@@ -1,0 +1,50 @@
+"""Files written whole or not at all: through a temporary file beside the target, renamed into place. Every
+package writes its small files this way (the calibration cache, run state, reports, bandit states); a full disk
+is one ValueError saying what was kept."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, for writers that go by it) to write; renamed over ``path``
+    (keeping its permissions) when the block ends without an error, else removed."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise no_space(err, f"{path}; it is left as it was") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file renamed into place."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def no_space(err: OSError, where: str) -> Exception:
+    """A full disk or quota as one ValueError saying what was kept (the CLI prints it as one line); any other
+    OSError unchanged."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ValueError(f"no space left writing {where}")
+    return err
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
