@@ -48,7 +48,7 @@ def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = Non
     out = file if file is not None else sys.stdout
     print(f"{title}: {story.tokens} {tokens} in {story.wall_time_s:.1f} s, {story.tokens_per_s:.0f} tok/s", file=out)
     print(
-        f"  accept length {story.accept_length:.2f} (accepted draft tokens + 1 per request per decode round; "
+        f"  accept length {story.accept_length:.2f} (tokens per request per decode round, accepted drafts + 1; "
         "1.00 = plain)",
         file=out,
     )
