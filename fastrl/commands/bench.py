@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 from pathlib import Path
@@ -12,9 +13,11 @@ import torch
 from fastrl.bench.report import json_text
 from fastrl.commands.bench_config import SUITES, BenchConfig
 from fastrl.commands.bench_suites import SUITE_RUNS, SuiteContext
-from fastrl.commands.engine_setup import model_inputs, resolve_drafter, resolve_model_dir
+from fastrl.commands.engine_setup import check_kv_memory, model_inputs, resolve_drafter, resolve_model_dir
 from fastrl.commands.output_guard import GuardedOutputs, OutputTarget, guard_outputs, write_text
-from fastrl.models.checkpoint import load_model
+from fastrl.engine.config import EngineConfig
+from fastrl.models.checkpoint import load_model, read_config
+from fastrl.models.config import ModelConfig
 from fastrl.models.tokenizer import load_tokenizer
 
 
@@ -23,8 +26,38 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     interrupted or failed run keeps the suites it finished, marked ``incomplete``); the output and the long-tail
     suite's side files beside it are checked and locked before any work."""
     model_dir = resolve_model_dir(cfg.model)
+    check_sizes(cfg, read_config(model_dir))
     with guard_outputs(output_files(cfg), model_inputs(model_dir, cfg.drafter)) as targets:
         return _run_bench(cfg, model_dir, targets)
+
+
+PROMPT_ROOM = 32
+"""Tokens of prompt counted for each row of a size check (the workloads' prompts are shorter)."""
+SIDE_BY_SIDE = 2
+"""KV caches a suite holds at once in a size check: each times two runs of the same rows side by side."""
+
+
+def check_sizes(cfg: BenchConfig, model: ModelConfig) -> None:
+    """ValueError naming the key, before any work, when a suite's rows could not hold their KV caches in the memory
+    available (``PROMPT_ROOM`` prompt tokens and the suite's new tokens a row, whole pages, ``SIDE_BY_SIDE``
+    caches): a size of 10**5 or 10**9 ran for many minutes, growing, and ended in an out-of-memory or an error
+    naming engine keys."""
+    sizes = {
+        "plain_vs_hf": ("bench.batch_sizes", max(cfg.batch_sizes), cfg.new_tokens),
+        "long_tail": ("bench.long_tail_requests", cfg.long_tail_requests, cfg.long_tail_max_new_tokens),
+        "prefix_sharing": (
+            "bench.prefix_sharing_prompts x max(bench.prefix_sharing_group_sizes)",
+            cfg.prefix_sharing_prompts * max(cfg.prefix_sharing_group_sizes),
+            1,
+        ),
+        "kv_memory": ("bench.kv_memory_requests", cfg.kv_memory_requests, 1),
+    }
+    dtype = torch.float32  # the suites run the policy as it loads
+    page = EngineConfig().page_size
+    for suite, (key, rows, new_tokens) in sizes.items():
+        if suite in cfg.suites:
+            length = min(model.max_position_embeddings, PROMPT_ROOM + new_tokens)
+            check_kv_memory(key, model, rows, dtype, cfg.device, SIDE_BY_SIDE * page * math.ceil(length / page))
 
 
 def output_files(cfg: BenchConfig) -> dict[str, str]:

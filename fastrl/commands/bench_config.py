@@ -90,6 +90,11 @@ class BenchConfig:
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")
+        if self.long_tail_requests % self.long_tail_group_size:  # the header said one thing, the run did another
+            raise ValueError(
+                f"bench.long_tail_requests={self.long_tail_requests} must be a multiple of "
+                f"bench.long_tail_group_size={self.long_tail_group_size} (whole GRPO groups)"
+            )
         check_strategy_names("bench.bs1_strategies", self.bs1_strategies)
         for name in self.bs1_strategies:  # the suite's physical limit costs an EAGLE tree's verify and drafter steps
             strategy = Strategy.parse(name)

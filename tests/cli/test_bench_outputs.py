@@ -77,6 +77,19 @@ def test_each_job_of_a_multirun_writes_its_own_output(tmp_path, monkeypatch):
         (["bs1_strategies=[suffix_8]"], "bench.bs1_strategies: suffix_8 is not an EAGLE tree"),
         (["long_tail_selectors=[bandit:foo=1]"], "bench.long_tail_selectors: selector 'bandit:foo=1'"),
         (["suites=[plain_vs_hf]", "new_tokens=5000"], "bench.new_tokens=5000: the longest prompt leaves room for"),
+        # sizes whose KV caches cannot fit: they ran for minutes, growing (10**9 rows: a list of prompts first)
+        (["suites=[plain_vs_hf]", "batch_sizes=[1000000000]"], "bench.batch_sizes=1000000000 needs a"),
+        (["suites=[long_tail]", "long_tail_requests=100000000"], "bench.long_tail_requests=100000000 needs a"),
+        (
+            ["suites=[prefix_sharing]", "prefix_sharing_prompts=3", "prefix_sharing_group_sizes=[2,100000000]"],
+            "bench.prefix_sharing_prompts x max(bench.prefix_sharing_group_sizes)=300000000 needs a",
+        ),
+        (["suites=[kv_memory]", "kv_memory_requests=1000000000"], "bench.kv_memory_requests=1000000000 needs a"),
+        # requests that are not whole groups: the header named a group size the run did not have
+        (
+            ["suites=[long_tail]", "long_tail_requests=2", "long_tail_group_size=5"],
+            "bench.long_tail_requests=2 must be a multiple of bench.long_tail_group_size=5",
+        ),
     ],
 )
 def test_bad_values_are_one_line_before_any_suite_runs(tmp_path, capsys, args, said):
