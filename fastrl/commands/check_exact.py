@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from fastrl.atomic_files import write_atomic
 from fastrl.commands.check_exact_config import CheckExactConfig
 from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import (
@@ -18,7 +17,7 @@ from fastrl.commands.engine_setup import (
     request_context,
     resolve_model_dir,
 )
-from fastrl.commands.output_guard import GuardedOutputs, guard_outputs
+from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_text
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.request import RequestOutput
@@ -93,7 +92,7 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
     notes += [f"{ended_alike} of them ended by the same error in both runs"] if ended_alike else []
     print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}" + "".join(f" ({n})" for n in notes))
     if "report" in targets:
-        write_atomic(targets["report"].path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
+        write_text(targets["report"], json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")  # a FIFO too
     return report
 
 

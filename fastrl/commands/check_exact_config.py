@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fastrl.commands.decode_config import DecodeConfig
@@ -25,5 +26,7 @@ class CheckExactConfig(DecodeConfig):
             raise ValueError("check_exact.strategy: name a speculative strategy (S_K_N, bandit or ema), not disable")
         if self.plain_batch_size < 0:
             raise ValueError(f"check_exact.plain_batch_size must be >= 0 (0: batch_size), got {self.plain_batch_size}")
-        if self.logprob_tol is not None and not self.logprob_tol >= 0:
-            raise ValueError(f"check_exact.logprob_tol must be >= 0 (null: the dtype's), got {self.logprob_tol}")
+        if self.logprob_tol is not None and not 0 <= self.logprob_tol < math.inf:  # inf would check nothing
+            raise ValueError(
+                f"check_exact.logprob_tol must be a finite number >= 0 (null: the dtype's), got {self.logprob_tol}"
+            )

@@ -30,6 +30,8 @@ def prompts_path_problem(path: str | Path) -> str | None:
     """Why ``path`` is no prompts file (a directory, missing), as the end of a sentence naming it; None: a file."""
     if Path(path).is_dir():
         return "is a directory; give a JSONL file (one prompt a line)"
+    if Path(path).exists() and not Path(path).is_file():  # a pipe or a device: a run may read its prompts twice
+        return "is not a regular file (a pipe or a device); write the prompts to a JSONL file (one prompt a line)"
     if not Path(path).is_file():
         return "is not found; give a JSONL file (one prompt a line)"
     return None

@@ -102,3 +102,29 @@ def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, ca
         "(2 of them ended by the same error in both runs)"
     )
     assert json.loads(report.read_text())["identical"] == 2
+
+
+def test_a_report_fifo_is_written_through_and_bad_paths_and_tolerances_are_named(tmp_path, capsys):
+    """report= a FIFO was replaced by a regular file (its reader got nothing); a prompts pipe was "not found";
+    logprob_tol=inf turned the log-prob check off silently."""
+    import os
+    import threading
+
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt": "1+2="}\n')
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    args = ["check-exact", f"prompts={prompts}", "strategy=3_1_4", "max_new_tokens=4", "progress=false"]
+    assert main([*args, f"report={fifo}"]) == 0
+    reader.join(timeout=60)
+    assert json.loads(got[0])["requests"] == 1 and fifo.is_fifo()
+    capsys.readouterr()
+    pipe = tmp_path / "prompts.fifo"
+    os.mkfifo(pipe)
+    assert main(["check-exact", f"prompts={pipe}", "max_new_tokens=4"]) == 2
+    assert f"prompts file {pipe} is not a regular file (a pipe or a device)" in capsys.readouterr().err
+    assert main([*args, "logprob_tol=inf"]) == 2
+    assert "check_exact.logprob_tol must be a finite number >= 0" in capsys.readouterr().err
