@@ -7,10 +7,12 @@ command again (the finished lines are kept, only the rest is generated).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import math
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +29,8 @@ from fastrl.commands.bandit_state_file import (
 from fastrl.commands.decode_inputs import read_ema_json, to_generate_inputs
 from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_inputs, request_context, resolve_model_dir
 from fastrl.commands.generate_config import GenerateConfig
+from fastrl.commands.interrupted import say_interrupted
+from fastrl.commands.multirun import job_file
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
@@ -34,7 +38,7 @@ from fastrl.commands.round_ledger import RoundLedger
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import load_model, read_config
+from fastrl.models.checkpoint import load_model, read_config, weights_fingerprint
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
@@ -59,6 +63,9 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
     (kept and new) in prompt order."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # a multirun's jobs write their own results (a bandit state is carried from job to job)
+    outputs = {key: job_file(getattr(cfg, key)) for key in ("output", "stats_output", "plot_output")}
+    cfg = dataclasses.replace(cfg, **outputs)
     model_dir = resolve_model_dir(cfg.model)
     targets = guard_outputs(
         {
@@ -90,7 +97,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
         )
         stream = ResultStream(targets["output"], cfg.resume)
-        settings = run_settings(cfg)
+        settings = run_settings(cfg, model_dir)
         _check_kept(stream.done, inputs, lines, cfg, settings)
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
@@ -125,17 +132,16 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                     line_no = lines[index // cfg.n].line_no
                     print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
             stream.finish()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
             write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
             save_learned(targets, engine.selector, setting, learned)
-            print(
+            raise say_interrupted(
+                err,
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
                 "Run the same command again to finish.",
-                file=sys.stderr,
-            )
-            raise
+            ) from None
         except OSError as err:
             stream.close()
             if err.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -239,11 +245,12 @@ def _finished(
                     yield index_of[out.request_id], out
 
 
-def run_settings(cfg: GenerateConfig) -> dict[str, Any]:
-    """What decides a result besides its prompt and seed: the model, the dtype and the sampling keys (each record
-    carries them, so a rerun that would mix results of other settings into one file is refused)."""
+def run_settings(cfg: GenerateConfig, model_dir: Path) -> dict[str, Any]:
+    """What decides a result besides its prompt and seed: the model's weights (``weights_fingerprint``; ``model`` is
+    the name it was given, for the reader), the dtype and the sampling keys (each record carries them, so a rerun
+    that would mix results of other settings into one file is refused)."""
     keys = ("model", "dtype", "n", "max_new_tokens", "temperature", "top_p", "top_k")
-    return {key: getattr(cfg, key) for key in keys}
+    return {key: getattr(cfg, key) for key in keys} | {"weights": weights_fingerprint(model_dir)}
 
 
 def _check_kept(
@@ -258,7 +265,13 @@ def _check_kept(
     first: results of another ``n`` sit at other indices, so they would read as results of other prompts."""
     for index in sorted(done):
         kept = done[index].get("settings", settings)
-        differ = [f"{k}={kept.get(k)!r} (now {v!r})" for k, v in settings.items() if kept.get(k) != v]
+        keys = [k for k in settings if k not in ("model", "weights")]
+        differ = [f"{k}={kept.get(k)!r} (now {settings[k]!r})" for k in keys if kept.get(k) != settings[k]]
+        # the model is told by its weights, whatever path named it; a record written before they were kept, by name
+        if "weights" in kept and kept["weights"] != settings["weights"]:
+            differ.append(f"the weights of model={kept.get('model')!r} (now other weights, model={cfg.model!r})")
+        elif "weights" not in kept and kept.get("model") != settings["model"]:
+            differ.append(f"model={kept.get('model')!r} (now {settings['model']!r})")
         if differ:
             raise ValueError(
                 f"output={cfg.output} holds results made with other settings: {', '.join(differ)}; resuming would "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -85,6 +86,24 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
     if (directory / WEIGHTS_FILE).is_file():
         return {directory / WEIGHTS_FILE: None}
     raise ValueError(f"checkpoint directory {directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors load)")
+
+
+def weights_fingerprint(directory: Path) -> str:
+    """A short hash of a checkpoint's tensor names, shapes and the first values of each tensor's first row, read
+    from its safetensors files without loading them: tells two checkpoints apart (a fine-tuned policy from its base)
+    whatever path names them. ValueError naming the file when one cannot be read."""
+    digest = hashlib.sha256()
+    for file, names in sorted(weight_files(directory).items()):
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in sorted(names if names is not None else f.keys()):
+                    part = f.get_slice(name)
+                    shape = tuple(part.get_shape())
+                    head = (part[0:1] if shape else f.get_tensor(name)).flatten()[:16]
+                    digest.update(f"{name}:{shape}:".encode() + head.to(torch.float64).numpy().tobytes())
+        except (OSError, SafetensorError) as err:
+            raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+    return digest.hexdigest()[:16]
 
 
 def read_safetensors(file: Path, names: list[str] | None = None) -> dict[str, Tensor]:

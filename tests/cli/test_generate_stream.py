@@ -109,6 +109,40 @@ def test_output_of_other_settings_is_not_resumed(model_dir, prompts, full_run, t
     )
 
 
+def test_another_model_at_the_same_path_is_not_resumed_and_the_same_model_by_another_path_is(
+    model_dir, prompts, full_run, tmp_path, capsys
+):
+    """The model was compared by the name it was given: another checkpoint put at the same path (an RL step's
+    policy over its base) resumed, mixing two models' results in one file; the same directory named by another
+    path (relative against absolute, a copy) was refused."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in full_run[:5]))
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    assert main(_args(copy, prompts, out)) == 0  # the same weights under another name: resumed
+    rows = _read(out)
+    assert len({r["settings"]["weights"] for r in rows}) == 1
+    _assert_same(
+        [{k: v for k, v in r.items() if k != "settings"} for r in rows],
+        [{k: v for k, v in r.items() if k != "settings"} for r in full_run],
+    )
+    out.write_text("".join(json.dumps(r) + "\n" for r in full_run[:5]))
+    tensors = load_file(str(copy / "model.safetensors"))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3 * torch.ones_like(tensors[name])  # a step of training, in place
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    before = out.read_text()
+    assert main(_args(copy, prompts, out)) == 2
+    err = capsys.readouterr().err
+    assert f"the weights of model={str(model_dir)!r} (now other weights, model={str(copy)!r})" in err
+    assert out.read_text() == before
+
+
 @pytest.fixture(scope="module")
 def many_prompts(model_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
     """Enough prompts that a run at batch 1 is still busy seconds after its first lines (the signal must land in the
