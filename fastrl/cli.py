@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -124,13 +125,21 @@ def commands() -> dict[str, Callable[[list[str]], int | None]]:
     }
 
 
+def _print_usage() -> int:
+    """Print the usage; a reader that stops early (``fastrl -h | head -3``) ends it quietly, not in a traceback."""
+    try:
+        print(usage(), flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for bad input, with one line naming the problem)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     table = commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0
+        return _print_usage()
     name, overrides = argv[0], argv[1:]
     if name not in table:
         print(f"fastrl: unknown command {name!r}; choose one of {sorted(table)}\n\n{usage()}", file=sys.stderr)
@@ -157,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fastrl {name}: error: {full}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"fastrl {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        if not getattr(exc, "reported", False):  # a command that said what was kept and what to do marks it so
+            print(f"fastrl {name}: interrupted", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

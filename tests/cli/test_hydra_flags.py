@@ -101,3 +101,20 @@ def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):
     assert sweep.name.startswith("generate-") and os.listdir(sweep) == ["multirun.yaml"]
     first, second = ((tmp_path / n).read_text() for n in ("a.jsonl", "b.jsonl"))
     assert first == second and json.loads(first)["prompt_ids"] == [5, 6, 7]
+
+
+def test_usage_into_a_reader_that_stopped_is_quiet():
+    """`fastrl -h | head -3`: the usage met a closed pipe and ended in a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the usage is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fastrl.cli", "-h"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
