@@ -11,6 +11,7 @@ import torch
 
 from fastrl.assets_path import bundled_model_dir
 from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.commands.interrupted import say_interrupted
 from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
 from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import prompts_path_problem
@@ -42,7 +43,14 @@ def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
     overwrite = cfg.overwrite or holds_only_its_stream(Path(cfg.output), Path(cfg.stream_path))
     with guard_outputs({}, inputs, {"output": cfg.output}, overwrite, work) as targets:
         check_stream_dir("train_drafter.stream_dir", Path(cfg.stream_path), beside=(Path(cfg.output),))
-        return _train_drafter(cfg, model_dir, targets["output"])
+        try:
+            return _train_drafter(cfg, model_dir, targets["output"])
+        except KeyboardInterrupt as err:
+            raise say_interrupted(
+                err,
+                f"fastrl train-drafter: interrupted; its state after the last whole shard is in {cfg.stream_path}. "
+                "Run the same command again to resume from there.",
+            ) from None
 
 
 def holds_only_its_stream(output: Path, stream: Path) -> bool:

@@ -47,6 +47,16 @@ def _interrupted(monkeypatch, args: list[str]) -> None:
     monkeypatch.setattr(StreamRun, "save", real)
 
 
+def test_an_interrupt_says_where_the_state_is_and_that_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    """It said "interrupted" alone: nothing told a user that the same command continues the run."""
+    out = tmp_path / "out"
+    _interrupted(monkeypatch, [f"output={out}", *TINY])
+    err = capsys.readouterr().err
+    said = f"fastrl train-drafter: interrupted; its state after the last whole shard is in {out}.stream"
+    assert said in err and "Run the same command again to resume from there." in err
+    assert err.count("interrupted") == 1
+
+
 def test_a_stream_inside_the_output_resumes_by_the_same_command(tmp_path, monkeypatch, capsys, trained):
     """The run's own stream inside its output does not make the output "not empty" (the rerun needed
     overwrite=true); anything else there still does."""
