@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 T = TypeVar("T")
 HYDRA_KEYS = ("hydra.", "hydra/")  # Hydra's own settings and config groups (train runs through Hydra's main)
@@ -41,6 +41,12 @@ def compose_config(name: str, schema: type[T], overrides: list[str], config_dir:
         with initialize_config_dir(config_dir=str(config_dir or conf_dir()), version_base="1.3"):
             cfg = compose(config_name=name, overrides=overrides)
         obj: Any = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:  # OmegaConf's wording names its own types; say what to type
+        key = getattr(exc, "full_key", "") or "a key"
+        raise ValueError(
+            f"`fastrl {name.replace('_', '-')}` needs {key}: give it as {key}=VALUE (see `fastrl "
+            f"{name.replace('_', '-')} --help`)"
+        ) from None
     except (HydraException, OmegaConfBaseException) as exc:
         said = _first_line(exc)
         raise ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {said}{_override_hint(said)}") from exc

@@ -14,6 +14,7 @@ from fastrl.bench.report import json_text
 from fastrl.commands.bench_config import SUITES, BenchConfig
 from fastrl.commands.bench_suites import SUITE_RUNS, SuiteContext
 from fastrl.commands.engine_setup import check_kv_memory, model_inputs, resolve_drafter, resolve_model_dir
+from fastrl.commands.multirun import job_file, multirun_job
 from fastrl.commands.output_guard import GuardedOutputs, OutputTarget, guard_outputs, write_text
 from fastrl.engine.config import EngineConfig
 from fastrl.models.checkpoint import load_model, read_config
@@ -66,9 +67,9 @@ def output_files(cfg: BenchConfig) -> dict[str, str]:
     (``bench.json`` -> ``bench.job3.json``, ``round_costs.job3.json``), which would otherwise be overwritten job after
     job."""
     output = Path(cfg.output)
-    job = _multirun_job()
+    job = multirun_job()
     tag = "" if job is None else f".job{job}"
-    files = {"output": str(output.with_name(f"{output.stem}{tag}{output.suffix}"))}
+    files = {"output": job_file(cfg.output)}
     if "long_tail" in cfg.suites:
         files["round_costs"] = str(output.parent / f"round_costs{tag}.json")
         for selector in ("bandit", "ema"):
@@ -76,16 +77,6 @@ def output_files(cfg: BenchConfig) -> dict[str, str]:
                 files[f"long_tail_{selector}"] = str(output.parent / f"long_tail_{selector}{tag}.json")
                 files[f"long_tail_{selector}_plot"] = str(output.parent / f"long_tail_{selector}{tag}.png")
     return files
-
-
-def _multirun_job() -> int | None:
-    """The job number inside a Hydra multirun, else None."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    return int(HydraConfig.get().job.num)
 
 
 def _run_bench(cfg: BenchConfig, model_dir: Path, targets: GuardedOutputs) -> dict[str, Any]:

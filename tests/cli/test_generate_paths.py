@@ -157,3 +157,37 @@ def test_overflowing_activations_give_an_error_record_in_valid_json(tmp_path, pr
     assert _generate(tmp_path / "overflow", f"prompts={prompts}", f"output={out}") == 1
     rows = _strict(out.read_text())
     assert all(r["finish_reason"] == "error" and "non-finite logits" in r["error"] for r in rows)
+
+
+def test_each_job_of_a_multirun_writes_its_own_results(tmp_path, monkeypatch, capsys):
+    """`generate -m ... max_new_tokens=4,8` sent both jobs into one output: the second found the first's results,
+    made with other settings, and the sweep failed."""
+    import json
+
+    from fastrl.cli import main
+
+    monkeypatch.chdir(tmp_path)  # Hydra records the sweep under runs/multirun/ here
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{a}+{a + 2}="}) + "\n" for a in range(3)))
+    out, stats = tmp_path / "o.jsonl", tmp_path / "s.json"
+    args = [f"prompts={prompts}", f"output={out}", f"stats_output={stats}", "progress=false", "strategy=3_1_4"]
+    assert main(["generate", "-m", *args, "max_new_tokens=4,8"]) == 0, capsys.readouterr().err
+    lengths = [
+        {
+            json.loads(line)["settings"]["max_new_tokens"]
+            for line in (tmp_path / f"o.job{j}.jsonl").read_text().splitlines()
+        }
+        for j in (0, 1)
+    ]
+    assert lengths == [{4}, {8}] and (tmp_path / "s.job0.json").is_file() and (tmp_path / "s.job1.json").is_file()
+    assert not out.exists() and not stats.exists()
+
+
+@pytest.mark.parametrize("command", ["generate", "check-exact"])
+def test_a_missing_prompts_key_says_what_to_type(command, capsys):
+    """It printed OmegaConf's "Structured config of type `GenerateConfig` has missing mandatory value"."""
+    from fastrl.cli import main
+
+    assert main([command]) == 2
+    err = capsys.readouterr().err
+    assert f"`fastrl {command}` needs prompts: give it as prompts=VALUE" in err and "Structured config" not in err
