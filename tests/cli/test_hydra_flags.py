@@ -96,10 +96,11 @@ def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):
     prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
     args = [f"prompts={prompts}", "max_new_tokens=3", "progress=false", "output=a.jsonl,b.jsonl"]
     assert main(["generate", "-m", *args]) == 0
-    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "p.jsonl", "runs"]
+    # each job's files carry its number (a sweep of another key would have sent every job into one output)
+    assert sorted(os.listdir(tmp_path)) == ["a.job0.jsonl", "b.job1.jsonl", "p.jsonl", "runs"]
     (sweep,) = (tmp_path / "runs" / "multirun").iterdir()  # Hydra's record of the sweep, nothing else
     assert sweep.name.startswith("generate-") and os.listdir(sweep) == ["multirun.yaml"]
-    first, second = ((tmp_path / n).read_text() for n in ("a.jsonl", "b.jsonl"))
+    first, second = ((tmp_path / n).read_text() for n in ("a.job0.jsonl", "b.job1.jsonl"))
     assert first == second and json.loads(first)["prompt_ids"] == [5, 6, 7]
 
 
