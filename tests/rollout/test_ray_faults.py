@@ -36,7 +36,11 @@ def manager(checkpoint, ray_cluster):
 
 
 def long_requests(prefix: str, n: int = 24) -> list[RolloutRequest]:
-    params = [SamplingParams(max_new_tokens=32, seed=500 + i, ignore_eos=True, temperature=1.0) for i in range(n)]
+    """Requests of staggered lengths (24..116 tokens): a worker that has served two still has others running (of
+    one length, a batch finished all at once, and a fault meant to land mid-rollout could find nothing to re-run)."""
+    params = [
+        SamplingParams(max_new_tokens=24 + 4 * i, seed=500 + i, ignore_eos=True, temperature=1.0) for i in range(n)
+    ]
     return [RolloutRequest(f"{prefix}{i}", prompt(i), params[i], group=i) for i in range(n)]
 
 
