@@ -10,7 +10,6 @@ sizes and arms) over the file's."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from fastrl.commands.engine_setup import drafter_dir
 from fastrl.commands.output_guard import OutputTarget
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.engine import Engine
+from fastrl.models.checkpoint import heads_digest
 from fastrl.speculative.drafter_checkpoint import read_drafter_weights
 
 SETTING_KEY = "setting"
@@ -38,14 +38,13 @@ def tensors_fingerprint(tensors: Iterable[tuple[str, torch.Tensor]], dtype: torc
     """A short hash of named tensors' names, shapes and first values (rounded to bfloat16, so that one checkpoint
     loaded in float32, float64 or bfloat16 gives one fingerprint; ``dtype``: each head first cast through float32 to
     it, as a module loaded in that dtype holds it): tells two checkpoints apart without reading every weight."""
-    digest = hashlib.sha256()
+    heads = []
     for name, tensor in sorted(tensors, key=lambda item: item[0]):
         head = tensor.detach().flatten()[:16]
         if dtype is not None:
             head = head.to(torch.float32).to(dtype)
-        head = head.to("cpu", torch.bfloat16).to(torch.float32)
-        digest.update(f"{name}:{tuple(tensor.shape)}:".encode() + head.numpy().tobytes())
-    return digest.hexdigest()[:16]
+        heads.append((name, tuple(tensor.shape), head.to("cpu", torch.bfloat16).to(torch.float32)))
+    return heads_digest(heads)
 
 
 def module_fingerprint(module: nn.Module) -> str:

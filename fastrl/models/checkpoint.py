@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -92,7 +93,7 @@ def weights_fingerprint(directory: Path) -> str:
     """A short hash of a checkpoint's tensor names, shapes and the first values of each tensor's first row, read
     from its safetensors files without loading them: tells two checkpoints apart (a fine-tuned policy from its base)
     whatever path names them. ValueError naming the file when one cannot be read."""
-    digest = hashlib.sha256()
+    heads = []
     for file, names in sorted(weight_files(directory).items()):
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -100,9 +101,18 @@ def weights_fingerprint(directory: Path) -> str:
                     part = f.get_slice(name)
                     shape = tuple(part.get_shape())
                     head = (part[0:1] if shape else f.get_tensor(name)).flatten()[:16]
-                    digest.update(f"{name}:{shape}:".encode() + head.to(torch.float64).numpy().tobytes())
+                    heads.append((name, shape, head.to(torch.float64)))
         except (OSError, SafetensorError) as err:
             raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+    return heads_digest(heads)
+
+
+def heads_digest(heads: Iterable[tuple[str, tuple[int, ...], Tensor]]) -> str:
+    """The one recipe of fastrl's weight fingerprints: a short sha256 of each tensor's name, shape and head values
+    (``(name, shape, head)`` in the order given; the head's dtype is the caller's choice, and part of the hash)."""
+    digest = hashlib.sha256()
+    for name, shape, head in heads:
+        digest.update(f"{name}:{shape}:".encode() + head.numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
