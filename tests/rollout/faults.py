@@ -36,25 +36,13 @@ def failing_steps(after: int) -> Fault:
     return inject
 
 
-def refusing_policy_pushes() -> Fault:
-    """The worker refuses every policy push, as its weight checks would: ``ValueError("injected refusal")``."""
+def raising_policy_pushes(error: Exception) -> Fault:
+    """The worker's every policy push raises ``error``: a ``ValueError`` refuses it, as the worker's weight checks
+    would; another error fails it past the checks, as an OOM or a copy failing inside ``load_state_dict`` would."""
 
     def inject(actor: Any) -> None:
         def update_policy(version: int, state: dict) -> None:
-            raise ValueError("injected refusal")
-
-        actor._worker.update_policy = update_policy
-
-    return inject
-
-
-def failing_policy_pushes() -> Fault:
-    """The worker's policy push fails past its checks, as an OOM or a copy failing inside ``load_state_dict`` would:
-    ``RuntimeError("injected load failure")`` (not a refusal)."""
-
-    def inject(actor: Any) -> None:
-        def update_policy(version: int, state: dict) -> None:
-            raise RuntimeError("injected load failure")
+            raise error
 
         actor._worker.update_policy = update_policy
 

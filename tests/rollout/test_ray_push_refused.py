@@ -23,10 +23,9 @@ from fastrl.rollout.manager_config import RolloutManagerConfig
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
 from tests.rollout.faults import (
     dying_on_policy_push,
-    failing_policy_pushes,
     inject,
     inject_into_new_workers,
-    refusing_policy_pushes,
+    raising_policy_pushes,
 )
 
 State = dict[str, Tensor]
@@ -116,7 +115,7 @@ def test_a_push_refused_by_one_worker_is_refused_for_all(manager, states):
     at the last accepted weights, and every worker serves the last accepted version."""
     version = manager.policy_version
     refuser, taker = manager.workers[1], manager.workers[0]
-    inject(refuser.actor, refusing_policy_pushes())
+    inject(refuser.actor, raising_policy_pushes(ValueError("injected refusal")))
     pattern = rf"policy version {version + 1} refused by rollout worker {refuser.worker_id}: ValueError: injected"
     with pytest.raises(ValueError, match=pattern):
         manager.update_policy(version + 1, states[version + 1][1])
@@ -148,7 +147,7 @@ def test_a_push_stands_when_a_worker_fails_it_past_its_checks(manager, states):
     and the push stands on the other worker's answer; the replacement starts from the new weights."""
     version = manager.policy_version
     victim = manager.workers[0]
-    inject(victim.actor, failing_policy_pushes())
+    inject(victim.actor, raising_policy_pushes(RuntimeError("injected load failure")))
     manager.update_policy(version + 1, states[version + 1][1])
     assert manager.policy_version == version + 1
     assert not victim.alive and "failed the policy push (RuntimeError: injected load failure)" in victim.lost_reason
@@ -175,7 +174,7 @@ def test_a_replacement_whose_start_up_push_raises_is_killed(own_manager, states,
     its error again); after as many tries as there are slots the slot goes, and the other worker serves."""
     manager, version = own_manager, 1
     manager.update_policy(version, states[version][1])  # replacements start with this push
-    inject_into_new_workers(monkeypatch, manager, refusing_policy_pushes())
+    inject_into_new_workers(monkeypatch, manager, raising_policy_pushes(ValueError("injected refusal")))
     victim, other = manager.workers
     os.kill(ray.get(victim.actor.pid.remote()), signal.SIGKILL)
     time.sleep(0.5)
