@@ -95,8 +95,11 @@ def test_policy_push_is_versioned(manager, checkpoint):
 
 
 def test_killed_worker_requests_are_rerun(manager, checkpoint):
-    requests = [
-        RolloutRequest(f"k{i}", prompt(i), SamplingParams(max_new_tokens=32, seed=300 + i, ignore_eos=True), group=i)
+    requests = [  # staggered lengths: results arrive one by one (of one length, a wave finished all at once, and the
+        # kill could land after the victim's last result under a loaded machine)
+        RolloutRequest(
+            f"k{i}", prompt(i), SamplingParams(max_new_tokens=16 + 2 * i, seed=300 + i, ignore_eos=True), group=i
+        )
         for i in range(32)
     ]
     manager.generate(mixed_requests(8, prefix="fill"))  # every worker's buffer holds sequences at a round's end
@@ -106,7 +109,7 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
     buffered = len(boundary.meta["buffer"]["sequences"])
     killed = threading.Event()
 
-    def kill_in_second_wave() -> None:  # 16 requests per worker, 4 at a time: kill once the 2nd wave has begun
+    def kill_in_second_wave() -> None:  # 16 requests per worker, 4 at a time: kill once 5 results are back
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if ray.get(victim.actor.stats.remote()).requests_served >= served + 5:
