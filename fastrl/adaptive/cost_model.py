@@ -103,12 +103,15 @@ class CostModel:
     def from_json(cls, path: str, fallback: CostParams | None = None) -> CostModel:
         """Fit from a JSON list of {"strategy", "batch_size", "seconds"} rounds (`fastrl bench` writes one)."""
         with open(path) as f:
-            rows = json.load(f)
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} is not JSON ({err})") from None
         try:
             measurements = [(Strategy.parse(r["strategy"]), int(r["batch_size"]), float(r["seconds"])) for r in rows]
-        except (KeyError, TypeError) as err:
+            return cls.fit(measurements, fallback)
+        except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: expected a list of {{strategy, batch_size, seconds}} objects ({err})") from err
-        return cls.fit(measurements, fallback)
 
     def has_strategy(self, strategy: Strategy) -> bool:
         """True when `round_time` can answer for `strategy` (measured, or a parametric fallback exists)."""

@@ -236,17 +236,30 @@ def main(argv: list[str] | None = None) -> None:
     from fastrl.adaptive.bandit import BanditConfig, BanditSelector
     from fastrl.adaptive.ema import EmaConfig, EmaSelector
     from fastrl.adaptive.workload import standard_workloads
+    from fastrl.bench.cli_args import at_least, strategy_list
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rollouts", type=int, default=6)
-    parser.add_argument("--strategies", default=",".join(DEFAULT_SIM_STRATEGIES), help="comma-separated arms")
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--rollouts", type=at_least(2), default=6)
+    parser.add_argument(
+        "--strategies", type=strategy_list, default=list(DEFAULT_SIM_STRATEGIES), help="comma-separated arms"
+    )
     parser.add_argument("--costs", default="", help="measured round times (JSON from `fastrl bench`) to fit")
     args = parser.parse_args(argv)
-    names = args.strategies.split(",")
-    cost = CostModel.from_json(args.costs) if args.costs else CostModel.default_gpu()
+    names = args.strategies
+    cost = CostModel.default_gpu()
     if args.costs:
-        names = [n for n in names if Strategy.parse(n) in cost.measured_strategies]
+        try:
+            cost = CostModel.from_json(args.costs)
+        except OSError as err:
+            parser.error(f"--costs {args.costs}: {err.strerror}")
+        except ValueError as err:
+            parser.error(f"--costs: {err}")
+        measured = cost.measured_strategies
+        names = [n for n in names if Strategy.parse(n) in measured]
+        if not names:
+            timed = ", ".join(map(str, measured))
+            parser.error(f"--costs {args.costs} times none of --strategies {args.strategies} (it times {timed})")
     settings = SimSettings(cost=cost, strategies=tuple(parse_strategy_space(names)), seed=args.seed)
     tiers = [t for t in EmaConfig().candidate_steps if cost.has_strategy(Strategy(t, 1, t + 1))]
     source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 
 def at_least(low: int) -> Callable[[str], int]:
@@ -60,3 +61,43 @@ def name_list(known: Iterable[str]) -> Callable[[str], list[str]]:
         return names
 
     return parse
+
+
+def strategy_list(text: str) -> list[str]:
+    """An argparse ``type``: strategy strings separated by commas (at least one, no duplicates), as given."""
+    from fastrl.strategy.strategy import parse_strategy_space
+
+    names = text.split(",")
+    try:
+        parse_strategy_space(names)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return names
+
+
+def index_range(text: str) -> range:
+    """An argparse ``type``: ``LOW-HIGH`` (HIGH excluded, LOW < HIGH) or one index ``K``, all >= 0."""
+    low, dash, high = text.partition("-")
+    try:
+        start = int(low)
+        stop = int(high) if dash else start + 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"LOW-HIGH or one index, got {text!r}") from None
+    if start < 0 or stop <= start:
+        raise argparse.ArgumentTypeError(f"LOW-HIGH needs 0 <= LOW < HIGH, got {text!r}")
+    return range(start, stop)
+
+
+def new_file(text: str) -> Path:
+    """An argparse ``type``: a file to create, checked before any work (``check_output``: its directory is made and
+    takes new files); it must not exist, so finished results are never overwritten."""
+    from fastrl.commands.output_guard import check_output
+
+    path = Path(text)
+    if path.exists() or path.is_symlink():
+        raise argparse.ArgumentTypeError(f"{path} exists; choose a new file")
+    try:
+        check_output("file", text, {})
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("file=")) from None
+    return path

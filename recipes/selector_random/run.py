@@ -10,34 +10,27 @@ import argparse
 import dataclasses
 import json
 import statistics
-from pathlib import Path
 
 from tqdm import tqdm
 
 from fastrl.adaptive.random_cases import run_case
+from fastrl.bench.cli_args import index_range, int_list, new_file
 
 
-def _range(text: str) -> range:
-    low, _, high = text.partition("-")
-    return range(int(low), int(high)) if high else range(int(low), int(low) + 1)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run the sweep the arguments ask for and print its summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=_range, default=_range("0-80"), help="LOW-HIGH (HIGH excluded), or one case")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated simulator seeds")
-    parser.add_argument("--out", type=Path, default=None, help="write one JSON line per case and seed here")
-    args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    if args.out is not None and args.out.exists():
-        parser.error(f"--out {args.out} exists; choose a new file")
+    parser.add_argument("--cases", type=index_range, default=range(0, 80), help="LOW-HIGH (HIGH excluded), or one case")
+    parser.add_argument("--seeds", type=int_list(0), default=[0, 1, 2], help="comma-separated simulator seeds")
+    parser.add_argument("--out", type=new_file, default=None, help="write one JSON line per case and seed here")
+    args = parser.parse_args(argv)
+    seeds = args.seeds
     results = []
     with tqdm(total=len(args.cases) * len(seeds), desc="cases", unit="run") as bar:
         for k in args.cases:
             for seed in seeds:
                 results.append(run_case(k, seed))
                 if args.out is not None:
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
                     with args.out.open("a") as file:
                         file.write(json.dumps(dataclasses.asdict(results[-1])) + "\n")
                 bar.update(1)

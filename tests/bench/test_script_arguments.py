@@ -3,9 +3,20 @@
 
 from __future__ import annotations
 
+import json
+import runpy
+from pathlib import Path
+
 import pytest
 
+from fastrl.adaptive import sim
 from fastrl.bench import attention_lengths, eager_ops, host_time, long_tail, plain_overhead, selector_cost
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _selector_random(argv: list[str]) -> None:
+    runpy.run_path(str(ROOT / "recipes/selector_random/run.py"))["main"](argv)
 
 
 @pytest.mark.parametrize(
@@ -20,6 +31,13 @@ from fastrl.bench import attention_lengths, eager_ops, host_time, long_tail, pla
         (plain_overhead.main, ["--rounds", "5"], "argument --rounds: must be >= 11, got 5"),
         (selector_cost.main, ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
         (eager_ops.main, ["bogus"], "strategy 'bogus'"),
+        (sim.main, ["--rollouts", "0"], "argument --rollouts: must be >= 2, got 0"),
+        (sim.main, ["--strategies", "3_1_4,,8_4_32"], "argument --strategies: strategy ''"),
+        (sim.main, ["--strategies", "3_1_4,3_1_4"], "duplicate strategy '3_1_4'"),
+        (sim.main, ["--costs", "/nonexistent/costs.json"], "--costs /nonexistent/costs.json: No such file"),
+        (_selector_random, ["--cases", "5-2"], "argument --cases: LOW-HIGH needs 0 <= LOW < HIGH, got '5-2'"),
+        (_selector_random, ["--seeds", "0,,1"], "argument --seeds: integers separated by commas"),
+        (_selector_random, ["--out", str(ROOT / "README.md" / "x.jsonl")], "README.md is not a directory"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error(main, argv, said, capsys):
@@ -40,3 +58,37 @@ def test_help_is_answered_without_running(capsys, monkeypatch):
     assert "usage: python -m fastrl.bench.host_time" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="usage: python -m fastrl.bench.host_time"):
         host_time.main(["nothing"])
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("not json", "is not JSON"),
+        ("[]", "needs at least one measurement"),
+        ('{"strategy": "3_1_4"}', "expected a list of {strategy, batch_size, seconds} objects"),
+        ('[{"strategy": "nope", "batch_size": 1, "seconds": 0.1}]', "strategy 'nope'"),
+        ('[{"strategy": "3_1_4", "batch_size": 0, "seconds": 0.1}]', "batch_size must be >= 1"),
+        ('[{"strategy": "3_1_4", "batch_size": 1, "seconds": 0.1}]', "times none of --strategies ['8_4_32']"),
+    ],
+)
+def test_the_simulator_refuses_a_bad_costs_file_naming_it(content, said, tmp_path, capsys):
+    costs = tmp_path / "costs.json"
+    costs.write_text(content)
+    with pytest.raises(SystemExit) as stopped:
+        sim.main(["--costs", str(costs), "--strategies", "8_4_32"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "--costs" in err and "Traceback" not in err
+
+
+def test_selector_random_refuses_an_existing_out_before_running_and_writes_a_new_one(tmp_path, capsys):
+    done = tmp_path / "done.jsonl"
+    done.write_text("finished results\n")
+    with pytest.raises(SystemExit) as stopped:
+        _selector_random(["--cases", "0", "--seeds", "0", "--out", str(done)])
+    assert stopped.value.code == 2 and f"{done} exists; choose a new file" in capsys.readouterr().err
+    assert done.read_text() == "finished results\n"
+    out = tmp_path / "deeper" / "new.jsonl"
+    _selector_random(["--cases", "3", "--seeds", "1", "--out", str(out)])
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["case"], row["seed"]) == (3, 1) and "vs_oracle: min" in capsys.readouterr().out
