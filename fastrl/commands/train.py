@@ -158,7 +158,6 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 f"{err} (resume=CHECKPOINT takes this command's keys alone: repeat the ones the run was started "
                 "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
             ) from None
-        say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
     policy = load_model(policy_dir)
     recorder = RunRecorder(run_dir)
     thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
@@ -176,6 +175,8 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 read_metrics_lines(run_dir)  # a damaged metrics.jsonl is refused before the run changes
             wandb = _wandb_logger(cfg, run_dir)
             plan.checked = True  # from here on a failure is not a refusal: what the run wrote stays
+            if cfg.resume:  # said once every check has passed
+                say(f"resuming {cfg.resume}: step {resumed_step} of {cfg.rl.steps}")
             _start_recording(recorder, wandb, run_dir, checkpoints, resumed_step, plan)
             try:
                 history = trainer.train()

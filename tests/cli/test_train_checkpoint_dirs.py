@@ -178,8 +178,11 @@ def test_a_damaged_metrics_file_refuses_the_resume_before_anything_changes(polic
     (run / "metrics.jsonl").write_text("\n".join(["{garb", *lines[1:]]) + "\n")
     before = {p: p.read_bytes() for p in [*sorted((run / ".hydra").glob("*.yaml")), run / "train.log"]}
     segments = sorted((run / "wandb").glob("offline-run-*"))
+    capsys.readouterr()
     assert main(["train", f"resume={run}", "rl.steps=3"]) == 2
-    assert "metrics.jsonl:1: not a line of metrics" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "metrics.jsonl:1: not a line of metrics" in said.err
+    assert "resuming" not in said.out + said.err  # a refused resume does not say it resumes
     assert {p: p.read_bytes() for p in before} == before
     assert sorted((run / "wandb").glob("offline-run-*")) == segments
 
