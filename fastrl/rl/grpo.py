@@ -104,7 +104,28 @@ def kl_k3(logp_new: Tensor, logp_ref: Tensor, mask: Tensor) -> Tensor:
 
     # logp_new/logp_ref [B,T], mask [B,T] bool -> [B,T]
     """
-    valid = mask & torch.isfinite(logp_new) & torch.isfinite(logp_ref)
+    valid = both_finite(logp_new, logp_ref, mask)
     d = torch.where(valid, logp_ref - logp_new, torch.zeros_like(logp_new))
     d = d.clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
     return torch.exp(d) - d - 1.0
+
+
+def both_finite(logp_a: Tensor, logp_b: Tensor, mask: Tensor) -> Tensor:
+    """The tokens of `mask` where both log-probs are finite (neither policy's top-k / top-p filter excludes the
+    token): the KL estimators' support.
+
+    # logp_a/logp_b [B,T], mask [B,T] bool -> [B,T] bool
+    """
+    return mask & torch.isfinite(logp_a) & torch.isfinite(logp_b)
+
+
+def drift_kl(logp_policy: Tensor, logp_ref: Tensor, mask: Tensor) -> float:
+    """Token mean of logp_policy - logp_ref over the responses (k1 estimate of KL(pi || pi_ref) on tokens sampled
+    from pi), over the tokens both policies can sample (`both_finite`): a token that the reference's top-k / top-p
+    filter excludes has an infinite log ratio and would make the whole figure inf. 0.0 when no token qualifies.
+
+    # logp_policy/logp_ref [B,T], mask [B,T] bool -> float
+    """
+    valid = both_finite(logp_policy, logp_ref, mask)
+    ratio = torch.where(valid, logp_policy - logp_ref, torch.zeros_like(logp_policy))
+    return float(ratio.sum() / valid.sum().clamp(min=1))

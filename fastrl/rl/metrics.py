@@ -27,7 +27,8 @@ class StepMetrics:
     slices or merges that failed, their work dropped: each is also a warning in the run's log),
     and the drafter's top-1 agreement with the policy on the rollout's held-out requests, before and after the
     rollout's update (None without held-out requests). `drift_kl` (with GRPOConfig.track_drift): KL of the policy
-    that generated the rollout to the initial policy, estimated on the rollout's responses.
+    that generated the rollout to the initial policy, estimated on the rollout's responses (over the tokens both
+    policies' top-k / top-p filters keep). A value that is not finite is null in metrics.jsonl (and a warning).
     Consistency: max / mean |rollout log-prob - recomputed log-prob| over response tokens.
     Update: total loss, its clipped-surrogate and KL parts (token means, averaged over optimizer steps), the
     fraction of clipped tokens, the gradient norm before clipping (mean over optimizer steps), learning rate.

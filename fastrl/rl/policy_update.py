@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from fastrl.models.decoder import CausalLM
-from fastrl.rl.grpo import clipped_policy_loss, kl_k3, token_mean
+from fastrl.rl.grpo import clipped_policy_loss, drift_kl, kl_k3, token_mean
 from fastrl.rl.logprobs import PackedSequences, batched_logprobs, plan_micro_batches, response_logprobs
 from fastrl.rl.seeding import shuffle_generator
 from fastrl.rl.trainer_config import GRPOConfig
@@ -23,8 +23,8 @@ class UpdateBatch:
 
     sequences: N packed prompt + response pairs; advantages: [N]; old_logprobs: [N,T] under the policy before
     the update (the PPO ratio's denominator); ref_logprobs: [N,T] under the frozen reference, or None (no KL);
-    drift_kl: the token mean of old - reference log-probs over the responses (an estimate of KL(policy ||
-    initial policy) on prompts the policy has not trained on yet), None unless `track_drift`.
+    drift_kl: the token mean of old - reference log-probs over the responses (`grpo.drift_kl`: an estimate of
+    KL(policy || initial policy) on prompts the policy has not trained on yet), None unless `track_drift`.
     """
 
     sequences: PackedSequences
@@ -78,8 +78,7 @@ class PolicyUpdater:
         ref = None if self.reference is None else batched_logprobs(self.reference, sequences, budget)
         drift = None
         if ref is not None and self.config.track_drift:
-            mask = sequences.response_mask
-            drift = float(((old - ref) * mask).sum() / mask.sum().clamp(min=1))
+            drift = drift_kl(old, ref, sequences.response_mask)
         return UpdateBatch(
             sequences=sequences,
             advantages=advantages.to(old.device),

@@ -182,6 +182,16 @@ def test_drift_is_tracked_and_survives_resume(tmp_path):
     assert [m.drift_kl for m in resumed.train()] == [m.drift_kl for m in history[1:]]
 
 
+def test_drift_stays_finite_when_the_reference_filters_out_sampled_tokens(tmp_path):
+    """With top-k, a policy that moved samples tokens the initial policy's filter excludes: the drift figure
+    was inf from then on (invalid JSON in metrics.jsonl); it is the estimate over the tokens both can sample."""
+    config = _config(tmp_path, "run", kl_coef=0.0, track_drift=True, steps=4, top_p=1.0, top_k=2, lr=0.3)
+    history = _trainer(config, seed=0)[0].train()
+    drifts = [m.drift_kl for m in history]
+    assert all(m.finite() for m in history), drifts
+    assert drifts[0] == pytest.approx(0.0, abs=1e-6) and max(drifts) > 1e-3
+
+
 def test_draft_vocabulary_is_checkpointed(tmp_path):
     config = _config(tmp_path, "full", steps=1, checkpoint_every=1)
     full, backend = _trainer(config, seed=0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
 
-from fastrl.rl.grpo import clipped_policy_loss, group_advantages, kl_k3, token_mean
+from fastrl.rl.grpo import clipped_policy_loss, drift_kl, group_advantages, kl_k3, token_mean
 from fastrl.rl.logprobs import pack_sequences, plan_micro_batches, response_logprobs
 from fastrl.sampling.params import SamplingParams
 from tests.rl.grpo_setup import tiny_policy
@@ -158,3 +159,23 @@ def test_micro_batch_plan_respects_the_token_budget():
     assert [i for rows in plan for i in rows] == list(range(7))
     assert all(len(rows) * max(lengths[i] for i in rows) <= 12 or len(rows) == 1 for rows in plan)
     assert plan_micro_batches(lengths, [3], 5) == [[3]]  # longer than the budget: alone
+
+
+def test_drift_kl_is_the_mean_log_ratio_over_tokens_both_policies_can_sample():
+    """A token that the reference's top-k / top-p filter excludes (log-prob -inf) made the drift figure inf for
+    the whole step; it is left out, as in kl_k3, and padding never counts."""
+    policy = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [-1.0, float("-inf"), -2.0, -4.0]])
+    ref = torch.tensor([[-1.5, float("-inf"), -0.5, -9.0], [-0.5, -1.0, -2.5, -4.0]])
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    kept = [0.5, 0.0, -0.5, 0.5, 0.0]  # rows' tokens with both log-probs finite, inside the mask
+    assert drift_kl(policy, ref, mask) == pytest.approx(sum(kept) / len(kept))
+    assert drift_kl(policy, ref, torch.zeros_like(mask)) == 0.0
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(20):  # random filters: finite whenever any token qualifies, and the plain mean without filters
+        a, b = torch.randn(3, 7, generator=generator), torch.randn(3, 7, generator=generator)
+        m = torch.rand(3, 7, generator=generator) < 0.8
+        assert drift_kl(a, b, m) == pytest.approx(float((a - b)[m].mean()) if m.any() else 0.0, abs=1e-6)
+        cut = torch.rand(3, 7, generator=generator) < 0.3
+        value = drift_kl(a, b.masked_fill(cut, float("-inf")), m)
+        assert math.isfinite(value)
+        assert value == pytest.approx(float((a - b)[m & ~cut].mean()) if (m & ~cut).any() else 0.0, abs=1e-6)
