@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from pathlib import Path
 
@@ -36,3 +37,21 @@ def read_json(file: Path, label: str | None = None) -> object:
         raise ValueError(f"{name} is not valid JSON: {err}") from None
     except OSError as err:
         raise ValueError(f"{name} cannot be read: {err.strerror or err}") from None
+
+
+def finite_json(value: object, where: str = "") -> tuple[object, list[str]]:
+    """``value`` (dicts, lists, numbers) with every NaN or infinite float replaced by None, and the dotted keys
+    replaced: ``json.dumps`` would write them as the bare tokens ``NaN`` / ``Infinity``, which are not JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, [where]
+    if isinstance(value, dict):
+        out: dict = {}
+        replaced: list[str] = []
+        for key, item in value.items():
+            out[key], inner = finite_json(item, f"{where}.{key}" if where else str(key))
+            replaced += inner
+        return out, replaced
+    if isinstance(value, list | tuple):
+        pairs = [finite_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [item for item, _ in pairs], [key for _, keys in pairs for key in keys]
+    return value, []

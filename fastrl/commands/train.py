@@ -42,6 +42,7 @@ from fastrl.commands.train_setup import (
     model_dir,
     result_settings,
 )
+from fastrl.json_values import finite_json
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.rl.checkpoint import read_trainer_state
@@ -74,9 +75,13 @@ class RunRecorder:
 
     def log(self, metrics: StepMetrics, step: int) -> None:
         self.history.append(metrics)
+        record, non_finite = finite_json(dataclasses.asdict(metrics))
         with (self.run_dir / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps(dataclasses.asdict(metrics)) + "\n")
-        logging.getLogger(LOG_NAME).info(f"step {step}: reward {metrics.reward_mean:.3f}; {metrics.speed().line()}")
+            f.write(json.dumps(record, allow_nan=False) + "\n")
+        log = logging.getLogger(LOG_NAME)
+        log.info(f"step {step}: reward {metrics.reward_mean:.3f}; {metrics.speed().line()}")
+        if non_finite:
+            log.warning(f"step {step}: {', '.join(non_finite)} not finite (null in metrics.jsonl, left out of W&B)")
         rollout = self.trainer.last_rollout if self.trainer is not None else None
         step_lengths = [len(r.token_ids) for r in rollout.batch.results] if rollout is not None else []
         self.lengths += step_lengths

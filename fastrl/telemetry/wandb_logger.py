@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,9 +72,10 @@ class WandbLogger:
         return f"W&B offline run: {segment.parent} (upload with `wandb sync {pattern}`)"
 
     def log(self, metrics: Any, step: int) -> None:
-        """Log scalars at `step`."""
+        """Log scalars at `step`; a NaN or infinite value is left out (a gap in its chart, as in metrics.jsonl's
+        null), not plotted as a bound."""
         values = metrics.to_flat_dict() if hasattr(metrics, "to_flat_dict") else dict(metrics)
-        self.run.log(values, step=step)
+        self.run.log({k: v for k, v in values.items() if not isinstance(v, float) or math.isfinite(v)}, step=step)
 
     def log_choices(self, choices: dict[str, str], step: int) -> None:
         """Log the strategy chosen per batch-size bucket as text values ``choice/<bucket>``."""

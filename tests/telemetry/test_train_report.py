@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from fastrl.rl.metrics import StepMetrics
 from fastrl.telemetry.train_report import plot_train_report
 
@@ -43,3 +45,25 @@ def test_report_with_and_without_cotraining(tmp_path, monkeypatch):
     flat = metrics(1, True).to_flat_dict()
     assert flat["drafter_heldout_top1"] == 0.61 and flat["drafter_steps"] == 6.0 and flat["drafter_version"] == 2.0
     assert "drafter_heldout_top1" not in metrics(1, False).to_flat_dict()
+
+
+def test_a_non_finite_metric_is_null_in_metrics_jsonl_and_named_in_the_log(tmp_path, caplog):
+    """json.dumps wrote inf as the bare token Infinity: metrics.jsonl stopped being JSON for strict readers."""
+    import json
+
+    from fastrl.commands.train import LOG_NAME, RunRecorder
+    from fastrl.json_values import finite_json
+
+    step = dataclasses.replace(
+        metrics(3, True), drift_kl=float("inf"), loss=float("nan"), accuracy_by_bucket={"2": 0.5}
+    )
+    with caplog.at_level("WARNING", logger=LOG_NAME):
+        RunRecorder(tmp_path).log(step, 3)
+    line = (tmp_path / "metrics.jsonl").read_text()
+    record = json.loads(line, parse_constant=lambda token: pytest.fail(f"{token} is not JSON"))
+    assert record["drift_kl"] is None and record["loss"] is None and record["drafter_loss"] == 0.63
+    assert "step 3: loss, drift_kl not finite" in caplog.text
+    assert finite_json({"a": [1.0, float("-inf")], "b": {"c": float("nan")}, "d": "x"}) == (
+        {"a": [1.0, None], "b": {"c": None}, "d": "x"},
+        ["a[1]", "b.c"],
+    )
