@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import OmegaConf
 
+from fastrl.commands.output_guard import check_output_dir
 from fastrl.commands.run_dir import (
     CHECKPOINT_DIR_KEY,
     CHECKPOINTS,
@@ -138,6 +139,10 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     task = build_task(cfg)  # validates before any worker starts
     check_prompts_fit(cfg, task, tokenizer)
     check_local_cluster_fit(cfg)
+    if cfg.logger.enabled:
+        cfg.logger.check()
+        if cfg.logger.dir:
+            check_output_dir("logger.dir", cfg.logger.dir, {}, overwrite=True)
     resumed_step = int(read_trainer_state(cfg.resume)["step"]) if cfg.resume else 0
     if cfg.resume and resumed_step >= cfg.rl.steps:
         say(

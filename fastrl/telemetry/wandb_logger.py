@@ -26,6 +26,21 @@ class WandbConfig:
         if self.mode not in WANDB_MODES:
             raise ValueError(f"logger.mode must be one of {list(WANDB_MODES)}, got {self.mode!r}")
 
+    def check(self) -> None:
+        """W&B's own rules for the project name and the tags, asked before any work (W&B would refuse them only
+        when the run starts): one ValueError naming the key. Nothing is created."""
+        import pydantic
+        import wandb
+
+        for key, settings in (("logger.project", {"project": self.project}), ("logger.tags", {"run_tags": self.tags})):
+            try:
+                wandb.Settings(**settings)
+            except wandb.errors.UsageError as err:
+                raise ValueError(f"{key}={getattr(self, key.split('.')[1])!r}: {err}") from None
+            except pydantic.ValidationError as err:
+                said = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+                raise ValueError(f"{key}={list(self.tags)!r}: {said}") from None
+
 
 class WandbLogger:
     """A real W&B run. `log` takes a flat dict of scalars or any object with `to_flat_dict()`."""
@@ -51,10 +66,16 @@ class WandbLogger:
                 id=run_id or None,
                 resume="allow" if run_id else None,
             )
-        except wandb.errors.UsageError as err:  # online without an API key, a bad project name ...
+        except wandb.errors.UsageError as err:  # online without an API key ...
             raise ValueError(
                 f"logger.mode={self.mode}: W&B refused to start a run ({err}); log in with `wandb login`, or keep "
                 "logger.mode=offline (no account needed; `wandb sync` uploads later)"
+            ) from None
+        except wandb.errors.Error as err:  # online with a key but no way to the server ...
+            said = " ".join(str(err).split())  # one line
+            raise ValueError(
+                f"logger.mode={self.mode}: W&B could not start a run ({type(err).__name__}: {said}); check the "
+                "network to the W&B server, or use logger.mode=offline (`wandb sync` uploads later)"
             ) from None
 
     @property

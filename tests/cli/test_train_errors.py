@@ -160,3 +160,45 @@ def test_a_pool_too_small_is_the_same_line_with_ray_workers(tmp_path, capsys):
     assert main(args) == 2
     assert "rollout.engine.kv_cache_tokens = 64 cannot hold one request" in _error_line(capsys)
     assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["logger.project=bad/name"], "logger.project='bad/name': Invalid project name 'bad/name'"),
+        (["logger.tags=[x,'']"], "logger.tags=['x', '']: Tag at index 1 is empty"),
+        ([f"logger.tags=[{'t' * 65}]"], "is 65 characters. Tags must be between 1 and 64 characters"),
+    ],
+)
+def test_wandb_settings_are_checked_before_any_work_naming_the_key(args, words, tmp_path, capsys, monkeypatch):
+    """W&B refused a project name or a tag only when its run started (after the model and the workers), blaming
+    logger.mode or in a multi-line pydantic dump."""
+    import fastrl.commands.train as train_command
+
+    monkeypatch.setattr(train_command, "load_model", lambda *a: pytest.fail("the model loaded before the check"))
+    run = tmp_path / "run"
+    assert main(["train", *TINY, *args, "rollout=local", "logger=wandb_offline", f"hydra.run.dir={run}"]) == 2
+    assert words in _error_line(capsys)
+    assert not run.exists()
+
+
+def test_a_logger_dir_that_cannot_be_made_is_one_error_naming_it(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    run = tmp_path / "run"
+    bad = tmp_path / "file" / "wandb"
+    assert main(["train", *TINY, f"logger.dir={bad}", "rollout=local", f"hydra.run.dir={run}"]) == 2
+    assert f"logger.dir={bad}: {tmp_path / 'file'} is not a directory" in _error_line(capsys)
+    assert not run.exists()
+
+
+def test_wandb_online_that_cannot_reach_its_server_is_one_error_naming_the_key(tmp_path, monkeypatch):
+    """With an API key but no way to the server, W&B's CommError was a traceback after its init timeout."""
+    from fastrl.telemetry.wandb_logger import WandbConfig, WandbLogger
+
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "5")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(ValueError, match=r"^logger.mode=online: W&B could not start a run \(CommError: ") as said:
+        WandbLogger(WandbConfig(mode="online", dir=str(tmp_path / "wandb")))
+    assert "\n" not in str(said.value) and "logger.mode=offline" in str(said.value)
