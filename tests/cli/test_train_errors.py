@@ -50,6 +50,10 @@ def _error_line(capsys) -> str:
         (["rollout.engine.page_size=0"], "rollout.engine.page_size must be >= 1, got 0"),
         (["rollout.engine.dtype=int8"], "rollout.engine.dtype must be one of"),
         (["rollout.engine.kv_cache_tokens=64"], "rollout.engine.kv_cache_tokens = 64 cannot hold one request"),
+        (
+            ["rollout.engine.max_model_len=5000"],
+            "rollout.engine.max_model_len=5000 exceeds the policy's 1024 positions",
+        ),
         (["drafter.trainer.lr=-1"], "drafter.trainer.lr must be a finite number > 0, got -1.0"),
         (["drafter.trainer.grad_clip=-1"], "drafter.trainer.grad_clip must be a finite number > 0, got -1.0"),
         (["task.n_max=0"], "task.n_max must be in [n_min=2, "),
