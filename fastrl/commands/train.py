@@ -96,9 +96,10 @@ class RunRecorder:
 
 
 def _arm_means(rounds, thresholds: tuple[int, ...]) -> dict[str, float]:
-    """Per (batch-size bucket, strategy) of one rollout: mean goodput and accept length, as W&B scalars (the round
-    counts are StepMetrics.arm_rounds)."""
+    """Per (batch-size bucket, strategy) of one rollout: mean goodput of its rounds and the accept length of their
+    rows, as W&B scalars (the round counts are StepMetrics.arm_rounds)."""
     from fastrl.adaptive.buckets import BatchBuckets
+    from fastrl.strategy.round_stats import pooled_accept_length
 
     buckets = BatchBuckets(thresholds)
     cells: dict[str, list] = {}
@@ -107,7 +108,7 @@ def _arm_means(rounds, thresholds: tuple[int, ...]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, group in cells.items():
         out[f"arms/{key}/goodput"] = sum(r.emitted_tokens / r.wall_time_s for r in group) / len(group)
-        out[f"arms/{key}/accept_length"] = sum(r.mean_accept_length for r in group) / len(group)
+        out[f"arms/{key}/accept_length"] = pooled_accept_length((r.mean_accept_length, r.batch_size) for r in group)
     return out
 
 

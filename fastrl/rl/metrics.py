@@ -8,6 +8,7 @@ from typing import Protocol
 
 from fastrl.rl.rollout_speed import SpeedStory
 from fastrl.rollout.types import WorkerReplacement
+from fastrl.strategy.round_stats import accept_length
 
 CORRECT_REWARD = 1.0  # a sample counts as correct when its reward reaches the task's full reward
 
@@ -19,7 +20,8 @@ class StepMetrics:
     Rollout: `policy_version` generated the samples; rewards (mean, std), accuracy (fraction of samples with
     reward >= CORRECT_REWARD) overall and per problem-size bucket, response lengths in tokens, the fraction cut
     by max_new_tokens / context, the rollout's wall time and tail time (after the first worker ran dry), the
-    mean accepted tokens per decode round (1.0 for plain decoding) and `speculative_accept_length`, the same over
+    mean accepted tokens per decode round (1.0 for plain decoding) over `decode_rows` request-rounds (None in the
+    metrics of older runs) and `speculative_accept_length`, the same over
     the rounds that drafted only (None when none did: the drafter's quality apart from the selector's choice of
     plain decoding), the drafter version after the rollout and
     its co-training loss / top-1 accuracy when it trained (`drafter_steps` optimiser steps summed over workers, in
@@ -85,6 +87,7 @@ class StepMetrics:
     workers_replaced: int = 0
     requests_rerun: int = 0
     cotrain_sequences_lost: int = 0
+    decode_rows: int | None = None
 
     def to_flat_dict(self) -> dict[str, float]:
         """Scalar view for loggers: buckets as ``accuracy/<bucket>``, decode rounds as
@@ -154,7 +157,12 @@ def accuracy_by_bucket(buckets: list[str], rewards: list[float], names: list[str
     return {name: totals[name][0] / totals[name][1] for name in order}
 
 
+def decode_rows(accept_lengths: list[list[int]]) -> int:
+    """Decode rounds summed over requests (each entry of a request's list is one round): the rows the accept
+    length divides by."""
+    return sum(len(a) for a in accept_lengths)
+
+
 def mean_accept_length(accept_lengths: list[list[int]]) -> float:
-    """Tokens emitted per decode round over all requests (each entry of a request's list is one round)."""
-    rounds = sum(len(a) for a in accept_lengths)
-    return sum(sum(a) for a in accept_lengths) / rounds if rounds else 0.0
+    """Tokens emitted per decode round over all requests (`round_stats.accept_length` of their sums)."""
+    return accept_length(sum(sum(a) for a in accept_lengths), decode_rows(accept_lengths))

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastrl.adaptive.buckets import BatchBuckets
 from fastrl.rollout.types import RolloutBatch, RoundRecord
+from fastrl.strategy.round_stats import pooled_accept_length
 from fastrl.strategy.strategy import DISABLE_NAME
 
 
@@ -133,8 +134,7 @@ def speculative_accept_length(rounds: Iterable[RoundRecord]) -> float | None:
     """Row-weighted tokens per round over the rounds that drafted (not ``disable``): the drafter's quality, apart
     from how often the selector chose plain decoding. None when no round drafted."""
     drafted = [(r.mean_accept_length, r.batch_size) for r in rounds if r.strategy != DISABLE_NAME]
-    rows = sum(n for _, n in drafted)
-    return sum(length * n for length, n in drafted) / rows if rows else None
+    return pooled_accept_length(drafted) if drafted else None
 
 
 def step_speed_fields(batch: RolloutBatch, thresholds: Iterable[int]) -> dict[str, Any]:

@@ -88,6 +88,13 @@ def accept_length(emitted: int, rows: int) -> float:
     return emitted / rows if rows else 0.0
 
 
+def pooled_accept_length(parts: Iterable[tuple[float, float]]) -> float:
+    """The accept length of several parts (steps, rounds) taken together, each part as (its accept length, its
+    rows): the whole's emitted tokens over its rows, not a mean of the parts' figures."""
+    pairs = list(parts)
+    return accept_length(sum(length * rows for length, rows in pairs), sum(rows for _, rows in pairs))
+
+
 @dataclass
 class RoundTotals:
     """Sums over decode rounds, and the aggregates every report derives from them."""

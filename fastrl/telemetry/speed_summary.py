@@ -9,7 +9,7 @@ from typing import TextIO
 
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.rollout_speed import SpeedStory, count_arm_rounds, estimated_plain_time, merge_arm_rounds
-from fastrl.strategy.round_stats import RoundStats, RoundTotals
+from fastrl.strategy.round_stats import RoundStats, RoundTotals, pooled_accept_length
 from fastrl.strategy.selector import StrategySelector
 from fastrl.telemetry.run_stats import selector_thresholds
 
@@ -29,17 +29,26 @@ def rounds_speed(stats: list[RoundStats], thresholds: Iterable[int]) -> SpeedSto
 
 
 def steps_speed(history: list[StepMetrics], thresholds: Iterable[int]) -> SpeedStory:
-    """The speed story of a training run's rollouts: tokens and rollout time summed over steps, accept length
-    weighted by tokens, the plain-decoding estimate summed when every step carries one (else none)."""
-    tokens = sum(m.response_tokens for m in history)
-    estimates = [m.plain_time_estimate_s for m in history]
+    """The speed story of a training run's rollouts: tokens and rollout time summed over steps; the accept length
+    of all their decode rounds (tokens over request-rounds: each step's `decode_rows`, estimated as tokens / accept
+    length for a step logged without it); the plain-decoding estimate by `estimated_plain_time` over the steps (a
+    step without one scaled like those that carry one), None when no step carries one."""
+    rows = [m.decode_rows if m.decode_rows is not None else _rows_of(m) for m in history]
+    wall_time_s = sum(m.rollout_time_s for m in history)
     return SpeedStory(
-        tokens=tokens,
-        wall_time_s=sum(m.rollout_time_s for m in history),
-        accept_length=sum(m.mean_accept_length * m.response_tokens for m in history) / tokens if tokens else 0.0,
-        plain_time_estimate_s=sum(e for e in estimates if e is not None) if history and None not in estimates else None,
+        tokens=sum(m.response_tokens for m in history),
+        wall_time_s=wall_time_s,
+        accept_length=pooled_accept_length([(m.mean_accept_length, n) for m, n in zip(history, rows, strict=True)]),
+        plain_time_estimate_s=estimated_plain_time(
+            wall_time_s, [(m.rollout_time_s, m.plain_time_estimate_s or 0.0) for m in history]
+        ),
         arm_rounds=merge_arm_rounds((m.arm_rounds for m in history), thresholds),
     )
+
+
+def _rows_of(m: StepMetrics) -> float:
+    """A step's request-rounds from its tokens and accept length (metrics logged before `decode_rows`)."""
+    return m.response_tokens / m.mean_accept_length if m.mean_accept_length > 0 else 0.0
 
 
 def print_speed_summary(title: str, story: SpeedStory, file: TextIO | None = None, tokens: str = "tokens") -> None:

@@ -91,6 +91,12 @@ def test_bandit_runs_agree_but_for_accept_lengths(tmp_path, local_ray):
     first = _run(tmp_path, "first", steps=2, strategy="bandit")
     second = _run(tmp_path, "second", steps=2, strategy="bandit")
     for m in first + second:
-        for timing_driven in ("mean_accept_length", "speculative_accept_length", "arm_rounds", "strategy_choices"):
+        for timing_driven in (
+            "mean_accept_length",
+            "speculative_accept_length",
+            "decode_rows",
+            "arm_rounds",
+            "strategy_choices",
+        ):
             m.pop(timing_driven)
     assert second == first and first[-1]["drafter_steps"] == 2 * UPDATES

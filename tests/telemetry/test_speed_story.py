@@ -114,7 +114,11 @@ def test_train_step_fields_and_the_run_summary():
     assert story.tokens == 400 and story.wall_time_s == 6.0 and story.plain_time_estimate_s == pytest.approx(9.0)
     assert story.speedup == pytest.approx(1.5)
     assert story.arm_rounds == {"1": {"5_1_6": 2}, "5-20": {"disable": 2}}
-    assert steps_speed([history[0], _metrics(2, none, 10, 1.0)], THRESHOLDS).speedup is None  # not every step
+    # a step without an estimate (no round carried one) is scaled like the steps with one, as rounds are within a
+    # step; it used to erase the whole run's estimate
+    partial = steps_speed([history[0], _metrics(2, none, 10, 1.0)], THRESHOLDS)
+    assert partial.plain_time_estimate_s == pytest.approx(3.0 * 1.5) and partial.speedup == pytest.approx(1.5)
+    assert steps_speed([_metrics(2, none, 10, 1.0)], THRESHOLDS).speedup is None  # no step carries one
     flat = history[0].to_flat_dict()
     assert flat["arm_rounds/1/5_1_6"] == 1.0 and flat["estimated_speedup"] == pytest.approx(1.5)
     assert all(isinstance(v, float) for v in flat.values())
@@ -180,3 +184,27 @@ def test_generate_says_what_it_counted_and_when_no_decode_round_ran():
     assert "fastrl generate: 2 tokens from decode rounds in 0.5 s, 4 tok/s" in out.getvalue()
     said = "accept length 1.00 (tokens per request per decode round, accepted drafts + 1; 1.00 = plain)"
     assert said in out.getvalue()
+
+
+def test_a_runs_accept_length_is_its_tokens_over_its_request_rounds():
+    """The run's figure was the token-weighted mean of the steps' accept lengths (5.5 here, where the run's decode
+    rounds added 1.82 tokens per request-round); a step logged before decode_rows counts tokens / accept length."""
+    fields = step_speed_fields(_batch([RoundRecord("w0", "5_1_6", 1, 3.0, 4, 0.5)], 2.0), THRESHOLDS)
+    long_step = dataclasses.replace(_metrics(0, fields, tokens=1000, rollout=2.0), mean_accept_length=10.0)
+    short_step = dataclasses.replace(_metrics(1, fields, tokens=1000, rollout=2.0), mean_accept_length=1.0)
+    steps = [dataclasses.replace(long_step, decode_rows=10), dataclasses.replace(short_step, decode_rows=100)]
+    assert steps_speed(steps, THRESHOLDS).accept_length == pytest.approx((10 * 10 + 100 * 1) / 110)
+    older = [dataclasses.replace(long_step, decode_rows=None), dataclasses.replace(short_step, decode_rows=None)]
+    assert steps_speed(older, THRESHOLDS).accept_length == pytest.approx(2000 / (100 + 1000))
+    assert steps_speed([], THRESHOLDS).accept_length == 0.0
+
+
+def test_wandb_arm_accept_lengths_pool_the_rounds_rows():
+    """W&B's arms/<bucket>/<strategy>/accept_length was the mean over rounds, a batch-4 round weighing what a
+    batch-2 round does; it is the accept length of the rows, as every other accept length."""
+    from fastrl.commands.train import _arm_means
+
+    rounds = [RoundRecord("w0", "5_1_6", 2, 5.0, 10, 0.5), RoundRecord("w0", "5_1_6", 4, 2.0, 8, 1.0)]
+    means = _arm_means(rounds, THRESHOLDS)
+    assert means["arms/2-4/5_1_6/accept_length"] == pytest.approx((10 + 8) / 6)
+    assert means["arms/2-4/5_1_6/goodput"] == pytest.approx((10 / 0.5 + 8 / 1.0) / 2)
