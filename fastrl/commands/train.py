@@ -224,8 +224,10 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     finally:
         if wandb is not None:
             wandb.finish()
-    kept = f"{CHECKPOINTS}/" if checkpoints == run_dir / CHECKPOINTS else f"checkpoints in {checkpoints}"
-    say(f"run directory: {run_dir} (train.log, metrics.jsonl, {kept})")
+    kept = ["train.log", "metrics.jsonl"]
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):  # rl.checkpoint_every=0 writes none
+        kept.append(f"{CHECKPOINTS}/" if checkpoints == run_dir / CHECKPOINTS else f"checkpoints in {checkpoints}")
+    say(f"run directory: {run_dir} ({', '.join(kept)})")
     hint = wandb.sync_hint() if wandb is not None else None
     if hint is not None:
         say(hint)

@@ -132,3 +132,11 @@ def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_continue(policy_dir, tmp
     else:
         assert latest_checkpoint(run) is None
         assert "no checkpoint yet (checkpoint_on_interrupt=true saves one)" in out
+
+
+def test_the_closing_line_names_checkpoints_only_when_the_run_wrote_some(tmp_path, capsys):
+    """rl.checkpoint_every=0 writes none, and the closing line named a checkpoints/ that did not exist."""
+    for every, run in ((0, tmp_path / "none"), (1, tmp_path / "some")):
+        assert main(["train", *TINY, "rl.steps=1", f"rl.checkpoint_every={every}", f"hydra.run.dir={run}"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("run directory: ")]
+        assert ("checkpoints/" in line) == (every > 0) == (run / "checkpoints").is_dir(), line
