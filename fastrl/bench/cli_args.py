@@ -101,3 +101,49 @@ def new_file(text: str) -> Path:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("file=")) from None
     return path
+
+
+def number_at_least(low: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number >= ``low`` (a temperature, a learning rate's floor, a fraction)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low}, got {text}")
+        return value
+
+    return parse
+
+
+def new_dir(text: str) -> Path:
+    """An argparse ``type``: a directory to create, or an empty one, checked before any work (``check_output_dir``:
+    its parent takes new directories); a directory holding files is refused, so finished results are never mixed
+    with new ones or overwritten."""
+    from fastrl.commands.output_guard import check_output_dir
+
+    try:
+        check_output_dir("dir", text, {}, overwrite=False)
+    except ValueError as err:
+        said = str(err).removeprefix("dir=")
+        said = said.split(";")[0] + "; choose a new one" if "not empty" in said else said
+        raise argparse.ArgumentTypeError(said) from None
+    return Path(text)
+
+
+def existing_file(text: str) -> Path:
+    """An argparse ``type``: a file that exists (an input)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path} is {'a directory' if path.is_dir() else 'missing'}; give a file")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    """An argparse ``type``: a directory that exists (a checkpoint, a run directory)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is {'a file' if path.exists() else 'missing'}; give a directory")
+    return path
