@@ -15,4 +15,4 @@ $PY -m fastrl.cli train-drafter model=smollm2 prompts="$OUT/prompts.jsonl" eval_
   shard_requests=128 epochs=1 accept_requests=16 accept_strategies='[3_1_4,5_1_6,7_1_8]' draft_vocab_size=8192 threads=1 \
   trainer.ttt_steps=3 trainer.max_tokens_per_batch=1024 trainer.warmup_steps=20 trainer.lr=2e-3 \
   output="$OUT/drafter" stream_dir="$OUT/stream"
-echo "compare with the shipped drafter, then: $PY recipes/smollm2_drafter/ship.py $OUT/drafter fastrl/assets/smollm2-drafter"
+echo "compare with the shipped drafter, then: $PY recipes/smollm2_drafter/ship.py $OUT/drafter fastrl/assets/smollm2-drafter --overwrite"
