@@ -29,6 +29,7 @@ import torch
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.bench.cli_args import at_least, int_list, name_list, positive_float
+from fastrl.bench.results_file import open_results
 from fastrl.bench.timing import time_median
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
@@ -286,15 +287,13 @@ def main(argv: list[str] | None = None) -> None:
     """Every phase of ``--phases`` in turn, each one's result (or error) written to results.json as it ends."""
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    Path(args.work).mkdir(parents=True, exist_ok=True)
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    results = open_results(out, Path(args.work), {"device": name, "torch": torch.__version__, "tiny": args.tiny})
     if args.bandwidth is None:  # the data sheets' peak memory bandwidth; a copy reaches ~90% of it
-        name = results["device"]
         args.bandwidth = next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), 3.35e12)
-    results["bandwidth_bytes_per_s"] = args.bandwidth
+    results.record("bandwidth_bytes_per_s", args.bandwidth)
     begin = time.perf_counter()
     model, drafter = build(args.tiny, device, dtype)
     for phase in args.phases:
@@ -322,8 +321,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise ValueError(f"--phases: unknown phase {phase!r}")
         except Exception as err:  # record it and go on: the other phases are still worth having
             value = {"error": f"{type(err).__name__}: {err}"[:2000]}
-        results[phase] = {"value": value, "seconds": time.perf_counter() - start}
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        results.record(phase, {"value": value, "seconds": time.perf_counter() - start})
         print(f"== {phase} ({time.perf_counter() - start:.0f} s): {json.dumps(value, default=str)[:1500]}", flush=True)
 
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "recipes" / "bundled_model"))
 from fastrl.adaptive.factory import build_selector  # noqa: E402
 from fastrl.bench.cli_args import at_least, int_list, name_list, positive_float  # noqa: E402
 from fastrl.bench.gpu_round_costs import ShapeCosts, measure_costs, measure_shape  # noqa: E402
+from fastrl.bench.results_file import ResultsFile, open_results  # noqa: E402
 from fastrl.bench.workload import left_pad  # noqa: E402
 from fastrl.engine.config import EngineConfig  # noqa: E402
 from fastrl.engine.engine import Engine, GenerateInput  # noqa: E402
@@ -89,7 +90,7 @@ def smoke(args: argparse.Namespace, full: int, small: int) -> int:
     return small if args.tiny else full
 
 
-def log(results: dict, out: Path, key: str, value) -> None:
+def log(results: ResultsFile, key: str, value) -> None:
     """Record a result and rewrite results.json at once (a later failure loses nothing)."""
     import gc
 
@@ -98,8 +99,7 @@ def log(results: dict, out: Path, key: str, value) -> None:
         torch.cuda.empty_cache()
     allocated = torch.cuda.memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
     value = {"value": value, "gpu_allocated_gb": allocated}
-    results[key] = value
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    results.record(key, value)
     print(f"== {key}: {json.dumps(value, default=str)[:2000]}", flush=True)
 
 
@@ -451,12 +451,8 @@ def main(argv: list[str] | None = None) -> None:
     """Every phase of ``--phases`` in turn, each one's result (or error) written to results.json as it ends."""
     args = parse_args(argv)
     out, work = Path(args.out), Path(args.work)
-    out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results["device"] = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    results["torch"] = torch.__version__
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    results = open_results(out, work, {"device": device, "torch": torch.__version__, "tiny": args.tiny})
     for phase in args.phases:
         start = time.perf_counter()
         print(f"phase {phase}", flush=True)
@@ -466,7 +462,7 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
             value = {"error": f"{type(err).__name__}: {err}"[:2000]}
         value = {"seconds": time.perf_counter() - start} | (value if isinstance(value, dict) else {"result": value})
-        log(results, out, phase, value)
+        log(results, phase, value)
         print(f"phase {phase} took {time.perf_counter() - start:.0f}s", flush=True)
 
 

@@ -149,3 +149,36 @@ def test_tiny_smoke_run_of_the_default_phases(tmp_path):
         assert "error" not in results[phase]["value"], (phase, results[phase])
     assert results["sft"]["value"]["config"]["steps"] == run.SMOKE["sft_steps"]
     assert results["shapes"]["value"]["skipped"]
+
+
+@pytest.mark.parametrize("script", [run, engine_check])
+def test_results_of_another_machine_are_refused_before_any_work(script, tmp_path, capsys, monkeypatch):
+    """A later call added its phases to a results.json of another machine (run.py: an H200's bs1 figures under
+    device cpu) or replaced the file whole (engine_check.py); a damaged file was a JSONDecodeError traceback."""
+    monkeypatch.setattr(script, "build", lambda *a: pytest.fail("a model was built"), raising=False)
+    monkeypatch.setattr(script, "PHASES", {k: lambda *a: pytest.fail("a phase ran") for k in script.PHASES})
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {"device": "NVIDIA H200", "torch": "2.9.0", "bs1": {"value": {"speedup": 3.1}}}
+    (out / "results.json").write_text(json.dumps(earlier))
+    argv = ["--out", str(out), "--work", str(tmp_path / "work"), "--device", "cpu", "--tiny"]
+    line = _usage_error(script.main, [*argv, "--phases", next(iter(script.PHASES))], capsys)
+    assert f"{out / 'results.json'} holds results of another machine or settings (device: 'NVIDIA H200' there" in line
+    assert json.loads((out / "results.json").read_text()) == earlier
+    (out / "results.json").write_text('{"device": "cpu", "bs1": ')
+    assert "is not valid JSON" in _usage_error(script.main, [*argv, "--phases", next(iter(script.PHASES))], capsys)
+    under_file = ["--out", str(out / "results.json" / "x"), "--device", "cpu", "--tiny"]
+    assert "is not a directory" in _usage_error(script.main, under_file, capsys)
+
+
+def test_a_later_call_on_the_same_machine_keeps_the_earlier_phases(tmp_path):
+    from fastrl.bench.results_file import ResultsFile
+
+    path = tmp_path / "results.json"
+    identity = {"device": "cpu", "torch": torch.__version__, "tiny": True}
+    ResultsFile.open(path, identity).record("sft", {"value": 1})
+    later = ResultsFile.open(path, identity)
+    later.record("bs1", {"value": 2})
+    assert json.loads(path.read_text()) == identity | {"sft": {"value": 1}, "bs1": {"value": 2}}
+    with pytest.raises(ValueError, match="tiny: True there, False here"):
+        ResultsFile.open(path, identity | {"tiny": False})
