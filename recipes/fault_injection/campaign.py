@@ -229,12 +229,15 @@ def train_fault_rows(out: Path) -> list[tuple[str, str, str, bool]]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/campaign"))
     parser.add_argument("--train-faults", action="store_true", help="also run run.py (about 7 minutes on 2 cores)")
-    args = parser.parse_args()
-    fresh_out(args.out, "campaign.py")  # an earlier campaign's files go, nobody else's
+    args = parser.parse_args(argv)
+    try:
+        fresh_out(args.out, "campaign.py")  # an earlier campaign.py campaign's files go, nobody else's
+    except ValueError as err:
+        parser.error(str(err))
     rows = []
     for i, case in enumerate(CASES):
         work = args.out / f"case{i:02d}"

@@ -197,12 +197,15 @@ def run_interrupted(out: Path, steps: int, fault: Fault) -> list[dict]:
     return metrics(first)[:done] + metrics(second)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("runs/faults"))
-    args = parser.parse_args()
-    fresh_out(args.out, "run.py")  # an earlier campaign's files go, nobody else's
+    args = parser.parse_args(argv)
+    try:
+        fresh_out(args.out, "run.py")  # an earlier run.py campaign's files go, nobody else's
+    except ValueError as err:
+        parser.error(str(err))
     print("undisturbed run ...", flush=True)
     if launch(args.out / "baseline", args.steps).wait() != 0:
         raise SystemExit(f"the undisturbed run failed; see {args.out / 'baseline.log'}")
