@@ -1,9 +1,11 @@
 """Evaluates the bundled policy on the arithmetic-chain task: accuracy per size bucket and response-length
 statistics, greedy and sampled at temperature 1, on a fixed-seed sample stratified by bucket.
 
-    python recipes/bundled_model/evaluate.py --model fastrl/assets/arith-tiny
+    python recipes/bundled_model/evaluate.py --model fastrl/assets/arith-tiny --overwrite
 
-Writes ``eval.json`` into the model directory (or ``--out``). Length quantiles are given for the sample itself
+Writes ``eval.json`` into the model directory (or ``--out``); a file already there is replaced only with
+``--overwrite`` (``sft.py`` removes the replaced model's). Every flag and the output are checked before the model
+loads, and the file is written through a rename. Length quantiles are given for the sample itself
 and re-weighted to the task's natural size distribution (each bucket weighted by its probability).
 """
 
@@ -24,6 +26,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from fastrl.bench.cli_args import at_least, existing_dir
+from fastrl.commands.output_guard import OutputTarget, check_output, write_text
 from fastrl.rl.tasks import ArithChainTask, Problem, TaskConfig
 from fastrl.rl.tasks.solution import longest_solution
 
@@ -144,8 +148,8 @@ def reference_lengths(task: ArithChainTask, count: int, rng: random.Random) -> d
     return length_stats(lengths, [1.0] * count)
 
 
-def main(cfg: EvalConfig) -> None:
-    """Runs the evaluation, prints a table and writes eval.json."""
+def evaluate(cfg: EvalConfig, out: OutputTarget) -> None:
+    """Runs the evaluation, prints a table and writes eval.json (``out``)."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(cfg.model).eval()
@@ -167,22 +171,62 @@ def main(cfg: EvalConfig) -> None:
     for mode in modes:
         print(f"{mode}: natural accuracy {result[mode]['accuracy_natural']}, lengths {result[mode]['length_natural']}")
     print(f"reference solutions: {result['reference_solutions']}")
-    out = Path(cfg.out) if cfg.out else Path(cfg.model) / "eval.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_text(out, json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.given}")
 
 
-def parse_config() -> EvalConfig:
-    """EvalConfig from the command line, one ``--field-name`` per dataclass field."""
+FLAG_TYPES = {"model": existing_dir, "out": str, "seed": at_least(0)}
+"""The argparse type of each EvalConfig field but ``sampled``; any other (a count) is an integer >= 1."""
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def check_model(model: Path) -> str:
+    """Why ``model`` is not a model directory this script loads (a config, weights and a tokenizer), or ""."""
+    from transformers import AutoConfig
+
+    if not any((model / name).is_file() for name in WEIGHTS):
+        return f"no weights ({' or '.join(WEIGHTS)})"
+    if not (model / "tokenizer_config.json").is_file():
+        return "no tokenizer (tokenizer_config.json)"
+    try:
+        AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as err:
+        return f"its config does not load ({str(err).splitlines()[0]})"
+    return ""
+
+
+def parse_config(argv: list[str] | None = None) -> tuple[EvalConfig, OutputTarget]:
+    """EvalConfig from the command line, one ``--field-name`` per dataclass field, and its checked output: a bad
+    value is one usage error naming the flag, before the model loads."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(EvalConfig):
         flag = "--" + f.name.replace("_", "-")
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return EvalConfig(**vars(parser.parse_args()))
+            parser.add_argument(flag, type=FLAG_TYPES.get(f.name, at_least(1)), default=f.default)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    args = vars(parser.parse_args(argv))
+    overwrite = args.pop("overwrite")
+    model = args["model"] = str(args["model"])
+    problem = check_model(Path(model))
+    if problem:
+        parser.error(f"--model {model} is not a model directory: {problem}")
+    out = args["out"] or str(Path(model) / "eval.json")
+    flag = "--out" if args["out"] else "--out (default: the model's eval.json)"
+    if (Path(out).exists() or Path(out).is_symlink()) and not overwrite and not Path(out).is_dir():
+        parser.error(f"{flag} {out} exists; choose a new file, or pass --overwrite to replace it")
+    model_files = {f"--model's {p.name}": str(p) for p in Path(model).iterdir() if p.name != "eval.json"}
+    try:
+        target = check_output("--out", out, model_files)
+    except ValueError as err:
+        parser.error(str(err).replace("--out=", f"{flag} ", 1))
+    return EvalConfig(**args), target
+
+
+def main(argv: list[str] | None = None) -> None:
+    evaluate(*parse_config(argv))
 
 
 if __name__ == "__main__":
-    main(parse_config())
+    main()

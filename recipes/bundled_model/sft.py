@@ -1,7 +1,11 @@
 """Trains the bundled policy (a small Llama) from scratch on the arithmetic-chain task, on CPU, and saves it in
 Hugging Face format with its tokenizer.
 
-    python recipes/bundled_model/sft.py --out fastrl/assets/arith-tiny
+    python recipes/bundled_model/sft.py --out fastrl/assets/arith-tiny --overwrite
+
+Every flag is checked, and ``--out`` too (a directory holding files only with ``--overwrite``), before the model is
+built. The model is written through a staged directory renamed into place, so a failed run leaves ``--out`` as it
+was; with ``--overwrite`` the model's files there are replaced and a stale ``eval.json`` (the old model's) removed.
 """
 
 from __future__ import annotations
@@ -23,8 +27,22 @@ from sft_data import LengthCurriculum, SFTBatches
 from tqdm import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from fastrl.bench.cli_args import at_least, number_at_least, positive_float
+from fastrl.commands.output_guard import OutputTarget, check_output_dir, staged_directory
 from fastrl.rl.tasks import ArithChainTask, TaskConfig
 from fastrl.rl.tasks.tokenizer import build_tokenizer, save_tokenizer
+
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "training.json",
+    "eval.json",  # evaluate.py's, of the model this run replaces
+)
+"""What a run writes into --out, and removes there when it did not write it (the replaced model's)."""
 
 
 @dataclass
@@ -63,22 +81,81 @@ class SFTConfig:
     time_budget_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.num_heads % self.num_kv_heads or self.num_kv_heads >= self.num_heads:
-            raise ValueError(f"SFTConfig.num_kv_heads must divide and be < num_heads (got {self.num_kv_heads})")
+        if self.num_kv_heads >= self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"--num-kv-heads {self.num_kv_heads} must divide --num-heads {self.num_heads} and be smaller "
+                "(grouped-query attention)"
+            )
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"SFTConfig.hidden_size must be divisible by num_heads (got {self.hidden_size})")
+            raise ValueError(f"--hidden-size {self.hidden_size} must be divisible by --num-heads {self.num_heads}")
         if not 0.0 <= self.curriculum_hold <= self.curriculum_full <= 1.0:
-            raise ValueError(f"SFTConfig.curriculum_full must be in [curriculum_hold, 1] (got {self.curriculum_full})")
+            raise ValueError(
+                f"--curriculum-hold {self.curriculum_hold} and --curriculum-full {self.curriculum_full} need "
+                "0 <= hold <= full <= 1"
+            )
+        if self.min_lr_ratio > 1.0:
+            raise ValueError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.steps <= self.warmup_steps:
-            raise ValueError(f"SFTConfig.steps must exceed warmup_steps={self.warmup_steps} (got {self.steps})")
+            raise ValueError(f"--steps {self.steps} must exceed --warmup-steps {self.warmup_steps}")
 
 
-def parse_config() -> SFTConfig:
-    """SFTConfig from the command line, one ``--field-name`` per dataclass field."""
+def torch_device(text: str) -> str:
+    """An argparse ``type``: ``cpu`` or ``cuda[:N]`` of a CUDA device this machine has."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device; give cpu or cuda") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: this recipe trains on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: no CUDA device is available")
+    return text
+
+
+FLAG_TYPES = {
+    "out": str,
+    "seed": at_least(0),
+    "size_exponent": number_at_least(0.0),
+    "curriculum_hold": number_at_least(0.0),
+    "curriculum_full": number_at_least(0.0),
+    "warmup_steps": at_least(0),
+    "lr": positive_float,
+    "min_lr_ratio": number_at_least(0.0),
+    "weight_decay": number_at_least(0.0),
+    "grad_clip": positive_float,
+    "device": torch_device,
+    "time_budget_s": number_at_least(0.0),
+}
+"""The argparse type of each SFTConfig field; any other (a size, a count) is an integer >= 1."""
+
+
+def parse_config(argv: list[str] | None = None) -> tuple[SFTConfig, OutputTarget]:
+    """SFTConfig from the command line, one ``--field-name`` per dataclass field, and its checked ``--out``: a bad
+    value is one usage error naming the flag, before any work."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(SFTConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
-    return SFTConfig(**vars(parser.parse_args()))
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), type=FLAG_TYPES.get(f.name, at_least(1)), default=f.default
+        )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the model in an --out that holds files (the shipped one)"
+    )
+    args = vars(parser.parse_args(argv))
+    overwrite = args.pop("overwrite")
+    try:
+        cfg = SFTConfig(**args)
+        task_config = TaskConfig(size_exponent=cfg.size_exponent, context_length=cfg.max_positions)
+    except ValueError as err:
+        parser.error(str(err).replace("TaskConfig.context_length", "--max-positions"))
+    try:
+        ArithChainTask(task_config)
+    except ValueError as err:
+        parser.error(f"--max-positions {cfg.max_positions} is too short for the task: {err}")
+    try:
+        target = check_output_dir("--out", cfg.out, {}, overwrite=overwrite)
+    except ValueError as err:
+        parser.error(str(err).replace("pass overwrite=true", "pass --overwrite"))
+    return cfg, target
 
 
 def build_model(cfg: SFTConfig, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaForCausalLM:
@@ -142,8 +219,9 @@ def prefetch(batches: SFTBatches, steps: int, depth: int):
     return lambda step: ready.get()
 
 
-def train(cfg: SFTConfig) -> None:
-    """Runs the SFT and writes the checkpoint, tokenizer and a `training.json` summary to `cfg.out`."""
+def train(cfg: SFTConfig, target: OutputTarget) -> None:
+    """Runs the SFT and writes the checkpoint, tokenizer and a `training.json` summary to `target` (`cfg.out`),
+    through a staged directory renamed into place."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     task = ArithChainTask(TaskConfig(size_exponent=cfg.size_exponent, context_length=cfg.max_positions))
@@ -193,7 +271,6 @@ def train(cfg: SFTConfig) -> None:
     model.to("cpu")
 
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -201,9 +278,6 @@ def train(cfg: SFTConfig) -> None:
         do_sample=False,
         max_new_tokens=task.max_response_chars() + 1,
     )
-    model.save_pretrained(out, safe_serialization=True)
-    add_legacy_rope_theta(out / "config.json")
-    save_tokenizer(out, cfg.max_positions)
     summary = {
         "config": dataclasses.asdict(cfg),
         "num_parameters": num_params,
@@ -212,9 +286,17 @@ def train(cfg: SFTConfig) -> None:
         "final_loss_ema": ema_loss,
         "torch": torch.__version__,
     }
-    (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with staged_directory(target, owned=MODEL_FILES) as staging:
+        model.save_pretrained(staging, safe_serialization=True)
+        add_legacy_rope_theta(staging / "config.json")
+        save_tokenizer(staging, cfg.max_positions)
+        (staging / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"trained {cfg.steps} steps in {train_seconds:.0f}s, final loss {ema_loss:.4f}; saved to {out}", flush=True)
 
 
+def main(argv: list[str] | None = None) -> None:
+    train(*parse_config(argv))
+
+
 if __name__ == "__main__":
-    train(parse_config())
+    main()
