@@ -246,19 +246,35 @@ class RayRolloutManager:
         return alive
 
     def _gather(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
-        """Results of per-worker calls, in order, skipping (and marking) the dead and the hung (killed)."""
+        """Results of per-worker calls, in order, skipping (and marking) the dead and the hung (killed); a call that
+        raised raises its error, once every worker is judged."""
+        answers = self._settle(calls)
+        for _, answer in answers:
+            if isinstance(answer, RayError):
+                raise answer
+        return [answer for _, answer in answers]
+
+    def _settle(
+        self, calls: list[tuple[WorkerHandle, ray.ObjectRef]], during: str = ""
+    ) -> list[tuple[WorkerHandle, object]]:
+        """Wait up to ``round_timeout_s`` for per-worker calls and judge each worker: one that died is marked lost
+        (``died``, or ``died during <during>``), one that did not answer is killed as hung; the others' answers, in
+        call order, as (worker, result), a call that raised as (worker, its RayError)."""
         refs = [ref for _, ref in calls]
         ray.wait(refs, num_returns=len(refs), timeout=self.config.round_timeout_s)
-        out = []
+        answers: list[tuple[WorkerHandle, object]] = []
         for worker, ref in calls:
             try:
-                out.append(ray.get(ref, timeout=0))
+                answers.append((worker, ray.get(ref, timeout=0)))
             except RayActorError:
                 if worker.alive:  # else killed as hung: its reason stays
-                    worker.alive, worker.lost_reason = False, "died"
+                    worker.alive, worker.lost_reason = False, f"died during {during}" if during else "died"
             except GetTimeoutError:
-                self._kill_hung(worker, f"no answer in {self.config.round_timeout_s:g} s")
-        return out
+                to = f" to {during}" if during else ""
+                self._kill_hung(worker, f"no answer{to} in {self.config.round_timeout_s:g} s")
+            except RayError as err:
+                answers.append((worker, err))
+        return answers
 
     def _gather_training(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
         """Results of co-training calls, in order. Such a call lasts as long as its drafter steps do (many updates
@@ -321,22 +337,14 @@ class RayRolloutManager:
         it."""
         ref = ray.put(state)
         calls = [(w, getattr(w.actor, method).remote(version, ref)) for w in self._alive()]
-        ray.wait([call for _, call in calls], num_returns=len(calls), timeout=self.config.round_timeout_s)
         took, refused = [], []
-        for worker, call in calls:
-            try:
-                ray.get(call, timeout=0)
+        for worker, answer in self._settle(calls, f"the {what} push"):
+            if not isinstance(answer, RayError):
                 took.append(worker)
-            except RayActorError:
-                if worker.alive:
-                    worker.alive, worker.lost_reason = False, f"died during the {what} push"
-            except GetTimeoutError:
-                self._kill_hung(worker, f"no answer to the {what} push in {self.config.round_timeout_s:g} s")
-            except RayError as err:
-                if is_refusal(err):
-                    refused.append((worker, short_error(err)))
-                else:  # it failed past its checks (a partial copy, maybe) or could not run: replaced, not refusing
-                    self._kill(worker, f"failed the {what} push ({short_error(err)})")
+            elif is_refusal(answer):
+                refused.append((worker, short_error(answer)))
+            else:  # it failed past its checks (a partial copy, maybe) or could not run: replaced, not refusing
+                self._kill(worker, f"failed the {what} push ({short_error(answer)})")
         if refused:
             self._revert(took, f"{what} version {version}")
             (first, reason), others = refused[0], len(refused) - 1
