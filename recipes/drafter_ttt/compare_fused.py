@@ -6,7 +6,8 @@ length at bs=1, in one run.
 
 Accept length is computed on held-out T=0 rollouts by `greedy_chain_accept_length`; for both arms it is printed
 beside the engine's own `7_1_8` measure (bs=1) of the first `--check` prompts (the engine feeds a fused drafter its
-fused features). Writes JSON (``--out``).
+fused features). Writes JSON (``--out``, a new file: an existing one is refused, as is any bad flag, before any
+work).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import argparse
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import torch
 
+from fastrl.atomic_files import write_atomic
+from fastrl.bench.cli_args import at_least, new_file, positive_float
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.cotrain.accept_eval import measure_accept_length
 from fastrl.cotrain.chain_accept import greedy_chain_accept_length
@@ -32,26 +34,33 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.fused_drafter import FusedEagleDrafter
+from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=512)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--ttt-steps", type=int, default=3)
-    parser.add_argument("--layers", type=int, nargs="+", default=[0, 2])  # decoder layers fused before the last
-    parser.add_argument("--held-out", type=int, default=64)
-    parser.add_argument("--check", type=int, default=16)  # prompts the engine also measures (both arms)
-    parser.add_argument("--depths", type=int, nargs="+", default=[3, 7, 11])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/drafter_ttt/compare_fused.json")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    parser.add_argument("--prompts", type=at_least(1), default=512)
+    parser.add_argument("--epochs", type=at_least(1), default=3)
+    parser.add_argument("--lr", type=positive_float, default=2e-3)
+    parser.add_argument("--ttt-steps", type=at_least(1), default=3)
+    parser.add_argument("--layers", type=at_least(0), nargs="+", default=[0, 2])  # decoder layers fused before the last
+    parser.add_argument("--held-out", type=at_least(1), default=64)
+    parser.add_argument("--check", type=at_least(0), default=16)  # prompts the engine also measures (both arms)
+    parser.add_argument("--depths", type=at_least(1), nargs="+", default=[3, 7, 11])
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--out", type=new_file, default="runs/drafter_ttt/compare_fused.json")
+    args = parser.parse_args(argv)
     model_dir = resolve_model_dir("")
-    policy, tokenizer = load_model(model_dir).eval(), load_tokenizer(model_dir)
+    num_layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
     layers = tuple(args.layers)
+    try:
+        check_extra_layers(layers, num_layers)
+    except ValueError as err:
+        parser.error(f"--layers {' '.join(map(str, layers))}: {err}")
+    if args.check > args.held_out:
+        parser.error(f"--check {args.check} must be <= --held-out {args.held_out} (it measures held-out prompts)")
+    torch.set_num_threads(1)
+    policy, tokenizer = load_model(model_dir).eval(), load_tokenizer(model_dir)
     plan = RolloutPlan(task_prompts(tokenizer, args.prompts, args.seed + 1000), [1.0], 1, 1024, args.seed + 1000)
     train_ids = plan.generate(policy, range(len(plan)), 64, "cpu")
     held_prompts = task_prompts(tokenizer, args.held_out, args.seed + 2000)  # a seed no training run uses
@@ -89,8 +98,8 @@ def main() -> None:
             row["check 7_1_8 engine/sim"] = f"{engine:.3f}/{sim:.3f}"
         rows.append(row)
         print(json.dumps(row), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "tokens": tokens, "rows": rows}, indent=2) + "\n")
+    result = {"args": vars(args), "tokens": tokens, "rows": rows}
+    write_atomic(args.out, json.dumps(result, indent=2, default=str) + "\n")
     keys = [k for k in rows[0] if k != "arm"]
     print("| arm | " + " | ".join(keys) + " |")
     for row in rows:

@@ -5,7 +5,8 @@ held-out accept length at bs=1, T=0 and T=1, in one run.
 
 An arm is ``ttt<K>`` (training-time test of K steps, feature term on) with ``-nofeat`` for no feature-regression
 term; ``--init shipped`` starts every arm from the shipped drafter instead of a fresh one (seeded alike), and the
-arm ``shipped`` measures it untouched. Prints a table and writes JSON (``--out``).
+arm ``shipped`` measures it untouched. Prints a table and writes JSON (``--out``, a new file: an existing one is
+refused, as is any bad flag, before any work).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import copy
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import torch
 
+from fastrl.atomic_files import write_atomic
+from fastrl.bench.cli_args import at_least, new_file, positive_float
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.cotrain.accept_eval import measure_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig, make_batches
@@ -31,28 +33,52 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import Strategy
 
 
 def arm_config(arm: str, base: DrafterTrainerConfig) -> DrafterTrainerConfig:
     """`ttt<K>[-nofeat]` -> the trainer config of that arm.  ValueError on any other name."""
     name, _, suffix = arm.partition("-")
-    if not name.startswith("ttt") or not name[3:].isdigit() or suffix not in ("", "nofeat"):
-        raise ValueError(f"arm {arm!r}: expected ttt<K> or ttt<K>-nofeat")
+    if not name.startswith("ttt") or not name[3:].isdigit() or int(name[3:]) < 1 or suffix not in ("", "nofeat"):
+        raise ValueError(f"arm {arm!r}: expected ttt<K> or ttt<K>-nofeat (K >= 1), or shipped")
     return dataclasses.replace(base, ttt_steps=int(name[3:]), feature_weight=0.0 if suffix else 1.0)
 
 
-def main() -> None:
+def arm_name(text: str) -> str:
+    """An argparse ``type``: ``shipped`` or an arm ``arm_config`` knows."""
+    if text != "shipped":
+        try:
+            arm_config(text, DrafterTrainerConfig())
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def strategy_name(text: str) -> str:
+    """An argparse ``type``: one strategy string (``Strategy.parse``), as given."""
+    try:
+        Strategy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arms", nargs="+", default=["ttt1", "ttt3", "ttt5", "ttt3-nofeat"])
+    parser.add_argument("--arms", nargs="+", type=arm_name, default=["ttt1", "ttt3", "ttt5", "ttt3-nofeat"])
     parser.add_argument("--init", choices=["fresh", "shipped"], default="fresh")
-    parser.add_argument("--prompts", type=int, default=512)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--strategies", nargs="+", default=["7_1_8", "8_4_32"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/drafter_ttt/compare.json")
-    args = parser.parse_args()
+    parser.add_argument("--prompts", type=at_least(1), default=512)
+    parser.add_argument("--epochs", type=at_least(1), default=3)
+    parser.add_argument("--lr", type=positive_float, default=2e-3)
+    parser.add_argument("--requests", type=at_least(1), default=16)
+    parser.add_argument("--strategies", nargs="+", type=strategy_name, default=["7_1_8", "8_4_32"])
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--out", type=new_file, default="runs/drafter_ttt/compare.json")
+    args = parser.parse_args(argv)
+    for flag, values in (("--arms", args.arms), ("--strategies", args.strategies)):
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            parser.error(f"{flag}: {twice[0]} is given twice")
     torch.set_num_threads(1)
     model_dir = resolve_model_dir("")
     policy, tokenizer = load_model(model_dir).eval(), load_tokenizer(model_dir)
@@ -87,8 +113,7 @@ def main() -> None:
                 row[f"{strategy} T={temperature:g}"] = round(length, 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+    write_atomic(args.out, json.dumps({"args": vars(args), "rows": rows}, indent=2, default=str) + "\n")
     keys = [k for k in rows[0] if k not in ("arm", "init")]
     print("| arm | " + " | ".join(keys) + " |")
     for row in rows:

@@ -16,6 +16,7 @@ import torch
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+from fastrl.bench.cli_args import at_least
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.checkpoint import load_model
@@ -24,15 +25,37 @@ from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter
+from fastrl.strategy.strategy import Strategy
 
 
-def main() -> None:
+def arm(text: str) -> tuple[str, int]:
+    """An argparse ``type``: ``STRATEGY:BATCH`` (a strategy string and a batch size >= 1)."""
+    strategy, colon, batch = text.partition(":")
+    if not colon:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY:BATCH, e.g. 7_1_8:1")
+    try:
+        Strategy.parse(strategy)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    try:
+        size = int(batch)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch size {batch!r} is not an integer") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch size must be >= 1, got {size}")
+    return strategy, size
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=400)
-    parser.add_argument("--arms", nargs="+", default=["7_1_8:1", "disable:1", "5_2_8:8"])  # strategy:batch size
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=at_least(1), default=7)
+    parser.add_argument("--prompts", type=at_least(1), default=8)
+    parser.add_argument("--new-tokens", type=at_least(1), default=400)
+    arms = [("7_1_8", 1), ("disable", 1), ("5_2_8", 8)]
+    parser.add_argument(
+        "--arms", nargs="+", type=arm, default=arms, help="STRATEGY:BATCH ... (default: 7_1_8:1 disable:1 5_2_8:8)"
+    )
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
     tokenizer = load_tokenizer(bundled_model_dir())
@@ -47,20 +70,20 @@ def main() -> None:
     ]
     print("| strategy | bs | last layer (CPU s) | fused (CPU s) | fused / last |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for arm in args.arms:
-        strategy, batch = arm.split(":")
+    for strategy, batch in args.arms:
+        name = f"{strategy}:{batch}"
         times: dict[str, list[float]] = {"last": [], "fused": []}
         tokens: dict[str, list[list[int]]] = {}
         for rep in range(args.repeats):
             order = [("last", shipped), ("fused", fused)]
             for name, drafter in order if rep % 2 == 0 else order[::-1]:
-                config = EngineConfig(max_batch_size=int(batch))
+                config = EngineConfig(max_batch_size=batch)
                 engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(strategy))
                 start = time.process_time()
                 tokens[name] = [o.token_ids for o in engine.generate(inputs)]
                 times[name].append(time.process_time() - start)
         if tokens["last"] != tokens["fused"]:
-            raise RuntimeError(f"{arm}: the identity fuse changed the tokens")
+            raise RuntimeError(f"{name}: the identity fuse changed the tokens")
         last, fused_s = (sorted(times[k])[len(times[k]) // 2] for k in ("last", "fused"))
         print(f"| {strategy} | {batch} | {last:.2f} | {fused_s:.2f} | {fused_s / last:.3f} |", flush=True)
 

@@ -20,40 +20,65 @@ from pathlib import Path
 
 import torch
 
+from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least
 from fastrl.commands.engine_setup import load_speculative_models
 from fastrl.commands.prompt_tokens import file_token_ids
+from fastrl.commands.prompts_io import read_prompts
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.engine import GenerateInput
 from fastrl.sampling.params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
-from side_by_side import decode  # noqa: E402
+from side_by_side import decode, duplicate, strategy_name  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=2000)  # held out: no training run draws prompts with it
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--strategies", nargs="+", default=["3_1_4", "7_1_8", "8_4_32"])
+    parser.add_argument("--prompts", type=at_least(1), default=16)
+    parser.add_argument("--seed", type=at_least(0), default=2000)  # held out: no training run draws prompts with it
+    parser.add_argument("--temperature", type=number_at_least(0.0), default=1.0)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--strategies", nargs="+", type=strategy_name, default=["3_1_4", "7_1_8", "8_4_32"])
     parser.add_argument(
         "--clock",
         choices=["wall", "process"],
         default="wall",
         help="wall time, or CPU seconds of this one-thread process (steadier when other jobs share the CPU)",
     )
-    parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
+    parser.add_argument(
+        "--drafter", type=existing_dir, default=None, help="drafter directory (default: the one shipped with the model)"
+    )
     parser.add_argument("--model", default="", help="a named model or checkpoint directory (default: the bundled one)")
-    parser.add_argument("--prompts-file", default="", help="prompts JSONL (default: --prompts held-out task prompts)")
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter)
+    parser.add_argument(
+        "--prompts-file",
+        type=existing_file,
+        default=None,
+        help="prompts JSONL (default: --prompts held-out task prompts)",
+    )
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
+    args = parser.parse_args(argv)
+    if "disable" in args.strategies or duplicate(args.strategies) is not None:
+        said = "disable (plain decoding, always timed)" if "disable" in args.strategies else duplicate(args.strategies)
+        parser.error(f"--strategies: {said} is given twice")
     if args.prompts_file:
-        prompts = file_token_ids(args.prompts_file, tokenizer, True)
-    else:
-        prompts = task_prompts(tokenizer, args.prompts, args.seed)
+        try:
+            lines = read_prompts(args.prompts_file)
+        except ValueError as err:
+            parser.error(f"--prompts-file: {err}")
+        if not lines:
+            parser.error(f"--prompts-file {args.prompts_file} holds no prompts")
+    torch.set_num_threads(1)
+    try:
+        policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
+        if args.prompts_file:
+            prompts = file_token_ids(str(args.prompts_file), tokenizer, True)
+        else:
+            prompts = task_prompts(tokenizer, args.prompts, args.seed)
+    except ValueError as err:
+        said = str(err)
+        for key in ("model", "drafter"):
+            said = said.replace(f"{key}=", f"--{key} ", 1) if said.startswith(f"{key}=") else said
+        parser.error(said)
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=i))
         for i, p in enumerate(prompts)

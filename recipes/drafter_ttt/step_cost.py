@@ -14,6 +14,7 @@ import time
 import torch
 
 from fastrl.assets_path import bundled_model_dir
+from fastrl.bench.cli_args import at_least
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig, make_batches
 from fastrl.cotrain.features import policy_features
 from fastrl.cotrain.offline import task_prompts
@@ -23,12 +24,15 @@ from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", nargs="+", type=int, default=[1, 3, 5, 7])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=4096, help="max_tokens_per_batch (co-training's default)")
-    args = parser.parse_args()
+    parser.add_argument("--steps", nargs="+", type=at_least(1), default=[1, 3, 5, 7])
+    parser.add_argument("--repeats", type=at_least(1), default=5)
+    parser.add_argument("--tokens", type=at_least(1), default=4096, help="max_tokens_per_batch (co-training's default)")
+    args = parser.parse_args(argv)
+    twice = [k for i, k in enumerate(args.steps) if k in args.steps[:i]]
+    if twice:
+        parser.error(f"--steps: {twice[0]} is given twice")
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
     plan = RolloutPlan(task_prompts(load_tokenizer(bundled_model_dir()), 64, 3000), [1.0], 1, 1024, 3000)
