@@ -16,11 +16,15 @@ and the cost of one ``draft`` call. With ``--arctic`` (arctic-inference importab
 its ``SuffixDecodingCache`` (vLLM's ``method: suffix``), its native global cache over all responses.
 
     python recipes/history_drafts/measure.py --generate --data /tmp/history_rollouts.jsonl
+
+Every flag is checked before any work: ``--data`` must be a new file with ``--generate`` (measure an existing one
+without it) and a readable rollouts file without, ``--json`` a new file, and ``--arctic`` needs arctic-inference.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import statistics
@@ -32,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastrl.atomic_files import write_atomic
+from fastrl.bench.cli_args import at_least, existing_file, new_file
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.speculative.history import HistoryConfig, HistoryIndex
 
@@ -64,12 +70,39 @@ def generate(data: Path, num_prompts: int, samples: int, epochs: int, max_new_to
             out = Path(tmp, f"out{epoch}.jsonl")
             cmd = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", f"output={out}"]
             cmd += ["strategy=disable", "temperature=1.0", f"max_new_tokens={max_new_tokens}", "progress=false"]
-            subprocess.run(cmd, check=True)
+            if subprocess.run(cmd).returncode != 0:
+                raise SystemExit(f"fastrl generate failed (its error is above); {data} was not written")
             for record in map(json.loads, out.read_text().splitlines()):
                 group = record["index"] // samples
                 ids = {"prompt": record["prompt_ids"], "response": record["token_ids"]}
                 rows.append({"group": group, "epoch": epoch, **ids})
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_atomic(data, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def read_rollouts(data: Path) -> list[Rollout]:
+    """The rollouts of ``data`` (JSONL of Rollout); ValueError naming the file and line when one is malformed, or
+    when it holds none."""
+    rollouts = []
+    try:
+        lines = data.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{data}: cannot be read ({err})") from None
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or set(record) != {"group", "epoch", "prompt", "response"}:
+                raise ValueError("expected an object with group, epoch, prompt and response")
+            ints = [record["group"], record["epoch"], *record["prompt"], *record["response"]]
+            if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in ints) or not record["prompt"]:
+                raise ValueError("group, epoch and token ids must be integers >= 0, the prompt not empty")
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{data}:{line_no}: not a rollout ({err})") from None
+        rollouts.append(Rollout(**record))
+    if not rollouts:
+        raise ValueError(f"{data} holds no rollouts; make them with --generate")
+    return rollouts
 
 
 # A drafter maps (sequence id, context tokens) to a tree (tokens, parents) whose node 0 is the root.
@@ -224,20 +257,37 @@ def make_own(make: Callable[[], Backend]) -> Backend:
     return backend
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/tmp/history_rollouts.jsonl"))
-    parser.add_argument("--generate", action="store_true", help="sample the rollouts first")
-    parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--data", default="/tmp/history_rollouts.jsonl", help="the rollouts (JSONL)")
+    parser.add_argument("--generate", action="store_true", help="sample the rollouts first, into a new --data")
+    parser.add_argument("--prompts", type=at_least(1), default=24)
+    parser.add_argument("--samples", type=at_least(1), default=4)
+    parser.add_argument("--epochs", type=at_least(1), default=2)
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=512)
     parser.add_argument("--arctic", action="store_true", help="also replay through arctic-inference")
-    parser.add_argument("--json", type=Path, default=None, help="write the table as JSON here")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=new_file, default=None, help="write the table as JSON here (a new file)")
+    args = parser.parse_args(argv)
+    if args.arctic and importlib.util.find_spec("arctic_inference") is None:
+        parser.error("--arctic needs arctic-inference, which this Python cannot import (pip install arctic-inference)")
     if args.generate:
-        generate(args.data, args.prompts, args.samples, args.epochs, args.max_new_tokens)
-    rollouts = [Rollout(**json.loads(line)) for line in args.data.read_text().splitlines()]
+        if Path(args.data).exists():
+            parser.error(f"--data {args.data} exists; choose a new file, or drop --generate to measure it")
+        try:
+            data = new_file(args.data)
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"--data: {err}")
+        if args.json is not None and args.json.absolute() == data.absolute():
+            parser.error(f"--json and --data name the same file {data}")
+    else:
+        try:
+            data = existing_file(args.data)
+            rollouts = read_rollouts(data)
+        except (argparse.ArgumentTypeError, ValueError) as err:
+            parser.error(f"--data: {err}")
+    if args.generate:
+        generate(data, args.prompts, args.samples, args.epochs, args.max_new_tokens)
+        rollouts = read_rollouts(data)
     lengths = [len(r.response) for r in rollouts]
     print(f"{len(rollouts)} responses, mean length {statistics.mean(lengths):.1f} tokens")
     backends: list[tuple[str, Callable[[int, bool], Backend]]] = [("fastrl", Backend)]
@@ -256,7 +306,7 @@ def main() -> None:
                     f"{res['interleaved']:6.2f} {res.get('+epoch', float('nan')):7.2f} {cost:9.1f}"
                 )
     if args.json:
-        args.json.write_text(json.dumps(table, indent=1))
+        write_atomic(args.json, json.dumps(table, indent=1))
 
 
 if __name__ == "__main__":
