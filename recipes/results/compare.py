@@ -1,34 +1,97 @@
 """Compare `fastrl train` runs: rollout time, accept length, step time and reward per RL step, as one PNG and a
 markdown table (docs/results.md is written from these).
 
-    python recipes/results/compare.py --run plain=runs/train/A --run fastrl=runs/train/B --out docs/results
+    python recipes/results/compare.py --run plain=runs/train/A --run fastrl=runs/train/B --out runs/compare
+
+A duplicate label, a damaged metrics.jsonl or an --out that is a directory is refused before any plotting; an
+existing OUT.png or OUT.md is replaced only with --overwrite (docs/results.md regenerates its figure so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
+from fastrl.atomic_files import atomic_path, write_atomic
+from fastrl.commands.output_guard import check_output
+
+KEYS = ("step", "rollout_time_s", "mean_accept_length", "step_time_s", "reward_mean", "response_tokens")
+"""What this comparison reads of every step of a run's metrics.jsonl."""
+
 
 def load(run_dir: Path) -> list[dict]:
-    """The per-step metrics of a run."""
+    """The per-step metrics of a run; ValueError naming the file and line when one is not a JSON object with a
+    finite number for every key this comparison reads, or when the file holds no step."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        raise SystemExit(f"{path} not found: is {run_dir} a `fastrl train` run directory?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        raise ValueError(f"{path} not found: is {run_dir} a `fastrl train` run directory?")
+    rows = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{line_no}: not JSON ({err.msg}; a truncated line?)") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_no}: not a JSON object")
+        for key in KEYS:
+            if key not in row:
+                raise ValueError(f"{path}:{line_no}: no {key!r} (not a `fastrl train` metrics line?)")
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{path}:{line_no}: {key!r} must be a finite number, got {value!r}")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no steps")
+    return rows
 
 
-def main() -> None:
+def run_arg(text: str) -> tuple[str, Path]:
+    """An argparse ``type``: ``LABEL=RUN_DIR`` (a non-empty label and an existing directory)."""
+    label, eq, path = text.partition("=")
+    if not eq or not label or not path:
+        raise argparse.ArgumentTypeError(f"expected LABEL=RUN_DIR (e.g. plain=runs/train/A), got {text!r}")
+    if not Path(path).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {path} is {'a file' if Path(path).exists() else 'missing'}")
+    return label, Path(path)
+
+
+def ratio(base: float, value: float) -> str:
+    return f"{base / value:.2f}x" if value > 0 else "n/a"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, help="label=run_dir (first one is the baseline)")
-    parser.add_argument("--out", required=True, help="output prefix (PNG and .md are written)")
-    args = parser.parse_args()
-    runs = {}
-    for item in args.run:
-        label, _, path = item.partition("=")
-        runs[label] = load(Path(path))
+    parser.add_argument(
+        "--run", action="append", type=run_arg, required=True, help="LABEL=RUN_DIR (first one is the baseline)"
+    )
+    parser.add_argument("--out", required=True, help="output prefix (its suffix replaced by .png and .md)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT.png / OUT.md")
+    args = parser.parse_args(argv)
+    runs: dict[str, list[dict]] = {}
+    for label, run_dir in args.run:
+        if label in runs:
+            parser.error(f"--run: label {label!r} is given twice")
+        try:
+            runs[label] = load(run_dir)
+        except ValueError as err:
+            parser.error(f"--run {label}: {err}")
+    if args.out.endswith(("/", "\\")) or Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a directory; give a file prefix such as {Path(args.out) / 'compare'}")
+    out = Path(args.out)
+    outputs = {}
+    for suffix in (".png", ".md"):
+        path = out.with_suffix(suffix)
+        if (path.exists() or path.is_symlink()) and not args.overwrite:
+            parser.error(f"--out {args.out}: {path} exists; choose a new prefix, or pass --overwrite to replace it")
+        try:
+            outputs[suffix] = check_output("--out", str(path), {}).path
+        except ValueError as err:
+            parser.error(str(err).replace("--out=", "--out ", 1))
 
     import matplotlib
 
@@ -48,9 +111,8 @@ def main() -> None:
         a.set_title(title)
         a.set_xlabel("RL step")
         a.legend()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out.with_suffix(".png"), dpi=100)
+    with atomic_path(outputs[".png"]) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
 
     base_label, base = next(iter(runs.items()))
     lines = [
@@ -64,7 +126,8 @@ def main() -> None:
         roll = statistics.median(r["rollout_time_s"] for r in rows)
         step = statistics.median(r["step_time_s"] for r in rows)
         lines.append(
-            f"| {label} | {len(rows)} | {roll:.2f} | {base_roll / roll:.2f}x | {step:.2f} | {base_step / step:.2f}x | "
+            f"| {label} | {len(rows)} | {roll:.2f} | {ratio(base_roll, roll)} | {step:.2f} | "
+            f"{ratio(base_step, step)} | "
             f"{statistics.mean(r['mean_accept_length'] for r in rows):.2f} | "
             f"{statistics.mean(r['reward_mean'] for r in rows):.3f} |"
         )
@@ -77,7 +140,7 @@ def main() -> None:
             f"- `{label}` vs `{base_label}`, first {n} steps: rewards identical {same}, "
             f"response token counts identical {tokens}"
         )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_atomic(outputs[".md"], "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
