@@ -18,35 +18,59 @@ import torch
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least
 from fastrl.bench.long_tail import _engine
 from fastrl.bench.workload import bench_prompts
 from fastrl.commands.engine_setup import load_speculative_models
 from fastrl.commands.prompt_tokens import file_token_ids
+from fastrl.commands.prompts_io import read_prompts
 from fastrl.sampling.params import SamplingParams
 
 ARMS = "12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
-    parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
-    parser.add_argument("--prompts-file", default="", help="prompts JSONL through the chat template (default: tasks)")
-    parser.add_argument("--requests", type=int, default=6)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--arms", default=ARMS)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter)
+    parser.add_argument(
+        "--drafter", type=existing_dir, default=None, help="drafter directory (default: the one shipped with the model)"
+    )
+    parser.add_argument(
+        "--prompts-file",
+        type=existing_file,
+        default=None,
+        help="prompts JSONL through the chat template (default: tasks)",
+    )
+    parser.add_argument("--requests", type=at_least(1), default=6)
+    parser.add_argument("--batch-size", type=at_least(1), default=1)
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=96)
+    parser.add_argument("--temperature", type=number_at_least(0.0), default=0.0)
+    parser.add_argument("--runs", type=at_least(1), default=4)
+    parser.add_argument("--arms", default=ARMS, help="the bandit's strategies, comma-separated")
+    args = parser.parse_args(argv)
+    try:
+        config = BanditConfig(strategies=args.arms.split(","))
+    except ValueError as err:
+        parser.error(f"--arms {args.arms}: {err}")
     if args.prompts_file:
-        prompts = file_token_ids(args.prompts_file, tokenizer, True)[: args.requests]
-    else:
-        prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
+        try:
+            if not read_prompts(args.prompts_file):
+                parser.error(f"--prompts-file {args.prompts_file} holds no prompts")
+        except ValueError as err:
+            parser.error(f"--prompts-file: {err}")
+    torch.set_num_threads(1)
+    try:
+        policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
+        if args.prompts_file:
+            prompts = file_token_ids(args.prompts_file, tokenizer, True)[: args.requests]
+        else:
+            prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
+    except ValueError as err:
+        said = str(err)
+        for key in ("model", "drafter"):
+            said = said.replace(f"{key}=", f"--{key} ", 1) if said.startswith(f"{key}=") else said
+        parser.error(said)
     context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
-    config = BanditConfig(strategies=args.arms.split(","))
     for run in range(args.runs):
         engine = _engine(policy, drafter, "bandit", args.batch_size, config, context)
         selector = engine.selector

@@ -7,6 +7,8 @@ per-bucket oracle and bandit / best static strategy, then the minimum and mean o
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +24,29 @@ def _bandit(names: list[str], budget: float, calibration):
     return lambda: BanditSelector(BanditConfig(strategies=names, explore_budget=budget), calibration=calibration)
 
 
-def main(budgets: list[float]) -> None:
+def budget_list(text: str) -> list[float]:
+    """An argparse ``type``: distinct exploration budgets (finite numbers >= 0) separated by commas."""
+    try:
+        budgets = [float(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated numbers, got {text!r}") from None
+    bad = [b for b in budgets if not 0 <= b < math.inf]
+    if bad:
+        raise argparse.ArgumentTypeError(f"each must be a finite number >= 0, got {bad[0]} in {text!r}")
+    if len(set(budgets)) < len(budgets):
+        raise argparse.ArgumentTypeError(f"a budget is given twice in {text!r}")
+    return budgets
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "budgets", nargs="?", type=budget_list, default="0.05,0.02,0.01", help="comma-separated exploration budgets"
+    )
+    run(parser.parse_args(argv).budgets)
+
+
+def run(budgets: list[float]) -> None:
     cases = [(w, s, "gpu-default") for w, s in CASES]
     cases += [(w, 0, c) for c in ("cpu-measured", "h100-fitted") for w in WORKLOADS]
     ratios: dict[float, list[tuple[float, float]]] = {b: [] for b in budgets}
@@ -47,13 +71,4 @@ def main(budgets: list[float]) -> None:
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("budgets", nargs="?", default="0.05,0.02,0.01", help="comma-separated exploration budgets")
-    args = parser.parse_args()
-    try:
-        budgets = [float(b) for b in args.budgets.split(",")]
-    except ValueError:
-        parser.error(f"budgets must be comma-separated numbers, got {args.budgets!r}")
-    main(budgets)
+    main()

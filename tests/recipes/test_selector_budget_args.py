@@ -1,0 +1,50 @@
+"""recipes/selector_budget: cold_start.py and compare.py refuse a bad flag with one usage error naming it, before
+any model loads or any simulation runs."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _main(script: str):
+    return runpy.run_path(str(ROOT / "recipes/selector_budget" / script))["main"]
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "said"),
+    [
+        ("cold_start.py", ["--requests", "0"], "argument --requests: must be >= 1, got 0"),
+        ("cold_start.py", ["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+        ("cold_start.py", ["--runs", "0"], "argument --runs: must be >= 1, got 0"),
+        ("cold_start.py", ["--arms", "bogus"], "--arms bogus: BanditConfig.strategies: strategy 'bogus'"),
+        ("cold_start.py", ["--temperature", "-1"], "argument --temperature: must be a finite number >= 0.0, got -1"),
+        ("cold_start.py", ["--model", "/etc/passwd/x"], "--model /etc/passwd/x: checkpoint directory"),
+        ("cold_start.py", ["--drafter", "/nonexistent/d"], "argument --drafter: /nonexistent/d is missing"),
+        ("cold_start.py", ["--prompts-file", "/nonexistent.jsonl"], "argument --prompts-file: /nonexistent.jsonl"),
+        ("compare.py", ["-1"], "argument budgets: each must be a finite number >= 0, got -1.0"),
+        ("compare.py", ["nan"], "argument budgets: each must be a finite number >= 0, got nan"),
+        ("compare.py", ["0.05,inf"], "argument budgets: each must be a finite number >= 0, got inf"),
+        ("compare.py", ["0.05,x"], "argument budgets: comma-separated numbers, got '0.05,x'"),
+        ("compare.py", ["0.05,0.05"], "argument budgets: a budget is given twice"),
+    ],
+)
+def test_a_bad_argument_is_one_usage_error(script, argv, said, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        _main(script)(argv)
+    captured = capsys.readouterr()
+    assert stopped.value.code == 2 and said in captured.err, captured.err
+    assert captured.out == "" and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(("content", "said"), [("", "holds no prompts"), ('{"x": 1}\n', ".jsonl:1: each line needs")])
+def test_a_bad_prompts_file_is_refused_before_the_model_loads(content, said, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(content)
+    with pytest.raises(SystemExit) as stopped:
+        _main("cold_start.py")(["--prompts-file", str(prompts)])
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
