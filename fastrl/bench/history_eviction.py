@@ -16,14 +16,30 @@ import time
 from fastrl.bench.cli_args import at_least
 from fastrl.speculative.history import HistoryConfig, HistoryIndex
 
+PROMPT, LIVE = 64, 8  # tokens of the group's prompt and of the live sequence's output
+
+
+def longest_response(tokens: int) -> int:
+    """The longest response a ``tokens`` budget keeps: besides the prompt, the live sequence (its prompt tail and
+    output) and the response's own prompt tail; a longer one would evict itself, leaving no history to draft from."""
+    tail = min(HistoryConfig().max_match, PROMPT)
+    return tokens - PROMPT - (tail + LIVE) - tail
+
 
 def eviction_steps(tokens: int, response: int, steps: int, vocab: int, seed: int = 0) -> tuple[list[float], int]:
-    """Seconds of each (finish + evict + next draft) step, and how many of them filtered the n-gram lists."""
+    """Seconds of each (finish + evict + next draft) step, and how many of them filtered the n-gram lists.
+
+    The group is first filled with kept responses of ``min(response, 1000)`` tokens while the next one fits under
+    the budget, so every step's response evicts older ones (``response`` at most ``longest_response(tokens)``)."""
+    if not 1 <= response <= longest_response(tokens):
+        raise ValueError(f"response must be in [1, {longest_response(tokens)}] for {tokens} tokens, got {response}")
     rng = random.Random(seed)
-    index = HistoryIndex(HistoryConfig(token_budget=tokens))
-    prompt = [rng.randrange(vocab) for _ in range(64)]
+    config = HistoryConfig(token_budget=tokens)
+    index = HistoryIndex(config)
+    prompt = [rng.randrange(vocab) for _ in range(PROMPT)]
     index.start("live", None, prompt)
-    index.extend("live", [rng.randrange(vocab) for _ in range(8)])
+    index.extend("live", [rng.randrange(vocab) for _ in range(LIVE)])
+    tail = min(config.max_match, PROMPT)
     serial = 0
 
     def add_response(length: int) -> None:
@@ -33,8 +49,9 @@ def eviction_steps(tokens: int, response: int, steps: int, vocab: int, seed: int
         index.finish(serial, keep=True)
         serial += 1
 
-    while index.num_tokens < tokens - response:
-        add_response(min(1000, response))
+    chunk = min(1000, response)
+    while index.num_tokens + tail + chunk <= tokens:  # no eviction yet: each one adds its tokens
+        add_response(chunk)
     index.draft("live", 8, 8)
     group = next(iter(index._groups.values()))
     times, filtered = [], 0
@@ -56,6 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=at_least(1), default=40)
     parser.add_argument("--vocab", type=at_least(2), default=50, help="token ids drawn uniformly from [0, vocab)")
     args = parser.parse_args(argv)
+    if args.response > longest_response(args.tokens):
+        parser.error(
+            f"argument --response: {args.response} leaves no kept history under --tokens {args.tokens} (a new "
+            f"response would evict itself); give at most {longest_response(args.tokens)}, or raise --tokens"
+        )
     times, filtered = eviction_steps(args.tokens, args.response, args.steps, args.vocab)
     ms = sorted(1000 * t for t in times)
     p90 = ms[min(len(ms) - 1, int(0.9 * len(ms)))]
