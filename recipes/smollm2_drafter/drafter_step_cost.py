@@ -14,6 +14,7 @@ import time
 import torch
 from shipped import load_shipped
 
+from fastrl.bench.cli_args import at_least
 from fastrl.speculative.drafter import EagleDrafter
 
 
@@ -25,11 +26,11 @@ def drafter_step(drafter: EagleDrafter, policy, cache, position: int) -> torch.T
     return drafter.draft_logits(policy, out[:, 0]).argmax(-1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=50)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=at_least(1), default=8)
+    parser.add_argument("--calls", type=at_least(1), default=50)
+    args = parser.parse_args(argv)
     policy, reduced = load_shipped()
     full = copy.deepcopy(reduced)
     full.set_draft_vocab(None)

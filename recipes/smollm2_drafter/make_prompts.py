@@ -1,14 +1,21 @@
 """Write varied chat prompts (math, coding, general questions) as a prompts JSONL file, deterministically.
 
-python recipes/smollm2_drafter/make_prompts.py OUT.jsonl [COUNT] [SEED]
+python recipes/smollm2_drafter/make_prompts.py OUT.jsonl [COUNT] [SEED] [--overwrite]
+
+An OUT.jsonl that already holds exactly these prompts is left as it is (a rerun of run.sh or run_long.sh resumes);
+one holding anything else is refused unless --overwrite. The file is written through a rename.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
+
+from fastrl.atomic_files import write_atomic
+from fastrl.bench.cli_args import at_least
+from fastrl.commands.output_guard import check_output
 
 TOPICS = [
     "photosynthesis",
@@ -141,13 +148,29 @@ def make_prompts(count: int, seed: int) -> list[str]:
     return out
 
 
-def main() -> None:
-    path = Path(sys.argv[1])
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 320
-    seed = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in make_prompts(count, seed)))
-    print(f"{count} prompts written to {path}")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python recipes/smollm2_drafter/make_prompts.py", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("out", help="the prompts JSONL file to write")
+    parser.add_argument("count", nargs="?", type=at_least(1), default=320, help="how many prompts (default 320)")
+    parser.add_argument("seed", nargs="?", type=at_least(0), default=0, help="random seed (default 0)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an OUT file holding other prompts")
+    args = parser.parse_args(argv)
+    path = Path(args.out)
+    try:
+        target = check_output("OUT", args.out, {})
+    except ValueError as err:
+        parser.error(str(err).replace("OUT=", "OUT ", 1))
+    text = "".join(json.dumps({"prompt": p}) + "\n" for p in make_prompts(args.count, args.seed))
+    if target.exists:
+        if target.path.read_bytes() == text.encode("utf-8"):
+            print(f"{path} already holds these {args.count} prompts")
+            return
+        if not args.overwrite:
+            parser.error(f"OUT {path} exists and holds other prompts; choose a new file, or pass --overwrite")
+    write_atomic(target.path, text)
+    print(f"{args.count} prompts written to {path}")
 
 
 if __name__ == "__main__":

@@ -14,16 +14,17 @@ import time
 import torch
 from shipped import load_shipped
 
+from fastrl.bench.cli_args import at_least
 from fastrl.cotrain.eagle_loss import eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--sequences", type=int, default=4)
-    parser.add_argument("--length", type=int, default=128)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=at_least(1), default=6)
+    parser.add_argument("--sequences", type=at_least(1), default=4)
+    parser.add_argument("--length", type=at_least(2), default=128)
+    args = parser.parse_args(argv)
     policy, drafter = load_shipped()
     drafter = drafter.float().train()
     draft_vocab = drafter.draft_vocab
