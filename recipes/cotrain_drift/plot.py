@@ -2,30 +2,84 @@
 policy's KL to its initial weights, and the co-trained drafter's held-out top-1.
 
     python recipes/cotrain_drift/plot.py runs/cotrain_drift      (writes drift.png and drift.json there)
+
+Both runs' metrics are read and checked before anything is drawn; an existing drift.png or drift.json is replaced
+only with --overwrite, through a rename.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+import math
 from pathlib import Path
+
+from fastrl.atomic_files import atomic_path, write_atomic
+from fastrl.bench.cli_args import existing_dir
+
+KEYS = ("step", "reward_mean", "loss", "mean_accept_length")
+"""What the plot reads of every step of a run's metrics.jsonl."""
 
 
 def load(path: Path) -> list[dict]:
-    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The steps of ``path/metrics.jsonl``; ValueError naming the file and line when one is not a JSON object with
+    a finite number for every key the plot reads, or when the file is missing or holds no step."""
+    file = path / "metrics.jsonl"
+    if not file.is_file():
+        raise ValueError(f"{file} is missing: is {path.parent} a cotrain_drift run (run.sh's OUT_DIR)?")
+    rows = []
+    for line_no, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{file}:{line_no}: not JSON ({err.msg}; a truncated line?)") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{file}:{line_no}: not a JSON object")
+        for key in KEYS:
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{file}:{line_no}: {key!r} must be a finite number, got {value!r}")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{file} holds no steps")
+    return rows
 
 
 def window_means(values: list[float], size: int) -> list[float]:
     return [sum(values[i : i + size]) / len(values[i : i + size]) for i in range(0, len(values), size)]
 
 
-def main(out: Path) -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python recipes/cotrain_drift/plot.py", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "out",
+        nargs="?",
+        type=existing_dir,
+        default="runs/cotrain_drift",
+        help="the run's OUT_DIR (frozen/, cotrained/)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing drift.png / drift.json")
+    args = parser.parse_args(argv)
+    out = args.out
+    try:
+        frozen, cotrained = load(out / "frozen"), load(out / "cotrained")
+    except ValueError as err:
+        parser.error(str(err))
+    existing = [out / name for name in ("drift.png", "drift.json") if (out / name).exists()]
+    if existing and not args.overwrite:
+        parser.error(f"{existing[0]} exists; pass --overwrite to replace it")
+    plot(out, frozen, cotrained)
+
+
+def plot(out: Path, frozen: list[dict], cotrained: list[dict]) -> None:
+    """Write drift.json and drift.png of the two runs' steps into ``out`` and print the table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frozen, cotrained = load(out / "frozen"), load(out / "cotrained")
     n = min(len(frozen), len(cotrained))
     frozen, cotrained = frozen[:n], cotrained[:n]
     same = all(
@@ -46,7 +100,7 @@ def main(out: Path) -> None:
         "drift_kl": window_means([k or 0.0 for k in kl], size),
         "heldout_top1_after": [m.get("drafter_heldout_top1") for m in cotrained],
     }
-    (out / "drift.json").write_text(json.dumps(table, indent=2) + "\n")
+    write_atomic(out / "drift.json", json.dumps(table, indent=2) + "\n")
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     ax[0].plot(steps, accept_f, marker=".", label="frozen drafter")
     ax[0].plot(steps, accept_c, marker="o", label="co-trained drafter")
@@ -66,9 +120,10 @@ def main(out: Path) -> None:
         ax[1].legend()
     ax[1].set_title("co-trained drafter: held-out top-1")
     ax[1].set_xlabel("RL step")
-    fig.savefig(out / "drift.png", dpi=100)
+    with atomic_path(out / "drift.png") as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     print(json.dumps(table, indent=2))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/cotrain_drift"))
+    main()
