@@ -1,0 +1,1 @@
+"""Judging a speculative run against a plain one: the first mismatch, its probabilities, near-tie or bug."""
