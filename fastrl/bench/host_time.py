@@ -24,11 +24,13 @@ gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -39,6 +41,8 @@ from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.strategy.strategy import Strategy
+
+CONTEXT, LONGEST_PROMPT = 256, 60  # max_model_len of the engines of `throughput` and `config_ab`; their longest prompt
 
 
 class ForwardClock:
@@ -129,9 +133,14 @@ def config_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int, first: d
     """Paired CPU-time ratios (first / second) of greedy generation by two engines whose `EngineConfig`s differ by
     the keys given (prompts of 20-60 random tokens, EOS ignored, `max_model_len` 256)."""
     rng = random.Random(0)
-    prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
+    prompts = [
+        [rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, LONGEST_PROMPT))]
+        for _ in range(batch)
+    ]
     params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    engines = [Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256, **keys)) for keys in (first, second)]
+    engines = [
+        Engine(model, EngineConfig(max_batch_size=batch, max_model_len=CONTEXT, **keys)) for keys in (first, second)
+    ]
 
     def run(engine: Engine) -> float:
         start = time.process_time()
@@ -145,7 +154,7 @@ def config_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int, first: d
 def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> list[float]:
     """`config_ab` of PyTorch attention gathering every key (the default pool given as `kv_cache_tokens`: no home
     pages) over the same reading its rows' keys in place (gather / view)."""
-    pool = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256)).runner.pool
+    pool = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=CONTEXT)).runner.pool
     sdpa = {"attention_kernel": False}
     gather = {**sdpa, "kv_cache_tokens": pool.num_pages * pool.page_size}
     return config_ab(model, batch, new_tokens, pairs, gather, sdpa)
@@ -155,9 +164,12 @@ def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3, t
     """Tokens per CPU second of plain decoding at `batch` (prompts of 20-60 random tokens, EOS ignored; greedy, or
     sampled with per-request seeds at `temperature` > 0), median of repeats."""
     rng = random.Random(0)
-    prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, 60))] for _ in range(batch)]
+    prompts = [
+        [rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, LONGEST_PROMPT))]
+        for _ in range(batch)
+    ]
     selector = FixedSelector(Strategy.parse("disable"))
-    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=256), selector=selector)
+    engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=CONTEXT), selector=selector)
     params = [
         SamplingParams(max_new_tokens=new_tokens, temperature=temperature, seed=i, ignore_eos=True)
         for i in range(batch)
@@ -198,55 +210,97 @@ def lazy_argmax_ab(shapes: list[tuple[int, int]], pairs: int = 21) -> list[tuple
     return results
 
 
-def main(argv: list[str]) -> None:
-    from fastrl.commands.engine_setup import resolve_model_dir
+def parse_arguments(argv: list[str]) -> tuple[argparse.Namespace, Path | None]:
+    """The command and its arguments, and the checkpoint directory (None for `gumbel`); a bad argument is argparse's
+    usage error naming it, before any model loads."""
+    try:
+        from fastrl.bench.cli_args import at_least, int_list, strategy_list
+    except ImportError:  # run by path against a checkout older than it (see the module doc): this file's sibling
+        from cli_args import at_least, int_list, strategy_list
+    from fastrl.commands.engine_setup import check_kv_memory, resolve_model_dir
+    from fastrl.models.checkpoint import read_config
+
+    parser = argparse.ArgumentParser(
+        prog="python -m fastrl.bench.host_time",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in ("throughput", "sampled", "view", "kernel"):
+        command = commands.add_parser(name, help="tokens per CPU second, or CPU-time ratios, per batch size")
+        command.add_argument("batches", metavar="BATCHES", type=int_list(1), help="batch sizes, e.g. 1,64,256")
+        command.add_argument("new_tokens", metavar="NEW_TOKENS", type=at_least(1), nargs="?", default=64)
+        command.add_argument("model", metavar="MODEL", nargs="?", default="", help="named model or checkpoint dir")
+    host = commands.add_parser("host", help="the host-time suite on the bundled model")
+    host.add_argument("strategies", metavar="STRATEGIES", type=strategy_list, help="e.g. disable,3_1_4")
+    commands.add_parser("gumbel", help="lazy against full Gumbel-argmax, no model")
+    args = parser.parse_args(argv)
+    if args.command == "gumbel":
+        return args, None
+    most = CONTEXT - LONGEST_PROMPT
+    if args.command != "host" and args.new_tokens > most:
+        parser.error(
+            f"argument NEW_TOKENS: {args.new_tokens} does not fit the engines' {CONTEXT}-token context after prompts "
+            f"of up to {LONGEST_PROMPT} tokens (the rows would stop early); give at most {most}"
+        )
+    try:
+        model_dir = resolve_model_dir(getattr(args, "model", ""), "MODEL")
+    except (ValueError, ImportError) as err:
+        parser.error(str(err))
+    if args.command == "host":
+        return args, model_dir
+    config = read_config(model_dir)
+    if args.new_tokens > config.max_position_embeddings - LONGEST_PROMPT:
+        parser.error(
+            f"argument NEW_TOKENS: {args.new_tokens} does not fit MODEL's {config.max_position_embeddings} positions "
+            f"after prompts of up to {LONGEST_PROMPT} tokens"
+        )
+    engines = 2 if args.command in ("view", "kernel") else 1
+    try:
+        check_kv_memory("batch", config, max(args.batches), torch.float32, "cpu", CONTEXT * engines)
+    except ValueError as err:
+        parser.error(f"argument BATCHES: {err}")
+    return args, model_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one command of the module docstring and print its figures."""
     from fastrl.models.checkpoint import load_model
 
-    usage = (
-        "usage: python -m fastrl.bench.host_time throughput|sampled|view|kernel BATCHES [NEW_TOKENS [MODEL]] "
-        "| host STRATEGIES | gumbel"
-    )
-    if argv[:1] in (["-h"], ["--help"]):
-        print(f"{usage}\n\n{__doc__}")
-        return
+    args, model_dir = parse_arguments(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(1)
-    if argv[:1] == ["gumbel"]:
+    if model_dir is None:
         for rows, vocab, full, lazy in lazy_argmax_ab([(256, 91), (1024, 91), (256, 4096), (64, 32000), (16, 49152)]):
             print(
                 f"{rows} x {vocab}: full {full * 1e3:.3f} ms, lazy {lazy * 1e3:.3f} ms, full / lazy {full / lazy:.2f}"
             )
         return
-    if len(argv) < 2 or argv[0] not in ("throughput", "sampled", "view", "kernel", "host"):
-        sys.exit(f"{usage}; got {argv}")
-    model_dir = resolve_model_dir(argv[3] if len(argv) > 3 else None)
     model = load_model(model_dir)
-    if argv[0] == "host":
+    if args.command == "host":
         from fastrl.commands.bench_config import BenchConfig
         from fastrl.commands.engine_setup import resolve_drafter
 
-        strategies = argv[1].split(",")
-        speculative = any(not Strategy.parse(s).is_disabled for s in strategies)
+        speculative = any(not Strategy.parse(s).is_disabled for s in args.strategies)
         drafter = resolve_drafter(BenchConfig().drafter, model_dir, model, speculative)
-        for row in bench_host_time(model, drafter, strategies):
+        for row in bench_host_time(model, drafter, args.strategies):
             print(
                 f"{row.strategy}: {row.per_row_us:.1f} us per extra row (64 -> 256: {row.small_batch_us:.0f} -> "
                 f"{row.large_batch_us:.0f} us), 850- vs 100-token rows {row.long_vs_short:.2f}",
                 flush=True,
             )
         return
-    new_tokens = int(argv[2]) if len(argv) > 2 else 64
-    for batch in [int(x) for x in argv[1].split(",")]:
-        if argv[0] == "view":
-            ratios = home_view_ab(model, batch, new_tokens, 5)
+    for batch in args.batches:
+        if args.command == "view":
+            ratios = home_view_ab(model, batch, args.new_tokens, 5)
             print(f"batch {batch}: gather / view CPU time {[round(r, 2) for r in ratios]}", flush=True)
-        elif argv[0] == "kernel":
-            ratios = config_ab(model, batch, new_tokens, 5, {"attention_kernel": False}, {})
+        elif args.command == "kernel":
+            ratios = config_ab(model, batch, args.new_tokens, 5, {"attention_kernel": False}, {})
             print(f"batch {batch}: PyTorch attention / kernel CPU time {[round(r, 2) for r in ratios]}", flush=True)
         else:
-            temperature = 1.0 if argv[0] == "sampled" else 0.0
-            rate = throughput(model, batch, new_tokens, temperature=temperature)
-            print(f"batch {batch}: {rate:.1f} tok/CPU-s ({argv[0]})", flush=True)
+            temperature = 1.0 if args.command == "sampled" else 0.0
+            rate = throughput(model, batch, args.new_tokens, temperature=temperature)
+            print(f"batch {batch}: {rate:.1f} tok/CPU-s ({args.command})", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

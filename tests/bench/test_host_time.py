@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from fastrl.bench.host_time import ForwardClock, bench_host_time
+from fastrl.bench.host_time import ForwardClock, bench_host_time, main, parse_arguments
 from fastrl.models.checkpoint import load_model
 from fastrl.speculative.drafter import EagleDrafter
 from tests.helpers import make_hf_model
@@ -34,3 +34,17 @@ def test_forward_clock_counts_nested_modules_once():
     before = clock.inside
     outer(torch.randn(3, 4))
     assert clock.inside == before
+
+
+def test_the_script_parses_its_documented_forms_and_runs_throughput(capsys):
+    args, model_dir = parse_arguments(["throughput", "1,64,256", "64"])
+    assert (args.command, args.batches, args.new_tokens) == ("throughput", [1, 64, 256], 64)
+    assert model_dir is not None and (model_dir / "config.json").is_file()
+    args, model_dir = parse_arguments(["host", "disable,3_1_4"])
+    assert (args.command, args.strategies) == ("host", ["disable", "3_1_4"])
+    assert parse_arguments(["gumbel"])[1] is None
+    main(["throughput", "1,2", "4"])
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["batch 1", "batch 2"] and all(
+        "tok/CPU-s (throughput)" in x for x in out
+    )

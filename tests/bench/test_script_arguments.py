@@ -38,6 +38,19 @@ def _selector_random(argv: list[str]) -> None:
         (_selector_random, ["--cases", "5-2"], "argument --cases: LOW-HIGH needs 0 <= LOW < HIGH, got '5-2'"),
         (_selector_random, ["--seeds", "0,,1"], "argument --seeds: integers separated by commas"),
         (_selector_random, ["--out", str(ROOT / "README.md" / "x.jsonl")], "README.md is not a directory"),
+        (host_time.main, ["throughput", "1,,2", "4"], "argument BATCHES: integers separated by commas, got '1,,2'"),
+        (host_time.main, ["throughput", "abc"], "argument BATCHES: integers separated by commas, got 'abc'"),
+        (host_time.main, ["throughput", "1", "abc"], "argument NEW_TOKENS: 'abc' is not an integer"),
+        (host_time.main, ["throughput", "0", "4"], "argument BATCHES: each must be >= 1, got '0'"),
+        (host_time.main, ["throughput", "1,0", "2"], "argument BATCHES: each must be >= 1, got '1,0'"),
+        (host_time.main, ["sampled", "1", "197"], "argument NEW_TOKENS: 197 does not fit the engines' 256-token"),
+        (host_time.main, ["view", "10000000000", "4"], "argument BATCHES: batch=10000000000 needs a"),
+        (host_time.main, ["throughput", "1", "4", "/nonexistent"], "MODEL=/nonexistent: checkpoint directory"),
+        (host_time.main, ["kernel", "1", "4", "README.md", "x"], "unrecognized arguments: x"),
+        (host_time.main, ["host", "bogus"], "argument STRATEGIES: strategy 'bogus'"),
+        (host_time.main, ["host", "3_1_4,3_1_4"], "duplicate strategy '3_1_4'"),
+        (host_time.main, ["gumbel", "extra"], "unrecognized arguments: extra"),
+        (host_time.main, ["nothing"], "argument COMMAND: invalid choice: 'nothing'"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error(main, argv, said, capsys):
@@ -54,10 +67,11 @@ def test_help_is_answered_without_running(capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["attention_lengths", "--help"])
     with pytest.raises(SystemExit):
         attention_lengths.main()
-    host_time.main(["--help"])
-    assert "usage: python -m fastrl.bench.host_time" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="usage: python -m fastrl.bench.host_time"):
-        host_time.main(["nothing"])
+    with pytest.raises(SystemExit) as stopped:
+        host_time.main(["--help"])
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: python -m fastrl.bench.host_time [-h] COMMAND" in out and "throughput 1,64,256 64" in out
 
 
 @pytest.mark.parametrize(
