@@ -107,6 +107,8 @@ def phase_sft(work: Path, args: argparse.Namespace) -> dict:
     """The model, trained on the bundled task for `--sft-steps` or `--sft-seconds`, whichever ends first."""
     from sft import SFTConfig, train
 
+    from fastrl.commands.output_guard import check_output_dir
+
     cfg = SFTConfig(
         out=str(work / "model"),
         **(TINY if args.tiny else RECIPE),
@@ -118,7 +120,7 @@ def phase_sft(work: Path, args: argparse.Namespace) -> dict:
         time_budget_s=args.sft_seconds,
         threads=smoke(args, 8, 1),
     )
-    train(cfg)
+    train(cfg, check_output_dir("--work", cfg.out, {}, overwrite=True))  # a later call trains the model again
     return json.loads((work / "model" / "training.json").read_text())
 
 
