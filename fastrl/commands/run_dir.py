@@ -11,6 +11,7 @@ the ones given now on top.
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 import shutil
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 
 from fastrl.atomic_files import write_atomic
 from fastrl.commands.output_guard import GuardedOutputs, check_creatable, guard_outputs
+from fastrl.json_values import is_real
 from fastrl.rl.checkpoint import STATE_FILE
 
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
@@ -247,6 +249,35 @@ def read_metrics_lines(run_dir: Path) -> list[tuple[str, dict | None]]:
             logged = None
         lines.append((line, logged))
     return lines
+
+
+def metrics_steps(run_dir: Path, keys: tuple[str, ...]) -> list[dict]:
+    """The step records of a run's metrics.jsonl, for a reader of its figures that needs ``keys`` as finite numbers
+    in every step (the recipes' plots and tables). ValueError naming the file, and the line where one is to blame:
+    missing, a line that is not a record (a truncated last one too), a key missing or not a finite number, no step."""
+    file = run_dir / METRICS_FILE
+    if not file.is_file():
+        raise ValueError(f"{file} is missing: is {run_dir} a `fastrl train` run directory?")
+    steps = []
+    for number, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            logged = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{file}:{number}: not JSON ({err.msg}; a line cut short?)") from None
+        if not isinstance(logged, dict):
+            raise ValueError(f"{file}:{number}: not a line of metrics (not a JSON object)")
+        for key in keys:
+            if key not in logged:
+                raise ValueError(f"{file}:{number}: no {key!r} (not a `fastrl train` metrics line?)")
+            value = logged[key]
+            if not is_real(value) or not math.isfinite(value):
+                raise ValueError(f"{file}:{number}: {key!r} must be a finite number, got {value!r}")
+        steps.append(logged)
+    if not steps:
+        raise ValueError(f"{file} holds no steps")
+    return steps
 
 
 def _split(override: str) -> tuple[str, str]:

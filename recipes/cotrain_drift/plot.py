@@ -11,40 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from fastrl.atomic_files import atomic_path, write_atomic
 from fastrl.bench.cli_args import existing_dir
+from fastrl.commands.run_dir import metrics_steps
 
 KEYS = ("step", "reward_mean", "loss", "mean_accept_length")
 """What the plot reads of every step of a run's metrics.jsonl."""
 
 
 def load(path: Path) -> list[dict]:
-    """The steps of ``path/metrics.jsonl``; ValueError naming the file and line when one is not a JSON object with
-    a finite number for every key the plot reads, or when the file is missing or holds no step."""
-    file = path / "metrics.jsonl"
-    if not file.is_file():
-        raise ValueError(f"{file} is missing: is {path.parent} a cotrain_drift run (run.sh's OUT_DIR)?")
-    rows = []
-    for line_no, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{file}:{line_no}: not JSON ({err.msg}; a truncated line?)") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{file}:{line_no}: not a JSON object")
-        for key in KEYS:
-            value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"{file}:{line_no}: {key!r} must be a finite number, got {value!r}")
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"{file} holds no steps")
-    return rows
+    """The steps of ``path/metrics.jsonl`` (``metrics_steps``: one error naming the file and line)."""
+    return metrics_steps(path, KEYS)
 
 
 def window_means(values: list[float], size: int) -> list[float]:

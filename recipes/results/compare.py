@@ -10,44 +10,20 @@ existing OUT.png or OUT.md is replaced only with --overwrite (docs/results.md re
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import statistics
 from pathlib import Path
 
 from fastrl.atomic_files import atomic_path, write_atomic
 from fastrl.commands.output_guard import check_output
+from fastrl.commands.run_dir import metrics_steps
 
 KEYS = ("step", "rollout_time_s", "mean_accept_length", "step_time_s", "reward_mean", "response_tokens")
 """What this comparison reads of every step of a run's metrics.jsonl."""
 
 
 def load(run_dir: Path) -> list[dict]:
-    """The per-step metrics of a run; ValueError naming the file and line when one is not a JSON object with a
-    finite number for every key this comparison reads, or when the file holds no step."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise ValueError(f"{path} not found: is {run_dir} a `fastrl train` run directory?")
-    rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{line_no}: not JSON ({err.msg}; a truncated line?)") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{line_no}: not a JSON object")
-        for key in KEYS:
-            if key not in row:
-                raise ValueError(f"{path}:{line_no}: no {key!r} (not a `fastrl train` metrics line?)")
-            value = row[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"{path}:{line_no}: {key!r} must be a finite number, got {value!r}")
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"{path} holds no steps")
-    return rows
+    """The per-step metrics of a run (``metrics_steps``: one error naming the file and line)."""
+    return metrics_steps(run_dir, KEYS)
 
 
 def run_arg(text: str) -> tuple[str, Path]:
