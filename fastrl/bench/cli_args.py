@@ -63,6 +63,17 @@ def name_list(known: Iterable[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+def strategy_name(text: str) -> str:
+    """An argparse ``type``: one strategy string (``Strategy.parse``), as given."""
+    from fastrl.strategy.strategy import Strategy
+
+    try:
+        Strategy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def strategy_list(text: str) -> list[str]:
     """An argparse ``type``: strategy strings separated by commas (at least one, no duplicates), as given."""
     from fastrl.strategy.strategy import parse_strategy_space

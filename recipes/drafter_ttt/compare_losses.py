@@ -20,7 +20,7 @@ import time
 import torch
 
 from fastrl.atomic_files import write_atomic
-from fastrl.bench.cli_args import at_least, new_file, positive_float
+from fastrl.bench.cli_args import at_least, new_file, positive_float, strategy_name
 from fastrl.commands.engine_setup import resolve_drafter, resolve_model_dir
 from fastrl.cotrain.accept_eval import measure_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig, make_batches
@@ -33,7 +33,6 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.strategy.strategy import Strategy
 
 
 def arm_config(arm: str, base: DrafterTrainerConfig) -> DrafterTrainerConfig:
@@ -51,15 +50,6 @@ def arm_name(text: str) -> str:
             arm_config(text, DrafterTrainerConfig())
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
-    return text
-
-
-def strategy_name(text: str) -> str:
-    """An argparse ``type``: one strategy string (``Strategy.parse``), as given."""
-    try:
-        Strategy.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
     return text
 
 

@@ -18,7 +18,7 @@ import torch
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_model_dir
 from fastrl.atomic_files import write_atomic
-from fastrl.bench.cli_args import at_least, existing_dir, new_file
+from fastrl.bench.cli_args import at_least, existing_dir, new_file, strategy_name
 from fastrl.bench.timing import time_median
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.config import EngineConfig
@@ -30,7 +30,6 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter, read_checked_drafter
 from fastrl.strategy.round_stats import RoundTotals
-from fastrl.strategy.strategy import Strategy
 
 
 def decode(
@@ -40,15 +39,6 @@ def decode(
     engine = Engine(policy, EngineConfig(max_batch_size=1), drafter=drafter, selector=FixedSelector(strategy))
     outputs = engine.generate(inputs)
     return [o.token_ids for o in outputs], RoundTotals.of(engine.round_stats).mean_accept_length
-
-
-def strategy_name(text: str) -> str:
-    """An argparse ``type``: one strategy string (``Strategy.parse``), as given."""
-    try:
-        Strategy.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
 
 
 def duplicate(values: list) -> object | None:

@@ -17,7 +17,7 @@ import torch
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.atomic_files import write_atomic
-from fastrl.bench.cli_args import at_least, existing_dir, number_at_least
+from fastrl.bench.cli_args import at_least, existing_dir, number_at_least, strategy_name
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
@@ -27,19 +27,9 @@ from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter_checkpoint import load_drafter
-from fastrl.strategy.strategy import Strategy
 
 CONFIG_KEYS = ("model", "prompts", "eval_prompts", "seed", "chat_template", "max_new_tokens")
 """What this comparison reads of the train-drafter config recorded in the run's drafter/metrics.json."""
-
-
-def strategy_name(text: str) -> str:
-    """An argparse ``type``: one strategy string (``Strategy.parse``), as given."""
-    try:
-        Strategy.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
 
 
 def run_config(run: Path) -> dict:
