@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least
+from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least, strategy_name
 from fastrl.commands.engine_setup import load_speculative_models
 from fastrl.commands.prompt_tokens import file_token_ids
 from fastrl.commands.prompts_io import read_prompts
@@ -29,7 +29,7 @@ from fastrl.engine.engine import GenerateInput
 from fastrl.sampling.params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
-from side_by_side import decode, duplicate, strategy_name  # noqa: E402
+from side_by_side import decode, duplicate  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
