@@ -19,7 +19,7 @@ import time
 import torch
 
 from fastrl.adaptive.fixed import FixedSelector
-from fastrl.bench.cli_args import at_least
+from fastrl.bench.cli_args import at_least, int_list
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.models.decoder import CausalLM
@@ -53,6 +53,11 @@ class PlainAmongDrafterArms:
         """Nothing to restore."""
 
 
+def engine_context(rounds: int, prompt_len: int = 40) -> int:
+    """The max_model_len of `paired_ratios`' engines: their prompts, `rounds` tokens and a few more."""
+    return prompt_len + rounds + 8
+
+
 def paired_ratios(
     policy: CausalLM, drafter: EagleDrafter, batch_size: int, rounds: int, repeats: int, prompt_len: int = 40
 ) -> list[float]:
@@ -61,7 +66,7 @@ def paired_ratios(
 
     def engine(with_drafter: bool) -> Engine:
         selector = PlainAmongDrafterArms(Strategy.parse("3_1_4")) if with_drafter else FixedSelector(DISABLE)
-        config = EngineConfig(max_batch_size=batch_size, max_model_len=prompt_len + rounds + 8)
+        config = EngineConfig(max_batch_size=batch_size, max_model_len=engine_context(rounds, prompt_len))
         made = Engine(policy, config, drafter=drafter if with_drafter else None, selector=selector)
         rng = random.Random(0)
         params = SamplingParams(max_new_tokens=rounds + 4, temperature=1.0, ignore_eos=True, seed=1)
@@ -87,18 +92,31 @@ def paired_ratios(
 def main(argv: list[str] | None = None) -> None:
     """Print the median ratio of a plain round with a drafter loaded to one without, at each batch size."""
     from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
-    from fastrl.models.checkpoint import load_model
+    from fastrl.commands.engine_setup import check_kv_memory
+    from fastrl.models.checkpoint import load_model, read_config
     from fastrl.speculative.drafter_checkpoint import load_drafter
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--batch-size", default="1", help="comma-separated batch sizes")
+    parser.add_argument("--batch-size", type=int_list(1), default=[1], help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=at_least(11), default=400, help="rounds per engine (the first 10 warm up)")
     parser.add_argument("--repeats", type=at_least(1), default=3)
     args = parser.parse_args(argv)
+    config = read_config(bundled_model_dir())
+    context = engine_context(args.rounds)
+    if context > config.max_position_embeddings:
+        parser.error(
+            f"argument --rounds: {args.rounds} rounds pass the bundled model's {config.max_position_embeddings} "
+            f"positions (the rows would stop and later rounds time idle steps); give at most "
+            f"{args.rounds - (context - config.max_position_embeddings)}"
+        )
+    try:  # two engines of this context at the largest batch
+        check_kv_memory("--batch-size", config, max(args.batch_size), torch.float32, "cpu", 2 * context)
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
     drafter = load_drafter(bundled_drafter_dir(), policy)[0]
-    for batch in (int(b) for b in args.batch_size.split(",")):
+    for batch in args.batch_size:
         ratios = paired_ratios(policy, drafter, batch, args.rounds, args.repeats)
         print(
             f"batch {batch}: plain round with the drafter fed / without a drafter, median "
