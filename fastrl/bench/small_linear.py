@@ -15,16 +15,19 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from fastrl.bench.cli_args import at_least
+from fastrl.bench.cli_args import at_least, int_list
 from fastrl.models.cpu_linear import small_linear
 
 SHAPES = [(49152, 576), (8192, 576), (1536, 576), (576, 1536), (576, 576), (192, 576)]
 """(out, in): SmolLM2-135M's LM head, its drafter's 8,192-token head, MLP up/gate and down, q/o and k/v."""
 ROWS = [1, 2, 3, 4, 8, 13, 15, 16]
+
+PROMPT_LEN = 24  # tokens of each decoding prompt
 
 
 def _median_ms(fn: Callable[[], object], calls: int, blocks: int) -> float:
@@ -58,16 +61,15 @@ def bench_products(blocks: int) -> None:
 
 
 def bench_decode(
-    model: str, batch_sizes: list[int], new_tokens: int, repeats: int, min_rows: int = 0, min_weight: int = 0
+    model_dir: Path, batch_sizes: list[int], new_tokens: int, repeats: int, min_rows: int = 0, min_weight: int = 0
 ) -> None:
     """Print plain decoding's CPU seconds with the routing on and off, per batch size (`min_rows`, `min_weight`: a
     routing to try instead of the shipped one; 0 keeps the shipped value)."""
-    from fastrl.commands.engine_setup import resolve_model_dir
     from fastrl.engine.engine import GenerateInput
     from fastrl.models.checkpoint import load_model
     from fastrl.sampling.params import SamplingParams
 
-    policy = load_model(resolve_model_dir(model)).eval()
+    policy = load_model(model_dir).eval()
     vocab = policy.config.vocab_size
     rng = torch.Generator().manual_seed(0)
     kernel = small_linear()
@@ -78,7 +80,7 @@ def bench_decode(
         kernel.min_rows, kernel.min_weight = min_rows or shipped[0], min_weight or shipped[2]
         for batch in batch_sizes:
             params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-            prompts = [torch.randint(3, vocab, (24,), generator=rng).tolist() for _ in range(batch)]
+            prompts = [torch.randint(3, vocab, (PROMPT_LEN,), generator=rng).tolist() for _ in range(batch)]
             inputs = [GenerateInput(p, params) for p in prompts]
             seconds, tokens = _alternate(policy, inputs, repeats, kernel, shipped[1])
             if tokens[True] != tokens[False]:
@@ -113,23 +115,47 @@ def _alternate(policy, inputs: list, repeats: int, kernel, on_rows: int) -> tupl
 
 def main(argv: list[str] | None = None) -> None:
     """Print the product table, or with --decode the decoding comparison."""
+    from fastrl.commands.engine_setup import check_kv_memory, resolve_model_dir
+    from fastrl.models.checkpoint import read_config
+
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--blocks", type=at_least(1), default=9)
+    parser.add_argument("--blocks", type=at_least(1), help="products: blocks of calls timed (default 9)")
     parser.add_argument("--decode", default="", help="a named model or checkpoint directory to decode with")
-    parser.add_argument("--batch-sizes", default="1,4,8")
-    parser.add_argument("--new-tokens", type=at_least(1), default=32)
-    parser.add_argument("--repeats", type=at_least(1), default=3)
-    parser.add_argument("--min-rows", type=at_least(0), default=0, help="decode: try this routing's fewest rows")
-    parser.add_argument(
-        "--min-weight", type=at_least(0), default=0, help="decode: try this routing's fewest weight elements"
-    )
+    parser.add_argument("--batch-sizes", type=int_list(1), help="decode: batch sizes (default 1,4,8)")
+    parser.add_argument("--new-tokens", type=at_least(1), help="decode: tokens per request (default 32)")
+    parser.add_argument("--repeats", type=at_least(1), help="decode: alternations (default 3)")
+    parser.add_argument("--min-rows", type=at_least(0), help="decode: try this routing's fewest rows")
+    parser.add_argument("--min-weight", type=at_least(0), help="decode: try this routing's fewest weight elements")
     args = parser.parse_args(argv)
+    decode_only = {"batch_sizes": [1, 4, 8], "new_tokens": 32, "repeats": 3, "min_rows": 0, "min_weight": 0}
+    given = [name for name in decode_only if getattr(args, name) is not None]
+    if given and not args.decode:
+        parser.error(f"argument --{given[0].replace('_', '-')}: only --decode uses it; give --decode MODEL too")
+    for name, default in decode_only.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.blocks is not None and args.decode:
+        parser.error("argument --blocks: only the product table uses it, not --decode; leave one out")
     torch.set_num_threads(1)
-    if args.decode:
-        sizes = [int(b) for b in args.batch_sizes.split(",")]
-        bench_decode(args.decode, sizes, args.new_tokens, args.repeats, args.min_rows, args.min_weight)
-    else:
-        bench_products(args.blocks)
+    if not args.decode:
+        bench_products(args.blocks or 9)
+        return
+    try:
+        model_dir = resolve_model_dir(args.decode, "--decode")
+    except (ValueError, ImportError) as err:
+        parser.error(str(err))
+    config = read_config(model_dir)
+    if PROMPT_LEN + args.new_tokens > config.max_position_embeddings:
+        parser.error(
+            f"argument --new-tokens: {args.new_tokens} after {PROMPT_LEN}-token prompts passes --decode's "
+            f"{config.max_position_embeddings} positions (the rows would stop early); give at most "
+            f"{config.max_position_embeddings - PROMPT_LEN}"
+        )
+    try:  # one engine at a time, each slot the model's whole context (EngineConfig's default)
+        check_kv_memory("--batch-sizes", config, max(args.batch_sizes), torch.float32, "cpu")
+    except ValueError as err:
+        parser.error(str(err))
+    bench_decode(model_dir, args.batch_sizes, args.new_tokens, args.repeats, args.min_rows, args.min_weight)
 
 
 if __name__ == "__main__":

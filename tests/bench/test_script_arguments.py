@@ -10,9 +10,18 @@ from pathlib import Path
 import pytest
 
 from fastrl.adaptive import sim
-from fastrl.bench import attention_lengths, eager_ops, host_time, long_tail, plain_overhead, selector_cost
+from fastrl.bench import (
+    attention_lengths,
+    eager_ops,
+    host_time,
+    long_tail,
+    plain_overhead,
+    selector_cost,
+    small_linear,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "fastrl/assets/arith-tiny"
 
 
 def _selector_random(argv: list[str]) -> None:
@@ -36,6 +45,26 @@ def _selector_random(argv: list[str]) -> None:
         (plain_overhead.main, ["--batch-size", "10000000000"], "--batch-size=10000000000 needs a"),
         (plain_overhead.main, ["--rounds", "977"], "argument --rounds: 977 rounds pass the bundled model's 1024"),
         (selector_cost.main, ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+        (small_linear.main, ["--decode", "X", "--batch-sizes", ","], "argument --batch-sizes: integers separated by"),
+        (
+            small_linear.main,
+            ["--decode", "X", "--batch-sizes", "0"],
+            "argument --batch-sizes: each must be >= 1, got '0'",
+        ),
+        (small_linear.main, ["--decode", "/nonexistent"], "--decode=/nonexistent: checkpoint directory"),
+        (small_linear.main, ["--decode", str(ROOT / "README.md")], "README.md is a file; give a checkpoint directory"),
+        (
+            small_linear.main,
+            ["--decode", str(TINY), "--new-tokens", "1001"],
+            "argument --new-tokens: 1001 after 24-token",
+        ),
+        (small_linear.main, ["--decode", str(TINY), "--batch-sizes", "10000000000"], "--batch-sizes=10000000000 needs"),
+        (small_linear.main, ["--batch-sizes", "1"], "argument --batch-sizes: only --decode uses it"),
+        (
+            small_linear.main,
+            ["--decode", str(TINY), "--blocks", "3"],
+            "argument --blocks: only the product table uses it",
+        ),
         (eager_ops.main, ["bogus"], "strategy 'bogus'"),
         (sim.main, ["--rollouts", "0"], "argument --rollouts: must be >= 2, got 0"),
         (sim.main, ["--strategies", "3_1_4,,8_4_32"], "argument --strategies: strategy ''"),
