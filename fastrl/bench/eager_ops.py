@@ -17,6 +17,8 @@ from functools import partial
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+CONTEXT = 400  # max_model_len of the engines timed (50-token prompts, 100 new tokens)
+
 
 class OpCounter(TorchDispatchMode):
     """Counts aten ops by name while `on` (`graph_path_counted` turns it off inside graph replays)."""
@@ -56,27 +58,43 @@ def graph_path_counted(counter: OpCounter) -> Iterator[None]:
         cuda_graphs.CapturedRound.replay, engine_module.ModelRunner = replay, runner
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the eager aten ops a decode step dispatches, per strategy and batch size."""
     import argparse
 
     from fastrl.adaptive.fixed import FixedSelector
-    from fastrl.commands.engine_setup import load_speculative_models
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.bench.cli_args import int_list, strategy_list
+    from fastrl.commands.engine_setup import check_kv_memory, load_speculative_models
     from fastrl.engine.config import EngineConfig
     from fastrl.engine.engine import Engine
+    from fastrl.models.checkpoint import read_config
     from fastrl.sampling.params import SamplingParams
     from fastrl.strategy.strategy import Strategy
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("strategies", nargs="?", default="disable,5_1_6", help="comma-separated strategies")
-    parser.add_argument("batches", nargs="?", default="16,64", help="comma-separated batch sizes")
-    args = parser.parse_args(argv)
-    strategies = args.strategies.split(",")
-    try:
-        for name in strategies:
-            Strategy.parse(name)
-        batches = [int(b) for b in args.batches.split(",")]
+    parser.add_argument(
+        "strategies",
+        metavar="STRATEGIES",
+        nargs="?",
+        type=strategy_list,
+        default=["disable", "5_1_6"],
+        help="comma-separated strategies (default disable,5_1_6)",
+    )
+    parser.add_argument(
+        "batches",
+        metavar="BATCHES",
+        nargs="?",
+        type=int_list(1),
+        default=[16, 64],
+        help="comma-separated batch sizes (default 16,64)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    strategies, batches = args.strategies, args.batches
+    try:  # each engine's KV cache: slots of CONTEXT entries
+        check_kv_memory("batch", read_config(bundled_model_dir()), max(batches), torch.float32, "cpu", CONTEXT)
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(f"argument BATCHES: {err}")
     torch.set_num_threads(1)
     policy, drafter, _ = load_speculative_models("", "", "cpu")
     counter = OpCounter()
@@ -84,7 +102,7 @@ def main(argv: list[str]) -> None:
         for name in strategies:
             strategy = Strategy.parse(name)
             for batch in batches:
-                config = EngineConfig(max_batch_size=batch, max_model_len=400, attention_kernel=False)
+                config = EngineConfig(max_batch_size=batch, max_model_len=CONTEXT, attention_kernel=False)
                 engine = Engine(policy, config, drafter if strategy.uses_drafter else None, FixedSelector(strategy))
                 rng = random.Random(0)
                 params = SamplingParams(max_new_tokens=100, temperature=1.0, ignore_eos=True)
@@ -101,4 +119,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
