@@ -125,9 +125,38 @@ def peak_rss_bytes() -> int:
     raise RuntimeError("/proc/self/status has no VmHWM line: peak memory needs Linux")
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 5 or not all(a.isdigit() for a in sys.argv[2:]):
-        sys.exit("usage: python -m fastrl.bench.kv_memory MODEL_DIR MAX_NEW_TOKENS COUNT SEED (one measurement of "
-                 "fastrl bench suites=[kv_memory], which runs it in a fresh process)")  # fmt: skip
-    row = _measure(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+def main(argv: list[str] | None = None) -> None:
+    """One measurement of `fastrl bench suites=[kv_memory]` (which runs it in a fresh process): print its JSON line."""
+    import argparse
+
+    import torch
+
+    from fastrl.bench.cli_args import at_least
+    from fastrl.commands.engine_setup import check_kv_memory, resolve_model_dir
+    from fastrl.models.checkpoint import read_config
+
+    parser = argparse.ArgumentParser(prog="python -m fastrl.bench.kv_memory", description=main.__doc__)
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="checkpoint directory (config.json, tokenizer)")
+    parser.add_argument("max_new_tokens", metavar="MAX_NEW_TOKENS", type=at_least(1))
+    parser.add_argument("count", metavar="COUNT", type=at_least(1), help="task prompts generated in one batch")
+    parser.add_argument("seed", metavar="SEED", type=at_least(0))
+    args = parser.parse_args(argv)
+    try:
+        config = read_config(resolve_model_dir(args.model_dir, "MODEL_DIR"))
+    except (ValueError, ImportError) as err:
+        parser.error(str(err))
+    if args.max_new_tokens + 2 > config.max_position_embeddings:  # a prompt token, the tokens, the one fed last
+        parser.error(
+            f"argument MAX_NEW_TOKENS: {args.max_new_tokens} passes MODEL_DIR's {config.max_position_embeddings} "
+            f"positions with a prompt (the rows would stop early); give at most {config.max_position_embeddings - 2}"
+        )
+    try:  # at least each row's new tokens, whatever its prompt
+        check_kv_memory("count", config, args.count, torch.float32, "cpu", args.max_new_tokens + 2)
+    except ValueError as err:
+        parser.error(f"argument COUNT: {err}")
+    row = _measure(args.model_dir, args.max_new_tokens, args.count, args.seed)
     print(json.dumps(row.__dict__))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ from fastrl.bench import (
     attention_lengths,
     eager_ops,
     host_time,
+    kv_memory,
     long_tail,
     plain_overhead,
     selector_cost,
@@ -72,6 +73,13 @@ def _selector_random(argv: list[str]) -> None:
         (eager_ops.main, ["disable", "999999999"], "argument BATCHES: batch=999999999 needs a"),
         (eager_ops.main, ["3_1_4,3_1_4"], "argument STRATEGIES: strategy space ['3_1_4', '3_1_4']: duplicate"),
         (eager_ops.main, ["disable", "1", "x"], "unrecognized arguments: x"),
+        (kv_memory.main, [str(TINY), "0", "1", "0"], "argument MAX_NEW_TOKENS: must be >= 1, got 0"),
+        (kv_memory.main, [str(TINY), "4", "0", "0"], "argument COUNT: must be >= 1, got 0"),
+        (kv_memory.main, [str(TINY), "4", "1", "-1"], "argument SEED: must be >= 0, got -1"),
+        (kv_memory.main, ["/nonexistent", "4", "1", "0"], "MODEL_DIR=/nonexistent: checkpoint directory"),
+        (kv_memory.main, [str(TINY), "1023", "1", "0"], "argument MAX_NEW_TOKENS: 1023 passes MODEL_DIR's 1024"),
+        (kv_memory.main, [str(TINY), "4", "10000000000", "0"], "argument COUNT: count=10000000000 needs a"),
+        (kv_memory.main, [str(TINY), "4", "1"], "the following arguments are required: SEED"),
         (sim.main, ["--rollouts", "0"], "argument --rollouts: must be >= 2, got 0"),
         (sim.main, ["--strategies", "3_1_4,,8_4_32"], "argument --strategies: strategy ''"),
         (sim.main, ["--strategies", "3_1_4,3_1_4"], "duplicate strategy '3_1_4'"),
@@ -147,3 +155,9 @@ def test_selector_random_refuses_an_existing_out_before_running_and_writes_a_new
     _selector_random(["--cases", "3", "--seeds", "1", "--out", str(out)])
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["case"], row["seed"]) == (3, 1) and "vs_oracle: min" in capsys.readouterr().out
+
+
+def test_kv_memory_process_entry_prints_one_row(capsys):
+    kv_memory.main([str(TINY), "4", "2", "0"])
+    row = json.loads(capsys.readouterr().out)
+    assert (row["max_new_tokens"], row["generated_tokens"]) == (4, 8) and row["peak_kv_bytes"] > 0
