@@ -7,10 +7,10 @@ all of them alike. The bundled model's task prompts by default; any model with i
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastrl.adaptive.bandit import BanditSelector
@@ -200,15 +200,37 @@ def check_arguments(args: Any) -> None:
     """ValueError naming the flag of the first bad value of ``main``'s arguments that argparse's types leave (before
     any model loads)."""
     from fastrl.engine.machine import check_device
+    from fastrl.sampling.params import check_temperature
 
-    if not math.isfinite(args.temperature) or args.temperature < 0:
-        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    check_temperature("--temperature", args.temperature)
     check_device("--device", args.device)
-    arms = args.arms.split(",")
-    check_strategy_names("--arms", arms)
     selectors = args.selectors.split(",")
     check_strategy_names("--selectors", selectors, ("bandit", "ema", "bandit:"))
-    check_selector_names("--selectors", selectors, arms)
+    twice = next((name for i, name in enumerate(selectors) if name in selectors[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--selectors names {twice!r} twice; name each selector once")
+    check_selector_names("--selectors", selectors, args.arms)
+
+
+def check_models(model: str, drafter: str) -> tuple[Path, Path]:
+    """The checkpoint directories ``--model`` and ``--drafter`` name (empty ``--drafter``: the one shipped with the
+    model), the drafter checked to fit the model; ValueError naming the flag, before either loads."""
+    from fastrl.commands.engine_setup import drafter_dir, resolve_model_dir
+    from fastrl.models.checkpoint import read_config
+    from fastrl.speculative.drafter_checkpoint import check_drafter_fit, read_drafter_info
+
+    model_dir = resolve_model_dir(model, "--model")
+    directory = drafter_dir(drafter, model_dir)
+    if directory is None:
+        raise ValueError(f"--model={model} has no drafter shipped with it; pass --drafter DIR")
+    try:
+        if not directory.is_dir():
+            raise ValueError(f"drafter directory {directory} {'is a file' if directory.exists() else 'does not exist'}")
+        check_drafter_fit(directory, read_drafter_info(directory), read_config(model_dir))
+    except ValueError as err:
+        said = f"--drafter={drafter}" if drafter else f"the drafter shipped with --model={model}"
+        raise ValueError(f"{said}: {err}") from None
+    return model_dir, directory
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,9 +241,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
+    from fastrl.bench.cli_args import strategy_list
     from fastrl.bench.workload import bench_prompts
-    from fastrl.commands.engine_setup import load_speculative_models
     from fastrl.commands.prompt_tokens import file_token_ids
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.speculative.drafter_checkpoint import load_drafter
     from fastrl.strategy.round_stats import RoundTotals
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
@@ -237,7 +262,12 @@ def main(argv: list[str] | None = None) -> None:
         "--warmup", action="store_true", help="one untimed pass of every selector first (a GPU's first-use compiles)"
     )
     parser.add_argument("--selectors", default="3_1_4,5_1_6,bandit", help="also bandit:KEY=VALUE (one setting changed)")
-    parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    parser.add_argument(
+        "--arms",
+        type=strategy_list,
+        default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable",
+        help="the bandits' arms, comma-separated",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the engines' CUDA graphs on)")
     parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
     parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
@@ -253,8 +283,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         check_arguments(args)
+        model_dir, drafter_dir = check_models(args.model, args.drafter)
         torch.set_num_threads(1)
-        policy, drafter, tokenizer = load_speculative_models(args.model, args.drafter, args.device)
+        policy = load_model(model_dir).to(args.device).eval()
+        try:
+            drafter = load_drafter(drafter_dir, policy)[0].to(args.device)
+        except ValueError as err:
+            raise ValueError(f"--drafter={args.drafter or drafter_dir}: {err}") from None
+        tokenizer = load_tokenizer(model_dir)
         every = file_token_ids(args.prompts_file, tokenizer, True) if args.prompts_file else None
     except ValueError as err:
         parser.error(str(err))
@@ -267,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [p for p in every[:distinct] for _ in range(args.group)][: args.requests]
     others = every[distinct : distinct + args.warm_start]
     context = min(policy.config.max_position_embeddings, max(map(len, every)) + args.max_new_tokens + 1)
-    bandit = BanditConfig(strategies=args.arms.split(","))
+    bandit = BanditConfig(strategies=args.arms)
     warm = None
     if others:  # seeds apart from the timed requests' (0 .. requests - 1)
         earlier = [

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from fastrl.adaptive.bandit import BanditSelector
-from fastrl.bench.cli_args import at_least
+from fastrl.bench.cli_args import at_least, strategy_list
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.strategy.round_stats import RoundStats
 
@@ -101,7 +101,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=at_least(0), default=0, help="most requests at once (0: all; 1: batch 1)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
     parser.add_argument("--repeats", type=at_least(1), default=3)
-    parser.add_argument("--arms", default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable")
+    parser.add_argument(
+        "--arms",
+        type=strategy_list,
+        default="12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable",
+        help="the bandit's arms, comma-separated",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             policy(*step)
 
-    configured = BanditConfig(strategies=args.arms.split(","))
+    configured = BanditConfig(strategies=args.arms)
     cases = [("as configured", configured), ("deciding every round", replace(configured, decide_every_s=0.0))]
     for label, bandit in cases:
         engine = _engine(policy, drafter, "bandit", args.batch_size or args.requests, bandit, context)
