@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from fastrl.bench.cli_args import at_least
+from fastrl.bench.cli_args import at_least, new_file
 from fastrl.models.attention import AttentionBackend, PagedSdpa
 from fastrl.models.backends import attention_backend
 from fastrl.models.kv_cache import KVCache, PageTable
@@ -96,11 +96,17 @@ def time_case(
 
 def main(argv: list[str] | None = None) -> None:
     """Print the table (on a CPU, one thread); `--json` also writes it."""
+    from fastrl.engine.machine import check_device
+
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--repeats", type=at_least(1), default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument("--json", type=new_file, default=None, help="write the rows here (a new file)")
     args = parser.parse_args(argv)
+    try:
+        check_device("--device", args.device)
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     shapes = list(SHAPES.values())

@@ -11,6 +11,7 @@ import pytest
 
 from fastrl.adaptive import sim
 from fastrl.bench import (
+    attention,
     attention_lengths,
     eager_ops,
     host_time,
@@ -102,6 +103,8 @@ def _selector_random(argv: list[str]) -> None:
         (_selector_random, ["--cases", "5-2"], "argument --cases: LOW-HIGH needs 0 <= LOW < HIGH, got '5-2'"),
         (_selector_random, ["--seeds", "0,,1"], "argument --seeds: integers separated by commas"),
         (_selector_random, ["--out", str(ROOT / "README.md" / "x.jsonl")], "README.md is not a directory"),
+        (attention.main, ["--json", str(ROOT / "README.md" / "x.json")], "argument --json: " + str(ROOT / "README.md")),
+        (attention.main, ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
         (host_time.main, ["throughput", "1,,2", "4"], "argument BATCHES: integers separated by commas, got '1,,2'"),
         (host_time.main, ["throughput", "abc"], "argument BATCHES: integers separated by commas, got 'abc'"),
         (host_time.main, ["throughput", "1", "abc"], "argument NEW_TOKENS: 'abc' is not an integer"),
@@ -176,3 +179,17 @@ def test_kv_memory_process_entry_prints_one_row(capsys):
     kv_memory.main([str(TINY), "4", "2", "0"])
     row = json.loads(capsys.readouterr().out)
     assert (row["max_new_tokens"], row["generated_tokens"]) == (4, 8) and row["peak_kv_bytes"] > 0
+
+
+def test_attention_refuses_an_existing_json_and_an_absent_gpu_before_timing(tmp_path, capsys, monkeypatch):
+    done = tmp_path / "done.json"
+    done.write_text("{}")
+    with pytest.raises(SystemExit) as stopped:
+        attention.main(["--json", str(done)])
+    assert stopped.value.code == 2 and f"argument --json: {done} exists; choose a new file" in capsys.readouterr().err
+    assert done.read_text() == "{}"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(attention, "time_case", lambda *a: pytest.fail("timed a case"))
+    with pytest.raises(SystemExit) as stopped:
+        attention.main(["--device", "cuda"])
+    assert stopped.value.code == 2 and "--device=cuda: this machine has no CUDA device" in capsys.readouterr().err
