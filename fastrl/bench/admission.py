@@ -12,6 +12,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -81,11 +82,12 @@ def default_admit(batch_size: int) -> list[int]:
     return sorted({1, max(1, batch_size // 8)})
 
 
-def check_arguments(args: argparse.Namespace) -> list[int]:
-    """``main``'s admit_batch settings (``--admit`` or its default); ValueError naming the flag of the first bad
-    value that argparse's types leave, before any model loads."""
-    from fastrl.commands.engine_setup import resolve_model_dir
+def check_arguments(args: argparse.Namespace) -> tuple[list[int], Path]:
+    """``main``'s admit_batch settings (``--admit`` or its default) and the checkpoint ``--model`` names; ValueError
+    naming the flag of the first bad value that argparse's types leave, before any model loads."""
+    from fastrl.commands.engine_setup import check_kv_memory, resolve_model_dir
     from fastrl.engine.machine import check_device
+    from fastrl.models.checkpoint import read_config
     from fastrl.sampling.params import check_temperature
 
     settings = args.admit if args.admit is not None else default_admit(args.batch_size)
@@ -93,15 +95,19 @@ def check_arguments(args: argparse.Namespace) -> list[int]:
         raise ValueError(f"--admit: each setting must be in [1, --batch-size={args.batch_size}], got {settings}")
     check_temperature("--temperature", args.temperature)
     check_device("--device", args.device)
-    check_dtype("--dtype", args.dtype or default_dtype(args.device))
-    resolve_model_dir(args.model, "--model")
-    return settings
+    dtype = args.dtype or default_dtype(args.device)
+    check_dtype("--dtype", dtype)
+    model_dir = resolve_model_dir(args.model, "--model")
+    # the engines' KV cache: every slot the model's whole context (EngineConfig's default max_model_len)
+    check_kv_memory("--batch-size", read_config(model_dir), args.batch_size, getattr(torch, dtype), args.device)
+    return settings, model_dir
 
 
 def main(argv: list[str] | None = None) -> None:
     """Admission in batches: tokens/s, prefill calls and decode rounds per admit_batch (paired repeats)."""
     from fastrl.bench.workload import bench_prompts
-    from fastrl.commands.engine_setup import load_speculative_models
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--requests", type=at_least(1), default=2048)
@@ -121,10 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
     args = parser.parse_args(argv)
     try:
-        settings = check_arguments(args)
+        settings, model_dir = check_arguments(args)
         dtype = args.dtype or default_dtype(args.device)
         torch.set_num_threads(1)
-        policy, _, tokenizer = load_speculative_models(args.model, "", args.device)
+        policy, tokenizer = load_model(model_dir).to(args.device).eval(), load_tokenizer(model_dir)
     except ValueError as err:
         parser.error(str(err))
     prompts = bench_prompts(tokenizer, "auto", args.requests, 2)

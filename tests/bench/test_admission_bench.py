@@ -53,15 +53,16 @@ def _plain(model, inputs):
         (["--model", "nonexist"], "--model=nonexist: checkpoint directory nonexist does not exist"),
         (["--device", "tpu"], "--device='tpu'"),
         (["--device", "cuda"], "--device=cuda: this machine has no CUDA device"),
+        (["--batch-size", "10000000000"], "--batch-size=10000000000 needs a"),
     ],
 )
 def test_bad_settings_are_one_error_before_a_model_loads(flags, message, capsys, monkeypatch):
     """Each bad value is argparse's one line naming its flag (exit 2), no traceback, no model loaded; the default
     --admit fits the 8 slots, so it hides no later check."""
-    import fastrl.commands.engine_setup as engine_setup
+    import fastrl.models.checkpoint as checkpoint
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(engine_setup, "load_speculative_models", lambda *a: pytest.fail("loaded a model"))
+    monkeypatch.setattr(checkpoint, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     with pytest.raises(SystemExit) as exit_:
         main(["--batch-size", "8", *flags])
     err = capsys.readouterr().err
@@ -74,3 +75,15 @@ def test_the_default_admit_follows_the_batch_size():
     assert default_admit(256) == [1, 32]
     assert default_admit(64) == [1, 8]
     assert default_admit(8) == default_admit(1) == [1]
+
+
+def test_a_model_without_a_shipped_drafter_runs(tmp_path, capsys):
+    """Admission decodes plainly: a checkpoint with no drafter shipped for it is fine (was refused, after loading,
+    asking for a drafter= key the script does not have)."""
+    import shutil
+
+    from fastrl.assets_path import bundled_model_dir
+
+    copy = shutil.copytree(bundled_model_dir(), tmp_path / "model")
+    main(["--model", str(copy), "--requests", "4", "--batch-size", "2", "--max-new-tokens", "3", "--repeats", "1"])
+    assert "4 requests on 2 slots (cpu, float32)" in capsys.readouterr().out
