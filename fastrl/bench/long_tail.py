@@ -233,6 +233,22 @@ def check_models(model: str, drafter: str) -> tuple[Path, Path]:
     return model_dir, directory
 
 
+def check_slots(args: Any, model_dir: Path, device: str, engines: int) -> None:
+    """ValueError naming ``--batch-size`` (or ``--requests`` where it is 0: all at once) when ``engines`` engines of
+    that many slots cannot hold even each row's ``--max-new-tokens`` in ``device``'s memory (their KV caches hold the
+    prompts too: a lower bound, checked before any model loads or prompt is made)."""
+    import torch
+
+    from fastrl.commands.engine_setup import check_kv_memory
+    from fastrl.engine.config import default_dtype
+    from fastrl.models.checkpoint import read_config
+
+    config = read_config(model_dir)
+    key, slots = ("--batch-size", args.batch_size) if args.batch_size else ("--requests", args.requests)
+    length = min(config.max_position_embeddings, args.max_new_tokens + 2)
+    check_kv_memory(key, config, slots, getattr(torch, default_dtype(device)), device, engines * length)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the long-tail table with the bundled model: every selector against plain, the bandit's choices per
     bucket, decode-round seconds per bucket, and the bandit's estimated plain time against the plain run's."""
@@ -284,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_arguments(args)
         model_dir, drafter_dir = check_models(args.model, args.drafter)
+        check_slots(args, model_dir, args.device, len({"disable", *args.selectors.split(",")}))  # all step in lockstep
         torch.set_num_threads(1)
         policy = load_model(model_dir).to(args.device).eval()
         try:

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from fastrl.adaptive.bandit_config import BanditConfig
     from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
-    from fastrl.bench.long_tail import _engine
+    from fastrl.bench.long_tail import _engine, check_slots
     from fastrl.bench.workload import bench_prompts
     from fastrl.models.checkpoint import load_model
     from fastrl.models.tokenizer import load_tokenizer
@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> None:
         help="the bandit's arms, comma-separated",
     )
     args = parser.parse_args(argv)
+    try:
+        check_slots(args, bundled_model_dir(), "cpu", 1)
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
     drafter = load_drafter(bundled_drafter_dir(), policy)[0]

@@ -47,6 +47,8 @@ def _selector_random(argv: list[str]) -> None:
         (long_tail.main, ["--model", "/nonexistent"], "--model=/nonexistent: checkpoint directory /nonexistent"),
         (long_tail.main, ["--drafter", "/nonexistent"], "--drafter=/nonexistent: drafter directory /nonexistent does"),
         (long_tail.main, ["--drafter", str(TINY)], "is not a drafter checkpoint: drafter_config.json is missing"),
+        (long_tail.main, ["--batch-size", "10000000000", "--requests", "2"], "--batch-size=10000000000 needs a"),
+        (long_tail.main, ["--requests", "10000000000"], "--requests=10000000000 needs a"),
         (plain_overhead.main, ["--rounds", "5"], "argument --rounds: must be >= 11, got 5"),
         (plain_overhead.main, ["--batch-size", ","], "argument --batch-size: integers separated by commas, got ','"),
         (plain_overhead.main, ["--batch-size", "abc"], "argument --batch-size: integers separated by commas"),
@@ -56,6 +58,8 @@ def _selector_random(argv: list[str]) -> None:
         (plain_overhead.main, ["--rounds", "977"], "argument --rounds: 977 rounds pass the bundled model's 1024"),
         (selector_cost.main, ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
         (selector_cost.main, ["--arms", "bogus"], "argument --arms: strategy 'bogus'"),
+        (selector_cost.main, ["--batch-size", "10000000000"], "--batch-size=10000000000 needs a"),
+        (selector_cost.main, ["--requests", "10000000000"], "--requests=10000000000 needs a"),
         (selector_cost.main, ["--arms", ","], "argument --arms: strategy ''"),
         (
             selector_cost.main,
