@@ -80,10 +80,11 @@ def grouped_vs_padded(lengths: list[int], groups: int) -> tuple[float, float]:
     return cpu_us(padded), cpu_us(grouped)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the layout and grouped-attention timings (one thread)."""
     import argparse
 
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help, and no arguments
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # --help, and no arguments
     torch.set_num_threads(1)
     for name, us in layout().items():
         print(f"layout, batch 256, 100 keys: {name} {us:.0f} us", flush=True)

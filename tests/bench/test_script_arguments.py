@@ -86,6 +86,7 @@ def _selector_random(argv: list[str]) -> None:
             ["--decode", str(TINY), "--blocks", "3"],
             "argument --blocks: only the product table uses it",
         ),
+        (attention_lengths.main, ["--batch", "4"], "unrecognized arguments: --batch 4"),
         (eager_ops.main, ["bogus"], "strategy 'bogus'"),
         (eager_ops.main, ["disable", "0"], "argument BATCHES: each must be >= 1, got '0'"),
         (eager_ops.main, ["disable", "-1"], "argument BATCHES: each must be >= 1, got '-1'"),
@@ -136,8 +137,9 @@ def test_help_is_answered_without_running(capsys, monkeypatch):
             main(["--help"])
         assert stopped.value.code == 0
     monkeypatch.setattr("sys.argv", ["attention_lengths", "--help"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         attention_lengths.main()
+    assert stopped.value.code == 0 and "usage:" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stopped:
         host_time.main(["--help"])
     assert stopped.value.code == 0
