@@ -17,6 +17,7 @@ from fastrl.bench.cli_args import at_least
 from fastrl.speculative.history import HistoryConfig, HistoryIndex
 
 PROMPT, LIVE = 64, 8  # tokens of the group's prompt and of the live sequence's output
+TOKEN_BYTES = 1000  # an index token, ~0.8 KB in CPython, a quarter more while dropped ones wait (HistoryConfig)
 
 
 def longest_response(tokens: int) -> int:
@@ -67,12 +68,20 @@ def eviction_steps(tokens: int, response: int, steps: int, vocab: int, seed: int
 
 def main(argv: list[str] | None = None) -> None:
     """Print the step times."""
+    from fastrl.engine.machine import available_bytes
+
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--tokens", type=at_least(1000), default=200_000, help="the history budget, filled first")
     parser.add_argument("--response", type=at_least(1), default=3000, help="tokens of each new response")
     parser.add_argument("--steps", type=at_least(1), default=40)
     parser.add_argument("--vocab", type=at_least(2), default=50, help="token ids drawn uniformly from [0, vocab)")
     args = parser.parse_args(argv)
+    available = available_bytes("cpu")
+    if available is not None and args.tokens * TOKEN_BYTES > available:
+        parser.error(
+            f"argument --tokens: {args.tokens} tokens of history need about {args.tokens * TOKEN_BYTES / 2**30:.1f} "
+            f"GiB, but {available / 2**30:.1f} GiB is available; give at most {available // TOKEN_BYTES}"
+        )
     if args.response > longest_response(args.tokens):
         parser.error(
             f"argument --response: {args.response} leaves no kept history under --tokens {args.tokens} (a new "

@@ -47,3 +47,7 @@ def test_a_bad_flag_is_a_usage_error(capsys):
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and "argument --response: 897 leaves no kept history under --tokens 1000" in err
     assert "give at most 896" in err
+    with pytest.raises(SystemExit) as stopped:
+        history_eviction.main(["--tokens", str(10**15)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"argument --tokens: {10**15} tokens of history need about" in err
