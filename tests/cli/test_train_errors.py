@@ -195,14 +195,20 @@ def test_a_logger_dir_that_cannot_be_made_is_one_error_naming_it(tmp_path, capsy
     assert not run.exists()
 
 
-def test_wandb_online_that_cannot_reach_its_server_is_one_error_naming_the_key(tmp_path, monkeypatch):
-    """With an API key but no way to the server, W&B's CommError was a traceback after its init timeout."""
-    from fastrl.telemetry.wandb_logger import WandbConfig, WandbLogger
+def test_wandb_online_that_cannot_reach_its_server_is_one_error_naming_the_key(tmp_path):
+    """With an API key but no way to the server, W&B's CommError was a traceback after its init timeout. (A fresh
+    process: W&B reads WANDB_INIT_TIMEOUT once per process, and a W&B run of an earlier test would keep its 90 s.)"""
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
-    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "5")
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
-    with pytest.raises(ValueError, match=r"^logger.mode=online: W&B could not start a run \(CommError: ") as said:
-        WandbLogger(WandbConfig(mode="online", dir=str(tmp_path / "wandb")))
-    assert "\n" not in str(said.value) and "logger.mode=offline" in str(said.value)
+    env = dict(os.environ, WANDB_API_KEY="0" * 40, WANDB_INIT_TIMEOUT="5", WANDB_CONFIG_DIR=str(tmp_path / "config"))
+    env["WANDB_BASE_URL"] = "http://127.0.0.1:9"  # the discard port: nothing listens
+    script = (
+        "from fastrl.telemetry.wandb_logger import WandbConfig, WandbLogger\n"
+        f"WandbLogger(WandbConfig(mode='online', dir={str(tmp_path / 'wandb')!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1
+    assert said.startswith("ValueError: logger.mode=online: W&B could not start a run (CommError: "), said
+    assert "logger.mode=offline" in said
