@@ -142,19 +142,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("seed", metavar="SEED", type=at_least(0))
     args = parser.parse_args(argv)
     try:
-        config = read_config(resolve_model_dir(args.model_dir, "MODEL_DIR"))
+        model_dir = resolve_model_dir(args.model_dir, "MODEL_DIR")
+        config = read_config(model_dir)
     except (ValueError, ImportError) as err:
         parser.error(str(err))
-    if args.max_new_tokens + 2 > config.max_position_embeddings:  # a prompt token, the tokens, the one fed last
+    if args.max_new_tokens >= config.max_position_embeddings:  # a row needs one prompt token besides its new ones
         parser.error(
-            f"argument MAX_NEW_TOKENS: {args.max_new_tokens} passes MODEL_DIR's {config.max_position_embeddings} "
-            f"positions with a prompt (the rows would stop early); give at most {config.max_position_embeddings - 2}"
+            f"argument MAX_NEW_TOKENS: {args.max_new_tokens} leaves no room for a prompt in MODEL_DIR's "
+            f"{config.max_position_embeddings} positions; give at most {config.max_position_embeddings - 1}"
         )
     try:  # at least each row's new tokens, whatever its prompt
         check_kv_memory("count", config, args.count, torch.float32, "cpu", args.max_new_tokens + 2)
     except ValueError as err:
         parser.error(f"argument COUNT: {err}")
-    row = _measure(args.model_dir, args.max_new_tokens, args.count, args.seed)
+    row = _measure(str(model_dir), args.max_new_tokens, args.count, args.seed)
     print(json.dumps(row.__dict__))
 
 

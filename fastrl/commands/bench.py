@@ -53,6 +53,12 @@ def check_sizes(cfg: BenchConfig, model: ModelConfig) -> None:
         ),
         "kv_memory": ("bench.kv_memory_requests", cfg.kv_memory_requests, 1),
     }
+    if "kv_memory" in cfg.suites and max(cfg.kv_memory_new_tokens) >= model.max_position_embeddings:
+        raise ValueError(
+            f"bench.kv_memory_new_tokens={list(cfg.kv_memory_new_tokens)}: {max(cfg.kv_memory_new_tokens)} leaves no "
+            f"room for a prompt in the model's {model.max_position_embeddings} positions; give at most "
+            f"{model.max_position_embeddings - 1}"
+        )
     dtype = torch.float32  # the suites run the policy as it loads
     page = EngineConfig().page_size
     for suite, (key, rows, new_tokens) in sizes.items():

@@ -98,7 +98,7 @@ def _selector_random(argv: list[str]) -> None:
         (kv_memory.main, [str(TINY), "4", "0", "0"], "argument COUNT: must be >= 1, got 0"),
         (kv_memory.main, [str(TINY), "4", "1", "-1"], "argument SEED: must be >= 0, got -1"),
         (kv_memory.main, ["/nonexistent", "4", "1", "0"], "MODEL_DIR=/nonexistent: checkpoint directory"),
-        (kv_memory.main, [str(TINY), "1023", "1", "0"], "argument MAX_NEW_TOKENS: 1023 passes MODEL_DIR's 1024"),
+        (kv_memory.main, [str(TINY), "1024", "1", "0"], "argument MAX_NEW_TOKENS: 1024 leaves no room for a prompt"),
         (kv_memory.main, [str(TINY), "4", "10000000000", "0"], "argument COUNT: count=10000000000 needs a"),
         (kv_memory.main, [str(TINY), "4", "1"], "the following arguments are required: SEED"),
         (sim.main, ["--rollouts", "0"], "argument --rollouts: must be >= 2, got 0"),
@@ -181,10 +181,17 @@ def test_selector_random_refuses_an_existing_out_before_running_and_writes_a_new
     assert (row["case"], row["seed"]) == (3, 1) and "vs_oracle: min" in capsys.readouterr().out
 
 
-def test_kv_memory_process_entry_prints_one_row(capsys):
+def test_kv_memory_process_entry_prints_one_row(capsys, monkeypatch, tmp_path):
     kv_memory.main([str(TINY), "4", "2", "0"])
     row = json.loads(capsys.readouterr().out)
     assert (row["max_new_tokens"], row["generated_tokens"]) == (4, 8) and row["peak_kv_bytes"] > 0
+    # a budget up to the context (rows stop there: the suite measures memory, not speed; 1023 was refused and
+    # `fastrl bench suites=[kv_memory]` ended in a traceback), and a model named as the suites name it ('' is
+    # the bundled one: the check resolved it, the measurement loaded the raw argument)
+    monkeypatch.chdir(tmp_path)
+    kv_memory.main(["", "1023", "1", "0"])
+    row = json.loads(capsys.readouterr().out)
+    assert row["max_new_tokens"] == 1023 and 0 < row["generated_tokens"] <= 1023
 
 
 def test_attention_refuses_an_existing_json_and_an_absent_gpu_before_timing(tmp_path, capsys, monkeypatch):

@@ -85,6 +85,11 @@ def test_each_job_of_a_multirun_writes_its_own_output(tmp_path, monkeypatch):
             "bench.prefix_sharing_prompts x max(bench.prefix_sharing_group_sizes)=300000000 needs a",
         ),
         (["suites=[kv_memory]", "kv_memory_requests=1000000000"], "bench.kv_memory_requests=1000000000 needs a"),
+        # the suite's child process refused it, and the suite ended in a CalledProcessError traceback
+        (
+            ["suites=[kv_memory]", "kv_memory_new_tokens=[73,1024]"],
+            "bench.kv_memory_new_tokens=[73, 1024]: 1024 leaves no room for a prompt in the model's 1024 positions",
+        ),
         # requests that are not whole groups: the header named a group size the run did not have
         (
             ["suites=[long_tail]", "long_tail_requests=2", "long_tail_group_size=5"],
