@@ -38,8 +38,8 @@ from fastrl.commands.train_config import TrainConfig
 from fastrl.commands.train_setup import (
     build_backend,
     build_task,
+    check_context,
     check_local_cluster_fit,
-    check_prompts_fit,
     model_dir,
     result_settings,
 )
@@ -138,7 +138,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     if tokenizer is None:
         raise ValueError(f"model.path: {policy_dir} has no tokenizer; fastrl train needs one to read the task")
     task = build_task(cfg)  # validates before any worker starts
-    check_prompts_fit(cfg, task, tokenizer)
+    check_context(cfg, task, tokenizer)
     check_local_cluster_fit(cfg)
     if cfg.logger.enabled:
         cfg.logger.check()

@@ -158,17 +158,25 @@ def build_task(cfg: TrainConfig) -> ArithChainTask:
     return ArithChainTask(cfg.task)
 
 
-def check_prompts_fit(cfg: TrainConfig, task: ArithChainTask, tokenizer: TextTokenizer) -> None:
-    """ValueError before any worker starts when the task's longest prompt leaves no room for a response in the
-    rollout engines' context (`rollout.engine.max_model_len`, else the policy's `max_position_embeddings`): every
-    rollout of such a prompt would fail at run time. A tokenizer that splits another prompt into more tokens than
-    the longest one can still fail a request; the trainer then names it."""
+def check_context(cfg: TrainConfig, task: ArithChainTask, tokenizer: TextTokenizer) -> None:
+    """ValueError before any worker starts, naming the key: a new run's `rollout.engine.max_model_len` past the
+    policy's `max_position_embeddings` (an engine would lower it unsaid; a run started with one before this check
+    resumes as it ran, at the policy's positions), or a context (the engines': `max_model_len`, at most the policy's
+    positions) that leaves the task's longest prompt no room for a response: every rollout of it would fail at run
+    time. A tokenizer that splits another prompt into more tokens than the longest one can still fail a request;
+    the trainer then names it."""
+    policy = model_dir(cfg)
+    positions = read_config(policy).max_position_embeddings
     limit = cfg.rollout.engine.max_model_len
+    if limit is not None and limit > positions and not cfg.resume:
+        raise ValueError(
+            f"rollout.engine.max_model_len={limit} exceeds the policy's {positions} positions "
+            f"(max_position_embeddings in {policy}/config.json); give at most {positions}, or leave it unset"
+        )
     context, remedy = f"rollout.engine.max_model_len={limit}", "raise rollout.engine.max_model_len or lower task.n_max"
-    if limit is None:
-        policy = model_dir(cfg)
-        limit = read_config(policy).max_position_embeddings
-        context, remedy = f"the policy's context ({limit} positions, {policy})", "lower task.n_max"
+    if limit is None or limit >= positions:
+        limit = positions
+        context, remedy = f"the policy's context ({positions} positions, {policy})", "lower task.n_max"
     prompt = task.longest_prompt()
     tokens = len(tokenizer.encode(prompt))
     if tokens >= limit:

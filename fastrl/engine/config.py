@@ -34,7 +34,7 @@ class EngineConfig:
     max_batch_size: KV-cache slots, i.e. the most requests decoded at once (continuous batching admits more as
         slots free up).
     max_model_len: context length (prompt + response); None takes the model's max_position_embeddings, and so does
-        a larger value (the engine serves at most the model's positions; `fastrl train` refuses a larger one).
+        a larger value (the engine serves at most the model's positions; a new `fastrl train` run refuses a larger one).
     seed: seeds requests that bring none (request i of the engine gets a seed drawn from this one).
     cuda_graphs: on a CUDA device, capture every decode round at start (plain per batch bucket, speculative per
         strategy and bucket) and replay them; ignored on a CPU.

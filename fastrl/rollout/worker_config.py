@@ -137,12 +137,6 @@ class RolloutWorkerConfig:
                 check_drafter_files(self.drafter_dir, policy)
             except ValueError as err:
                 raise ValueError(f"rollout.worker.drafter_dir: {err}") from None
-        limit = self.engine.max_model_len
-        if limit is not None and limit > policy.max_position_embeddings:  # an engine would lower it unsaid
-            raise ValueError(
-                f"engine.max_model_len={limit} exceeds the policy's {policy.max_position_embeddings} positions "
-                f"(max_position_embeddings in {self.model_dir}/config.json); give at most that, or leave it unset"
-            )
         if self.engine.kv_cache_tokens is not None:  # what each engine would refuse as it starts, said once here
             check_kv_cache_tokens(
                 "engine.kv_cache_tokens",

@@ -140,3 +140,20 @@ def test_the_closing_line_names_checkpoints_only_when_the_run_wrote_some(tmp_pat
         assert main(["train", *TINY, "rl.steps=1", f"rl.checkpoint_every={every}", f"hydra.run.dir={run}"]) == 0
         (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("run directory: ")]
         assert ("checkpoints/" in line) == (every > 0) == (run / "checkpoints").is_dir(), line
+
+
+def test_a_run_started_with_a_context_past_the_policys_positions_resumes(tmp_path, monkeypatch, capsys):
+    """A new run refuses rollout.engine.max_model_len past the policy's positions; a run started before that check
+    (its engines served the policy's positions) resumes as it ran: the check refused its resume, and the resume
+    check refused any other value, so no command line could continue it."""
+    import fastrl.commands.train as train_command
+
+    run = tmp_path / "run"
+    args = [*TINY, "rl.checkpoint_every=1", "rollout.engine.max_model_len=2048"]
+    assert main(["train", *args, "rl.steps=1", f"hydra.run.dir={tmp_path / 'new'}"]) == 2
+    assert "rollout.engine.max_model_len=2048 exceeds the policy's 1024 positions" in capsys.readouterr().err
+    with monkeypatch.context() as older:  # the run as a version without the check started it
+        older.setattr(train_command, "check_context", lambda *a: None)
+        assert main(["train", *args, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
+    assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
+    assert _steps(run) == [0, 1]
