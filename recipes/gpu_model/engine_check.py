@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> None:
             elif phase == "attention":
                 from fastrl.bench.attention import main as attention_bench
 
+                (out / "attention.json").unlink(missing_ok=True)  # this phase's own file, of an earlier call
                 attention_bench(["--device", device, "--repeats", "20", "--json", str(out / "attention.json")])
                 value = json.loads((out / "attention.json").read_text())
             elif phase == "plain":
@@ -319,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
                 value = phase_admission(args, device)
             else:  # parse_args took only PHASES
                 raise ValueError(f"--phases: unknown phase {phase!r}")
-        except Exception as err:  # record it and go on: the other phases are still worth having
+        except (Exception, SystemExit) as err:  # record it and go on: the other phases are still worth having
+            # (a benchmark's own argparse refusal is a SystemExit)
             value = {"error": f"{type(err).__name__}: {err}"[:2000]}
         results.record(phase, {"value": value, "seconds": time.perf_counter() - start})
         print(f"== {phase} ({time.perf_counter() - start:.0f} s): {json.dumps(value, default=str)[:1500]}", flush=True)

@@ -460,7 +460,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"phase {phase}", flush=True)
         try:
             value = PHASES[phase](work, out, args)
-        except Exception as err:  # record it and go on: a later phase may not need this one
+        except (Exception, SystemExit) as err:  # record it and go on: a later phase may not need this one (a
+            # benchmark's own argparse refusal is a SystemExit)
             traceback.print_exc()
             value = {"error": f"{type(err).__name__}: {err}"[:2000]}
         value = {"seconds": time.perf_counter() - start} | (value if isinstance(value, dict) else {"result": value})
@@ -472,6 +473,7 @@ def phase_attention(out: Path, device: str, repeats: int = 30) -> dict:
     """One layer's attention (`fastrl.bench.attention`, its default 30 repeats on the GPU run)."""
     from fastrl.bench.attention import main as attention_bench
 
+    (out / "attention.json").unlink(missing_ok=True)  # this phase's own file, of an earlier call on this machine
     attention_bench(["--device", device, "--repeats", str(repeats), "--json", str(out / "attention.json")])
     return json.loads((out / "attention.json").read_text())
 

@@ -182,3 +182,36 @@ def test_a_later_call_on_the_same_machine_keeps_the_earlier_phases(tmp_path):
     assert json.loads(path.read_text()) == identity | {"sft": {"value": 1}, "bs1": {"value": 2}}
     with pytest.raises(ValueError, match="tiny: True there, False here"):
         ResultsFile.open(path, identity | {"tiny": False})
+
+
+def test_a_second_call_reruns_a_phase_that_writes_its_own_file(tmp_path):
+    """The attention phase's file of an earlier call made the benchmark refuse its --json (a SystemExit, which
+    passed the phases' `except Exception`: the call ended there, later phases unrun and unrecorded)."""
+    argv = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--device", "cpu", "--tiny"]
+    for _ in range(2):
+        run.main([*argv, "--phases", "attention"])
+        results = json.loads((tmp_path / "out" / "results.json").read_text())
+        assert "error" not in results["attention"]["value"], results["attention"]
+
+
+@pytest.mark.parametrize("script", [run, engine_check])
+def test_a_phase_that_exits_is_recorded_and_the_next_runs(script, tmp_path, monkeypatch):
+    monkeypatch.setattr(script, "build", lambda *a: (None, None), raising=False)
+    first, second = list(script.PHASES)[:2]
+
+    def exits(*args):
+        raise SystemExit(2)
+
+    def phase_value(*args):
+        return {"ran": True}
+
+    if script is run:
+        monkeypatch.setattr(script, "PHASES", {first: exits, second: phase_value})
+    else:  # engine_check dispatches by name: its first two phases, as the module runs them
+        monkeypatch.setattr(script, "phase_tests", exits)
+        monkeypatch.setattr(script, "phase_plain", phase_value)
+        first, second = "tests", "plain"
+    argv = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--device", "cpu", "--tiny"]
+    script.main([*argv, "--phases", f"{first},{second}"])
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results[first]["value"]["error"].startswith("SystemExit") and results[second]["value"]["ran"] is True
