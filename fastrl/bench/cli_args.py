@@ -129,6 +129,20 @@ def number_at_least(low: float) -> Callable[[str], float]:
     return parse
 
 
+def sampling_temperature(text: str) -> float:
+    """An argparse ``type``: a sampling temperature, by the one rule of every temperature (``check_temperature``: 0
+    for greedy, else a finite number >= 1e-6)."""
+    from fastrl.sampling.params import check_temperature
+
+    try:
+        value = float(text)
+        check_temperature("temperature", value)
+    except ValueError as err:
+        said = str(err).removeprefix("temperature ") if "temperature" in str(err) else f"{text!r} is not a number"
+        raise argparse.ArgumentTypeError(said) from None
+    return value
+
+
 def new_dir(text: str) -> Path:
     """An argparse ``type``: a directory to create, or an empty one, checked before any work (``check_output_dir``:
     its parent takes new directories); a directory holding files is refused, so finished results are never mixed

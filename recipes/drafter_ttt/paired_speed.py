@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least, strategy_name
+from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature, strategy_name
 from fastrl.commands.engine_setup import load_speculative_models
 from fastrl.commands.prompt_tokens import file_token_ids
 from fastrl.commands.prompts_io import read_prompts
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=at_least(1), default=16)
     parser.add_argument("--seed", type=at_least(0), default=2000)  # held out: no training run draws prompts with it
-    parser.add_argument("--temperature", type=number_at_least(0.0), default=1.0)
+    parser.add_argument("--temperature", type=sampling_temperature, default=1.0)
     parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--strategies", nargs="+", type=strategy_name, default=["3_1_4", "7_1_8", "8_4_32"])
     parser.add_argument(

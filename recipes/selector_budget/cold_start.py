@@ -18,7 +18,7 @@ import torch
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
-from fastrl.bench.cli_args import at_least, existing_dir, existing_file, number_at_least
+from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature
 from fastrl.bench.long_tail import _engine
 from fastrl.bench.workload import bench_prompts
 from fastrl.commands.engine_setup import load_speculative_models
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=at_least(1), default=6)
     parser.add_argument("--batch-size", type=at_least(1), default=1)
     parser.add_argument("--max-new-tokens", type=at_least(1), default=96)
-    parser.add_argument("--temperature", type=number_at_least(0.0), default=0.0)
+    parser.add_argument("--temperature", type=sampling_temperature, default=0.0)
     parser.add_argument("--runs", type=at_least(1), default=4)
     parser.add_argument("--arms", default=ARMS, help="the bandit's strategies, comma-separated")
     args = parser.parse_args(argv)

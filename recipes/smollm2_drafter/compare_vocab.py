@@ -17,7 +17,7 @@ import torch
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.atomic_files import write_atomic
-from fastrl.bench.cli_args import at_least, existing_dir, number_at_least, strategy_name
+from fastrl.bench.cli_args import at_least, existing_dir, sampling_temperature, strategy_name
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import file_prompt_ids, split_prompts
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=existing_dir, help="the recipe's output directory")
     parser.add_argument("--strategies", nargs="+", type=strategy_name, default=["3_1_4", "5_1_6"])
-    parser.add_argument("--temperatures", nargs="+", type=number_at_least(0.0), default=[0.0])
+    parser.add_argument("--temperatures", nargs="+", type=sampling_temperature, default=[0.0])
     parser.add_argument("--prompts", type=at_least(0), default=0, help="the first N held-out prompts (0: all)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing RUN/compare_vocab.json")
     args = parser.parse_args(argv)
