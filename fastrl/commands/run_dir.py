@@ -252,9 +252,10 @@ def read_metrics_lines(run_dir: Path) -> list[tuple[str, dict | None]]:
 
 
 def metrics_steps(run_dir: Path, keys: tuple[str, ...]) -> list[dict]:
-    """The step records of a run's metrics.jsonl, for a reader of its figures that needs ``keys`` as finite numbers
-    in every step (the recipes' plots and tables). ValueError naming the file, and the line where one is to blame:
-    missing, a line that is not a record (a truncated last one too), a key missing or not a finite number, no step."""
+    """The step records of a run's metrics.jsonl, for a reader of its figures that needs ``keys`` as numbers in every
+    step (the recipes' plots and tables); a null, the run's record of a metric that was not finite, reads as NaN (a
+    gap in a plot, NaN in a mean). ValueError naming the file, and the line where one is to blame: missing, a line
+    that is not a record (a truncated last one too), a key missing or not a number, no step."""
     file = run_dir / METRICS_FILE
     if not file.is_file():
         raise ValueError(f"{file} is missing: is {run_dir} a `fastrl train` run directory?")
@@ -272,8 +273,10 @@ def metrics_steps(run_dir: Path, keys: tuple[str, ...]) -> list[dict]:
             if key not in logged:
                 raise ValueError(f"{file}:{number}: no {key!r} (not a `fastrl train` metrics line?)")
             value = logged[key]
-            if not is_real(value) or not math.isfinite(value):
-                raise ValueError(f"{file}:{number}: {key!r} must be a finite number, got {value!r}")
+            if value is None:  # a metric that was not finite (NaN, inf: the run writes null and warns)
+                logged[key] = math.nan
+            elif not is_real(value) or not math.isfinite(value):
+                raise ValueError(f"{file}:{number}: {key!r} must be a number (or null), got {value!r}")
         steps.append(logged)
     if not steps:
         raise ValueError(f"{file} holds no steps")

@@ -57,3 +57,11 @@ def test_outputs_are_replaced_only_with_overwrite(run, capsys):
     _plot([str(run), "--overwrite"])
     assert json.loads((run / "drift.json").read_text())["steps"] == 4
     assert (run / "drift.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_step_whose_loss_was_not_finite_is_a_gap_not_a_refusal(run):
+    """metrics.jsonl writes a non-finite metric as null; the plot refused the whole run for one diverged step."""
+    lines = [json.dumps(STEP | {"step": i} | ({"loss": None} if i == 2 else {})) for i in range(4)]
+    (run / "cotrained" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    _plot([str(run)])
+    assert json.loads((run / "drift.json").read_text())["steps"] == 4

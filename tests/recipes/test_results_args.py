@@ -61,7 +61,7 @@ def test_a_run_without_a_label_is_refused(good, tmp_path, capsys):
         (json.dumps(STEP) + '\n{"step": 1, "rollout_ti', "metrics.jsonl:2: not JSON"),
         ("", "metrics.jsonl holds no steps"),
         (json.dumps({"step": 0}) + "\n", "metrics.jsonl:1: no 'rollout_time_s'"),
-        (json.dumps(STEP | {"reward_mean": None}) + "\n", "metrics.jsonl:1: 'reward_mean' must be a finite number"),
+        (json.dumps(STEP | {"reward_mean": "x"}) + "\n", "metrics.jsonl:1: 'reward_mean' must be a number (or null)"),
         ("[1, 2]\n", "metrics.jsonl:1: not a line of metrics (not a JSON object)"),
     ],
 )
