@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| strategy | bs | last layer (CPU s) | fused (CPU s) | fused / last |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for strategy, batch in args.arms:
-        name = f"{strategy}:{batch}"
+        label = f"{strategy}:{batch}"
         times: dict[str, list[float]] = {"last": [], "fused": []}
         tokens: dict[str, list[list[int]]] = {}
         for rep in range(args.repeats):
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                 tokens[name] = [o.token_ids for o in engine.generate(inputs)]
                 times[name].append(time.process_time() - start)
         if tokens["last"] != tokens["fused"]:
-            raise RuntimeError(f"{name}: the identity fuse changed the tokens")
+            raise RuntimeError(f"{label}: the identity fuse changed the tokens")
         last, fused_s = (sorted(times[k])[len(times[k]) // 2] for k in ("last", "fused"))
         print(f"| {strategy} | {batch} | {last:.2f} | {fused_s:.2f} | {fused_s / last:.3f} |", flush=True)
 

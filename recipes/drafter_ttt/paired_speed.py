@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--max-new-tokens", type=at_least(1), default=1024)
     args = parser.parse_args(argv)
-    if "disable" in args.strategies or duplicate(args.strategies) is not None:
-        said = "disable (plain decoding, always timed)" if "disable" in args.strategies else duplicate(args.strategies)
-        parser.error(f"--strategies: {said} is given twice")
+    if "disable" in args.strategies:
+        parser.error("--strategies: disable is plain decoding, which every run times as the reference; leave it out")
+    if duplicate(args.strategies) is not None:
+        parser.error(f"--strategies: {duplicate(args.strategies)} is given twice")
     if args.prompts_file:
         try:
             lines = read_prompts(args.prompts_file)

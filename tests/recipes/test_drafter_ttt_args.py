@@ -23,7 +23,7 @@ CASES = [
     ("paired_speed.py", ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
     ("paired_speed.py", ["--prompts", "0"], "argument --prompts: must be >= 1, got 0"),
     ("paired_speed.py", ["--strategies", "3_1_4", "bogus"], "argument --strategies: strategy 'bogus'"),
-    ("paired_speed.py", ["--strategies", "3_1_4", "disable"], "--strategies: disable (plain decoding"),
+    ("paired_speed.py", ["--strategies", "3_1_4", "disable"], "--strategies: disable is plain decoding, which every"),
     ("paired_speed.py", ["--temperature", "-1"], "argument --temperature: must be a finite number >= 0"),
     ("paired_speed.py", ["--temperature", "1e-9"], "argument --temperature: must be 0 (greedy) or at least 1e-06"),
     ("paired_speed.py", ["--drafter", "/nonexistent/d"], "argument --drafter: /nonexistent/d is missing"),
