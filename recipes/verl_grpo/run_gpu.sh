@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${MODEL:?set MODEL to a local HF checkpoint directory}"
-: "${TRAIN:?set TRAIN to a parquet file in verl's RL dataset format}"
+: "${TRAIN:?set TRAIN to a parquet file in the RL dataset format of verl}"
 : "${VAL:=$TRAIN}"
 : "${GPUS:=8}"
 # The verl.plugins entry point registers fastrl in a pip install; this also covers source checkouts.
