@@ -63,14 +63,20 @@ def _generation_eos(directory: Path) -> int | list[int] | None:
 
 
 def weight_files(directory: Path) -> dict[Path, list[str] | None]:
-    """Safetensors files to read -> the tensor names to take from each (None: all of them). A shard index that is
-    not valid JSON, or names a shard outside ``directory``, is a ValueError naming the index."""
+    """Safetensors files to read -> the tensor names to take from each (None: all of them): ``model.safetensors``
+    when the directory has one, else the shards of its index, in transformers' order (a directory holding both
+    loads the same weights in either). A shard index that is not valid JSON, has no ``weight_map`` or names a shard
+    outside ``directory`` is a ValueError naming the index."""
+    if (directory / WEIGHTS_FILE).is_file():
+        return {directory / WEIGHTS_FILE: None}
     index = directory / INDEX_FILE
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            weight_map = json.loads(index.read_text()).get("weight_map")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
             raise ValueError(f"{index} is not a valid shard index: {err}") from None
+        if not weight_map:
+            raise ValueError(f"{index} has no weight_map (tensor names -> shard files): not a shard index")
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
         shards: dict[Path, list[str]] = {}
@@ -84,8 +90,6 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
         if missing:
             raise ValueError(f"{index} names shards missing from {directory}: {missing}")
         return dict(shards.items())
-    if (directory / WEIGHTS_FILE).is_file():
-        return {directory / WEIGHTS_FILE: None}
     raise ValueError(f"checkpoint directory {directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors load)")
 
 
@@ -212,7 +216,8 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
 
 def save_model(model: CausalLM, path: str | Path, dtype: torch.dtype | None = None) -> None:
     """Writes config.json + model.safetensors (tied: no lm_head.weight) loadable by `load_model` and by
-    transformers' AutoModelForCausalLM. `dtype` None keeps the model's dtype."""
+    transformers' AutoModelForCausalLM (both read model.safetensors before a shard index an earlier checkpoint left
+    in the directory). `dtype` None keeps the model's dtype."""
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()

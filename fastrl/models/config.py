@@ -108,7 +108,7 @@ class ModelConfig:
             raise ValueError("mlp_bias=True is not supported")
         if d.get("use_sliding_window", False):
             raise ValueError("use_sliding_window=True (sliding-window attention) is not supported")
-        if d.get("partial_rotary_factor", 1.0) != 1.0:
+        if d.get("partial_rotary_factor") not in (None, 1.0):  # null: unset, as transformers reads it
             raise ValueError(f"partial_rotary_factor {d['partial_rotary_factor']!r} is not supported (only 1.0)")
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
@@ -128,11 +128,11 @@ class ModelConfig:
             num_hidden_layers=_int(d, "num_hidden_layers", required=True),
             num_attention_heads=_int(d, "num_attention_heads", required=True),
             num_key_value_heads=_int(d, "num_key_value_heads", None),
-            head_dim=_int(d, "head_dim", 128 if model_type == "qwen3" else None),  # HF Qwen3Config defaults to 128
+            head_dim=_head_dim(d, model_type),
             max_position_embeddings=max_pos,
             rms_norm_eps=_positive_float(d, "rms_norm_eps", 1e-6),
             rope_theta=theta,
-            rope_scaling=_parse_rope(rope, max_pos),
+            rope_scaling=_parse_rope(rope, max_pos, d.get("original_max_position_embeddings")),
             tie_word_embeddings=_bool(d, "tie_word_embeddings", False),
             attention_bias=attention_bias,
             qk_norm=model_type == "qwen3",
@@ -200,6 +200,14 @@ def _int(d: dict[str, Any], key: str, default: int | None = None, required: bool
     if not is_int(value) or value < 1:
         raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
     return value
+
+
+def _head_dim(d: dict[str, Any], model_type: str) -> int | None:
+    """`head_dim`: absent takes the family's default (Qwen3: 128, as HF's Qwen3Config; else hidden / heads); null
+    is refused for Qwen3, whose default would otherwise hide it (transformers refuses it too)."""
+    if model_type == "qwen3" and "head_dim" in d and d["head_dim"] is None:
+        raise ValueError("head_dim must be an integer >= 1, got None (Qwen3's head size is not hidden / heads)")
+    return _int(d, "head_dim", 128 if model_type == "qwen3" else None)
 
 
 def _positive_float(d: dict[str, Any], key: str, default: float | None) -> float:
@@ -276,21 +284,31 @@ def _family(d: dict[str, Any]) -> str:
     return model_type
 
 
-def _parse_rope(rope: dict[str, Any], max_position_embeddings: int) -> RopeScaling | None:
-    """HF rope scaling dict -> RopeScaling (llama3) or None (default); other types raise ValueError."""
+def _parse_rope(rope: dict[str, Any], max_position_embeddings: int, top_level_original: object) -> RopeScaling | None:
+    """HF rope scaling dict -> RopeScaling (llama3) or None (default); other types raise ValueError. The original
+    context of llama3 scaling is the rope dict's `original_max_position_embeddings` or the config's top-level one
+    (transformers 5.x prefers the latter, 4.x reads the former): ValueError naming both when they disagree, the
+    model's `max_position_embeddings` when neither is given."""
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type in (None, "default"):
         return None
     if rope_type != "llama3":
         raise ValueError(f"rope_scaling type {rope_type!r} is not supported (only 'default' and 'llama3')")
+    given = {"the rope dict's original_max_position_embeddings": rope.get("original_max_position_embeddings")}
+    given["original_max_position_embeddings"] = top_level_original
+    originals = {key: _int(given, key) for key, value in given.items() if value is not None}
+    if len(set(originals.values())) > 1:
+        values = ", ".join(f"{key}={value}" for key, value in originals.items())
+        raise ValueError(
+            f"llama3 RoPE's original contexts disagree ({values}): transformers 5.x reads the top-level key, 4.x the "
+            "rope dict's, so the checkpoint is a different model to each; make them equal"
+        )
     try:
         return RopeScaling(
             factor=float(rope["factor"]),
             low_freq_factor=float(rope["low_freq_factor"]),
             high_freq_factor=float(rope["high_freq_factor"]),
-            original_max_position_embeddings=int(
-                rope.get("original_max_position_embeddings") or max_position_embeddings
-            ),
+            original_max_position_embeddings=next(iter(originals.values()), max_position_embeddings),
         )
     except KeyError as err:
         raise ValueError(f"llama3 rope_scaling lacks key {err.args[0]!r}: {rope!r}") from None

@@ -28,6 +28,22 @@ def test_sharded_checkpoint_loads(hf_checkpoint):
     assert (logits_of(load_model(path), ids) - logits_of(hf, ids)).abs().max() <= TOL
 
 
+def test_a_single_file_beside_a_shard_index_is_what_both_load(hf_checkpoint):
+    """fastrl read a shard index before model.safetensors, transformers the other way: a directory holding both (a
+    sharded checkpoint that save_model wrote into) was two models, and save_model's weights did not load back."""
+    hf, path = hf_checkpoint("qwen2", max_shard_size="40KB")
+    model = load_model(path)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    save_model(model, path)
+    assert (path / "model.safetensors.index.json").is_file()  # the earlier shards stay, unread
+    ids = torch.randint(0, 97, (1, 9))
+    again = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    assert torch.equal(load_model(path).lm_head.weight, model.lm_head.weight)
+    assert (logits_of(load_model(path), ids) - logits_of(again, ids)).abs().max() <= TOL
+    assert (logits_of(load_model(path), ids) - logits_of(hf, ids)).abs().max() > 10 * TOL
+
+
 def test_bf16_checkpoint_is_cast_to_requested_dtype(hf_checkpoint):
     hf, path = hf_checkpoint("llama_gqa")
     hf.to(torch.bfloat16).save_pretrained(path)
@@ -173,3 +189,26 @@ def test_random_model_saves_and_loads(tmp_path):
     ids = torch.randint(0, 64, (1, 6))
     assert torch.equal(logits_of(load_model(tmp_path), ids), logits_of(model, ids))
     assert (logits_of(AutoModelForCausalLM.from_pretrained(tmp_path), ids) - logits_of(model, ids)).abs().max() <= TOL
+
+
+def test_llama3_rope_with_a_top_level_original_context_computes_what_transformers_does(tmp_path):
+    """The top-level original_max_position_embeddings (the rope dict lacking it) is the one transformers uses."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    rope = dict(rope_type="llama3", rope_theta=5e5, factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0)
+    rope["original_max_position_embeddings"] = 16
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rope_parameters=rope,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    edited = json.loads((tmp_path / "config.json").read_text())
+    edited["rope_parameters"].pop("original_max_position_embeddings")
+    edited["original_max_position_embeddings"] = 64
+    (tmp_path / "config.json").write_text(json.dumps(edited))
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ours = load_model(tmp_path)
+    assert ours.config.rope_scaling.original_max_position_embeddings == 64
+    ids = torch.randint(0, 97, (1, 80))  # past the original context, where the scaling matters
+    assert (logits_of(ours, ids) - logits_of(hf, ids)).abs().max() <= TOL

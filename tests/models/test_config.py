@@ -223,3 +223,31 @@ def test_architectures_and_model_type_must_agree(architecture, model_type):
     assert AutoConfig.for_model(model_type).model_type == model_type  # a model_type transformers knows
     agreeing = {**d, "model_type": ARCHITECTURES[architecture]}
     assert ModelConfig.from_hf_dict(agreeing).model_type == ARCHITECTURES[architecture]
+
+
+def test_llama3_original_context_from_the_rope_dict_or_the_top_level_and_never_two():
+    """A top-level original_max_position_embeddings (which transformers 5.x prefers to the rope dict's) was ignored:
+    the RoPE frequencies, and every logit, differed from HF's with no error."""
+    rope_only = ModelConfig.from_hf_dict(LLAMA31_V4)
+    assert rope_only.rope_scaling.original_max_position_embeddings == 8192
+    no_dict_value = {
+        **LLAMA31_V4,
+        "rope_scaling": {k: v for k, v in L3.items() if k != "original_max_position_embeddings"},
+    }
+    top = ModelConfig.from_hf_dict({**no_dict_value, "original_max_position_embeddings": 4096})
+    assert top.rope_scaling.original_max_position_embeddings == 4096
+    assert ModelConfig.from_hf_dict(no_dict_value).rope_scaling.original_max_position_embeddings == 131072
+    same = ModelConfig.from_hf_dict({**LLAMA31_V4, "original_max_position_embeddings": 8192})
+    assert same.rope_scaling == rope_only.rope_scaling
+    with pytest.raises(ValueError, match=re.escape("llama3 RoPE's original contexts disagree (the rope dict's")):
+        ModelConfig.from_hf_dict({**LLAMA31_V4, "original_max_position_embeddings": 64})
+    plain = {k: v for k, v in NO_ROPE.items()} | {"original_max_position_embeddings": 64}
+    assert ModelConfig.from_hf_dict(plain).rope_scaling is None  # no llama3 scaling: nothing reads it
+
+
+def test_null_partial_rotary_factor_is_unset_and_a_null_qwen3_head_dim_is_refused():
+    assert ModelConfig.from_hf_dict({**LLAMA31_V4, "partial_rotary_factor": None}).rope_scaling is not None
+    qwen3 = {**NO_ROPE, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+    assert ModelConfig.from_hf_dict(qwen3).head_dim == 128
+    with pytest.raises(ValueError, match=r"head_dim must be an integer >= 1, got None"):
+        ModelConfig.from_hf_dict({**qwen3, "head_dim": None})

@@ -74,6 +74,9 @@ def test_shard_index_outside_the_directory_or_invalid(checkpoint, tmp_path):
     index.write_text("{not json")
     with pytest.raises(ValueError, match="index.json is not a valid shard index"):
         load_model(checkpoint)
+    index.write_text(json.dumps({"metadata": {}}))  # was: "missing tensors [every tensor]"
+    with pytest.raises(ValueError, match="index.json has no weight_map"):
+        load_model(checkpoint)
 
 
 def test_drafter_truncated_or_nan_is_named(checkpoint, tmp_path):
