@@ -72,6 +72,14 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
             messages = _check_messages(obj["messages"], where) if "messages" in obj else None
             if prompt is not None and not isinstance(prompt, str):
                 raise ValueError(f'{where}: "prompt" must be a string')
+            texts = [('"prompt"', prompt)] + [
+                (f'"messages"[{i}].{key}', value)
+                for i, message in enumerate(messages or [])
+                for key, value in message.items()
+                if isinstance(value, str)
+            ]
+            for key, text in texts:
+                _check_encodable(text, where, key)
             if ids is not None and not (isinstance(ids, list) and all(_is_token_id(t) for t in ids)):
                 raise ValueError(f'{where}: "prompt_ids" must be a list of integers >= 0 (not booleans)')
             if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
@@ -91,6 +99,21 @@ def _check_messages(messages: object, where: str) -> list[dict[str, str]]:
             if not isinstance(message.get(key), str):
                 raise ValueError(f'{where}: "messages"[{i}].{key} must be a string')
     return messages
+
+
+def _check_encodable(text: str | None, where: str, key: str) -> None:
+    """ValueError naming the line when ``text`` holds a lone surrogate (JSON's "\\ud800" escape decodes to one): no
+    tokenizer can encode it (transformers raised a TypeError from deep inside, or it read as the chat template's
+    refusal)."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{where}: {key} holds a lone surrogate ({text[err.start]!r} at character {err.start}), which is not "
+            "text: an escape such as \\ud800 without its pair"
+        ) from None
 
 
 def _is_token_id(value: object) -> bool:

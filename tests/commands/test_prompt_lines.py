@@ -5,6 +5,7 @@ tokenizer is an error naming the line."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -99,3 +100,20 @@ def test_a_chat_template_refusing_a_line_is_an_error_naming_the_line(tmp_path, t
     line = read_prompts(_write(tmp_path / "p.jsonl", [{"messages": [{"role": "robot", "content": "hi"}]}]))[0]
     with pytest.raises(ValueError, match=r"^p\.jsonl:1: the chat template of m refused this line: "):
         line_token_ids(line, tokenizer, chat=False, where="p.jsonl:1", model="m")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ('{"prompt": "a\\ud800b"}', "\"prompt\" holds a lone surrogate ('\\ud800' at character 1)"),
+        ('{"messages": [{"role": "user", "content": "x\\udc00"}]}', '"messages"[0].content holds a lone surrogate'),
+        ('{"messages": [{"role": "us\\ud83der", "content": "x"}]}', '"messages"[0].role holds a lone surrogate'),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_the_line(tmp_path, line, said):
+    """JSON's \\ud800 escape without its pair decodes to a string no tokenizer can encode: it was a transformers
+    TypeError traceback, or read as the chat template's refusal."""
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "fine \\ud83d\\ude00"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2: {said}")):
+        read_prompts(path)
