@@ -18,6 +18,7 @@ from fastrl.commands.engine_setup import (
     resolve_model_dir,
 )
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_text
+from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import read_prompts
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.request import RequestOutput
@@ -42,9 +43,10 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
     lines = read_prompts(cfg.prompts)
     cfg.check_workload("check_exact", len(lines))
     tokenizer = load_tokenizer(model_dir)
-    inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
-    ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     model_config = read_config(model_dir)
+    limits = PromptLimits(model_config.max_position_embeddings, model_config.vocab_size)
+    inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer, limits)]
+    ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
     context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
     configs = {}
     for name, key, batch in (

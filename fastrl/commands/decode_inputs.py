@@ -9,7 +9,7 @@ from typing import Any
 
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.commands.decode_config import DecodeConfig
-from fastrl.commands.prompt_tokens import line_token_ids
+from fastrl.commands.prompt_tokens import PromptLimits, line_token_ids
 from fastrl.commands.prompts_io import PromptLine
 from fastrl.engine.engine import GenerateInput
 from fastrl.json_values import read_json
@@ -30,11 +30,13 @@ def read_ema_json(path: str) -> EmaConfig:
         raise ValueError(f"ema_json={path}: {err}") from None
 
 
-def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> list[GenerateInput]:
+def to_generate_inputs(
+    line: PromptLine, cfg: DecodeConfig, tokenizer: Any, limits: PromptLimits
+) -> list[GenerateInput]:
     """The `cfg.n` engine inputs of one prompt line (a GRPO-style group: one prompt, n seeds). Sample 0 has the
     line's seed; sample j has seed + j * SAMPLE_SEED_STRIDE (mod 2**63). With n = 1 the request id is the line
-    number, else "line/j"."""
-    first = to_generate_input(line, cfg, tokenizer)
+    number, else "line/j". A prompt the policy cannot run (`limits`) is an error naming the line, before any work."""
+    first = to_generate_input(line, cfg, tokenizer, limits)
     if cfg.n == 1:
         return [first]
     return [
@@ -47,11 +49,13 @@ def to_generate_inputs(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> l
     ]
 
 
-def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any) -> GenerateInput:
-    """The engine input of one prompt line: its ids (see ``line_token_ids``) and the sampling keys of `cfg`; without
-    a "seed" of its own the line's seed is `cfg.seed` + its index among the prompt lines (blank lines do not count)."""
+def to_generate_input(line: PromptLine, cfg: DecodeConfig, tokenizer: Any, limits: PromptLimits) -> GenerateInput:
+    """The engine input of one prompt line: its ids (see ``line_token_ids``, checked against `limits`) and the
+    sampling keys of `cfg`; without a "seed" of its own the line's seed is `cfg.seed` + its index among the prompt
+    lines (blank lines do not count)."""
     where = f"{cfg.prompts}:{line.line_no}"
     ids = line_token_ids(line, tokenizer, cfg.chat_template, where, cfg.model or "the bundled model")
+    limits.check(ids, where)
     seed = line.seed if line.seed is not None else (cfg.seed + line.index) % MAX_SEED
     params = SamplingParams(
         max_new_tokens=cfg.max_new_tokens,

@@ -32,6 +32,7 @@ from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.interrupted import say_interrupted
 from fastrl.commands.multirun import job_file
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
+from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.commands.round_ledger import RoundLedger
@@ -84,8 +85,9 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         lines = read_prompts(cfg.prompts)
         cfg.check_workload("generate", len(lines))
         tokenizer = load_tokenizer(model_dir)
-        inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer)]
         model_config = read_config(model_dir)
+        limits = PromptLimits(model_config.max_position_embeddings, model_config.vocab_size)
+        inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer, limits)]
         context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
         engine_config = EngineConfig(
             max_batch_size=max(1, min(cfg.batch_size, len(inputs))),
