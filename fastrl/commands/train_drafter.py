@@ -20,7 +20,7 @@ from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.cotrain.stream_trainer import check_stream_dir
 from fastrl.engine.machine import check_device
-from fastrl.models.checkpoint import load_model
+from fastrl.models.checkpoint import load_model, read_config
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
@@ -94,17 +94,17 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ValueError(f"train-drafter tokenizes prompts and needs a tokenizer in {model_dir}")
-    policy = load_model(model_dir, device=cfg.device)
-    vocab = policy.config.vocab_size
+    config = read_config(model_dir)  # the prompts and sizes are checked against it before the policy loads
+    vocab = config.vocab_size
     if cfg.draft_vocab_size > vocab:  # checked before any rollout (the draft vocabulary is taken after the first shard)
         raise ValueError(
             f"train_drafter.draft_vocab_size must be in [0, {vocab}] for {model_dir}, got {cfg.draft_vocab_size}"
         )
+    train_prompts, held_prompts = training_prompts(tokenizer, cfg, PromptLimits(config.max_position_embeddings, vocab))
+    policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
-    limits = PromptLimits(policy.config.max_position_embeddings, vocab)
-    train_prompts, held_prompts = training_prompts(tokenizer, cfg, limits)
     identity = stream_identity({"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter})
     report = train_offline(
         policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity, stream_identity

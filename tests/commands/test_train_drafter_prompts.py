@@ -124,3 +124,15 @@ def test_a_prompts_path_that_is_not_a_file_is_named(tmp_path, capsys):
         assert main(["train-drafter", f"output={tmp_path / 'out'}", f"prompts={prompts}"]) == 2
         assert f"train_drafter.prompts={prompts} {said}; give a JSONL file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_train_drafter_checks_its_prompts_before_the_policy_loads(tmp_path, monkeypatch):
+    """The prompts were checked against the loaded policy's sizes: a bad line cost the whole model load first."""
+    import fastrl.commands.train_drafter as train_drafter
+
+    monkeypatch.setattr(train_drafter, "load_model", lambda *a, **k: pytest.fail("the policy loaded first"))
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt_ids": [1, 2]}, {"prompt_ids": [91]}, {"prompt_ids": [3]}])
+    cfg = TrainDrafterConfig(prompts=path, eval_prompts=1, output=str(tmp_path / "drafter"))
+    with pytest.raises(ValueError, match=r"p.jsonl:2: prompt token ids out of the vocabulary \[0, 91\)"):
+        train_drafter.run_train_drafter(cfg)
+    assert not (tmp_path / "drafter").exists()
