@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
     from fastrl.bench.cli_args import strategy_list
     from fastrl.bench.workload import bench_prompts
-    from fastrl.commands.prompt_tokens import file_token_ids
+    from fastrl.commands.prompt_tokens import policy_prompt_ids
     from fastrl.models.checkpoint import load_model
     from fastrl.models.tokenizer import load_tokenizer
     from fastrl.speculative.drafter_checkpoint import load_drafter
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         check_arguments(args)
         model_dir, drafter_dir = check_models(args.model, args.drafter)
         check_slots(args, model_dir, args.device, len({"disable", *args.selectors.split(",")}))  # all step in lockstep
+        every = policy_prompt_ids(args.prompts_file, model_dir) if args.prompts_file else None
         torch.set_num_threads(1)
         policy = load_model(model_dir).to(args.device).eval()
         try:
@@ -308,7 +309,6 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             raise ValueError(f"--drafter={args.drafter or drafter_dir}: {err}") from None
         tokenizer = load_tokenizer(model_dir)
-        every = file_token_ids(args.prompts_file, tokenizer, True) if args.prompts_file else None
     except ValueError as err:
         parser.error(str(err))
     distinct = -(-args.requests // args.group)

@@ -66,3 +66,22 @@ def file_token_ids(path: str | Path, tokenizer: Any, chat: bool, limits: PromptL
         if limits is not None:
             limits.check(prompts[-1], where)
     return prompts
+
+
+def policy_prompt_ids(path: str | Path, model_dir: Path, chat_template: bool = True) -> list[list[int]]:
+    """Token ids of every line of a prompts file as the policy of `model_dir` runs them, read before it loads (its
+    tokenizer and config.json only): "prompt" text through the tokenizer's chat template when `chat_template` and
+    it has one (else as is), "messages" through it, "prompt_ids" as given. A line the policy cannot run
+    (`PromptLimits`), a model without a tokenizer or a file without prompts is one ValueError naming it."""
+    from fastrl.models.checkpoint import read_config
+    from fastrl.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer is None:
+        raise ValueError(f"{path}: the model {model_dir} has no tokenizer to read prompts with; give prompt_ids")
+    config = read_config(model_dir)
+    limits = PromptLimits(config.max_position_embeddings, config.vocab_size)
+    prompts = file_token_ids(path, tokenizer, chat_template and has_chat_template(tokenizer), limits)
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts

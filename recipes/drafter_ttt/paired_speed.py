@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature, strategy_name
-from fastrl.commands.engine_setup import load_speculative_models
-from fastrl.commands.prompt_tokens import file_token_ids
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.engine_setup import load_speculative_models, resolve_model_dir
+from fastrl.commands.prompt_tokens import policy_prompt_ids
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.engine import GenerateInput
 from fastrl.sampling.params import SamplingParams
@@ -61,18 +60,17 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--strategies: disable is plain decoding, which every run times as the reference; leave it out")
     if duplicate(args.strategies) is not None:
         parser.error(f"--strategies: {duplicate(args.strategies)} is given twice")
-    if args.prompts_file:
+    from_file = None
+    if args.prompts_file:  # read and checked against the policy before it loads
         try:
-            lines = read_prompts(args.prompts_file)
+            from_file = policy_prompt_ids(args.prompts_file, resolve_model_dir(args.model, "--model"))
         except ValueError as err:
             parser.error(f"--prompts-file: {err}")
-        if not lines:
-            parser.error(f"--prompts-file {args.prompts_file} holds no prompts")
     torch.set_num_threads(1)
     try:
         policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
         if args.prompts_file:
-            prompts = file_token_ids(str(args.prompts_file), tokenizer, True)
+            prompts = from_file
         else:
             prompts = task_prompts(tokenizer, args.prompts, args.seed)
     except ValueError as err:

@@ -21,9 +21,8 @@ from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature
 from fastrl.bench.long_tail import _engine
 from fastrl.bench.workload import bench_prompts
-from fastrl.commands.engine_setup import load_speculative_models
-from fastrl.commands.prompt_tokens import file_token_ids
-from fastrl.commands.prompts_io import read_prompts
+from fastrl.commands.engine_setup import load_speculative_models, resolve_model_dir
+from fastrl.commands.prompt_tokens import policy_prompt_ids
 from fastrl.sampling.params import SamplingParams
 
 ARMS = "12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable"
@@ -52,17 +51,17 @@ def main(argv: list[str] | None = None) -> None:
         config = BanditConfig(strategies=args.arms.split(","))
     except ValueError as err:
         parser.error(f"--arms {args.arms}: {err}")
-    if args.prompts_file:
+    from_file = None
+    if args.prompts_file:  # read and checked against the policy before it loads
         try:
-            if not read_prompts(args.prompts_file):
-                parser.error(f"--prompts-file {args.prompts_file} holds no prompts")
+            from_file = policy_prompt_ids(args.prompts_file, resolve_model_dir(args.model, "--model"))
         except ValueError as err:
             parser.error(f"--prompts-file: {err}")
     torch.set_num_threads(1)
     try:
         policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
         if args.prompts_file:
-            prompts = file_token_ids(args.prompts_file, tokenizer, True)[: args.requests]
+            prompts = from_file[: args.requests]
         else:
             prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
     except ValueError as err:

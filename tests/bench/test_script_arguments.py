@@ -206,3 +206,23 @@ def test_attention_refuses_an_existing_json_and_an_absent_gpu_before_timing(tmp_
     with pytest.raises(SystemExit) as stopped:
         attention.main(["--device", "cuda"])
     assert stopped.value.code == 2 and "--device=cuda: this machine has no CUDA device" in capsys.readouterr().err
+
+
+def test_long_tail_reads_its_prompts_file_as_the_policy_runs_it_before_loading(tmp_path, capsys, monkeypatch):
+    """A prompt the policy cannot run was timed as an error request with no tokens (one bucket fewer in the table);
+    "prompt" text on a model without a chat template was refused as needing chat_template=true, a key the script
+    does not have."""
+    import fastrl.models.checkpoint as checkpoint
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.commands.prompt_tokens import policy_prompt_ids
+
+    text = tmp_path / "text.jsonl"
+    text.write_text('{"prompt": "1+1="}\n{"prompt_ids": [5, 6]}\n')
+    ids = policy_prompt_ids(text, bundled_model_dir())
+    assert len(ids) == 2 and ids[1] == [5, 6] and len(ids[0]) > 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_ids": [5]}\n{"prompt_ids": [91]}\n')
+    monkeypatch.setattr(checkpoint, "load_model", lambda *a, **k: pytest.fail("the model loaded first"))
+    with pytest.raises(SystemExit) as stopped:
+        long_tail.main(["--prompts-file", str(bad), "--requests", "2"])
+    assert stopped.value.code == 2 and f"{bad}:2: prompt token ids out of the vocabulary" in capsys.readouterr().err

@@ -49,3 +49,27 @@ def test_a_bad_prompts_file_is_refused_before_the_model_loads(content, said, tmp
     with pytest.raises(SystemExit) as stopped:
         _main("cold_start.py")(["--prompts-file", str(prompts)])
     assert stopped.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["recipes/selector_budget/cold_start.py", "recipes/drafter_ttt/paired_speed.py"])
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ('{"prompt_ids": []}', ".jsonl:2: empty prompt"),
+        ('{"prompt_ids": [91]}', ".jsonl:2: prompt token ids out of the vocabulary [0, 91)"),
+        ('{"prompt_ids": [' + ",".join(["5"] * 1024) + "]}", ".jsonl:2: prompt has 1024 tokens"),
+    ],
+)
+def test_a_prompt_the_policy_cannot_run_is_refused_before_the_model_loads(script, line, said, tmp_path, capsys):
+    """Such a line ran as an error request with no tokens, and the script printed its table as if every request ran
+    (paired_speed's equal-to-plain check passed on two empty outputs)."""
+    import fastrl.commands.engine_setup as engine_setup
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "1+1="}\n' + line + "\n")  # text on the bundled model: tokenized as is
+    main = runpy.run_path(str(ROOT / script))["main"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_setup, "load_model", lambda *a, **k: pytest.fail("the model loaded first"))
+        with pytest.raises(SystemExit) as stopped:
+            main(["--prompts-file", str(prompts)])
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
