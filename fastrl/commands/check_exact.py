@@ -71,7 +71,7 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         plain, spec = runs["plain"][index], runs["speculative"][index]
         same_error = plain.error is not None and plain.error == spec.error
         if same_error and not plain.token_ids and not spec.token_ids:
-            refused += 1  # e.g. a prompt past the context: nothing was generated to compare
+            refused += 1  # both ended it before its first token: nothing was generated to compare
             print(f"{where}: not checked, both runs refused it: {plain.error}")
         elif m is not None:
             print(

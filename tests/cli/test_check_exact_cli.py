@@ -67,16 +67,14 @@ def test_half_precision_log_probs_are_judged_by_their_dtype(tmp_path, capsys):
     assert "bug: equal tokens" in out and json.loads(strict.read_text())["logprob_tol"] == 1e-4
 
 
-def test_a_prompt_both_runs_refuse_is_said_not_checked(tmp_path, capsys):
-    """A prompt past the model's context is refused by both engines (finish reason error, no tokens): equal, but
-    nothing was compared, and the output says so instead of counting it silently as identical."""
+def test_a_prompt_past_the_context_is_refused_before_any_work(tmp_path, capsys):
+    """A prompt past the model's context is refused naming its line before any decoding, as `generate` refuses it
+    (both engines used to refuse it mid-run, and the report said "not checked, both runs refused it")."""
     prompts = tmp_path / "in.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+2="}) + "\n" + json.dumps({"prompt_ids": [5] * 1100}) + "\n")
-    assert main(["check-exact", f"prompts={prompts}", "max_new_tokens=8", "strategy=3_1_4", "progress=false"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("line 2: not checked, both runs refused it: ") and "1100 tokens" in out[0]
-    assert out[-1].endswith("(1 of them refused by both runs, not checked)")
-    assert not any(line.startswith("line 1") for line in out)
+    assert main(["check-exact", f"prompts={prompts}", "max_new_tokens=8", "strategy=3_1_4", "progress=false"]) == 2
+    said = capsys.readouterr()
+    assert f"{prompts}:2: prompt has 1100 tokens; the context length is 1024" in said.err and said.out == ""
 
 
 def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, capsys):
