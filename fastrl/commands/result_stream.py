@@ -17,16 +17,19 @@ from fastrl.atomic_files import write_atomic
 from fastrl.commands.output_guard import OutputTarget
 
 INDEX_KEY = "index"
+ERROR_REASON = "error"  # the finish_reason of a request that failed
 
 
 class ResultStream:
-    """Appends records to ``target``; ``resume`` keeps the complete records already there (see ``done``)."""
+    """Appends records to ``target``; ``resume`` keeps the complete records already there (see ``done``) but those
+    that ended in an error: their lines run again (a prompt fixed since is taken, not refused as another prompt)."""
 
     def __init__(self, target: OutputTarget, resume: bool) -> None:
         self.target = target
         self.done: dict[int, dict[str, Any]] = {}
         if resume and target.regular and target.exists:
-            self.done = _read_finished(target.path)
+            kept = _read_finished(target.path).items()
+            self.done = {i: record for i, record in kept if record.get("finish_reason") != ERROR_REASON}
         self._file: IO[str] | None = None
 
     def open(self) -> None:
@@ -53,13 +56,14 @@ class ResultStream:
             self._file = None
 
     def finish(self) -> None:
-        """Close; a regular file whose records are out of index order is rewritten in order."""
+        """Close; a regular file whose records are out of index order, or hold an index twice (an error record of an
+        earlier run and its line's new one), is rewritten in order, one record an index."""
         self.close()
         if not self.target.regular:
             return
         lines = self.target.path.read_text(encoding="utf-8").splitlines()
         indices = [json.loads(line)[INDEX_KEY] for line in lines]
-        if indices == sorted(indices):
+        if indices == sorted(set(indices)):
             return
         ordered = [json.dumps(self.done[i], allow_nan=False) + "\n" for i in sorted(self.done)]
         write_atomic(self.target.path, "".join(ordered))

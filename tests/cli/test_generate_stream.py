@@ -79,6 +79,22 @@ def test_torn_output_resumes_and_keeps_finished_lines(model_dir, prompts, full_r
     _assert_same(rows, full_run)
 
 
+@pytest.mark.parametrize("bad", [1, N_PROMPTS - 1])  # the last: its new record follows it, indices still sorted
+def test_a_line_that_ended_in_an_error_runs_again_and_the_others_are_kept(model_dir, prompts, full_run, tmp_path, bad):
+    """An earlier run's "error" result (e.g. a prompt since fixed, of a version that ran such prompts) was kept as
+    finished: the same command found every line done, and the fixed line was refused as another prompt, the only
+    remedies offered discarding every finished result. The line runs again; one record an index at the end."""
+    out = tmp_path / "out.jsonl"
+    failed = dict(full_run[bad], prompt_ids=[9, 9], token_ids=[], logprobs=[], finish_reason="error", error="boom")
+    earlier = [failed if r["index"] == bad else dict(r, kept=True) for r in full_run]
+    out.write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    assert main(_args(model_dir, prompts, out)) == 0
+    rows = _read(out)
+    assert [r["index"] for r in rows] == list(range(N_PROMPTS))
+    assert [r.pop("kept", False) for r in rows] == [i != bad for i in range(N_PROMPTS)]
+    _assert_same(rows, full_run)
+
+
 def test_output_of_other_prompts_is_not_resumed(model_dir, prompts, full_run, tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     out.write_text(json.dumps(dict(full_run[0], prompt_ids=[9, 9])) + "\n")
