@@ -202,6 +202,14 @@ def _int(d: dict[str, Any], key: str, default: int | None = None, required: bool
     return value
 
 
+def _whole(d: dict[str, Any], key: str) -> int:
+    """``d[key]`` as an integer >= 1, also when written as a whole float (``8192.0``: transformers computes with it)."""
+    value = d[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return _int({key: value}, key, required=True)
+
+
 def _head_dim(d: dict[str, Any], model_type: str) -> int | None:
     """`head_dim`: absent takes the family's default (Qwen3: 128, as HF's Qwen3Config; else hidden / heads); null
     is refused for Qwen3, whose default would otherwise hide it (transformers refuses it too)."""
@@ -296,7 +304,7 @@ def _parse_rope(rope: dict[str, Any], max_position_embeddings: int, top_level_or
         raise ValueError(f"rope_scaling type {rope_type!r} is not supported (only 'default' and 'llama3')")
     given = {"the rope dict's original_max_position_embeddings": rope.get("original_max_position_embeddings")}
     given["original_max_position_embeddings"] = top_level_original
-    originals = {key: _int(given, key) for key, value in given.items() if value is not None}
+    originals = {key: _whole(given, key) for key, value in given.items() if value is not None}
     if len(set(originals.values())) > 1:
         values = ", ".join(f"{key}={value}" for key, value in originals.items())
         raise ValueError(

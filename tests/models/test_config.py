@@ -241,6 +241,10 @@ def test_llama3_original_context_from_the_rope_dict_or_the_top_level_and_never_t
     assert same.rope_scaling == rope_only.rope_scaling
     with pytest.raises(ValueError, match=re.escape("llama3 RoPE's original contexts disagree (the rope dict's")):
         ModelConfig.from_hf_dict({**LLAMA31_V4, "original_max_position_embeddings": 64})
+    whole = {**LLAMA31_V4, "rope_scaling": L3 | {"original_max_position_embeddings": 8192.0}}  # loaded before: kept
+    assert ModelConfig.from_hf_dict(whole).rope_scaling == rope_only.rope_scaling
+    with pytest.raises(ValueError, match="original_max_position_embeddings must be an integer >= 1, got 8192.5"):
+        ModelConfig.from_hf_dict({**LLAMA31_V4, "rope_scaling": L3 | {"original_max_position_embeddings": 8192.5}})
     plain = {k: v for k, v in NO_ROPE.items()} | {"original_max_position_embeddings": 64}
     assert ModelConfig.from_hf_dict(plain).rope_scaling is None  # no llama3 scaling: nothing reads it
 
