@@ -288,7 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="", help="named model (smollm2) or checkpoint dir (default: bundled)")
     parser.add_argument("--drafter", default="", help="drafter directory (default: the one shipped with the model)")
     parser.add_argument(
-        "--prompts-file", default="", help="prompts JSONL, text through the chat template (default: task prompts)"
+        "--prompts-file",
+        default="",
+        help="prompts JSONL, text through the chat template of a chat model (default: task prompts)",
     )
     parser.add_argument(
         "--warm-start",

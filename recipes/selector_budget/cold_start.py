@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         "--prompts-file",
         type=existing_file,
         default=None,
-        help="prompts JSONL through the chat template (default: tasks)",
+        help="prompts JSONL, text through the chat template of a chat model (default: tasks)",
     )
     parser.add_argument("--requests", type=at_least(1), default=6)
     parser.add_argument("--batch-size", type=at_least(1), default=1)
@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     from_file = None
     if args.prompts_file:  # read and checked against the policy before it loads
         try:
-            from_file = policy_prompt_ids(args.prompts_file, resolve_model_dir(args.model, "--model"))
+            model_dir = resolve_model_dir(args.model, "--model")
+        except ValueError as err:
+            parser.error(str(err).replace("--model=", "--model ", 1))
+        try:
+            from_file = policy_prompt_ids(args.prompts_file, model_dir)
         except ValueError as err:
             parser.error(f"--prompts-file: {err}")
     torch.set_num_threads(1)
