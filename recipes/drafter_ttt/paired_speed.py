@@ -21,8 +21,7 @@ from pathlib import Path
 import torch
 
 from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature, strategy_name
-from fastrl.commands.engine_setup import load_speculative_models, resolve_model_dir
-from fastrl.commands.prompt_tokens import policy_prompt_ids
+from fastrl.bench.script_models import load_script_models
 from fastrl.cotrain.offline import task_prompts
 from fastrl.engine.engine import GenerateInput
 from fastrl.sampling.params import SamplingParams
@@ -60,28 +59,16 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--strategies: disable is plain decoding, which every run times as the reference; leave it out")
     if duplicate(args.strategies) is not None:
         parser.error(f"--strategies: {duplicate(args.strategies)} is given twice")
-    from_file = None
-    if args.prompts_file:  # read and checked against the policy before it loads
-        try:
-            model_dir = resolve_model_dir(args.model, "--model")
-        except ValueError as err:
-            parser.error(str(err).replace("--model=", "--model ", 1))
-        try:
-            from_file = policy_prompt_ids(args.prompts_file, model_dir)
-        except ValueError as err:
-            parser.error(f"--prompts-file: {err}")
     torch.set_num_threads(1)
     try:
-        policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
-        if args.prompts_file:
-            prompts = from_file
-        else:
-            prompts = task_prompts(tokenizer, args.prompts, args.seed)
+        policy, drafter, prompts = load_script_models(
+            args.model,
+            str(args.drafter or ""),
+            args.prompts_file,
+            lambda tokenizer: task_prompts(tokenizer, args.prompts, args.seed),
+        )
     except ValueError as err:
-        said = str(err)
-        for key in ("model", "drafter"):
-            said = said.replace(f"{key}=", f"--{key} ", 1) if said.startswith(f"{key}=") else said
-        parser.error(said)
+        parser.error(str(err))
     inputs = [
         GenerateInput(p, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=i))
         for i, p in enumerate(prompts)

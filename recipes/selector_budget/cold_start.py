@@ -20,9 +20,8 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.bench.cli_args import at_least, existing_dir, existing_file, sampling_temperature
 from fastrl.bench.long_tail import _engine
+from fastrl.bench.script_models import load_script_models
 from fastrl.bench.workload import bench_prompts
-from fastrl.commands.engine_setup import load_speculative_models, resolve_model_dir
-from fastrl.commands.prompt_tokens import policy_prompt_ids
 from fastrl.sampling.params import SamplingParams
 
 ARMS = "12_1_13@0.3,7_1_8,5_1_6,3_1_4,8_4_32,suffix_8,3_1_4+suffix_8,disable"
@@ -51,28 +50,17 @@ def main(argv: list[str] | None = None) -> None:
         config = BanditConfig(strategies=args.arms.split(","))
     except ValueError as err:
         parser.error(f"--arms {args.arms}: {err}")
-    from_file = None
-    if args.prompts_file:  # read and checked against the policy before it loads
-        try:
-            model_dir = resolve_model_dir(args.model, "--model")
-        except ValueError as err:
-            parser.error(str(err).replace("--model=", "--model ", 1))
-        try:
-            from_file = policy_prompt_ids(args.prompts_file, model_dir)
-        except ValueError as err:
-            parser.error(f"--prompts-file: {err}")
     torch.set_num_threads(1)
     try:
-        policy, drafter, tokenizer = load_speculative_models(args.model, str(args.drafter or ""))
-        if args.prompts_file:
-            prompts = from_file[: args.requests]
-        else:
-            prompts = bench_prompts(tokenizer, "auto", args.requests, 2)
+        policy, drafter, prompts = load_script_models(
+            args.model,
+            str(args.drafter or ""),
+            args.prompts_file,
+            lambda tokenizer: bench_prompts(tokenizer, "auto", args.requests, 2),
+        )
     except ValueError as err:
-        said = str(err)
-        for key in ("model", "drafter"):
-            said = said.replace(f"{key}=", f"--{key} ", 1) if said.startswith(f"{key}=") else said
-        parser.error(said)
+        parser.error(str(err))
+    prompts = prompts[: args.requests]
     context = min(policy.config.max_position_embeddings, max(map(len, prompts)) + args.max_new_tokens + 1)
     for run in range(args.runs):
         engine = _engine(policy, drafter, "bandit", args.batch_size, config, context)
