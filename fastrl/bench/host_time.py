@@ -129,14 +129,16 @@ def bench_host_time(
     return rows
 
 
+def random_prompts(vocab_size: int, batch: int) -> list[list[int]]:
+    """The timed engines' prompts: `batch` of 20 to LONGEST_PROMPT random ids in [3, vocab_size), drawn from seed 0."""
+    rng = random.Random(0)
+    return [[rng.randrange(3, vocab_size) for _ in range(rng.randint(20, LONGEST_PROMPT))] for _ in range(batch)]
+
+
 def config_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int, first: dict, second: dict) -> list[float]:
     """Paired CPU-time ratios (first / second) of greedy generation by two engines whose `EngineConfig`s differ by
     the keys given (prompts of 20-60 random tokens, EOS ignored, `max_model_len` 256)."""
-    rng = random.Random(0)
-    prompts = [
-        [rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, LONGEST_PROMPT))]
-        for _ in range(batch)
-    ]
+    prompts = random_prompts(model.config.vocab_size, batch)
     params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     engines = [
         Engine(model, EngineConfig(max_batch_size=batch, max_model_len=CONTEXT, **keys)) for keys in (first, second)
@@ -163,11 +165,7 @@ def home_view_ab(model: CausalLM, batch: int, new_tokens: int, pairs: int) -> li
 def throughput(model: CausalLM, batch: int, new_tokens: int, repeats: int = 3, temperature: float = 0.0) -> float:
     """Tokens per CPU second of plain decoding at `batch` (prompts of 20-60 random tokens, EOS ignored; greedy, or
     sampled with per-request seeds at `temperature` > 0), median of repeats."""
-    rng = random.Random(0)
-    prompts = [
-        [rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(20, LONGEST_PROMPT))]
-        for _ in range(batch)
-    ]
+    prompts = random_prompts(model.config.vocab_size, batch)
     selector = FixedSelector(Strategy.parse("disable"))
     engine = Engine(model, EngineConfig(max_batch_size=batch, max_model_len=CONTEXT), selector=selector)
     params = [
