@@ -32,14 +32,15 @@ class WandbConfig:
         import pydantic
         import wandb
 
-        for key, settings in (("logger.project", {"project": self.project}), ("logger.tags", {"run_tags": self.tags})):
+        for key, setting, value in (("project", "project", self.project), ("tags", "run_tags", list(self.tags))):
             try:
-                wandb.Settings(**settings)
+                wandb.Settings(**{setting: value})
+                continue
             except wandb.errors.UsageError as err:
-                raise ValueError(f"{key}={getattr(self, key.split('.')[1])!r}: {err}") from None
+                said = str(err)
             except pydantic.ValidationError as err:
                 said = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
-                raise ValueError(f"{key}={list(self.tags)!r}: {said}") from None
+            raise ValueError(f"logger.{key}={value!r}: {said}")
 
 
 class WandbLogger:
