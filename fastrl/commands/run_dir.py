@@ -31,6 +31,7 @@ CHECKPOINTS_RECORD = "checkpoints.path"  # a run's rl.checkpoint_dir, absolute, 
 WANDB_ID_FILE = "wandb_run_id"  # the W&B run id of the run, made at its start and read back by resume=RUN_DIR
 CHECKPOINT_NAME = re.compile(r"step_\d+")  # checkpoints/step_000012: the run after 12 steps
 METRICS_FILE = "metrics.jsonl"
+NOT_A_RECORD = "not a line of metrics: not a JSON object"
 REPLACED_METRICS_FILE = "metrics.replaced.jsonl"  # steps an interrupted run logged after its last checkpoint
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 RUN_DIR_KEY = "hydra.run.dir"
@@ -236,19 +237,27 @@ def read_metrics_lines(run_dir: Path) -> list[tuple[str, dict | None]]:
     file = run_dir / METRICS_FILE
     if not file.is_file():
         return []
-    numbered = [(n, line) for n, line in enumerate(file.read_text().splitlines(), start=1) if line.strip()]
-    lines: list[tuple[str, dict | None]] = []
-    for index, (number, line) in enumerate(numbered):
+    parsed = _parse_metrics(file)
+    for number, _, logged, why in parsed[:-1]:
+        if logged is None:
+            raise ValueError(f"{file}:{number}: {why}")
+    return [(line, logged) for _, line, logged, _ in parsed]
+
+
+def _parse_metrics(file: Path) -> list[tuple[int, str, dict | None, str]]:
+    """(line number, line, step record or None, why it is None) for each non-blank line of a metrics.jsonl."""
+    parsed = []
+    for number, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
         try:
             logged = json.loads(line)
-            if not isinstance(logged, dict):
-                raise ValueError
-        except ValueError:
-            if index < len(numbered) - 1:
-                raise ValueError(f"{file}:{number}: not a line of metrics (not a JSON object)") from None
-            logged = None
-        lines.append((line, logged))
-    return lines
+        except json.JSONDecodeError as err:
+            parsed.append((number, line, None, f"not a line of metrics: not JSON ({err.msg}; a line cut short?)"))
+            continue
+        record = isinstance(logged, dict)
+        parsed.append((number, line, logged if record else None, "" if record else NOT_A_RECORD))
+    return parsed
 
 
 def metrics_steps(run_dir: Path, keys: tuple[str, ...]) -> list[dict]:
@@ -260,15 +269,9 @@ def metrics_steps(run_dir: Path, keys: tuple[str, ...]) -> list[dict]:
     if not file.is_file():
         raise ValueError(f"{file} is missing: is {run_dir} a `fastrl train` run directory?")
     steps = []
-    for number, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            logged = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{file}:{number}: not JSON ({err.msg}; a line cut short?)") from None
-        if not isinstance(logged, dict):
-            raise ValueError(f"{file}:{number}: not a line of metrics (not a JSON object)")
+    for number, _, logged, why in _parse_metrics(file):
+        if logged is None:
+            raise ValueError(f"{file}:{number}: {why}")
         for key in keys:
             if key not in logged:
                 raise ValueError(f"{file}:{number}: no {key!r} (not a `fastrl train` metrics line?)")

@@ -42,7 +42,7 @@ def test_help_is_answered(capsys):
 def test_a_missing_or_damaged_run_is_refused(run, tmp_path, capsys):
     _refused([str(tmp_path / "nope")], "argument out: " + str(tmp_path / "nope") + " is missing", capsys)
     (run / "cotrained" / "metrics.jsonl").write_text(json.dumps(STEP) + '\n{"step": 1, "rew')
-    _refused([str(run)], "cotrained/metrics.jsonl:2: not JSON", capsys)
+    _refused([str(run)], "cotrained/metrics.jsonl:2: not a line of metrics: not JSON", capsys)
     (run / "cotrained" / "metrics.jsonl").write_text("")
     _refused([str(run)], "cotrained/metrics.jsonl holds no steps", capsys)
     (run / "frozen" / "metrics.jsonl").unlink()

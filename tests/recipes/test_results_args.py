@@ -58,11 +58,11 @@ def test_a_run_without_a_label_is_refused(good, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("text", "said"),
     [
-        (json.dumps(STEP) + '\n{"step": 1, "rollout_ti', "metrics.jsonl:2: not JSON"),
+        (json.dumps(STEP) + '\n{"step": 1, "rollout_ti', "metrics.jsonl:2: not a line of metrics: not JSON"),
         ("", "metrics.jsonl holds no steps"),
         (json.dumps({"step": 0}) + "\n", "metrics.jsonl:1: no 'rollout_time_s'"),
         (json.dumps(STEP | {"reward_mean": "x"}) + "\n", "metrics.jsonl:1: 'reward_mean' must be a number (or null)"),
-        ("[1, 2]\n", "metrics.jsonl:1: not a line of metrics (not a JSON object)"),
+        ("[1, 2]\n", "metrics.jsonl:1: not a line of metrics: not a JSON object"),
     ],
 )
 def test_a_damaged_metrics_file_is_one_error_naming_file_and_line(text, said, tmp_path, capsys):
