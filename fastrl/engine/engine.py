@@ -113,7 +113,7 @@ class Engine:
         self.prefill_rows = PrefillCounts()
         self._info = ServerInfo()
         self._seed_rng = random.Random(self.config.seed)
-        self._rejected: list[Request] = []
+        self._ended: list[Request] = []  # finished outside a round (refused at add, aborted while waiting)
         # outputs of a step that raised after requests progressed (a selector's observe, a fault mid-round): the
         # next step returns them first, so no emitted token and no finished request is lost to the exception
         self._undelivered: list[RequestOutput] = []
@@ -172,7 +172,7 @@ class Engine:
             request.finish_reason = FinishReason.ERROR
             request.error = f"request {request_id}: {problem}"
             request.timings.finished = request.timings.arrival
-            self._rejected.append(request)
+            self._ended.append(request)
         else:
             if self.history is not None:  # first: a refusal there leaves nothing queued
                 self.history.start(request_id, None, request.prompt_ids)
@@ -227,8 +227,33 @@ class Engine:
             prompt.append(operator.index(token))
         return prompt, params or SamplingParams()
 
+    def abort(self, request_id: str) -> bool:
+        """End an unfinished request now, between steps: the next step returns its final output with
+        ``FinishReason.ABORT`` and the tokens (and log-probs) it had, and frees its slot and pages (a waiting or
+        preempted request holds none). The other requests' outputs do not change (they never depend on who shares
+        a round). Returns False, changing nothing, for an id that is not running here or whose request has already
+        finished (its output comes as it would have)."""
+        if request_id not in self._live_ids:
+            return False
+        running = next((r for r in self.scheduler.running if r.request_id == request_id), None)
+        if running is not None:
+            if running.finished:
+                return False
+            self._finish(running, FinishReason.ABORT)  # released by the next step before its round
+            return True
+        waiting = next((r for r in self.scheduler.waiting if r.request_id == request_id), None)
+        if waiting is None:
+            return False  # finished already: its output waits for the next step
+        self.scheduler.withdraw(waiting)
+        waiting.finish_reason = FinishReason.ABORT
+        waiting.timings.finished = now()
+        if self.history is not None:
+            self.history.finish(request_id, keep=True)
+        self._ended.append(waiting)
+        return True
+
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work or bool(self._rejected) or bool(self._undelivered)
+        return self.scheduler.has_work or bool(self._ended) or bool(self._undelivered)
 
     def server_info(self) -> ServerInfo:
         """A live view: active strategy, recent accept length, running and waiting requests."""
@@ -247,9 +272,10 @@ class Engine:
         step's own outputs (a finished request's id stays taken until its output is returned)."""
         outputs, self._undelivered = self._undelivered, []
         progressed: Progressed = {}
-        finished: list[Request] = self._rejected
-        self._rejected = []
+        finished: list[Request] = self._ended
+        self._ended = []
         try:
+            finished += self._release()  # requests aborted since the last step: their slots go to the waiting
             self._admit(progressed)
             finished += self._release()
             running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
@@ -297,7 +323,7 @@ class Engine:
         self._finishing = False
         released = self.scheduler.release_finished()
         if self.history is not None:
-            for r in released:  # a response that ended in an error teaches the index nothing
+            for r in released:  # a response that ended in an error teaches the index nothing (an aborted one does)
                 self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
         return released
 

@@ -18,6 +18,7 @@ class FinishReason(str, Enum):
     LENGTH = "length"  # max_new_tokens reached
     CONTEXT = "context"  # the model's context length reached
     ERROR = "error"  # the request was invalid; see RequestOutput.error
+    ABORT = "abort"  # ended by Engine.abort: its tokens so far, each as plain decoding would have made it
 
 
 @dataclass(slots=True)

@@ -145,6 +145,10 @@ class Scheduler:
         request.slot = None
         self.waiting.appendleft(request)
 
+    def withdraw(self, request: Request) -> None:
+        """Take a waiting request (new, or preempted) out of the queue; it holds no slot and no pages."""
+        self.waiting.remove(request)
+
     def remaining_budget(self, request: Request) -> int:
         """How many more tokens the request may emit before a length limit stops it."""
         by_params = request.params.max_new_tokens - len(request.output_ids)

@@ -100,6 +100,13 @@ class EngineWorker:
             )
             self._running[request.request_id] = request
 
+    def abort(self, request_ids: list[str] | None = None) -> list[str]:
+        """Abort ``request_ids`` (None: every unfinished request): each ends at the next step, its result holding
+        the tokens it had and finish reason ``abort``. Returns the ids aborted (an unknown or finished one is not)."""
+        with self._lock:
+            ids = list(self._running) if request_ids is None else request_ids
+            return [rid for rid in ids if self.engine.abort(rid)]
+
     def has_unfinished(self) -> bool:
         with self._lock:
             return self.engine.has_unfinished()

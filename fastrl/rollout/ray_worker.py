@@ -131,6 +131,15 @@ class RolloutWorkerActor:
         for future in waiting.values():
             future.set_exception(RuntimeError(f"worker {self._worker.worker_id}: stepping loop failed: {error}"))
 
+    @ray.method(concurrency_group=CONTROL)
+    def abort(self, request_ids: list[str] | None = None) -> list[str]:
+        """Abort ``request_ids`` (None: every request queued or running here): their calls return at the next step
+        with the tokens generated so far and finish reason ``abort``. Returns the ids aborted."""
+        with self._cond:
+            aborted = self._worker.abort(request_ids)
+            self._cond.notify()
+        return aborted
+
     # ---- weights (control group) ------------------------------------------------------------------------------
     @ray.method(concurrency_group=CONTROL)
     def update_policy(self, version: int, state: dict[str, Tensor]) -> int:

@@ -238,9 +238,47 @@ def test_an_abort_that_rejects_fails_the_requests_waiting_for_admission(stack):
     asyncio.run(run())
 
 
+def test_abort_all_requests_ends_requests_in_flight_with_a_prefix_of_their_tokens(stack):
+    """abort_all_requests used to wait for every request in flight to finish (the whole tail, before a weight
+    sync); now each returns at the engine's next step with stop_reason "aborted" and the tokens it had: a prefix of
+    what the same request (same id: same seed) gives when it runs to its end."""
+    _, servers, _, first = stack
+    server = servers.get_replicas()[0].servers[0]
+    prompt = _rows(first)[0][0]
+
+    async def attempt(n: int):
+        ids = [f"abort-{n}-{i}" for i in range(8)]
+        running = [server.generate.remote(**_long(prompt, rid)) for rid in ids]
+        await _in_flight(server, 8)
+        answer = await server.abort_all_requests.remote()
+        outs = await asyncio.gather(*running)
+        await server.resume_generation.remote()
+        return ids, answer, outs
+
+    async def run():
+        for n in range(5):  # the requests may all finish before the abort arrives: try again
+            ids, answer, outs = await attempt(n)
+            if answer["aborted_count"]:
+                full = await asyncio.gather(*[server.generate.remote(**_long(prompt, rid)) for rid in ids])
+                return ids, answer, outs, full
+        pytest.fail("no request was in flight when abort_all_requests came, in 5 tries")
+
+    ids, answer, outs, full = asyncio.run(run())
+    assert answer["aborted_count"] == len(answer["request_ids"]) and set(answer["request_ids"]) <= set(ids)
+    for rid, out, whole in zip(ids, outs, full, strict=True):
+        assert whole.stop_reason == "length" and len(whole.token_ids) > 0
+        if rid in answer["request_ids"]:
+            assert out.stop_reason == "aborted"
+            assert len(out.token_ids) < len(whole.token_ids)
+            assert out.token_ids == whole.token_ids[: len(out.token_ids)]
+        else:
+            assert out.token_ids == whole.token_ids and out.stop_reason == whole.stop_reason
+
+
 def test_a_cancelled_call_stays_in_flight_until_the_engine_ends_its_request(stack):
-    """fastrl cannot stop a request mid-way: a caller that cancels stops waiting, but abort_all_requests still waits
-    for the request, and then its id is free again (it was reported idle while the engine still ran it)."""
+    """A caller that cancels aborts its request (the engine ends it at its next step): it counts as in flight until
+    then, abort_all_requests waits for that, and then its id is free again (it used to be reported idle while the
+    engine still ran it)."""
     import ray
 
     _, servers, _, first = stack
@@ -251,7 +289,7 @@ def test_a_cancelled_call_stays_in_flight_until_the_engine_ends_its_request(stac
         call = server.generate.remote(**_long(prompt, "to-cancel"))
         others = [server.generate.remote(**_long(prompt, f"short-{i}", tokens=4)) for i in range(4)]
         await _in_flight(server, 1)
-        ray.cancel(call)  # the others end long before it: an abort must still wait for it
+        ray.cancel(call)  # its request is aborted; an abort_all_requests meanwhile waits for that
         try:
             await call
         except (ray.exceptions.TaskCancelledError, asyncio.CancelledError):

@@ -129,8 +129,9 @@ def token_ids(values: object) -> list[int]:
 
 
 def stop_reason(finish_reason: str) -> str:
-    """verl's stop reason for a fastrl finish reason: ``completed`` (EOS or a stop token) or ``length``."""
-    return "completed" if finish_reason == "stop" else "length"
+    """verl's stop reason for a fastrl finish reason: ``completed`` (EOS or a stop token), ``aborted`` (ended by an
+    abort: verl's partial rollout resumes it) or ``length``."""
+    return {"stop": "completed", "abort": "aborted"}.get(finish_reason, "length")
 
 
 @dataclass(frozen=True)

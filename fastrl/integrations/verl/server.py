@@ -36,6 +36,7 @@ from fastrl.sampling.params import SamplingParams
 LOG = logging.getLogger("fastrl.verl")
 
 ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_generation lifts it)
+ABORT_RETRY_S = 0.5  # abort_all_requests aborts again after this long while requests are still in flight
 
 
 class FastrlServer:
@@ -44,9 +45,9 @@ class FastrlServer:
     ``generate`` forwards each request to the engine actor, whose stepping loop decodes all of them together.
     Admission is open while nothing holds it: ``abort_all_requests`` holds it until ``resume_generation``, and each
     ``commit_weights`` while it installs weights (a commit that ends never reopens what an abort closed). Waiting
-    requests fail as soon as an abort with ``reject_request`` holds admission. ``abort_all_requests`` waits for
-    the requests in flight (fastrl cannot cancel a request mid-way; they finish normally, and a caller that
-    cancels its call leaves its request running, counted in flight, until the engine finishes it).
+    requests fail as soon as an abort with ``reject_request`` holds admission. ``abort_all_requests`` ends the
+    requests in flight at the engine's next step (each returns its tokens so far, ``stop_reason="aborted"``); a
+    caller that cancels its call aborts its request the same way (it counts as in flight until the engine ends it).
     ``sleep`` ends a rollout: the idle-time co-training stops and the servers' trained drafters are merged into the
     next version (``DrafterHub``); the engine, its strategy selector and its weights stay alive, so nothing is lost
     across ``sleep``/``wake_up``.
@@ -137,8 +138,12 @@ class FastrlServer:
             extra.update(fastrl_policy_version=stats.policy_version, fastrl_drafter_version=stats.drafter_version)
             return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
         self._enter()
-        # shielded: a caller that cancels stops waiting, but the request stays in flight until the engine ends it
-        result = await asyncio.shield(asyncio.ensure_future(self._run(prompt, parsed.params, request_id)))
+        run = asyncio.ensure_future(self._run(prompt, parsed.params, request_id))
+        try:  # shielded: the request counts as in flight until the engine has ended it
+            result = await asyncio.shield(run)
+        except asyncio.CancelledError:  # the caller gave up: the engine ends the request at its next step
+            self._worker.abort.remote([request_id])
+            raise
         if result.error is not None:
             raise ValueError(f"fastrl server {self.name}: {result.error}")
         counts = spec_counts(result.accept_lengths, result.drafted_tokens)
@@ -240,12 +245,21 @@ class FastrlServer:
             self._worker.stop_training.remote(self._slice_id)
             await task
 
-    async def abort_all_requests(self, reject_request: bool = False) -> None:
-        """Close admission (new and waiting requests wait, or fail when ``reject_request``) and wait for those in
-        flight."""
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, object]:
+        """Close admission (new and waiting requests wait, or fail when ``reject_request``) and abort the requests
+        in flight: each returns at the engine's next step with the tokens it has (``stop_reason="aborted"``, as
+        vLLM's, so that verl's partial rollout resumes it). Returns when none is in flight, with verl's
+        ``aborted_count`` and ``request_ids``."""
         self._reject = bool(reject_request)
         await self._hold(ABORT_HOLD, True)
-        await self._idle.wait()
+        aborted: list[str] = []
+        while self._in_flight:  # again until idle: a request admitted just now may reach the engine after an abort
+            aborted += await self._worker.abort.remote(None)
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout=ABORT_RETRY_S)
+            except TimeoutError:
+                continue
+        return {"aborted_count": len(aborted), "request_ids": aborted}
 
     async def resume_generation(self) -> None:
         """Lift the abort's hold (admission opens unless a weight commit is in progress)."""
