@@ -18,7 +18,7 @@ import torch
 
 from fastrl.adaptive.depth_acceptance import geometric_hazard, is_chain
 from fastrl.json_values import is_int
-from fastrl.models.checkpoint import check_weights, read_safetensors
+from fastrl.models.checkpoint import check_weights, non_finite_names, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
@@ -66,8 +66,7 @@ def save_drafter(
     if dtype not in SAVE_DTYPES:
         raise ValueError(f"save_drafter: dtype must be one of {sorted(SAVE_DTYPES)}, got {dtype!r}")
     directory = Path(path)
-    tensors = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in drafter.state_dict().items()}
-    check_weights(tensors, f"save_drafter {directory}")  # a diverged drafter is never written: nothing loads it
+    tensors = cast_weights(drafter.state_dict(), dtype, f"save_drafter {directory}")  # a diverged one is never written
     directory.mkdir(parents=True, exist_ok=True)
     c = drafter.config
     meta: dict[str, Any] = {
@@ -86,6 +85,22 @@ def save_drafter(
     else:
         (directory / DRAFT_VOCAB_FILE).unlink(missing_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def cast_weights(tensors: dict[str, torch.Tensor], dtype: str, where: str) -> dict[str, torch.Tensor]:
+    """``tensors`` on the CPU as ``dtype`` (a ``SAVE_DTYPES`` name), contiguous, for a file that will be loaded:
+    ValueError naming ``where`` and the tensors when one is not floating point, is NaN or infinite, or overflows to
+    infinity as ``dtype`` (float16 past 65504)."""
+    check_weights(tensors, where)
+    cast = {k: v.detach().to("cpu", SAVE_DTYPES[dtype]).contiguous() for k, v in tensors.items()}
+    overflowed = non_finite_names(cast)
+    if overflowed:
+        largest = torch.finfo(SAVE_DTYPES[dtype]).max
+        raise ValueError(
+            f"{where}: weights hold NaN or infinity as {dtype} in {overflowed[:5]}: they overflow past {largest:g}, "
+            f"the largest {dtype} value; write them as float32 or bfloat16"
+        )
+    return cast
 
 
 def read_drafter_info(path: str | Path) -> DrafterInfo:

@@ -364,3 +364,21 @@ def test_a_tied_policys_drafter_exports_an_untied_sglang_config(tmp_path):
     assert json.loads((shipped / "drafter_config.json").read_text())["layer"]["tie_word_embeddings"] is True
     export_eagle_drafter(shipped, tmp_path, "sglang")
     assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is False
+
+
+def test_a_weight_that_overflows_float16_is_refused_naming_the_dtype(drafter_dir, tmp_path, capsys):
+    """A finite drafter whose weight exceeds 65504 has no float16 export: one error naming the dtype and the tensor,
+    nothing written (it was written with an infinite weight); float32 holds it."""
+    big = _damaged_copy(
+        Path(drafter_dir),
+        tmp_path / "big",
+        lambda s: _with(s, **{"fc.weight": s["fc.weight"].index_fill(0, torch.tensor([0]), 1e5)}),
+    )
+    with pytest.raises(ValueError, match=r"export_drafter.dtype=float16: .* as float16 in \['fc.weight'\]: .* 65504"):
+        export_eagle_drafter(big, tmp_path / "direct", "sglang", dtype="float16")
+    assert not (tmp_path / "direct").exists()
+    assert main(["export-drafter", str(big), str(tmp_path / "out"), "dtype=float16"]) == 2
+    assert "overflow past 65504, the largest float16 value" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    export_eagle_drafter(big, tmp_path / "f32", "sglang", dtype="float32")
+    assert load_file(str(tmp_path / "f32" / "model.safetensors"))["fc.weight"][0, 0] == 1e5

@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, read_checked_drafter
+from fastrl.speculative.drafter_checkpoint import CONFIG_FILE, SAVE_DTYPES, cast_weights, read_checked_drafter
 from fastrl.tensor_files import save_tensors
 
 FORMATS = ("sglang", "vllm")
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = SAVE_DTYPES  # the dtypes a drafter checkpoint is written in
 SGLANG_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle", "qwen2": "Qwen2ForCausalLMEagle"}
 VLLM_ARCHITECTURES = {"llama": "LlamaForCausalLM"}
 OUTPUT_WEIGHTS = "model.safetensors"
@@ -97,7 +97,8 @@ def export_eagle_drafter(
 
     ValueError naming the key when the format, dtype or model family is unsupported, or (vLLM) when ``fc.bias``
     is non-zero and ``drop_fc_bias`` is not set, or when the drafter has a draft vocabulary and ``full_vocab`` is
-    not set; for a fused drafter, ``FUSED_REFUSAL`` (nothing is written).
+    not set, or when a weight overflows to infinity as ``dtype`` (``cast_weights``); for a fused drafter,
+    ``FUSED_REFUSAL`` (nothing is written).
     """
     if fmt not in FORMATS:
         raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
@@ -130,7 +131,8 @@ def export_eagle_drafter(
             )
         state.pop("fc.bias")
     names = eagle_tensor_names(state)
-    tensors = {names[k]: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
+    cast = cast_weights(state, dtype, f"export_drafter.dtype={dtype}: the drafter {drafter_dir}")
+    tensors = {names[k]: v for k, v in cast.items()}
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     save_tensors(tensors, out / OUTPUT_WEIGHTS, metadata={"format": "pt"})
