@@ -101,6 +101,34 @@ def test_numpy_numbers_are_taken_as_the_numbers_they_hold():
         parse_sampling({"repetition_penalty": np.float32(1.5)}, 10, LIMITS, seed=5)
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"temperature": 0.5},
+        {"top_p": 0.75},
+        {"top_k": 3},
+        {"top_k": -1},
+        {"repetition_penalty": 1.0},
+        {"logprobs": True},
+        {"logprobs": 2},
+        {"max_tokens": 5},
+        {"max_new_tokens": 0},
+        {"seed": 11},
+        {"ignore_eos": True},
+    ],
+)
+def test_every_key_takes_numpy_scalars_and_0d_tensors_as_the_numbers_they_hold(given):
+    """ignore_eos=np.bool_(True), temperature=torch.tensor(0.5) and max_tokens=torch.tensor(5) were refused while
+    logprobs=np.bool_(True) was accepted: one rule for every key."""
+    import numpy as np
+    import torch
+
+    ((key, value),) = given.items()
+    expected = parse_sampling(given, 10, LIMITS, seed=5)
+    for wrapped in (np.array(value)[()], np.array(value), torch.tensor(value)):
+        assert parse_sampling({key: wrapped}, 10, LIMITS, seed=5) == expected, (key, wrapped)
+
+
 def test_request_seeds_are_stable_per_id_and_distinct():
     assert request_seed(7, "det-0") == request_seed(7, "det-0")
     assert len({request_seed(7, f"det-{i}") for i in range(100)} | {request_seed(8, "det-0")}) == 101

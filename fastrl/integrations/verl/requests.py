@@ -51,7 +51,8 @@ def request_seed(base_seed: int, request_id: str) -> int:
 
 
 def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: RequestLimits, seed: int) -> ParsedRequest:
-    """Translate verl's sampling dict; unknown or unsupported keys raise ``ValueError`` naming them.
+    """Translate verl's sampling dict; unknown or unsupported keys raise ``ValueError`` naming them. A numpy scalar
+    or a 0-d array or tensor is, under every key, the Python number it holds.
 
     ``top_k=-1`` (verl's "off") is fastrl's ``0``; ``max_tokens`` is taken over ``max_new_tokens`` when both are
     given; without either the limit is SGLang's rule in verl: min(response_length, prompt_length + response_length -
@@ -60,12 +61,13 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     unknown = sorted(set(sampling) - set(KNOWN_KEYS))
     if unknown:
         raise ValueError(f"sampling_params.{unknown[0]}: not supported by the fastrl rollout (known: {KNOWN_KEYS})")
-    penalty = _python(sampling.get("repetition_penalty", 1.0))
+    sampling = {key: _python(value) for key, value in sampling.items()}  # the one place numpy / torch scalars go
+    penalty = sampling.get("repetition_penalty", 1.0)
     if penalty is not None and not is_real(penalty):
         raise ValueError(f"sampling_params.repetition_penalty must be a number, got {penalty!r}")
     if penalty is not None and float(penalty) != 1.0:
         raise ValueError(f"sampling_params.repetition_penalty={penalty}: fastrl samples exactly; only 1.0 is supported")
-    logprobs = _python(sampling.get("logprobs", False))
+    logprobs = sampling.get("logprobs", False)
     if logprobs is not None and not (isinstance(logprobs, bool) or is_integral(logprobs) and logprobs >= 0):
         raise ValueError(f"sampling_params.logprobs must be a bool or a count >= 0, got {logprobs!r}")
     if "max_tokens" in sampling:  # first: verl's fully-async client rewrites max_tokens alone on a partial rollout
