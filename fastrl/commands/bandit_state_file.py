@@ -87,9 +87,10 @@ def config_setting(cfg: DecodeConfig, model_dir: Path) -> dict:
 def check_setting(key: str, path: Path, state: dict, setting: dict, here: str = "this run") -> None:
     """ValueError naming ``key``, the file and both values of each part of ``setting`` (policy, drafter, dtype) that
     ``state`` was learned with another of; only the parts ``setting`` holds are compared (what a command cannot
-    know, it leaves out), and a state written before settings were recorded is taken as it is."""
-    saved = state.get(SETTING_KEY)
-    if not isinstance(saved, dict):
+    know, it leaves out), and a state written before settings were recorded is taken as it is (a damaged setting is
+    refused: ``saved_setting``)."""
+    saved = saved_setting(key, path, state)
+    if saved is None:
         return
     differ = [k for k in SETTING_WORDS if k in setting and saved.get(k) != setting[k]]
     if differ:
@@ -99,6 +100,31 @@ def check_setting(key: str, path: Path, state: dict, setting: dict, here: str = 
             + " and another ".join(words)
             + f": its acceptance and round times do not fit {here}; name another file (or remove it)"
         )
+
+
+def saved_setting(key: str, path: Path, state: dict) -> dict | None:
+    """The setting ``state`` was learned in (None when it records none: a file written before settings were);
+    ValueError naming ``key`` and the file, as any damaged bandit state, when it is not an object whose policy and
+    drafter are fingerprints (strings) or null and whose dtype is a string."""
+    saved = state.get(SETTING_KEY)
+    if saved is None:
+        return None
+    problem = _setting_problem(saved)
+    if problem is not None:
+        raise ValueError(f"{key}={path}: a damaged bandit state ({problem}); remove the file or name another")
+    return saved
+
+
+def _setting_problem(saved: object) -> str | None:
+    """What is wrong with a recorded setting (None when nothing is)."""
+    if not isinstance(saved, dict):
+        return f"{SETTING_KEY} must be an object, got {saved!r}"
+    for part in SETTING_WORDS:
+        value = saved.get(part)
+        if part in saved and not (isinstance(value, str) or (value is None and part != "dtype")):
+            kind = "a string" if part == "dtype" else "a fingerprint string or null"
+            return f"{SETTING_KEY}.{part} must be {kind}, got {value!r}"
+    return None
 
 
 def _shown(part: str, value: object) -> str:
@@ -135,6 +161,7 @@ def read_state_file(key: str, path: Path) -> dict | None:
         raise ValueError(
             f"{key}={path}: a damaged bandit state ({type(err).__name__}: {err}); remove the file or name another"
         ) from None
+    saved_setting(key, path, state)
     return state
 
 

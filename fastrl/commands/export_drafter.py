@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastrl.commands.bandit_state_file import SETTING_KEY, check_setting, drafter_fingerprint
+from fastrl.commands.bandit_state_file import check_setting, drafter_fingerprint, saved_setting
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
 from fastrl.commands.output_guard import guard_outputs, staged_directory
 from fastrl.engine.config import ENGINE_DTYPES
@@ -51,10 +51,10 @@ def export_overrides(argv: list[str]) -> list[str]:
 
 def read_winners(state_file: str, drafter: str) -> list[BucketWinner]:
     """The bucket winners of ``state_file`` (``state_winners``), once its setting's drafter is ``drafter``'s (a
-    ValueError naming both otherwise; see the module docstring)."""
+    ValueError naming both otherwise; see the module docstring) and its setting is not damaged (``saved_setting``)."""
     state = read_state(state_file)
-    saved = state.get(SETTING_KEY) if isinstance(state, dict) else None
-    if isinstance(saved, dict):
+    saved = saved_setting("bandit_state", Path(state_file), state) if isinstance(state, dict) else None
+    if saved is not None:
         dtype = saved.get("dtype") if saved.get("dtype") in ENGINE_DTYPES else "float32"
         here = {"drafter": drafter_fingerprint(Path(drafter), dtype)}  # as the run that learned it held the drafter
         check_setting("bandit_state", Path(state_file), state, here, f"the drafter {drafter}")

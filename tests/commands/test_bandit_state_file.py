@@ -57,6 +57,9 @@ DAMAGES = {
     "chain_rounds['12_1_13@0.3']['0'] must be": lambda s: s["chain_rounds"][str(STOP)]["0"].__setitem__(0, math.nan),
     "acceptance['3_1_4'] must be [hits, trials], 3 counts each": lambda s: s["acceptance"]["3_1_4"][0].pop(),
     "last_batch[1] is 0": lambda s: s["last_batch"].__setitem__(1, 0),
+    "setting.dtype must be a string, got ['bfloat16']": lambda s: s.__setitem__("setting", {"dtype": ["bfloat16"]}),
+    "setting.drafter must be a fingerprint string or null, got 7": lambda s: s.__setitem__("setting", {"drafter": 7}),
+    "setting must be an object, got 'x'": lambda s: s.__setitem__("setting", "x"),
 }
 
 

@@ -382,3 +382,14 @@ def test_a_weight_that_overflows_float16_is_refused_naming_the_dtype(drafter_dir
     assert not (tmp_path / "out").exists()
     export_eagle_drafter(big, tmp_path / "f32", "sglang", dtype="float32")
     assert load_file(str(tmp_path / "f32" / "model.safetensors"))["fc.weight"][0, 0] == 1e5
+
+
+def test_a_damaged_setting_in_the_bandit_state_is_one_error(drafter_dir, tmp_path, capsys):
+    """A state whose setting's dtype is not a string (it crashed: TypeError, unhashable list) is refused as any
+    damaged state is, naming the file and the entry; nothing written."""
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(_trained_bandit_state() | {"setting": {"drafter": "0" * 16, "dtype": ["bfloat16"]}}))
+    assert main(["export-drafter", str(drafter_dir), str(tmp_path / "out"), f"bandit_state={state}"]) == 2
+    err = capsys.readouterr().err
+    assert f"bandit_state={state}: a damaged bandit state (setting.dtype must be a string, got ['bfloat16'])" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
