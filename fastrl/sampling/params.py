@@ -66,15 +66,24 @@ class SamplingParams:
             raise ValueError(f"top_k must be an integer in [0, 2**62) (0 disables it), got {self.top_k!r}")
         if self.seed is not None and (not is_integral(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
-        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
-            raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {self.stop_token_ids!r}")
-        stop = tuple(self.stop_token_ids)
+        ids = self.stop_token_ids
+        if getattr(ids, "ndim", 1) != 1:  # a numpy array or a tensor: one row of ids
+            raise ValueError(f"stop_token_ids must be one row of integers, got {ids.ndim} dimensions")
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"stop_token_ids must be a sequence of integers >= 0, got {ids!r}")
+        stop = tuple(ids.tolist() if hasattr(ids, "ndim") else ids)  # an array's or a tensor's ids as numbers
         if any(not is_integral(t) or not 0 <= t < MAX_SEED for t in stop):  # token ids live in int64 tensors
-            raise ValueError(f"stop_token_ids must be integers in [0, 2**63), got {self.stop_token_ids!r}")
-        stop = tuple(int(t) for t in stop)  # numpy integers as Python ints
-        object.__setattr__(self, "stop_token_ids", stop)
+            raise ValueError(f"stop_token_ids must be integers in [0, 2**63), got {ids!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        # numpy numbers as Python ones: a narrow numpy integer would overflow in the engine's sums (prompt length +
+        # max_new_tokens), and outputs (the seed) must be JSON numbers
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stop))
+        object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
+        object.__setattr__(self, "top_k", int(self.top_k))
+        object.__setattr__(self, "seed", None if self.seed is None else int(self.seed))
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
 
     @property
     def greedy(self) -> bool:

@@ -1,8 +1,11 @@
 """SamplingParams validation: each bad field raises a ValueError that names it."""
 
 import dataclasses
+import json
 
+import numpy as np
 import pytest
+import torch
 
 from fastrl.sampling.params import MIN_TEMPERATURE, SamplingParams
 
@@ -65,3 +68,35 @@ def test_valid_edges_accepted():
 def test_invalid_field_raises_naming_it(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+@pytest.mark.parametrize("kind", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16])
+def test_numpy_numbers_become_python_ones(kind):
+    """A narrow numpy max_new_tokens stayed numpy: the engine's prompt length + max_new_tokens overflowed (np.int8(100)
+    with a 30-token prompt stopped after one token), and a numpy seed made outputs that json.dumps refused."""
+    p = SamplingParams(
+        max_new_tokens=kind(100), top_k=kind(7), seed=kind(5), temperature=np.float32(0.5), top_p=np.float16(0.5)
+    )
+    values = (p.max_new_tokens, p.top_k, p.seed, p.temperature, p.top_p)
+    assert [type(v) for v in values] == [int, int, int, float, float]
+    assert values == (100, 7, 5, 0.5, 0.5)
+    assert json.loads(json.dumps(dataclasses.asdict(p)))["seed"] == 5
+    assert 120 + p.max_new_tokens == 220  # int8 arithmetic would wrap
+
+
+@pytest.mark.parametrize("ids", [np.array([3, 4]), torch.tensor([3, 4]), [np.int64(3), torch.tensor(4).item()]])
+def test_stop_token_ids_from_arrays_and_tensors(ids):
+    assert SamplingParams(stop_token_ids=ids).stop_token_ids == (3, 4)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (torch.tensor([[3, 4]]), "one row of integers, got 2 dimensions"),
+        (torch.tensor([3.0, 4.0]), "must be integers"),
+        (np.array([True, False]), "must be integers"),
+    ],
+)
+def test_stop_token_ids_arrays_that_are_not_ids_are_refused(ids, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(stop_token_ids=ids)
