@@ -88,6 +88,7 @@ class Engine:
         selector: StrategySelector | None = None,
         history: HistoryIndex | None = None,
     ) -> None:
+        _check_parts(model, config, drafter, selector, history)
         self.config = config or EngineConfig()
         self.selector: StrategySelector = selector or FixedSelector(DISABLE)
         if history is None and any(s.is_history for s in self.selector.strategies):
@@ -435,6 +436,28 @@ class Engine:
                 f"request {request.request_id}: non-finite logits at generated token {len(request.logprobs) - 1}"
             )
         request.timings.finished = now()
+
+
+def _check_parts(model: object, config: object, drafter: object, selector: object, history: object) -> None:
+    """ValueError naming the first of the engine's parts that is not of its kind (e.g. a strategy string given
+    where a selector goes), before anything is built."""
+    kinds = [
+        ("model", model, CausalLM, "a CausalLM (fastrl.models.checkpoint.load_model)"),
+        ("config", config, EngineConfig, "an EngineConfig or None"),
+        (
+            "drafter",
+            drafter,
+            EagleDrafter,
+            "an EagleDrafter (drafter_checkpoint.load_drafter) or None",
+        ),
+        ("history", history, HistoryIndex, "a HistoryIndex or None"),
+    ]
+    for name, value, kind, wanted in kinds:
+        if not (isinstance(value, kind) or (value is None and name != "model")):
+            raise ValueError(f"Engine: {name} must be {wanted}, got {type(value).__name__}")
+    if selector is not None and not all(hasattr(selector, a) for a in ("strategies", "choose", "observe")):
+        hint = " (FixedSelector(name) or build_selector(name) make one from a strategy name)"
+        raise ValueError(f"Engine: selector must be a StrategySelector{hint}, got {type(selector).__name__}")
 
 
 def _integer_dtype(tensor: torch.Tensor) -> bool:

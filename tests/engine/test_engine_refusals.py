@@ -206,3 +206,21 @@ def test_an_empty_request_id_is_refused(engine):
     with pytest.raises(ValueError, match="a request id must not be empty"):
         engine.add_request([1, 5, 9], SamplingParams(max_new_tokens=2), request_id="")
     assert not engine.has_unfinished()
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "message"),
+    [
+        ("selector", "3_1_4", r"selector must be a StrategySelector \(FixedSelector\(name\)"),
+        ("config", {"max_batch_size": 2}, "config must be an EngineConfig or None, got dict"),
+        ("drafter", "policy", "drafter must be an EagleDrafter .* got CausalLM"),
+        ("history", [], "history must be a HistoryIndex or None, got list"),
+        ("model", None, "model must be a CausalLM"),
+    ],
+)
+def test_a_part_of_the_wrong_kind_is_named(pristine, part, value, message):
+    """They used to fail deep inside with a bare AttributeError ('str' object has no attribute 'strategies')."""
+    policy, _ = pristine
+    parts = {"model": policy, part: policy if value == "policy" else value}
+    with pytest.raises(ValueError, match=message):
+        Engine(**parts)
