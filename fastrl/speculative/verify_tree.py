@@ -2,8 +2,10 @@
 
 The policy's target at node i is the token it samples at position (root position + depth_i + 1) from its logits
 at node i, with the request's own seed (the sampling contract), so greedy and sampling follow one rule and the
-emitted tokens equal plain decoding's. Children of a node carry distinct tokens, so the accepted nodes form one
-path from the root; the emitted tokens are the targets along that path (accepted drafts, then one policy token).
+emitted tokens equal plain decoding's. The accepted nodes whose ancestors are all accepted form paths from the
+root that agree token for token (children sharing a token, as history drafts' padding clones and merged trees
+have, are accepted together); the emitted tokens are the targets along the path to the first (lowest-index)
+deepest such node: accepted drafts, then one policy token.
 """
 
 from __future__ import annotations
