@@ -73,6 +73,21 @@ def test_invalid_options_name_their_key(options, key):
         _worker_config(**options)
 
 
+@pytest.mark.parametrize(
+    ("verl_values", "said"),
+    [
+        ({"max_model_len": 1}, r"^actor_rollout_ref\.rollout\.max_model_len \(or prompt_length \+ response_length\) "),
+        ({"rollout_seed": -1}, r"^actor_rollout_ref\.rollout\.seed must be in"),
+        ({"rollout_dtype": "bf16", "device": "cuda"}, r"^actor_rollout_ref\.rollout\.dtype must be one of"),
+    ],
+)
+def test_verls_own_rollout_values_are_named_as_verls_keys(verl_values, said):
+    """They were blamed on custom.fastrl.max_model_len (no such option), custom.fastrl.seed and custom.fastrl.dtype."""
+    given = {"rollout_dtype": "bfloat16", "max_model_len": 72, "rollout_seed": 42, "device": "cpu", **verl_values}
+    with pytest.raises(ValueError, match=said):
+        FastrlRolloutOptions().worker_config(str(bundled_model_dir()), calls=8, **given)
+
+
 def test_sampling_dict_translation():
     parsed = parse_sampling({"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True}, 10, LIMITS, seed=5)
     assert parsed.return_logprobs and parsed.params.top_k == 0 and parsed.params.seed == 5

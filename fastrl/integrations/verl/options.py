@@ -14,7 +14,9 @@ from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.engine.config import EngineConfig
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 
-PREFIX = "actor_rollout_ref.rollout.custom.fastrl."
+ROLLOUT = "actor_rollout_ref.rollout."
+PREFIX = f"{ROLLOUT}custom.fastrl."
+CONTEXT_KEY = f"{ROLLOUT}max_model_len (or prompt_length + response_length)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -123,7 +125,9 @@ class FastrlRolloutOptions:
     def worker_config(
         self, model_dir: str, rollout_dtype: str, max_model_len: int, rollout_seed: int, device: str, calls: int
     ) -> RolloutWorkerConfig:
-        """The engine-worker config of one server (errors renamed to this section's keys)."""
+        """The engine-worker config of one server: ``rollout_dtype``, ``max_model_len`` and ``rollout_seed`` are
+        verl's rollout settings, ``device`` the one the server runs on. Errors name the key the value came from
+        (this section's, or verl's ``actor_rollout_ref.rollout.*``)."""
         dtype = self.dtype if self.dtype != "auto" else (rollout_dtype if device != "cpu" else "float32")
         try:
             engine = EngineConfig(
@@ -134,10 +138,10 @@ class FastrlRolloutOptions:
                 dtype=dtype,
                 seed=self.seed if self.seed is not None else rollout_seed,
             )
-        except ValueError as err:  # "engine.KEY ...": an option of this section, or a key of its engine dict
+        except ValueError as err:  # "engine.KEY ...": an option of this section, verl's, or a key of the engine dict
             key = str(err).partition(" ")[0].removeprefix("engine.")
-            name = key if key in OWN_ENGINE_KEYS else f"engine.{key}"
-            raise ValueError(f"{PREFIX}{name}{str(err)[len(key) + len('engine.') :]}") from err
+            name = self._engine_key_names().get(key, f"{PREFIX}engine.{key}")
+            raise ValueError(f"{name}{str(err)[len(key) + len('engine.') :]}") from err
         try:
             return RolloutWorkerConfig(
                 model_dir=model_dir,
@@ -158,6 +162,18 @@ class FastrlRolloutOptions:
         except (TypeError, ValueError) as err:
             raise ValueError(rename_keys(str(err))) from err
 
+    def _engine_key_names(self) -> dict[str, str]:
+        """The key a user set for each engine setting ``worker_config`` fills itself: this section's option, or
+        verl's rollout key when the option leaves it to verl (``seed: null``, ``dtype: auto``; the context is
+        always verl's)."""
+        return {
+            "max_batch_size": f"{PREFIX}max_batch_size",
+            "device": f"{PREFIX}device",
+            "dtype": f"{PREFIX}dtype" if self.dtype != "auto" else f"{ROLLOUT}dtype",
+            "seed": f"{PREFIX}seed" if self.seed is not None else f"{ROLLOUT}seed",
+            "max_model_len": CONTEXT_KEY,
+        }
+
 
 def check_context(worker: RolloutWorkerConfig, max_positions: int) -> None:
     """ValueError naming verl's keys, in the driver, when the context verl asks of the servers exceeds the model's
@@ -165,8 +181,8 @@ def check_context(worker: RolloutWorkerConfig, max_positions: int) -> None:
     context = worker.engine.max_model_len
     if context is not None and context > max_positions:
         raise ValueError(
-            f"actor_rollout_ref.rollout.max_model_len (or prompt_length + response_length) = {context} exceeds "
-            f"the model's context of {max_positions} positions (max_position_embeddings)"
+            f"{CONTEXT_KEY} = {context} exceeds the model's context of {max_positions} positions "
+            "(max_position_embeddings)"
         )
 
 

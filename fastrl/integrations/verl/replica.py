@@ -75,11 +75,13 @@ class FastrlReplica(RolloutReplica):
             if size != 1:
                 raise ValueError(f"actor_rollout_ref.rollout.{key}={size}: the fastrl rollout runs one device per "
                                  "replica; set it to 1")  # fmt: skip
-        # Fail in the driver, naming the key, rather than in a server actor: the options with the context and the
-        # concurrency the servers will have, and the checkpoints where this node sees them (on a shared file system)
+        # Fail in the driver, naming the key, rather than in a server actor: the options with verl's context, seed,
+        # dtype (unless the servers run on the CPU, where it is unused) and concurrency, as the servers will have
+        # them, and the checkpoints where this node sees them (on a shared file system)
         max_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
+        device = "cpu" if self.options.device == "cpu" else "cuda"  # "auto": the servers may see a GPU
         worker = self.options.worker_config(
-            str(self.model_config.path), self.config.dtype, max_len, 0, "cpu", self.config.max_num_seqs
+            str(self.model_config.path), self.config.dtype, max_len, self.config.seed, device, self.config.max_num_seqs
         )
         if Path(worker.model_dir).is_dir():
             try:
