@@ -393,3 +393,18 @@ def test_a_damaged_setting_in_the_bandit_state_is_one_error(drafter_dir, tmp_pat
     err = capsys.readouterr().err
     assert f"bandit_state={state}: a damaged bandit state (setting.dtype must be a string, got ['bfloat16'])" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_an_overwrite_that_cannot_replace_a_file_leaves_the_earlier_output_as_it_was(drafter_dir, tmp_path, capsys):
+    """overwrite=true into an output whose model.safetensors is a directory: one error naming it, and config.json is
+    the earlier one still (it was replaced first, then an IsADirectoryError traceback)."""
+    out = tmp_path / "out"
+    (out / "model.safetensors").mkdir(parents=True)
+    (out / "model.safetensors" / "f").write_text("x")
+    (out / "config.json").write_text('{"old": 1}')
+    assert main(["export-drafter", str(drafter_dir), str(out), "overwrite=true"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'model.safetensors'} is a directory where this command writes a file" in err
+    assert "Traceback" not in err and (out / "config.json").read_text() == '{"old": 1}'
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
