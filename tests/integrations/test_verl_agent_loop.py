@@ -342,7 +342,7 @@ def test_update_weights_from_a_generator_or_an_async_one_changes_outputs_and_ver
 
 
 def test_a_reward_model_served_by_fastrl_in_the_same_job_has_its_own_servers_and_hub(stack):
-    """verl builds a reward (or teacher) model's replicas with the rollout's class: their servers and drafter hub
+    """verl builds a generative reward model's replicas with the rollout's class: their servers and drafter hub
     are that role's (it used to be an ActorAlreadyExistsError on the policy's server name, and with other names the
     reward model's drafters would have merged into the policy's hub)."""
     from fastrl.integrations.verl.replica import FastrlReplica, hub_name

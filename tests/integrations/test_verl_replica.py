@@ -51,3 +51,15 @@ def test_fastrl_options_that_take_over_verls_values_are_named_when_bad_and_spare
     _replica(["actor_rollout_ref.rollout.dtype=bf16"])  # on the CPU verl's dtype is unused: float32
     with pytest.raises(ValueError, match=r"^actor_rollout_ref\.rollout\.custom\.fastrl\.max_batch_size must be >= 1"):
         _replica([f"{FASTRL}max_batch_size=0"])
+
+
+def test_a_distillation_teacher_is_refused_naming_verls_key():
+    """verl's teacher loop sends every request prompt_logprobs and detokenize and reads extra_fields["prompt_ids"] /
+    ["prompt_logprobs"]: a fastrl teacher started (its servers named for the teacher, docs/verl.md promised it) and
+    then failed every request ("sampling_params.detokenize: not supported")."""
+    from verl.experimental.teacher_loop.teacher_manager import _get_teacher_sampling_params  # noqa: F401 (exists)
+
+    with pytest.raises(ValueError, match=r"^distillation\.teacher_models\.<teacher>\.inference\.name=fastrl "
+                       r"\(teacher 'openai_gsm8k'\): .*set it to vllm or sglang"):  # fmt: skip
+        _replica([], is_teacher_model=True, name_suffix="openai_gsm8k")
+    assert _replica([], is_reward_model=True).role == "reward_"  # a generative reward model is served

@@ -21,8 +21,8 @@ LOG = logging.getLogger("fastrl.verl")
 
 def server_name(replica_rank: int, suffix: str = "", role: str = "") -> str:
     """The Ray actor name of replica ``replica_rank``'s server (the weight-sync adapter finds the policy's by this
-    name). ``role``: "" for the policy's rollout, ``"reward_"`` / ``"teacher_"`` for a reward or teacher model's
-    servers in the same job, as verl names its other backends' (one name, one server)."""
+    name). ``role``: "" for the policy's rollout, ``"reward_"`` for a generative reward model's servers in the same
+    job, as verl names its other backends' (one name, one server)."""
     return f"fastrl_server_{role}{replica_rank}_0{suffix}"
 
 
@@ -32,9 +32,17 @@ def hub_name(suffix: str = "", role: str = "") -> str:
     return f"fastrl_drafter_hub{'_' + role.rstrip('_') if role else ''}{suffix}"
 
 
-def replica_role(is_reward_model: bool, is_teacher_model: bool) -> str:
-    """``server_name``'s role of a replica."""
-    return "reward_" if is_reward_model else "teacher_" if is_teacher_model else ""
+def replica_role(is_reward_model: bool, is_teacher_model: bool, teacher_key: str = "") -> str:
+    """``server_name``'s role of a replica. A teacher is refused (ValueError naming verl's key): verl's teacher loop
+    asks every request for the log-probs of its prompt (``prompt_logprobs``, top-k per position), which fastrl's
+    prefill does not compute (it keeps the last position's logits only)."""
+    if is_teacher_model:
+        raise ValueError(
+            f"distillation.teacher_models.<teacher>.inference.name=fastrl (teacher {teacher_key!r}): the fastrl "
+            "rollout cannot serve a distillation teacher (verl asks it for prompt log-probs, which fastrl does not "
+            "compute); set it to vllm or sglang (it defaults to actor_rollout_ref.rollout.name)"
+        )
+    return "reward_" if is_reward_model else ""
 
 
 def worker_device(visible_devices: str, local_rank: int) -> str:
@@ -65,6 +73,7 @@ class FastrlReplica(RolloutReplica):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
+        self.role = replica_role(self.is_reward_model, self.is_teacher_model, self.name_suffix.removeprefix("_"))
         self.options = FastrlRolloutOptions.from_custom(self.config.custom)
         sizes = {
             "tensor_model_parallel_size": self.config.tensor_model_parallel_size,
@@ -90,7 +99,6 @@ class FastrlReplica(RolloutReplica):
                 raise ValueError(rename_keys(str(err))) from None
             check_context(worker, read_config(worker.model_dir).max_position_embeddings)
         self.server_class = ray.remote(FastrlServer)
-        self.role = replica_role(self.is_reward_model, self.is_teacher_model)
         # the job's drafter hub, held by the replica for the job: the actor is owned by the driver handle that
         # made it, and handles found by name (the other replicas', the servers') do not keep it alive, so without
         # this one Ray collected it once the first server was gone (the next server's shutdown found it dead);
