@@ -3,7 +3,8 @@ concurrent writer is refused, and files reach their place by a rename. Errors ar
 
 ``guard_outputs`` checks every output file and directory (not an input, not a directory where a file is expected,
 not a file where a directory is, a non-empty directory only with ``overwrite=true``, writable) and takes an
-exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release). ``write_through``
+exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release, as are the directories
+made above a new output when they are left empty: a refused command leaves nothing behind). ``write_through``
 (``fastrl.atomic_files`` for a plain path) and ``staged_directory`` write through a temporary file or directory
 renamed into place, so a failed or interrupted command never leaves a half-written output over a good one.
 """
@@ -27,12 +28,15 @@ from fastrl.atomic_files import atomic_path, no_space
 class OutputTarget:
     """A checked output path. ``path``: where to write (a symlink resolved to its target, so the link itself is
     never replaced); ``regular``: a regular file, a directory or a new one (may be rewritten through a temporary
-    file and a rename); otherwise a FIFO, a device or a socket, which is only ever opened and written in place."""
+    file and a rename); otherwise a FIFO, a device or a socket, which is only ever opened and written in place.
+    ``made``: the directories the check created above it (outermost first), removed by ``GuardedOutputs.release``
+    when they are left empty."""
 
     key: str
     given: Path
     path: Path
     regular: bool
+    made: tuple[Path, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -55,8 +59,7 @@ def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
         if regular:
             _probe_directory(key, value, path.parent)  # the final rewrite in order needs a file beside it
         return OutputTarget(key, Path(value), path, regular)
-    _make_parent(key, value, path)
-    return OutputTarget(key, Path(value), path, True)
+    return OutputTarget(key, Path(value), path, True, _make_parent(key, value, path))
 
 
 def check_output_dir(key: str, value: str, inputs: dict[str, str], overwrite: bool) -> OutputTarget:
@@ -79,9 +82,8 @@ def check_output_dir(key: str, value: str, inputs: dict[str, str], overwrite: bo
                 "replace the files this command writes there"
             )
         _probe_directory(key, value, path)
-    else:
-        _make_parent(key, value, path)
-    return OutputTarget(key, Path(value), path, True)
+        return OutputTarget(key, Path(value), path, True)
+    return OutputTarget(key, Path(value), path, True, _make_parent(key, value, path))
 
 
 @dataclass
@@ -91,6 +93,7 @@ class GuardedOutputs:
     targets: dict[str, OutputTarget]
     locks: list[int] = field(default_factory=list)
     lock_files: list[Path] = field(default_factory=list)
+    made: list[Path] = field(default_factory=list)  # the directories the checks created, outermost first
 
     def __getitem__(self, key: str) -> OutputTarget:
         return self.targets[key]
@@ -105,27 +108,30 @@ class GuardedOutputs:
         self.release()
 
     def release(self) -> None:
-        """Remove the lock files and drop the locks (removal first, while still held: no other writer's lock goes)."""
+        """Remove the lock files and drop the locks (removal first, while still held: no other writer's lock goes),
+        then the directories the checks created that are left empty: a command refused once its outputs were
+        checked leaves nothing behind."""
         for fd, lock_file in zip(self.locks, self.lock_files, strict=True):
             with contextlib.suppress(OSError):
                 lock_file.unlink()
             os.close(fd)
-        self.locks, self.lock_files = [], []
+        _remove_empty(self.made)
+        self.locks, self.lock_files, self.made = [], [], []
 
 
 def check_work_dir(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check a directory a command keeps across its runs and resumes from (``train-drafter``'s stream of shards and
-    saved state): not a file, not an input, taking new files (its parent is created if needed). What it may hold is
-    the command's rule (``train-drafter``: ``stream_trainer.check_stream_dir``), not this check's."""
+    saved state): not a file, not an input, taking new files (its parent is created if needed: ``made``). What it may
+    hold is the command's rule (``train-drafter``: ``stream_trainer.check_stream_dir``), not this check's."""
     path = _resolved(key, value)
     _check_not_input(key, value, path, inputs)
     if path.exists():
         if not path.is_dir():
             raise ValueError(f"{key}={value} is a file; give a directory")
         _probe_directory(key, value, path)
-    else:
-        _make_parent(key, value, path)  # the directory itself is made by the first write: a refused run leaves none
-    return OutputTarget(key, Path(value), path, True)
+        return OutputTarget(key, Path(value), path, True)
+    # the directory itself is made by the first write: a refused run leaves none (nor the parents, on release)
+    return OutputTarget(key, Path(value), path, True, _make_parent(key, value, path))
 
 
 def guard_outputs(
@@ -137,25 +143,25 @@ def guard_outputs(
 ) -> GuardedOutputs:
     """Check every non-empty output file (``files``: key -> path), directory and work directory (``work_dirs``,
     see ``check_work_dir``), then lock each; two keys naming the same path, a bad path or an output another process
-    is writing is a ValueError naming the key."""
-    targets: dict[str, OutputTarget] = {}
+    is writing is a ValueError naming the key (the directories the checks created are removed again)."""
     checked = [(k, v, "file") for k, v in files.items() if v]
     checked += [(k, v, "dir") for k, v in (directories or {}).items() if v]
     checked += [(k, v, "work") for k, v in (work_dirs or {}).items() if v]
-    for key, value, kind in checked:
-        if kind == "file":
-            target = check_output(key, value, inputs)
-        elif kind == "dir":
-            target = check_output_dir(key, value, inputs, overwrite)
-        else:
-            target = check_work_dir(key, value, inputs)
-        for other in targets.values():
-            if _same_file(target.path, other.path):
-                raise ValueError(f"{key} and {other.key} name the same file {value}")
-        targets[key] = target
-    guarded = GuardedOutputs(targets)
+    guarded = GuardedOutputs({})
     try:
-        for target in targets.values():
+        for key, value, kind in checked:
+            if kind == "file":
+                target = check_output(key, value, inputs)
+            elif kind == "dir":
+                target = check_output_dir(key, value, inputs, overwrite)
+            else:
+                target = check_work_dir(key, value, inputs)
+            guarded.made += target.made
+            for other in guarded.targets.values():
+                if _same_file(target.path, other.path):
+                    raise ValueError(f"{key} and {other.key} name the same file {value}")
+            guarded.targets[key] = target
+        for target in guarded.targets.values():
             if target.regular:
                 _lock(guarded, target)
     except BaseException:
@@ -214,9 +220,11 @@ def staged_directory(target: OutputTarget, owned: tuple[str, ...] = ()) -> Itera
     write did not produce: an earlier write's, removed), all of them or none: every path is checked before the first
     rename (a directory where a file goes is refused), and a rename that fails puts back what the ones before it
     replaced; either is one ValueError naming the key and the path, ``target`` left as it was. When the block
-    raises, the staging directory is removed and ``target`` is untouched."""
+    raises, the staging directory is removed and ``target`` is untouched (and so are the directories above it: the
+    ones this made for the staging directory are removed again)."""
     final = target.path
-    final.parent.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
+    _make_dir(final.parent, made)
     staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         try:
@@ -230,6 +238,7 @@ def staged_directory(target: OutputTarget, owned: tuple[str, ...] = ()) -> Itera
         _replace_all(target, staging, files, removed)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(made)
 
 
 def _check_replaceable(target: OutputTarget, files: list[Path], removed: list[Path]) -> None:
@@ -282,11 +291,21 @@ def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed
 
 
 def _make_dir(directory: Path, made: list[Path]) -> None:
-    """Create ``directory`` and the missing ones above it, recording each one created in ``made``."""
+    """Create ``directory`` and the missing ones above it, recording each one created in ``made`` (outermost
+    first); OSError when one cannot be made."""
     missing = [d for d in [directory, *directory.parents] if not os.path.lexists(d)]
     for new in reversed(missing):
-        new.mkdir()
-        made.append(new)
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process: its, not ours
+            new.mkdir()
+            made.append(new)
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove each of ``directories`` (outermost first, as ``_make_dir`` records them) that is empty, innermost
+    first; one that is not empty (or gone) stays as it is."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def _move_aside(dest: Path, backup: Path, index: int) -> Path | None:
@@ -310,9 +329,7 @@ def _undo(journal: list[tuple[Path, Path | None]], made: list[Path]) -> list[str
                 os.replace(saved, dest)
         except OSError:
             stuck.append(str(dest))
-    for directory in reversed(made):
-        with contextlib.suppress(OSError):
-            directory.rmdir()
+    _remove_empty(made)
     return stuck
 
 
@@ -343,17 +360,23 @@ def check_creatable(key: str, value: str) -> None:
     _probe_directory(key, value, ancestor)
 
 
-def _make_parent(key: str, value: str, path: Path) -> None:
+def _make_parent(key: str, value: str, path: Path) -> tuple[Path, ...]:
     """Create the directories above a new output (ValueError naming the key when that is impossible) and check
-    that the nearest one takes new files."""
+    that the nearest one takes new files; the directories created (outermost first; removed again on an error)."""
     parent = _existing_ancestor(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{key}={value}: {parent} is not a directory")
+    made: list[Path] = []
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_dir(path.parent, made)
+        _probe_directory(key, value, path.parent)
     except OSError as err:
+        _remove_empty(made)
         raise ValueError(f"{key}={value}: cannot create its directory ({err.strerror})") from None
-    _probe_directory(key, value, path.parent)
+    except ValueError:
+        _remove_empty(made)
+        raise
+    return tuple(made)
 
 
 def _probe_directory(key: str, value: str, directory: Path) -> None:

@@ -97,7 +97,7 @@ def test_a_failed_first_write_into_a_new_directory_leaves_no_directory(tmp_path,
         with staged_directory(_target(final)) as staging:
             _stage(staging)
     monkeypatch.undo()
-    assert not final.exists() and [p.name for p in (tmp_path / "new").iterdir()] == []
+    assert list(tmp_path.iterdir()) == [], "neither the output nor the directory made above it is left"
 
 
 def test_a_complete_write_replaces_its_files_removes_the_owned_and_keeps_the_others(tmp_path):
