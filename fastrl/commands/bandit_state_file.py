@@ -28,7 +28,8 @@ from fastrl.commands.output_guard import OutputTarget
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.engine import Engine
 from fastrl.models.checkpoint import heads_digest
-from fastrl.speculative.drafter_checkpoint import read_drafter_weights
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.speculative.drafter_checkpoint import read_draft_vocab, read_drafter_info, read_drafter_weights
 
 SETTING_KEY = "setting"
 SETTING_WORDS = {"policy": "policy", "drafter": "drafter", "dtype": "dtype"}
@@ -38,25 +39,52 @@ def tensors_fingerprint(tensors: Iterable[tuple[str, torch.Tensor]], dtype: torc
     """A short hash of named tensors' names, shapes and first values (rounded to bfloat16, so that one checkpoint
     loaded in float32, float64 or bfloat16 gives one fingerprint; ``dtype``: each head first cast through float32 to
     it, as a module loaded in that dtype holds it): tells two checkpoints apart without reading every weight."""
+    return heads_digest(_tensor_heads(tensors, dtype))
+
+
+def _tensor_heads(
+    tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None
+) -> list[tuple[str, tuple[int, ...], torch.Tensor]]:
+    """What ``tensors_fingerprint`` hashes: each tensor's name, shape and rounded head, by name."""
     heads = []
     for name, tensor in sorted(tensors, key=lambda item: item[0]):
         head = tensor.detach().flatten()[:16]
         if dtype is not None:
             head = head.to(torch.float32).to(dtype)
         heads.append((name, tuple(tensor.shape), head.to("cpu", torch.bfloat16).to(torch.float32)))
+    return heads
+
+
+def drafter_tensors_fingerprint(
+    tensors: Iterable[tuple[str, torch.Tensor]], draft_vocab: torch.Tensor | None, dtype: torch.dtype | None = None
+) -> str:
+    """``tensors_fingerprint`` of a drafter's weights and, when it drafts over a reduced draft vocabulary, of every
+    token id of it, in order (exactly: the same weights over another vocabulary draft other tokens, with another
+    acceptance). A drafter without one keeps the fingerprint of its weights alone, the one states were saved with
+    before the vocabulary counted."""
+    heads = _tensor_heads(tensors, dtype)
+    if draft_vocab is not None:
+        heads.append(("draft_vocab", tuple(draft_vocab.shape), draft_vocab.detach().to("cpu", torch.int64)))
     return heads_digest(heads)
 
 
 def module_fingerprint(module: nn.Module) -> str:
-    """``tensors_fingerprint`` of a module's state_dict."""
+    """``tensors_fingerprint`` of a module's state_dict (a drafter's: ``drafter_module_fingerprint``)."""
     return tensors_fingerprint(module.state_dict().items())
 
 
+def drafter_module_fingerprint(drafter: EagleDrafter) -> str:
+    """``drafter_tensors_fingerprint`` of a loaded drafter: its state_dict and its draft vocabulary."""
+    return drafter_tensors_fingerprint(drafter.state_dict().items(), drafter.draft_vocab)
+
+
 def drafter_fingerprint(directory: Path, dtype: str) -> str:
-    """``module_fingerprint`` of the drafter in ``directory`` as a run in ``dtype`` loads it (its stored tensors into
-    float32 parameters, then cast to the run's dtype), from its files: no policy, no model."""
+    """``drafter_module_fingerprint`` of the drafter in ``directory`` as a run in ``dtype`` loads it (its stored
+    tensors into float32 parameters, then cast to the run's dtype; its draft vocabulary), from its files: no policy,
+    no model."""
     tensors = read_drafter_weights(directory)
-    return tensors_fingerprint(tensors.items(), ENGINE_DTYPES.get(dtype, torch.float32))
+    draft_vocab = read_draft_vocab(directory, read_drafter_info(directory))
+    return drafter_tensors_fingerprint(tensors.items(), draft_vocab, ENGINE_DTYPES.get(dtype, torch.float32))
 
 
 def learned_setting(engine: Engine) -> dict:
@@ -64,7 +92,7 @@ def learned_setting(engine: Engine) -> dict:
     drafter = engine.drafter
     return {
         "policy": module_fingerprint(engine.model),
-        "drafter": None if drafter is None else module_fingerprint(drafter),
+        "drafter": None if drafter is None else drafter_module_fingerprint(drafter),
         "dtype": engine.config.dtype,
     }
 

@@ -8,16 +8,28 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.cost_model import CostModel
-from fastrl.commands.bandit_state_file import read_state_file, write_state_file
+from fastrl.assets_path import bundled_model_dir
+from fastrl.commands.bandit_state_file import (
+    drafter_fingerprint,
+    learned_setting,
+    read_state_file,
+    tensors_fingerprint,
+    write_state_file,
+)
 from fastrl.commands.output_guard import OutputTarget
+from fastrl.models.checkpoint import load_model
+from fastrl.speculative.drafter_checkpoint import load_drafter, read_drafter_weights, save_drafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
+from tests.helpers import last_layer_drafter
 
 STOP, CHAIN = Strategy.parse("12_1_13@0.3"), Strategy.parse("3_1_4")
 
@@ -98,3 +110,27 @@ def test_a_state_holding_a_nan_is_not_written(tmp_path):
     with pytest.raises(ValueError, match=f"bandit_state={path}: not written, the bandit's state holds a NaN"):
         write_state_file(target, _NanState(), {})  # type: ignore[arg-type]
     assert path.read_text() == "earlier\n"
+
+
+def test_a_drafters_fingerprint_holds_its_draft_vocabulary_and_is_unchanged_without_one(tmp_path):
+    """The same weights over a reduced draft vocabulary draft other tokens with another acceptance: a state learned
+    with the full-vocabulary drafter was taken for them. The vocabulary (every id, in order) is now part of the
+    fingerprint, from the files as from the loaded drafter; without one the fingerprint is the weights' alone, as
+    every state saved before holds it."""
+    policy = load_model(bundled_model_dir())
+    drafter = last_layer_drafter(policy)
+    save_drafter(drafter, tmp_path / "full", "arith-tiny")
+    ids = torch.randperm(policy.config.vocab_size, generator=torch.Generator().manual_seed(3))[:30]
+    for name, vocab in (("narrow", ids), ("reordered", ids.flip(0)), ("other", ids[:29])):
+        drafter.set_draft_vocab(vocab)
+        save_drafter(drafter, tmp_path / name, "arith-tiny")
+    prints = {
+        name: drafter_fingerprint(tmp_path / name, "float32") for name in ("full", "narrow", "reordered", "other")
+    }
+    assert len(set(prints.values())) == 4, prints
+    weights_alone = tensors_fingerprint(read_drafter_weights(tmp_path / "full").items(), torch.float32)
+    assert prints["full"] == weights_alone == drafter_fingerprint(tmp_path / "full", "bfloat16")
+    for name in ("full", "narrow"):  # what a run records (the loaded drafter) is what the files tell before it
+        loaded = load_drafter(tmp_path / name, policy)[0]
+        engine = SimpleNamespace(drafter=loaded, model=policy, config=SimpleNamespace(dtype="float32"))
+        assert learned_setting(engine)["drafter"] == prints[name]  # type: ignore[arg-type]

@@ -408,3 +408,16 @@ def test_an_overwrite_that_cannot_replace_a_file_leaves_the_earlier_output_as_it
     assert "Traceback" not in err and (out / "config.json").read_text() == '{"old": 1}'
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_state_of_the_full_vocabulary_drafter_is_refused_for_a_reduced_one(drafter_dir, narrow_drafter_dir, tmp_path):
+    """The same weights over a 24-token draft vocabulary draft other tokens: a state learned with the full-vocabulary
+    drafter does not fit them (it was taken: the fingerprint ignored the vocabulary)."""
+    from fastrl.commands.bandit_state_file import drafter_fingerprint
+
+    setting = {"drafter": drafter_fingerprint(drafter_dir, "float32"), "dtype": "float32", "policy": "0" * 16}
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(_trained_bandit_state() | {"setting": setting}))
+    assert main(["export-drafter", str(drafter_dir), str(tmp_path / "full"), f"bandit_state={state}"]) == 0
+    assert main(["export-drafter", str(narrow_drafter_dir), str(tmp_path / "narrow"), f"bandit_state={state}"]) == 2
+    assert not (tmp_path / "narrow").exists()
