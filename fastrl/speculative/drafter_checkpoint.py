@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,35 @@ def cast_weights(tensors: dict[str, torch.Tensor], dtype: str, where: str) -> di
     return cast
 
 
+def check_drafter_dir(path: str | Path) -> None:
+    """ValueError naming ``path`` unless it is a directory: one that does not exist, or something else."""
+    directory = Path(path)
+    if directory.is_dir():
+        return
+    if not directory.exists():
+        raise ValueError(f"drafter directory {path} does not exist")
+    kind = "a file" if directory.is_file() else "not a directory"
+    raise ValueError(f"drafter directory {path} is {kind}: give the directory holding {CONFIG_FILE}")
+
+
+def file_problem(file: Path) -> str | None:
+    """What keeps a drafter's ``file`` from being read (``is missing``, ``is a directory``, ...), None when nothing
+    does: the end of an error message naming it."""
+    if file.is_file():
+        return None
+    if file.is_dir():
+        return "is a directory, not a file"
+    if file.is_symlink() and not file.exists():
+        return f"is a dangling symlink (to {os.readlink(file)})"
+    return "is missing" if not file.exists() else "is not a regular file"
+
+
 def read_drafter_info(path: str | Path) -> DrafterInfo:
     """Parse a drafter directory's config; ValueError naming the file when it is missing or malformed."""
     file = Path(path) / CONFIG_FILE
-    if not file.is_file():
-        raise ValueError(f"{path} is not a drafter checkpoint: {CONFIG_FILE} is missing")
+    problem = file_problem(file)
+    if problem:
+        raise ValueError(f"{path} is not a drafter checkpoint: {CONFIG_FILE} {problem}")
     try:
         meta = json.loads(file.read_text())
         if not isinstance(meta, dict):
@@ -208,8 +233,9 @@ def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """The drafter's stored tensors; ValueError naming the file when it is missing, truncated, not floating point
     or not finite."""
     weights = Path(path) / WEIGHTS_FILE
-    if not weights.is_file():
-        raise ValueError(f"{path}: {WEIGHTS_FILE} is missing")
+    problem = file_problem(weights)
+    if problem:
+        raise ValueError(f"{path}: {WEIGHTS_FILE} {problem}")
     tensors = read_safetensors(weights)
     check_weights(tensors, weights)
     return tensors
@@ -240,9 +266,10 @@ def read_draft_vocab(path: str | Path, info: DrafterInfo) -> torch.Tensor | None
     file = Path(path) / DRAFT_VOCAB_FILE
     if info.draft_vocab_size is None:
         return None
-    if not file.is_file():
+    problem = file_problem(file)
+    if problem:
         raise ValueError(
-            f"{path}: config says draft_vocab_size={info.draft_vocab_size} but {DRAFT_VOCAB_FILE} is missing"
+            f"{path}: config says draft_vocab_size={info.draft_vocab_size} but {DRAFT_VOCAB_FILE} {problem}"
         )
     ids = read_safetensors(file).get("ids")
     if ids is None or ids.dim() != 1 or ids.dtype != torch.int64 or ids.numel() != info.draft_vocab_size:
@@ -263,8 +290,7 @@ def read_checked_drafter(
     """A drafter directory's config, tensors and draft vocabulary (``read_draft_vocab``), checked as
     ``load_drafter`` checks them (the fit to ``policy_config`` only when given: ``export-drafter`` has no policy):
     ValueError naming the file and what is wrong."""
-    if not Path(path).is_dir():
-        raise ValueError(f"drafter directory {path} does not exist")
+    check_drafter_dir(path)
     info = read_drafter_info(path)
     if policy_config is not None:
         check_drafter_fit(path, info, policy_config)
@@ -280,8 +306,7 @@ def load_drafter(
 ) -> tuple[EagleDrafter, DrafterInfo]:
     """Load a drafter for `policy` (a `FusedEagleDrafter` when the checkpoint has extra_layers); a drafter whose
     hidden size, vocabulary, head geometry or extra layers do not fit the policy is a ValueError naming both."""
-    if not Path(path).is_dir():
-        raise ValueError(f"drafter directory {path} does not exist")
+    check_drafter_dir(path)
     info = read_drafter_info(path)
     check_drafter_fit(path, info, policy.config)
     drafter = info.build()

@@ -4,6 +4,7 @@ EAGLE draft forward, gives fastrl's draft logits; the vLLM variant and the learn
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -421,3 +422,19 @@ def test_a_state_of_the_full_vocabulary_drafter_is_refused_for_a_reduced_one(dra
     assert main(["export-drafter", str(drafter_dir), str(tmp_path / "full"), f"bandit_state={state}"]) == 0
     assert main(["export-drafter", str(narrow_drafter_dir), str(tmp_path / "narrow"), f"bandit_state={state}"]) == 2
     assert not (tmp_path / "narrow").exists()
+
+
+def test_a_drafter_path_of_the_wrong_kind_is_named_for_what_it_is(drafter_dir, tmp_path, capsys):
+    """A file given as the drafter directory said 'does not exist'; drafter.safetensors (or the config) being a
+    directory said 'is missing'."""
+    (tmp_path / "afile").write_text("x")
+    assert main(["export-drafter", str(tmp_path / "afile"), str(tmp_path / "o1")]) == 2
+    assert f"drafter directory {tmp_path / 'afile'} is a file: give the directory" in capsys.readouterr().err
+    for name in ("drafter.safetensors", "drafter_config.json"):
+        copy = tmp_path / name.split(".")[0]
+        shutil.copytree(drafter_dir, copy)
+        (copy / name).unlink()
+        (copy / name).mkdir()
+        with pytest.raises(ValueError, match=f"{name} is a directory, not a file"):
+            export_eagle_drafter(copy, tmp_path / "o2", "sglang")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
