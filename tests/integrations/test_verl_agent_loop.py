@@ -304,6 +304,59 @@ def test_a_cancelled_call_stays_in_flight_until_the_engine_ends_its_request(stac
     assert in_flight == 0 and len(again.token_ids) > 0
 
 
+def _rounds_and_failures(replicas) -> tuple[list[int], list[str]]:
+    """Each server's merge rounds so far, and the failures its drafter hub recorded."""
+    from fastrl.integrations.verl.replica import hub_name
+
+    async def reports() -> list[int]:
+        return [r.rollouts for replica in replicas for r in await replica.reports()]
+
+    hub = ray.get_actor(hub_name(replicas[0].name_suffix))
+    return asyncio.run(reports()), ray.get(hub.report.remote())["failures"]
+
+
+def test_a_repeated_sleep_is_a_no_op_and_the_merge_rounds_stay_aligned(stack):
+    """A second sleep of one replica (a retried sleep) counted as another merge round: it waited the whole
+    drafter_sync_timeout_s (60 s here) alone, and from then on every joint sleep waited it out too, the other
+    server's copies never merged. Now a sleep before the next wake_up (or weight commit) ends nothing."""
+    replicas = stack[1].get_replicas()
+
+    async def sleep(*which: int) -> None:
+        await asyncio.wait_for(asyncio.gather(*[replicas[i].sleep() for i in which]), timeout=30)
+
+    async def wake() -> None:
+        await asyncio.gather(*[replica.wake_up() for replica in replicas])
+
+    asyncio.run(sleep(0, 1))
+    rounds, failures = _rounds_and_failures(replicas)
+    assert rounds[0] == rounds[1]
+    asyncio.run(sleep(0))  # again, before any wake_up: returns at once
+    assert _rounds_and_failures(replicas) == (rounds, failures)
+    asyncio.run(wake())
+    asyncio.run(sleep(0, 1))  # the next joint sleep merges at once, both servers in it
+    asyncio.run(wake())
+    assert _rounds_and_failures(replicas) == ([n + 1 for n in rounds], failures)
+
+
+def test_a_weight_commit_starts_a_rollout_that_the_next_sleep_ends(stack):
+    """verl wakes its replicas by updating their weights (with free_cache_engine off it never calls wake_up): the
+    sleep after a commit is a merge round like any other, on every server at once."""
+    replicas = stack[1].get_replicas()
+    state = load_file(str(bundled_model_dir() / "model.safetensors"))  # the weights they serve: outputs unchanged
+
+    async def cycle() -> None:
+        await asyncio.gather(*[replica.sleep() for replica in replicas])
+        for replica in replicas:
+            await replica.servers[0].receive_weights.remote(state)
+        await asyncio.gather(*[replica.servers[0].commit_weights.remote() for replica in replicas])
+        await asyncio.wait_for(asyncio.gather(*[replica.sleep() for replica in replicas]), timeout=30)
+        await asyncio.gather(*[replica.wake_up() for replica in replicas])
+
+    rounds, failures = _rounds_and_failures(replicas)
+    asyncio.run(cycle())
+    assert _rounds_and_failures(replicas) == ([n + 2 for n in rounds], failures)
+
+
 def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
     from omegaconf import OmegaConf
 

@@ -39,6 +39,11 @@ ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_ge
 ABORT_RETRY_S = 0.5  # abort_all_requests aborts again after this long while requests are still in flight
 
 
+def _failed(task: asyncio.Future) -> bool:
+    """True when ``task`` is over and raised (or was cancelled)."""
+    return task.done() and (task.cancelled() or task.exception() is not None)
+
+
 class FastrlServer:
     """Made a Ray actor by ``FastrlReplica`` (async methods, so thousands of ``generate`` calls wait at once).
 
@@ -50,7 +55,8 @@ class FastrlServer:
     caller that cancels its call aborts its request the same way (it counts as in flight until the engine ends it).
     ``sleep`` ends a rollout: the idle-time co-training stops and the servers' trained drafters are merged into the
     next version (``DrafterHub``); the engine, its strategy selector and its weights stay alive, so nothing is lost
-    across ``sleep``/``wake_up``.
+    across ``sleep``/``wake_up``. A rollout starts at ``wake_up`` or ``commit_weights``; a repeated ``sleep`` before
+    that is a no-op.
     """
 
     def __init__(
@@ -97,7 +103,7 @@ class FastrlServer:
         self._gate = asyncio.Condition()  # notified whenever the holds or the rejection change
         self._commits = 0
         self._reject = False
-        self._sleeping = False
+        self._asleep: asyncio.Future | None = None  # the sleep that ended the last rollout; None while awake
         self._rollouts = 0
         self._slice_id = 0
         self._cotrain_steps = 0
@@ -194,14 +200,14 @@ class FastrlServer:
             if self._hub is not None:
                 self._hub.mark.remote(self.name, False)
             running = self._cotrain_task is not None and not self._cotrain_task.done()
-            if self._hub is not None and not self._sleeping and not running:
+            if self._hub is not None and self._asleep is None and not running:
                 self._cotrain_stop = False
                 self._cotrain_task = asyncio.get_running_loop().create_task(self._cotrain())
 
     async def _cotrain(self) -> None:
         """Idle time during the tail: back-to-back co-training slices while another server still runs requests,
         until a request arrives here or the server sleeps."""
-        while self._in_flight == 0 and not self._sleeping and not self._cotrain_stop:
+        while self._in_flight == 0 and self._asleep is None and not self._cotrain_stop:
             try:
                 others_busy = await self._hub.others_busy.remote(self.name)
             except ray.exceptions.RayActorError:  # the hub ended (every other server shut down): no tail to fill
@@ -216,8 +222,15 @@ class FastrlServer:
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def sleep(self) -> None:
-        """End of a rollout: stop co-training, merge the servers' trained drafters, install the merged version."""
-        self._sleeping = True
+        """End of a rollout: stop co-training, merge the servers' trained drafters, install the merged version. A
+        sleep before the next ``wake_up`` or weight commit (verl's wake-up when it frees no cache) ends nothing: it
+        waits for the sleep that did (a sleep that failed is run again), so every server offers each merge round
+        once."""
+        if self._asleep is None or _failed(self._asleep):
+            self._asleep = asyncio.ensure_future(self._end_rollout())
+        await asyncio.shield(self._asleep)
+
+    async def _end_rollout(self) -> None:
         await self._stop_cotrain()
         if self._hub is not None:
             trained = await self._worker.trained_drafter.remote()
@@ -236,7 +249,13 @@ class FastrlServer:
 
     async def wake_up(self) -> None:
         """Start of a rollout (the engine never released anything)."""
-        self._sleeping = False
+        await self._wake()
+
+    async def _wake(self) -> None:
+        """Awake: the next ``sleep`` ends a rollout (once the sleep in progress, if any, is over)."""
+        if self._asleep is not None:
+            await asyncio.wait([self._asleep])
+        self._asleep = None
 
     async def _stop_cotrain(self) -> None:
         self._cotrain_stop = True
@@ -292,7 +311,8 @@ class FastrlServer:
 
     async def commit_weights(self, global_steps: int | None = None) -> int:
         """Install the staged tensors as the policy, between requests: admission closes until requests in flight
-        finish, so no response mixes weights. The version is ``global_steps`` when given, else the previous + 1."""
+        finish, so no response mixes weights. The version is ``global_steps`` when given, else the previous + 1.
+        New weights start a rollout, as ``wake_up`` does (verl wakes its replicas by a weight update)."""
         version = int(global_steps) if global_steps is not None else self._policy_version + 1
         state, self._pending = self._pending, {}
         self._commits += 1
@@ -307,6 +327,7 @@ class FastrlServer:
         self._policy_version = version
         if global_steps is not None:
             self.global_steps = int(global_steps)
+        await self._wake()
         return version
 
     # ---- reports ------------------------------------------------------------------------------------------------
