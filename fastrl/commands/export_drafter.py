@@ -9,6 +9,9 @@ checkpoint's rollout_selector.json, a file written before settings were recorded
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import re
 from pathlib import Path
 
 from fastrl.commands.bandit_state_file import check_setting, drafter_fingerprint, saved_setting
@@ -28,7 +31,8 @@ from fastrl.integrations.export.selection_config import (
 
 
 def export_overrides(argv: list[str]) -> list[str]:
-    """Positional DIR and OUT and ``--format X`` / ``--format=X`` as Hydra overrides; ``key=value`` passes through."""
+    """Positional DIR and OUT and ``--format X`` / ``--format=X`` as Hydra overrides; ``key=value`` passes through.
+    An argument holding ``=`` is a path when it cannot be a setting (``reads_as_path``)."""
     overrides, positional = [], []
     args = iter(argv)
     for arg in args:
@@ -39,7 +43,7 @@ def export_overrides(argv: list[str]) -> list[str]:
             overrides.append(f"format={value}")
         elif arg.startswith("--format="):
             overrides.append(f"format={arg.split('=', 1)[1]}")
-        elif "=" in arg:
+        elif "=" in arg and not reads_as_path(arg):
             overrides.append(arg)
         else:
             positional.append(arg)
@@ -47,6 +51,25 @@ def export_overrides(argv: list[str]) -> list[str]:
         raise ValueError(f"export_drafter: expected DIR OUT, got extra arguments {positional[2:]}")
     keys = ("drafter", "output")
     return [f"{k}={v}" for k, v in zip(keys, positional, strict=False)] + overrides
+
+
+def reads_as_path(arg: str) -> bool:
+    """Whether ``arg``, which holds ``=``, is DIR or OUT rather than a ``key=value`` setting: its key is none of
+    export-drafter's (nor Hydra's) and it names an existing path or its key could be no key (``b6/lr=0.1``). A new
+    path whose key could be one (``lr=0.1``) is a ValueError saying both readings; a key of export-drafter's always
+    reads as the setting (give such a path as ``./format=x``)."""
+    key = arg.split("=", 1)[0].lstrip("+~")
+    keys = [f.name for f in dataclasses.fields(ExportDrafterConfig)]
+    if re.split(r"[./]", key)[0] in [*keys, "hydra"]:
+        return False
+    if Path(arg).exists() or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
+        return True
+    near = difflib.get_close_matches(key, keys, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"its keys are {keys}"
+    raise ValueError(
+        f"export_drafter: {arg!r} is neither a setting (export-drafter has no key {key!r}; {hint}) nor an existing "
+        f"path; give a new output directory whose name holds '=' as ./{arg}"
+    )
 
 
 def read_winners(state_file: str, drafter: str) -> list[BucketWinner]:

@@ -438,3 +438,23 @@ def test_a_drafter_path_of_the_wrong_kind_is_named_for_what_it_is(drafter_dir, t
         with pytest.raises(ValueError, match=f"{name} is a directory, not a file"):
             export_eagle_drafter(copy, tmp_path / "o2", "sglang")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_a_path_holding_an_equals_sign_is_read_as_the_path(drafter_dir, tmp_path, capsys, monkeypatch):
+    """A positional path with '=' (lr=0.1) was read as a setting: "has no key 'b6/lr'". A token whose key could be
+    no key, or that names an existing path, is the path; a new one that reads as an unknown key says both readings;
+    a key of export-drafter's stays a setting."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(drafter_dir, "runs/lr=0.1")
+    shutil.copytree(drafter_dir, "lr=0.2")
+    assert main(["export-drafter", "runs/lr=0.1", "out/lr=0.1", "dtype=float32"]) == 0
+    assert json.loads((tmp_path / "out" / "lr=0.1" / "config.json").read_text())["torch_dtype"] == "float32"
+    assert main(["export-drafter", "lr=0.2", "./o=1"]) == 0 and (tmp_path / "o=1" / "model.safetensors").is_file()
+    capsys.readouterr()
+    assert main(["export-drafter", "lr=0.2", "o=2"]) == 2
+    err = capsys.readouterr().err
+    assert "'o=2' is neither a setting (export-drafter has no key 'o'; its keys are [" in err
+    assert "nor an existing path; give a new output directory whose name holds '=' as ./o=2" in err
+    assert main(["export-drafter", "lr=0.2", "out/x", "dtyp=float16"]) == 2
+    assert "no key 'dtyp'; did you mean 'dtype'?" in capsys.readouterr().err
+    assert not (tmp_path / "o=2").exists() and not (tmp_path / "out" / "x").exists()
