@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastrl.integrations.export.eagle_checkpoint import DTYPES, FORMATS
+from fastrl.integrations.export.eagle_checkpoint import check_options
 
 
 @dataclass
@@ -25,7 +25,4 @@ class ExportDrafterConfig:
             raise ValueError("export_drafter.drafter: give a fastrl drafter directory (first positional argument)")
         if not self.output:
             raise ValueError("export_drafter.output: give an output directory (second positional argument)")
-        if self.format not in FORMATS:
-            raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {self.format!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"export_drafter.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        check_options(self.format, self.dtype, self.drop_fc_bias, self.full_vocab)

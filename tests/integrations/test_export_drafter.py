@@ -353,7 +353,7 @@ def test_a_damaged_drafter_is_refused_before_anything_is_written(drafter_dir, tm
     damaged = _damaged_copy(Path(drafter_dir), tmp_path / name, tensors, config)
     for fmt in ("sglang", "vllm"):
         with pytest.raises(ValueError, match=message):
-            export_eagle_drafter(damaged, tmp_path / f"out_{fmt}", fmt, drop_fc_bias=True)
+            export_eagle_drafter(damaged, tmp_path / f"out_{fmt}", fmt, drop_fc_bias=fmt == "vllm")
         assert not (tmp_path / f"out_{fmt}").exists()
 
 
@@ -458,3 +458,14 @@ def test_a_path_holding_an_equals_sign_is_read_as_the_path(drafter_dir, tmp_path
     assert main(["export-drafter", "lr=0.2", "out/x", "dtyp=float16"]) == 2
     assert "no key 'dtyp'; did you mean 'dtype'?" in capsys.readouterr().err
     assert not (tmp_path / "o=2").exists() and not (tmp_path / "out" / "x").exists()
+
+
+@pytest.mark.parametrize("key", ["drop_fc_bias", "full_vocab"])
+def test_vllm_only_options_are_refused_for_sglang(narrow_drafter_dir, tmp_path, capsys, key):
+    """drop_fc_bias and full_vocab are vLLM's; with --format sglang they were silently ignored (the bias and the
+    token map kept): one error naming the key and the format, nothing written."""
+    with pytest.raises(ValueError, match=f"export_drafter.{key}=true applies to --format vllm only"):
+        export_eagle_drafter(narrow_drafter_dir, tmp_path / "direct", "sglang", **{key: True})
+    assert main(["export-drafter", str(narrow_drafter_dir), str(tmp_path / "out"), f"{key}=true"]) == 2
+    assert f"export_drafter.{key}=true applies to --format vllm only" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

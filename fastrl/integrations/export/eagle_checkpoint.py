@@ -84,6 +84,23 @@ def eagle_tensor_names(state: dict[str, Tensor]) -> dict[str, str]:
     return names
 
 
+def check_options(fmt: str, dtype: str, drop_fc_bias: bool = False, full_vocab: bool = False) -> None:
+    """ValueError naming the key when the format or dtype is unsupported, or when ``drop_fc_bias`` or ``full_vocab``
+    is set for SGLang: both are vLLM's (its EAGLE ``fc`` has no bias and it has no token map); SGLang keeps the bias
+    and the draft vocabulary, so setting them there would silently do nothing."""
+    if fmt not in FORMATS:
+        raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"export_drafter.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if fmt == "sglang":
+        for key, value, why in (
+            ("drop_fc_bias", drop_fc_bias, "SGLang's EAGLE fc has a bias, so the drafter's is kept"),
+            ("full_vocab", full_vocab, "SGLang keeps a draft vocabulary as its token map"),
+        ):
+            if value:
+                raise ValueError(f"export_drafter.{key}=true applies to --format vllm only: {why}; remove it")
+
+
 def export_eagle_drafter(
     drafter_dir: str | Path,
     output: str | Path,
@@ -95,15 +112,13 @@ def export_eagle_drafter(
     """Write ``drafter_dir`` (a fastrl drafter checkpoint) to ``output`` as an EAGLE checkpoint for ``fmt``, with
     SGLang's token map (``TOKEN_MAP_FILE``) when the drafter has a draft vocabulary.
 
-    ValueError naming the key when the format, dtype or model family is unsupported, or (vLLM) when ``fc.bias``
+    ValueError naming the key when the options do not fit (``check_options``) or the model family is unsupported,
+    or (vLLM) when ``fc.bias``
     is non-zero and ``drop_fc_bias`` is not set, or when the drafter has a draft vocabulary and ``full_vocab`` is
     not set, or when a weight overflows to infinity as ``dtype`` (``cast_weights``); for a fused drafter,
     ``FUSED_REFUSAL`` (nothing is written).
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"export_drafter.format must be one of {list(FORMATS)}, got {fmt!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"export_drafter.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    check_options(fmt, dtype, drop_fc_bias, full_vocab)
     info, state, draft_vocab = read_checked_drafter(drafter_dir)
     if info.extra_layers:
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
