@@ -188,6 +188,8 @@ def test_a_draft_vocabulary_becomes_sglangs_token_map(narrow_drafter_dir, tmp_pa
     assert not (tmp_path / "v").exists()
     exported = export_eagle_drafter(narrow_drafter_dir, tmp_path / "v", "vllm", drop_fc_bias=True, full_vocab=True)
     assert exported.token_map is None and not (tmp_path / "v" / "hot_token_ids.pt").exists()
+    assert exported.draft_vocab_size is None, "vLLM drafts over the whole vocabulary"
+    assert json.loads((tmp_path / "v" / "config.json").read_text())["fastrl"]["draft_vocab_size"] is None
     out = tmp_path / "cli"
     assert main(["export-drafter", str(narrow_drafter_dir), str(out)]) == 0
     assert f"--speculative-token-map {out / 'hot_token_ids.pt'}" in capsys.readouterr().out

@@ -68,7 +68,7 @@ class ExportedDrafter:
     tensor_names: list[str]
     dtype: str
     token_map: Path | None = None  # SGLang's --speculative-token-map file, for a drafter with a draft vocabulary
-    draft_vocab_size: int | None = None  # its size; None: the drafter drafts over the whole vocabulary
+    draft_vocab_size: int | None = None  # its size; None: the export drafts over the whole vocabulary
 
 
 def eagle_tensor_names(state: dict[str, Tensor]) -> dict[str, str]:
@@ -124,6 +124,7 @@ def export_eagle_drafter(
         raise ValueError(FUSED_REFUSAL.format(layers=list(info.extra_layers)))
     size = None if draft_vocab is None else int(draft_vocab.numel())
     map_name = TOKEN_MAP_FILE if fmt == "sglang" and draft_vocab is not None else None  # SGLang keeps the vocabulary
+    drafted = size if map_name else None  # the vocabulary the export drafts over: vLLM's is the whole one
     if fmt == "vllm" and draft_vocab is not None and not full_vocab:
         raise ValueError(
             f"export_drafter.full_vocab: this drafter drafts over a {size}-token draft vocabulary "
@@ -162,7 +163,7 @@ def export_eagle_drafter(
             "policy": info.policy_name,
             "drafter_version": info.version,
             "format": fmt,
-            "draft_vocab_size": size,
+            "draft_vocab_size": drafted,
             "token_map": map_name,
         },
     )
@@ -170,7 +171,7 @@ def export_eagle_drafter(
     token_map = None if map_name is None else out / map_name
     if token_map is not None:  # a plain int64 tensor: SGLang reads it with weights_only=True
         torch.save(draft_vocab.to(torch.int64).contiguous(), token_map)
-    return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype, token_map, size)
+    return ExportedDrafter(out, fmt, table[model_type], sorted(tensors), dtype, token_map, drafted)
 
 
 def is_fastrl_drafter(path: str | Path) -> bool:
