@@ -19,6 +19,7 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.replica import TokenOutput
 
 from fastrl.atomic_files import write_atomic
+from fastrl.integrations.verl.admission import AdmissionGate
 from fastrl.integrations.verl.options import FastrlRolloutOptions
 from fastrl.integrations.verl.requests import (
     RequestLimits,
@@ -35,7 +36,6 @@ from fastrl.sampling.params import SamplingParams
 
 LOG = logging.getLogger("fastrl.verl")
 
-ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_generation lifts it)
 ABORT_RETRY_S = 0.5  # abort_all_requests aborts again after this long while requests are still in flight
 
 
@@ -99,10 +99,8 @@ class FastrlServer:
         self._pending: dict[str, Tensor] = {}
         self._in_flight = 0
         self._idle = asyncio.Event()
-        self._holds: set[str] = set()  # what keeps admission closed: ABORT_HOLD, one name per commit in progress
-        self._gate = asyncio.Condition()  # notified whenever the holds or the rejection change
+        self._gate = AdmissionGate(name)
         self._commits = 0
-        self._reject = False
         self._asleep: asyncio.Future | None = None  # the sleep that ended the last rollout; None while awake
         self._rollouts = 0
         self._slice_id = 0
@@ -135,7 +133,7 @@ class FastrlServer:
             raise ValueError("the fastrl rollout serves text only; multimodal data is not supported")
         prompt = token_ids(prompt_ids)
         parsed = parse_sampling(dict(sampling_params), len(prompt), self._limits, request_seed(self._seed, request_id))
-        await self._admit()
+        await self._gate.enter()
         extra: dict[str, object] = {"global_steps": self.global_steps}
         if parsed.params is None:  # the budget is spent: no token, and every column verl's metrics read
             empty = [] if parsed.return_logprobs else None
@@ -168,22 +166,6 @@ class FastrlServer:
             return await self._worker.generate.remote(prompt, params, request_id)
         finally:
             self._leave()
-
-    async def _admit(self) -> None:
-        """Wait while anything holds admission; fail while an abort that rejects does."""
-        async with self._gate:
-            while self._holds:
-                if self._reject and ABORT_HOLD in self._holds:
-                    raise RuntimeError(f"fastrl server {self.name}: generation is paused (abort_all_requests)")
-                await self._gate.wait()
-
-    async def _hold(self, name: str, held: bool) -> None:
-        async with self._gate:
-            if held:
-                self._holds.add(name)
-            else:
-                self._holds.discard(name)
-            self._gate.notify_all()
 
     def _enter(self) -> None:
         self._in_flight += 1
@@ -269,8 +251,7 @@ class FastrlServer:
         in flight: each returns at the engine's next step with the tokens it has (``stop_reason="aborted"``, as
         vLLM's, so that verl's partial rollout resumes it). Returns when none is in flight, with verl's
         ``aborted_count`` and ``request_ids``."""
-        self._reject = bool(reject_request)
-        await self._hold(ABORT_HOLD, True)
+        await self._gate.close_for_abort(bool(reject_request))
         aborted: list[str] = []
         while self._in_flight:  # again until idle: a request admitted just now may reach the engine after an abort
             aborted += await self._worker.abort.remote(None)
@@ -282,8 +263,7 @@ class FastrlServer:
 
     async def resume_generation(self) -> None:
         """Lift the abort's hold (admission opens unless a weight commit is in progress)."""
-        self._reject = False
-        await self._hold(ABORT_HOLD, False)
+        await self._gate.reopen()
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
@@ -317,13 +297,13 @@ class FastrlServer:
         state, self._pending = self._pending, {}
         self._commits += 1
         hold = f"commit {self._commits}"
-        await self._hold(hold, True)
+        await self._gate.hold(hold, True)
         try:
             await self._idle.wait()
             await self._stop_cotrain()
             await self._worker.update_policy.remote(version, state)
         finally:
-            await self._hold(hold, False)
+            await self._gate.hold(hold, False)
         self._policy_version = version
         if global_steps is not None:
             self.global_steps = int(global_steps)
