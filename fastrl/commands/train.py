@@ -156,7 +156,9 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     rl = dataclasses.replace(
         cfg.rl,
         checkpoint_dir=str(checkpoints),
-        logprob_tolerance=rollout_tolerance(cfg.rollout.engine.torch_dtype) if tolerance is None else tolerance,
+        logprob_tolerance=(
+            rollout_tolerance(cfg.rollout.engine.torch_dtype, cfg.rl.temperature) if tolerance is None else tolerance
+        ),
     )
     settings = result_settings(cfg)
     if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)

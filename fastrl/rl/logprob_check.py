@@ -20,11 +20,12 @@ TRAINER_TOLERANCE = 1e-3
 """Default tolerance where rollouts compute in float32 or float64 (the trainer recomputes in float32)."""
 
 
-def rollout_tolerance(rollout_dtype: torch.dtype | None) -> float:
-    """Default tolerance for rollouts computed in ``rollout_dtype`` (None: unknown, float32 or wider): the trainer's
-    float32 rounding, or a half-precision rollout's own (``fastrl.exactness.mismatch.logprob_tolerance``: a bfloat16
-    rollout moves a log-prob by up to ~0.1 from the float32 recomputation)."""
-    own = logprob_tolerance(rollout_dtype) if rollout_dtype is not None else 0.0
+def rollout_tolerance(rollout_dtype: torch.dtype | None, temperature: float = 1.0) -> float:
+    """Default tolerance for rollouts computed in ``rollout_dtype`` (None: unknown, float32 or wider) at
+    ``temperature``: the trainer's float32 rounding, or a half-precision rollout's own, as
+    ``fastrl.exactness.mismatch.logprob_tolerance`` bounds it (bfloat16: 0.25 at T >= 1; logits divided by T < 1
+    scale the rounding by 1/T: 2.5 at T = 0.1)."""
+    own = logprob_tolerance(rollout_dtype, temperature) if rollout_dtype is not None else 0.0
     return max(TRAINER_TOLERANCE, own)
 
 

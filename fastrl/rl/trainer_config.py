@@ -32,9 +32,9 @@ class GRPOConfig:
     reports `drift_kl`, the KL of the current policy to it estimated on the step's fresh rollouts.
 
     Checks: rollout vs recomputed log-probs, max abs difference above `logprob_tolerance` raises (inf: report
-    only; None: `rollout_tolerance` of the rollouts' compute dtype where the caller knows it, as `fastrl train`
-    does, else 1e-3). Checkpoints every `checkpoint_every` steps and after the last one (0 = never) under
-    `checkpoint_dir`/step_XXXXXX (XXXXXX = steps completed).
+    only; None: `rollout_tolerance` of the rollouts' compute dtype and temperature where the caller knows the
+    dtype, as `fastrl train` does, else 1e-3). Checkpoints every `checkpoint_every` steps and after the last one
+    (0 = never) under `checkpoint_dir`/step_XXXXXX (XXXXXX = steps completed).
     """
 
     steps: int = 100

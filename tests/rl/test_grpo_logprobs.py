@@ -132,6 +132,15 @@ def test_non_finite_differences_always_fail():
 def test_the_default_tolerance_follows_the_rollout_dtype():
     assert rollout_tolerance(None) == rollout_tolerance(torch.float32) == rollout_tolerance(torch.float64) == 1e-3
     assert rollout_tolerance(torch.bfloat16) == 0.25 and rollout_tolerance(torch.float16) == 0.05
+
+
+@pytest.mark.parametrize(("temperature", "scale"), [(1.0, 1.0), (2.0, 1.0), (0.5, 2.0), (0.1, 10.0), (0.0, 1.0)])
+def test_rollout_tolerance_scales_with_low_temperature(temperature, scale):
+    """A bfloat16 rollout at T = 0.1 differed from the float32 recomputation by 0.375 (logits divided by T scale
+    the rounding by 1/T) and `fastrl train` stopped at step 1 blaming stale weights, with a tolerance of 0.25."""
+    assert rollout_tolerance(torch.bfloat16, temperature) == pytest.approx(0.25 * scale)
+    assert rollout_tolerance(torch.float32, temperature) == pytest.approx(1e-3 * scale)
+    assert rollout_tolerance(None, temperature) == 1e-3  # unknown dtype: the trainer's float32 rounding
     assert GRPOConfig(logprob_tolerance=None).logprob_tolerance is None
     with pytest.raises(ValueError, match="logprob_tolerance"):
         GRPOConfig(logprob_tolerance=-1.0)
