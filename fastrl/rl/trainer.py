@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -233,7 +234,7 @@ class GRPOTrainer:
         batch = self.backend.generate(requests)
         self._check_results(requests, batch.results)
         texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in batch.results]
-        rewards = [float(self.task.reward(problems[r.group], t)) for r, t in zip(batch.results, texts, strict=True)]
+        rewards = [self._reward(problems[r.group], t, r.request_id) for r, t in zip(batch.results, texts, strict=True)]
         return StepRollout(problems=problems, requests=requests, batch=batch, texts=texts, rewards=rewards)
 
     def check_logprobs(
@@ -280,6 +281,21 @@ class GRPOTrainer:
         self.sync_backend()
 
     # ---- internals ------------------------------------------------------------------------------------------
+    def _reward(self, problem: Any, text: str, request_id: str) -> float:
+        """The task's reward of one response as a float; ValueError naming the task and the request when it is not
+        a finite number (a NaN would reach the advantages, the loss and every weight before anything noticed)."""
+        value = self.task.reward(problem, text)
+        try:  # a number of any kind (numpy, a 0-d tensor, a bool), not text that float() would parse
+            number = math.nan if isinstance(value, (str, bytes)) else float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(
+                f"{type(self.task).__name__}.reward returned {value!r} ({type(value).__name__}) for {request_id}: "
+                "a reward must be a finite number (the policy was not updated)"
+            )
+        return number
+
     def _check_results(self, requests: list[RolloutRequest], results: list[RolloutResult]) -> None:
         """The backend answered every request, in order, with the current policy version, without errors."""
         got = [r.request_id for r in results]

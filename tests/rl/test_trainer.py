@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,6 +90,38 @@ def test_stale_policy_version_is_caught(tmp_path):
     backend.worker.policy_version = 7  # a worker that missed the last weight push
     with pytest.raises(OffPolicyRolloutError, match="version 7"):
         trainer.train_step()
+
+
+class OneBadReward(DigitTask):
+    """The digit task, but its second reward is ``bad``."""
+
+    def __init__(self, bad: object) -> None:
+        super().__init__()
+        self.bad, self.calls = bad, 0
+
+    def reward(self, problem, text):
+        self.calls += 1
+        return self.bad if self.calls == 2 else super().reward(problem, text)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), None, "0.5", [1.0]])
+def test_a_reward_that_is_not_a_finite_number_stops_the_step_before_the_update(tmp_path, bad):
+    """A NaN reward went through the advantages into the loss and wrote NaN into every weight (AdamW state too);
+    only the weight push then complained, blaming the weights. None gave a bare TypeError."""
+    trainer, _ = _trainer(tmp_path, GRPOConfig(steps=1, **BASE))
+    trainer.task = OneBadReward(bad)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    with pytest.raises(ValueError, match=r"OneBadReward.reward returned .* for step0-p0-s1: a reward must be a finite"):
+        trainer.train_step()
+    assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())
+    assert trainer.version == 0 and trainer.step == 0
+
+
+@pytest.mark.parametrize("good", [True, 1, np.float32(0.5), torch.tensor(0.25)])
+def test_rewards_of_any_numeric_kind_are_taken(tmp_path, good):
+    trainer, _ = _trainer(tmp_path, GRPOConfig(steps=1, **BASE))
+    trainer.task = OneBadReward(good)
+    assert trainer.rollout(0).rewards[1] == float(good)
 
 
 @pytest.mark.parametrize(
