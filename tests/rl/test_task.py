@@ -136,6 +136,7 @@ def test_problem_and_buckets():
         ({"max_checks": -1}, "max_checks"),
         ({"bucket_edges": (2, 2, 8)}, "bucket_edges"),
         ({"context_length": 4}, "context_length"),
+        ({"value_max": 10**17, "n_max": 10}, "value_max=100000000000000000 with n_max=10"),
     ],
 )
 def test_config_validation_names_the_key(kwargs, key):
@@ -148,3 +149,12 @@ def test_task_rejects_problems_that_do_not_fit_the_context():
         ArithChainTask(TaskConfig(n_max=40, context_length=512))
     with pytest.raises(ValueError, match="at most 52 terms"):
         ArithChainTask().make_problem(list(range(60)))
+
+
+def test_the_largest_answer_a_config_allows_is_read_by_the_reward():
+    """value_max=10**18 was taken, and the task's own solution then scored 0: the reward reads 18 digits."""
+    largest = 10**18 // 2 - 1  # two terms: an answer of 18 digits, the longest the reward reads
+    task = ArithChainTask(TaskConfig(n_min=2, n_max=2, value_min=largest, value_max=largest, context_length=400))
+    problem = task.sample_problem(random.Random(0))
+    assert len(str(problem.answer)) == 18
+    assert task.reward(problem, task.solution_text(problem, random.Random(0))) == 1.0

@@ -6,6 +6,8 @@ import string
 from dataclasses import dataclass
 from itertools import pairwise
 
+from fastrl.rl.tasks.reward import MAX_ANSWER_DIGITS
+
 TERM_LABELS = string.ascii_lowercase + string.ascii_uppercase  # one-character names of the terms, in prompt order
 DEFAULT_BUCKET_EDGES: tuple[int, ...] = (2, 4, 8, 16)
 
@@ -52,6 +54,11 @@ class TaskConfig:
             raise ValueError(f"TaskConfig.value_min must be >= 0 (got {self.value_min})")
         if self.value_max < self.value_min:
             raise ValueError(f"TaskConfig.value_max must be >= value_min={self.value_min} (got {self.value_max})")
+        if self.n_max * self.value_max >= 10**MAX_ANSWER_DIGITS:  # a correct answer the reward could not read
+            raise ValueError(
+                f"TaskConfig.value_max={self.value_max} with n_max={self.n_max} makes answers of up to "
+                f"{self.n_max * self.value_max} (the reward reads answers below 10**{MAX_ANSWER_DIGITS})"
+            )
         for key in ("p_reverse", "p_swap", "p_check"):
             value = getattr(self, key)
             if not 0.0 <= value <= 1.0:

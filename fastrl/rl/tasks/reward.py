@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-ANSWER_PATTERN = re.compile(r"(?:^|\s)answer (0|[1-9][0-9]{0,17})$")
+MAX_ANSWER_DIGITS = 18  # the parser reads at most this many digits (answers below 10**18)
+ANSWER_PATTERN = re.compile(rf"(?:^|\s)answer (0|[1-9][0-9]{{0,{MAX_ANSWER_DIGITS - 1}}})$")
 
 
 def parse_answer(response_text: str) -> int | None:
