@@ -25,7 +25,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
-from fastrl.speculative.drafter_checkpoint import METRICS_FILE, load_drafter, save_drafter
+from fastrl.speculative.drafter_checkpoint import DRAFT_VOCAB_FILE, METRICS_FILE, load_drafter, save_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
 
 
@@ -117,7 +117,8 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
         "accept_lengths": [dataclasses.asdict(a) for a in report.accept_lengths],
         "config": dataclasses.asdict(cfg),
     }
-    with staged_directory(output) as staging:  # the drafter and its metrics reach the output together, or not at all
+    # the drafter and its metrics reach the output together, or not at all; an earlier drafter's draft vocabulary goes
+    with staged_directory(output, owned=(DRAFT_VOCAB_FILE,)) as staging:
         save_drafter(drafter, staging, policy_name=policy_name, version=1)
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")

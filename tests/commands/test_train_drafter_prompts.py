@@ -98,6 +98,11 @@ def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
     write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}*{a + 2}="} for a in range(6)])
     with pytest.raises(ValueError, match=r"holds a run with other settings \(prompt_ids_sha256\)"):
         run_train_drafter(dataclasses.replace(cfg, overwrite=True))
+    # overwritten by a drafter over the whole vocabulary: the earlier draft vocabulary goes (it was left behind)
+    full = dataclasses.replace(cfg, overwrite=True, draft_vocab_size=0, stream_dir=str(tmp_path / "s2"))
+    run_train_drafter(full)
+    assert read_drafter_info(tmp_path / "drafter").draft_vocab_size is None
+    assert not (tmp_path / "drafter" / "draft_vocab.safetensors").exists()
 
 
 @pytest.mark.parametrize("key", ["samples_per_prompt", "shard_requests", "accept_batch_size"])
