@@ -179,6 +179,8 @@ def test_spec_counts():
         ({"max_tokens": 2**62}, 10, "sampling_params.max_tokens must be an integer"),
         ({"max_tokens": 0, "temperature": "hot"}, 10, "sampling_params.temperature"),  # a spent budget checks too
         ({"max_tokens": 0, "top_k": 1.7}, 10, "sampling_params.top_k must be an integer"),
+        # every unknown key named (a teacher's request was refused for detokenize, its prompt_logprobs unsaid)
+        ({"prompt_logprobs": 2, "detokenize": False}, 10, "sampling_params.detokenize, sampling_params.prompt_logp"),
     ],
 )
 def test_bad_sampling_values_are_one_error_naming_the_key(sampling, prompt_len, said):

@@ -60,7 +60,8 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     """
     unknown = sorted(set(sampling) - set(KNOWN_KEYS))
     if unknown:
-        raise ValueError(f"sampling_params.{unknown[0]}: not supported by the fastrl rollout (known: {KNOWN_KEYS})")
+        names = ", ".join(f"sampling_params.{key}" for key in unknown)
+        raise ValueError(f"{names}: not supported by the fastrl rollout (known: {KNOWN_KEYS})")
     sampling = {key: _python(value) for key, value in sampling.items()}  # the one place numpy / torch scalars go
     penalty = sampling.get("repetition_penalty", 1.0)
     if penalty is not None and not is_real(penalty):
