@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from fastrl.cotrain.drafter_trainer import make_batches
-from fastrl.cotrain.eagle_loss import unrolled_predictions
+from fastrl.cotrain.eagle_loss import drafted_tokens, unrolled_predictions
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
@@ -33,9 +33,7 @@ def greedy_chain_accept_length(
     for group in make_batches(seqs, max_tokens):
         batch = FeatureBatch.collate(group, target_size=drafter.config.hidden_size)
         preds = unrolled_predictions(drafter, policy, batch.tokens, batch.features, batch.positions, [1.0] * depth)
-        drafts = torch.stack([drafter.draft_logits(policy, p).argmax(-1) for p in preds], dim=-1)  # [B,S,depth]
-        if drafter.draft_vocab is not None:
-            drafts = drafter.draft_vocab[drafts]
+        drafts = torch.stack([drafted_tokens(drafter, drafter.draft_logits(policy, p)) for p in preds], -1)  # [B,S,d]
         for row, seq in enumerate(group):
             last = seq.tokens.shape[0] - 1
             j = prompt_lengths[index[id(seq)]] - 1  # entry of the first generated token x_n

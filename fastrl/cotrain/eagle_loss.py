@@ -10,7 +10,10 @@ is f_{p+k}. Each step is one batched forward over every root of the batch (the k
 
 With a draft vocabulary set on the drafter, the token term is taken over that vocabulary only, as the drafter
 drafts: both distributions are the policy's LM head restricted to those K rows (the target is the policy's
-distribution conditioned on the draft vocabulary). The head then costs K/V of the full one in training too.
+distribution conditioned on the draft vocabulary). The head then costs K/V of the full one in training too. Top-1
+agreement is not restricted: the drafter's token (its argmax over the K rows) against the policy's top-1 over the
+whole vocabulary, so a position whose policy token lies outside the draft vocabulary is a miss, as in drafting; that
+costs one full-vocabulary head product per batch (no gradient), not one per unrolled step.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ def _power(base: float, exponent: int) -> float:
 @dataclass
 class EagleLoss:
     """Loss terms (scalars, step-weighted), top-1 agreement with the policy at step 0 (EAGLE-1's measure) and at
-    every unrolled step, over the batch's targets."""
+    every unrolled step, over the batch's targets: the fraction of targets where the token the drafter drafts (its
+    argmax over the draft vocabulary) is the policy's top-1 token over its whole vocabulary."""
 
     total: Tensor
     feature: Tensor
@@ -124,6 +128,7 @@ def eagle_loss(
     if feature_noise > 0:
         features = features + (torch.rand_like(features) * 2 - 1) * feature_noise
     head = loss_head(drafter, policy)
+    full_top1 = policy_top1(policy, batch) if drafter.draft_vocab is not None else None  # else the head's argmax
     weights = config.weights()
     total = feature = token = batch.features.new_zeros(())
     step_top1: list[float] = []
@@ -139,7 +144,8 @@ def eagle_loss(
             target_logp = torch.log_softmax(F.linear(target_m, head), dim=-1)
         pred_logp = torch.log_softmax(F.linear(pred_m, head), dim=-1)
         step_token = -(target_logp.exp() * pred_logp).sum(-1).mean()
-        agree = (pred_logp.argmax(-1) == target_logp.argmax(-1)).float().mean().detach()
+        policy_token = target_logp.argmax(-1) if full_top1 is None else shifted(full_top1, k, 0)[m]
+        agree = (drafted_tokens(drafter, pred_logp) == policy_token).float().mean().detach()
         if k == 0:
             top1 = agree
         step_top1.append(float(agree))
@@ -197,6 +203,23 @@ def loss_head(drafter: EagleDrafter, policy: CausalLM) -> Tensor:
     if drafter.draft_vocab is not None:
         weight = weight.index_select(0, drafter.draft_vocab.to(weight.device))
     return weight.to(drafter.fc.weight.dtype)  # the rows first: only they are cast
+
+
+def drafted_tokens(drafter: EagleDrafter, logits: Tensor) -> Tensor:
+    """The token ids the drafter drafts greedily from its logits over the draft vocabulary.  # [N,K] -> [N] long"""
+    index = logits.argmax(-1)
+    return index if drafter.draft_vocab is None else drafter.draft_vocab.to(index.device)[index]
+
+
+@torch.no_grad()
+def policy_top1(policy: CausalLM, batch: FeatureBatch, rows: int = 1024) -> Tensor:
+    """The policy's top-1 token over its whole vocabulary at every target of `batch` (0 where there is none),
+    through its LM head `rows` targets at a time so that the [N,V] logits are never all held.  # -> [B,S] long"""
+    weight = policy.lm_head.weight.detach().to(batch.targets.dtype)
+    chunks = batch.targets[batch.mask].split(rows)  # one empty chunk when there is no target
+    out = torch.zeros(batch.mask.shape, dtype=torch.long, device=batch.mask.device)
+    out[batch.mask] = torch.cat([F.linear(c, weight).argmax(-1) for c in chunks]).to(out.device)
+    return out
 
 
 def check_types(config: object) -> None:
