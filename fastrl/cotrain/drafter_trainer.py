@@ -129,11 +129,6 @@ class DrafterTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
         batch = FeatureBatch.collate(seqs, self.device, self.dtype, target_size=self.drafter.config.hidden_size)
-        if batch.features.shape[-1] != self.drafter.feature_size:  # a fused drafter would read them as its own
-            raise ValueError(
-                f"train_step: features are [.., {batch.features.shape[-1]}], the drafter reads "
-                f"[.., {self.drafter.feature_size}] (extra_layers {list(self.drafter.extra_layers)})"
-            )
         with torch.enable_grad():
             loss = eagle_loss(self.drafter, self.policy, batch, self.config, self.config.feature_noise)
             if loss.count == 0:  # no position to learn from (sequences too short): no step, nothing counted

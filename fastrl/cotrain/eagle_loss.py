@@ -160,8 +160,9 @@ def unrolled_predictions(
 ) -> list[Tensor]:
     """The drafter's outputs at every unrolled step (len(weights) of them), root j of step k at index j.
 
-    # tokens [B,S], features [B,S,H], positions [B,S] -> ttt_steps x [B,S,H]
+    # tokens [B,S], features [B,S,F], positions [B,S] -> ttt_steps x [B,S,H]   (F = drafter.feature_size)
     """
+    check_feature_width(drafter, features)
     if len(weights) == 1:
         return [drafter(policy, tokens, features, positions)]  # causal, no cache
     b, s = tokens.shape
@@ -174,6 +175,16 @@ def unrolled_predictions(
         step_features = features if k == 0 else preds[-1]
         preds.append(drafter(policy, shifted(tokens, k, 0), step_features, positions + k, cache, slots, index, mask))
     return preds
+
+
+def check_feature_width(drafter: EagleDrafter, features: Tensor) -> None:
+    """ValueError unless the policy features are as wide as the drafter reads: a fused drafter would otherwise take
+    last-layer-only [.., H] features for its own outputs and skip its fuse.  # features [..,F]"""
+    if features.shape[-1] != drafter.feature_size:
+        raise ValueError(
+            f"policy features are [.., {features.shape[-1]}], the drafter reads [.., {drafter.feature_size}] "
+            f"(extra_layers {list(drafter.extra_layers)}: policy_features needs the same extra_layers)"
+        )
 
 
 def ttt_mask(s: int, k: int, device: torch.device) -> Tensor:

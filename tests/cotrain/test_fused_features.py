@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastrl.cotrain.chain_accept import greedy_chain_accept_length
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
+from fastrl.cotrain.eagle_loss import eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch
 from fastrl.cotrain.features import policy_features
 from fastrl.models.checkpoint import load_model
@@ -59,3 +61,22 @@ def test_fresh_fused_drafter_starts_as_last_layer_one_and_trains(policy):
     before = fused.fuse.weight.clone()
     DrafterTrainer(fused, policy, DrafterTrainerConfig(lr=1e-2, warmup_steps=0)).train_step(fused_seqs)
     assert not torch.equal(fused.fuse.weight, before)
+
+
+def test_last_layer_features_are_refused_by_every_reader_of_a_fused_drafter(policy):
+    """A fused drafter reads [.., m·H]; [.., H] features (extra_layers forgotten) would pass for its own outputs and
+    skip the fuse. Training, evaluation, the loss and the chain walk refuse them alike, naming both widths."""
+    hidden = policy.config.hidden_size
+    narrow = policy_features(policy, sequences())
+    drafter = FusedEagleDrafter(policy.config, (0,)).eval()
+    trainer = DrafterTrainer(drafter, policy, DrafterTrainerConfig())
+    batch = FeatureBatch.collate(narrow, target_size=hidden)
+    reads = rf"features are \[.., {hidden}\], the drafter reads \[.., {2 * hidden}\]"
+    for call in (
+        lambda: trainer.train_step(narrow),
+        lambda: trainer.evaluate(narrow),
+        lambda: eagle_loss(drafter, policy, batch),
+        lambda: greedy_chain_accept_length(drafter, policy, narrow, [3, 3], 2),
+    ):
+        with pytest.raises(ValueError, match=reads):
+            call()
