@@ -71,16 +71,20 @@ def make_batches(
 ) -> list[list[FeatureSequence]]:
     """Group sequences of similar length so each padded batch holds at most `max_tokens` entries (one sequence
     always fits); shuffled batch order when `rng` is given."""
+    return [[seqs[i] for i in group] for group in batch_indices(seqs, max_tokens, rng)]
+
+
+def batch_indices(seqs: list[FeatureSequence], max_tokens: int, rng: random.Random | None = None) -> list[list[int]]:
+    """``make_batches``' groups as indices into `seqs` (for callers that pair each sequence with other values)."""
     order = sorted(range(len(seqs)), key=lambda i: seqs[i].tokens.shape[0])
-    batches: list[list[FeatureSequence]] = []
-    current: list[FeatureSequence] = []
+    batches: list[list[int]] = []
+    current: list[int] = []
     for i in order:
-        s = seqs[i]
-        width = max([s.tokens.shape[0]] + [c.tokens.shape[0] for c in current])
+        width = max([seqs[i].tokens.shape[0]] + [seqs[c].tokens.shape[0] for c in current])
         if current and width * (len(current) + 1) > max_tokens:
             batches.append(current)
             current = []
-        current.append(s)
+        current.append(i)
     if current:
         batches.append(current)
     if rng is not None:
