@@ -29,7 +29,8 @@ def greedy_chain_accept_length(
     i-th): rounds walk each rollout from its first generated token, as the engine's rounds do.
 
     ValueError naming the argument for a depth below 1, a prompt length outside 1..S (S + 1 = the rollout's tokens:
-    a rollout holds at least its first generated token) or a sequence that does not start at position 1.
+    a rollout holds at least its first generated token) or a sequence that does not start at position 1; when no
+    rollout has a second generated token, there is no round to count.
 
     # seqs: S entries each -> scalar
     """
@@ -45,7 +46,10 @@ def greedy_chain_accept_length(
             tokens_total += sum(emitted)
             rounds += len(emitted)
     if rounds == 0:
-        raise ValueError("greedy_chain_accept_length: no rounds (every rollout ended at its prompt)")
+        raise ValueError(
+            "greedy_chain_accept_length: no rounds (every rollout ended at its first generated token, which the "
+            "policy samples before any round)"
+        )
     return tokens_total / rounds
 
 

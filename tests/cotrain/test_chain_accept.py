@@ -78,3 +78,12 @@ def test_a_prompt_length_up_to_the_last_entry_is_accepted(rollout):
     entries = seq.tokens.shape[0]
     assert walk(drafter, policy, [seq], [entries - 1], 3) == 1.0  # one round of one token: x_S after x_{S-1}
     assert torch.isfinite(torch.tensor(walk(drafter, policy, [seq], [1], 3)))
+
+
+def test_rollouts_of_one_generated_token_are_said_to_have_ended_there(rollout):
+    """The engine runs no decode round for a response that ends at its first token (sampled at prefill), and neither
+    does the walk; the error says that, not that the rollouts ended at their prompts."""
+    policy, drafter, seq, _ = rollout
+    entries = seq.tokens.shape[0]  # a prompt of `entries` tokens leaves the last one, x_S, as the only generated one
+    with pytest.raises(ValueError, match="every rollout ended at its first generated token"):
+        walk(drafter, policy, [seq, copy(seq)], [entries, entries], 3)
