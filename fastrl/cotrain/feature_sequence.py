@@ -72,9 +72,15 @@ class FeatureBatch:
         target_size: int,
     ) -> FeatureBatch:
         """Pad `seqs` into one batch; targets are the last `target_size` feature columns: the drafter's hidden size
-        (a fused drafter's features are wider than what it predicts, so the caller always says it)."""
+        (a fused drafter's features are wider than what it predicts, so the caller always says it). ValueError for
+        no sequences, or sequences whose features differ in width."""
+        if not seqs:
+            raise ValueError("FeatureBatch.collate: no sequences (a batch needs at least one)")
+        sizes = sorted({s.features.shape[1] for s in seqs})
+        if len(sizes) > 1:
+            raise ValueError(f"FeatureBatch.collate: the sequences' features are of widths {sizes}; a batch needs one")
         width = max(s.tokens.shape[0] for s in seqs)
-        size = seqs[0].features.shape[1]
+        size = sizes[0]
         hidden = target_size
         if not 0 < hidden <= size:
             raise ValueError(f"FeatureBatch.collate: target_size {hidden} must be in 1..{size} (the features' width)")

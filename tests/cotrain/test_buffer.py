@@ -103,3 +103,13 @@ def test_collate_keeps_the_batch_dtype_exactly():
         n = s.tokens.shape[0]
         assert torch.equal(batch.features[row, :n], s.features)
         assert torch.equal(batch.targets[row, : n - 1], s.features[1:, 2:])
+
+
+def test_collate_refuses_no_sequences_and_mixed_widths():
+    from fastrl.cotrain.feature_sequence import FeatureBatch
+
+    with pytest.raises(ValueError, match=r"FeatureBatch.collate: no sequences"):
+        FeatureBatch.collate([], target_size=4)
+    mixed = [FeatureSequence(torch.arange(3), torch.randn(3, w), 1) for w in (4, 8)]
+    with pytest.raises(ValueError, match=r"features are of widths \[4, 8\]"):
+        FeatureBatch.collate(mixed, target_size=4)
