@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.cotrain.eagle_loss import EagleLossConfig, eagle_loss
+from fastrl.cotrain.eagle_loss import EagleLoss, EagleLossConfig, eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 from fastrl.models.checkpoint import non_finite_names
 from fastrl.models.decoder import CausalLM
@@ -92,6 +92,15 @@ def batch_indices(seqs: list[FeatureSequence], max_tokens: int, rng: random.Rand
     return batches
 
 
+def finite_metrics(loss: EagleLoss, where: str) -> DrafterMetrics:
+    """The metrics of one batch's loss; FloatingPointError (naming `where`) when the loss or top-1 is not finite: a
+    non-finite feature in the batch, or diverged weights."""
+    total = float(loss.total.detach())
+    if not (math.isfinite(total) and math.isfinite(float(loss.top1))):
+        raise FloatingPointError(f"non-finite drafter loss {total} {where} (a non-finite feature or weight)")
+    return DrafterMetrics(total, float(loss.feature), float(loss.token), float(loss.top1), loss.count)
+
+
 class DrafterTrainer:
     """AdamW on the drafter's own parameters; the policy's embedding and LM head stay frozen and shared.
 
@@ -128,27 +137,30 @@ class DrafterTrainer:
     def train_step(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
         """One optimiser step on a batch of sequences (none when the batch holds no position to learn from: a
         sequence needs a token after its root, and a 2-token rollout gives the loss nothing). FloatingPointError
-        when the loss is not finite (a diverged run: the step is not taken)."""
+        when the loss is not finite (a non-finite feature, or a diverged run: the step is not taken). The drafter is
+        left in eval mode, whatever happens."""
         self.drafter.train()
+        try:
+            return self._step(seqs)
+        finally:
+            self.drafter.eval()
+
+    def _step(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
+        """``train_step``'s work, with the drafter in train mode."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
         batch = FeatureBatch.collate(seqs, self.device, self.dtype, target_size=self.drafter.config.hidden_size)
         with torch.enable_grad():
             loss = eagle_loss(self.drafter, self.policy, batch, self.config, self.config.feature_noise)
             if loss.count == 0:  # no position to learn from (sequences too short): no step, nothing counted
-                self.drafter.eval()
                 return DrafterMetrics(0.0, 0.0, 0.0, 0.0, 0)
-            total = float(loss.total.detach())
-            if not (math.isfinite(total) and math.isfinite(float(loss.top1))):
-                self.drafter.eval()
-                raise FloatingPointError(f"non-finite drafter loss {total} at step {self.step_count + 1}")
+            metrics = finite_metrics(loss, f"at step {self.step_count + 1}")
             self.optimizer.zero_grad(set_to_none=True)
             loss.total.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.step_count += 1
-        self.drafter.eval()
-        return DrafterMetrics(total, float(loss.feature), float(loss.token), float(loss.top1), loss.count)
+        return metrics
 
     def check_finite(self) -> None:
         """FloatingPointError when a weight of the drafter is NaN or infinite (an update that diverged)."""
@@ -162,7 +174,8 @@ class DrafterTrainer:
 
     @torch.no_grad()
     def evaluate(self, seqs: list[FeatureSequence]) -> DrafterMetrics:
-        """Token-weighted loss and top-1 agreement with the policy on `seqs` (no noise, no update)."""
+        """Token-weighted loss and top-1 agreement with the policy on `seqs` (no noise, no update). FloatingPointError
+        when a batch's loss is not finite, as in ``train_step``."""
         self.drafter.eval()
         totals = [0.0, 0.0, 0.0, 0.0]
         count = 0
@@ -173,8 +186,9 @@ class DrafterTrainer:
                 FeatureBatch.collate(group, self.device, self.dtype, target_size=self.drafter.config.hidden_size),
                 self.config,
             )
-            for i, v in enumerate((loss.total, loss.feature, loss.token, loss.top1)):
-                totals[i] += float(v) * loss.count
+            metrics = finite_metrics(loss, "in evaluation")
+            for i, v in enumerate((metrics.loss, metrics.feature_loss, metrics.token_loss, metrics.top1)):
+                totals[i] += v * loss.count
             count += loss.count
         if count == 0:
             raise ValueError("evaluate: no entries with targets")

@@ -186,7 +186,9 @@ def train_offline(
         inputs = accept_inputs(held_prompts, cfg.temperature, cfg)
         return measure(rollout_policy, drafter, held_plan, inputs, cfg.accept_strategies[0], cfg).mean_accept_length
 
-    held_features = policy_features(policy, held_ids, extra_layers=drafter.extra_layers)
+    held_features = [s for s in policy_features(policy, held_ids, extra_layers=drafter.extra_layers) if s.finite]
+    if dropped := len(held_ids) - len(held_features):  # evaluation refuses a non-finite loss, as training does
+        print(f"train-drafter: {dropped} held-out rollouts' policy features are not finite: left out", flush=True)
     run = StreamRun(
         policy, trainer, shards, held_features, epoch_accept, cfg.epochs, cfg.draft_vocab_size,
         cfg.gen_batch_size, cfg.device, policy_name, rollout_policy, canonical,
