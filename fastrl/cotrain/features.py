@@ -22,8 +22,10 @@ def policy_features(
 ) -> list[FeatureSequence]:
     """Run the policy over each full sequence (right-padded, causal) and cut drafter examples from its hidden
     states. With `extra_layers`, the outputs of those decoder layers come first and the final-norm state last
-    (EAGLE-3's fused input: low, middle, last).  # sequences of T+1 ids -> FeatureSequence, S = T entries,
-    features [S,(len(extra_layers)+1)·H]"""
+    (EAGLE-3's fused input: low, middle, last). The forward runs in the policy's dtype; the features are kept in
+    float32 on the CPU whatever it is (a float64 policy's rounded, a bfloat16 one's exact), the trainer casting them
+    to the drafter's.  # sequences of T+1 ids -> FeatureSequence, S = T entries, features [S,(len(extra_layers)+1)·H]
+    """
     device = next(policy.parameters()).device
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     out: list[FeatureSequence | None] = [None] * len(sequences)

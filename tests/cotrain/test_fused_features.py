@@ -3,6 +3,8 @@ they found it, training targets stay the final-norm state, and a fresh fused dra
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -80,3 +82,15 @@ def test_last_layer_features_are_refused_by_every_reader_of_a_fused_drafter(poli
     ):
         with pytest.raises(ValueError, match=reads):
             call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_features_are_kept_in_float32_whatever_the_policys_dtype(policy, dtype):
+    """As docs/architecture.md says: the forward runs in the policy's dtype, the features are its float32 rounding."""
+    ids = sequences()[1]
+    cast = copy.deepcopy(policy).to(dtype)
+    features = policy_features(cast, [ids])[0].features
+    with torch.no_grad():
+        hidden = cast(torch.tensor([ids]), torch.arange(len(ids))[None], compute_logits=False).hidden[0, :-1]
+    assert features.dtype == torch.float32 and torch.equal(features, hidden.float())
+    assert dtype != torch.float64 or not torch.equal(features.double(), hidden)  # float64 is rounded, not kept
