@@ -14,6 +14,11 @@ from fastrl.models.checkpoint import non_finite_names
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
 
+TRAIN_TOP1_TARGETS = 256
+"""A training step measures top-1 on at most this many targets when the drafter has a draft vocabulary (the policy's
+full-vocabulary top-1 is a head product per target: on all of them it doubled a SmolLM2 step); evaluation measures
+it on all."""
+
 MAX_SEED = 2**40
 """Above a drafter training's seeds (drafter_trainer.seed, train_drafter.seed): the seeds derived from them
 (seed * 1_000_003 + ..., seed * 100_003 + a request's index) stay within int64."""
@@ -151,7 +156,9 @@ class DrafterTrainer:
             group["lr"] = self.learning_rate()
         batch = FeatureBatch.collate(seqs, self.device, self.dtype, target_size=self.drafter.config.hidden_size)
         with torch.enable_grad():
-            loss = eagle_loss(self.drafter, self.policy, batch, self.config, self.config.feature_noise)
+            loss = eagle_loss(
+                self.drafter, self.policy, batch, self.config, self.config.feature_noise, TRAIN_TOP1_TARGETS
+            )
             if loss.count == 0:  # no position to learn from (sequences too short): no step, nothing counted
                 return DrafterMetrics(0.0, 0.0, 0.0, 0.0, 0)
             metrics = finite_metrics(loss, f"at step {self.step_count + 1}")

@@ -116,19 +116,24 @@ def eagle_loss(
     batch: FeatureBatch,
     config: EagleLossConfig | None = None,
     feature_noise: float = 0.0,
+    top1_targets: int | None = None,
 ) -> EagleLoss:
     """The step-weighted EAGLE loss of `config` over entries with a target; `head` is ``loss_head``: the policy's
     LM head, restricted to the drafter's draft vocabulary when one is set.
 
     `feature_noise` adds U(-a, a) to the policy features step 0 reads (EAGLE's robustness to its own predicted
-    features; the unrolled steps read the predictions themselves).  # batch [B,S] entries -> scalars
+    features; the unrolled steps read the predictions themselves). `top1_targets`: with a draft vocabulary, top-1
+    is measured on at most that many targets, evenly spread over the batch (the policy's full-vocabulary top-1
+    costs a head product per target: a training step's progress figure need not pay it on every one); None: on
+    all.  # batch [B,S] entries -> scalars
     """
     config = config or EagleLossConfig()
     features = batch.features
     if feature_noise > 0:
         features = features + (torch.rand_like(features) * 2 - 1) * feature_noise
     head = loss_head(drafter, policy)
-    full_top1 = policy_top1(policy, batch) if drafter.draft_vocab is not None else None  # else the head's argmax
+    measured = top1_positions(batch.mask, top1_targets) if drafter.draft_vocab is not None else batch.mask
+    full_top1 = policy_top1(policy, batch, measured) if drafter.draft_vocab is not None else None  # else the head's
     weights = config.weights()
     total = feature = token = batch.features.new_zeros(())
     step_top1: list[float] = []
@@ -145,7 +150,9 @@ def eagle_loss(
         pred_logp = torch.log_softmax(F.linear(pred_m, head), dim=-1)
         step_token = -(target_logp.exp() * pred_logp).sum(-1).mean()
         policy_token = target_logp.argmax(-1) if full_top1 is None else shifted(full_top1, k, 0)[m]
-        agree = (drafted_tokens(drafter, pred_logp) == policy_token).float().mean().detach()
+        counted = shifted(measured, k, False)[m]  # the targets whose top-1 is measured
+        hits = (drafted_tokens(drafter, pred_logp) == policy_token)[counted]
+        agree = hits.float().mean().detach() if hits.numel() else pred_m.new_tensor(float("nan"))
         if k == 0:
             top1 = agree
         step_top1.append(float(agree))
@@ -222,14 +229,28 @@ def drafted_tokens(drafter: EagleDrafter, logits: Tensor) -> Tensor:
     return index if drafter.draft_vocab is None else drafter.draft_vocab.to(index.device)[index]
 
 
+def top1_positions(mask: Tensor, limit: int | None) -> Tensor:
+    """At most `limit` of the targets in `mask`, evenly spaced in row-major order (all when None or when there are
+    no more).  # mask [B,S] bool -> [B,S] bool"""
+    count = int(mask.sum())
+    if limit is None or count <= limit:
+        return mask
+    flat = mask.flatten().nonzero().squeeze(1)  # the targets' flat indices
+    chosen = flat[torch.linspace(0, count - 1, limit, device=mask.device).round().long()]
+    out = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    out[chosen] = True
+    return out.view_as(mask)
+
+
 @torch.no_grad()
-def policy_top1(policy: CausalLM, batch: FeatureBatch, rows: int = 1024) -> Tensor:
-    """The policy's top-1 token over its whole vocabulary at every target of `batch` (0 where there is none),
-    through its LM head `rows` targets at a time so that the [N,V] logits are never all held.  # -> [B,S] long"""
+def policy_top1(policy: CausalLM, batch: FeatureBatch, where: Tensor, rows: int = 1024) -> Tensor:
+    """The policy's top-1 token over its whole vocabulary at the targets of `batch` that `where` marks (0
+    elsewhere), through its LM head `rows` targets at a time so that the [N,V] logits are never all held.
+    # where [B,S] bool -> [B,S] long"""
     weight = policy.lm_head.weight.detach().to(batch.targets.dtype)
-    chunks = batch.targets[batch.mask].split(rows)  # one empty chunk when there is no target
+    chunks = batch.targets[where].split(rows)  # one empty chunk when there is no target
     out = torch.zeros(batch.mask.shape, dtype=torch.long, device=batch.mask.device)
-    out[batch.mask] = torch.cat([F.linear(c, weight).argmax(-1) for c in chunks]).to(out.device)
+    out[where] = torch.cat([F.linear(c, weight).argmax(-1) for c in chunks]).to(out.device)
     return out
 
 

@@ -1,6 +1,7 @@
 """One drafter training step on SmolLM2 (the EAGLE loss, forward and backward) with the full vocabulary and with
 the shipped drafter's draft vocabulary, measured side by side (interleaved repeats, medians). The token term of
-the loss uses the LM head's draft-vocabulary rows only, so co-training and train-drafter pay K/V of the head.
+the loss uses the LM head's draft-vocabulary rows only, so co-training and train-drafter pay K/V of the head (and
+the full head on at most TRAIN_TOP1_TARGETS targets, for top-1 against the policy's own top-1), as a step does.
 
     python recipes/smollm2_drafter/train_step_cost.py [--repeats 6] [--sequences 4] [--length 128]
 """
@@ -15,6 +16,7 @@ import torch
 from shipped import load_shipped
 
 from fastrl.bench.cli_args import at_least
+from fastrl.cotrain.drafter_trainer import TRAIN_TOP1_TARGETS
 from fastrl.cotrain.eagle_loss import eagle_loss
 from fastrl.cotrain.feature_sequence import FeatureBatch, FeatureSequence
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
             drafter.set_draft_vocab(ids)
             drafter.zero_grad()
             start = time.perf_counter()
-            eagle_loss(drafter, policy, batch).total.backward()
+            eagle_loss(drafter, policy, batch, top1_targets=TRAIN_TOP1_TARGETS).total.backward()
             times[name].append(time.perf_counter() - start)
     medians = {name: statistics.median(v) for name, v in times.items()}
     for name, value in medians.items():

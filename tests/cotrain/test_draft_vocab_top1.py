@@ -11,7 +11,7 @@ import torch
 
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.cotrain.drafter_trainer import DrafterTrainer, DrafterTrainerConfig
-from fastrl.cotrain.eagle_loss import EagleLossConfig, eagle_loss
+from fastrl.cotrain.eagle_loss import EagleLossConfig, eagle_loss, top1_positions
 from fastrl.cotrain.feature_sequence import FeatureBatch
 from fastrl.cotrain.features import policy_features
 from fastrl.engine.config import EngineConfig
@@ -85,3 +85,28 @@ def test_without_a_draft_vocabulary_top1_is_unchanged(bundled):
         pred = drafter(policy, batch.tokens, batch.features, batch.positions)[batch.mask]
         expected = policy.logits(pred).argmax(-1) == policy.logits(batch.targets[batch.mask]).argmax(-1)
     assert float(loss.top1) == pytest.approx(float(expected.float().mean())) and float(loss.top1) > 0.5
+
+
+@pytest.mark.parametrize("limit", [1, 7, 40])
+def test_a_limited_top1_is_the_same_measure_on_evenly_spread_targets(bundled, limit):
+    """A training step measures top-1 on at most TRAIN_TOP1_TARGETS targets (the full-vocabulary head product on
+    every target doubled a SmolLM2 step): on those it is exactly the whole measure's per-target agreement."""
+    policy, drafter, sequences, features = bundled
+    batch = FeatureBatch.collate(features, target_size=drafter.config.hidden_size)
+    chosen = top1_positions(batch.mask, limit)
+    assert int(chosen.sum()) == limit and not bool((chosen & ~batch.mask).any())
+    assert torch.equal(top1_positions(batch.mask, None), batch.mask)
+    assert torch.equal(top1_positions(batch.mask, int(batch.mask.sum())), batch.mask)
+    try:
+        drafter.set_draft_vocab(most_frequent_tokens(sequences[:3], 10, policy.config.vocab_size))
+        limited = eagle_loss(drafter, policy, batch, EagleLossConfig(ttt_steps=1), top1_targets=limit)
+        whole = eagle_loss(drafter, policy, batch, EagleLossConfig(ttt_steps=1))
+        with torch.no_grad():
+            pred = drafter(policy, batch.tokens, batch.features, batch.positions)
+            drafted = drafter.draft_vocab[drafter.draft_logits(policy, pred).argmax(-1)]
+            hits = drafted == policy.logits(batch.targets).argmax(-1)  # [B,S], read where chosen
+    finally:
+        drafter.set_draft_vocab(None)
+    assert float(limited.top1) == pytest.approx(float(hits[chosen].float().mean()))
+    assert float(whole.top1) == pytest.approx(float(hits[batch.mask].float().mean()))
+    assert limited.total.item() == pytest.approx(whole.total.item())  # the loss itself is over every target
