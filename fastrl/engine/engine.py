@@ -181,6 +181,13 @@ class Engine:
         self._live_ids.add(request_id)
         return request_id
 
+    def _undelivered_finish(self, request_id: str) -> bool:
+        """The request has finished (aborted, refused, or in the last round) but no step has returned it yet."""
+        pending = [*self._ended, *self.scheduler.running]
+        if any(r.request_id == request_id and r.finished for r in pending):
+            return True
+        return any(o.request_id == request_id and o.finished for o in self._undelivered)
+
     def _id_taken(self, request_id: str) -> bool:
         """Running here, or live in the history index (which another engine may share)."""
         return request_id in self._live_ids or (self.history is not None and self.history.is_live(request_id))
@@ -208,6 +215,11 @@ class Engine:
                 f"({type(return_hidden_states).__name__})"
             )
         if request_id in self._live_ids:
+            if self._undelivered_finish(request_id):
+                raise ValueError(
+                    f"request id {request_id!r} has finished in this engine, but its output comes with the next "
+                    "step(); step() before reusing the id"
+                )
             raise ValueError(f"request id {request_id!r} is already running in this engine")
         if request_id is not None and self._id_taken(request_id):
             raise ValueError(
@@ -233,7 +245,8 @@ class Engine:
         ``FinishReason.ABORT`` and the tokens (and log-probs) it had, and frees its slot and pages (a waiting or
         preempted request holds none). The other requests' outputs do not change (they never depend on who shares
         a round). Returns False, changing nothing, for an id that is not running here or whose request has already
-        finished (its output comes as it would have)."""
+        finished (its output comes as it would have). Like every call on an engine, not thread-safe: call it from
+        the thread that steps the engine (``EngineWorker`` serialises its callers with a lock)."""
         if request_id not in self._live_ids:
             return False
         running = next((r for r in self.scheduler.running if r.request_id == request_id), None)
@@ -248,9 +261,7 @@ class Engine:
         self.scheduler.withdraw(waiting)
         waiting.finish_reason = FinishReason.ABORT
         waiting.timings.finished = now()
-        if self.history is not None:
-            self.history.finish(request_id, keep=True)
-        self._ended.append(waiting)
+        self._ended.append(waiting)  # the history index hears of it when it is delivered, as of a running one
         return True
 
     def has_unfinished(self) -> bool:
@@ -275,6 +286,10 @@ class Engine:
         progressed: Progressed = {}
         finished: list[Request] = self._ended
         self._ended = []
+        if self.history is not None:  # requests aborted while they waited (refused ones never reached the index)
+            for r in finished:
+                if r.finish_reason == FinishReason.ABORT:
+                    self.history.finish(r.request_id, keep=True)
         try:
             finished += self._release()  # requests aborted since the last step: their slots go to the waiting
             self._admit(progressed)

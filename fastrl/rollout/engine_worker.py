@@ -103,9 +103,9 @@ class EngineWorker:
     def abort(self, request_ids: list[str] | None = None) -> list[str]:
         """Abort ``request_ids`` (None: every unfinished request): each ends at the next step, its result holding
         the tokens it had and finish reason ``abort``. Returns the ids aborted (an unknown or finished one is not)."""
+        ids = abort_ids(request_ids)
         with self._lock:
-            ids = list(self._running) if request_ids is None else request_ids
-            return [rid for rid in ids if self.engine.abort(rid)]
+            return [rid for rid in (list(self._running) if ids is None else ids) if self.engine.abort(rid)]
 
     def has_unfinished(self) -> bool:
         with self._lock:
@@ -425,6 +425,16 @@ class EngineWorker:
         at = self._training_at
         training = 0.0 if at is None else time.monotonic() - at
         return WorkerHealth(self.worker_id, error is None, len(self._running), error, stalled_s, training)
+
+
+def abort_ids(request_ids: object) -> list[str] | None:
+    """The ids an abort names, as a list (None: every request); ValueError for one id given bare (a string would
+    be read as its characters) or anything else that is not a collection of ids."""
+    if request_ids is None:
+        return None
+    if isinstance(request_ids, (str, bytes)) or not hasattr(request_ids, "__iter__"):
+        raise ValueError(f"abort: request_ids must be a list of ids or None, got {type(request_ids).__name__}")
+    return list(request_ids)
 
 
 def describe(err: Exception) -> str:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
 from fastrl.rollout.cluster import short_error
-from fastrl.rollout.engine_worker import EngineWorker
+from fastrl.rollout.engine_worker import EngineWorker, abort_ids
 from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -133,12 +133,27 @@ class RolloutWorkerActor:
 
     @ray.method(concurrency_group=CONTROL)
     def abort(self, request_ids: list[str] | None = None) -> list[str]:
-        """Abort ``request_ids`` (None: every request queued or running here): their calls return at the next step
-        with the tokens generated so far and finish reason ``abort``. Returns the ids aborted."""
+        """Abort ``request_ids`` (None: every request queued or running here, those of a ``generate_batch`` part
+        held for its other parts included): their calls return at the next step with the tokens generated so far
+        and finish reason ``abort``. Returns the ids aborted."""
+        ids = abort_ids(request_ids)
         with self._cond:
-            aborted = self._worker.abort(request_ids)
+            self._submit_all(self._take_held(ids))  # queued now, to end through the engine as the others
+            aborted = self._worker.abort(ids)
             self._cond.notify()
         return aborted
+
+    def _take_held(self, request_ids: list[str] | None) -> list[tuple[RolloutRequest, Future[RolloutResult]]]:
+        """Take ``request_ids`` (None: all) out of the held parts of shares (under the lock); their parts stay,
+        so a share still goes out when its last part arrives."""
+        wanted = None if request_ids is None else set(request_ids)
+        taken = []
+        for parts in self._held.values():
+            for index, items in parts.items():
+                hit = [wanted is None or request.request_id in wanted for request, _ in items]
+                taken += [item for item, h in zip(items, hit, strict=True) if h]
+                parts[index] = [item for item, h in zip(items, hit, strict=True) if not h]
+        return taken
 
     # ---- weights (control group) ------------------------------------------------------------------------------
     @ray.method(concurrency_group=CONTROL)

@@ -15,7 +15,9 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import FinishReason, RequestOutput
-from fastrl.strategy.strategy import DISABLE
+from fastrl.speculative.history.config import HistoryConfig
+from fastrl.speculative.history.index import HistoryIndex
+from fastrl.strategy.strategy import DISABLE, Strategy
 from tests.speculative.exactness_cases import LOGPROB_TOLS, decode, fused_drafter, make_case, models, pressure
 
 
@@ -115,3 +117,39 @@ def test_abort_frees_the_slot_for_a_waiting_request_in_the_same_step():
     outs = engine.step()
     assert [o.request_id for o in outs if o.finished] == ["long"]
     assert [r.request_id for r in engine.scheduler.running] == ["next"]  # admitted in the step that freed the slot
+
+
+def test_reusing_an_aborted_id_before_the_next_step_says_to_step_first():
+    case = make_case(5, max_new_tokens=12)
+    policy, _ = models(case.model, case.dtype)
+    engine = Engine(policy, EngineConfig(max_batch_size=2, dtype=case.dtype))
+    first = case.inputs[0]
+    engine.add_request(first.prompt_ids, first.params, "x")
+    assert engine.abort("x")
+    with pytest.raises(ValueError, match=r"'x' has finished in this engine, but its output comes with the next step"):
+        engine.add_request(first.prompt_ids, first.params, "x")
+    (out,) = engine.step()
+    assert out.finish_reason == FinishReason.ABORT
+    engine.add_request(first.prompt_ids, first.params, "x")  # delivered: free again
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_an_aborted_id_stays_live_in_a_shared_history_until_it_is_delivered(running):
+    """Waiting requests left the shared index at the abort, running ones at the next step: another engine on the
+    index could take the id in between for one and not the other."""
+    case = make_case(5, max_new_tokens=12)
+    policy, drafter = models(case.model, case.dtype)
+    history = HistoryIndex(HistoryConfig())
+    selector = FixedSelector(Strategy.parse("suffix_4"))
+    one, other = (
+        Engine(policy, EngineConfig(max_batch_size=2, dtype=case.dtype), drafter, selector, history) for _ in "ab"
+    )
+    first = case.inputs[0]
+    one.add_request(first.prompt_ids, first.params, "x")
+    if running:
+        one.step()
+    assert one.abort("x")
+    with pytest.raises(ValueError, match="running in another engine"):
+        other.add_request(first.prompt_ids, first.params, "x")
+    assert [o.finish_reason for o in one.step()] == [FinishReason.ABORT]
+    other.add_request(first.prompt_ids, first.params, "x")

@@ -36,7 +36,7 @@ from fastrl.sampling.params import SamplingParams
 
 LOG = logging.getLogger("fastrl.verl")
 
-ABORT_RETRY_S = 0.5  # abort_all_requests aborts again after this long while requests are still in flight
+ABORT_RETRY_S = 0.1  # an abort is sent again after this long while its requests are still in flight
 
 
 def _failed(task: asyncio.Future) -> bool:
@@ -98,6 +98,7 @@ class FastrlServer:
         self._policy_version = 0
         self._pending: dict[str, Tensor] = {}
         self._in_flight = 0
+        self._leaving: set[asyncio.Task] = set()  # aborts of cancelled calls' requests, until the engine ends them
         self._idle = asyncio.Event()
         self._gate = AdmissionGate(name)
         self._commits = 0
@@ -146,7 +147,9 @@ class FastrlServer:
         try:  # shielded: the request counts as in flight until the engine has ended it
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # the caller gave up: the engine ends the request at its next step
-            self._worker.abort.remote([request_id])
+            task = asyncio.get_running_loop().create_task(self._abort_left(run, request_id))
+            self._leaving.add(task)
+            task.add_done_callback(self._leaving.discard)
             raise
         if result.error is not None:
             raise ValueError(f"fastrl server {self.name}: {result.error}")
@@ -159,6 +162,18 @@ class FastrlServer:
             stop_reason=stop_reason(result.finish_reason),
             extra_fields=extra,
         )
+
+    async def _abort_left(self, run: asyncio.Future, request_id: str) -> None:
+        """Abort the request of a caller that cancelled, again until the engine has ended it (an abort that comes
+        before the engine actor has queued the request finds nothing); its answer, or error, is dropped."""
+        while not run.done():
+            try:
+                await self._worker.abort.remote([request_id])
+            except ray.exceptions.RayError:  # the engine actor ended: its calls, this one's too, fail on their own
+                pass
+            await asyncio.wait({run}, timeout=ABORT_RETRY_S)
+        if not run.cancelled():
+            run.exception()  # retrieved: nobody waits for it, and asyncio would log it as an error
 
     async def _run(self, prompt: list[int], params: SamplingParams, request_id: str) -> RolloutResult:
         """The engine's answer to one request; the request counts as in flight until it comes."""
