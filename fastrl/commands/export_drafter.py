@@ -16,7 +16,8 @@ from pathlib import Path
 
 from fastrl.commands.bandit_state_file import check_setting, drafter_fingerprint, saved_setting
 from fastrl.commands.export_drafter_config import ExportDrafterConfig
-from fastrl.commands.output_guard import guard_outputs, staged_directory
+from fastrl.commands.output_guard import guard_outputs
+from fastrl.commands.staged_output import staged_directory
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.integrations.export.eagle_checkpoint import TOKEN_MAP_FILE, export_eagle_drafter
 from fastrl.integrations.export.selection_config import (

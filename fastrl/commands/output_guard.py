@@ -5,8 +5,9 @@ concurrent writer is refused, and files reach their place by a rename. Errors ar
 not a file where a directory is, a non-empty directory only with ``overwrite=true``, writable) and takes an
 exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release, as are the directories
 made above a new output when they are left empty: a refused command leaves nothing behind). ``write_through``
-(``fastrl.atomic_files`` for a plain path) and ``staged_directory`` write through a temporary file or directory
-renamed into place, so a failed or interrupted command never leaves a half-written output over a good one.
+(``fastrl.atomic_files`` for a plain path) and ``staged_output.staged_directory`` write through a temporary file
+or directory renamed into place, so a failed or interrupted command never leaves a half-written output over a good
+one.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastrl.atomic_files import atomic_path, no_space
+from fastrl.atomic_files import atomic_path
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class GuardedOutputs:
             with contextlib.suppress(OSError):
                 lock_file.unlink()
             os.close(fd)
-        _remove_empty(self.made)
+        remove_empty(self.made)
         self.locks, self.lock_files, self.made = [], [], []
 
 
@@ -213,84 +213,7 @@ def write_text(target: OutputTarget, text: str) -> None:
     write_through(target, lambda path: path.write_text(text, encoding="utf-8"))
 
 
-@contextlib.contextmanager
-def staged_directory(target: OutputTarget, owned: tuple[str, ...] = ()) -> Iterator[Path]:
-    """A temporary directory beside ``target`` to write into. When the block ends without an error its files go into
-    ``target`` (created if needed; files of the same name replaced, others kept, except the ``owned`` names this
-    write did not produce: an earlier write's, removed), all of them or none: every path is checked before the first
-    rename (a directory where a file goes is refused), and a rename that fails puts back what the ones before it
-    replaced; either is one ValueError naming the key and the path, ``target`` left as it was. When the block
-    raises, the staging directory is removed and ``target`` is untouched (and so are the directories above it: the
-    ones this made for the staging directory are removed again)."""
-    final = target.path
-    made: list[Path] = []
-    _make_dir(final.parent, made)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        try:
-            yield staging
-        except OSError as err:
-            raise no_space(err, f"into {final}; its files are left as they were") from None
-        produced = {item.name for item in staging.iterdir()}
-        files = sorted(p.relative_to(staging) for p in staging.rglob("*") if not p.is_dir())
-        removed = [Path(name) for name in sorted(set(owned) - produced) if os.path.lexists(final / name)]
-        _check_replaceable(target, files, removed)
-        _replace_all(target, staging, files, removed)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(made)
-
-
-def _check_replaceable(target: OutputTarget, files: list[Path], removed: list[Path]) -> None:
-    """ValueError naming the key and the path when a staged file (``files``, relative) or an earlier file to remove
-    (``removed``) meets a directory in ``target``, or a staged file's directory meets a file: nothing is renamed."""
-    final = target.path
-    for rel in [*files, *removed]:
-        dest = final / rel
-        if dest.is_dir() and not dest.is_symlink():
-            what = "writes a file" if rel in files else "removes an earlier export's file"
-            raise ValueError(
-                f"{target.key}={target.given}: {dest} is a directory where this command {what}; remove it or "
-                f"choose another output ({final} is left as it was)"
-            )
-        for parent in list(rel.parents)[:-1]:
-            if os.path.lexists(final / parent) and not (final / parent).is_dir():
-                raise ValueError(
-                    f"{target.key}={target.given}: {final / parent} is a file where this command writes a directory; "
-                    f"remove it or choose another output ({final} is left as it was)"
-                )
-
-
-def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed: list[Path]) -> None:
-    """Rename the staged ``files`` into ``target`` and the ``removed`` ones out of it, each replaced file first moved
-    to a backup directory beside it; when a rename fails, every step done is undone (``_undo``) and a ValueError
-    names the key and the file."""
-    final = target.path
-    backup = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".old"))
-    journal: list[tuple[Path, Path | None]] = []  # (a path of target, where its earlier file is; None: it had none)
-    made: list[Path] = []  # directories this write created, in order
-    staged, keep_backup = set(files), False
-    try:
-        _make_dir(final, made)
-        for rel in [*files, *removed]:
-            dest = final / rel
-            _make_dir(dest.parent, made)
-            journal.append((dest, _move_aside(dest, backup, len(journal))))
-            if rel in staged:
-                os.replace(staging / rel, dest)
-    except OSError as err:
-        stuck = _undo(journal, made)
-        keep_backup = bool(stuck)
-        left = f"{final} is left as it was" if not stuck else f"{stuck} could not be put back: they are in {backup}"
-        raise ValueError(
-            f"{target.key}={target.given}: cannot write {err.filename or final} ({err.strerror or err}); {left}"
-        ) from None
-    finally:
-        if not keep_backup:
-            shutil.rmtree(backup, ignore_errors=True)
-
-
-def _make_dir(directory: Path, made: list[Path]) -> None:
+def make_dirs(directory: Path, made: list[Path]) -> None:
     """Create ``directory`` and the missing ones above it, recording each one created in ``made`` (outermost
     first); OSError when one cannot be made."""
     missing = [d for d in [directory, *directory.parents] if not os.path.lexists(d)]
@@ -300,37 +223,12 @@ def _make_dir(directory: Path, made: list[Path]) -> None:
             made.append(new)
 
 
-def _remove_empty(directories: list[Path]) -> None:
-    """Remove each of ``directories`` (outermost first, as ``_make_dir`` records them) that is empty, innermost
+def remove_empty(directories: list[Path]) -> None:
+    """Remove each of ``directories`` (outermost first, as ``make_dirs`` records them) that is empty, innermost
     first; one that is not empty (or gone) stays as it is."""
     for directory in reversed(directories):
         with contextlib.suppress(OSError):
             directory.rmdir()
-
-
-def _move_aside(dest: Path, backup: Path, index: int) -> Path | None:
-    """Move the file at ``dest`` (if any) into ``backup`` as ``index``; where it went, or None when there was none."""
-    if not os.path.lexists(dest):
-        return None
-    saved = backup / str(index)
-    os.replace(dest, saved)
-    return saved
-
-
-def _undo(journal: list[tuple[Path, Path | None]], made: list[Path]) -> list[str]:
-    """Put back what ``_replace_all`` did, last step first: each earlier file to its path, each new file removed,
-    each directory it created removed. The paths that could not be put back (empty when all were)."""
-    stuck = []
-    for dest, saved in reversed(journal):
-        try:
-            if saved is None:
-                dest.unlink(missing_ok=True)
-            else:
-                os.replace(saved, dest)
-        except OSError:
-            stuck.append(str(dest))
-    _remove_empty(made)
-    return stuck
 
 
 def _resolved(key: str, value: str) -> Path:
@@ -368,13 +266,13 @@ def _make_parent(key: str, value: str, path: Path) -> tuple[Path, ...]:
         raise ValueError(f"{key}={value}: {parent} is not a directory")
     made: list[Path] = []
     try:
-        _make_dir(path.parent, made)
+        make_dirs(path.parent, made)
         _probe_directory(key, value, path.parent)
     except OSError as err:
-        _remove_empty(made)
+        remove_empty(made)
         raise ValueError(f"{key}={value}: cannot create its directory ({err.strerror})") from None
     except ValueError:
-        _remove_empty(made)
+        remove_empty(made)
         raise
     return tuple(made)
 

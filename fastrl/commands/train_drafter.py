@@ -12,9 +12,10 @@ import torch
 from fastrl.assets_path import bundled_model_dir
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.interrupted import say_interrupted
-from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
+from fastrl.commands.output_guard import OutputTarget, guard_outputs
 from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import prompts_path_problem
+from fastrl.commands.staged_output import staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline

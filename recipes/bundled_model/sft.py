@@ -28,7 +28,8 @@ from tqdm import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from fastrl.bench.cli_args import at_least, number_at_least, positive_float
-from fastrl.commands.output_guard import OutputTarget, check_output_dir, staged_directory
+from fastrl.commands.output_guard import OutputTarget, check_output_dir
+from fastrl.commands.staged_output import staged_directory
 from fastrl.rl.tasks import ArithChainTask, TaskConfig
 from fastrl.rl.tasks.tokenizer import build_tokenizer, save_tokenizer
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from fastrl.bench.cli_args import existing_dir
-from fastrl.commands.output_guard import check_output_dir, staged_directory
+from fastrl.commands.output_guard import check_output_dir
+from fastrl.commands.staged_output import staged_directory
 from fastrl.speculative.drafter_checkpoint import (
     CONFIG_FILE,
     DRAFT_VOCAB_FILE,

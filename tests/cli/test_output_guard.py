@@ -14,7 +14,8 @@ from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.atomic_files import atomic_path
 from fastrl.cli import main
 from fastrl.commands.engine_setup import model_inputs
-from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
+from fastrl.commands.output_guard import OutputTarget, guard_outputs
+from fastrl.commands.staged_output import staged_directory
 from tests.helpers import write_last_layer_drafter
 
 PROMPTS = [{"prompt": "3+4="}, {"prompt": "5+6="}]

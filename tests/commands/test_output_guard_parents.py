@@ -8,7 +8,8 @@ import pytest
 
 from fastrl.assets_path import bundled_drafter_dir
 from fastrl.cli import main
-from fastrl.commands.output_guard import OutputTarget, guard_outputs, staged_directory
+from fastrl.commands.output_guard import OutputTarget, guard_outputs
+from fastrl.commands.staged_output import staged_directory
 
 
 def _refused(tmp_path, **guarded) -> None:

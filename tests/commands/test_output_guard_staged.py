@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fastrl.commands.output_guard import OutputTarget, staged_directory
+from fastrl.commands.output_guard import OutputTarget
+from fastrl.commands.staged_output import staged_directory
 
 
 def _target(final: Path) -> OutputTarget:
