@@ -4,10 +4,19 @@ selectors, rollout workers and RL metrics all use it)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from fastrl.json_values import is_integral
 from fastrl.strategy.strategy import Strategy
+
+MIN_WALL_TIME_S = 1e-9
+"""Shortest round a ``RoundStats`` may report (the engine floors its measured times here): a shorter one is no
+measurement, and its goodput (tokens / seconds) overflows to infinity in the selectors' state, which no JSON holds."""
+MAX_WALL_TIME_S = 1e9
+"""Longest round (or part of one) a ``RoundStats`` may report, 31 years: sums of such times stay finite."""
 
 
 @dataclass
@@ -38,23 +47,26 @@ class RoundStats:
     catch_up_time_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"RoundStats.batch_size must be >= 1, got {self.batch_size}")
+        if not is_integral(self.batch_size) or self.batch_size < 1:
+            raise ValueError(f"RoundStats.batch_size must be an integer >= 1, got {self.batch_size!r}")
         for name in ("drafted_tokens", "accepted_tokens", "emitted_tokens"):
-            values = getattr(self, name)
-            if len(values) != self.batch_size:
-                raise ValueError(f"RoundStats.{name} has {len(values)} rows, batch_size is {self.batch_size}")
-            if any(v < 0 for v in values):
-                raise ValueError(f"RoundStats.{name} must be non-negative, got {values}")
-        if any(a > d for a, d in zip(self.accepted_tokens, self.drafted_tokens, strict=True)):
-            raise ValueError("RoundStats.accepted_tokens exceeds drafted_tokens in some row")
-        if not self.wall_time_s > 0.0:
-            raise ValueError(f"RoundStats.wall_time_s must be > 0, got {self.wall_time_s}")
-        if self.draft_time_s < 0.0 or self.verify_time_s < 0.0 or self.plain_time_estimate_s < 0.0:
-            raise ValueError("RoundStats.draft_time_s, verify_time_s and plain_time_estimate_s must be >= 0")
-        if not 0.0 <= self.catch_up_time_s < self.wall_time_s:
-            bound = f"[0, wall_time_s = {self.wall_time_s})"
-            raise ValueError(f"RoundStats.catch_up_time_s must be in {bound}, got {self.catch_up_time_s}")
+            _check_counts(name, getattr(self, name), self.batch_size)
+        for row, (a, d) in enumerate(zip(self.accepted_tokens, self.drafted_tokens, strict=True)):
+            if a > d:
+                raise ValueError(f"RoundStats.accepted_tokens[{row}] is {a}, more than drafted_tokens[{row}] = {d}")
+        wall = self.wall_time_s
+        if not (_is_number(wall) and MIN_WALL_TIME_S <= wall <= MAX_WALL_TIME_S):
+            bounds = f"[{MIN_WALL_TIME_S:g}, {MAX_WALL_TIME_S:g}]"
+            raise ValueError(f"RoundStats.wall_time_s must be a number of seconds in {bounds}, got {wall!r}")
+        for name in ("draft_time_s", "verify_time_s", "plain_time_estimate_s"):
+            value = getattr(self, name)
+            if not (_is_number(value) and 0.0 <= value <= MAX_WALL_TIME_S):
+                raise ValueError(
+                    f"RoundStats.{name} must be a number of seconds in [0, {MAX_WALL_TIME_S:g}], got {value!r}"
+                )
+        if not (_is_number(self.catch_up_time_s) and 0.0 <= self.catch_up_time_s < wall):
+            bound = f"[0, wall_time_s = {wall})"
+            raise ValueError(f"RoundStats.catch_up_time_s must be in {bound}, got {self.catch_up_time_s!r}")
 
     @property
     def total_emitted(self) -> int:
@@ -75,6 +87,21 @@ class RoundStats:
     def goodput(self) -> float:
         """Emitted tokens per second of round wall time."""
         return self.total_emitted / self.wall_time_s
+
+
+def _is_number(value: object) -> bool:
+    """A finite real number (a Python or numpy float or int), not a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_counts(name: str, values: object, rows: int) -> None:
+    """ValueError naming ``RoundStats.<name>`` unless it holds one integer >= 0 per row."""
+    if not isinstance(values, list | tuple) or len(values) != rows:
+        got = f"{len(values)} rows" if isinstance(values, list | tuple) else repr(values)
+        raise ValueError(f"RoundStats.{name} must be a list of one count per row (batch_size {rows}), got {got}")
+    for row, value in enumerate(values):
+        if not is_integral(value) or value < 0:
+            raise ValueError(f"RoundStats.{name}[{row}] must be an integer >= 0, got {value!r}")
 
 
 def accept_length(emitted: int, rows: int) -> float:
