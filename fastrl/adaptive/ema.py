@@ -35,6 +35,12 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 STATE_VERSION = 1
 
 
+def neutral_ema(steps: int) -> float:
+    """The EMA's neutral start at tier ``steps``: one accepted draft fewer than the tier drafts (-1 at tier 0, where
+    nothing is drafted: no estimate yet, replaced by the next tier's neutral start when the controller probes it)."""
+    return float(steps - 1)
+
+
 def chain_strategy(steps: int) -> Strategy:
     """The tier ``steps`` as a strategy: a topk=1 chain ``steps_1_{steps+1}``, or ``disable`` for 0."""
     return DISABLE if steps == 0 else Strategy(steps, 1, steps + 1)
@@ -48,7 +54,7 @@ class EmaSelector:
         self.config.validate()
         self._tiers = self.config.tiers()
         self._tier = self.config.initial_tier()
-        self.ema_accept = float(self._tiers[self._tier] - 1)
+        self.ema_accept = neutral_ema(self._tiers[self._tier])
         self._rounds = 0
 
     @property
@@ -83,7 +89,7 @@ class EmaSelector:
             if i + 1 < len(tiers):
                 self._tier = i + 1
                 if self.ema_accept < 0:
-                    self.ema_accept = float(tiers[i + 1] - 1)
+                    self.ema_accept = neutral_ema(tiers[i + 1])
             return
         start = i
         while i > 0:
@@ -117,8 +123,11 @@ class EmaSelector:
         steps, accept, rounds = state.get("steps"), state.get("ema_accept"), state.get("rounds")
         if not is_int(steps) or steps not in self._tiers:
             raise ValueError(f"EMA state steps is {steps!r}: expected one of the tiers {self._tiers}")
-        if not (is_real(accept) and 0 <= accept < math.inf):
-            raise ValueError(f"EMA state ema_accept is {accept!r}: expected a finite number >= 0")
+        if not (is_real(accept) and (0 <= accept < math.inf or (steps == 0 and accept == neutral_ema(0)))):
+            raise ValueError(
+                f"EMA state ema_accept is {accept!r} at steps {steps}: expected a finite number >= 0 "
+                f"(or {neutral_ema(0)}, tier 0's start, at steps 0)"
+            )
         if not is_int(rounds) or rounds < 0:
             raise ValueError(f"EMA state rounds is {rounds!r}: expected an integer >= 0")
         self._tier = self._tiers.index(steps)

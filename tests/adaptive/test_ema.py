@@ -208,3 +208,39 @@ def test_a_damaged_state_is_refused_naming_the_entry(key, value, said):
     state = json.loads(json.dumps(selector.state_dict()))
     with pytest.raises(ValueError, match=said):
         EmaSelector(EmaConfig()).load_state_dict(state | {key: value})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"candidate_steps": [0, 2, 4], "initial_steps": 0},  # starts at tier 0: the EMA starts at -1
+        {"candidate_steps": [0]},  # never leaves tier 0
+        {"candidate_steps": [0, 3], "initial_steps": 0, "warmup_batches": 0, "update_interval": 1},
+    ],
+)
+@pytest.mark.parametrize("rounds", [0, 1, 3, 40])
+def test_every_state_a_selector_saves_loads_and_continues_identically(values, rounds):
+    """A selector's own state loads, whatever its config and however far it ran (one starting at tier 0 saved
+    ema_accept = -1, its neutral start there, and refused to load it)."""
+    rng = random.Random(rounds)
+    policy = EmaSelector(EmaConfig(**values))
+    for _ in range(rounds):
+        chain_round(policy, rng, hit=0.6)
+    resumed = EmaSelector(EmaConfig(**values))
+    resumed.load_state_dict(json.loads(json.dumps(policy.state_dict())))
+    assert resumed.state_dict() == policy.state_dict()
+    rng_a, rng_b = random.Random(7), random.Random(7)
+    assert [chain_round(policy, rng_a, hit=0.6) for _ in range(30)] == [
+        chain_round(resumed, rng_b, hit=0.6) for _ in range(30)
+    ]
+
+
+def test_a_negative_ema_is_refused_away_from_tier_0s_start():
+    """-1 is tier 0's start only: at another tier, or another negative value at tier 0, is a damaged state."""
+    config = EmaConfig(candidate_steps=[0, 3], initial_steps=0)
+    state = json.loads(json.dumps(EmaSelector(config).state_dict()))
+    assert (state["steps"], state["ema_accept"]) == (0, -1.0)
+    for steps, accept in ((3, -1.0), (0, -0.5)):
+        with pytest.raises(ValueError, match=f"ema_accept is {accept} at steps {steps}: expected a finite number"):
+            EmaSelector(config).load_state_dict(state | {"steps": steps, "ema_accept": accept})
