@@ -37,6 +37,7 @@ from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_state_check import STATE_VERSION, check_state_values, check_state_version
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
 from fastrl.adaptive.chain_depth import ChainRounds
+from fastrl.adaptive.config_changes import check_same_config
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.depth_acceptance import DepthAcceptance
 from fastrl.adaptive.round_times import RoundTimes
@@ -384,8 +385,7 @@ class BanditSelector:
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict`` exactly; the saved config must equal this selector's. Every entry is checked
         first (``check_state_values``): a damaged state is one ValueError naming its entry, and nothing is loaded."""
-        if check_state_values(state) != self.config:
-            raise ValueError("bandit state_dict was saved with a different BanditConfig")
+        check_same_config("bandit", check_state_values(state), self.config)
         missing = [key for key in RESUMED_KEYS if state.get(key) is None]  # what warm_start may do without
         missing += [key for key in RESUMED_NULLABLE_KEYS if key not in state]
         if missing:

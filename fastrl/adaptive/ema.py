@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from fastrl.adaptive.config_changes import check_same_config
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.json_values import is_int, is_real
 from fastrl.strategy.round_stats import RoundStats
@@ -118,8 +119,7 @@ class EmaSelector:
         """Restore ``state_dict``; the saved config must equal this policy's."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"EMA state version {state.get('version')!r} != {STATE_VERSION}")
-        if EmaConfig.from_json(state["config"]) != self.config:
-            raise ValueError("EMA state_dict was saved with a different EmaConfig")
+        check_same_config("EMA", EmaConfig.from_json(state["config"]), self.config)
         steps, accept, rounds = state.get("steps"), state.get("ema_accept"), state.get("rounds")
         if not is_int(steps) or steps not in self._tiers:
             raise ValueError(f"EMA state steps is {steps!r}: expected one of the tiers {self._tiers}")

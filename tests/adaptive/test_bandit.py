@@ -201,7 +201,10 @@ def test_state_dict_round_trip_continues_identically():
     assert run(resumed, tail, seed=2) == continued
     assert resumed.state_dict() == policy.state_dict()
     assert resumed.telemetry() == policy.telemetry()
-    with pytest.raises(ValueError, match="different BanditConfig"):
+    said = (
+        r"different BanditConfig: epsilon: saved 0.1, this selector's 0.3; window_size: saved 8, this selector's 128$"
+    )
+    with pytest.raises(ValueError, match=said):  # every differing key, with both values
         BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.3)).load_state_dict(state)
     with pytest.raises(ValueError, match="version 1"):
         resumed.load_state_dict(state | {"version": 1})

@@ -135,8 +135,11 @@ def test_state_dict_round_trip_continues_identically():
     b = [chain_round(resumed, rng_b, hit=0.6) for _ in range(50)]
     assert a == b
     assert policy.ema_accept == resumed.ema_accept
-    with pytest.raises(ValueError, match="different EmaConfig"):
-        EmaSelector(EmaConfig(ema_alpha=0.5)).load_state_dict(state)
+    said = (
+        r"different EmaConfig: ema_alpha: saved 0.2, this selector's 0.5; initial_steps: saved None, this selector's 7$"
+    )
+    with pytest.raises(ValueError, match=said):  # every differing key, with both values
+        EmaSelector(EmaConfig(ema_alpha=0.5, initial_steps=7)).load_state_dict(state)
 
 
 def test_from_json_reads_sglang_keys(tmp_path):
