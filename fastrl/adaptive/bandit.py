@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from fastrl.adaptive.arm_rewards import ArmRewards
-from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.bandit_config import CHANGEABLE_ON_LOAD, BanditConfig
 from fastrl.adaptive.bandit_state_check import STATE_VERSION, check_state_values, check_state_version
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
 from fastrl.adaptive.chain_depth import ChainRounds
@@ -334,12 +334,16 @@ class BanditSelector:
 
     def _record(self, batch_size: int, bucket: int, strategy: Strategy, reason: str) -> Strategy:
         self._last_reason = reason
-        if self.config.timeline_limit > 0:
-            self._timeline.append(ChoiceRecord(self._round, batch_size, bucket, strategy, reason))
-            if len(self._timeline) > self.config.timeline_limit:
-                del self._timeline[: len(self._timeline) - self.config.timeline_limit]
+        self._timeline.append(ChoiceRecord(self._round, batch_size, bucket, strategy, reason))
+        self._trim_timeline()
         self._round += 1
         return strategy
+
+    def _trim_timeline(self) -> None:
+        """Keep the ``timeline_limit`` most recent choices (none for 0)."""
+        excess = len(self._timeline) - self.config.timeline_limit
+        if excess > 0:
+            del self._timeline[:excess]
 
     def telemetry(self) -> BanditTelemetry:
         """Per (bucket, arm) pulls, mean rewards and the prediction at the bucket's last batch size; the timeline."""
@@ -383,9 +387,10 @@ class BanditSelector:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict`` exactly; the saved config must equal this selector's. Every entry is checked
+        """Restore ``state_dict`` exactly; the saved config must equal this selector's but in ``CHANGEABLE_ON_LOAD``
+        (a smaller ``timeline_limit`` keeps the most recent choices of the saved timeline). Every entry is checked
         first (``check_state_values``): a damaged state is one ValueError naming its entry, and nothing is loaded."""
-        check_same_config("bandit", check_state_values(state), self.config)
+        check_same_config("bandit", check_state_values(state), self.config, CHANGEABLE_ON_LOAD)
         missing = [key for key in RESUMED_KEYS if state.get(key) is None]  # what warm_start may do without
         missing += [key for key in RESUMED_NULLABLE_KEYS if key not in state]
         if missing:
@@ -412,6 +417,7 @@ class BanditSelector:
         self._timeline = [
             ChoiceRecord(int(r), int(b), int(k), Strategy.parse(s), reason) for r, b, k, s, reason in state["timeline"]
         ]
+        self._trim_timeline()  # a state saved under a larger timeline_limit
         stretch = state.get("stretch")  # absent from states saved before stretches: decide at the next round
         if stretch is not None:
             stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))

@@ -19,6 +19,9 @@ it the decay per round rounds to 1 and ``memory_rows`` to no float at all (1 fol
 MAX_MIN_PULLS = 1000
 """Most timed rounds per arm and calibration batch size: every arm runs them at every size before the first decision,
 so a calibration of more would outlast the rollouts it serves."""
+CHANGEABLE_ON_LOAD = ("timeline_limit",)
+"""Keys a bandit's state does not depend on: a state saved under other values of them loads (``fastrl train`` lets
+``strategy.bandit.timeline_limit`` change on resume, ``fastrl.commands.train_setup.CHANGEABLE_ON_RESUME``)."""
 MEMORY_ROWS_PER_ROUND = 4
 """Request rows of one ``window_size`` round: the acceptance memory is counted in rows, so a round at batch 64
 weighs what 16 rounds at batch 4 do."""

@@ -62,6 +62,34 @@ def run(policy: BanditSelector, batches: list[int], seed: int) -> list[Strategy]
     return chosen
 
 
+@pytest.mark.parametrize("limit", [0, 10, 10**6])
+def test_a_state_loads_under_another_timeline_limit_and_continues_identically(limit):
+    """timeline_limit (changeable on a train resume) keeps telemetry only: a state saved under another one loads, with
+    the most recent ``limit`` choices of its timeline, and the bandit decides as the one that saved it."""
+    policy = BanditSelector(BanditConfig(strategies=SPACE, timeline_limit=100), calibration=calibration(SPACE))
+    run(policy, [8] * 60 + [1] * 60, seed=1)
+    state = json.loads(json.dumps(policy.state_dict()))
+    resumed = BanditSelector(BanditConfig(strategies=SPACE, timeline_limit=limit))
+    resumed.load_state_dict(state)
+    saved = policy.telemetry().timeline
+    assert len(saved) == 100 and resumed.telemetry().timeline == saved[max(len(saved) - limit, 0) :]
+    assert run(resumed, [3] * 80, seed=2) == run(policy, [3] * 80, seed=2)
+    assert len(resumed.telemetry().timeline) == min(limit, 180)  # its own limit from then on
+
+
+def test_what_train_lets_change_on_resume_loads():
+    """Every strategy.bandit key fastrl train lets change on resume is one a bandit state loads under; the EMA
+    controller's state depends on every key of its config."""
+    from fastrl.adaptive.bandit_config import CHANGEABLE_ON_LOAD
+    from fastrl.commands.train_setup import CHANGEABLE_ON_RESUME
+
+    bandit = {
+        key.removeprefix("strategy.bandit.") for key in CHANGEABLE_ON_RESUME if key.startswith("strategy.bandit.")
+    }
+    assert bandit and bandit <= set(CHANGEABLE_ON_LOAD)
+    assert not [key for key in CHANGEABLE_ON_RESUME if key.startswith("strategy.ema.")]
+
+
 def test_acceptance_is_shared_by_arms_that_contain_each_other():
     chains = [Strategy.parse(s) for s in CHAINS]
     acceptance = DepthAcceptance(chains, prior_rows=4.0, memory_rows=1e9)
