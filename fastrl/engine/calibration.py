@@ -2,11 +2,11 @@
 
 For each calibration batch size a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV
 cache) decodes that many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass
-is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and have
-budget for every round, so the batch size holds. The result is saved as JSON under ``<cache>/calibration/``
-(``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, attention
-backend (and whether drafter steps run in the CPU kernel), torch threads, arms, sizes and rounds, and reused by later
-engines with the same key.
+is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and are
+replaced by fresh ones before they could run out of context (``RequestPlan``), so the batch size holds. The result
+is saved as JSON under ``<cache>/calibration/`` (``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy
+and drafter configs, device, dtype, attention backend (and whether drafter steps run in the CPU kernel), torch
+threads, arms, sizes, rounds and the requests' plan, and reused by later engines with the same key.
 """
 
 from __future__ import annotations
@@ -82,6 +82,115 @@ class ScriptedSelector:
         """Nothing to restore."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RequestPlan:
+    """How a calibration's requests fit the model's context. A pass runs at most ``pass_tokens`` tokens into every
+    row; a set of requests lasts ``passes_per_batch`` passes (as many as the context holds after the prompt), then
+    fresh requests replace it, so that every round runs over the whole batch (requests that ran out of context ended
+    early, and a step then ran no round)."""
+
+    prompt: int
+    """Pattern tokens of the longest row (said twice)."""
+    pass_tokens: int
+    """Most tokens one pass emits into a row: its plain rounds' and, for every arm, a catch-up and a timed round."""
+    passes_per_batch: int
+    """Passes one set of requests lasts."""
+    passes: int
+    """Passes in all, the first a warm-up."""
+
+    @property
+    def budget(self) -> int:
+        """A request's ``max_new_tokens``: its first token (from the prefill) and its passes' rounds."""
+        return self.passes_per_batch * self.pass_tokens + 1
+
+    @property
+    def context(self) -> int:
+        """The context a calibration engine serves: a row's prompt, its budget and one spare position."""
+        return 2 * self.prompt + self.budget + 1
+
+
+def request_plan(positions: int, arms: list[Strategy], rounds: int) -> RequestPlan:
+    """The ``RequestPlan`` of timing ``arms`` (plain decoding besides) ``rounds`` times (at least ``MIN_PASSES``) on
+    a model of ``positions`` positions: prompts of ``PROMPT_TOKENS`` (fewer where one pass would not fit after them),
+    as many passes per set of requests as fit. ValueError when the context cannot hold one pass."""
+    arms = _timed_arms(arms)
+    pass_tokens = 2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS + 1
+    room = positions - pass_tokens - 2  # what one pass's context leaves the prompt, said twice
+    if room < 2:
+        raise ValueError(
+            f"calibration: the model's context of {positions} positions cannot hold one pass of timed rounds of "
+            f"{[str(a) for a in arms]} (needs {pass_tokens + 4}: fewer or shallower arms, or bandit.calibrate=false)"
+        )
+    prompt = min(PROMPT_TOKENS, room // 2)
+    passes = max(rounds, MIN_PASSES) + 1
+    return RequestPlan(prompt, pass_tokens, min(passes, (positions - 2 * prompt - 2) // pass_tokens), passes)
+
+
+class CalibrationBatch:
+    """The engine that times rounds at one batch size, and the requests it decodes: fresh ones replace them before
+    they could run out of context, and every round is checked to have run over the whole batch."""
+
+    def __init__(
+        self, engine: Engine, arms: list[Strategy], size: int, plan: RequestPlan, seed: int, rng: random.Random
+    ) -> None:
+        """Build the engine and prefill its first requests (``rng`` draws the prompt patterns, ``seed`` the first
+        row's sampling seed)."""
+        # every row holds its whole context for as long as it runs: the pool is sized for that, not as the engine's
+        # own (a kv_cache_tokens that fits the engine's context may not hold one calibration row)
+        config = dataclasses.replace(
+            engine.config, max_batch_size=size, max_model_len=plan.context, kv_cache_tokens=None
+        )
+        self.script = ScriptedSelector([*arms, DISABLE])
+        self.engine = Engine(engine.model, config, drafter=engine.drafter, selector=self.script)
+        self.size = size
+        self.last = DISABLE  # the strategy of the last round
+        self._plan, self._seed, self._rng = plan, seed, rng
+        self._ids: list[str] = []
+        self._batches = 0  # sets of requests so far
+        self._passes_left = 0  # passes the running requests still hold
+        self._refill()
+
+    def start_pass(self) -> None:
+        """Fresh requests when the running ones hold no further pass, then the pass's first round, untimed: the other
+        sizes' rounds left this engine's weights and cache out of cache."""
+        if self._passes_left == 0:
+            self._refill()
+        self._passes_left -= 1
+        self.round(DISABLE)
+
+    def _refill(self) -> None:
+        """End the running requests and prefill ``size`` new ones of a new pattern (a step that runs no round)."""
+        for request_id in self._ids:
+            self.engine.abort(request_id)
+        plan = self._plan
+        pattern = [self._rng.randrange(self.engine.model.config.vocab_size) for _ in range(plan.prompt)]
+        first_seed = self._seed + self._batches * self.size  # every set samples its own tokens
+        self._ids = []
+        for row in range(self.size):
+            params = SamplingParams(max_new_tokens=plan.budget, temperature=1.0, seed=first_seed + row, ignore_eos=True)
+            said = pattern[: ragged_length(plan.prompt, row, self.size)]
+            self._ids.append(self.engine.add_request(said + said, params))
+        self.engine.step()  # the ended rows leave, the new ones are prefilled
+        admitted = len(self.engine.scheduler.running)
+        if admitted != self.size or self.engine.scheduler.waiting:
+            raise RuntimeError(f"calibration at batch {self.size}: {admitted} of its {self.size} rows were admitted")
+        self._batches += 1
+        self._passes_left = self._plan.passes_per_batch
+
+    def round(self, arm: Strategy) -> RoundStats:
+        """Run one round of ``arm`` over every row; its statistics. RuntimeError when the step ran no such round
+        (timing whatever round came last would record a stale time)."""
+        self.script.next = arm
+        rounds = self.engine.round_stats
+        before = len(rounds)
+        self.engine.step()
+        if len(rounds) != before + 1 or rounds[-1].strategy != arm or rounds[-1].batch_size != self.size:
+            ran = [(str(r.strategy), r.batch_size) for r in rounds[before:]]
+            raise RuntimeError(f"calibration: a step of {arm} at batch {self.size} ran {ran or 'no round'}")
+        self.last = arm
+        return rounds[-1]
+
+
 def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
     """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size, on engines
     built like ``engine``.
@@ -96,56 +205,39 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win there, nor
     at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain
     rounds of the same pass times the median plain round: a load that comes and goes between passes cancels out of the
-    ratios.
+    ratios. Requests are replaced by fresh ones between passes as the context requires (``request_plan``).
     """
 
-    arms = [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
+    arms = _timed_arms(arms)
     rng = random.Random(seed)
-    vocab = engine.model.config.vocab_size
-    passes = max(rounds, MIN_PASSES) + 1
-    budget = passes * (2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS + 1) + 1
-    timed: dict[int, tuple[Engine, ScriptedSelector]] = {}
-    prompt = max(1, min(PROMPT_TOKENS, (engine.model.config.max_position_embeddings - budget - 1) // 2))
-    for size in sizes:
-        pattern = [rng.randrange(vocab) for _ in range(prompt)]
-        # every row holds its whole context for the whole calibration: the pool is sized for that, not as the
-        # engine's own (a kv_cache_tokens that fits the engine's context may not hold one calibration row)
-        context = 2 * prompt + budget + 1
-        config = dataclasses.replace(engine.config, max_batch_size=size, max_model_len=context, kv_cache_tokens=None)
-        script = ScriptedSelector([*arms, DISABLE])
-        timed[size] = (Engine(engine.model, config, drafter=engine.drafter, selector=script), script)
-        for row in range(size):
-            params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + row, ignore_eos=True)
-            said = pattern[: ragged_length(prompt, row, size)]
-            timed[size][0].add_request(said + said, params)
-        timed[size][0].step()  # prefill
+    plan = request_plan(engine.model.config.max_position_embeddings, arms, rounds)
+    batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for size in sizes]
     times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
     relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
-    last: dict[int, Strategy] = dict.fromkeys(timed, DISABLE)
-    for repeat in range(passes):
+    for repeat in range(plan.passes):
         turn = repeat % max(len(arms), 1)
         order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
-        for size, (engine_at, script) in timed.items():
-            script.next = DISABLE
-            engine_at.step()  # untimed: the other sizes' rounds left this engine's weights and cache out of cache
-            last[size] = DISABLE
+        for batch in batches:
+            batch.start_pass()
             for arm in [DISABLE] * PLAIN_REPEATS + order:
-                if arm.is_disabled or _worth_timing(times, arm, size, sizes):
-                    script.next = arm
-                    if arm.uses_drafter and not last[size].uses_drafter:
-                        engine_at.step()  # the drafter reads the tokens it missed: an untimed catch-up round
-                    engine_at.step()
-                    last[size] = arm
+                if arm.is_disabled or _worth_timing(times, arm, batch.size, sizes):
+                    if arm.uses_drafter and not batch.last.uses_drafter:
+                        batch.round(arm)  # the drafter reads the tokens it missed: an untimed catch-up round
+                    seconds = batch.round(arm).wall_time_s
                     if repeat > 0:
-                        seconds = engine_at.round_stats[-1].wall_time_s
-                        times[(arm, size)].append(seconds)
-                        plain_pass = times[(DISABLE, size)][-PLAIN_REPEATS:]
-                        relative[(arm, size)].append(seconds / statistics.median(plain_pass))
+                        times[(arm, batch.size)].append(seconds)
+                        plain_pass = times[(DISABLE, batch.size)][-PLAIN_REPEATS:]
+                        relative[(arm, batch.size)].append(seconds / statistics.median(plain_pass))
     points = [(DISABLE, size, t) for size in sizes for t in times[(DISABLE, size)]]
     for (arm, size), ratios in relative.items():
         if not arm.is_disabled:
             points.append((arm, size, statistics.median(ratios) * statistics.median(times[(DISABLE, size)])))
     return CostModel.fit(points)
+
+
+def _timed_arms(arms: list[Strategy]) -> list[Strategy]:
+    """The arms a calibration times besides plain decoding: each once, in order."""
+    return [arm for arm in dict.fromkeys(arms) if not arm.is_disabled]
 
 
 def ragged_length(longest: int, row: int, rows: int) -> int:
@@ -204,6 +296,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "sizes": sizes,
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
+        # the prompt, and the passes a set of requests lasts (one set once ran out of context and timed stale rounds)
+        "requests": dataclasses.asdict(request_plan(engine.model.config.max_position_embeddings, arms, rounds)),
         "passes": MIN_PASSES,
         "order": "size by size",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
         "rows": "ragged",  # rows of one batch differ in length (equal rows hid attention over the longest row)

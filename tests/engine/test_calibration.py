@@ -1,0 +1,75 @@
+"""The calibration's requests fit the model's context: every round it times is a fresh round of the arm it meant,
+over the whole batch (requests sized for every pass at once ran out of context on a short model, and the calibration
+then timed whatever round had come last)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrl.adaptive.fixed import FixedSelector
+from fastrl.engine import calibration
+from fastrl.engine.calibration import MIN_PASSES, PROMPT_TOKENS, request_plan
+from fastrl.engine.config import EngineConfig
+from fastrl.engine.engine import Engine
+from fastrl.speculative.drafter import EagleDrafter
+from fastrl.strategy.strategy import DISABLE, Strategy
+from tests.rl.grpo_setup import tiny_policy
+
+ARMS = [Strategy.parse("3_1_4"), Strategy.parse("suffix_4")]
+
+
+class RecordingEngine(Engine):
+    """An Engine that records, for every step, whether requests waited (a prefill), what its selector meant to run
+    and the rounds it ran."""
+
+    steps: list[tuple[bool, Strategy, int, list]] = []
+
+    def step(self):
+        prefill = bool(self.scheduler.waiting)
+        before = len(self.round_stats)
+        outputs = super().step()
+        type(self).steps.append((prefill, self.selector.next, self.config.max_batch_size, self.round_stats[before:]))
+        return outputs
+
+
+def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batch(monkeypatch):
+    policy = tiny_policy()  # 128 positions: one pass of these arms, no more, after the prompt
+    drafter = EagleDrafter(policy.config).eval()
+    engine = Engine(policy, EngineConfig(max_batch_size=3), drafter, FixedSelector("3_1_4"))
+    monkeypatch.setattr(RecordingEngine, "steps", [])
+    monkeypatch.setattr(calibration, "Engine", RecordingEngine)
+    model = calibration.measure(engine, ARMS, [1, 3], rounds=30, seed=0)
+    steps = RecordingEngine.steps
+    bad = [
+        (str(meant), size, [(str(r.strategy), r.batch_size) for r in ran])
+        for prefill, meant, size, ran in steps
+        if not prefill and ran_wrong(meant, size, ran)
+    ]
+    assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
+    prefills = [(size, len(ran)) for prefill, _, size, ran in steps if prefill]
+    plan = request_plan(policy.config.max_position_embeddings, ARMS, 30)
+    assert plan.passes_per_batch == 1 and plan.passes == 31  # the context holds one pass: 31 sets of requests
+    assert sorted(prefills) == [(1, 0)] * 31 + [(3, 0)] * 31  # each set prefilled in a step of its own
+    assert {(str(s), b) for s, b, _ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 3)}
+
+
+def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
+    """Whether a step meant to run one round of ``meant`` over ``size`` rows ran anything else."""
+    return len(ran) != 1 or ran[0].strategy != meant or ran[0].batch_size != size
+
+
+def test_the_plan_keeps_the_prompt_and_fits_as_many_passes_as_the_context_holds():
+    """A pass of 3_1_4 and suffix_4 emits at most 20 tokens a row (plain 4, each arm twice its longest round)."""
+    plan = request_plan(1024, ARMS, 1000)
+    assert (plan.prompt, plan.pass_tokens, plan.passes) == (PROMPT_TOKENS, 20, 1001)
+    assert plan.context <= 1024 < plan.context + plan.pass_tokens  # no further pass fits
+    few = request_plan(1024, ARMS, 3)
+    assert few.passes == few.passes_per_batch == MIN_PASSES + 1  # one set of requests lasts the calibration
+    short = request_plan(40, ARMS, 3)
+    assert (short.prompt, short.passes_per_batch) == (9, 1) and short.context <= 40  # the prompt makes room
+
+
+def test_a_context_shorter_than_one_pass_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"context of 23 positions cannot hold one pass .* \(needs 24"):
+        request_plan(23, ARMS, 3)
+    assert request_plan(24, ARMS, 3).prompt == 1
