@@ -26,7 +26,7 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.history.config import HistoryConfig
 from fastrl.speculative.history.index import HistoryIndex
-from fastrl.strategy.round_stats import RoundStats
+from fastrl.strategy.round_stats import MIN_WALL_TIME_S, RoundStats
 from fastrl.strategy.selector import StrategySelector, plain_time_estimate
 from fastrl.strategy.strategy import DISABLE
 
@@ -408,7 +408,7 @@ class Engine:
             drafted_tokens=[out.drafted] * len(requests),
             accepted_tokens=out.accepted,
             emitted_tokens=emitted,
-            wall_time_s=(wall := max(time.perf_counter() - start, 1e-9)),
+            wall_time_s=(wall := max(time.perf_counter() - start, MIN_WALL_TIME_S)),
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
             plain_time_estimate_s=plain_time_estimate(self._estimator, strategy, len(requests), emitted, wall),
