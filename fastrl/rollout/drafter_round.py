@@ -13,6 +13,34 @@ from fastrl.rollout.worker_cotrain import RoundReport
 
 FINISH = "finish_drafter_round"
 
+DrafterState = tuple[int, dict[str, Tensor]]  # a backend's drafter_state(): version and weights
+
+
+class DrafterAtBoundary:
+    """The drafter as the last step boundary (the last policy push) left it, for checkpoints: a checkpoint taken
+    after a rollout's drafter round merged a new version, before the step's update (Ctrl-C), must hold the drafter
+    the resumed run's repeat of that rollout starts from, as the history index, the selectors and the co-training
+    state it sits beside do. Kept only from the first drafter change after a push until the next push (one copy of
+    the drafter at most, and none while nothing changed it). Before the first push there is no boundary yet: the
+    live drafter is the one to save, as the history index's and the selectors' states are then the live ones."""
+
+    def __init__(self) -> None:
+        self._saved: DrafterState | None = None
+        self._pushed = False
+
+    def before_change(self, read_live: Callable[[], DrafterState]) -> None:
+        """A drafter round is about to install a new version: keep the current one unless one is kept already."""
+        if self._pushed and self._saved is None:
+            self._saved = read_live()
+
+    def mark(self) -> None:
+        """A policy push: the live drafter is the boundary's."""
+        self._saved, self._pushed = None, True
+
+    def state(self, read_live: Callable[[], DrafterState]) -> DrafterState:
+        """The boundary's drafter: the one kept, else the live one."""
+        return self._saved if self._saved is not None else read_live()
+
 
 class DrafterRounds:
     """A backend's co-training rounds: at most one still finishing on the workers (``start`` fired their

@@ -191,8 +191,8 @@ class EngineWorker:
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Load policy weights (HF names; tied models with or without lm_head.weight) in place as ``version``.
         Applied between engine steps: push between rollouts so that no request mixes versions. A push is a step
-        boundary: what ``history_state`` and ``selector_state`` return until the next one is the history index and the
-        selector as they stand now."""
+        boundary: what ``history_state``, ``selector_state`` and ``cotrain_state`` return until the next one is the
+        history index, the selector and the co-training state as they stand now."""
         with self._train_lock, self._lock:
             load_policy_weights(self.policy, state)
             self.policy_version = int(version)
@@ -271,11 +271,14 @@ class EngineWorker:
                 self._history_at_boundary = self.engine.history.state()
 
     def _mark_boundary(self) -> None:
-        """Remember the history index and the selector as they stand (a step boundary), copies: later rollouts do
-        not reach them."""
+        """Remember the history index, the selector and the co-training state as they stand (a step boundary),
+        copies: later rollouts, and a drafter round that ends after one before the step's update, do not reach
+        them."""
         if self.engine.history is not None:
             self._history_at_boundary = self.engine.history.state()
         self._selector_at_boundary = copy.deepcopy(self.engine.selector.state_dict())
+        if self.cotraining is not None:
+            self.cotraining.mark_boundary()
 
     # ---- co-training ------------------------------------------------------------------------------------------
     def train_drafter_slice(self, seconds: float, should_stop: Callable[[], bool] = lambda: False) -> SliceMetrics:
@@ -330,11 +333,8 @@ class EngineWorker:
             except Exception as err:  # a round reports its failure, it never raises into rollouts
                 earlier = [self._failure(extra.error)] if extra.error is not None else []
                 report = self._failed_round(extra.seconds, earlier, err)
-            try:
-                with self._lock:
-                    self.cotraining.mark_boundary()  # what checkpoints hold until the next round ends
-            except Exception as err:
-                report = self._failed_round(report.seconds, report.failures, err)
+            with self._lock:
+                self.cotraining.commit()  # the rollout's sequences, for the next rollout's slices
             report.buffer_sequences = self.cotraining.buffer.num_sequences
         return report
 

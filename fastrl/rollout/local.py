@@ -8,7 +8,7 @@ import time
 from torch import Tensor
 
 from fastrl.rollout.dispatch import check_request_ids, with_seeds
-from fastrl.rollout.drafter_round import close_drafter_round
+from fastrl.rollout.drafter_round import DrafterAtBoundary, close_drafter_round
 from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, WorkerTiming
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -33,6 +33,7 @@ class LocalRollout:
         self.cotrain_after_batch = cotrain_after_batch
         self._seed_rng = random.Random(seed)
         self._last_round = (DrafterTrainingStats(), self.worker.drafter_version)
+        self._boundary_drafter = DrafterAtBoundary()
 
     @property
     def policy_version(self) -> int:
@@ -57,7 +58,7 @@ class LocalRollout:
             drafter = close_drafter_round(
                 lambda method: [getattr(self.worker, method)()],
                 self.worker.drafter_version,
-                self.worker.update_drafter,
+                self._push_merged_drafter,
                 slices,
             )
         self._last_round = (drafter, self.worker.drafter_version)
@@ -76,11 +77,18 @@ class LocalRollout:
         """The last batch's co-training and the drafter version after it (``generate`` already finished it)."""
         return self._last_round
 
+    def _push_merged_drafter(self, version: int, state: dict[str, Tensor]) -> None:
+        """Install a drafter round's merged version, the boundary's drafter kept first (``DrafterAtBoundary``)."""
+        self._boundary_drafter.before_change(self.worker.drafter_state)
+        self.worker.update_drafter(version, state)
+
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         self.worker.update_policy(version, state)
+        self._boundary_drafter.mark()
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        return self.worker.drafter_state()
+        """The drafter at the last step boundary (the last policy push), for checkpoints."""
+        return self._boundary_drafter.state(self.worker.drafter_state)
 
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
         self.worker.update_drafter(version, state)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fastrl.rollout.cluster import ensure_ray, short_error
 from fastrl.rollout.dispatch import AffinitySnapshot, PromptAffinity, check_request_ids, with_seeds
-from fastrl.rollout.drafter_round import DrafterRounds
+from fastrl.rollout.drafter_round import DrafterAtBoundary, DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker
@@ -90,12 +90,13 @@ class RayRolloutManager:
         self._seed_rng = random.Random(config.seed)
         self._slice_ids = itertools.count(1)
         self._affinity = PromptAffinity()  # prompt -> worker slot that served it last (cross-step history)
-        self._affinity_at_boundary: AffinitySnapshot = ()  # the table as the last finished rollout left it
+        self._affinity_at_boundary: AffinitySnapshot | None = None  # the table at the last policy push (None: now)
         self._selector_states: dict[str, dict] = {}  # worker id -> its strategy-selector state after the last rollout
         self._liveness = LivenessPolicy(config.round_timeout_s, config.liveness_interval_s)
         self._rounds = DrafterRounds(
-            self._call_all, self._gather_training, lambda: self.drafter_version, self._push_drafter
+            self._call_all, self._gather_training, lambda: self.drafter_version, self._push_merged_drafter
         )
+        self._boundary_drafter = DrafterAtBoundary()
 
     # ---- RolloutBackend ---------------------------------------------------------------------------------------
     @_needs_ray
@@ -122,7 +123,6 @@ class RayRolloutManager:
             if not self.config.overlap_drafter_round:
                 drafter = self._rounds.close()
         self._remember_selector_states()
-        self._affinity_at_boundary = self._affinity.snapshot()  # what a checkpoint holds until the next one ends
         self._replace_dead()
         self.rollouts += 1
         replacements, self._replacements = self._replacements, []
@@ -137,14 +137,17 @@ class RayRolloutManager:
         self._check_workers()
         ref = self._push("policy", "update_policy", int(version), self.policy_version, state)
         self._policy_ref, self.policy_version = ref, int(version)
+        self._boundary_drafter.mark()  # a step boundary: what checkpoints hold until the next push
+        self._affinity_at_boundary = self._affinity.snapshot()
         self._replace_dead()
 
     @_needs_ray
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
-        """The current drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker);
-        {} when the workers run without a drafter."""
+        """The drafter version and (CPU float32) weights (with the draft vocabulary, see EngineWorker) at the last
+        step boundary (the last policy push: ``DrafterAtBoundary``), for checkpoints; {} when the workers run without
+        a drafter."""
         self._await_ready()
-        return self._call_all("drafter_state")[0]
+        return self._boundary_drafter.state(lambda: self._call_all("drafter_state")[0])
 
     @_needs_ray
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
@@ -316,6 +319,11 @@ class RayRolloutManager:
         ``overlap_drafter_round`` left it running (any other call finishes it too, before it acts)."""
         self._rounds.close()
         return self._rounds.last
+
+    def _push_merged_drafter(self, version: int, state: dict[str, Tensor]) -> None:
+        """Install a drafter round's merged version, the boundary's drafter kept first (``DrafterAtBoundary``)."""
+        self._boundary_drafter.before_change(lambda: self._call_all("drafter_state")[0])
+        self._push_drafter(version, state)
 
     def _push_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Install drafter weights as ``version`` on every worker; all or nothing, as ``_push``."""

@@ -38,7 +38,7 @@ class RoundReport:
 
 @dataclass(frozen=True)
 class _Boundary:
-    """What a worker's co-training held at the end of a rollout's drafter round (a step boundary)."""
+    """What a worker's co-training held at a step boundary (its last policy push)."""
 
     sequences: list[FeatureSequence]
     heldout: list[FeatureSequence]
@@ -155,9 +155,10 @@ class WorkerCoTraining:
 
     # ---- checkpoints ------------------------------------------------------------------------------------------
     def mark_boundary(self) -> None:
-        """Remember the state now, at the end of a rollout's drafter round: what ``state()`` returns until the next
-        boundary, so that a checkpoint taken while the next rollout runs (Ctrl-C) holds none of that rollout's
-        sequences, updates or optimiser moments, and resumes exactly as one taken between the steps would."""
+        """Remember the state now, at a step boundary (the worker's policy push, after the step's drafter round):
+        what ``state()`` returns until the next boundary, so that a checkpoint taken while the next rollout runs or
+        after its drafter round, before its update (Ctrl-C), holds none of that rollout's sequences, updates or
+        optimiser moments, and resumes exactly as one taken between the steps would."""
         self.commit()
         trainer = self.cotrainer.state()  # the optimiser's tensors are cloned: later steps do not reach them
         self._boundary = _Boundary(self.buffer.sequences(), list(self._heldout), self._heldout_version, trainer)

@@ -5,16 +5,20 @@ diagnostics, drafter metrics and accept lengths included; so do 4 steps and 2 st
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import ray
+import torch
+from safetensors.torch import load_file
 
 from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
 from fastrl.cotrain.schedule import CotrainSchedule
 from fastrl.models.checkpoint import save_model
-from fastrl.rl.checkpoint import COTRAIN_DIR
+from fastrl.rl.checkpoint import COTRAIN_DIR, DRAFTER_DIR
 from fastrl.rl.trainer import GRPOTrainer
 from fastrl.rl.trainer_config import GRPOConfig
 from fastrl.rollout.cluster import ensure_ray
@@ -37,7 +41,15 @@ def local_ray():
         ray.shutdown()
 
 
-def _run(root: Path, name: str, steps: int, resume: Path | None = None, strategy: str = "5_1_6") -> list[dict]:
+def _run(
+    root: Path,
+    name: str,
+    steps: int,
+    resume: Path | None = None,
+    strategy: str = "5_1_6",
+    then: Callable[[GRPOTrainer], None] | None = None,
+) -> list[dict]:
+    """The run's metrics (but the EXCLUDED ones); ``then`` gets the trainer after its last step, before shutdown."""
     policy = tiny_policy(seed=0)
     save_model(policy, root / f"{name}.served")
     worker = RolloutWorkerConfig(
@@ -66,6 +78,8 @@ def _run(root: Path, name: str, steps: int, resume: Path | None = None, strategy
         if resume is not None:
             trainer.resume(resume)
         history = trainer.train()
+        if then is not None:
+            then(trainer)
     finally:
         backend.shutdown()
     return [{k: v for k, v in dataclasses.asdict(m).items() if not any(e in k for e in EXCLUDED)} for m in history]
@@ -100,3 +114,24 @@ def test_bandit_runs_agree_but_for_accept_lengths(tmp_path, local_ray):
         ):
             m.pop(timing_driven)
     assert second == first and first[-1]["drafter_steps"] == 2 * UPDATES
+
+
+def test_a_checkpoint_after_a_rollout_before_its_update_holds_the_last_step_boundary(tmp_path, local_ray):
+    """Ctrl-C after step 2's rollout (its drafter round left running, then closed by the save), before its update:
+    the checkpoint held that round's merged drafter and its buffer and optimiser moments (on the Ray backend the
+    save's own wait for the round pushed the new version), so a resume repeated the round on top of them."""
+
+    def cut(trainer: GRPOTrainer) -> None:
+        trainer.config = dataclasses.replace(trainer.config, steps=3)
+        trainer.rollout(trainer.step)
+        trainer.save_checkpoint(tmp_path / "cut")
+
+    _run(tmp_path, "run", steps=2, then=cut)
+    boundary, saved = tmp_path / "run" / "step_000002", tmp_path / "cut"
+    for part in (DRAFTER_DIR, COTRAIN_DIR):
+        for file in sorted((boundary / part).iterdir()):
+            if file.suffix == ".safetensors":
+                mine, theirs = load_file(str(saved / part / file.name)), load_file(str(file))
+                assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine), file
+            elif file.suffix == ".json":
+                assert json.loads((saved / part / file.name).read_text()) == json.loads(file.read_text()), file

@@ -103,10 +103,10 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
         for i in range(32)
     ]
     manager.generate(mixed_requests(8, prefix="fill"))  # every worker's buffer holds sequences at a round's end
+    manager.finish_rollout()
     victim = manager.workers[1]
-    served = ray.get(victim.actor.stats.remote()).requests_served
-    boundary = ray.get(victim.actor.cotrain_state.remote())  # its buffer as the last drafter round left it
-    buffered = len(boundary.meta["buffer"]["sequences"])
+    stats = ray.get(victim.actor.stats.remote())
+    served, buffered = stats.requests_served, stats.buffer_sequences  # its buffer as the last drafter round left it
     killed = threading.Event()
 
     def kill_in_second_wave() -> None:  # 16 requests per worker, 4 at a time: kill once 5 results are back
