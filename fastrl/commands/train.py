@@ -270,17 +270,22 @@ def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
 
 
 def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoints: Path) -> None:
-    """Ctrl-C: save a checkpoint when asked and the trainer stands between two steps; say where the latest
-    checkpoint is and how to continue."""
+    """Ctrl-C: save a checkpoint when asked and the trainer stands between two steps (a step updated but not yet
+    logged is logged first); say where the latest checkpoint is and how to continue."""
     saved = None
-    if cfg.checkpoint_on_interrupt and not trainer.updating and trainer.step > 0:
+    between_steps = trainer.finish_interrupted_step()
+    if not between_steps:
+        say(
+            f"interrupted inside step {trainer.step}'s policy update, or while its metrics were logged: no consistent "
+            "state to save there"
+        )
+    elif cfg.checkpoint_on_interrupt and trainer.step > 0:
         target = checkpoints / f"step_{trainer.step:06d}"
         saved = target if target.is_dir() else trainer.save_checkpoint(target)
-    elif cfg.checkpoint_on_interrupt:
-        say("interrupted inside a policy update (or before the first step): no consistent state to save")
     latest = saved or latest_checkpoint(run_dir)
     if latest is None:
-        say(f"interrupted at step {trainer.step}: no checkpoint yet (checkpoint_on_interrupt=true saves one)")
+        why = "none was written before" if cfg.checkpoint_on_interrupt else "checkpoint_on_interrupt=true saves one"
+        say(f"interrupted at step {trainer.step}: no checkpoint yet ({why}); start the run again")
         return
     say(f"interrupted at step {trainer.step}; latest checkpoint: {latest}")
     say(f"continue with: fastrl train resume={run_dir if latest.parent == checkpoints else latest}")

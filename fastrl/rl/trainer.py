@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,11 @@ class GRPOTrainer:
         self.version = 0  # version of the policy's current weights
         self.device = next(policy.parameters()).device
         self._backend_synced = False
-        self.updating = False  # True while a step changes the policy: its state is then between two steps
+        # True from the moment a step starts to change the policy until its metrics are out (logged by ``train``):
+        # the run's state is then between two steps, and an interrupt there has no consistent checkpoint to save
+        # unless the update is done and the metrics still to be handed over (``finish_interrupted_step``)
+        self.updating = False
+        self._unlogged: Callable[[], StepMetrics] | None = None  # the updated step's metrics, not yet handed over
 
     # ---- the loop -------------------------------------------------------------------------------------------
     def train(self) -> list[StepMetrics]:
@@ -170,8 +175,7 @@ class GRPOTrainer:
                 with step_boundary():  # from here an interrupt waits for the step's metrics and checkpoint
                     metrics = self.update_step(rollout, start)
                     history.append(metrics)
-                    if self.logger is not None:
-                        self.logger.log(metrics, metrics.step)
+                    self._hand_over(metrics)
                     bar.update(1)
                     bar.set_postfix({"reward": f"{metrics.reward_mean:.3f}"} | metrics.speed().postfix())
                     every = cfg.checkpoint_every
@@ -182,11 +186,31 @@ class GRPOTrainer:
     def train_step(self) -> StepMetrics:
         """One GRPO step (rollout, update, weight push); returns its metrics."""
         start = time.perf_counter()
-        return self.update_step(self.rollout(self.step), start)
+        metrics = self.update_step(self.rollout(self.step), start)
+        self._unlogged, self.updating = None, False
+        return metrics
+
+    def finish_interrupted_step(self) -> bool:
+        """After an interrupt: whether the trainer stands between two steps, where a checkpoint is consistent. An
+        interrupt that came after a step's update, while its metrics were computed (before they reached the logger),
+        finishes the step first: its metrics are computed and logged now, so that neither the update nor the
+        step's metrics line is lost."""
+        if self.updating and self._unlogged is not None:
+            self._hand_over(self._unlogged())
+        return not self.updating
+
+    def _hand_over(self, metrics: StepMetrics) -> None:
+        """Give the updated step's metrics to the logger; the step is then whole. An interrupt inside the logger
+        leaves it unfinished (its line may be written: it is not written again)."""
+        self._unlogged = None
+        if self.logger is not None:
+            self.logger.log(metrics, metrics.step)
+        self.updating = False
 
     def update_step(self, rollout: StepRollout, start: float) -> StepMetrics:
         """The step's second half after its rollout (started at ``start``, perf_counter): advantages, log-prob
-        check, policy update, weight push; returns the step's metrics."""
+        check, policy update, weight push; returns the step's metrics. ``updating`` stays True: the caller ends the
+        step once its metrics are out."""
         step = self.step
         self.last_rollout = rollout
         results = rollout.batch.results
@@ -211,8 +235,12 @@ class GRPOTrainer:
         self.version += 1
         self.backend.update_policy(self.version, self.policy_state())
         self.step += 1
-        self.updating = False
-        return self._metrics(step, rollout_version, rollout, check, stats, update_time, time.perf_counter() - start)
+
+        def metrics() -> StepMetrics:
+            return self._metrics(step, rollout_version, rollout, check, stats, update_time, time.perf_counter() - start)
+
+        self._unlogged = metrics
+        return metrics()
 
     def rollout(self, step: int) -> StepRollout:
         """Sample the step's problems, generate on the backend, decode and reward (no update)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -109,3 +110,88 @@ def test_a_checkpoint_records_the_tasks_settings_and_resume_compares_them(tmp_pa
     other.task.config = TaskConfig(n_max=5)
     with pytest.raises(ValueError, match=r"the task's settings differ from the checkpoint's: \['n_max'\]"):
         other.resume(tmp_path / "run" / "step_000002")
+
+
+def test_a_checkpoint_after_a_rollouts_drafter_round_before_its_update_holds_the_last_step_boundary(tmp_path):
+    """Ctrl-C after a step's rollout returned (its drafter round merged and installed a new drafter), before the
+    step's update: the checkpoint used to hold that round's drafter, buffer and optimiser moments, so the resumed
+    run repeated the round on top of them (drafter versions off by one from then on, the rollout's sequences twice
+    in the buffer)."""
+    trainer, backend = _run(tmp_path, "run")
+    trainer.train()  # two steps; the checkpoint of step 2 is the boundary
+    boundary = tmp_path / "run" / "step_000002"
+    version = backend.drafter_version
+    rollout = trainer.rollout(trainer.step)  # step 3's whole rollout, drafter round included
+    assert backend.drafter_version == version + 1 and rollout.batch.drafter.steps > 0
+    cut = trainer.save_checkpoint(tmp_path / "cut")  # what Ctrl-C saves there
+    assert _same(cut / "cotrain", boundary / "cotrain")
+    assert _same(cut / "drafter", boundary / "drafter")
+    assert json.loads((cut / "drafter" / "drafter_config.json").read_text())["version"] == version
+
+
+def _same(a, b) -> bool:
+    """The checkpoint folders hold equal JSON and bitwise equal tensors."""
+    left, right = _files(a), _files(b)
+    if left["meta"] != right["meta"] or left["tensors"].keys() != right["tensors"].keys():
+        return False
+    return all(
+        x.keys() == right["tensors"][name].keys() and all(torch.equal(x[k], right["tensors"][name][k]) for k in x)
+        for name, x in left["tensors"].items()
+    )
+
+
+class ListLogger:
+    """Keeps what the trainer logs."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, object]] = []
+
+    def log(self, metrics, step: int) -> None:
+        self.records.append((step, metrics))
+
+
+class _StopWhileLogging:
+    """A logger through which a second Ctrl-C arrives while step ``at``'s metrics line is being written."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.steps = at, []
+
+    def log(self, metrics, step: int) -> None:
+        if step == self.at:
+            raise KeyboardInterrupt("again, inside the step")
+        self.steps.append(step)
+
+
+def test_an_interrupt_before_a_steps_metrics_are_logged_logs_them_before_the_checkpoint(tmp_path):
+    """A second Ctrl-C while step 1's metrics were computed: the trainer said it stood between steps after step 1,
+    so the interrupt saved checkpoint step_000002 and the resumed run started at step 2, without step 1's line
+    anywhere. The interrupt handler now finishes the step first: its metrics are computed and logged."""
+    trainer, _ = _run(tmp_path, "run")
+    logger = ListLogger()
+    trainer.logger = logger
+    original = trainer._metrics
+    calls = []
+
+    def interrupted_once(*args):
+        calls.append(args[0])
+        if len(calls) == 2:  # step 1's first computation: Ctrl-C again
+            raise KeyboardInterrupt("again, inside the step")
+        return original(*args)
+
+    trainer._metrics = interrupted_once
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert trainer.step == 2 and [s for s, _ in logger.records] == [0]
+    assert trainer.finish_interrupted_step()  # what fastrl train's handler calls before its checkpoint
+    assert [s for s, _ in logger.records] == [0, 1] and not trainer.updating
+    assert trainer.finish_interrupted_step() and [s for s, _ in logger.records] == [0, 1]  # logged once
+
+
+def test_an_interrupt_inside_the_logger_leaves_the_step_unfinished(tmp_path):
+    """Its line may be written already: it is not written twice, and no checkpoint claims the step."""
+    trainer, _ = _run(tmp_path, "run")
+    trainer.logger = _StopWhileLogging(at=1)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert trainer.logger.steps == [0] and trainer.step == 2
+    assert not trainer.finish_interrupted_step() and trainer.logger.steps == [0]
