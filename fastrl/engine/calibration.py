@@ -84,24 +84,20 @@ class ScriptedSelector:
 
 @dataclasses.dataclass(frozen=True)
 class RequestPlan:
-    """How a calibration's requests fit the model's context. A pass runs at most ``pass_tokens`` tokens into every
-    row; a set of requests lasts ``passes_per_batch`` passes (as many as the context holds after the prompt), then
-    fresh requests replace it, so that every round runs over the whole batch (requests that ran out of context ended
-    early, and a step then ran no round)."""
+    """How a calibration's requests fit the model's context: a row takes at most ``budget`` tokens, and fresh
+    requests replace the running ones whenever they could not take the rounds that come next (a pass, at its start,
+    when a whole pass fits a set of requests; else the next arm's catch-up and timed rounds), so that every round runs
+    over the whole batch (requests that ran out of context ended early, and a step then ran no round)."""
 
     prompt: int
     """Pattern tokens of the longest row (said twice)."""
+    budget: int
+    """A request's ``max_new_tokens``: its first token (from the prefill) and the rounds it serves."""
     pass_tokens: int
-    """Most tokens one pass emits into a row: its plain rounds' and, for every arm, a catch-up and a timed round."""
-    passes_per_batch: int
-    """Passes one set of requests lasts."""
+    """Most tokens one pass emits into a row: an untimed and the timed plain rounds, and for every arm a catch-up and
+    a timed round."""
     passes: int
     """Passes in all, the first a warm-up."""
-
-    @property
-    def budget(self) -> int:
-        """A request's ``max_new_tokens``: its first token (from the prefill) and its passes' rounds."""
-        return self.passes_per_batch * self.pass_tokens + 1
 
     @property
     def context(self) -> int:
@@ -111,19 +107,22 @@ class RequestPlan:
 
 def request_plan(positions: int, arms: list[Strategy], rounds: int) -> RequestPlan:
     """The ``RequestPlan`` of timing ``arms`` (plain decoding besides) ``rounds`` times (at least ``MIN_PASSES``) on
-    a model of ``positions`` positions: prompts of ``PROMPT_TOKENS`` (fewer where one pass would not fit after them),
-    as many passes per set of requests as fit. ValueError when the context cannot hold one pass."""
+    a model of ``positions`` positions: prompts of ``PROMPT_TOKENS``, fewer where a whole pass would not fit after
+    them; where it would not fit at all, prompts that leave room for the largest step of a pass (an arm's catch-up
+    and timed rounds). The rest of the context is every request's budget. ValueError when the context cannot hold
+    one arm's rounds."""
     arms = _timed_arms(arms)
-    pass_tokens = 2 * sum(arm.max_accept_length for arm in arms) + PLAIN_REPEATS + 1
-    room = positions - pass_tokens - 2  # what one pass's context leaves the prompt, said twice
-    if room < 2:
+    steps = [1 + PLAIN_REPEATS, *(2 * arm.max_accept_length for arm in arms)]
+    pass_tokens = sum(steps)
+    whole_pass = (positions - pass_tokens - 2) // 2  # the prompt that leaves room for a whole pass
+    one_arm = (positions - max(steps) - 2) // 2  # the prompt that leaves room for the largest step of a pass
+    if one_arm < 1:
         raise ValueError(
-            f"calibration: the model's context of {positions} positions cannot hold one pass of timed rounds of "
-            f"{[str(a) for a in arms]} (needs {pass_tokens + 4}: fewer or shallower arms, or bandit.calibrate=false)"
+            f"calibration: the model's context of {positions} positions cannot hold the rounds of "
+            f"{[str(a) for a in arms]} (needs {max(steps) + 4}: shallower arms, or bandit.calibrate=false)"
         )
-    prompt = min(PROMPT_TOKENS, room // 2)
-    passes = max(rounds, MIN_PASSES) + 1
-    return RequestPlan(prompt, pass_tokens, min(passes, (positions - 2 * prompt - 2) // pass_tokens), passes)
+    prompt = min(PROMPT_TOKENS, whole_pass if whole_pass >= 1 else one_arm)
+    return RequestPlan(prompt, positions - 2 * prompt - 1, pass_tokens, max(rounds, MIN_PASSES) + 1)
 
 
 class CalibrationBatch:
@@ -147,16 +146,21 @@ class CalibrationBatch:
         self._plan, self._seed, self._rng = plan, seed, rng
         self._ids: list[str] = []
         self._batches = 0  # sets of requests so far
-        self._passes_left = 0  # passes the running requests still hold
+        self._room = 0  # tokens every running row can still take
         self._refill()
 
     def start_pass(self) -> None:
-        """Fresh requests when the running ones hold no further pass, then the pass's first round, untimed: the other
-        sizes' rounds left this engine's weights and cache out of cache."""
-        if self._passes_left == 0:
+        """Fresh requests when the running ones cannot take a whole pass (and a set of requests can), then the pass's
+        first round, untimed: the other sizes' rounds left this engine's weights and cache out of cache."""
+        if self._room < self._plan.pass_tokens <= self._plan.budget - 1:
             self._refill()
-        self._passes_left -= 1
+        self.make_room(1)
         self.round(DISABLE)
+
+    def make_room(self, tokens: int) -> None:
+        """Fresh requests when a running row could not take ``tokens`` more."""
+        if self._room < tokens:
+            self._refill()
 
     def _refill(self) -> None:
         """End the running requests and prefill ``size`` new ones of a new pattern (a step that runs no round)."""
@@ -175,7 +179,8 @@ class CalibrationBatch:
         if admitted != self.size or self.engine.scheduler.waiting:
             raise RuntimeError(f"calibration at batch {self.size}: {admitted} of its {self.size} rows were admitted")
         self._batches += 1
-        self._passes_left = self._plan.passes_per_batch
+        self._room = plan.budget - 1  # the first token came with the prefill
+        self.last = DISABLE  # the drafter has read none of the new rows' tokens: a drafter arm catches up first
 
     def round(self, arm: Strategy) -> RoundStats:
         """Run one round of ``arm`` over every row; its statistics. RuntimeError when the step ran no such round
@@ -188,6 +193,7 @@ class CalibrationBatch:
             ran = [(str(r.strategy), r.batch_size) for r in rounds[before:]]
             raise RuntimeError(f"calibration: a step of {arm} at batch {self.size} ran {ran or 'no round'}")
         self.last = arm
+        self._room -= max(rounds[-1].emitted_tokens)
         return rounds[-1]
 
 
@@ -205,7 +211,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win there, nor
     at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain
     rounds of the same pass times the median plain round: a load that comes and goes between passes cancels out of the
-    ratios. Requests are replaced by fresh ones between passes as the context requires (``request_plan``).
+    ratios. Requests are replaced by fresh ones as the context requires (``request_plan``).
     """
 
     arms = _timed_arms(arms)
@@ -221,6 +227,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
             batch.start_pass()
             for arm in [DISABLE] * PLAIN_REPEATS + order:
                 if arm.is_disabled or _worth_timing(times, arm, batch.size, sizes):
+                    batch.make_room(2 * arm.max_accept_length)  # its catch-up and timed rounds
                     if arm.uses_drafter and not batch.last.uses_drafter:
                         batch.round(arm)  # the drafter reads the tokens it missed: an untimed catch-up round
                     seconds = batch.round(arm).wall_time_s

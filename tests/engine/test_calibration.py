@@ -48,9 +48,31 @@ def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batc
     assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
     prefills = [(size, len(ran)) for prefill, _, size, ran in steps if prefill]
     plan = request_plan(policy.config.max_position_embeddings, ARMS, 30)
-    assert plan.passes_per_batch == 1 and plan.passes == 31  # the context holds one pass: 31 sets of requests
+    assert plan.budget - 1 == plan.pass_tokens and plan.passes == 31  # a set of requests takes one pass, no more
     assert sorted(prefills) == [(1, 0)] * 31 + [(3, 0)] * 31  # each set prefilled in a step of its own
     assert {(str(s), b) for s, b, _ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 3)}
+
+
+def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypatch):
+    """The train defaults' nine arms need 130 tokens a pass: on a 128-position model the calibration was refused;
+    fresh requests now come before any arm the running ones could not take."""
+    policy = tiny_policy()
+    drafter = EagleDrafter(policy.config).eval()
+    names = ("12_1_13@0.3", "7_1_8", "5_1_6", "3_1_4", "8_4_32", "suffix_8", "3_1_4+suffix_8", "1_1_2", "2_1_3")
+    arms = [Strategy.parse(a) for a in names]
+    plan = request_plan(policy.config.max_position_embeddings, arms, 3)
+    assert plan.pass_tokens > plan.budget and plan.context <= policy.config.max_position_embeddings
+    engine = Engine(policy, EngineConfig(max_batch_size=2), drafter, FixedSelector("3_1_4"))
+    monkeypatch.setattr(RecordingEngine, "steps", [])
+    monkeypatch.setattr(calibration, "Engine", RecordingEngine)
+    model = calibration.measure(engine, arms, [1, 2], rounds=3, seed=0)
+    bad = [
+        (str(meant), size)
+        for prefill, meant, size, ran in RecordingEngine.steps
+        if not prefill and ran_wrong(meant, size, ran)
+    ]
+    assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
+    assert {str(s) for s, _, _ in model.measurements()} == {str(a) for a in [*arms, DISABLE]}
 
 
 def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
@@ -58,18 +80,20 @@ def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
     return len(ran) != 1 or ran[0].strategy != meant or ran[0].batch_size != size
 
 
-def test_the_plan_keeps_the_prompt_and_fits_as_many_passes_as_the_context_holds():
-    """A pass of 3_1_4 and suffix_4 emits at most 20 tokens a row (plain 4, each arm twice its longest round)."""
+def test_the_plan_keeps_the_prompt_where_a_pass_fits_and_gives_the_rest_to_the_budget():
+    """A pass of 3_1_4 and suffix_4 emits at most 20 tokens a row (an untimed and 3 timed plain rounds, each arm
+    twice its longest round)."""
     plan = request_plan(1024, ARMS, 1000)
     assert (plan.prompt, plan.pass_tokens, plan.passes) == (PROMPT_TOKENS, 20, 1001)
-    assert plan.context <= 1024 < plan.context + plan.pass_tokens  # no further pass fits
-    few = request_plan(1024, ARMS, 3)
-    assert few.passes == few.passes_per_batch == MIN_PASSES + 1  # one set of requests lasts the calibration
+    assert plan.context == 1024  # the rest of the context is the budget: a set of requests takes many passes
+    assert request_plan(1024, ARMS, 3).passes == MIN_PASSES + 1
     short = request_plan(40, ARMS, 3)
-    assert (short.prompt, short.passes_per_batch) == (9, 1) and short.context <= 40  # the prompt makes room
+    assert short.prompt == 9 and short.budget - 1 >= short.pass_tokens and short.context <= 40  # room for a pass
+    shorter = request_plan(22, ARMS, 3)  # no room for a whole pass after any prompt: room for one arm's rounds
+    assert shorter.pass_tokens > shorter.budget - 1 >= 8 and shorter.context <= 22
 
 
-def test_a_context_shorter_than_one_pass_is_refused_naming_it():
-    with pytest.raises(ValueError, match=r"context of 23 positions cannot hold one pass .* \(needs 24"):
-        request_plan(23, ARMS, 3)
-    assert request_plan(24, ARMS, 3).prompt == 1
+def test_a_context_shorter_than_one_arms_rounds_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"context of 11 positions cannot hold the rounds .* \(needs 12"):
+        request_plan(11, ARMS, 3)
+    assert request_plan(12, ARMS, 3).prompt == 1
