@@ -119,15 +119,19 @@ def resolve_resume(path: str) -> tuple[Path, Path | None]:
     if not where.is_dir():
         raise ValueError(f"resume={path}: no such directory (give a run directory or one of its checkpoints)")
     checkpoints = checkpoints_dir(where)
-    if not checkpoints.is_dir():
+    is_run = (where / OVERRIDES_FILE).is_file() or (where / METRICS_FILE).is_file()
+    if not checkpoints.is_dir() and not is_run:
         raise ValueError(
             f"resume={path} is neither a checkpoint ({STATE_FILE} is missing) nor a run directory "
             f"({checkpoints} is missing)"
         )
-    latest = latest_checkpoint(where)
+    latest = latest_checkpoint(where) if checkpoints.is_dir() else None
     if latest is None:
+        unfinished = sorted(p.name for p in checkpoints.glob("step_*.tmp")) if checkpoints.is_dir() else []
+        held = f"{checkpoints} holds only the unfinished {unfinished[-1]}" if unfinished else "it wrote none"
         raise ValueError(
-            f"resume={path}: the run saved no checkpoint yet ({checkpoints} is empty); start it again without resume="
+            f"resume={path}: that run saved no checkpoint to continue from ({held}); start it anew in a new directory "
+            f"(leave resume= and hydra.run.dir= out) with its overrides ({where / OVERRIDES_FILE})"
         )
     return latest, where
 
@@ -192,9 +196,10 @@ def check_unused(run_dir: Path) -> None:
     if not run_dir.is_dir():
         raise ValueError(f"{RUN_DIR_KEY}={run_dir} is not a directory")
     if any(run_dir.iterdir()):
+        how = f"continue that run with resume={run_dir}" if latest_checkpoint(run_dir) else "it saved no checkpoint"
         raise ValueError(
             f"{RUN_DIR_KEY}={run_dir} holds an earlier run; a new run needs a new directory (leave {RUN_DIR_KEY} "
-            f"out for a fresh one), or continue that run with resume={run_dir}"
+            f"out for a fresh one), or {how}"
         )
 
 

@@ -86,7 +86,14 @@ def test_resume_a_checkpoint_writes_a_new_run_directory(policy_dir, tmp_path, ca
     [
         (lambda d: d, "is neither a checkpoint (trainer_state.json is missing) nor a run directory"),
         (lambda d: d / "missing", "no such directory"),
-        (lambda d: (d / "checkpoints").mkdir() or d, "the run saved no checkpoint yet"),
+        (lambda d: (d / "checkpoints").mkdir() or d, "that run saved no checkpoint to continue from (it wrote none)"),
+        # a run killed before its first checkpoint: .hydra and metrics.jsonl, no checkpoints/ (it was "not a run
+        # directory"), or one killed while writing its first checkpoint ("checkpoints is empty")
+        (lambda d: (d / "metrics.jsonl").write_text("") or d, "start it anew in a new directory"),
+        (
+            lambda d: (d / "checkpoints" / "step_000002.tmp").mkdir(parents=True) or d,
+            "holds only the unfinished step_000002.tmp",
+        ),
     ],
 )
 def test_resume_what_is_not_a_run_is_one_error(make, words, tmp_path, capsys):
