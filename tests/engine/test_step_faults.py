@@ -163,7 +163,7 @@ def test_an_id_stays_taken_until_its_final_output_is_returned(models):
     with pytest.raises(RuntimeError, match="observe failed"):
         while True:
             engine.step()
-    with pytest.raises(ValueError, match="request id 'mine' is already running"):
+    with pytest.raises(ValueError, match="'mine' has finished in this engine, but its output comes with the next"):
         engine.add_request([1, 5, 6], params, "mine")
     with pytest.raises(ValueError, match="requests queued with add_request are still running"):
         engine.generate([GenerateInput([1, 7], params)])
