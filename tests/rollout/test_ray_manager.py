@@ -96,9 +96,11 @@ def test_policy_push_is_versioned(manager, checkpoint):
 
 def test_killed_worker_requests_are_rerun(manager, checkpoint):
     requests = [  # staggered lengths: results arrive one by one (of one length, a wave finished all at once, and the
-        # kill could land after the victim's last result under a loaded machine)
+        # kill could land after the victim's last result under a loaded machine); prompts no earlier test sent, so
+        # that the prompt affinity (a prompt goes back to the worker that served it) does not leave the victim only
+        # a few of them, all finished by the time the kill lands
         RolloutRequest(
-            f"k{i}", prompt(i), SamplingParams(max_new_tokens=16 + 2 * i, seed=300 + i, ignore_eos=True), group=i
+            f"k{i}", prompt(100 + i), SamplingParams(max_new_tokens=16 + 2 * i, seed=300 + i, ignore_eos=True), group=i
         )
         for i in range(32)
     ]
