@@ -35,17 +35,19 @@ def manager(checkpoint, ray_cluster):
     mgr.shutdown()
 
 
-def long_requests(prefix: str, n: int = 24) -> list[RolloutRequest]:
+def long_requests(prefix: str, first: int, n: int = 24) -> list[RolloutRequest]:
     """Requests of staggered lengths (24..116 tokens): a worker that has served two still has others running (of
-    one length, a batch finished all at once, and a fault meant to land mid-rollout could find nothing to re-run)."""
+    one length, a batch finished all at once, and a fault meant to land mid-rollout could find nothing to re-run).
+    Prompts ``first`` .. ``first + n - 1``, none an earlier test sent: the prompt affinity routes a prompt back to
+    the worker that served it, and could leave the victim too few requests for the fault to land mid-rollout."""
     params = [
         SamplingParams(max_new_tokens=24 + 4 * i, seed=500 + i, ignore_eos=True, temperature=1.0) for i in range(n)
     ]
-    return [RolloutRequest(f"{prefix}{i}", prompt(i), params[i], group=i) for i in range(n)]
+    return [RolloutRequest(f"{prefix}{i}", prompt(first + i), params[i], group=i) for i in range(n)]
 
 
 def test_worker_stopped_mid_rollout_is_killed_replaced_and_its_requests_rerun(manager, checkpoint, caplog):
-    requests = long_requests("stop")
+    requests = long_requests("stop", first=300)
     victim = manager.workers[1]
     pid = ray.get(victim.actor.pid.remote())
     served = ray.get(victim.actor.stats.remote()).requests_served
@@ -90,8 +92,9 @@ def test_worker_lost_between_rollouts_is_replaced_and_logged(manager, checkpoint
     assert len({r.worker_id for r in batch.results}) == 2, "the replacement serves in the same rollout"
     state = manager.selector_state()
     assert len(state["workers"]) == 2
-    served = {tuple(p) for p, _ in state["affinity"]}  # which worker served each prompt, as the rollout left it
-    assert {tuple(r.prompt_ids) for r in requests} <= served
+    served = {tuple(p) for p, _ in state["affinity"]}  # which worker served each group's prompt, as the rollout left it
+    firsts = {r.group: tuple(r.prompt_ids) for r in reversed(requests)}  # a group is homed by its first prompt
+    assert set(firsts.values()) <= served
 
 
 def test_more_workers_than_cpus_is_a_clear_error(checkpoint, ray_cluster):
@@ -118,7 +121,7 @@ def test_local_ray_listens_on_loopback_only(manager):
 def test_worker_killed_mid_rollout_is_replaced_within_the_rollout_and_recorded(manager, checkpoint):
     """kill -9 of a worker process mid-rollout: the replacement serves its re-run requests in the same rollout, and
     the batch records the loss as a typed WorkerReplacement."""
-    requests = long_requests("kill9")
+    requests = long_requests("kill9", first=400)
     victim = manager.workers[0]
     pid = ray.get(victim.actor.pid.remote())
     served = ray.get(victim.actor.stats.remote()).requests_served
