@@ -13,7 +13,8 @@ drafts: both distributions are the policy's LM head restricted to those K rows (
 distribution conditioned on the draft vocabulary). The head then costs K/V of the full one in training too. Top-1
 agreement is not restricted: the drafter's token (its argmax over the K rows) against the policy's top-1 over the
 whole vocabulary, so a position whose policy token lies outside the draft vocabulary is a miss, as in drafting; that
-costs one full-vocabulary head product per batch (no gradient), not one per unrolled step.
+costs a full-vocabulary head product (no gradient) per measured target, once per batch, not once per unrolled step
+(a training step measures at most ``top1_targets`` targets).
 """
 
 from __future__ import annotations

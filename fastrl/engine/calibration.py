@@ -303,7 +303,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "sizes": sizes,
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
-        # the prompt, and the passes a set of requests lasts (one set once ran out of context and timed stale rounds)
+        # the prompt and the requests' budget (one set once ran out of context and timed stale rounds)
         "requests": dataclasses.asdict(request_plan(engine.model.config.max_position_embeddings, arms, rounds)),
         "passes": MIN_PASSES,
         "order": "size by size",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)

@@ -259,8 +259,7 @@ class Engine:
         if waiting is None:
             return False  # finished already: its output waits for the next step
         self.scheduler.withdraw(waiting)
-        waiting.finish_reason = FinishReason.ABORT
-        waiting.timings.finished = now()
+        self._finish(waiting, FinishReason.ABORT)
         self._ended.append(waiting)  # the history index hears of it when it is delivered, as of a running one
         return True
 

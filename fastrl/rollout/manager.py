@@ -147,7 +147,7 @@ class RayRolloutManager:
         step boundary (the last policy push: ``DrafterAtBoundary``), for checkpoints; {} when the workers run without
         a drafter."""
         self._await_ready()
-        return self._boundary_drafter.state(lambda: self._call_all("drafter_state")[0])
+        return self._boundary_drafter.state(self._live_drafter_state)
 
     @_needs_ray
     def load_drafter_state(self, version: int, state: dict[str, Tensor]) -> None:
@@ -322,8 +322,12 @@ class RayRolloutManager:
 
     def _push_merged_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Install a drafter round's merged version, the boundary's drafter kept first (``DrafterAtBoundary``)."""
-        self._boundary_drafter.before_change(lambda: self._call_all("drafter_state")[0])
+        self._boundary_drafter.before_change(self._live_drafter_state)
         self._push_drafter(version, state)
+
+    def _live_drafter_state(self) -> tuple[int, dict[str, Tensor]]:
+        """The drafter the workers run now (every worker runs the same version: the first one's)."""
+        return self._call_all("drafter_state")[0]
 
     def _push_drafter(self, version: int, state: dict[str, Tensor]) -> None:
         """Install drafter weights as ``version`` on every worker; all or nothing, as ``_push``."""
