@@ -27,8 +27,9 @@ class WandbConfig:
             raise ValueError(f"logger.mode must be one of {list(WANDB_MODES)}, got {self.mode!r}")
 
     def check(self) -> None:
-        """W&B's own rules for the project name and the tags, asked before any work (W&B would refuse them only
-        when the run starts): one ValueError naming the key. Nothing is created."""
+        """W&B's own rules for the project name and the tags, and an online run's login, asked before any work
+        (W&B would refuse them only when the run starts, after the rollout engines' start and calibration): one
+        ValueError naming the key. Nothing is created."""
         import pydantic
         import wandb
 
@@ -41,6 +42,11 @@ class WandbConfig:
             except pydantic.ValidationError as err:
                 said = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
             raise ValueError(f"logger.{key}={value!r}: {said}")
+        if self.enabled and self.mode == "online":  # an account, asked of W&B's own login without the network
+            try:
+                wandb.login(relogin=False, verify=False)
+            except wandb.errors.UsageError as err:
+                raise ValueError(_refused(self.mode, err)) from None
 
 
 class WandbLogger:
@@ -68,10 +74,7 @@ class WandbLogger:
                 resume="allow" if run_id else None,
             )
         except wandb.errors.UsageError as err:  # online without an API key ...
-            raise ValueError(
-                f"logger.mode={self.mode}: W&B refused to start a run ({err}); log in with `wandb login`, or keep "
-                "logger.mode=offline (no account needed; `wandb sync` uploads later)"
-            ) from None
+            raise ValueError(_refused(self.mode, err)) from None
         except wandb.errors.Error as err:  # online with a key but no way to the server ...
             said = " ".join(str(err).split())  # one line
             raise ValueError(
@@ -120,3 +123,11 @@ class WandbLogger:
     def finish(self) -> None:
         """Close the run (flushes offline files)."""
         self.run.finish()
+
+
+def _refused(mode: str, err: Exception) -> str:
+    """The one line saying W&B refused an ``mode`` run for want of an account."""
+    return (
+        f"logger.mode={mode}: W&B refused to start a run ({err}); log in with `wandb login`, or keep "
+        "logger.mode=offline (no account needed; `wandb sync` uploads later)"
+    )

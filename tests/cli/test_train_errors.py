@@ -135,8 +135,9 @@ def test_a_run_directory_that_cannot_be_made_is_said_before_anything_starts(tmp_
 
 
 def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, capsys, monkeypatch):
-    """W&B's own UsageError was a traceback; it is one line naming logger.mode, and the refused run leaves no
-    folder (W&B refuses before the first step)."""
+    """W&B's own UsageError was a traceback; it is one line naming logger.mode, said before the rollout engines
+    start and calibrate (W&B refused only then, after minutes on a new GPU), and the refused run leaves no folder."""
+    monkeypatch.setenv("FASTRL_CACHE", str(tmp_path / "cache"))  # no calibration cached: one would be measured
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # no stored login
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
@@ -153,7 +154,7 @@ def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, c
     assert main(args) == 2
     line = _error_line(capsys)
     assert "logger.mode=online: W&B refused to start a run" in line and "logger.mode=offline" in line
-    assert not run.exists()
+    assert not run.exists() and not (tmp_path / "cache").exists()
 
 
 def test_a_pool_too_small_is_the_same_line_with_ray_workers(tmp_path, capsys):
