@@ -8,6 +8,7 @@ than to what it learned has a symmetric rule (``merge_bandit_states``)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
 
@@ -100,7 +101,7 @@ def _merge_acceptance(states: list[dict]) -> dict:
 def _merge_times(states: list[dict]) -> dict:
     """Round-time filters: every arm any worker has, each entry's mean weighted by its precision in each worker
     (a worker that never ran an arm holds it at its prior and barely counts), the covariances averaged (a convex
-    mix of covariances is one)."""
+    mix of covariances is one); the context predictions are made at, the median of the workers' that have one."""
     priors: dict[str, ArmPrior] = {}
     for state in states:
         for arm, saved in state["filter"]["arms"].items():
@@ -123,9 +124,11 @@ def _merge_times(states: list[dict]) -> dict:
     precision = np.stack([1.0 / np.diag(c) for c in covs])  # [workers, n]
     merged = (precision * np.stack(means)).sum(0) / precision.sum(0)
     arms = {arm: {"start": starts[arm], "prior": p.to_state()} for arm, p in priors.items()}
+    contexts = [s["context"] for s in states if s.get("context") is not None]
     return {
         "filter": {"arms": arms, "mean": merged.tolist(), "cov": (sum(covs) / len(covs)).tolist()},
         "measured": sorted({arm for s in states for arm in s["measured"]}),
+        "context": statistics.median(contexts) if contexts else None,
     }
 
 

@@ -61,16 +61,23 @@ def check_state_values(state: dict) -> BanditConfig:
     _check_stretch(state.get("stretch"))
     calibration = state.get("calibration")
     if calibration is not None and not (
-        isinstance(calibration, list) and all(isinstance(c, list) and len(c) == 3 for c in calibration)
+        isinstance(calibration, list) and all(isinstance(c, list) and len(c) in (3, 4) for c in calibration)
     ):
         raise ValueError(
-            f"calibration must be null or a list of [strategy, batch size, seconds], got {calibration!r}"[:300]
+            f"calibration must be null or a list of [strategy, batch size, seconds(, context)], got {calibration!r}"[
+                :300
+            ]
         )
-    for i, (arm, batch_size, seconds) in enumerate(calibration or []):
+    for i, (arm, batch_size, seconds, *context) in enumerate(calibration or []):
         _strategy(f"calibration[{i}][0]", arm)
         _check_int(f"calibration[{i}][1]", batch_size, 1)
         if not (is_real(seconds) and 0 < seconds < math.inf):
             raise ValueError(f"calibration[{i}][2] is {seconds!r}: expected a finite number of seconds > 0")
+        if context:
+            _check_int(f"calibration[{i}][3]", context[0], 1)
+    context = times.get("context")
+    if context is not None and not (is_real(context) and 1 <= context < math.inf):
+        raise ValueError(f"times.context is {context!r}: expected null or a number of keys per row >= 1")
     return config
 
 

@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from fastrl.json_values import is_int
 from fastrl.strategy.strategy import Strategy
 
 
@@ -56,24 +57,34 @@ class RoundCost:
         return self.draft_s + self.verify_s + self.overhead_s
 
 
+Point = tuple[Strategy, int, float, "int | None"]
+"""One measured round time: ``(strategy, batch_size, seconds, context)``, ``context`` the mean keys per row the round
+attended over (None: not recorded)."""
+
+
 class CostModel:
-    """Round wall time per (strategy, batch size).
+    """Round wall time per (strategy, batch size), and per context where the measurements say.
 
     Strategies with measurements use piecewise-linear interpolation in batch size over the median time measured at
     each batch size (constant below the smallest measured batch size, linear extrapolation with a non-negative
-    slope above the largest). Other strategies use ``params`` when given, else raise ``ValueError``.
+    slope above the largest); measured at several contexts, then linear in the context between them (``context_time``).
+    Other strategies use ``params`` when given, else raise ``ValueError``.
     """
 
     def __init__(
         self,
         params: CostParams | None = None,
-        tables: dict[Strategy, list[tuple[int, float]]] | None = None,
+        tables: dict[Strategy, dict[int | None, list[tuple[int, float]]]] | None = None,
     ) -> None:
         self.params = params
-        self._tables: dict[Strategy, tuple[list[int], list[float]]] = {}
-        for strategy, points in (tables or {}).items():
-            ordered = sorted(points)
-            self._tables[strategy] = ([bs for bs, _ in ordered], [s for _, s in ordered])
+        self._tables: dict[Strategy, dict[int | None, tuple[list[int], list[float]]]] = {}
+        for strategy, levels in (tables or {}).items():
+            if None in levels and len(levels) > 1:
+                raise ValueError(f"strategy {strategy}: measured both with and without a context")
+            self._tables[strategy] = {}
+            for context, points in sorted(levels.items(), key=lambda item: item[0] or 0):
+                ordered = sorted(points)
+                self._tables[strategy][context] = ([bs for bs, _ in ordered], [s for _, s in ordered])
 
     @classmethod
     def default_gpu(cls) -> CostModel:
@@ -81,23 +92,51 @@ class CostModel:
         return cls(params=CostParams())
 
     @classmethod
-    def fit(cls, measurements: list[tuple[Strategy, int, float]], fallback: CostParams | None = None) -> CostModel:
-        """Build a model from measured ``(strategy, batch_size, seconds)`` rounds (repeats are reduced to medians)."""
+    def fit(cls, measurements: list, fallback: CostParams | None = None) -> CostModel:
+        """Build a model from measured rounds, each a ``Point`` or a ``(strategy, batch_size, seconds)`` without a
+        context (repeats are reduced to medians)."""
         if not measurements:
             raise ValueError("CostModel.fit needs at least one measurement")
-        samples: dict[Strategy, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for strategy, batch_size, seconds in measurements:
-            if batch_size < 1 or not 0 < seconds < math.inf:
+        samples: dict[Strategy, dict[int | None, dict[int, list[float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list))
+        )
+        for point in measurements:
+            strategy, batch_size, seconds, context = (*point, None)[:4] if len(point) == 3 else point
+            if batch_size < 1 or not 0 < seconds < math.inf or not (context is None or 1 <= context < math.inf):
                 raise ValueError(
-                    f"measurement ({strategy}, {batch_size}, {seconds}): batch_size must be >= 1 and seconds a "
-                    "finite number > 0"
+                    f"measurement {tuple(point)}: batch_size must be >= 1, seconds a finite number > 0 and the "
+                    "context (mean keys per row) None or >= 1"
                 )
-            samples[strategy][batch_size].append(seconds)
+            samples[strategy][context][batch_size].append(seconds)
         tables = {
-            strategy: [(bs, statistics.median(times)) for bs, times in by_bs.items()]
-            for strategy, by_bs in samples.items()
+            strategy: {
+                context: [(bs, statistics.median(times)) for bs, times in by_bs.items()]
+                for context, by_bs in levels.items()
+            }
+            for strategy, levels in samples.items()
         }
         return cls(params=fallback, tables=tables)
+
+    @classmethod
+    def from_rows(cls, rows: object, where: str) -> CostModel:
+        """The model of JSON rows ``[strategy, batch size, seconds]`` or ``[strategy, batch size, seconds, context]``
+        (what ``rows`` writes); ValueError naming ``where`` when they are anything else."""
+        try:
+            if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) in (3, 4) for r in rows):
+                raise ValueError("expected a list of [strategy, batch size, seconds(, context)] rows")
+            points = []
+            for row in rows:
+                strategy, batch_size, seconds, context = (*row, None)[:4]
+                if not is_int(batch_size) or not (context is None or is_int(context)):
+                    raise ValueError(f"row {row!r}: the batch size and the context must be integers")
+                points.append((Strategy.parse(strategy), int(batch_size), float(seconds), context))
+            return cls.fit(points)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from err
+
+    def rows(self) -> list[list]:
+        """The measured table as JSON rows (``from_rows`` reads them back; a point without a context has 3 fields)."""
+        return [[str(s), b, t] if c is None else [str(s), b, t, c] for s, b, t, c in self.measurements()]
 
     @classmethod
     def from_json(cls, path: str, fallback: CostParams | None = None) -> CostModel:
@@ -122,17 +161,23 @@ class CostModel:
         """Strategies with measured timings."""
         return sorted(self._tables)
 
-    def measurements(self) -> list[tuple[Strategy, int, float]]:
-        """The measured table as ``(strategy, batch_size, seconds)`` points (``fit`` rebuilds the same model)."""
-        tables = sorted(self._tables.items())
-        return [(s, b, t) for s, (sizes, times) in tables for b, t in zip(sizes, times, strict=True)]
+    def measurements(self) -> list[Point]:
+        """The measured table as ``Point``s (``fit`` rebuilds the same model)."""
+        return [
+            (s, b, t, c)
+            for s, levels in sorted(self._tables.items())
+            for c, (sizes, times) in levels.items()
+            for b, t in zip(sizes, times, strict=True)
+        ]
 
-    def round_time(self, strategy: Strategy, batch_size: int) -> float:
-        """Wall time (seconds) of one round of ``strategy`` over ``batch_size`` requests."""
+    def round_time(self, strategy: Strategy, batch_size: int, context: float | None = None) -> float:
+        """Wall time (seconds) of one round of ``strategy`` over ``batch_size`` requests of ``context`` keys a row
+        (see ``context_time``)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if strategy in self._tables:
-            return _interpolate(*self._tables[strategy], batch_size)
+            levels = self._tables[strategy].items()
+            return context_time([(c, _interpolate(*table, batch_size)) for c, table in levels], context)
         return self.breakdown(strategy, batch_size).total_s
 
     def breakdown(self, strategy: Strategy, batch_size: int) -> RoundCost:
@@ -149,6 +194,25 @@ class CostModel:
         verify = _forward(p.forward_s, p.saturation_tokens, batch_size * strategy.num_draft_tokens)
         draft = strategy.steps * _forward(p.draft_step_s, p.draft_saturation_tokens, batch_size * strategy.topk)
         return RoundCost(draft, verify, p.spec_overhead_s)
+
+
+def context_time(levels: list[tuple[int | None, float]], context: float | None) -> float:
+    """Round time at ``context`` keys a row from the times at measured contexts (``levels``, sorted by context): a
+    round attends over every row's keys, so its time is linear in the context: between two levels the line through
+    them, beyond the longest the last segment's line with a non-negative slope, below the shortest the shortest's
+    time. An unknown context (None) is taken as the longest measured, where rollouts spend their rounds; a time
+    measured without a context answers for every context."""
+    if context is None or len(levels) == 1 or levels[0][0] is None:
+        return levels[-1][1]
+    contexts = [c for c, _ in levels]
+    if context <= contexts[0]:
+        return levels[0][1]
+    hi = min(bisect.bisect_left(contexts, context), len(levels) - 1)
+    (c0, t0), (c1, t1) = levels[hi - 1], levels[hi]
+    slope = (t1 - t0) / (c1 - c0)
+    if context <= c1:
+        return t0 + slope * (context - c0)
+    return t1 + max(0.0, slope) * (context - c1)
 
 
 def _forward(base_s: float, saturation: int, tokens: int) -> float:

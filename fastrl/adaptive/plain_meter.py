@@ -16,7 +16,6 @@ import time
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
-from fastrl.strategy.strategy import Strategy
 
 SHARE = 0.005
 """Most of the rounds' time the meter spends learning: learning a round costs ~50 us on this CPU (the round-time
@@ -46,6 +45,6 @@ class PlainTimeMeter:
         self._cost, self._since = time.perf_counter() - start, 0.0
         self.learned += 1
 
-    def plain_time_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
+    def plain_time_estimate(self, stats: RoundStats) -> float:
         """Seconds plain decoding would have taken for the round's tokens (see ``RoundTimes.plain_estimate``)."""
-        return self.times.plain_estimate(strategy, batch_size, emitted, wall_time_s)
+        return self.times.plain_estimate(stats)

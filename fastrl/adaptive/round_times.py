@@ -1,7 +1,10 @@
 """Round wall time per (arm, batch size): a calibration curve, times the machine's current load, times a per-arm bias.
 
 The calibration (``fastrl.engine.calibration``) times a few rounds of every arm at a few batch sizes at engine
-start; between them a knee-shaped curve interpolates (``knee_curve``). A shared machine's round times swing 2-3x
+start, at a short and a long context; between the sizes a knee-shaped curve interpolates (``knee_curve``), between
+the contexts a line (``context_time``), at the context of the last round learned (``context_bin`` of its keys per
+row: a rollout's contexts grow a token a round, and plain rounds at batch 64 on this CPU took 6.4 ms at 34 keys a
+row, 15 ms at 430, where a ``5_1_6`` round took 6.0x and 5.0x a plain one). A shared machine's round times swing 2-3x
 with its load within minutes, and a calibration may be stale (cached from a run under another load), so the time of
 one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``, estimated by a
 Kalman filter over every round run (``LogTimeFilter``):
@@ -29,7 +32,7 @@ import bisect
 import math
 
 from fastrl.adaptive.chain_depth import ChainCurve, ChainRounds, fixed_chains
-from fastrl.adaptive.cost_model import CostModel
+from fastrl.adaptive.cost_model import CostModel, context_time
 from fastrl.adaptive.time_filter import ArmPrior, LogTimeFilter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
@@ -52,6 +55,23 @@ UNCALIBRATED_CORRELATION = 0.9
 """Prior correlation of an uncalibrated arm's log time at two of its knots."""
 UNCALIBRATED = ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION)
 """The time curve an arm without a calibration starts from."""
+CONTEXT_STEPS = 16
+"""Context bins per doubling (``context_bin``): a round's time moves by under 2% within one."""
+CONTEXT_STEP_KEYS = 8
+"""The finest context bin, in keys a row (below 128 keys, where a doubling's 16th is under 8 keys): predictions made
+afresh every round of a short context cost the bandit more than its rounds' differences."""
+
+
+def context_bin(mean_context: float | None) -> float | None:
+    """The context a prediction takes for a round of ``mean_context`` keys a row: rounded to ``CONTEXT_STEPS``
+    steps a doubling, and to ``CONTEXT_STEP_KEYS`` keys where those are finer, so that the predictions hold for many
+    rounds of a growing context (None stays None)."""
+    if mean_context is None:
+        return None
+    fine = CONTEXT_STEP_KEYS * CONTEXT_STEPS / math.log(2.0)  # where a step of the log grid is CONTEXT_STEP_KEYS
+    if mean_context < fine:
+        return float(max(CONTEXT_STEP_KEYS, CONTEXT_STEP_KEYS * round(mean_context / CONTEXT_STEP_KEYS)))
+    return 2.0 ** (round(CONTEXT_STEPS * math.log2(mean_context)) / CONTEXT_STEPS)
 
 
 def calibration_sizes(max_batch_size: int) -> list[int]:
@@ -100,7 +120,8 @@ class RoundTimes:
         self.chains = chains if chains is not None else ChainRounds()
         """Depths the stopping chains reached (the owner records rounds in it; kept across calibrations)."""
         self._calibration: CostModel | None = None
-        self._curves: dict[Strategy, list[tuple[int, float]]] = {}
+        self._curves: dict[Strategy, dict[int | None, list[tuple[int, float]]]] = {}  # per arm, per context
+        self._context: float | None = None  # the context of predictions (the last round learned: ``context_bin``)
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured: set[Strategy] = set()
         self._fixed: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
@@ -122,22 +143,39 @@ class RoundTimes:
         self._predicted.clear()
         self._curves_by_depth.clear()
         self._curves = {}
-        for arm, size, seconds in calibration.measurements() if calibration is not None else []:
-            self._curves.setdefault(arm, []).append((size, seconds))
+        for arm, size, seconds, context in calibration.measurements() if calibration is not None else []:
+            self._curves.setdefault(arm, {}).setdefault(context, []).append((size, seconds))
         calibrated = list(self._curves)
         stopping = [arm for arm in calibrated if arm.stops_early and self._chain_depth]
         self._fixed = {arm: fixed_chains(arm, calibrated) for arm in stopping}
         self._filter = LogTimeFilter(LOAD_STD)
         self._measured = set()
-        for arm, points in self._curves.items():
-            sizes = tuple(b for b, _ in points)
+        for arm, levels in self._curves.items():
+            sizes = tuple(sorted({b for points in levels.values() for b, _ in points}))
             std = PLAIN_BIAS_STD if arm.is_disabled else BIAS_STD
             self._filter.add(arm, ArmPrior(sizes, 0.0, std, BIAS_CORRELATION))
 
+    @property
+    def context(self) -> float | None:
+        """The context (keys a row) predictions are made at: the last round learned's, binned (None before any)."""
+        return self._context
+
+    def set_context(self, mean_context: float | None) -> None:
+        """Predict rounds of ``mean_context`` keys a row from now on (None: unknown, see ``context_time``)."""
+        context = context_bin(mean_context)
+        if context != self._context:
+            self._context = context
+            self._log_curve.clear()
+            self._predicted.clear()
+            self._curves_by_depth.clear()
+
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
-        """The calibration curve at ``batch_size`` (None without a calibration of ``arm``), see ``knee_curve``."""
-        points = self._curves.get(arm)
-        return None if points is None else knee_curve(points, batch_size)
+        """The calibration curve at ``batch_size`` and the current context (None without a calibration of ``arm``),
+        see ``knee_curve`` and ``context_time``."""
+        levels = self._curves.get(arm)
+        if levels is None:
+            return None
+        return context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float, depth: int | None = None) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds`` (a stopping chain's:
@@ -158,15 +196,18 @@ class RoundTimes:
         depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
         if depth is not None and self._chain_depth:
             self.chains.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
+        self.set_context(stats.mean_context)
         self.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
 
-    def plain_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
+    def plain_estimate(self, stats: RoundStats) -> float:
         """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
-        plain round time at this batch size now x the tokens emitted per row (0.0 while plain's time is unknown)."""
-        if strategy.is_disabled:
-            return wall_time_s
-        seconds = self.plain_seconds(batch_size)
-        return 0.0 if seconds is None else seconds * sum(emitted) / batch_size
+        plain round time at its batch size and context now x the tokens emitted per row (0.0 while plain's time is
+        unknown). Predictions are made at its context from then on."""
+        if stats.strategy.is_disabled:
+            return stats.wall_time_s
+        self.set_context(stats.mean_context)
+        seconds = self.plain_seconds(stats.batch_size)
+        return 0.0 if seconds is None else seconds * stats.total_emitted / stats.batch_size
 
     def seconds(self, arm: Strategy, batch_size: int) -> float | None:
         """Predicted wall time of one round now (None when ``arm`` was neither calibrated nor measured)."""
@@ -198,7 +239,7 @@ class RoundTimes:
         key = (arm, batch_size)
         if key not in self._curves_by_depth:
             chains = self._fixed.get(arm, [])
-            points = [(c.steps, knee_curve(self._curves[c], batch_size)) for c in chains]
+            points = [(c.steps, self.calibrated(c, batch_size)) for c in chains]
             self._curves_by_depth[key] = ChainCurve.fit(points)
         return self._curves_by_depth[key]
 
@@ -218,7 +259,8 @@ class RoundTimes:
 
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""
-        return {"filter": self._filter.state(), "measured": sorted(str(a) for a in self._measured)}
+        measured = sorted(str(a) for a in self._measured)
+        return {"filter": self._filter.state(), "measured": measured, "context": self._context}
 
     def load_state(self, state: dict) -> None:
         """Restore ``state``: the load, and the curves of the arms it shares with this model (an arm calibrated
@@ -232,3 +274,4 @@ class RoundTimes:
         self._filter.load(saved)
         known = {Strategy.parse(a) for a in state["measured"]}
         self._measured = {a for a in known if a in self._curves or self._filter.has(a)}
+        self.set_context(state.get("context"))  # absent from states saved before contexts were learned

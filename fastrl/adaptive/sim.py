@@ -140,12 +140,13 @@ def simulate(selector: StrategySelector, workload: Workload, settings: SimSettin
             if settings.time_noise > 0:
                 wall *= float(np.exp(settings.time_noise * noise_rng.standard_normal()))
             drafted = 0 if strategy.is_disabled else strategy.max_tree_nodes - 1
+            stats = RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall)
             estimate = getattr(selector, "plain_time_estimate", None)
             if estimate is not None:
-                result.plain_estimate_s += estimate(strategy, batch, emitted.tolist(), wall)
+                result.plain_estimate_s += estimate(stats)
                 plain = settings.cost.round_time(DISABLE, batch) * load * float(emitted.sum()) / batch
                 result.plain_truth_s += wall if strategy.is_disabled else plain
-            selector.observe(RoundStats(strategy, batch, [drafted] * batch, accepted.tolist(), emitted.tolist(), wall))
+            selector.observe(stats)
             totals = result.buckets[buckets.index(batch)]
             totals.tokens += int(emitted.sum())
             totals.time_s += wall

@@ -1,12 +1,14 @@
 """Round costs measured at engine start: a few timed rounds of every arm at a few batch sizes, cached on disk.
 
-For each calibration batch size a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV
-cache) decodes that many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass
-is a warm-up); the round times the engines themselves measure become a ``CostModel``. Requests ignore EOS and are
-replaced by fresh ones before they could run out of context (``RequestPlan``), so the batch size holds. The result
-is saved as JSON under ``<cache>/calibration/`` (``$FASTRL_CACHE``, else ``~/.cache/fastrl``), keyed by the policy
-and drafter configs, device, dtype, attention backend (and whether drafter steps run in the CPU kernel), torch
-threads, arms, sizes, rounds and the requests' plan, and reused by later engines with the same key.
+For each calibration batch size and each of two contexts (``context_plans``: rows of a few dozen keys, and of
+hundreds) a throwaway ``Engine`` (the same policy, drafter and engine config, its own small KV cache) decodes that
+many requests; the engines take turns running every arm, ``rounds + 1`` times (the first pass is a warm-up); the
+round times the engines themselves measure, with the mean context of each level's rounds, become a ``CostModel``.
+Requests ignore EOS and are replaced by fresh ones before they could run out of context (``RequestPlan``), so the
+batch size holds. The result is saved as JSON under ``<cache>/calibration/`` (``$FASTRL_CACHE``, else
+``~/.cache/fastrl``), keyed by the policy and drafter configs, device, dtype, attention backend (and whether drafter
+steps run in the CPU kernel), torch threads, arms, sizes, rounds and the requests' plans, and reused by later
+engines with the same key.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.atomic_files import write_atomic
 from fastrl.engine.engine import Engine
-from fastrl.json_values import is_int
 from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
 from fastrl.sampling.params import SamplingParams
@@ -47,12 +48,22 @@ and on a loaded machine a median of three rounds still let a spike put 3_1_4 abo
 METER_ROUNDS = 3
 """Rounds per arm and size of the calibration behind a ``PlainTimeMeter`` (the bandit's default ``min_pulls``; the
 passes are at least ``MIN_PASSES`` anyway)."""
-PROMPT_TOKENS = 64
-"""Calibration prompts: a random pattern of up to this many tokens (fewer where the model's context is short; rows of
-one batch from a quarter of it to all of it, ``ragged_length``), said twice (history arms then find matches). Rollout
-contexts run to hundreds of tokens, and attention over them weighs on a plain round more than on a verify of a few
-tokens per row: at batch 64 on this CPU, a 32-token prompt put a 3_1_4 round at 3.0x a plain one, a 512-token prompt
-at 2.2x, the long-tail rollouts at 2.3-2.5x."""
+PROMPT_TOKENS = 256
+"""The long context's prompts: a random pattern of up to this many tokens (fewer where the model's context is short;
+rows of one batch from a quarter of it to all of it, ``ragged_length``), said twice (history arms then find matches),
+and the rest of the model's context the rows' budget. Rollout contexts run to thousands of tokens, and attention over
+them weighs on a plain round more than on a verify of a few tokens per row: at batch 64 on this CPU, a 32-token prompt
+put a 3_1_4 round at 3.0x a plain one, a 512-token prompt at 2.2x, the long-tail rollouts at 2.3-2.5x."""
+SHORT_PROMPT = 8
+"""The short context's pattern tokens (said twice): a task prompt's length."""
+SHORT_CONTEXT = 64
+"""The short context's rows hold at most this many tokens (or one arm's rounds after their prompt, where more):
+fresh requests replace them before any arm they could not take. On short prompts (`a+b*c=`, 128 new tokens, batch
+16) a calibration at long contexts alone put the plain-time estimate 1.1-1.25x high and the stopping chain's rounds
+10-15% cheaper against plain than they ran."""
+LEVEL_SPREAD = 2.0
+"""The long context's rounds attend over at least this many times the short one's keys a row, or the short one is
+dropped (a model whose context holds no long level): a line through two near contexts extrapolates noise."""
 
 
 class ScriptedSelector:
@@ -105,12 +116,14 @@ class RequestPlan:
         return 2 * self.prompt + self.budget + 1
 
 
-def request_plan(positions: int, arms: list[Strategy], rounds: int) -> RequestPlan:
+def request_plan(
+    positions: int, arms: list[Strategy], rounds: int, prompt_tokens: int = PROMPT_TOKENS, context: int | None = None
+) -> RequestPlan:
     """The ``RequestPlan`` of timing ``arms`` (plain decoding besides) ``rounds`` times (at least ``MIN_PASSES``) on
-    a model of ``positions`` positions: prompts of ``PROMPT_TOKENS``, fewer where a whole pass would not fit after
+    a model of ``positions`` positions: prompts of ``prompt_tokens``, fewer where a whole pass would not fit after
     them; where it would not fit at all, prompts that leave room for the largest step of a pass (an arm's catch-up
-    and timed rounds). The rest of the context is every request's budget. ValueError when the context cannot hold
-    one arm's rounds."""
+    and timed rounds). The rest of the context is every request's budget, or the rest of ``context`` tokens a row
+    (at least the largest step). ValueError when the context cannot hold one arm's rounds."""
     arms = _timed_arms(arms)
     steps = [1 + PLAIN_REPEATS, *(2 * arm.max_accept_length for arm in arms)]
     pass_tokens = sum(steps)
@@ -121,8 +134,20 @@ def request_plan(positions: int, arms: list[Strategy], rounds: int) -> RequestPl
             f"calibration: the model's context of {positions} positions cannot hold the rounds of "
             f"{[str(a) for a in arms]} (needs {max(steps) + 4}: shallower arms, or bandit.calibrate=false)"
         )
-    prompt = min(PROMPT_TOKENS, whole_pass if whole_pass >= 1 else one_arm)
-    return RequestPlan(prompt, positions - 2 * prompt - 1, pass_tokens, max(rounds, MIN_PASSES) + 1)
+    prompt = min(prompt_tokens, whole_pass if whole_pass >= 1 else one_arm)
+    budget = positions - 2 * prompt - 1
+    if context is not None:
+        budget = min(budget, max(context - 2 * prompt - 1, max(steps) + 1))
+    return RequestPlan(prompt, budget, pass_tokens, max(rounds, MIN_PASSES) + 1)
+
+
+def context_plans(positions: int, arms: list[Strategy], rounds: int) -> list[RequestPlan]:
+    """The requests of the two contexts a calibration times, short first: ``SHORT_PROMPT`` rows within
+    ``SHORT_CONTEXT`` tokens, and ``request_plan``'s long rows; the long one alone where the model's context leaves it
+    no longer than ``LEVEL_SPREAD`` times the short one."""
+    long = request_plan(positions, arms, rounds)
+    short = request_plan(positions, arms, rounds, SHORT_PROMPT, SHORT_CONTEXT)
+    return [short, long] if 2 * long.prompt >= LEVEL_SPREAD * short.context else [long]
 
 
 class CalibrationBatch:
@@ -141,9 +166,9 @@ class CalibrationBatch:
         )
         self.script = ScriptedSelector([*arms, DISABLE])
         self.engine = Engine(engine.model, config, drafter=engine.drafter, selector=self.script)
-        self.size = size
+        self.size, self.plan = size, plan
         self.last = DISABLE  # the strategy of the last round
-        self._plan, self._seed, self._rng = plan, seed, rng
+        self._seed, self._rng = seed, rng
         self._ids: list[str] = []
         self._batches = 0  # sets of requests so far
         self._room = 0  # tokens every running row can still take
@@ -152,7 +177,7 @@ class CalibrationBatch:
     def start_pass(self) -> None:
         """Fresh requests when the running ones cannot take a whole pass (and a set of requests can), then the pass's
         first round, untimed: the other sizes' rounds left this engine's weights and cache out of cache."""
-        if self._room < self._plan.pass_tokens <= self._plan.budget - 1:
+        if self._room < self.plan.pass_tokens <= self.plan.budget - 1:
             self._refill()
         self.make_room(1)
         self.round(DISABLE)
@@ -166,7 +191,7 @@ class CalibrationBatch:
         """End the running requests and prefill ``size`` new ones of a new pattern (a step that runs no round)."""
         for request_id in self._ids:
             self.engine.abort(request_id)
-        plan = self._plan
+        plan = self.plan
         pattern = [self._rng.randrange(self.engine.model.config.vocab_size) for _ in range(plan.prompt)]
         first_seed = self._seed + self._batches * self.size  # every set samples its own tokens
         self._ids = []
@@ -198,47 +223,55 @@ class CalibrationBatch:
 
 
 def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int, seed: int) -> CostModel:
-    """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size, on engines
-    built like ``engine``.
+    """Time ``rounds`` rounds (at least ``MIN_PASSES``, after a warm-up) of every arm at every batch size and context
+    (``context_plans``), on engines built like ``engine``.
 
-    The engines of all sizes are built first and take turns pass by pass, so that a slow spell of a shared machine falls
-    on every size and arm alike (the ratios between them are what the bandit needs; the absolute level is corrected by
-    every real round). Within a pass one engine runs all its rounds in a row after an untimed one, as a rollout does:
-    rounds that take turns with another size's find the weights out of the CPU's cache (plain at batch 1 timed 1.2x
-    slower than back to back, a ``5_1_6`` round not at all). Plain rounds are cheap and are the reference of every
-    speedup estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm after a round without the
-    drafter (plain, history) first runs one untimed round (the drafter catches up on the tokens it missed, which would
-    inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain rounds can never win there, nor
-    at larger sizes: it is timed at larger sizes no more. An arm's time is the median of its rounds' ratios to the plain
-    rounds of the same pass times the median plain round: a load that comes and goes between passes cancels out of the
-    ratios. Requests are replaced by fresh ones as the context requires (``request_plan``).
+    The engines of all sizes and contexts are built first and take turns pass by pass, so that a slow spell of a
+    shared machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
+    level is corrected by every real round). Within a pass one engine runs all its rounds in a row after an untimed
+    one, as a rollout does: rounds that take turns with another size's find the weights out of the CPU's cache (plain
+    at batch 1 timed 1.2x slower than back to back, a ``5_1_6`` round not at all). Plain rounds are cheap and are the
+    reference of every speedup estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm
+    after a round without the drafter (plain, history) first runs one untimed round (the drafter catches up on the
+    tokens it missed, which would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain
+    rounds can never win there, nor at larger sizes: it is timed at larger sizes of that context no more. An arm's
+    time is the median of its rounds' ratios to the plain rounds of the same pass times the median plain round: a load
+    that comes and goes between passes cancels out of the ratios. Every point carries its context's keys a row (the
+    median over that context's timed rounds). Requests are replaced by fresh ones as the context requires.
     """
 
     arms = _timed_arms(arms)
     rng = random.Random(seed)
-    plan = request_plan(engine.model.config.max_position_embeddings, arms, rounds)
-    batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for size in sizes]
-    times: dict[tuple[Strategy, int], list[float]] = defaultdict(list)
-    relative: dict[tuple[Strategy, int], list[float]] = defaultdict(list)  # arm time / plain time of its pass
-    for repeat in range(plan.passes):
+    plans = context_plans(engine.model.config.max_position_embeddings, arms, rounds)
+    batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for plan in plans for size in sizes]
+    times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
+    relative: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)  # arm / plain of its pass
+    contexts: dict[RequestPlan, list[float]] = defaultdict(list)  # keys a row of every timed round
+    for repeat in range(plans[0].passes):
         turn = repeat % max(len(arms), 1)
         order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
         for batch in batches:
             batch.start_pass()
             for arm in [DISABLE] * PLAIN_REPEATS + order:
-                if arm.is_disabled or _worth_timing(times, arm, batch.size, sizes):
+                if arm.is_disabled or _worth_timing(times, arm, batch, sizes):
                     batch.make_room(2 * arm.max_accept_length)  # its catch-up and timed rounds
                     if arm.uses_drafter and not batch.last.uses_drafter:
                         batch.round(arm)  # the drafter reads the tokens it missed: an untimed catch-up round
-                    seconds = batch.round(arm).wall_time_s
+                    stats = batch.round(arm)
                     if repeat > 0:
-                        times[(arm, batch.size)].append(seconds)
-                        plain_pass = times[(DISABLE, batch.size)][-PLAIN_REPEATS:]
-                        relative[(arm, batch.size)].append(seconds / statistics.median(plain_pass))
-    points = [(DISABLE, size, t) for size in sizes for t in times[(DISABLE, size)]]
-    for (arm, size), ratios in relative.items():
-        if not arm.is_disabled:
-            points.append((arm, size, statistics.median(ratios) * statistics.median(times[(DISABLE, size)])))
+                        key = (arm, batch.size, batch.plan)
+                        times[key].append(stats.wall_time_s)
+                        contexts[batch.plan].append(stats.mean_context or 1.0)
+                        plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
+                        relative[key].append(stats.wall_time_s / statistics.median(plain_pass))
+    level = {plan: max(1, round(statistics.median(keys))) for plan, keys in contexts.items()}
+    if len(plans) > 1 and level[plans[-1]] < LEVEL_SPREAD * level[plans[0]]:  # too near to draw a line through
+        level = {plans[-1]: level[plans[-1]]}
+    points = []
+    for (arm, size, plan), ratios in relative.items():
+        if plan in level:
+            plain = statistics.median(times[(DISABLE, size, plan)])
+            points.append((arm, size, statistics.median(ratios) * plain, level[plan]))
     return CostModel.fit(points)
 
 
@@ -256,10 +289,10 @@ def ragged_length(longest: int, row: int, rows: int) -> int:
     return max(1, round(longest * (0.25 + 0.75 * row / (rows - 1))))
 
 
-def _worth_timing(times: dict, arm: Strategy, size: int, sizes: list[int]) -> bool:
-    """False once ``arm`` was slower than ``max_accept_length`` plain rounds at a smaller size."""
-    for smaller in sizes[: sizes.index(size)]:
-        own, plain = times.get((arm, smaller)), times.get((DISABLE, smaller))
+def _worth_timing(times: dict, arm: Strategy, batch: CalibrationBatch, sizes: list[int]) -> bool:
+    """False once ``arm`` was slower than ``max_accept_length`` plain rounds at a smaller size, ``batch``'s context."""
+    for smaller in sizes[: sizes.index(batch.size)]:
+        own, plain = times.get((arm, smaller, batch.plan)), times.get((DISABLE, smaller, batch.plan))
         if own and plain and statistics.median(own) > arm.max_accept_length * statistics.median(plain):
             return False
     return True
@@ -287,6 +320,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
     step's, and the small-row linear kernel's routing), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
+    positions = engine.model.config.max_position_embeddings
     described = {
         "policy": dataclasses.asdict(engine.model.config),
         "drafter": None if drafter is None else _drafter_shape(drafter),
@@ -303,8 +337,9 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "sizes": sizes,
         "rounds": rounds,
         "prompt_tokens": PROMPT_TOKENS,
-        # the prompt and the requests' budget (one set once ran out of context and timed stale rounds)
-        "requests": dataclasses.asdict(request_plan(engine.model.config.max_position_embeddings, arms, rounds)),
+        # each context's prompt and requests' budget (one set once ran out of context and timed stale rounds)
+        "requests": [dataclasses.asdict(p) for p in context_plans(positions, arms, rounds)],
+        "contexts": [SHORT_PROMPT, SHORT_CONTEXT, LEVEL_SPREAD],
         "passes": MIN_PASSES,
         "order": "size by size",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
         "rows": "ragged",  # rows of one batch differ in length (equal rows hid attention over the longest row)
@@ -339,18 +374,16 @@ def load_or_measure(
             flush=True,
         )
         model = measure(engine, arms, sizes, rounds, seed)
-        write_atomic(path, json.dumps([[str(s), b, t] for s, b, t in model.measurements()]) + "\n")
+        write_atomic(path, json.dumps(model.rows()) + "\n")
     return model
 
 
 def _read_cache(path: Path) -> CostModel:
     try:
         rows = json.loads(path.read_text())
-        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 3 and is_int(r[1]) for r in rows):
-            raise ValueError("expected a list of [strategy, batch size, seconds] rows")
-        return CostModel.fit([(Strategy.parse(s), b, float(t)) for s, b, t in rows])
-    except (ValueError, TypeError) as err:
+    except ValueError as err:
         raise ValueError(f"calibration cache {path} is unreadable ({err}): delete it to measure again") from err
+    return CostModel.from_rows(rows, f"calibration cache {path} is unreadable (delete it to measure again)")
 
 
 def calibrate_engine(engine: Engine, cache_dir: Path | None = None, meter: bool = True) -> CostModel | None:

@@ -391,6 +391,7 @@ class Engine:
         if strategy not in self._space:
             space = sorted(str(s) for s in self._space)
             raise ValueError(f"{type(self.selector).__name__} chose {strategy}, outside its strategies {space}")
+        context = sum(r.num_tokens for r in requests)  # the keys the round attends over (its time grows with them)
         start = time.perf_counter()
         catch_up = 0.0
         if strategy.is_history and self.history is not None:  # the index catches up on what earlier rounds emitted
@@ -407,12 +408,13 @@ class Engine:
             drafted_tokens=[out.drafted] * len(requests),
             accepted_tokens=out.accepted,
             emitted_tokens=emitted,
-            wall_time_s=(wall := max(time.perf_counter() - start, MIN_WALL_TIME_S)),
+            wall_time_s=max(time.perf_counter() - start, MIN_WALL_TIME_S),
             draft_time_s=out.draft_time_s,
             verify_time_s=out.verify_time_s,
-            plain_time_estimate_s=plain_time_estimate(self._estimator, strategy, len(requests), emitted, wall),
             catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
+            context_tokens=context,
         )
+        stats.plain_time_estimate_s = plain_time_estimate(self._estimator, stats)  # the estimator's own number
         self.round_stats.append(stats)
         self._info.observe(stats)
         self.selector.observe(stats)

@@ -32,7 +32,8 @@ class RoundStats:
     ``wall_time_s`` the round spent catching up on text emitted before it: a history round indexing what came since
     its groups' last history draft, a drafter round after rounds without the drafter feeding it their tokens (the
     engine times that catch-up only then). A cost of the rounds that went before as much as of this one, which the
-    bandit does not learn as this arm's.
+    bandit does not learn as this arm's. ``context_tokens``: the keys the rows held before the round, summed over
+    rows (what its attention reads; 0 when not recorded), which a round's time grows with.
     """
 
     strategy: Strategy
@@ -45,6 +46,7 @@ class RoundStats:
     verify_time_s: float = 0.0
     plain_time_estimate_s: float = 0.0
     catch_up_time_s: float = 0.0
+    context_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not is_integral(self.batch_size) or self.batch_size < 1:
@@ -67,6 +69,13 @@ class RoundStats:
         if not (_is_number(self.catch_up_time_s) and 0.0 <= self.catch_up_time_s < wall):
             bound = f"[0, wall_time_s = {wall})"
             raise ValueError(f"RoundStats.catch_up_time_s must be in {bound}, got {self.catch_up_time_s!r}")
+        if not is_integral(self.context_tokens) or self.context_tokens < 0:
+            raise ValueError(f"RoundStats.context_tokens must be an integer >= 0, got {self.context_tokens!r}")
+
+    @property
+    def mean_context(self) -> float | None:
+        """Keys per row the round attended over (None when not recorded)."""
+        return self.context_tokens / self.batch_size if self.context_tokens else None
 
     @property
     def total_emitted(self) -> int:

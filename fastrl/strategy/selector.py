@@ -46,22 +46,16 @@ class PlainTimeEstimator(Protocol):
     """A selector that also knows what plain decoding costs (the bandit's cost model): it estimates, for every round,
     the seconds plain decoding would have needed for the tokens the round emitted."""
 
-    def plain_time_estimate(self, strategy: Strategy, batch_size: int, emitted: list[int], wall_time_s: float) -> float:
-        """Estimated plain-decoding seconds for a round of ``strategy`` that emitted ``emitted`` tokens per row in
-        ``wall_time_s`` (0.0 when unknown)."""
+    def plain_time_estimate(self, stats: RoundStats) -> float:
+        """Estimated plain-decoding seconds for the tokens of the round ``stats`` (its ``plain_time_estimate_s`` not
+        read; 0.0 when unknown)."""
         ...
 
 
-def plain_time_estimate(
-    estimator: StrategySelector | PlainTimeEstimator,
-    strategy: Strategy,
-    batch_size: int,
-    emitted: list[int],
-    wall_time_s: float,
-) -> float:
+def plain_time_estimate(estimator: StrategySelector | PlainTimeEstimator, stats: RoundStats) -> float:
     """What plain decoding would have taken for a round's tokens: the estimate of a selector (or meter) that makes
     one; else a plain round's own time, and 0.0 (no estimate) for a speculative round."""
     estimate = getattr(estimator, "plain_time_estimate", None)  # a protocol isinstance costs ~12 us a round
     if estimate is not None:
-        return estimate(strategy, batch_size, emitted, wall_time_s)
-    return wall_time_s if strategy.is_disabled else 0.0
+        return estimate(stats)
+    return stats.wall_time_s if stats.strategy.is_disabled else 0.0

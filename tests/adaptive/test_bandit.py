@@ -210,9 +210,13 @@ def test_plain_time_estimate():
     policy = BanditSelector(BanditConfig(strategies=SPACE), calibration=calibration(SPACE))
     plain = policy.times.plain_seconds(8)
     assert plain == pytest.approx(0.010)
-    assert policy.plain_time_estimate(DISABLE, 8, [1] * 8, 0.02) == 0.02  # a plain round is its own estimate
-    assert policy.plain_time_estimate(BIG, 8, [3] * 4 + [1] * 4, 0.05) == pytest.approx(plain * 2.0)
-    assert BanditSelector(BanditConfig(strategies=SPACE)).plain_time_estimate(BIG, 8, [3] * 8, 0.05) == 0.0
+
+    def stats(arm: Strategy, emitted: list[int], seconds: float) -> RoundStats:
+        return RoundStats(arm, 8, [3] * 8, [n - 1 for n in emitted], emitted, seconds)
+
+    assert policy.plain_time_estimate(stats(DISABLE, [1] * 8, 0.02)) == 0.02  # a plain round is its own estimate
+    assert policy.plain_time_estimate(stats(BIG, [3] * 4 + [1] * 4, 0.05)) == pytest.approx(plain * 2.0)
+    assert BanditSelector(BanditConfig(strategies=SPACE)).plain_time_estimate(stats(BIG, [3] * 8, 0.05)) == 0.0
 
 
 def test_state_dict_round_trip_continues_identically():

@@ -31,7 +31,7 @@ def loaded(costs: str) -> SimSettings:
 def scaled(calibration: CostModel, factor: float, plain_factor: float) -> CostModel:
     """A calibration taken under another load (every arm x ``factor``) that also misjudged plain rounds."""
     return CostModel.fit(
-        [(s, b, t * (plain_factor if s.is_disabled else factor)) for s, b, t in calibration.measurements()]
+        [(s, b, t * (plain_factor if s.is_disabled else factor), c) for s, b, t, c in calibration.measurements()]
     )
 
 
@@ -115,7 +115,7 @@ def short_context_comparison(workload: str, costs: str):
     calibrated, 2.3-2.5x in the rollouts): the bias learned from the rounds run corrects it."""
     settings = settings_for(0, COSTS[costs]())
     calibration = simulated_calibration(settings, WORKLOADS[workload].requests_per_rollout)
-    off = [(s, b, t * (1.2 if not s.is_disabled and b >= 8 else 1.0)) for s, b, t in calibration.measurements()]
+    off = [(s, b, t * (1.2 if not s.is_disabled and b >= 8 else 1.0), c) for s, b, t, c in calibration.measurements()]
     names = [str(s) for s in settings.strategies]
     selectors = {"bandit": lambda: BanditSelector(BanditConfig(strategies=names), calibration=CostModel.fit(off))}
     return compare(WORKLOADS[workload], settings, selectors)

@@ -54,12 +54,13 @@ def test_the_meter_estimates_what_a_one_arm_bandit_estimates(seed):
     for stats in _rounds(arm, rng, 60, rng.uniform(0.5, 3.0), calibration):
         # the engine's order: choose, run, estimate from the rounds before, then observe
         bandit.choose(stats.batch_size)
-        estimate = meter.plain_time_estimate(arm, stats.batch_size, stats.emitted_tokens, stats.wall_time_s)
-        assert estimate == bandit.plain_time_estimate(arm, stats.batch_size, stats.emitted_tokens, stats.wall_time_s)
+        estimate = meter.plain_time_estimate(stats)
+        assert estimate == bandit.plain_time_estimate(stats)
         assert estimate > 0.0
         bandit.observe(stats)
         meter.observe(stats)
-    assert meter.plain_time_estimate(DISABLE, 4, [1] * 4, 0.25) == 0.25  # a plain round is its own estimate
+    plain = RoundStats(DISABLE, 4, [0] * 4, [0] * 4, [1] * 4, 0.25)
+    assert meter.plain_time_estimate(plain) == 0.25  # a plain round is its own estimate
 
 
 @pytest.mark.parametrize("load", [0.4, 1.0, 2.5])

@@ -109,7 +109,7 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     calibrate_engine(cached, tmp_path)
     assert capsys.readouterr().err == ""  # read from the cache: nothing to say
     assert {str(s) for s in calibration.measured_strategies} == {"3_1_4", "disable"}
-    assert {b for _, b, _ in calibration.measurements()} == {1, 2}
+    assert {b for _, b, _, _ in calibration.measurements()} == {1, 2}
     (path,) = tmp_path.glob("*.json")
     other = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["5_1_6", "disable"], min_pulls=1)))
     calibrate_engine(other, tmp_path)
@@ -117,9 +117,10 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     rows = json.loads(path.read_text())
     damaged = [
         "{not json",
-        json.dumps([[s, b, float("inf") if i == 0 else t] for i, (s, b, t) in enumerate(rows)]),  # inf: a ZeroDivision
-        json.dumps([[s, float("inf") if i == 0 else b, t] for i, (s, b, t) in enumerate(rows)]),  # an OverflowError
-        json.dumps([[s, 1.5, t] for s, _, t in rows]),  # read as batch size 1 before
+        json.dumps([[s, b, float("inf") if i == 0 else t, *c] for i, (s, b, t, *c) in enumerate(rows)]),  # ZeroDivision
+        json.dumps([[s, float("inf") if i == 0 else b, t, *c] for i, (s, b, t, *c) in enumerate(rows)]),  # Overflow
+        json.dumps([[s, 1.5, t, *c] for s, _, t, *c in rows]),  # read as batch size 1 before
+        json.dumps([[s, b, t, 0.5] for s, b, t, *_ in rows]),  # a context of half a key a row
     ]
     for text in damaged:
         path.write_text(text)

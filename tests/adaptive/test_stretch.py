@@ -1,12 +1,12 @@
 """Exploit decisions that hold for a stretch of rounds: the rounds are queued, then learned exactly as one by one;
-the stretch ends when its time is spent, at another batch size, when the credit covers a hopeful arm, or when a
-plain anchor falls due."""
+the stretch ends when its time is spent, at a batch size not near its own (or in another bucket), when the credit
+covers a hopeful arm, or when a plain anchor falls due."""
 
 import random
 
 import pytest
 
-from fastrl.adaptive.bandit import MAX_UNLEARNED, BanditSelector, _Stretch
+from fastrl.adaptive.bandit import MAX_UNLEARNED, STRETCH_SLACK, BanditSelector, _Stretch
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -115,3 +115,22 @@ def test_the_stretch_survives_a_state_round_trip():
     assert restored.state_dict() == bandit.state_dict()
     assert restored.choose(4) == bandit.choose(4) == first
     assert isinstance(restored._stretch.strategy, Strategy)
+
+
+def test_a_stretch_holds_at_batch_sizes_near_its_own_in_its_bucket():
+    """A request finishing and the next one's admission move a batch by a row: a stretch at batch ``b`` holds within
+    ``b // STRETCH_SLACK`` rows of it (exactly its own below ``STRETCH_SLACK``), and never into another bucket,
+    whose arms may differ."""
+    stretch = _Stretch(DISABLE, 2 * STRETCH_SLACK, 0.0)
+    assert all(stretch.covers(b, 1.0) for b in (2 * STRETCH_SLACK - 2, 2 * STRETCH_SLACK + 2))
+    assert not stretch.covers(2 * STRETCH_SLACK - 3, 1.0) and not stretch.covers(2 * STRETCH_SLACK + 3, 1.0)
+    assert not _Stretch(DISABLE, STRETCH_SLACK - 1, 0.0).covers(STRETCH_SLACK, 1.0)
+    config = BanditConfig(strategies=SPACE, bs_thresholds=[1, 33], decide_every_s=100.0, epsilon=0.0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    rng = random.Random(0)
+    first = bandit.choose(32)
+    bandit.observe(environment(first, 32, rng))
+    assert bandit.choose(31) == first and bandit.last_reason == "held"  # a row less: the same decision
+    bandit.observe(environment(first, 31, rng))
+    bandit.choose(33)  # a row more, but bucket 33+: decided afresh
+    assert bandit.last_reason != "held" and not bandit._unlearned

@@ -158,11 +158,11 @@ def test_a_run_keeps_its_own_calibration_over_the_states(tmp_path):
     state = tmp_path / "bandit.json"
     calibrated = ["strategy=bandit", "bandit.strategies=[3_1_4,disable]"]
     _run(tmp_path, "first", *calibrated, f"bandit_state={state}")
-    sizes = {b for _, b, _ in json.loads(state.read_text())["calibration"]}
+    sizes = {b for _, b, *_ in json.loads(state.read_text())["calibration"]}
     prompts = tmp_path / "in.jsonl"
     args = [f"prompts={prompts}", f"output={tmp_path / 'wide.jsonl'}", "max_new_tokens=8", "batch_size=4"]
     assert main(["generate", *args, *calibrated, f"bandit_state={state}", "progress=false"]) == 0
-    wider = {b for _, b, _ in json.loads(state.read_text())["calibration"]}
+    wider = {b for _, b, *_ in json.loads(state.read_text())["calibration"]}
     assert sizes == {1} and max(wider) == 4
 
 

@@ -8,7 +8,15 @@ import pytest
 
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine import calibration
-from fastrl.engine.calibration import MIN_PASSES, PROMPT_TOKENS, request_plan
+from fastrl.engine.calibration import (
+    LEVEL_SPREAD,
+    MIN_PASSES,
+    PROMPT_TOKENS,
+    SHORT_CONTEXT,
+    SHORT_PROMPT,
+    context_plans,
+    request_plan,
+)
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
 from fastrl.speculative.drafter import EagleDrafter
@@ -50,7 +58,7 @@ def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batc
     plan = request_plan(policy.config.max_position_embeddings, ARMS, 30)
     assert plan.budget - 1 == plan.pass_tokens and plan.passes == 31  # a set of requests takes one pass, no more
     assert sorted(prefills) == [(1, 0)] * 31 + [(3, 0)] * 31  # each set prefilled in a step of its own
-    assert {(str(s), b) for s, b, _ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 3)}
+    assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 3)}
 
 
 def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypatch):
@@ -72,7 +80,7 @@ def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypat
         if not prefill and ran_wrong(meant, size, ran)
     ]
     assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
-    assert {str(s) for s, _, _ in model.measurements()} == {str(a) for a in [*arms, DISABLE]}
+    assert {str(s) for s, *_ in model.measurements()} == {str(a) for a in [*arms, DISABLE]}
 
 
 def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
@@ -97,3 +105,24 @@ def test_a_context_shorter_than_one_arms_rounds_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"context of 11 positions cannot hold the rounds .* \(needs 12"):
         request_plan(11, ARMS, 3)
     assert request_plan(12, ARMS, 3).prompt == 1
+
+
+def test_a_long_enough_model_is_timed_at_a_short_and_a_long_context(monkeypatch):
+    """Rows of a task prompt's length and rows of hundreds of keys: every point carries its context's keys a row,
+    the short one within ``SHORT_CONTEXT`` and the long one ``LEVEL_SPREAD`` times as long at least."""
+    policy = tiny_policy(positions=512)
+    drafter = EagleDrafter(policy.config).eval()
+    short, long = context_plans(512, ARMS, 3)
+    assert short.prompt == SHORT_PROMPT and short.context <= SHORT_CONTEXT and long.prompt > short.context
+    assert context_plans(128, ARMS, 3) == [request_plan(128, ARMS, 3)]  # no room for a long context
+    engine = Engine(policy, EngineConfig(max_batch_size=4), drafter, FixedSelector("3_1_4"))
+    monkeypatch.setattr(RecordingEngine, "steps", [])
+    monkeypatch.setattr(calibration, "Engine", RecordingEngine)
+    model = calibration.measure(engine, ARMS, [1, 4], rounds=3, seed=0)
+    bad = [(str(m), size) for prefill, m, size, ran in RecordingEngine.steps if not prefill and ran_wrong(m, size, ran)]
+    assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
+    points = model.measurements()
+    contexts = sorted({c for *_, c in points})
+    assert len(contexts) == 2 and contexts[0] <= SHORT_CONTEXT and contexts[1] >= LEVEL_SPREAD * contexts[0]
+    want = {(str(a), b, c) for a in [*ARMS, DISABLE] for b in (1, 4) for c in contexts}
+    assert {(str(s), b, c) for s, b, _, c in points} == want

@@ -26,7 +26,7 @@ def char_tokenizer():
     return build_tokenizer()
 
 
-def tiny_policy(seed: int = 0, vocab_size: int | None = None, tied: bool = False) -> CausalLM:
+def tiny_policy(seed: int = 0, vocab_size: int | None = None, tied: bool = False, positions: int = 128) -> CausalLM:
     """A 2-layer random Llama over the character vocabulary, EOS = 2, weights spread so logits are not flat."""
     vocab = vocab_size or len(char_tokenizer())
     config = ModelConfig(
@@ -37,7 +37,7 @@ def tiny_policy(seed: int = 0, vocab_size: int | None = None, tied: bool = False
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=positions,
         tie_word_embeddings=tied,
         bos_token_id=1,
         eos_token_id=2,
