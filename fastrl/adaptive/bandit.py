@@ -37,6 +37,7 @@ from fastrl.adaptive.arm_rewards import ArmRewards
 from fastrl.adaptive.bandit_config import CHANGEABLE_ON_LOAD, BanditConfig
 from fastrl.adaptive.bandit_state_check import STATE_VERSION, check_state_values, check_state_version
 from fastrl.adaptive.bandit_telemetry import ArmTelemetry, BanditTelemetry, BucketTelemetry, ChoiceRecord
+from fastrl.adaptive.catch_up import CatchUpCosts
 from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.config_changes import check_same_config
 from fastrl.adaptive.cost_model import CostModel
@@ -111,6 +112,7 @@ class BanditSelector:
         self._acceptance = DepthAcceptance(self._strategies, self.config.prior_rows, self.config.memory_rows())
         self._chain_rounds = ChainRounds()  # what stopping chains reached per batch-size bin (depth, tokens per row)
         self._times = RoundTimes(calibration, chain_depth=self.config.chain_depth, chains=self._chain_rounds)
+        self._catch_up = CatchUpCosts()  # what a pull now costs its draft sources in catching up
         self._rewards = [{arm: ArmRewards() for arm in arms} for arms in self._arms]
         self._pulls = {arm: 0 for arm in self._strategies}
         self._bucket_rounds = [0] * len(self._arms)
@@ -233,8 +235,10 @@ class BanditSelector:
         return budget is None or self._exploration_cost(arm, batch_size, best_value) <= self._credit
 
     def _explore(self, arm: Strategy, batch_size: int, best_value: float) -> None:
-        """Remember what the exploratory round of ``arm`` is charged against when ``observe`` sees it."""
-        self._explore_best, self._explore_seconds = best_value, self._times.seconds(arm, batch_size) or 0.0
+        """Remember what the exploratory round of ``arm`` is charged against when ``observe`` sees it: its predicted
+        time and its sources' catch-up."""
+        seconds = (self._times.seconds(arm, batch_size) or 0.0) + self._catch_up.seconds(arm)
+        self._explore_best, self._explore_seconds = best_value, seconds
 
     def _anchor_due(self, arms: list[Strategy], best: Strategy) -> bool:
         """True when ``anchor_every`` rounds ran without a plain one and plain is an arm here but not the best (only
@@ -275,11 +279,12 @@ class BanditSelector:
         return not arm.is_disabled and self._acceptance.rows(arm) < self.config.prior_rows
 
     def _exploration_cost(self, arm: Strategy, batch_size: int, best_value: float) -> float:
-        """Predicted seconds a round of ``arm`` loses against the best arm (whose goodput is ``best_value``)."""
+        """Predicted seconds a round of ``arm`` loses against the best arm (whose goodput is ``best_value``), its
+        draft sources' catch-up on the text emitted without them included (``CatchUpCosts``)."""
         seconds, value = self._times.seconds(arm, batch_size), self.predict(arm, batch_size)
         if seconds is None or value is None:
             return 0.0
-        return max(0.0, seconds * (1.0 - value / best_value))
+        return max(0.0, seconds * (1.0 - value / best_value)) + self._catch_up.seconds(arm)
 
     def _best(self, arms: list[Strategy], batch_size: int, z: float) -> tuple[Strategy, float | None]:
         """The arm with the highest prediction (first in arm order on ties; the first arm if none has one)."""
@@ -319,6 +324,7 @@ class BanditSelector:
         self._memo.clear()
         self._acceptance.observe(stats)
         self._times.observe_round(stats)
+        self._catch_up.observe(stats)
         self._pulls[stats.strategy] += 1
         self._since_plain = 0 if stats.strategy.is_disabled else self._since_plain + 1
         if self.config.explore_budget is not None:
@@ -384,6 +390,7 @@ class BanditSelector:
             "acceptance": self._acceptance.state(),
             "times": self._times.state(),
             "chain_rounds": self._chain_rounds.state(),
+            "catch_up": self._catch_up.state(),
             "pulls": {str(arm): n for arm, n in self._pulls.items()},
             "round": self._round,
             "explore_credit": self._credit,
@@ -413,6 +420,8 @@ class BanditSelector:
                 )
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
+        if "catch_up" in state:  # absent from states saved before catch-ups were charged
+            self._catch_up.load(state["catch_up"])
         self._round = int(state["round"])
         self._credit = float(state["explore_credit"])
         best = state["explore_best"]
@@ -447,4 +456,7 @@ class BanditSelector:
         self._acceptance.load(state["acceptance"])
         self._times.load_state(state["times"])
         self._chain_rounds.load(state.get("chain_rounds", {}))  # absent from states saved before stopping chains'
+        self._catch_up = CatchUpCosts()
+        if "catch_up" in state:  # the rates: what catching up costs this model and machine
+            self._catch_up.load(state["catch_up"], backlog=False)
         self._memo.clear()

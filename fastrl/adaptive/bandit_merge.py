@@ -13,6 +13,7 @@ import statistics
 import numpy as np
 
 from fastrl.adaptive.bandit_state_check import check_state_values
+from fastrl.adaptive.catch_up import CatchUpCosts
 from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.time_filter import ArmPrior, shared_indices
 
@@ -20,13 +21,13 @@ from fastrl.adaptive.time_filter import ArmPrior, shared_indices
 def merge_bandit_states(states: object) -> dict:
     """Pool ``BanditSelector.state_dict()``s of one config: acceptance hits and trials, pulls, rounds and rewards
     summed; round-time filters fused (``_merge_times``), recent rewards and stopping chains' depths and tokens per
-    bin averaged by their counts; every calibration point kept (the fit takes medians). What belongs to one worker's
-    run: the exploration credit is the least any worker had (the merged bandit spends no more than any of them
-    could), ``since_plain`` the least (the freshest plain round any worker ran), a bucket's ``last_batch`` that of
-    the worker with the most rounds there (the smaller batch size on a tie), and no round, stretch or choice is in
-    flight (``explore_best`` None, ``explore_seconds`` 0, ``stretch`` None, ``timeline`` empty). ValueError when
-    they are not bandit states of one config (and one ``setting``, where they record it), naming the worker and
-    the entry."""
+    bin averaged by their counts; every calibration point kept (the fit takes medians); catch-up rates pooled, the
+    least backlog kept (``CatchUpCosts.merge_states``). What belongs to one worker's run: the exploration credit is
+    the least any worker had (the merged bandit spends no more than any of them could), ``since_plain`` the least
+    (the freshest plain round any worker ran), a bucket's ``last_batch`` that of the worker with the most rounds there
+    (the smaller batch size on a tie), and no round, stretch or choice is in flight (``explore_best`` None,
+    ``explore_seconds`` 0, ``stretch`` None, ``timeline`` empty). ValueError when they are not bandit states of one
+    config (and one ``setting``, where they record it), naming the worker and the entry."""
     if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
         raise ValueError("'workers' must be a non-empty list of bandit states (one per rollout worker)")
     if any(s.get("config") != states[0].get("config") for s in states):
@@ -41,6 +42,7 @@ def merge_bandit_states(states: object) -> dict:
     states = sorted(states, key=lambda s: json.dumps(s, sort_keys=True))
     try:
         calibration = [point for s in states for point in (s["calibration"] or [])]
+        catch_ups = all("catch_up" in s for s in states)  # states saved before catch-ups were charged have none
         bucket_rounds = list(zip(*(s["bucket_rounds"] for s in states), strict=True))
         last_batch = list(zip(*(s["last_batch"] for s in states), strict=True))
         merged = {
@@ -50,6 +52,7 @@ def merge_bandit_states(states: object) -> dict:
             "acceptance": _merge_acceptance([s["acceptance"] for s in states]),
             "times": _merge_times([s["times"] for s in states]),
             "chain_rounds": ChainRounds.merge_states([s.get("chain_rounds", {}) for s in states]),
+            **({"catch_up": CatchUpCosts.merge_states([s["catch_up"] for s in states])} if catch_ups else {}),
             "pulls": _sum_by_key([s["pulls"] for s in states]),
             "round": sum(int(s["round"]) for s in states),
             "explore_credit": min(float(s["explore_credit"]) for s in states),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.catch_up import check_state as check_catch_up
 from fastrl.adaptive.chain_depth import checked_state as checked_chain_rounds
 from fastrl.adaptive.depth_acceptance import depth
 from fastrl.adaptive.time_filter import checked_state as checked_filter
@@ -42,6 +43,8 @@ def check_state_values(state: dict) -> BanditConfig:
     for i, arm in enumerate(times["measured"]):
         _strategy(f"times.measured[{i}]", arm)
     checked_chain_rounds(state.get("chain_rounds", {}))
+    if "catch_up" in state:  # absent from states saved before catch-ups were charged
+        check_catch_up(state["catch_up"])
     pulls = state.get("pulls", {})
     if not isinstance(pulls, dict):
         raise ValueError(f"pulls must be an object {{arm: rounds}}, got {pulls!r}")
