@@ -4,9 +4,12 @@ A bandit's plain rounds (its anchors, and every round where plain is the best ar
 drafter: the policy's forward also keeps the drafter's input features and the round queues them for the drafter's
 next catch-up. This times that price: two engines over the same requests (bundled model and drafter, T=1, random
 prompts), one without a drafter and one with it whose selector always picks plain, stepping alternately; the ratio of
-their CPU times is taken round by round (pairs close in time see the same load) and the median printed.
+their CPU times is taken round by round (pairs close in time see the same load) and the median printed. ``--arm``
+names the speculative arm the engine holds besides plain (one with a history part also keeps the history index,
+which every round extends with each row's tokens).
 
   python -m fastrl.bench.plain_overhead --batch-size 1
+  python -m fastrl.bench.plain_overhead --batch-size 16,64 --arm 3_1_4+suffix_8
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
+
+CHAIN = Strategy(3, 1, 4)
+"""The arm held by default: a drafter chain (3_1_4)."""
 
 
 class PlainAmongDrafterArms:
@@ -59,13 +65,20 @@ def engine_context(rounds: int, prompt_len: int = 40) -> int:
 
 
 def paired_ratios(
-    policy: CausalLM, drafter: EagleDrafter, batch_size: int, rounds: int, repeats: int, prompt_len: int = 40
+    policy: CausalLM,
+    drafter: EagleDrafter,
+    batch_size: int,
+    rounds: int,
+    repeats: int,
+    prompt_len: int = 40,
+    arm: Strategy = CHAIN,
 ) -> list[float]:
-    """Per round, CPU seconds of the drafter engine's plain round over the drafter-free engine's, `repeats` pairs of
-    fresh engines of `rounds` rounds each (the first 10 of each left out as warm-up)."""
+    """Per round, CPU seconds of the plain round of an engine holding ``arm`` (its drafter, its history index) over
+    the drafter-free engine's, `repeats` pairs of fresh engines of `rounds` rounds each (the first 10 of each left
+    out as warm-up)."""
 
     def engine(with_drafter: bool) -> Engine:
-        selector = PlainAmongDrafterArms(Strategy.parse("3_1_4")) if with_drafter else FixedSelector(DISABLE)
+        selector = PlainAmongDrafterArms(arm) if with_drafter else FixedSelector(DISABLE)
         config = EngineConfig(max_batch_size=batch_size, max_model_len=engine_context(rounds, prompt_len))
         made = Engine(policy, config, drafter=drafter if with_drafter else None, selector=selector)
         rng = random.Random(0)
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int_list(1), default=[1], help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=at_least(11), default=400, help="rounds per engine (the first 10 warm up)")
     parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--arm", type=_drafter_arm, default="3_1_4", help="arm held besides plain, S_K_N[+suffix_M]")
     args = parser.parse_args(argv)
     config = read_config(bundled_model_dir())
     context = engine_context(args.rounds)
@@ -117,12 +131,23 @@ def main(argv: list[str] | None = None) -> None:
     policy = load_model(bundled_model_dir()).eval()
     drafter = load_drafter(bundled_drafter_dir(), policy)[0]
     for batch in args.batch_size:
-        ratios = paired_ratios(policy, drafter, batch, args.rounds, args.repeats)
+        ratios = paired_ratios(policy, drafter, batch, args.rounds, args.repeats, arm=args.arm)
         print(
-            f"batch {batch}: plain round with the drafter fed / without a drafter, median "
+            f"batch {batch}: plain round of an engine holding {args.arm} / without a drafter, median "
             f"{statistics.median(ratios):.4f} over {len(ratios)} pairs",
             flush=True,
         )
+
+
+def _drafter_arm(text: str) -> Strategy:
+    """A strategy that uses the drafter (``argparse`` type)."""
+    try:
+        arm = Strategy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not arm.uses_drafter:
+        raise argparse.ArgumentTypeError(f"{text}: the arm must use the drafter (S_K_N, or S_K_N+suffix_M)")
+    return arm
 
 
 if __name__ == "__main__":

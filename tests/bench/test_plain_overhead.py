@@ -25,3 +25,6 @@ def test_plain_rounds_with_a_fed_drafter_decode_what_a_drafter_free_engine_does(
     assert {r.strategy for r in fed.round_stats} == {Strategy.parse("disable")}
     ratios = paired_ratios(policy, drafter, batch_size=2, rounds=14, repeats=2)
     assert len(ratios) == 8 and all(r > 0 for r in ratios)
+    hybrid = Strategy.parse("3_1_4+suffix_8")  # an engine that also keeps the history index, every round
+    assert Engine(policy, config, drafter, PlainAmongDrafterArms(hybrid)).history is not None
+    assert len(paired_ratios(policy, drafter, batch_size=2, rounds=12, repeats=1, arm=hybrid)) == 2

@@ -56,6 +56,8 @@ def _selector_random(argv: list[str]) -> None:
         (plain_overhead.main, ["--batch-size", "1,0"], "argument --batch-size: each must be >= 1, got '1,0'"),
         (plain_overhead.main, ["--batch-size", "10000000000"], "--batch-size=10000000000 needs a"),
         (plain_overhead.main, ["--rounds", "977"], "argument --rounds: 977 rounds pass the bundled model's 1024"),
+        (plain_overhead.main, ["--arm", "suffix_8"], "argument --arm: suffix_8: the arm must use the drafter"),
+        (plain_overhead.main, ["--arm", "3_1_x"], "argument --arm: "),
         (selector_cost.main, ["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
         (selector_cost.main, ["--arms", "bogus"], "argument --arms: strategy 'bogus'"),
         (selector_cost.main, ["--batch-size", "10000000000"], "--batch-size=10000000000 needs a"),
