@@ -42,7 +42,10 @@ class WandbConfig:
             except pydantic.ValidationError as err:
                 said = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
             raise ValueError(f"logger.{key}={value!r}: {said}")
-        if self.enabled and self.mode == "online":  # an account, asked of W&B's own login without the network
+        # an account, asked of W&B's own login without the network; where W&B's environment says offline
+        # (WANDB_MODE) its login checks nothing, and the run's start refuses instead
+        offline_env = os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled")
+        if self.enabled and self.mode == "online" and not offline_env:
             try:
                 wandb.login(relogin=False, verify=False)
             except wandb.errors.UsageError as err:

@@ -134,7 +134,19 @@ def test_a_run_directory_that_cannot_be_made_is_said_before_anything_starts(tmp_
     assert f"hydra.run.dir={run}: {tmp_path / 'file'} is not a directory" in _error_line(capsys)
 
 
-def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def wandb_online(monkeypatch):
+    """W&B's environment says online (CI exports WANDB_MODE=offline), in a W&B set up afresh from it, and set up
+    afresh again for the next test (from the environment monkeypatch restores)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+def test_wandb_online_without_an_account_is_one_error_naming_the_key(tmp_path, capsys, monkeypatch, wandb_online):
     """W&B's own UsageError was a traceback; it is one line naming logger.mode, said before the rollout engines
     start and calibrate (W&B refused only then, after minutes on a new GPU), and the refused run leaves no folder."""
     monkeypatch.setenv("FASTRL_CACHE", str(tmp_path / "cache"))  # no calibration cached: one would be measured
