@@ -6,8 +6,8 @@ the contexts a line (``context_time``), at the context of the last round learned
 row: a rollout's contexts grow a token a round, and plain rounds at batch 64 on this CPU took 6.4 ms at 34 keys a
 row, 15 ms at 430, where a ``5_1_6`` round took 6.0x and 5.0x a plain one). A shared machine's round times swing 2-3x
 with its load within minutes, and a calibration may be stale (cached from a run under another load), so the time of
-one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b) + load(now) + bias(arm, b)``, estimated by a
-Kalman filter over every round run (``LogTimeFilter``):
+one round is modelled as ``log t(arm, b, now) = log calibrated(arm, b, context) + load(now) + bias(arm, b)``,
+estimated by a Kalman filter over every round run (``LogTimeFilter``):
 
 * ``load`` is shared by every arm and moves from round to round, so the plain-time estimate follows the machine's
   current state.
