@@ -15,10 +15,11 @@ import math
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.catch_up import check_state as check_catch_up
 from fastrl.adaptive.chain_depth import checked_state as checked_chain_rounds
+from fastrl.adaptive.cost_model import checked_rows
 from fastrl.adaptive.depth_acceptance import depth
 from fastrl.adaptive.time_filter import checked_state as checked_filter
 from fastrl.json_values import is_int, is_real
-from fastrl.strategy.strategy import Strategy
+from fastrl.strategy.strategy import Strategy, strategy_entry
 
 STATE_VERSION = 4
 """The version of ``BanditSelector.state_dict`` this bandit reads and writes."""
@@ -41,7 +42,7 @@ def check_state_values(state: dict) -> BanditConfig:
         raise ValueError("times must be an object with 'filter' and 'measured' (a list of arms)")
     checked_filter(times.get("filter"))
     for i, arm in enumerate(times["measured"]):
-        _strategy(f"times.measured[{i}]", arm)
+        strategy_entry(f"times.measured[{i}]", arm)
     checked_chain_rounds(state.get("chain_rounds", {}))
     if "catch_up" in state:  # absent from states saved before catch-ups were charged
         check_catch_up(state["catch_up"])
@@ -62,22 +63,8 @@ def check_state_values(state: dict) -> BanditConfig:
     _check_buckets(state, len(config.bs_thresholds))
     _check_timeline(state.get("timeline", []), len(config.bs_thresholds))
     _check_stretch(state.get("stretch"))
-    calibration = state.get("calibration")
-    if calibration is not None and not (
-        isinstance(calibration, list) and all(isinstance(c, list) and len(c) in (3, 4) for c in calibration)
-    ):
-        raise ValueError(
-            f"calibration must be null or a list of [strategy, batch size, seconds(, context)], got {calibration!r}"[
-                :300
-            ]
-        )
-    for i, (arm, batch_size, seconds, *context) in enumerate(calibration or []):
-        _strategy(f"calibration[{i}][0]", arm)
-        _check_int(f"calibration[{i}][1]", batch_size, 1)
-        if not (is_real(seconds) and 0 < seconds < math.inf):
-            raise ValueError(f"calibration[{i}][2] is {seconds!r}: expected a finite number of seconds > 0")
-        if context:
-            _check_int(f"calibration[{i}][3]", context[0], 1)
+    if state.get("calibration") is not None:
+        checked_rows(state["calibration"], "calibration")
     context = times.get("context")
     if context is not None and not (is_real(context) and 1 <= context < math.inf):
         raise ValueError(f"times.context is {context!r}: expected null or a number of keys per row >= 1")
@@ -95,15 +82,6 @@ def check_state_version(state: dict) -> None:
         )
 
 
-def _strategy(key: str, value: object) -> Strategy:
-    if not isinstance(value, str):
-        raise ValueError(f"{key} is {value!r}: expected a strategy string")
-    try:
-        return Strategy.parse(value)
-    except ValueError as err:
-        raise ValueError(f"{key}: {err}") from None
-
-
 def _check_timeline(timeline: object, buckets: int) -> None:
     """[[round >= 0, batch size >= 1, bucket, strategy, reason], ...]."""
     if not isinstance(timeline, list):
@@ -117,7 +95,7 @@ def _check_timeline(timeline: object, buckets: int) -> None:
         _check_int(f"{where}[2]", entry[2], 0)
         if entry[2] >= buckets:
             raise ValueError(f"{where}[2] is {entry[2]}: there are {buckets} buckets")
-        _strategy(f"{where}[3]", entry[3])
+        strategy_entry(f"{where}[3]", entry[3])
         if not isinstance(entry[4], str):
             raise ValueError(f"{where}[4] is {entry[4]!r}: expected the reason, a string")
 
@@ -131,7 +109,7 @@ def _check_stretch(stretch: object) -> None:
         return
     if not isinstance(stretch, dict) or set(stretch) != STRETCH_KEYS:
         raise ValueError(f"stretch must be null or an object with {sorted(STRETCH_KEYS)}, got {stretch!r}"[:300])
-    _strategy("stretch.strategy", stretch["strategy"])
+    strategy_entry("stretch.strategy", stretch["strategy"])
     _check_int("stretch.batch_size", stretch["batch_size"], 1)
     _check_int("stretch.rounds", stretch["rounds"], 0)
     if stretch["anchor_in"] is not None:

@@ -16,8 +16,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from fastrl.json_values import is_int
-from fastrl.strategy.strategy import Strategy
+from fastrl.json_values import is_int, is_real
+from fastrl.strategy.strategy import Strategy, strategy_entry
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class CostModel:
             lambda: defaultdict(lambda: defaultdict(list))
         )
         for point in measurements:
-            strategy, batch_size, seconds, context = (*point, None)[:4] if len(point) == 3 else point
+            strategy, batch_size, seconds, context = (*point, None) if len(point) == 3 else point
             if batch_size < 1 or not 0 < seconds < math.inf or not (context is None or 1 <= context < math.inf):
                 raise ValueError(
                     f"measurement {tuple(point)}: batch_size must be >= 1, seconds a finite number > 0 and the "
@@ -120,18 +120,10 @@ class CostModel:
     @classmethod
     def from_rows(cls, rows: object, where: str) -> CostModel:
         """The model of JSON rows ``[strategy, batch size, seconds]`` or ``[strategy, batch size, seconds, context]``
-        (what ``rows`` writes); ValueError naming ``where`` when they are anything else."""
+        (what ``rows`` writes); ValueError naming ``where`` when they are anything else (``checked_rows``)."""
         try:
-            if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) in (3, 4) for r in rows):
-                raise ValueError("expected a list of [strategy, batch size, seconds(, context)] rows")
-            points = []
-            for row in rows:
-                strategy, batch_size, seconds, context = (*row, None)[:4]
-                if not is_int(batch_size) or not (context is None or is_int(context)):
-                    raise ValueError(f"row {row!r}: the batch size and the context must be integers")
-                points.append((Strategy.parse(strategy), int(batch_size), float(seconds), context))
-            return cls.fit(points)
-        except (KeyError, TypeError, ValueError) as err:
+            return cls.fit(checked_rows(rows, "rows"))
+        except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
 
     def rows(self) -> list[list]:
@@ -194,6 +186,26 @@ class CostModel:
         verify = _forward(p.forward_s, p.saturation_tokens, batch_size * strategy.num_draft_tokens)
         draft = strategy.steps * _forward(p.draft_step_s, p.draft_saturation_tokens, batch_size * strategy.topk)
         return RoundCost(draft, verify, p.spec_overhead_s)
+
+
+def checked_rows(rows: object, name: str) -> list[Point]:
+    """The ``Point``s of JSON rows ``[strategy, batch size, seconds(, context)]`` named ``name`` (a bandit state's
+    calibration, a cached calibration): ValueError naming the first entry that is not one (``name[i][k]``)."""
+    if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) in (3, 4) for r in rows)):
+        said = f"{name} must be a list of [strategy, batch size, seconds(, context)] rows, got {rows!r}"
+        raise ValueError(said[:300])
+    points = []
+    for i, (strategy, batch_size, seconds, *context) in enumerate(rows):
+        arm = strategy_entry(f"{name}[{i}][0]", strategy)
+        for k, count in ((1, batch_size), *((3, c) for c in context)):
+            if not is_int(count) or count < 1:
+                raise ValueError(
+                    f"{name}[{i}][{k}] is {count!r}: expected an integer >= 1 (batch sizes and contexts are integers)"
+                )
+        if not (is_real(seconds) and 0 < seconds < math.inf):
+            raise ValueError(f"{name}[{i}][2] is {seconds!r}: expected a finite number of seconds > 0")
+        points.append((arm, int(batch_size), float(seconds), int(context[0]) if context else None))
+    return points
 
 
 def context_time(levels: list[tuple[int | None, float]], context: float | None) -> float:

@@ -334,3 +334,14 @@ def check_strategy_names(key: str, names: list[str], selectors: tuple[str, ...] 
             Strategy.parse(name)
         except ValueError as err:
             raise ValueError(f"{key}: {err}") from None
+
+
+def strategy_entry(key: str, value: object) -> Strategy:
+    """The strategy a saved entry ``key`` holds (a state's arm, a calibration row's): ValueError naming ``key``
+    unless ``value`` is a string that parses."""
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is {value!r}: expected a strategy string")
+    try:
+        return Strategy.parse(value)
+    except ValueError as err:
+        raise ValueError(f"{key}: {err}") from None
