@@ -20,6 +20,7 @@ from fastrl.bench.cli_args import at_least
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.heap import settled_heap
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
@@ -79,7 +80,8 @@ def bench_long_tail(
         engines = {
             name: _engine(policy, drafter, name, batch_size, bandit, max_model_len, warm_start) for name in names
         }
-        seconds, outputs = run_lockstep(engines, inputs)
+        with settled_heap():  # as `fastrl generate` and the rollout workers decode: start-up's objects frozen
+            seconds, outputs = run_lockstep(engines, inputs)
         for name in names:
             times[name].append(seconds[name])
             decode[name].append(sum(s.wall_time_s for s in engines[name].round_stats))

@@ -38,6 +38,7 @@ from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.commands.round_ledger import RoundLedger
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import GenerateInput
+from fastrl.engine.heap import settled_heap
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import load_model, read_config, weights_fingerprint
 from fastrl.models.tokenizer import load_tokenizer
@@ -125,14 +126,15 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         stream.open()
         ledger = RoundLedger(engine)
         try:
-            for index, out in _finished(ledger, pending, cfg.progress):
-                record = _to_record(index, out, tokenizer, settings)
-                if cfg.n > 1:
-                    record["prompt_index"], record["sample"] = divmod(index, cfg.n)
-                stream.write(record)
-                if record.get("error"):
-                    line_no = lines[index // cfg.n].line_no
-                    print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
+            with settled_heap():  # start-up's objects out of the collector's way while decoding
+                for index, out in _finished(ledger, pending, cfg.progress):
+                    record = _to_record(index, out, tokenizer, settings)
+                    if cfg.n > 1:
+                        record["prompt_index"], record["sample"] = divmod(index, cfg.n)
+                    stream.write(record)
+                    if record.get("error"):
+                        line_no = lines[index // cfg.n].line_no
+                        print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
             stream.finish()
         except KeyboardInterrupt as err:
             stream.close()

@@ -17,6 +17,7 @@ from ray.exceptions import RayActorError
 from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
+from fastrl.engine.heap import settle_heap
 from fastrl.rollout.cluster import short_error
 from fastrl.rollout.engine_worker import EngineWorker, abort_ids
 from fastrl.rollout.rollout_run import WorkerHandle
@@ -43,6 +44,7 @@ class RolloutWorkerActor:
 
     def __init__(self, worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> None:
         self._worker = EngineWorker(worker_id, config, worker_index)
+        settle_heap()  # this process holds the engine for its life: start-up's objects out of the collector's way
         self._cond = threading.Condition()
         self._waiting: dict[str, Future[RolloutResult]] = {}
         self._held: dict[str, dict[int, list[tuple[RolloutRequest, Future[RolloutResult]]]]] = {}
