@@ -189,7 +189,7 @@ class BanditSelector:
         self._learn()
         arms = self._arms[bucket]
         for arm in arms:
-            if self._times.calibrated(arm, batch_size) is None and self._pulls[arm] < self.config.min_pulls:
+            if not self._times.has_calibration(arm) and self._pulls[arm] < self.config.min_pulls:
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
         waiting: list[Strategy] = []  # arms that might beat the best once the credit covers their pull

@@ -113,6 +113,7 @@ class DepthAcceptance:
         # until the next observation: per arm (hazard, rows it rests on) per depth, and its own rows
         self._estimated: tuple[list[list[tuple[float, float]]], list[float]] | None = None
         self._tokens: dict[float, list[float]] = {}  # per-arm tokens per row by z, likewise
+        self._paths: dict[float, list[float]] = {}  # per-arm path tokens by z (``_path_tokens``), likewise
 
     def set_prior_hazard(self, hazard: float) -> None:
         """Start the drafter's arms (EAGLE and hybrid) from ``hazard`` per depth instead of 1/2: the drafter's
@@ -174,11 +175,12 @@ class DepthAcceptance:
             columns, prior_rows = self._columns, self.prior_rows
             estimates, rows = [], []
             for i, arm in enumerate(self.arms):
+                own_i, pooled_i, below_i, above_i = own[i], pooled[i], below[i], above[i]  # this arm's rows, bound once
                 before = pooled_before = self._prior_hazard[family(arm)]
                 out = []
                 for d in range(self._depths[i]):
-                    own_hits, own_trials = own[i][d], own[i][columns + d]
-                    hits, trials = pooled[i][d], pooled[i][columns + d]
+                    own_hits, own_trials = own_i[d], own_i[columns + d]
+                    hits, trials = pooled_i[d], pooled_i[columns + d]
                     prior = (hits + pooled_before * BASE_ROWS) / (trials + BASE_ROWS)
                     weight = 0.0  # a prior only as firm as its data, and fading as the arm's own rows accumulate
                     if prior_rows > 0:
@@ -186,14 +188,15 @@ class DepthAcceptance:
                     n = own_trials + weight + BASE_ROWS
                     target = prior
                     if own_trials > 0.0:  # the pool bounds the arm's own rate, on each side from its own arms
-                        low = below[i][d] / below[i][columns + d] if below[i][columns + d] > 0.0 else 0.0
-                        high = above[i][d] / above[i][columns + d] if above[i][columns + d] > 0.0 else 1.0
+                        below_trials, above_trials = below_i[columns + d], above_i[columns + d]
+                        low = below_i[d] / below_trials if below_trials > 0.0 else 0.0
+                        high = above_i[d] / above_trials if above_trials > 0.0 else 1.0
                         target = min(max(own_hits / own_trials, low), max(high, low))
                     before = (own_hits + weight * target + before * BASE_ROWS) / n
                     pooled_before = prior
                     out.append((before, n))
                 estimates.append(out)
-                rows.append(own[i][columns])
+                rows.append(own_i[columns])
             self._estimated = estimates, rows
         return self._estimated
 
@@ -206,8 +209,7 @@ class DepthAcceptance:
         if arm.is_disabled:
             return 1.0
         if z not in self._tokens:
-            mean = self._path_tokens(0.0)
-            raised = mean if z == 0.0 else self._path_tokens(z)
+            mean, raised = self._path_tokens(0.0), self._path_tokens(z)
             self._tokens[z] = [max(mean[j] for j in held) + raised[i] - mean[i] for i, held in enumerate(self._held)]
         return self._tokens[z][self._index[arm]]
 
@@ -216,13 +218,15 @@ class DepthAcceptance:
         hazards: d tokens / d h_j = sum_{d>=j} prod_{i<=d} h_i / h_j): one bound on the whole path, not one per
         depth, so a deep tree is not made optimistic depth after depth; an arm whose own rows are fewer than
         ``prior_rows`` is a guess, every depth raised."""
+        if z in self._paths:
+            return self._paths[z]
         estimates, rows = self._estimates()
         out = []
         for per_depth, own_rows in zip(estimates, rows, strict=True):
             alive, total = 1.0, 1.0
             if own_rows < self.prior_rows:
                 for mean, n in per_depth:
-                    alive *= _raised(mean, n, z)
+                    alive *= _raised(mean, n, z) if z != 0.0 else min(1.0, mean)  # _raised's value at z = 0
                     total += alive
                 out.append(total)
                 continue
@@ -237,6 +241,7 @@ class DepthAcceptance:
                     variance += (tail / hazard) ** 2 * hazard * (1.0 - hazard) / (n + 1.0)
                 tail -= reached
             out.append(total + z * math.sqrt(variance))
+        self._paths[z] = out
         return out
 
     def state(self) -> dict:
@@ -266,6 +271,7 @@ class DepthAcceptance:
     def _forget_estimates(self) -> None:
         self._estimated = None
         self._tokens.clear()
+        self._paths.clear()
 
 
 def _raised(mean: float, n: float, z: float) -> float:

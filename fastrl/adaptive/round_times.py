@@ -128,6 +128,7 @@ class RoundTimes:
         self._curves_by_depth: dict[tuple[Strategy, int], ChainCurve | None] = {}
         # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
         # the predictions until the next round is learned
+        self._curve: dict[tuple[Strategy, int], float | None] = {}
         self._log_curve: dict[tuple[Strategy, int], float] = {}
         self._predicted: dict[tuple[Strategy, int], float | None] = {}
         self.set_calibration(calibration)
@@ -139,6 +140,7 @@ class RoundTimes:
     def set_calibration(self, calibration: CostModel | None) -> None:
         """Use ``calibration``; what rounds taught against another calibration is dropped."""
         self._calibration = calibration
+        self._curve.clear()
         self._log_curve.clear()
         self._predicted.clear()
         self._curves_by_depth.clear()
@@ -165,17 +167,27 @@ class RoundTimes:
         context = context_bin(mean_context)
         if context != self._context:
             self._context = context
+            self._curve.clear()
             self._log_curve.clear()
             self._predicted.clear()
             self._curves_by_depth.clear()
 
+    def has_calibration(self, arm: Strategy) -> bool:
+        """Whether the calibration timed ``arm`` (``calibrated`` is then a number at every batch size)."""
+        return arm in self._curves
+
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
         """The calibration curve at ``batch_size`` and the current context (None without a calibration of ``arm``),
         see ``knee_curve`` and ``context_time``."""
-        levels = self._curves.get(arm)
-        if levels is None:
-            return None
-        return context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
+        key = (arm, batch_size)
+        if key not in self._curve:
+            levels = self._curves.get(arm)
+            self._curve[key] = (
+                None
+                if levels is None
+                else context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
+            )
+        return self._curve[key]
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float, depth: int | None = None) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds`` (a stopping chain's:
