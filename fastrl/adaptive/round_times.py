@@ -209,14 +209,15 @@ class RoundTimes:
         if depth is not None and self._chain_depth:
             self.chains.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
         self.set_context(stats.mean_context)
-        self.observe(stats.strategy, stats.batch_size, stats.wall_time_s - stats.catch_up_time_s, depth)
+        self.observe(stats.strategy, stats.batch_size, stats.own_time_s, depth)
 
     def plain_estimate(self, stats: RoundStats) -> float:
-        """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round, else the
-        plain round time at its batch size and context now x the tokens emitted per row (0.0 while plain's time is
-        unknown). Predictions are made at its context from then on."""
+        """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round (less a
+        drafter catch-up it ran, ``RoundStats.own_time_s``), else the plain round time at its batch size and context
+        now x the tokens emitted per row (0.0 while plain's time is unknown). Predictions are made at its context
+        from then on."""
         if stats.strategy.is_disabled:
-            return stats.wall_time_s
+            return stats.own_time_s
         self.set_context(stats.mean_context)
         seconds = self.plain_seconds(stats.batch_size)
         return 0.0 if seconds is None else seconds * stats.total_emitted / stats.batch_size

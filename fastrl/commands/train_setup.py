@@ -49,6 +49,7 @@ CHANGEABLE_ON_RESUME = (
     "rollout.engine.attention_kernel",
     "rollout.engine.layer_kernels",
     "rollout.engine.admit_batch",
+    "rollout.engine.drafter_backlog",  # when the drafter reads a plain stretch (drafts only by rounding, not tokens)
     "rollout.engine.history_tokens",  # the history index's budget: which responses it keeps (drafts, not tokens)
     "model.path",  # the checkpoint holds the policy: a moved model directory resumes (its config must fit the weights)
 )

@@ -63,6 +63,11 @@ class EngineConfig:
         prefilled in 622 steps of 1,317 decode rounds). None: max_batch_size // 8 (at least 1); 1 admits as soon
         as a slot frees; more than max_batch_size waits for every slot. Tokens do not depend on it (each request
         samples from its own seed) beyond the rounding of another batch composition (none in float64).
+    drafter_backlog: most tokens a request's drafter may leave unread (with the policy's features it reads them
+        by), the tokens that rounds without the drafter emitted; a round that could pass it first has the drafter
+        read them (the catch-up the next drafter round would do). None: as many as keep every slot's unread
+        entries within 256 MiB (`drafter_feed.BACKLOG_BYTES`; at least 64, at most the context). Tokens do not
+        depend on it; drafts only by rounding.
     """
 
     max_batch_size: int = 64
@@ -78,6 +83,7 @@ class EngineConfig:
     attention_kernel: bool = True
     layer_kernels: bool = True
     admit_batch: int | None = None
+    drafter_backlog: int | None = None
     key_prefix = "engine"  # how this config's errors name its keys (a class attribute, not a key)
 
     def __post_init__(self) -> None:
@@ -93,6 +99,7 @@ class EngineConfig:
             ("page_size", False),
             ("kv_cache_tokens", True),
             ("admit_batch", True),
+            ("drafter_backlog", True),
         ):
             value = getattr(self, key)
             if not (optional and value is None) and not is_int(value):
@@ -114,6 +121,8 @@ class EngineConfig:
             raise ValueError(f"engine.kv_cache_tokens must be >= 1 or None, got {self.kv_cache_tokens}")
         if self.admit_batch is not None and self.admit_batch < 1:
             raise ValueError(f"engine.admit_batch must be >= 1 or None, got {self.admit_batch}")
+        if self.drafter_backlog is not None and self.drafter_backlog < 1:
+            raise ValueError(f"engine.drafter_backlog must be >= 1 or None, got {self.drafter_backlog}")
         check_dtype("engine.dtype", self.dtype)
 
     @property

@@ -8,6 +8,14 @@ entries it emitted with a few batched writes, whatever the batch size; a specula
 pending entries in one gather and the drafter reads them (`catch_up`). The host keeps each slot's pending count as
 a plain int (it knows what every round emitted), so sizing a round's input or placing a write needs no read of a
 device value.
+
+A slot holds at most ``max_width`` entries (``backlog_limit``): where plain rounds run for long (a selector that
+keeps plain decoding at large batch) the entries would otherwise grow to the longest response, each with its
+features: [slots, W, F] in the rollout dtype, ~300 MB per worker for the bundled model's default `fastrl train`
+(float64, fused features, W doubling to 1,024), and for a 7B policy with fused features at 256 slots 5.5 GB per
+thousand entries. A round that could pass the limit first has the drafter read those slots' entries but the last
+(the runner's ``_bound_backlog``): the reading a later drafter round would do anyway, for the rows long enough to
+reach it, which are the rows the long tail's speculation decodes.
 """
 
 from __future__ import annotations
@@ -19,6 +27,13 @@ from fastrl.engine.prefill_groups import length_groups, padded_width
 from fastrl.speculative.drafting import DrafterInput, catch_up
 from fastrl.speculative.round import SpecModels
 
+BACKLOG_BYTES = 256 * 2**20
+"""What every slot's unread drafter entries take at most, unless ``EngineConfig.drafter_backlog`` says otherwise:
+about 900 entries a slot for the bundled model's `fastrl train` workers (64 slots, float64, fused features), 48 for a
+7B policy's fused features in bfloat16 at 256 slots (then ``MIN_BACKLOG``)."""
+MIN_BACKLOG = 64
+"""Fewest entries a slot holds by default: the drafter then reads a long plain stretch in chunks of 64 or more."""
+
 
 class DrafterFeed:
     """Device tensors indexed by slot: tokens [S,W] long, features [S,W,F] (each slot's valid entries
@@ -27,7 +42,20 @@ class DrafterFeed:
     entries each slot holds lives on the host only: it is known from what every round emitted, so a write's flat
     position is one host-made index and a round needs no device count."""
 
-    def __init__(self, num_slots: int, feature_size: int, dtype: torch.dtype, device: torch.device, width: int) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        feature_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        width: int,
+        max_width: int | None = None,
+    ) -> None:
+        if max_width is not None and max_width < 2:
+            raise ValueError(f"DrafterFeed: max_width must be >= 2 (a root and one entry), got {max_width}")
+        self.max_width = max_width
+        """Most entries one slot holds (None: no limit); ``full`` names the slots an append could pass it in."""
+        width = width if max_width is None else min(width, max_width)
         self.device = device
         self.tokens = torch.zeros(num_slots, width, dtype=torch.long, device=device)
         self.features = torch.zeros(num_slots, width, feature_size, dtype=dtype, device=device)
@@ -70,6 +98,13 @@ class DrafterFeed:
         for slot, count in zip(slot_ids, counts, strict=True):
             self._pending[slot] += count
             self._behind[slot] = self._behind[slot] or not drafted
+
+    def full(self, slot_ids: list[int], entries: int) -> list[int]:
+        """The slots among ``slot_ids`` where appending ``entries`` more could pass ``max_width`` (none without a
+        limit): their drafter must read what they hold first."""
+        if self.max_width is None:
+            return []
+        return [s for s in slot_ids if self._pending[s] + entries > self.max_width]
 
     def widest(self, slot_ids: list[int]) -> int:
         """The most entries pending for one of these slots."""
@@ -116,11 +151,13 @@ class DrafterFeed:
         return self._steps[k]
 
     def _fit(self, width: int) -> None:
-        """Grow the width to at least `width` entries (doubling), keeping what is held."""
+        """Grow the width to at least `width` entries (doubling, at most ``max_width``), keeping what is held."""
         old = self.tokens.shape[1]
         if width <= old:
             return
-        new = max(width, 2 * old)
+        if self.max_width is not None and width > self.max_width:
+            raise RuntimeError(f"DrafterFeed: {width} entries asked of a slot, at most {self.max_width} held")
+        new = max(width, 2 * old) if self.max_width is None else min(max(width, 2 * old), self.max_width)
         tokens = torch.zeros(self.tokens.shape[0], new, dtype=torch.long, device=self.device)
         features = self.features.new_zeros(self.features.shape[0], new, self.features.shape[2])
         tokens[:, :old], features[:, :old] = self.tokens, self.features
@@ -178,3 +215,15 @@ def feed_prompts(
         # (prefix sharing) hold bitwise the entries each would have been fed alone
         catch_up(models.drafter, models.policy, models.dcache, dslots, prefix.counts, width, prefix, step_kernel=False)
     feed.append(slot_ids, root_tokens, features[rows, last].unsqueeze(1), [1] * b)
+
+
+def backlog_limit(
+    configured: int | None, num_slots: int, feature_size: int, dtype: torch.dtype, context: int, lookahead: int
+) -> int:
+    """Most entries a slot's feed holds: ``configured`` (``EngineConfig.drafter_backlog``), else what keeps every
+    slot's tokens and features within ``BACKLOG_BYTES`` (at least ``MIN_BACKLOG`` entries, at most the context);
+    never fewer than a round's entries after the one kept as the root."""
+    if configured is None:
+        entry = feature_size * torch.empty((), dtype=dtype).element_size() + 8  # its features and its token id
+        configured = min(max(BACKLOG_BYTES // (num_slots * entry), MIN_BACKLOG), context)
+    return max(configured, lookahead + 1)

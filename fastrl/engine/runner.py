@@ -17,7 +17,7 @@ from torch import Tensor
 
 from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
-from fastrl.engine.drafter_feed import DrafterFeed, feed_prompts
+from fastrl.engine.drafter_feed import DrafterFeed, backlog_limit, feed_prompts
 from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, pages_per_request, round_lookahead
 from fastrl.engine.kv_plan import KvPlan, incoming_bytes
 from fastrl.engine.machine import check_device
@@ -175,7 +175,11 @@ class ModelRunner:
             )
             if run_drafter is not None:
                 dcache = run_drafter.new_cache(slots, self.table.max_len, dtype, self.device, self.table, backend)
-                self.feed = DrafterFeed(slots, run_drafter.feature_size, dtype, self.device, self.lookahead)
+                feature_size = run_drafter.feature_size
+                limit = backlog_limit(
+                    config.drafter_backlog, slots, feature_size, dtype, self.max_model_len, self.lookahead
+                )
+                self.feed = DrafterFeed(slots, feature_size, dtype, self.device, self.lookahead, limit)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         if self.device.type == "cuda":  # installed (or taken out) on the modules this engine runs
             kernels = LayerKernels.load(self.device, dtype) if config.layer_kernels else None
@@ -270,6 +274,7 @@ class ModelRunner:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
         self._sync_pages()
         slot_ids = [r.slot for r in requests]
+        backlog_s = self._bound_backlog(slot_ids) if self.drafter is not None and not strategy.uses_drafter else 0.0
         inputs = self.state.inputs(slot_ids)
         if strategy.is_disabled:
             if self.graphs is not None:
@@ -310,8 +315,27 @@ class ModelRunner:
             drafted=drafted,
             draft_time_s=draft_s,
             verify_time_s=verify_s,
-            catch_up_time_s=catch_up_s,
+            catch_up_time_s=catch_up_s + backlog_s,
         )
+
+    def _bound_backlog(self, slot_ids: list[int]) -> float:
+        """Before a round without the drafter: where its entries could pass a slot's ``DrafterFeed.max_width``, the
+        drafter reads that slot's pending entries but the last (which stays pending as the next root), as the next
+        drafter round's catch-up would (`split_pending`); the seconds it took (0.0 when no slot was full)."""
+        full = self.feed.full(slot_ids, self.lookahead)
+        if not full:
+            return 0.0
+        inputs = self.state.inputs(full)
+        pending = self.feed.take(inputs.slots, full)
+        last, earlier, taken = split_pending(pending, 1)
+        before = replace(inputs, lengths=inputs.lengths - taken)
+        try:
+            _, seconds = timed_catch_up(self.spec_models, before, earlier, int(inputs.lengths.max()), None, True)
+        except BaseException:
+            self.feed.restore_take()
+            raise
+        self.feed.append(full, last.tokens, last.features, [1] * len(full))
+        return seconds
 
     def _speculate(self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy) -> SpecRoundResult:
         """A speculative round's tokens; one that raises emitted nothing and leaves the drafter's pending entries

@@ -31,9 +31,10 @@ class RoundStats:
     emitted (the selector's cost model fills it in; 0 when no estimate was made). ``catch_up_time_s``: the part of
     ``wall_time_s`` the round spent catching up on text emitted before it: a history round indexing what came since
     its groups' last history draft, a drafter round after rounds without the drafter feeding it their tokens (the
-    engine times that catch-up only then). A cost of the rounds that went before as much as of this one, which the
-    bandit does not learn as this arm's. ``context_tokens``: the keys the rows held before the round, summed over
-    rows (what its attention reads; 0 when not recorded), which a round's time grows with.
+    engine times that catch-up only then), a round without the drafter whose rows' unread text reached the engine's
+    ``drafter_backlog`` having the drafter read it first. A cost of the rounds that went before as much as of this
+    one, which the bandit does not learn as this arm's. ``context_tokens``: the keys the rows held before the round,
+    summed over rows (what its attention reads; 0 when not recorded), which a round's time grows with.
     """
 
     strategy: Strategy
@@ -76,6 +77,12 @@ class RoundStats:
     def mean_context(self) -> float | None:
         """Keys per row the round attended over (None when not recorded)."""
         return self.context_tokens / self.batch_size if self.context_tokens else None
+
+    @property
+    def own_time_s(self) -> float:
+        """The round's wall time less its catch-up: what the round's own strategy cost (the catch-up reads text
+        emitted before it; a plain engine, which has no drafter to feed, never pays it)."""
+        return self.wall_time_s - self.catch_up_time_s
 
     @property
     def total_emitted(self) -> int:

@@ -54,8 +54,8 @@ class PlainTimeEstimator(Protocol):
 
 def plain_time_estimate(estimator: StrategySelector | PlainTimeEstimator, stats: RoundStats) -> float:
     """What plain decoding would have taken for a round's tokens: the estimate of a selector (or meter) that makes
-    one; else a plain round's own time, and 0.0 (no estimate) for a speculative round."""
+    one; else a plain round's own time (``RoundStats.own_time_s``), and 0.0 (no estimate) for a speculative round."""
     estimate = getattr(estimator, "plain_time_estimate", None)  # a protocol isinstance costs ~12 us a round
     if estimate is not None:
         return estimate(stats)
-    return stats.wall_time_s if stats.strategy.is_disabled else 0.0
+    return stats.own_time_s if stats.strategy.is_disabled else 0.0

@@ -268,7 +268,7 @@ def pressure(case: Case) -> dict:
     """Engine keys that put the case's speculative run under memory pressure, drawn from its seed: a page size of
     1-32, a KV pool of 5-100% of the tokens its requests need (at least one request's context plus a speculative
     round, the least an engine takes), the context cut to the longest request, prefix sharing on or off, admission
-    in batches of 1 to the batch size. The engine
+    in batches of 1 to the batch size, a drafter backlog of a round to 40 entries (or the default). The engine
     must wait or preempt and recompute, and still decode exactly what plain decoding does."""
     rng = random.Random(case.seed * 7 + 1)
     longest = max(len(i.prompt_ids) + i.params.max_new_tokens for i in case.inputs)
@@ -280,7 +280,8 @@ def pressure(case: Case) -> dict:
         "kv_cache_tokens": max(int(needed * fraction), context + 64),
         "max_model_len": context,
         "prefix_sharing": rng.random() < 0.7,
-        "admit_batch": rng.randint(1, case.batch_size),  # drawn last: the draws above stay the cases they were
+        "admit_batch": rng.randint(1, case.batch_size),  # drawn after the keys above: they stay what they were
+        "drafter_backlog": rng.choice([None, 1, 3, 8, 40]),  # drawn last: the drafter reads long plain stretches early
     }
 
 
