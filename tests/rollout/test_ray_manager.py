@@ -114,8 +114,8 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
     def kill_in_second_wave() -> None:  # 16 requests per worker, 4 at a time: kill once 5 results are back
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            stats = ray.get(victim.actor.stats.remote())  # with some still running: on a loaded machine the victim
-            if stats.requests_served >= served + 5 and stats.running_requests > 0:  # could finish them all first
+            stats = ray.get(victim.actor.stats.remote())  # with a few still running: on a loaded machine the victim
+            if stats.requests_served >= served + 5 and stats.running_requests > 1:  # could finish one before it lands
                 ray.kill(victim.actor)
                 killed.set()
                 return
