@@ -69,7 +69,7 @@ class StepOutput:
     prefill_rows: int = 0
     catch_up_time_s: float = 0.0
     """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
-    ``draft_time_s``)."""
+    ``draft_time_s``), or in a round without the drafter the reading its backlog limit forced (``_bound_backlog``)."""
 
 
 class ModelRunner:
