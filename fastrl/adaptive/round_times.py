@@ -126,10 +126,9 @@ class RoundTimes:
         self._measured: set[Strategy] = set()
         self._fixed: dict[Strategy, list[Strategy]] = {}  # stopping chain -> the fixed chains that time it
         self._curves_by_depth: dict[tuple[Strategy, int], ChainCurve | None] = {}
-        # choose() asks for every arm's time each round: the calibrated curves' values until another calibration,
-        # the predictions until the next round is learned
+        # choose() asks for every arm's time each round: the calibrated curves' values until another calibration or
+        # context bin, the predictions until the next round is learned
         self._curve: dict[tuple[Strategy, int], float | None] = {}
-        self._log_curve: dict[tuple[Strategy, int], float] = {}
         self._predicted: dict[tuple[Strategy, int], float | None] = {}
         self.set_calibration(calibration)
 
@@ -141,7 +140,6 @@ class RoundTimes:
         """Use ``calibration``; what rounds taught against another calibration is dropped."""
         self._calibration = calibration
         self._curve.clear()
-        self._log_curve.clear()
         self._predicted.clear()
         self._curves_by_depth.clear()
         self._curves = {}
@@ -168,7 +166,6 @@ class RoundTimes:
         if context != self._context:
             self._context = context
             self._curve.clear()
-            self._log_curve.clear()
             self._predicted.clear()
             self._curves_by_depth.clear()
 
@@ -264,11 +261,8 @@ class RoundTimes:
         return math.log(self._depth_curve(arm, batch_size).seconds(depth))  # type: ignore[union-attr]
 
     def _log_calibrated(self, arm: Strategy, batch_size: int) -> float:
-        key = (arm, batch_size)
-        if key not in self._log_curve:
-            calibrated = self.calibrated(arm, batch_size)
-            self._log_curve[key] = 0.0 if calibrated is None else math.log(calibrated)
-        return self._log_curve[key]
+        calibrated = self.calibrated(arm, batch_size)
+        return 0.0 if calibrated is None else math.log(calibrated)
 
     def state(self) -> dict:
         """Plain-data snapshot of what rounds taught (the calibration is saved on its own)."""

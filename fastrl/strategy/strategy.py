@@ -330,18 +330,13 @@ def check_strategy_names(key: str, names: list[str], selectors: tuple[str, ...] 
     for name in names:
         if name in selectors or any(name.startswith(p) for p in selectors if p.endswith(":")):
             continue
-        try:
-            Strategy.parse(name)
-        except ValueError as err:
-            raise ValueError(f"{key}: {err}") from None
+        strategy_entry(key, name)
 
 
 def strategy_entry(key: str, value: object) -> Strategy:
-    """The strategy a saved entry ``key`` holds (a state's arm, a calibration row's): ValueError naming ``key``
-    unless ``value`` is a string that parses."""
-    if not isinstance(value, str):
-        raise ValueError(f"{key} is {value!r}: expected a strategy string")
+    """The strategy an entry ``key`` holds (a config's name, a saved state's arm, a calibration row's): ValueError
+    naming ``key`` unless ``value`` parses (``Strategy.parse`` refuses what is not a string)."""
     try:
-        return Strategy.parse(value)
+        return Strategy.parse(value)  # type: ignore[arg-type]
     except ValueError as err:
         raise ValueError(f"{key}: {err}") from None
