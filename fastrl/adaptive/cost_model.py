@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from fastrl.json_values import is_int, is_real
-from fastrl.strategy.strategy import Strategy, strategy_entry
+from fastrl.strategy.strategy import DISABLE, Strategy, strategy_entry
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ Point = tuple[Strategy, int, float, "int | None"]
 """One measured round time: ``(strategy, batch_size, seconds, context)``, ``context`` the mean keys per row the round
 attended over (None: not recorded)."""
 
+COLD = "cold"
+"""The fifth field of a JSON row timing a plain round right after another arm's (``CostModel.cold_measurements``)."""
+
 
 class CostModel:
     """Round wall time per (strategy, batch size), and per context where the measurements say.
@@ -69,22 +72,24 @@ class CostModel:
     each batch size (constant below the smallest measured batch size, linear extrapolation with a non-negative
     slope above the largest); measured at several contexts, then linear in the context between them (``context_time``).
     Other strategies use ``params`` when given, else raise ``ValueError``.
+
+    ``cold`` times plain rounds right after a round of another arm, where a calibration measured them: on a CPU such
+    a round finds the policy's weights and cache partly out of the processor's caches (the other arm's drafter,
+    tree and wider activations took their place) and costs more than plain rounds in a row, by more the smaller the
+    batch (`RoundTimes` learns plain decoding's price from it as a warm round's).
     """
 
     def __init__(
         self,
         params: CostParams | None = None,
         tables: dict[Strategy, dict[int | None, list[tuple[int, float]]]] | None = None,
+        cold: dict[int | None, list[tuple[int, float]]] | None = None,
     ) -> None:
         self.params = params
         self._tables: dict[Strategy, dict[int | None, tuple[list[int], list[float]]]] = {}
         for strategy, levels in (tables or {}).items():
-            if None in levels and len(levels) > 1:
-                raise ValueError(f"strategy {strategy}: measured both with and without a context")
-            self._tables[strategy] = {}
-            for context, points in sorted(levels.items(), key=lambda item: item[0] or 0):
-                ordered = sorted(points)
-                self._tables[strategy][context] = ([bs for bs, _ in ordered], [s for _, s in ordered])
+            self._tables[strategy] = _levels(str(strategy), levels)
+        self._cold = _levels("cold plain", cold or {})
 
     @classmethod
     def default_gpu(cls) -> CostModel:
@@ -92,43 +97,43 @@ class CostModel:
         return cls(params=CostParams())
 
     @classmethod
-    def fit(cls, measurements: list, fallback: CostParams | None = None) -> CostModel:
+    def fit(cls, measurements: list, fallback: CostParams | None = None, cold: list | None = None) -> CostModel:
         """Build a model from measured rounds, each a ``Point`` or a ``(strategy, batch_size, seconds)`` without a
-        context (repeats are reduced to medians)."""
+        context (repeats are reduced to medians); ``cold``: ``Point``s of plain rounds right after another arm's."""
         if not measurements:
             raise ValueError("CostModel.fit needs at least one measurement")
         samples: dict[Strategy, dict[int | None, dict[int, list[float]]]] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(list))
         )
-        for point in measurements:
+        cold_samples: dict[int | None, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for point, into in [*((p, None) for p in measurements), *((p, cold_samples) for p in cold or [])]:
             strategy, batch_size, seconds, context = (*point, None) if len(point) == 3 else point
             if batch_size < 1 or not 0 < seconds < math.inf or not (context is None or 1 <= context < math.inf):
                 raise ValueError(
                     f"measurement {tuple(point)}: batch_size must be >= 1, seconds a finite number > 0 and the "
                     "context (mean keys per row) None or >= 1"
                 )
-            samples[strategy][context][batch_size].append(seconds)
-        tables = {
-            strategy: {
-                context: [(bs, statistics.median(times)) for bs, times in by_bs.items()]
-                for context, by_bs in levels.items()
-            }
-            for strategy, levels in samples.items()
-        }
-        return cls(params=fallback, tables=tables)
+            if into is not None and not strategy.is_disabled:
+                raise ValueError(f"measurement {tuple(point)}: a cold round is a plain one (disable)")
+            (into if into is not None else samples[strategy])[context][batch_size].append(seconds)
+        tables = {strategy: _medians(levels) for strategy, levels in samples.items()}
+        return cls(params=fallback, tables=tables, cold=_medians(cold_samples))
 
     @classmethod
     def from_rows(cls, rows: object, where: str) -> CostModel:
         """The model of JSON rows ``[strategy, batch size, seconds]`` or ``[strategy, batch size, seconds, context]``
         (what ``rows`` writes); ValueError naming ``where`` when they are anything else (``checked_rows``)."""
         try:
-            return cls.fit(checked_rows(rows, "rows"))
+            points, cold = checked_rows(rows, "rows")
+            return cls.fit(points, cold=cold)
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
 
     def rows(self) -> list[list]:
-        """The measured table as JSON rows (``from_rows`` reads them back; a point without a context has 3 fields)."""
-        return [[str(s), b, t] if c is None else [str(s), b, t, c] for s, b, t, c in self.measurements()]
+        """The measured table as JSON rows (``from_rows`` reads them back; a point without a context has 3 fields, a
+        cold plain round's a fifth, ``COLD``)."""
+        rows = [[str(s), b, t] if c is None else [str(s), b, t, c] for s, b, t, c in self.measurements()]
+        return rows + [[str(s), b, t, c, COLD] for s, b, t, c in self.cold_measurements()]
 
     @classmethod
     def from_json(cls, path: str, fallback: CostParams | None = None) -> CostModel:
@@ -162,6 +167,12 @@ class CostModel:
             for b, t in zip(sizes, times, strict=True)
         ]
 
+    def cold_measurements(self) -> list[Point]:
+        """The cold plain rounds' table as ``Point``s (``fit``'s ``cold`` rebuilds it; empty where none were timed)."""
+        return [
+            (DISABLE, b, t, c) for c, (sizes, times) in self._cold.items() for b, t in zip(sizes, times, strict=True)
+        ]
+
     def round_time(self, strategy: Strategy, batch_size: int, context: float | None = None) -> float:
         """Wall time (seconds) of one round of ``strategy`` over ``batch_size`` requests of ``context`` keys a row
         (see ``context_time``)."""
@@ -188,15 +199,24 @@ class CostModel:
         return RoundCost(draft, verify, p.spec_overhead_s)
 
 
-def checked_rows(rows: object, name: str) -> list[Point]:
+def checked_rows(rows: object, name: str) -> tuple[list[Point], list[Point]]:
     """The ``Point``s of JSON rows ``[strategy, batch size, seconds(, context)]`` named ``name`` (a bandit state's
-    calibration, a cached calibration): ValueError naming the first entry that is not one (``name[i][k]``)."""
-    if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) in (3, 4) for r in rows)):
+    calibration, a cached calibration), and those of its cold plain rounds (``[disable, batch size, seconds, context,
+    COLD]``): ValueError naming the first entry that is not one (``name[i][k]``)."""
+    if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) in (3, 4, 5) for r in rows)):
         said = f"{name} must be a list of [strategy, batch size, seconds(, context)] rows, got {rows!r}"
         raise ValueError(said[:300])
-    points = []
+    points: list[Point] = []
+    cold: list[Point] = []
     for i, (strategy, batch_size, seconds, *context) in enumerate(rows):
         arm = strategy_entry(f"{name}[{i}][0]", strategy)
+        if len(context) == 2:
+            if context[1] != COLD or not arm.is_disabled:
+                raise ValueError(
+                    f"{name}[{i}] is {rows[i]!r}: rows are [strategy, batch size, seconds(, context)], a cold plain "
+                    f"round's [{DISABLE}, batch size, seconds, context, {COLD!r}]"
+                )
+            context = context[:1]
         for k, count in ((1, batch_size), *((3, c) for c in context)):
             if not is_int(count) or count < 1:
                 raise ValueError(
@@ -204,8 +224,10 @@ def checked_rows(rows: object, name: str) -> list[Point]:
                 )
         if not (is_real(seconds) and 0 < seconds < math.inf):
             raise ValueError(f"{name}[{i}][2] is {seconds!r}: expected a finite number of seconds > 0")
-        points.append((arm, int(batch_size), float(seconds), int(context[0]) if context else None))
-    return points
+        (cold if len(rows[i]) == 5 else points).append(
+            (arm, int(batch_size), float(seconds), int(context[0]) if context else None)
+        )
+    return points, cold
 
 
 def context_time(levels: list[tuple[int | None, float]], context: float | None) -> float:
@@ -225,6 +247,25 @@ def context_time(levels: list[tuple[int | None, float]], context: float | None) 
     if context <= c1:
         return t0 + slope * (context - c0)
     return t1 + max(0.0, slope) * (context - c1)
+
+
+def _medians(samples: dict[int | None, dict[int, list[float]]]) -> dict[int | None, list[tuple[int, float]]]:
+    """Per context, each batch size's median seconds."""
+    return {c: [(bs, statistics.median(times)) for bs, times in by_bs.items()] for c, by_bs in samples.items()}
+
+
+def _levels(
+    name: str, levels: dict[int | None, list[tuple[int, float]]]
+) -> dict[int | None, tuple[list[int], list[float]]]:
+    """One table's ``(sizes, seconds)`` per context, contexts and sizes sorted; ValueError naming ``name`` when it was
+    measured both with and without a context."""
+    if None in levels and len(levels) > 1:
+        raise ValueError(f"strategy {name}: measured both with and without a context")
+    table = {}
+    for context, points in sorted(levels.items(), key=lambda item: item[0] or 0):
+        ordered = sorted(points)
+        table[context] = ([bs for bs, _ in ordered], [s for _, s in ordered])
+    return table
 
 
 def _forward(base_s: float, saturation: int, tokens: int) -> float:

@@ -21,6 +21,13 @@ A stopping chain (``S_1_N@P``) is timed at the depth it reaches (``chain_depth``
 is compared with the curve through the calibrated fixed chains at ``d`` (``ChainCurve``), and a prediction takes the
 depth its rounds reached at that batch size; its bias is then what the curve misses, not the depth.
 
+A plain round right after another arm's is learned as the plain round after plain rounds it stands for
+(``warm_seconds``): on a CPU it finds less of the policy in the processor's caches (a ``3_1_4`` round's drafter, tree
+and wider activations took their place), and a plain anchor among speculative rounds, the bandit's one measure of
+plain decoding at the tail's small batches, is such a round. Learned as it is, it priced plain decoding ~15% above
+what a plain run pays there (the bundled model at batch 1) and put ``fastrl train``'s speedup estimate as much too
+high. The calibration times the penalty per batch size and context (its cold plain rounds, ``cold_penalty``).
+
 Comparisons between arms at one moment then cancel the load. An arm without a calibration is timed by its own rounds
 (its "calibration" is 1 s and its bias a wide prior over knots at ``UNCALIBRATED_SIZES``); an arm neither calibrated
 nor measured has no time (None).
@@ -130,6 +137,8 @@ class RoundTimes:
         # context bin, the predictions until the next round is learned
         self._curve: dict[tuple[Strategy, int], float | None] = {}
         self._predicted: dict[tuple[Strategy, int], float | None] = {}
+        self._cold: dict[int | None, list[tuple[int, float]]] = {}  # the calibration's cold plain rounds, per context
+        self._penalty: dict[int, float] = {}  # cold_penalty per batch size, at the current context
         self.set_calibration(calibration)
 
     def calibration(self) -> CostModel | None:
@@ -139,12 +148,12 @@ class RoundTimes:
     def set_calibration(self, calibration: CostModel | None) -> None:
         """Use ``calibration``; what rounds taught against another calibration is dropped."""
         self._calibration = calibration
-        self._curve.clear()
-        self._predicted.clear()
-        self._curves_by_depth.clear()
-        self._curves = {}
+        self._clear_predictions()
+        self._curves, self._cold = {}, {}
         for arm, size, seconds, context in calibration.measurements() if calibration is not None else []:
             self._curves.setdefault(arm, {}).setdefault(context, []).append((size, seconds))
+        for _, size, seconds, context in calibration.cold_measurements() if calibration is not None else []:
+            self._cold.setdefault(context, []).append((size, seconds))
         calibrated = list(self._curves)
         stopping = [arm for arm in calibrated if arm.stops_early and self._chain_depth]
         self._fixed = {arm: fixed_chains(arm, calibrated) for arm in stopping}
@@ -165,9 +174,14 @@ class RoundTimes:
         context = context_bin(mean_context)
         if context != self._context:
             self._context = context
-            self._curve.clear()
-            self._predicted.clear()
-            self._curves_by_depth.clear()
+            self._clear_predictions()
+
+    def _clear_predictions(self) -> None:
+        """Forget every value that depends on the calibration or the context."""
+        self._curve.clear()
+        self._predicted.clear()
+        self._curves_by_depth.clear()
+        self._penalty.clear()
 
     def has_calibration(self, arm: Strategy) -> bool:
         """Whether the calibration timed ``arm`` (``calibrated`` is then a number at every batch size)."""
@@ -185,6 +199,27 @@ class RoundTimes:
                 else context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
             )
         return self._curve[key]
+
+    def cold_penalty(self, batch_size: int) -> float:
+        """How many times a plain round after plain rounds a plain round right after another arm's takes at
+        ``batch_size`` and the current context: the calibration's cold plain rounds over its plain ones (at least 1;
+        1 where it timed none)."""
+        if batch_size not in self._penalty:
+            plain = self.calibrated(DISABLE, batch_size)
+            if not self._cold or plain is None:
+                self._penalty[batch_size] = 1.0
+            else:
+                levels = [(c, knee_curve(points, batch_size)) for c, points in self._cold.items()]
+                self._penalty[batch_size] = max(1.0, context_time(levels, self._context) / plain)
+        return self._penalty[batch_size]
+
+    def warm_seconds(self, stats: RoundStats) -> float:
+        """A round's own time (``RoundStats.own_time_s``), a cold plain round's (right after another arm's) as the
+        plain round after plain rounds it stands for (over ``cold_penalty``), at its batch size and context."""
+        self.set_context(stats.mean_context)
+        if stats.strategy.is_disabled and stats.after_other_arm:
+            return stats.own_time_s / self.cold_penalty(stats.batch_size)
+        return stats.own_time_s
 
     def observe(self, arm: Strategy, batch_size: int, seconds: float, depth: int | None = None) -> None:
         """Learn from one round of ``arm`` over ``batch_size`` rows that took ``seconds`` (a stopping chain's:
@@ -205,16 +240,15 @@ class RoundTimes:
         depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
         if depth is not None and self._chain_depth:
             self.chains.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
-        self.set_context(stats.mean_context)
-        self.observe(stats.strategy, stats.batch_size, stats.own_time_s, depth)
+        self.observe(stats.strategy, stats.batch_size, self.warm_seconds(stats), depth)
 
     def plain_estimate(self, stats: RoundStats) -> float:
         """Seconds plain decoding would have taken for a round's tokens: its own time for a plain round (less a
-        drafter catch-up it ran, ``RoundStats.own_time_s``), else the plain round time at its batch size and context
-        now x the tokens emitted per row (0.0 while plain's time is unknown). Predictions are made at its context
-        from then on."""
+        drafter catch-up it ran, as a warm round's: ``warm_seconds``), else the plain round time at its batch size and
+        context now x the tokens emitted per row (0.0 while plain's time is unknown). Predictions are made at its
+        context from then on."""
         if stats.strategy.is_disabled:
-            return stats.own_time_s
+            return self.warm_seconds(stats)
         self.set_context(stats.mean_context)
         seconds = self.plain_seconds(stats.batch_size)
         return 0.0 if seconds is None else seconds * stats.total_emitted / stats.batch_size

@@ -20,6 +20,7 @@ import json
 import random
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,6 +43,18 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 
 PLAIN_REPEATS = 3
 """Plain rounds per calibration pass (one of every other arm)."""
+WARMUP_ROUNDS = 16
+"""Most untimed plain rounds that start a pass (at least ``MIN_WARMUP_ROUNDS``, then until ``WARMUP_S`` have passed):
+the other sizes' rounds left this engine's weights and cache out of the processor's caches, and a small batch takes
+several rounds to find them again. On this CPU (the bundled model, float32) plain rounds at batch 1 right after rounds
+at batch 64 took 1.68, 1.48, 1.34, 1.21, 1.15, 1.12, 1.05x the time of rounds in a row (at batch 8: 1.16, 1.09, 1.06,
+1.04x): after one untimed round the calibration priced plain decoding at batch 1 ~1.35x what a rollout's plain rounds
+cost, and the speedup estimate at the tail as much too high."""
+MIN_WARMUP_ROUNDS = 2
+"""Fewest untimed plain rounds that start a pass."""
+WARMUP_S = 0.03
+"""Seconds of untimed plain rounds that start a pass (within ``MIN_WARMUP_ROUNDS`` and ``WARMUP_ROUNDS`` rounds): a
+round of a large batch refills the caches in a few, a batch-1 round of a few ms takes its ~16."""
 MIN_PASSES = 5
 """Timed passes at least, whatever ``rounds`` asks: the bandit takes the ratios between arms from the calibration,
 and on a loaded machine a median of three rounds still let a spike put 3_1_4 above 5_1_6 at batch 1."""
@@ -104,8 +117,8 @@ class RequestPlan:
     budget: int
     """A request's ``max_new_tokens``: its first token (from the prefill) and the rounds it serves."""
     pass_tokens: int
-    """Most tokens one pass emits into a row: an untimed and the timed plain rounds, and for every arm a catch-up and
-    a timed round."""
+    """Most tokens one pass emits into a row: the untimed and the timed plain rounds, for every arm a catch-up and a
+    timed round, and the cold plain round."""
     passes: int
     """Passes in all, the first a warm-up."""
 
@@ -124,7 +137,7 @@ def request_plan(
     and timed rounds). The rest of the context is every request's budget, or the rest of ``context`` tokens a row
     (at least the largest step). ValueError when the context cannot hold one arm's rounds."""
     arms = _timed_arms(arms)
-    steps = [1 + PLAIN_REPEATS, *(2 * arm.max_accept_length for arm in arms)]
+    steps = [WARMUP_ROUNDS + PLAIN_REPEATS + 1, *(2 * arm.max_accept_length for arm in arms)]  # and the cold plain
     pass_tokens = sum(steps)
     whole_pass = (positions - pass_tokens - 2) // 2  # the prompt that leaves room for a whole pass
     one_arm = (positions - max(steps) - 2) // 2  # the prompt that leaves room for the largest step of a pass
@@ -175,11 +188,16 @@ class CalibrationBatch:
 
     def start_pass(self) -> None:
         """Fresh requests when the running ones cannot take a whole pass (and a set of requests can), then the pass's
-        first round, untimed: the other sizes' rounds left this engine's weights and cache out of cache."""
+        first rounds, plain and untimed (``WARMUP_ROUNDS``): the other sizes' rounds left this engine's weights and
+        cache out of the processor's caches."""
         if self._room < self.plan.pass_tokens <= self.plan.budget - 1:
             self._refill()
-        self.make_room(1)
-        self.round(DISABLE)
+        self.make_room(WARMUP_ROUNDS + PLAIN_REPEATS)  # no fresh requests between the warm-up and the timed rounds
+        start = time.perf_counter()
+        for done in range(WARMUP_ROUNDS):
+            if done >= MIN_WARMUP_ROUNDS and time.perf_counter() - start >= WARMUP_S:
+                break
+            self.round(DISABLE)
 
     def make_room(self, tokens: int) -> None:
         """Fresh requests when a running row could not take ``tokens`` more."""
@@ -226,17 +244,19 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     (``context_plans``), on engines built like ``engine``.
 
     The engines of all sizes and contexts are built first and take turns pass by pass, so that a slow spell of a
-    shared machine falls on every size and arm alike (the ratios between them are what the bandit needs; the absolute
-    level is corrected by every real round). Within a pass one engine runs all its rounds in a row after an untimed
-    one, as a rollout does: rounds that take turns with another size's find the weights out of the CPU's cache (plain
-    at batch 1 timed 1.2x slower than back to back, a ``5_1_6`` round not at all). Plain rounds are cheap and are the
-    reference of every speedup estimate: each pass times ``PLAIN_REPEATS`` of them, then every arm; a drafter arm
-    after a round without the drafter (plain, history) first runs one untimed round (the drafter catches up on the
-    tokens it missed, which would inflate that arm's time). An arm slower at a size than ``max_accept_length`` plain
-    rounds can never win there, nor at larger sizes: it is timed at larger sizes of that context no more. An arm's
-    time is the median of its rounds' ratios to the plain rounds of the same pass times the median plain round: a load
-    that comes and goes between passes cancels out of the ratios. Every point carries its context's keys a row (the
-    median over that context's timed rounds). Requests are replaced by fresh ones as the context requires.
+    shared machine falls on every size and arm alike (the ratios between them are what the bandit needs; the
+    absolute level is corrected by every real round). Within a pass one engine runs all its rounds in a row after
+    ``WARMUP_ROUNDS`` untimed plain ones, as a rollout does: rounds that take turns with another size's find the
+    weights out of the CPU's cache (plain at batch 1 timed 1.2x slower than back to back, a ``5_1_6`` round not at
+    all). Plain rounds are cheap and are the reference of every speedup estimate: each pass times ``PLAIN_REPEATS``
+    of them, then every arm; a drafter arm after a round without the drafter (plain, history) first runs one untimed
+    round (the drafter catches up on the tokens it missed, which would inflate that arm's time). After the arms, a
+    last plain round is timed as a cold one (``CostModel.cold_measurements``: right after another arm's round, it
+    costs more on a CPU). An arm slower at a size than ``max_accept_length`` plain rounds can never win there, nor
+    at larger sizes: it is timed at larger sizes of that context no more. An arm's time is the median of its rounds'
+    ratios to the plain rounds of the same pass times the median plain round: a load that comes and goes between
+    passes cancels out of the ratios. Every point carries its context's keys a row (the median over that context's
+    timed rounds). Requests are replaced by fresh ones as the context requires.
     """
 
     arms = _timed_arms(arms)
@@ -246,6 +266,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
     relative: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)  # arm / plain of its pass
     contexts: dict[RequestPlan, list[float]] = defaultdict(list)  # keys a row of every timed round
+    cold: dict[tuple[int, RequestPlan], list[float]] = defaultdict(list)  # a cold plain round / plain of its pass
     for repeat in range(plans[0].passes):
         turn = repeat % max(len(arms), 1)
         order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
@@ -263,15 +284,25 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
                         contexts[batch.plan].append(stats.mean_context or 1.0)
                         plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
                         relative[key].append(stats.wall_time_s / statistics.median(plain_pass))
+            if not batch.last.is_disabled:  # a plain round right after another arm's: a cold one
+                batch.make_room(1)
+                stats = batch.round(DISABLE)
+                if repeat > 0:
+                    plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
+                    cold[(batch.size, batch.plan)].append(stats.wall_time_s / statistics.median(plain_pass))
     level = {plan: max(1, round(statistics.median(keys))) for plan, keys in contexts.items()}
     if len(plans) > 1 and level[plans[-1]] < LEVEL_SPREAD * level[plans[0]]:  # too near to draw a line through
         level = {plans[-1]: level[plans[-1]]}
-    points = []
+    points, cold_points = [], []
     for (arm, size, plan), ratios in relative.items():
         if plan in level:
             plain = statistics.median(times[(DISABLE, size, plan)])
             points.append((arm, size, statistics.median(ratios) * plain, level[plan]))
-    return CostModel.fit(points)
+    for (size, plan), ratios in cold.items():
+        if plan in level:
+            plain = statistics.median(times[(DISABLE, size, plan)])
+            cold_points.append((DISABLE, size, statistics.median(ratios) * plain, level[plan]))
+    return CostModel.fit(points, cold=cold_points)
 
 
 def _timed_arms(arms: list[Strategy]) -> list[Strategy]:
@@ -342,6 +373,8 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "passes": MIN_PASSES,
         "order": "size by size",  # rounds of one size in a row (interleaved sizes timed plain at batch 1 1.2x slow)
         "rows": "ragged",  # rows of one batch differ in length (equal rows hid attention over the longest row)
+        "cold": "plain after the arms",  # a pass ends with a plain round timed right after another arm's
+        "warmup": [MIN_WARMUP_ROUNDS, WARMUP_ROUNDS, WARMUP_S],  # untimed plain rounds before a pass's timed ones
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

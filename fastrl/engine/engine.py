@@ -28,7 +28,7 @@ from fastrl.speculative.history.config import HistoryConfig
 from fastrl.speculative.history.index import HistoryIndex
 from fastrl.strategy.round_stats import MIN_WALL_TIME_S, RoundStats
 from fastrl.strategy.selector import StrategySelector, plain_time_estimate
-from fastrl.strategy.strategy import DISABLE
+from fastrl.strategy.strategy import DISABLE, Strategy
 
 
 @dataclass
@@ -108,6 +108,7 @@ class Engine:
             self.config.admission_slots,
         )
         self.round_stats: list[RoundStats] = []
+        self._last_strategy: Strategy | None = None  # the last decode round's (its readers may clear round_stats)
         # estimates plain decoding's time for a selector without a cost model (set by calibrate_engine; see
         # fastrl.adaptive.plain_meter): it learns every round after the selector
         self.plain_meter: PlainTimeMeter | None = None
@@ -413,9 +414,11 @@ class Engine:
             verify_time_s=out.verify_time_s,
             catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
             context_tokens=context,
+            after_other_arm=self._last_strategy not in (None, strategy),
         )
         stats.plain_time_estimate_s = plain_time_estimate(self._estimator, stats)  # the estimator's own number
         self.round_stats.append(stats)
+        self._last_strategy = strategy
         self._info.observe(stats)
         self.selector.observe(stats)
         if self.plain_meter is not None:

@@ -35,6 +35,8 @@ class RoundStats:
     ``drafter_backlog`` having the drafter read it first. A cost of the rounds that went before as much as of this
     one, which the bandit does not learn as this arm's. ``context_tokens``: the keys the rows held before the round,
     summed over rows (what its attention reads; 0 when not recorded), which a round's time grows with.
+    ``after_other_arm``: the engine's decode round before this one ran another strategy (on a CPU a plain round then
+    finds less of the policy in the processor's caches and costs more than one after plain rounds).
     """
 
     strategy: Strategy
@@ -48,6 +50,7 @@ class RoundStats:
     plain_time_estimate_s: float = 0.0
     catch_up_time_s: float = 0.0
     context_tokens: int = 0
+    after_other_arm: bool = False
 
     def __post_init__(self) -> None:
         if not is_integral(self.batch_size) or self.batch_size < 1:
@@ -72,6 +75,8 @@ class RoundStats:
             raise ValueError(f"RoundStats.catch_up_time_s must be in {bound}, got {self.catch_up_time_s!r}")
         if not is_integral(self.context_tokens) or self.context_tokens < 0:
             raise ValueError(f"RoundStats.context_tokens must be an integer >= 0, got {self.context_tokens!r}")
+        if not isinstance(self.after_other_arm, bool):
+            raise ValueError(f"RoundStats.after_other_arm must be a bool, got {self.after_other_arm!r}")
 
     @property
     def mean_context(self) -> float | None:

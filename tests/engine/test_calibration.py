@@ -14,6 +14,7 @@ from fastrl.engine.calibration import (
     PROMPT_TOKENS,
     SHORT_CONTEXT,
     SHORT_PROMPT,
+    WARMUP_ROUNDS,
     context_plans,
     request_plan,
 )
@@ -56,9 +57,18 @@ def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batc
     assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
     prefills = [(size, len(ran)) for prefill, _, size, ran in steps if prefill]
     plan = request_plan(policy.config.max_position_embeddings, ARMS, 30)
-    assert plan.budget - 1 == plan.pass_tokens and plan.passes == 31  # a set of requests takes one pass, no more
+    assert plan.pass_tokens <= plan.budget - 1 < 2 * plan.pass_tokens and plan.passes == 31  # one pass a set, no more
     assert sorted(prefills) == [(1, 0)] * 31 + [(3, 0)] * 31  # each set prefilled in a step of its own
     assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 3)}
+    cold = [ran[0] for prefill, meant, _, ran in steps if not prefill and meant.is_disabled and ran[0].after_other_arm]
+    assert len(cold) == 2 * 31  # every pass ends with a plain round right after another arm's, at each size
+    assert sorted(b for _, b, *_ in model.cold_measurements()) == [1, 3]
+    rounds = [r for prefill, _, _, ran in steps if not prefill for r in ran]
+    for size in (1, 3):  # the engine says which rounds followed another arm's (each size's engine its own rounds)
+        own = [r for r in rounds if r.batch_size == size]
+        assert [r.after_other_arm for r in own[1:]] == [
+            a.strategy != b.strategy for a, b in zip(own[:-1], own[1:], strict=True)
+        ]
 
 
 def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypatch):
@@ -89,22 +99,22 @@ def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
 
 
 def test_the_plan_keeps_the_prompt_where_a_pass_fits_and_gives_the_rest_to_the_budget():
-    """A pass of 3_1_4 and suffix_4 emits at most 20 tokens a row (an untimed and 3 timed plain rounds, each arm
-    twice its longest round)."""
+    """A pass of 3_1_4 and suffix_4 emits at most 36 tokens a row (up to 16 untimed plain rounds, 3 timed and a cold
+    one, each arm twice its longest round)."""
     plan = request_plan(1024, ARMS, 1000)
-    assert (plan.prompt, plan.pass_tokens, plan.passes) == (PROMPT_TOKENS, 20, 1001)
+    assert (plan.prompt, plan.pass_tokens, plan.passes) == (PROMPT_TOKENS, WARMUP_ROUNDS + 3 + 1 + 8 + 8, 1001)
     assert plan.context == 1024  # the rest of the context is the budget: a set of requests takes many passes
     assert request_plan(1024, ARMS, 3).passes == MIN_PASSES + 1
-    short = request_plan(40, ARMS, 3)
-    assert short.prompt == 9 and short.budget - 1 >= short.pass_tokens and short.context <= 40  # room for a pass
-    shorter = request_plan(22, ARMS, 3)  # no room for a whole pass after any prompt: room for one arm's rounds
-    assert shorter.pass_tokens > shorter.budget - 1 >= 8 and shorter.context <= 22
+    short = request_plan(56, ARMS, 3)
+    assert short.prompt == 9 and short.budget - 1 >= short.pass_tokens and short.context <= 56  # room for a pass
+    shorter = request_plan(38, ARMS, 3)  # no room for a whole pass after any prompt: room for its largest step
+    assert shorter.pass_tokens > shorter.budget - 1 >= WARMUP_ROUNDS + 3 + 1 and shorter.context <= 38
 
 
 def test_a_context_shorter_than_one_arms_rounds_is_refused_naming_it():
-    with pytest.raises(ValueError, match=r"context of 11 positions cannot hold the rounds .* \(needs 12"):
-        request_plan(11, ARMS, 3)
-    assert request_plan(12, ARMS, 3).prompt == 1
+    with pytest.raises(ValueError, match=r"context of 23 positions cannot hold the rounds .* \(needs 24"):
+        request_plan(23, ARMS, 3)  # the plain rounds' step: the warm-up's, the timed and the cold ones
+    assert request_plan(24, ARMS, 3).prompt == 1
 
 
 def test_a_long_enough_model_is_timed_at_a_short_and_a_long_context(monkeypatch):
