@@ -12,6 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastrl.adaptive.bandit import BanditSelector
+from fastrl.adaptive.bandit_config import BanditConfig
+from fastrl.adaptive.bandit_merge import merge_bandit_states
 from fastrl.adaptive.cost_model import COLD, CostModel
 from fastrl.adaptive.round_times import RoundTimes
 from fastrl.strategy.round_stats import RoundStats
@@ -122,3 +125,15 @@ def test_plain_anchors_after_other_arms_teach_plain_decoding_its_warm_price(cost
     assert abs(math.log(estimate)) < 0.1  # 30 seeds: within 5.5% of the truth
     high = replay(penalty, False, b, seed)
     assert high / estimate - 1 > 0.6 * (cost - 1)  # what the calibration's cold rounds fix (30 seeds: 0.73-0.90)
+
+
+def test_a_saved_and_a_merged_bandit_state_keep_the_cold_rounds():
+    config = BanditConfig(strategies=["3_1_4", "disable"])
+    first, second = BanditSelector(config, calibration({1: 1.3, 8: 1.1, 64: 1.0})), BanditSelector(config)
+    second.set_calibration(calibration({1: 1.1, 8: 1.1, 64: 1.0}))
+    restored = BanditSelector(config)
+    restored.load_state_dict(first.state_dict())
+    assert restored.times.cold_penalty(1) == pytest.approx(1.3)
+    merged = BanditSelector(config)
+    merged.load_state_dict(merge_bandit_states([first.state_dict(), second.state_dict()]))
+    assert merged.times.cold_penalty(1) == pytest.approx(1.2)  # the fit's median of the two workers' rounds
