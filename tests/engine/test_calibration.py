@@ -4,6 +4,8 @@ then timed whatever round had come last)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from fastrl.adaptive.fixed import FixedSelector
@@ -11,6 +13,7 @@ from fastrl.engine import calibration
 from fastrl.engine.calibration import (
     LEVEL_SPREAD,
     MIN_PASSES,
+    MIN_WARMUP_ROUNDS,
     PROMPT_TOKENS,
     SHORT_CONTEXT,
     SHORT_PROMPT,
@@ -69,6 +72,10 @@ def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batc
         assert [r.after_other_arm for r in own[1:]] == [
             a.strategy != b.strategy for a, b in zip(own[:-1], own[1:], strict=True)
         ]
+        runs = [len(list(run)) for plain, run in itertools.groupby(own, key=lambda r: r.strategy.is_disabled) if plain]
+        # a pass's warm-up (MIN_WARMUP_ROUNDS to WARMUP_ROUNDS) and 3 timed plain rounds, after the last pass's cold one
+        assert MIN_WARMUP_ROUNDS + 3 <= runs[0] <= WARMUP_ROUNDS + 3 and runs[-1] == 1 and len(runs) == 32
+        assert all(1 + MIN_WARMUP_ROUNDS + 3 <= n <= 1 + WARMUP_ROUNDS + 3 for n in runs[1:-1])
 
 
 def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypatch):
