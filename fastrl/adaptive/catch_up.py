@@ -5,10 +5,11 @@ first indexes what its groups emitted since their last history draft (``RoundSta
 learns an arm's round time without that catch-up (it is the earlier rounds' cost as much as this one's), but an
 exploratory pull pays it at once: on task prompts x 8 at batch 64 on this CPU, the first drafter and history pulls
 after plain rounds caught up for 24, 9 and 191 ms beside plain rounds of 9 ms, most of the bandit's loss to plain
-decoding there. ``CatchUpCosts`` keeps each source's backlog (tokens emitted by rounds without it since its last
-round, at most the tokens the rows hold) and its seconds per backlog token (learned from the rounds of that source
-alone: a hybrid round's one catch-up time mixes both), so the predicted catch-up of a pull is charged to
-exploration.
+decoding there. ``CatchUpCosts`` keeps each source's backlog (tokens emitted by rounds without it since its last round,
+at most the tokens the rows hold; the drafter's as the engine counts it, ``RoundStats.drafter_backlog``, where a
+backlog limit had the drafter read most of a long plain stretch already) and its seconds per backlog token (learned
+from the rounds of that source alone: a hybrid round's one catch-up time mixes both), so the predicted catch-up of a
+pull is charged to exploration.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class CatchUpCosts:
         for source in SOURCES:
             backlog = self.backlog[source] + stats.total_emitted
             self.backlog[source] = 0 if source in used else backlog if held is None else min(backlog, held)
+        if stats.drafter_backlog is not None:  # the engine's own count: what its backlog limit had read is not due
+            self.backlog["drafter"] = stats.drafter_backlog
 
     def rate(self, source: str) -> float:
         """Catch-up seconds per backlog token of ``source`` (0.0 before a round of it caught up)."""

@@ -115,6 +115,13 @@ class DrafterFeed:
         its drafter last read: the next speculative round's catch-up then reads them all."""
         return any(self._behind[s] for s in slot_ids)
 
+    def backlog(self, slot_ids: list[int]) -> int:
+        """Entries a drafter round over these slots would read first as a catch-up (``behind``): every slot's pending
+        entries but its root when one of them is behind, else 0."""
+        if not self.behind(slot_ids):
+            return 0
+        return sum(self._pending[s] for s in slot_ids) - len(slot_ids)
+
     def take(self, slots: Tensor, slot_ids: list[int]) -> DrafterInput:
         """Every row's pending entries (one gather per field), then none pending.  # -> [B,K], [B,K,F], [B]"""
         self._taken = []

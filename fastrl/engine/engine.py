@@ -415,6 +415,7 @@ class Engine:
             catch_up_time_s=catch_up + out.catch_up_time_s,  # the index's and the drafter's, inside the round: < wall
             context_tokens=context,
             after_other_arm=self._last_strategy not in (None, strategy),
+            drafter_backlog=out.drafter_backlog,
         )
         stats.plain_time_estimate_s = plain_time_estimate(self._estimator, stats)  # the estimator's own number
         self.round_stats.append(stats)

@@ -70,6 +70,9 @@ class StepOutput:
     catch_up_time_s: float = 0.0
     """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
     ``draft_time_s``), or in a round without the drafter the reading its backlog limit forced (``_bound_backlog``)."""
+    drafter_backlog: int | None = None
+    """After a decode round: the entries a drafter round over its rows would first catch up on
+    (``DrafterFeed.backlog``; None without a drafter)."""
 
 
 class ModelRunner:
@@ -297,9 +300,11 @@ class ModelRunner:
         finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
         self.state.advance(inputs.slots, tokens, candidates)
         back = read_back(tokens, logprobs, accepted, finish)
+        drafter_backlog = None
         if self.drafter is not None:
             emitted = [a + 1 for a in back.accepted]
             self.feed.append(slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
+            drafter_backlog = self.feed.backlog(slot_ids)
         out_hidden: list[Tensor | None] = [None] * len(requests)
         wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
         if wanted:  # one copy of the rows that asked, cut per row where it finished
@@ -316,6 +321,7 @@ class ModelRunner:
             draft_time_s=draft_s,
             verify_time_s=verify_s,
             catch_up_time_s=catch_up_s + backlog_s,
+            drafter_backlog=drafter_backlog,
         )
 
     def _bound_backlog(self, slot_ids: list[int]) -> float:

@@ -37,6 +37,9 @@ class RoundStats:
     summed over rows (what its attention reads; 0 when not recorded), which a round's time grows with.
     ``after_other_arm``: the engine's decode round before this one ran another strategy (on a CPU a plain round then
     finds less of the policy in the processor's caches and costs more than one after plain rounds).
+    ``drafter_backlog``: after the round, the entries a drafter round over its rows would first catch up on (the
+    text rounds without the drafter emitted, less what a backlog limit had the drafter read already; None when the
+    engine has no drafter or did not say).
     """
 
     strategy: Strategy
@@ -51,6 +54,7 @@ class RoundStats:
     catch_up_time_s: float = 0.0
     context_tokens: int = 0
     after_other_arm: bool = False
+    drafter_backlog: int | None = None
 
     def __post_init__(self) -> None:
         if not is_integral(self.batch_size) or self.batch_size < 1:
@@ -77,6 +81,9 @@ class RoundStats:
             raise ValueError(f"RoundStats.context_tokens must be an integer >= 0, got {self.context_tokens!r}")
         if not isinstance(self.after_other_arm, bool):
             raise ValueError(f"RoundStats.after_other_arm must be a bool, got {self.after_other_arm!r}")
+        backlog = self.drafter_backlog
+        if backlog is not None and (not is_integral(backlog) or backlog < 0):
+            raise ValueError(f"RoundStats.drafter_backlog must be None or an integer >= 0, got {backlog!r}")
 
     @property
     def mean_context(self) -> float | None:

@@ -71,6 +71,9 @@ def test_a_bounded_backlog_decodes_and_drafts_as_an_unbounded_one(seed):
     assert widest <= limit < unbounded_widest  # the unbounded feed grew past it
     caught = [s for s in rounds if s.strategy.is_disabled and s.catch_up_time_s > 0]
     assert caught and all(s.own_time_s < s.wall_time_s for s in caught)  # timed, apart from the round's own time
+    # the engine says what a drafter round would catch up on: nothing right after one, never past the limit
+    assert all(s.drafter_backlog == 0 for s in rounds + unbounded_rounds if s.strategy.uses_drafter)
+    assert all(0 <= s.drafter_backlog <= s.batch_size * (limit - 1) for s in rounds)
     assert not [s for s in unbounded_rounds if s.strategy.is_disabled and s.catch_up_time_s > 0]
 
 
@@ -111,3 +114,34 @@ def test_a_plain_rounds_own_time_leaves_its_catch_up_out():
     assert stats.own_time_s == pytest.approx(0.006)
     assert plain_time_estimate(FixedSelector(DISABLE), stats) == pytest.approx(0.006)
     assert RoundTimes(None).plain_estimate(stats) == pytest.approx(0.006)
+
+
+@pytest.mark.parametrize("limit", [None, 12])
+def test_the_backlog_a_round_reports_is_what_the_next_drafter_round_reads_first(limit):
+    """One request: after a drafter round that emitted e tokens, j plain rounds leave e + j - 1 entries for the next
+    drafter round's catch-up (its root aside), or, under a limit, what the last forced reading left; the bandit's
+    catch-up costs take the engine's count."""
+    from fastrl.adaptive.catch_up import CatchUpCosts
+
+    policy, drafter = models("bundled", "float64")
+    chain = Strategy.parse("3_1_4")
+    script = [chain] + [DISABLE] * 12 + [chain] + [DISABLE] * 3 + [chain]
+    params = SamplingParams(max_new_tokens=200, temperature=1.0, seed=7, ignore_eos=True)
+    inputs = [([5, 9, 4, 11, 6], params)]
+    _, rounds, _, max_width, lookahead = _run(policy, drafter, inputs, [DISABLE, *script], limit, 1)
+    costs = CatchUpCosts()
+    pending, expected = 1, []  # the slot's pending entries, its root included
+    for stats in rounds[: len(script)]:
+        if stats.strategy.uses_drafter:
+            pending = stats.emitted_tokens[0]
+            expected.append(0)
+        else:
+            if limit is not None and pending + lookahead > max_width:
+                pending = 1  # the drafter read all but the root first
+            pending += 1
+            expected.append(pending - 1)
+        costs.observe(stats)
+        assert costs.backlog["drafter"] == stats.drafter_backlog
+    assert [s.drafter_backlog for s in rounds[: len(script)]] == expected
+    # unbounded: the whole plain stretch; bounded: the most a slot holds before a round's entries would not fit
+    assert max(expected) == (12 + rounds[0].emitted_tokens[0] - 1 if limit is None else max_width - lookahead)
