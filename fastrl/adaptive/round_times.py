@@ -201,7 +201,7 @@ class RoundTimes:
         return self._curve[key]
 
     def cold_penalty(self, batch_size: int) -> float:
-        """How many times a plain round after plain rounds a plain round right after another arm's takes at
+        """How many times longer a plain round right after another arm's takes than one after plain rounds, at
         ``batch_size`` and the current context: the calibration's cold plain rounds over its plain ones (at least 1;
         1 where it timed none)."""
         if batch_size not in self._penalty:

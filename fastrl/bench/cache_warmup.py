@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastrl.bench.cli_args import at_least, int_list
+from fastrl.bench.cli_args import at_least, int_list, strategy_name
 from fastrl.engine.calibration import ScriptedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine
@@ -100,25 +100,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--after", choices=["batch", "arm"], default="batch", help="what the plain rounds follow")
     parser.add_argument("--batch-size", type=int_list(1), default=[1], help="comma-separated batch sizes timed")
     parser.add_argument("--other-batch", type=at_least(1), default=64, help="--after batch: the other engine's rows")
-    parser.add_argument("--arm", type=Strategy.parse, default="3_1_4", help="--after arm: the arm before them")
+    parser.add_argument("--arm", type=strategy_name, default="3_1_4", help="--after arm: the arm before them")
     parser.add_argument("--before", type=at_least(1), default=3, help="rounds of the other kind per cycle")
     parser.add_argument("--positions", type=at_least(2), default=16, help="plain rounds timed per cycle")
     parser.add_argument("--cycles", type=at_least(1), default=25)
     args = parser.parse_args(argv)
+    arm = Strategy.parse(args.arm)
+    if arm.is_disabled:
+        parser.error("argument --arm: the rounds before the plain ones are another arm's, not disable")
     positions = read_config(bundled_model_dir()).max_position_embeddings
     torch.set_num_threads(1)
     policy = load_model(bundled_model_dir()).eval()
     drafter = load_drafter(bundled_drafter_dir(), policy)[0]
     for batch in args.batch_size:
         other = args.other_batch if args.after == "batch" else None
-        setting = WarmupSetting(batch, args.arm, other, args.before, args.positions, args.cycles)
+        setting = WarmupSetting(batch, arm, other, args.before, args.positions, args.cycles)
         if tokens_needed(setting) > positions:
             parser.error(
                 f"{args.cycles} cycles of {args.positions} positions take {tokens_needed(setting)} tokens a row, "
                 f"past the bundled model's {positions} positions: fewer --cycles or --positions"
             )
         ratios = warmup_ratios(policy, drafter, setting)
-        what = f"{args.before} rounds at batch {other}" if other is not None else f"{args.before} {args.arm} rounds"
+        what = f"{args.before} rounds at batch {other}" if other is not None else f"{args.before} {arm} rounds"
         print(f"batch {batch} after {what}: " + " ".join(f"{r:.2f}" for r in ratios), flush=True)
 
 

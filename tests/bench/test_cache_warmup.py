@@ -25,5 +25,9 @@ def test_rows_past_the_context_are_refused_naming_the_flags(capsys):
     with pytest.raises(SystemExit):
         main(["--after", "arm", "--cycles", "500"])
     assert "fewer --cycles or --positions" in capsys.readouterr().err
+    for bad, said in (("disable", "another arm's, not disable"), ("3_1_x", "--arm")):
+        with pytest.raises(SystemExit):
+            main(["--after", "arm", "--arm", bad])
+        assert said in capsys.readouterr().err
     arm = WarmupSetting(1, Strategy.parse("7_1_8"), None, before=3, positions=16, cycles=10)
     assert tokens_needed(arm) - tokens_needed(WarmupSetting(1, arm.arm, 64, 3, 16, 10)) == 10 * 3 * 8
