@@ -46,10 +46,10 @@ PLAIN_REPEATS = 3
 WARMUP_ROUNDS = 16
 """Most untimed plain rounds that start a pass (at least ``MIN_WARMUP_ROUNDS``, then until ``WARMUP_S`` have passed):
 the other sizes' rounds left this engine's weights and cache out of the processor's caches, and a small batch takes
-several rounds to find them again. On this CPU (the bundled model, float32) plain rounds at batch 1 right after rounds
-at batch 64 took 1.68, 1.48, 1.34, 1.21, 1.15, 1.12, 1.05x the time of rounds in a row (at batch 8: 1.16, 1.09, 1.06,
-1.04x): after one untimed round the calibration priced plain decoding at batch 1 ~1.35x what a rollout's plain rounds
-cost, and the speedup estimate at the tail as much too high."""
+several rounds to find them again. On this CPU (the bundled model, float32; ``python -m fastrl.bench.cache_warmup``)
+plain rounds at batch 1 right after rounds at batch 64 took 1.65, 1.50, 1.44, 1.40, 1.30, 1.20, 1.10, 1.07x the time
+of rounds in a row (at batch 8: 1.20, 1.13, 1.11, 1.09x): after one untimed round the calibration priced plain
+decoding at batch 1 ~1.3-1.5x what a rollout's plain rounds cost, and the speedup estimate at the tail too high."""
 MIN_WARMUP_ROUNDS = 2
 """Fewest untimed plain rounds that start a pass."""
 WARMUP_S = 0.03
