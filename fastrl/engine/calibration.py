@@ -123,6 +123,13 @@ class RequestPlan:
     """Passes in all, the first a warm-up."""
 
     @property
+    def warmup(self) -> int:
+        """Most untimed plain rounds that start a pass: ``WARMUP_ROUNDS``, fewer where a request's budget leaves no
+        room for them and the timed plain rounds (never fewer than ``MIN_WARMUP_ROUNDS``: ``request_plan`` leaves
+        room for those)."""
+        return max(MIN_WARMUP_ROUNDS, min(WARMUP_ROUNDS, self.budget - 2 - PLAIN_REPEATS))
+
+    @property
     def context(self) -> int:
         """The context a calibration engine serves: a row's prompt, its budget and one spare position."""
         return 2 * self.prompt + self.budget + 1
@@ -137,8 +144,9 @@ def request_plan(
     and timed rounds). The rest of the context is every request's budget, or the rest of ``context`` tokens a row
     (at least the largest step). ValueError when the context cannot hold one arm's rounds."""
     arms = _timed_arms(arms)
-    steps = [WARMUP_ROUNDS + PLAIN_REPEATS + 1, *(2 * arm.max_accept_length for arm in arms)]  # and the cold plain
-    pass_tokens = sum(steps)
+    timed = [2 * arm.max_accept_length for arm in arms]  # each arm's catch-up and timed rounds
+    pass_tokens = WARMUP_ROUNDS + PLAIN_REPEATS + 1 + sum(timed)  # the plain rounds: warm-up, timed, cold
+    steps = [MIN_WARMUP_ROUNDS + PLAIN_REPEATS + 1, *timed]  # the least room each step of a pass needs
     whole_pass = (positions - pass_tokens - 2) // 2  # the prompt that leaves room for a whole pass
     one_arm = (positions - max(steps) - 2) // 2  # the prompt that leaves room for the largest step of a pass
     if one_arm < 1:
@@ -188,13 +196,14 @@ class CalibrationBatch:
 
     def start_pass(self) -> None:
         """Fresh requests when the running ones cannot take a whole pass (and a set of requests can), then the pass's
-        first rounds, plain and untimed (``WARMUP_ROUNDS``): the other sizes' rounds left this engine's weights and
-        cache out of the processor's caches."""
+        first rounds, plain and untimed (``RequestPlan.warmup``): the other sizes' rounds left this engine's weights
+        and cache out of the processor's caches."""
         if self._room < self.plan.pass_tokens <= self.plan.budget - 1:
             self._refill()
-        self.make_room(WARMUP_ROUNDS + PLAIN_REPEATS)  # no fresh requests between the warm-up and the timed rounds
+        warmup = self.plan.warmup
+        self.make_room(warmup + PLAIN_REPEATS + 1)  # no fresh requests between the warm-up and the timed rounds
         start = time.perf_counter()
-        for done in range(WARMUP_ROUNDS):
+        for done in range(warmup):
             if done >= MIN_WARMUP_ROUNDS and time.perf_counter() - start >= WARMUP_S:
                 break
             self.round(DISABLE)

@@ -87,6 +87,13 @@ def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypat
     arms = [Strategy.parse(a) for a in names]
     plan = request_plan(policy.config.max_position_embeddings, arms, 3)
     assert plan.pass_tokens > plan.budget and plan.context <= policy.config.max_position_embeddings
+    model = measured_whole_batches(monkeypatch, policy, drafter, arms)
+    assert {str(s) for s, *_ in model.measurements()} == {str(a) for a in [*arms, DISABLE]}
+
+
+def measured_whole_batches(monkeypatch, policy, drafter, arms: list[Strategy]):
+    """The calibration of ``arms`` at batch sizes 1 and 2 (3 rounds), checked to have run every round it meant over
+    the whole batch."""
     engine = Engine(policy, EngineConfig(max_batch_size=2), drafter, FixedSelector("3_1_4"))
     monkeypatch.setattr(RecordingEngine, "steps", [])
     monkeypatch.setattr(calibration, "Engine", RecordingEngine)
@@ -97,7 +104,7 @@ def test_a_context_shorter_than_a_pass_replaces_requests_within_passes(monkeypat
         if not prefill and ran_wrong(meant, size, ran)
     ]
     assert not bad, f"steps that ran no round, or another one: {bad[:5]}"
-    assert {str(s) for s, *_ in model.measurements()} == {str(a) for a in [*arms, DISABLE]}
+    return model
 
 
 def ran_wrong(meant: Strategy, size: int, ran: list) -> bool:
@@ -114,14 +121,15 @@ def test_the_plan_keeps_the_prompt_where_a_pass_fits_and_gives_the_rest_to_the_b
     assert request_plan(1024, ARMS, 3).passes == MIN_PASSES + 1
     short = request_plan(56, ARMS, 3)
     assert short.prompt == 9 and short.budget - 1 >= short.pass_tokens and short.context <= 56  # room for a pass
-    shorter = request_plan(38, ARMS, 3)  # no room for a whole pass after any prompt: room for its largest step
-    assert shorter.pass_tokens > shorter.budget - 1 >= WARMUP_ROUNDS + 3 + 1 and shorter.context <= 38
+    shorter = request_plan(22, ARMS, 3)  # no room for a whole pass after any prompt: room for its largest step
+    assert shorter.pass_tokens > shorter.budget - 1 >= 8 and shorter.context <= 22
+    assert shorter.warmup == shorter.budget - 2 - 3 < WARMUP_ROUNDS and plan.warmup == WARMUP_ROUNDS  # what fits
 
 
 def test_a_context_shorter_than_one_arms_rounds_is_refused_naming_it():
-    with pytest.raises(ValueError, match=r"context of 23 positions cannot hold the rounds .* \(needs 24"):
-        request_plan(23, ARMS, 3)  # the plain rounds' step: the warm-up's, the timed and the cold ones
-    assert request_plan(24, ARMS, 3).prompt == 1
+    with pytest.raises(ValueError, match=r"context of 11 positions cannot hold the rounds .* \(needs 12"):
+        request_plan(11, ARMS, 3)
+    assert request_plan(12, ARMS, 3).prompt == 1 and request_plan(12, ARMS, 3).warmup >= MIN_WARMUP_ROUNDS
 
 
 def test_a_long_enough_model_is_timed_at_a_short_and_a_long_context(monkeypatch):
@@ -143,3 +151,14 @@ def test_a_long_enough_model_is_timed_at_a_short_and_a_long_context(monkeypatch)
     assert len(contexts) == 2 and contexts[0] <= SHORT_CONTEXT and contexts[1] >= LEVEL_SPREAD * contexts[0]
     want = {(str(a), b, c) for a in [*ARMS, DISABLE] for b in (1, 4) for c in contexts}
     assert {(str(s), b, c) for s, b, _, c in points} == want
+
+
+@pytest.mark.parametrize("positions", [12, 17, 30])
+def test_a_model_of_a_few_dozen_positions_is_calibrated_with_the_warm_up_that_fits(monkeypatch, positions):
+    """A context too short for ``WARMUP_ROUNDS`` untimed plain rounds gets fewer (at least ``MIN_WARMUP_ROUNDS``), and
+    every round the calibration meant still runs over the whole batch."""
+    policy = tiny_policy(positions=positions)
+    drafter = EagleDrafter(policy.config).eval()
+    model = measured_whole_batches(monkeypatch, policy, drafter, ARMS)
+    assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 2)}
+    assert MIN_WARMUP_ROUNDS <= request_plan(positions, ARMS, 3).warmup < WARMUP_ROUNDS
