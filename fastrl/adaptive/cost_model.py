@@ -106,16 +106,14 @@ class CostModel:
             lambda: defaultdict(lambda: defaultdict(list))
         )
         cold_samples: dict[int | None, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for point, into in [*((p, None) for p in measurements), *((p, cold_samples) for p in cold or [])]:
-            strategy, batch_size, seconds, context = (*point, None) if len(point) == 3 else point
-            if batch_size < 1 or not 0 < seconds < math.inf or not (context is None or 1 <= context < math.inf):
-                raise ValueError(
-                    f"measurement {tuple(point)}: batch_size must be >= 1, seconds a finite number > 0 and the "
-                    "context (mean keys per row) None or >= 1"
-                )
-            if into is not None and not strategy.is_disabled:
+        for point in measurements:
+            strategy, batch_size, seconds, context = _checked_point(point)
+            samples[strategy][context][batch_size].append(seconds)
+        for point in cold or []:
+            strategy, batch_size, seconds, context = _checked_point(point)
+            if not strategy.is_disabled:
                 raise ValueError(f"measurement {tuple(point)}: a cold round is a plain one (disable)")
-            (into if into is not None else samples[strategy])[context][batch_size].append(seconds)
+            cold_samples[context][batch_size].append(seconds)
         tables = {strategy: _medians(levels) for strategy, levels in samples.items()}
         return cls(params=fallback, tables=tables, cold=_medians(cold_samples))
 
@@ -247,6 +245,18 @@ def context_time(levels: list[tuple[int | None, float]], context: float | None) 
     if context <= c1:
         return t0 + slope * (context - c0)
     return t1 + max(0.0, slope) * (context - c1)
+
+
+def _checked_point(point: tuple) -> Point:
+    """A measured round as a ``Point`` (one without a context: None); ValueError unless its batch size is >= 1, its
+    seconds finite and > 0 and its context None or >= 1."""
+    strategy, batch_size, seconds, context = (*point, None) if len(point) == 3 else point
+    if batch_size < 1 or not 0 < seconds < math.inf or not (context is None or 1 <= context < math.inf):
+        raise ValueError(
+            f"measurement {tuple(point)}: batch_size must be >= 1, seconds a finite number > 0 and the "
+            "context (mean keys per row) None or >= 1"
+        )
+    return strategy, batch_size, seconds, context
 
 
 def _medians(samples: dict[int | None, dict[int, list[float]]]) -> dict[int | None, list[tuple[int, float]]]:

@@ -193,12 +193,13 @@ class RoundTimes:
         key = (arm, batch_size)
         if key not in self._curve:
             levels = self._curves.get(arm)
-            self._curve[key] = (
-                None
-                if levels is None
-                else context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
-            )
+            self._curve[key] = None if levels is None else self._at_context(levels, batch_size)
         return self._curve[key]
+
+    def _at_context(self, levels: dict[int | None, list[tuple[int, float]]], batch_size: int) -> float:
+        """A calibrated time at ``batch_size`` and the current context, from its ``(size, seconds)`` points per
+        measured context (``knee_curve`` between the sizes, ``context_time`` between the contexts)."""
+        return context_time([(c, knee_curve(points, batch_size)) for c, points in levels.items()], self._context)
 
     def cold_penalty(self, batch_size: int) -> float:
         """How many times longer a plain round right after another arm's takes than one after plain rounds, at
@@ -209,8 +210,7 @@ class RoundTimes:
             if not self._cold or plain is None:
                 self._penalty[batch_size] = 1.0
             else:
-                levels = [(c, knee_curve(points, batch_size)) for c, points in self._cold.items()]
-                self._penalty[batch_size] = max(1.0, context_time(levels, self._context) / plain)
+                self._penalty[batch_size] = max(1.0, self._at_context(self._cold, batch_size) / plain)
         return self._penalty[batch_size]
 
     def warm_seconds(self, stats: RoundStats) -> float:

@@ -273,9 +273,16 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
     plans = context_plans(engine.model.config.max_position_embeddings, arms, rounds)
     batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for plan in plans for size in sizes]
     times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
-    relative: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)  # arm / plain of its pass
+    # a round's time over the median plain round of its pass, by (arm, size, context, whether a cold plain round)
+    relative: dict[tuple[Strategy, int, RequestPlan, bool], list[float]] = defaultdict(list)
     contexts: dict[RequestPlan, list[float]] = defaultdict(list)  # keys a row of every timed round
-    cold: dict[tuple[int, RequestPlan], list[float]] = defaultdict(list)  # a cold plain round / plain of its pass
+
+    def learn(batch: CalibrationBatch, stats: RoundStats, cold: bool) -> None:
+        plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
+        relative[(stats.strategy, batch.size, batch.plan, cold)].append(
+            stats.wall_time_s / statistics.median(plain_pass)
+        )
+
     for repeat in range(plans[0].passes):
         turn = repeat % max(len(arms), 1)
         order = arms[turn:] + arms[:turn]  # no arm always first or last in a pass
@@ -288,30 +295,23 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
                         batch.round(arm)  # the drafter reads the tokens it missed: an untimed catch-up round
                     stats = batch.round(arm)
                     if repeat > 0:
-                        key = (arm, batch.size, batch.plan)
-                        times[key].append(stats.wall_time_s)
+                        times[(arm, batch.size, batch.plan)].append(stats.wall_time_s)
                         contexts[batch.plan].append(stats.mean_context or 1.0)
-                        plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
-                        relative[key].append(stats.wall_time_s / statistics.median(plain_pass))
+                        learn(batch, stats, cold=False)
             if not batch.last.is_disabled:  # a plain round right after another arm's: a cold one
                 batch.make_room(1)
                 stats = batch.round(DISABLE)
                 if repeat > 0:
-                    plain_pass = times[(DISABLE, batch.size, batch.plan)][-PLAIN_REPEATS:]
-                    cold[(batch.size, batch.plan)].append(stats.wall_time_s / statistics.median(plain_pass))
+                    learn(batch, stats, cold=True)
     level = {plan: max(1, round(statistics.median(keys))) for plan, keys in contexts.items()}
     if len(plans) > 1 and level[plans[-1]] < LEVEL_SPREAD * level[plans[0]]:  # too near to draw a line through
         level = {plans[-1]: level[plans[-1]]}
-    points, cold_points = [], []
-    for (arm, size, plan), ratios in relative.items():
+    points: dict[bool, list] = {False: [], True: []}  # the arms' points, the cold plain rounds'
+    for (arm, size, plan, cold), ratios in relative.items():
         if plan in level:
             plain = statistics.median(times[(DISABLE, size, plan)])
-            points.append((arm, size, statistics.median(ratios) * plain, level[plan]))
-    for (size, plan), ratios in cold.items():
-        if plan in level:
-            plain = statistics.median(times[(DISABLE, size, plan)])
-            cold_points.append((DISABLE, size, statistics.median(ratios) * plain, level[plan]))
-    return CostModel.fit(points, cold=cold_points)
+            points[cold].append((arm, size, statistics.median(ratios) * plain, level[plan]))
+    return CostModel.fit(points[False], cold=points[True])
 
 
 def _timed_arms(arms: list[Strategy]) -> list[Strategy]:
