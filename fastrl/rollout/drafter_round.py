@@ -61,6 +61,7 @@ class DrafterRounds:
         self.call_all, self.gather, self.version, self.push = call_all, gather, version, push
         self._pending: tuple[list, list[tuple[str, SliceMetrics]], list] | None = None
         self.last: tuple[DrafterTrainingStats, int] = (DrafterTrainingStats(), version())
+        self.late_slices: list[tuple[str, SliceMetrics]] = []  # the last closed round's slices that outran it
 
     def start(self, calls: list, slices: list[tuple[str, SliceMetrics]], running: list | None = None) -> None:
         """Remember a rollout whose workers run ``finish_drafter_round`` (``calls``: (worker, ref) pairs), the
@@ -70,15 +71,16 @@ class DrafterRounds:
         self._pending = (calls, slices, list(running or []))
 
     def close(self) -> DrafterTrainingStats:
-        """Finish the pending round, if any (collect the slices still running, merge, push, measure); the last
-        round's stats."""
+        """Finish the pending round, if any (collect the slices still running, kept in ``late_slices``, merge, push,
+        measure); the last round's stats."""
         if self._pending is not None:
             (calls, slices, running), self._pending = self._pending, None
             # One gather for every running slice (one deadline, however many hang); it marks those that did not
             # answer as lost, and the answers of the others come in order.
             answers = self.gather(running)
             answered = [w for w, _ in running if w.alive]
-            slices = slices + [(w.worker_id, m) for w, m in zip(answered, answers, strict=True)]
+            self.late_slices = [(w.worker_id, m) for w, m in zip(answered, answers, strict=True)]
+            slices = slices + self.late_slices
             reports = self.gather(calls)
             for worker, report in zip([w for w, _ in calls if w.alive], reports, strict=True):
                 worker.buffered_sequences = report.buffer_sequences  # what losing it before the next round costs

@@ -22,7 +22,7 @@ from fastrl.rollout.drafter_round import DrafterAtBoundary, DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker
-from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle, require_ray
+from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle, count_slices, require_ray
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord, WorkerReplacement
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_loss import log_loss, loss_record
@@ -116,19 +116,20 @@ class RayRolloutManager:
         finally:
             self._adopt(run.workers)
         rounds = self._take_rounds()
-        drafter = DrafterTrainingStats()
+        drafter, timings = DrafterTrainingStats(), outcome.timings
         if self.config.worker.cotrain:
             finish = [(w, w.actor.finish_drafter_round.remote()) for w in self._alive()]
             self._rounds.start(finish, outcome.slices, outcome.running_slices)
-            if not self.config.overlap_drafter_round:
+            if not self.config.overlap_drafter_round:  # the tail's slices that outran it count for their workers
                 drafter = self._rounds.close()
+                timings = count_slices(timings, self._rounds.late_slices)
         self._remember_selector_states()
         self._replace_dead()
         self.rollouts += 1
         replacements, self._replacements = self._replacements, []
         wall, tail, retried = time.perf_counter() - start, outcome.tail_time_s, outcome.retried_requests
         version, lost = self.drafter_version, replacements
-        return RolloutBatch(outcome.results, wall, tail, outcome.timings, rounds, drafter, version, retried, lost)
+        return RolloutBatch(outcome.results, wall, tail, timings, rounds, drafter, version, retried, lost)
 
     @_needs_ray
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:

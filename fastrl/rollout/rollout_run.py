@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ray
 from ray.exceptions import RayActorError, RayError
@@ -303,20 +303,29 @@ class RolloutRun:
 
     # ---- telemetry --------------------------------------------------------------------------------------------
     def _timings(self, end: float) -> list[WorkerTiming]:
-        seconds: defaultdict[str, float] = defaultdict(float)
-        steps: Counter[str] = Counter()
-        for wid, m in self.slices:
-            seconds[wid] += m.seconds
-            steps[wid] += m.steps if m.error is None else 0
         timings = []
         for w in self.workers:
             wid = w.worker_id
             busy = min(self.busy_s.get(wid, end), end)
-            timings.append(WorkerTiming(wid, self.served[wid], busy, end - busy, seconds[wid], steps[wid]))
-        return timings
+            timings.append(WorkerTiming(wid, self.served[wid], busy, end - busy))
+        return count_slices(timings, self.slices)
 
     def _now(self) -> float:
         return time.perf_counter() - self.start
+
+
+def count_slices(timings: list[WorkerTiming], slices: list[tuple[str, SliceMetrics]]) -> list[WorkerTiming]:
+    """``timings`` with each slice's seconds and steps (none for a slice that failed) added to its worker's
+    co-training; a slice of a worker not in ``timings`` is left out."""
+    seconds: defaultdict[str, float] = defaultdict(float)
+    steps: Counter[str] = Counter()
+    for wid, m in slices:
+        seconds[wid] += m.seconds
+        steps[wid] += m.steps if m.error is None else 0
+    return [
+        replace(t, cotrain_s=t.cotrain_s + seconds[t.worker_id], cotrain_steps=t.cotrain_steps + steps[t.worker_id])
+        for t in timings
+    ]
 
 
 def _get_or_none(ref: ray.ObjectRef) -> list[RolloutResult] | None:

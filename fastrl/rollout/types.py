@@ -40,8 +40,9 @@ class RolloutResult:
 
 @dataclass
 class WorkerTiming:
-    """How one worker spent a rollout: busy generating, then idle (while others ran the tail), and how much of the
-    idle time went to drafter co-training."""
+    """How one worker spent a rollout: busy generating, then idle (while others ran the tail), and the drafter
+    co-training its idle time started (seconds and steps of its tail slices; without ``overlap_drafter_round`` a
+    slice that outran the tail counts once its step ends, with it the batch counts only the slices done within)."""
 
     worker_id: str
     requests: int

@@ -75,7 +75,10 @@ def test_idle_worker_cotrains_during_the_tail(manager):
     long_worker, short_worker = batch.results[0].worker_id, batch.results[-1].worker_id
     assert long_worker != short_worker
     timing = {t.worker_id: t for t in batch.workers}
+    # a slice still in its step when the last result came back counts once the drafter round collects it (on a
+    # loaded machine the tail can end before the idle worker's first step does)
     assert timing[short_worker].idle_s > 0 and timing[short_worker].cotrain_steps > 0
+    assert sum(t.cotrain_steps for t in batch.workers) <= batch.drafter.steps  # counted once, among the round's
     assert timing[long_worker].cotrain_steps == 0
     assert batch.tail_time_s > 0 and batch.drafter.steps > 0 and batch.drafter.failures == []
     assert all(r.drafter_version == before for r in batch.results)
