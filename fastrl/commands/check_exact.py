@@ -20,7 +20,6 @@ from fastrl.commands.engine_setup import (
 from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_text
 from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import read_prompts
-from fastrl.engine.config import EngineConfig
 from fastrl.engine.request import RequestOutput
 from fastrl.exactness.compare import ExactnessReport, compare_runs
 from fastrl.models.checkpoint import load_model, read_config
@@ -54,7 +53,7 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
         ("speculative", "batch_size", cfg.batch_size),
     ):
         slots = min(batch, len(inputs))
-        configs[name] = EngineConfig(max_batch_size=slots, max_model_len=context, device=cfg.device, dtype=cfg.dtype)
+        configs[name] = cfg.engine_config(slots, context)
         check_kv_memory(key, model_config, slots, configs[name].torch_dtype, cfg.device, context)
     policy = load_model(model_dir)
     runs = {}

@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.ema_config import EmaConfig
 from fastrl.adaptive.factory import build_selector
-from fastrl.engine.config import check_dtype
+from fastrl.engine.config import EngineConfig, check_dtype
 from fastrl.engine.machine import check_device
 from fastrl.sampling.params import MAX_SEED, SamplingParams
 
 MAX_REQUESTS = 1_000_000  # prompts x n of one run: each request's prompt, tokens and record are held in memory
 MAX_NEW_TOKENS = 1 << 20  # above any model's context (a request also stops at its model's context)
+ENGINE_KEYS_SET_ELSEWHERE = {
+    "max_batch_size": "batch_size",
+    "max_model_len": "max_new_tokens (the context is the longest prompt plus max_new_tokens)",
+    "device": "device",
+    "dtype": "dtype",
+    "seed": "seed (or a prompt line's own seed)",
+}
+"""The engine keys a decoding command sets from its own keys, and those keys."""
 
 
 @dataclass
 class DecodeConfig:
     """What is decoded and how: prompts, model, sampling keys, samples per prompt, batch, device, strategy and its
     selector settings. chat_template: "prompt" text is one user turn through the tokenizer's chat template
-    ("messages" lines always are)."""
+    ("messages" lines always are). engine: the engine's other settings (``EngineConfig``: cuda_graphs,
+    prefix_sharing, history_tokens, page_size, kv_cache_tokens, attention_kernel, layer_kernels, admit_batch,
+    drafter_backlog); its slots, context, device, dtype and seed come from the keys above
+    (``ENGINE_KEYS_SET_ELSEWHERE``)."""
 
     prompts: str
     model: str = ""
@@ -40,6 +51,11 @@ class DecodeConfig:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     ema: EmaConfig = field(default_factory=EmaConfig)
     ema_json: str = ""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def engine_config(self, slots: int, context: int) -> EngineConfig:
+        """The engine's settings for a run of ``slots`` requests at once over ``context`` positions."""
+        return replace(self.engine, max_batch_size=slots, max_model_len=context, device=self.device, dtype=self.dtype)
 
     def check_decode_keys(self, command: str) -> None:
         """ValueError naming `command.key` for the first shared key out of range."""
@@ -57,6 +73,10 @@ class DecodeConfig:
             raise ValueError(f"{command}.seed must be in [0, 2**63), got {self.seed}")
         check_device(f"{command}.device", self.device)
         check_dtype(f"{command}.dtype", self.dtype)
+        default = EngineConfig()
+        for key, instead in ENGINE_KEYS_SET_ELSEWHERE.items():
+            if getattr(self.engine, key) != getattr(default, key):
+                raise ValueError(f"{command}.engine.{key}: {command} sets it from its own keys; set {instead}")
         try:  # the sampling keys, checked as every request will be
             SamplingParams(
                 max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k

@@ -36,7 +36,6 @@ from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
 from fastrl.commands.round_ledger import RoundLedger
-from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.heap import settled_heap
 from fastrl.engine.request import RequestOutput
@@ -90,12 +89,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         limits = PromptLimits(model_config.max_position_embeddings, model_config.vocab_size)
         inputs = [x for line in lines for x in to_generate_inputs(line, cfg, tokenizer, limits)]
         context = request_context(model_config, [len(x.prompt_ids) for x in inputs], cfg.max_new_tokens)
-        engine_config = EngineConfig(
-            max_batch_size=max(1, min(cfg.batch_size, len(inputs))),
-            max_model_len=context,
-            device=cfg.device,
-            dtype=cfg.dtype,
-        )
+        engine_config = cfg.engine_config(max(1, min(cfg.batch_size, len(inputs))), context)
         check_kv_memory(
             "batch_size", model_config, engine_config.max_batch_size, engine_config.torch_dtype, cfg.device, context
         )
