@@ -20,6 +20,8 @@ def is_real(value: object) -> bool:
 
 def is_integral(value: object) -> bool:
     """An integer of any kind a caller may hand over (Python, numpy), not a ``bool``."""
+    if type(value) is int:  # the common case, without the ABC's subclass check (~0.4 us a value)
+        return True
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

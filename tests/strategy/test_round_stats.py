@@ -75,3 +75,25 @@ def test_the_bounds_are_valid_and_a_bandit_that_learned_them_saves_json():
         bandit.choose(2)
         bandit.observe(_stats(wall_time_s=wall, catch_up_time_s=wall / 2))
     json.dumps(bandit.state_dict(), allow_nan=False)
+
+
+def test_counts_accepted_exactly_when_every_value_is_a_non_bool_integer_at_least_zero():
+    """Seeded random rows mixing Python and numpy integers, bools, floats and negatives: a round is accepted iff
+    every count is an integer (not a bool) >= 0, whichever kinds the fast path and the per-value check see."""
+    import random
+
+    import numpy as np
+
+    kinds = [lambda r: r.randint(0, 9), lambda r: np.int64(r.randint(0, 9)), lambda r: np.int32(r.randint(0, 9))]
+    bad = [lambda r: True, lambda r: False, lambda r: float(r.randint(0, 9)), lambda r: -r.randint(1, 9)]
+    rng = random.Random(0)
+    for _ in range(300):
+        rows = rng.randint(1, 5)
+        values = [rng.choice(kinds + (bad if rng.random() < 0.3 else []))(rng) for _ in range(rows)]
+        ok = all(not isinstance(v, bool | float) and v >= 0 for v in values)
+        fields = dict(batch_size=rows, drafted_tokens=[99] * rows, accepted_tokens=[0] * rows, emitted_tokens=values)
+        if ok:
+            assert _stats(**fields).total_emitted == sum(int(v) for v in values)
+        else:
+            with pytest.raises(ValueError, match=r"RoundStats\.emitted_tokens\[\d\] must be an integer >= 0"):
+                _stats(**fields)
