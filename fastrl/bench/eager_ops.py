@@ -3,6 +3,7 @@ each round (its host cost grows with the count, not with the batch). The engine 
 `ModelRunner(graph_capture=...)` with PyTorch's attention, so every op a GPU would launch shows up as an aten op.
 
     python -m fastrl.bench.eager_ops disable,5_1_6 16,64
+    python -m fastrl.bench.eager_ops disable 1 --where    # and which line of fastrl dispatched each op
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import collections
 import random
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -21,16 +23,29 @@ CONTEXT = 400  # max_model_len of the engines timed (50-token prompts, 100 new t
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts aten ops by name while `on` (`graph_path_counted` turns it off inside graph replays)."""
+    """Counts aten ops by name while `on` (`graph_path_counted` turns it off inside graph replays); with `where`,
+    also by the line of fastrl that dispatched each (`lines`: (file:line function, op) -> count)."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: bool = False) -> None:
         super().__init__()
         self.on, self.ops = True, collections.Counter()
+        self.where, self.lines = where, collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.on:
             self.ops[func.overloadpacket.__name__] += 1
+            if self.where:
+                self.lines[(_caller(), func.overloadpacket.__name__)] += 1
         return func(*args, **(kwargs or {}))
+
+
+def _caller() -> str:
+    """The innermost frame in fastrl's own code (this bench's left out), as ``path:line function``."""
+    for frame in reversed(traceback.extract_stack()):
+        path = frame.filename.replace("\\", "/")
+        if "/fastrl/" in path and not path.endswith("bench/eager_ops.py"):
+            return f"{path.rsplit('/fastrl/', 1)[1]}:{frame.lineno} {frame.name}"
+    return "(outside fastrl)"
 
 
 @contextmanager
@@ -56,6 +71,21 @@ def graph_path_counted(counter: OpCounter) -> Iterator[None]:
         yield
     finally:
         cuda_graphs.CapturedRound.replay, engine_module.ModelRunner = replay, runner
+
+
+def print_lines(lines: collections.Counter, steps: int) -> None:
+    """The ops a step dispatched by file (most first), then by line within each file."""
+    files: collections.Counter[str] = collections.Counter()
+    by_line: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for (line, op), n in lines.items():
+        files[line.split(":", 1)[0]] += n
+        by_line[line][op] += n
+    for file, total in files.most_common():
+        print(f"  {file}: {total / steps:g} a step")
+        for line in sorted(k for k in by_line if k.split(":", 1)[0] == file):
+            ops = ", ".join(f"{op} {n / steps:g}" for op, n in by_line[line].most_common())
+            where = line.split(":", 1)[1] if ":" in line else "(no line)"
+            print(f"    {where}: {ops}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         default=[16, 64],
         help="comma-separated batch sizes (default 16,64)",
     )
+    parser.add_argument("--where", action="store_true", help="also list the ops by the line of fastrl that made them")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     strategies, batches = args.strategies, args.batches
     try:  # each engine's KV cache: slots of CONTEXT entries
@@ -97,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"argument BATCHES: {err}")
     torch.set_num_threads(1)
     policy, drafter, _ = load_speculative_models("", "", "cpu")
-    counter = OpCounter()
+    counter = OpCounter(where=args.where)
     with graph_path_counted(counter):
         for name in strategies:
             strategy = Strategy.parse(name)
@@ -111,11 +142,14 @@ def main(argv: list[str] | None = None) -> None:
                 for _ in range(3):  # the prefill and two rounds
                     engine.step()
                 counter.ops.clear()
+                counter.lines.clear()
                 with counter:
                     for _ in range(5):
                         engine.step()
                 top = ", ".join(f"{op} {n / 5:.0f}" for op, n in counter.ops.most_common(8))
                 print(f"{name} batch {batch}: {sum(counter.ops.values()) / 5:.0f} eager aten ops a step ({top})")
+                if args.where:
+                    print_lines(counter.lines, steps=5)
 
 
 if __name__ == "__main__":
