@@ -73,6 +73,18 @@ def graph_path_counted(counter: OpCounter) -> Iterator[None]:
         cuda_graphs.CapturedRound.replay, engine_module.ModelRunner = replay, runner
 
 
+def count_steps(engine, counter: OpCounter, steps: int, warmup: int = 3) -> None:
+    """Count (afresh) the eager ops of ``engine``'s next ``steps`` steps, after ``warmup`` uncounted ones (the
+    prefill and the first rounds); the engine runs its graph path when built inside ``graph_path_counted``."""
+    for _ in range(warmup):
+        engine.step()
+    counter.ops.clear()
+    counter.lines.clear()
+    with counter:
+        for _ in range(steps):
+            engine.step()
+
+
 def print_lines(lines: collections.Counter, steps: int) -> None:
     """The ops a step dispatched by file (most first), then by line within each file."""
     files: collections.Counter[str] = collections.Counter()
@@ -139,13 +151,7 @@ def main(argv: list[str] | None = None) -> None:
                 params = SamplingParams(max_new_tokens=100, temperature=1.0, ignore_eos=True)
                 for _ in range(batch):
                     engine.add_request([rng.randrange(3, policy.config.vocab_size) for _ in range(50)], params)
-                for _ in range(3):  # the prefill and two rounds
-                    engine.step()
-                counter.ops.clear()
-                counter.lines.clear()
-                with counter:
-                    for _ in range(5):
-                        engine.step()
+                count_steps(engine, counter, 5)
                 top = ", ".join(f"{op} {n / 5:.0f}" for op, n in counter.ops.most_common(8))
                 print(f"{name} batch {batch}: {sum(counter.ops.values()) / 5:.0f} eager aten ops a step ({top})")
                 if args.where:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from fastrl.engine.finish import Finish, finish_rows
+from fastrl.engine.read_back import pack
 from fastrl.engine.request import Request
 from fastrl.sampling.sampler import SamplingBatch
 from fastrl.speculative.inputs import DecodeInputs
@@ -22,16 +23,23 @@ class SlotState:
 
     lengths [S]: tokens whose KV is final (prompt + output minus the last, not yet fed, token);
     last [S]: the last emitted token, fed at position `lengths`; temperature/top_k/top_p/seeds [S]: sampling;
-    stop_ids [S,W]: the ids that end each slot's request (its stop ids, and EOS unless ignore_eos), padded with -1;
-    length_limit [S]: prompt length + max_new_tokens. Host-side per slot: whether it is greedy / filtered (the
-    sampler's shortcut flags).
+    stop_map [S,V] bool: the tokens that end each slot's request (its stop ids, and EOS unless ignore_eos; ids past
+    the vocabulary are never sampled and left out), one byte per slot and token (257 slots of a 152k vocabulary:
+    39 MB); length_limit [S]: prompt length + max_new_tokens. Host-side per slot: whether it is greedy / filtered
+    (the sampler's shortcut flags).
+
+    Every tensor keeps its storage for the engine's life: a CUDA graph that ends a round (`close_round`) reads and
+    writes them in place.
     """
 
-    def __init__(self, num_slots: int, device: torch.device, max_model_len: int, eos_ids: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, num_slots: int, device: torch.device, max_model_len: int, vocab_size: int, eos_ids: tuple[int, ...] = ()
+    ) -> None:
         self.device = device
         self.max_model_len = max_model_len
         self.eos_ids = tuple(eos_ids)
-        self.stop_ids = torch.full((num_slots, 1), -1, dtype=torch.long, device=device)
+        self.vocab_size = vocab_size
+        self.stop_map = torch.zeros(num_slots, vocab_size, dtype=torch.bool, device=device)
         self.length_limit = torch.zeros(num_slots, dtype=torch.long, device=device)
         self.lengths = torch.zeros(num_slots, dtype=torch.long, device=device)
         self.last = torch.zeros(num_slots, dtype=torch.long, device=device)
@@ -62,15 +70,15 @@ class SlotState:
         self.last[slots] = torch.tensor([r.last_token for r in requests], dtype=torch.long, device=self.device)
         limits = [len(r.prompt_ids) + r.params.max_new_tokens for r in requests]
         self.length_limit[slots] = torch.tensor(limits, dtype=torch.long, device=self.device)
-        stops = [list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else list(self.eos_ids)) for r in requests]
-        width = max(len(s) for s in stops)
-        if width > self.stop_ids.shape[1]:  # widen (rarely: a request with more stop ids than any before)
-            wider = torch.full((self.stop_ids.shape[0], width), -1, dtype=torch.long, device=self.device)
-            wider[:, : self.stop_ids.shape[1]] = self.stop_ids
-            self.stop_ids = wider
-        width = self.stop_ids.shape[1]
-        padded = [s + [-1] * (width - len(s)) for s in stops]
-        self.stop_ids[slots] = torch.tensor(padded, dtype=torch.long, device=self.device)
+        self.stop_map[slots] = False
+        rows, ids = [], []
+        for r in requests:
+            stops = set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else set(self.eos_ids))
+            kept = [t for t in stops if t < self.vocab_size]
+            rows += [r.slot] * len(kept)
+            ids += kept
+        if ids:
+            self.stop_map[torch.tensor(rows, device=self.device), torch.tensor(ids, device=self.device)] = True
         for r in requests:
             self._greedy[r.slot] = r.params.greedy
             self._filter[r.slot] = r.params.top_k > 0 or r.params.top_p < 1
@@ -93,9 +101,18 @@ class SlotState:
     def finish(self, slots: Tensor, tokens: Tensor, logprobs: Tensor, candidates: Tensor, before: Tensor) -> Finish:
         """The finish rules over a round's candidates (`fastrl.engine.finish`); `before` [B] is each request's
         token count before them.  # slots [B], tokens/logprobs [B,K], candidates [B] -> Finish"""
-        return finish_rows(
-            tokens, logprobs, candidates, before, self.stop_ids[slots], self.length_limit[slots], self.max_model_len
-        )
+        stop = self.stop_map[slots.unsqueeze(1), tokens]  # [B,K]: each candidate a stop token of its row
+        return finish_rows(tokens, logprobs, candidates, before, stop, self.length_limit[slots], self.max_model_len)
+
+    def close_round(self, slots: Tensor, lengths: Tensor, tokens: Tensor, logprobs: Tensor, accepted: Tensor) -> Tensor:
+        """A decode round's end, on the device: the finish rules over its candidates (accepted drafts + 1), each
+        row advanced by them, and the results packed for the round's one read to the host (`read_back.unpack`).
+        No host synchronisation: a CUDA graph holds it after the round's own work.
+        # slots/lengths/accepted [B], tokens/logprobs [B,K] -> [B,2K+3] float64"""
+        candidates = accepted + 1
+        finish = self.finish(slots, tokens, logprobs, candidates, lengths + 1)
+        self.advance(slots, tokens, candidates)
+        return pack(tokens, logprobs, accepted, finish)
 
     def advance(self, slots: Tensor, tokens: Tensor, emitted: Tensor) -> None:
         """After a round: each row advanced by `emitted` tokens, the last of them now its last token (rows that

@@ -3,10 +3,12 @@
 One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round: the
 drafter's catch-up on the pending entries of each row (at most `catch_up_width` of them, the strategy's depth + 1,
 which is all a round of it leaves), then `draft_and_verify` (drafter tree steps, the verify forward, sampling,
-acceptance and KV compaction). A row with more pending entries (after plain rounds, or a deeper strategy's round)
-has the earlier ones caught up eagerly first (`fastrl.speculative.drafting.split_pending`). A batch of b rows runs
-the graph of the smallest bucket >= b; the rows past b are padding that
-reads and writes only a scratch cache slot. All graphs read one set of static input buffers (sized to the
+acceptance and KV compaction). Every graph ends with the round's end (`SlotState.close_round`: the finish rules, the
+slots' lengths and last tokens advanced in place, the results packed for the host), which eager ops around the
+replay did before: ~50 launches a round. A row with more pending entries (after plain rounds, or a deeper
+strategy's round) has the earlier ones caught up eagerly first (`fastrl.speculative.drafting.split_pending`). A batch
+of b rows runs the graph of the smallest bucket >= b; the rows past b are padding that reads and writes only a
+scratch slot (of the cache and of the slot state). All graphs read one set of static input buffers (sized to the
 largest bucket) and allocate from one shared memory pool, so switching strategy between rounds is a dictionary
 lookup and costs no capture. Tree nodes of every graph go to the fixed cache area past `max_model_len` (the
 `base` of the round), so no round needs a host synchronisation except reading its results.
@@ -136,24 +138,38 @@ class StaticInputs:
                 p.counts[b:bucket].fill_(1)
 
 
+CloseRound = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""`SlotState.close_round`: (slots, lengths, tokens, logprobs, accepted) -> the round's results packed."""
+
+
+@dataclass
+class GraphedRound:
+    """What a graph's replay rewrites: the round's result and its end packed (`SlotState.close_round`)."""
+
+    result: PlainRoundResult | SpecRoundResult
+    packed: Tensor
+
+
 @dataclass
 class CapturedRound:
     """A captured graph and the output tensors its replay rewrites. With a test's stand-in capture (graph None) a
     replay runs the round's function again and writes its results into the same outputs, as a graph's replay does:
-    the engine's graph path (static inputs, padding rows, the fixed tree base) then runs on any device."""
+    the engine's graph path (static inputs, padding rows, the fixed tree base, the round's end in place) then runs on
+    any device."""
 
     graph: torch.cuda.CUDAGraph | None
-    outputs: PlainRoundResult | SpecRoundResult
-    fn: Callable[[], PlainRoundResult | SpecRoundResult] | None = None
+    outputs: GraphedRound
+    fn: Callable[[], GraphedRound] | None = None
 
     def replay(self) -> None:
         if self.graph is not None:
             self.graph.replay()
             return
         fresh = self.fn()
-        for item in fields(self.outputs):  # every tensor of the result, whatever the round's kind
-            if isinstance(kept := getattr(self.outputs, item.name), Tensor):
-                kept.copy_(getattr(fresh, item.name))
+        self.outputs.packed.copy_(fresh.packed)
+        for item in fields(self.outputs.result):  # every tensor of the result, whatever the round's kind
+            if isinstance(kept := getattr(self.outputs.result, item.name), Tensor):
+                kept.copy_(getattr(fresh.result, item.name))
 
 
 class CudaGraphRounds:
@@ -168,11 +184,13 @@ class CudaGraphRounds:
         buckets: list[int],
         base: int,
         static: StaticInputs,
+        close: CloseRound,
         feature_layers: tuple[int, ...] = (),
         capture: Callable[[Callable[[], T]], T] | None = None,
     ) -> None:
         """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
-        tree area (max_model_len); `static` the input buffers every graph reads; `feature_layers` the policy layers
+        tree area (max_model_len); `static` the input buffers every graph reads; `close` ends every round (the
+        slot state's `close_round`, on tensors that keep their storage); `feature_layers` the policy layers
         a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
         take them from `models`).
         `capture` (tests) replaces the CUDA capture: it calls a round's function as a capture would and returns
@@ -186,6 +204,7 @@ class CudaGraphRounds:
         self.buckets = buckets
         self.base = base
         self.static = static
+        self.close = close
         self.capture = capture
         on_gpu = capture is None
         self.pool = torch.cuda.graph_pool_handle() if on_gpu else None
@@ -206,12 +225,12 @@ class CudaGraphRounds:
             torch.cuda.empty_cache()  # what is reserved afterwards is the graphs' private pool (plus their outputs)
             before = torch.cuda.memory_reserved(device)
         start = time.perf_counter()
-        kv_len = self.base + 1
+        # Every row the scratch slot while capturing: a capture's warm-up runs end their rounds for real, and those
+        # ends (the slots' lengths advanced) must touch no request's slot.
+        self.static.slots.fill_(self.static.scratch_slot)
         for bucket in sorted(self.buckets, reverse=True):
             inputs = self.static.view(bucket)
-            self.plain[bucket] = self._capture(
-                lambda i=inputs: plain_round(self.policy, self.cache, i, kv_len, feature_layers=self.feature_layers)
-            )
+            self.plain[bucket] = self._capture(lambda i=inputs: self._plain(i))
             if self.models is None:
                 continue
             for strategy, runtime in self.runtimes.items():
@@ -229,36 +248,49 @@ class CudaGraphRounds:
     def bucket_for(self, batch_size: int) -> int | None:
         return next((b for b in self.buckets if b >= batch_size), None)
 
-    def run_plain(self, inputs: DecodeInputs) -> PlainRoundResult:
-        """Replay the plain round of the batch's bucket.  # [b] rows -> [b] tokens, logprobs, [b,F] hidden"""
+    def run_plain(self, inputs: DecodeInputs) -> tuple[PlainRoundResult, Tensor]:
+        """Replay the plain round of the batch's bucket; its result and its end packed (the batch's rows in each).
+        # [b] rows -> [b] tokens, logprobs, [b,F] hidden; [b,5] packed"""
         b = inputs.lengths.shape[0]
         bucket = self._bucket(b)
         self.static.load(inputs, bucket)
         captured = self.plain[bucket]
         captured.replay()
-        out = captured.outputs
-        return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b])
+        out = captured.outputs.result
+        return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b]), captured.outputs.packed[:b]
 
-    def _speculative(self, inputs: DecodeInputs, pending: DrafterInput, runtime: StrategyRuntime) -> SpecRoundResult:
-        """What a speculative graph holds: the drafter's catch-up on `pending`, then draft and verify."""
+    def _plain(self, inputs: DecodeInputs) -> GraphedRound:
+        """What a plain graph holds: the round over the whole cache, then its end."""
+        result = plain_round(self.policy, self.cache, inputs, self.base + 1, feature_layers=self.feature_layers)
+        tokens, logprobs = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1)
+        packed = self.close(inputs.slots, inputs.lengths, tokens, logprobs, torch.zeros_like(result.tokens))
+        return GraphedRound(result, packed)
+
+    def _speculative(self, inputs: DecodeInputs, pending: DrafterInput, runtime: StrategyRuntime) -> GraphedRound:
+        """What a speculative graph holds: the drafter's catch-up on `pending`, draft and verify, the round's end."""
         root_feature = catch_drafter_up(self.models, inputs, pending, self.base)
-        return draft_and_verify(self.models, inputs, root_feature, runtime, self.base)
+        spec = draft_and_verify(self.models, inputs, root_feature, runtime, self.base)
+        return GraphedRound(spec, self.close(inputs.slots, inputs.lengths, spec.tokens, spec.logprobs, spec.accepted))
 
     def catch_up_width(self, strategy: Strategy) -> int:
         """Pending entries per row the strategy's graphs catch up on (more are caught up eagerly first)."""
         return catch_up_width(self.runtimes[strategy])
 
-    def run_speculative(self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy) -> SpecRoundResult:
+    def run_speculative(
+        self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy
+    ) -> tuple[SpecRoundResult, Tensor]:
         """Replay the speculative round of the strategy and the batch's bucket, its catch-up on `pending` (at most
-        `catch_up_width` entries per row) included.  # [b] rows, pending [b,w] -> result of [b] rows"""
+        `catch_up_width` entries per row) included; its result and its end packed.
+        # [b] rows, pending [b,w] -> result of [b] rows; [b,2D+5] packed"""
         b = inputs.lengths.shape[0]
         bucket = self._bucket(b)
         self.static.load(inputs, bucket, pending)
         captured = self.spec[(strategy, bucket)]
         captured.replay()
-        out = captured.outputs
+        out = captured.outputs.result
         nodes = strategy.max_tree_nodes - 1
-        return SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
+        result = SpecRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b], out.accepted[:b], nodes)
+        return result, captured.outputs.packed[:b]
 
     def _bucket(self, batch_size: int) -> int:
         bucket = self.bucket_for(batch_size)
@@ -266,7 +298,7 @@ class CudaGraphRounds:
             raise ValueError(f"batch of {batch_size} exceeds the largest graph bucket {self.buckets[-1]}")
         return bucket
 
-    def _capture(self, fn: Callable[[], PlainRoundResult | SpecRoundResult]) -> CapturedRound:
+    def _capture(self, fn: Callable[[], GraphedRound]) -> CapturedRound:
         if self.capture is not None:
             return CapturedRound(None, self.capture(fn), fn)
         graph, outputs = capture_graph(fn, self.pool, self.warmup_stream)

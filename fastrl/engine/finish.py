@@ -45,22 +45,22 @@ def finish_rows(
     logprobs: Tensor,
     candidates: Tensor,
     tokens_before: Tensor,
-    stop_ids: Tensor,
+    stop: Tensor,
     length_limit: Tensor,
     max_model_len: int,
 ) -> Finish:
     """Apply the finish rules (see the module docstring) to every row at once; no host synchronisation.
 
     tokens/logprobs [B,K]: each row's candidate tokens in order; candidates [B] (>= 1): how many of the K are real;
-    tokens_before [B]: the request's tokens (prompt + generated) before this round; stop_ids [B,W]: the row's stop
-    ids, padded with -1; length_limit [B]: prompt length + max_new_tokens (the total at which LENGTH holds).
-    # [B,K], [B,K], [B], [B], [B,W], [B] -> Finish of [B], [B]
+    tokens_before [B]: the request's tokens (prompt + generated) before this round; stop [B,K] bool: whether each
+    candidate is one of its row's stop ids; length_limit [B]: prompt length + max_new_tokens (the total at which
+    LENGTH holds).
+    # [B,K], [B,K], [B], [B], [B,K], [B] -> Finish of [B], [B]
     """
     k = tokens.shape[1]
     count = torch.arange(1, k + 1, device=tokens.device)  # tokens emitted once candidate j is: j + 1
     total = tokens_before.unsqueeze(1) + count  # [B,K] the request's tokens after candidate j
     error = ~torch.isfinite(logprobs)
-    stop = (tokens.unsqueeze(-1) == stop_ids.unsqueeze(1)).any(dim=-1)
     length = total >= length_limit.unsqueeze(1)
     context = total >= max_model_len
     # The reason a candidate ends its row (0 = it does not), in the rules' order of precedence.

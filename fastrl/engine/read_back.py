@@ -22,15 +22,28 @@ class RoundRead:
 
 
 def read_back(tokens: Tensor, logprobs: Tensor, accepted: Tensor, finish: Finish) -> RoundRead:
-    """A round's results in one device-to-host copy (tokens, log-probs, accepted drafts, emitted counts, finish
-    codes), then split on the host.
+    """A round's results in one device-to-host copy, split on the host (`pack`, then `unpack`).
 
-    # tokens/logprobs [B,K], accepted [B], finish of [B] -> lists (float64 holds token ids and float32 log-probs
-    # exactly)
+    # tokens/logprobs [B,K], accepted [B], finish of [B] -> lists
     """
-    k = tokens.shape[1]
+    return unpack(pack(tokens, logprobs, accepted, finish).cpu(), tokens.shape[1])
+
+
+def pack(tokens: Tensor, logprobs: Tensor, accepted: Tensor, finish: Finish) -> Tensor:
+    """A round's results side by side, for one copy to the host: tokens, log-probs, accepted drafts, emitted
+    counts and finish codes (float64 holds token ids and float32 log-probs exactly).
+
+    # tokens/logprobs [B,K], accepted [B], finish of [B] -> [B,2K+3] float64
+    """
     columns = [tokens, logprobs, accepted.unsqueeze(1), finish.emitted.unsqueeze(1), finish.code.unsqueeze(1)]
-    host = torch.cat([c.to(torch.float64) for c in columns], dim=1).cpu()  # THE host read
+    return torch.cat([c.to(torch.float64) for c in columns], dim=1)
+
+
+def unpack(host: Tensor, k: int) -> RoundRead:
+    """A packed round (`pack`), on the host, as lists: each row's tokens and log-probs cut where it finishes.
+
+    # [B,2K+3] float64 -> lists
+    """
     token_rows = host[:, :k].long().tolist()
     logprob_rows = host[:, k : 2 * k].tolist()
     accepted_rows, emitted, codes = host[:, 2 * k :].long().t().tolist()

@@ -24,7 +24,7 @@ from fastrl.engine.machine import check_device
 from fastrl.engine.page_pool import PagePool
 from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
-from fastrl.engine.read_back import read_back
+from fastrl.engine.read_back import read_back, unpack
 from fastrl.engine.request import Request
 from fastrl.models.backends import attention_backend
 from fastrl.models.decoder import CausalLM
@@ -162,7 +162,7 @@ class ModelRunner:
             self.pool = PagePool(num_pages, ps, home)
             eos = mc.eos_token_id
             eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
-            self.state = SlotState(slots, self.device, self.max_model_len, eos_ids)
+            self.state = SlotState(slots, self.device, self.max_model_len, mc.vocab_size, eos_ids)
             self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
             backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
             self.cache = KVCache(
@@ -279,9 +279,10 @@ class ModelRunner:
         slot_ids = [r.slot for r in requests]
         backlog_s = self._bound_backlog(slot_ids) if self.drafter is not None and not strategy.uses_drafter else 0.0
         inputs = self.state.inputs(slot_ids)
+        packed = None  # the round's end, when a graph ran it (`SlotState.close_round`)
         if strategy.is_disabled:
             if self.graphs is not None:
-                result = self.graphs.run_plain(inputs)
+                result, packed = self.graphs.run_plain(inputs)
             else:
                 first = self._home_rows(slot_ids)
                 result = plain_round(
@@ -289,17 +290,17 @@ class ModelRunner:
                 )
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accepted = torch.zeros_like(result.tokens)
+            accepted = None
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
-            spec = self._speculate(requests, inputs, strategy)
+            spec, packed = self._speculate(requests, inputs, strategy)
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s = spec.catch_up_time_s
-        candidates = accepted + 1
-        finish = self.state.finish(inputs.slots, tokens, logprobs, candidates, inputs.lengths + 1)
-        self.state.advance(inputs.slots, tokens, candidates)
-        back = read_back(tokens, logprobs, accepted, finish)
+        if packed is None:
+            accepted = torch.zeros_like(result.tokens) if accepted is None else accepted
+            packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
+        back = unpack(packed.cpu(), tokens.shape[1])  # THE host read
         drafter_backlog = None
         if self.drafter is not None:
             emitted = [a + 1 for a in back.accepted]
@@ -343,9 +344,12 @@ class ModelRunner:
         self.feed.append(full, last.tokens, last.features, [1] * len(full))
         return seconds
 
-    def _speculate(self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy) -> SpecRoundResult:
-        """A speculative round's tokens; one that raises emitted nothing and leaves the drafter's pending entries
-        for the next round (``DrafterFeed.restore_take``), so the engine can go on stepping."""
+    def _speculate(
+        self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy
+    ) -> tuple[SpecRoundResult, Tensor | None]:
+        """A speculative round's tokens, and its end packed when a graph ran it (else None: `close_round` is the
+        caller's); one that raises emitted nothing and leaves the drafter's pending entries for the next round
+        (``DrafterFeed.restore_take``), so the engine can go on stepping."""
         slot_ids = [r.slot for r in requests]
         start = time.perf_counter()
         pending, behind = None, False
@@ -359,16 +363,16 @@ class ModelRunner:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
                 pending, catch_up_s = self._catch_up_past_graph(inputs, pending, strategy, behind)
-                spec = self.graphs.run_speculative(inputs, pending, strategy)
+                spec, packed = self.graphs.run_speculative(inputs, pending, strategy)
                 spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
-                return spec
+                return spec, packed
             runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
             if first is not None:
                 lengths = [r.num_tokens - 1 for r in requests]
                 reads = InPlaceReads.decide(first, lengths, runtime, self.lookahead)
             spec = speculative_round(self.spec_models, inputs, runtime, pending, history, reads, behind)
             spec.draft_time_s += prep_s
-            return spec
+            return spec, None
         except BaseException:
             if pending is not None:
                 self.feed.restore_take()
@@ -422,6 +426,7 @@ class ModelRunner:
             graph_buckets(size),
             self.max_model_len,
             static,
+            self.state.close_round,
             self.feature_layers,
             capture,
         )

@@ -12,7 +12,8 @@ from fastrl.engine.finish import finish_rows
 
 def test_ops_are_attributed_to_the_fastrl_line_that_made_them(capsys):
     tokens, logprobs = torch.tensor([[5, 2]]), torch.tensor([[-0.1, -0.2]])
-    args = (tokens, logprobs, torch.tensor([2]), torch.tensor([3]), torch.tensor([[2]]), torch.tensor([9]), 64)
+    stop = torch.tensor([[False, True]])
+    args = (tokens, logprobs, torch.tensor([2]), torch.tensor([3]), stop, torch.tensor([9]), 64)
     counter = OpCounter(where=True)
     with counter:
         finish_rows(*args)

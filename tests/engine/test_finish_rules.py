@@ -10,9 +10,10 @@ import random
 import pytest
 import torch
 
+from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
-from fastrl.engine.finish import FINISH_CODES, finish_rows
+from fastrl.engine.finish import FINISH_CODES
 from fastrl.engine.request import FinishReason, Request
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
@@ -48,25 +49,23 @@ def test_finish_rules_in_tensors_match_the_token_by_token_rules(seed):
         [[rng.choice([-0.5, -1.0, -2.0, -2.0, -3.0, math.nan, -math.inf]) for _ in range(k)] for _ in range(rows)]
     )
     candidates = torch.tensor([rng.randint(1, k) for _ in range(rows)])
-    requests, stops, limits, before = [], [], [], []
+    requests, before = [], []
     for row in range(rows):
         params = SamplingParams(
             max_new_tokens=rng.randint(1, 12),
-            stop_token_ids=rng.sample(range(VOCAB), rng.randint(0, 3)),
+            stop_token_ids=rng.sample(range(VOCAB + 3), rng.randint(0, 3)),  # ids past the vocabulary: never met
             ignore_eos=rng.random() < 0.5,
         )
         prompt = [5] * rng.randint(1, max_model_len - 2)
         request = Request(f"r{row}", prompt, params, seed=0)
         request.output_ids = [7] * rng.randint(0, min(params.max_new_tokens - 1, max_model_len - len(prompt) - 1))
+        request.slot = rows - 1 - row  # slots in another order than the rows
         requests.append(request)
-        stops.append(list(params.stop_token_ids) + ([] if params.ignore_eos else [EOS]))
-        limits.append(len(prompt) + params.max_new_tokens)
         before.append(request.num_tokens)
-    width = max(1, max(len(s) for s in stops))
-    stop_ids = torch.tensor([s + [-1] * (width - len(s)) for s in stops])
-    finish = finish_rows(
-        tokens, logprobs, candidates, torch.tensor(before), stop_ids, torch.tensor(limits), max_model_len
-    )
+    # the rules as an engine applies them: each request's stop ids and EOS in its slot of the batch state
+    state = SlotState(rows + 1, torch.device("cpu"), max_model_len, VOCAB, (EOS,))
+    slots = state.admit(requests, before)
+    finish = state.finish(slots, tokens, logprobs, candidates, torch.tensor(before))
     for row, request in enumerate(requests):
         count = int(candidates[row])
         expected = _one_token_at_a_time(
@@ -74,6 +73,21 @@ def test_finish_rules_in_tensors_match_the_token_by_token_rules(seed):
         )
         code = int(finish.code[row])
         assert (int(finish.emitted[row]), FINISH_CODES.get(code)) == expected, (row, request)
+
+
+def test_a_slot_readmitted_forgets_the_stop_ids_of_its_last_request():
+    state = SlotState(3, torch.device("cpu"), 64, VOCAB, (EOS,))
+    tokens, logprobs, one = torch.tensor([[3], [EOS]]), torch.zeros(2, 1), torch.ones(2, dtype=torch.long)
+
+    def codes(*params: SamplingParams) -> list[int]:
+        requests = [Request(f"q{i}", [5, 6], p, seed=0) for i, p in enumerate(params)]
+        for slot, request in enumerate(requests):
+            request.slot = slot
+        slots = state.admit(requests, [2, 2])
+        return state.finish(slots, tokens, logprobs, one, torch.tensor([2, 2])).code.tolist()
+
+    assert codes(SamplingParams(stop_token_ids=[3]), SamplingParams()) == [2, 2]
+    assert codes(SamplingParams(ignore_eos=True), SamplingParams(ignore_eos=True, stop_token_ids=[4])) == [0, 0]
 
 
 @pytest.fixture(scope="module")
