@@ -33,9 +33,18 @@ class SlotState:
     """
 
     def __init__(
-        self, num_slots: int, device: torch.device, max_model_len: int, vocab_size: int, eos_ids: tuple[int, ...] = ()
+        self,
+        num_slots: int,
+        device: torch.device,
+        max_model_len: int,
+        vocab_size: int,
+        eos_ids: tuple[int, ...] = (),
+        scratch_slot: int | None = None,
     ) -> None:
+        """`scratch_slot`: a slot no request holds, where a graph's padding rows run (each round ends with its length
+        and last token back at 0, so the next padded round reads the positions a fresh slot has)."""
         self.device = device
+        self.scratch_slot = scratch_slot
         self.max_model_len = max_model_len
         self.eos_ids = tuple(eos_ids)
         self.vocab_size = vocab_size
@@ -86,16 +95,22 @@ class SlotState:
 
     def slots(self, requests: list[Request]) -> Tensor:
         """The requests' slots as one device tensor.  # -> [B] long"""
-        return torch.tensor([r.slot for r in requests], dtype=torch.long, device=self.device)
+        return self.slot_tensor([r.slot for r in requests])
+
+    def slot_tensor(self, slot_ids: list[int]) -> Tensor:
+        """Slot ids as one device tensor.  # -> [B] long"""
+        return torch.tensor(slot_ids, dtype=torch.long, device=self.device)
 
     def inputs(self, slot_ids: list[int]) -> DecodeInputs:
-        """The round's inputs for the rows in slots `slot_ids`: one gather per field.  # -> [B] rows"""
-        slots = torch.tensor(slot_ids, dtype=torch.long, device=self.device)
-        sampling = replace(
-            self.sampling.index(slots),
-            all_greedy=all(map(self._greedy.__getitem__, slot_ids)),
-            any_filter=any(map(self._filter.__getitem__, slot_ids)),
-        )
+        """The round's inputs for the rows in slots `slot_ids`: one gather per field, the sampler's shortcuts where
+        every row allows them.  # -> [B] rows"""
+        greedy = all(map(self._greedy.__getitem__, slot_ids))
+        return self.gather(self.slot_tensor(slot_ids), greedy, any(map(self._filter.__getitem__, slot_ids)))
+
+    def gather(self, slots: Tensor, all_greedy: bool = False, any_filter: bool = True) -> DecodeInputs:
+        """The inputs of the rows in `slots`, one gather per field, no host work: what a CUDA graph reads from its
+        static slots (whose sampling always takes the full path: the defaults).  # slots [B] -> [B] rows"""
+        sampling = replace(self.sampling.index(slots), all_greedy=all_greedy, any_filter=any_filter)
         return DecodeInputs(slots, self.lengths[slots], self.last[slots], sampling)
 
     def finish(self, slots: Tensor, tokens: Tensor, logprobs: Tensor, candidates: Tensor, before: Tensor) -> Finish:
@@ -112,6 +127,9 @@ class SlotState:
         candidates = accepted + 1
         finish = self.finish(slots, tokens, logprobs, candidates, lengths + 1)
         self.advance(slots, tokens, candidates)
+        if self.scratch_slot is not None:  # padding rows start every round where a fresh slot does
+            self.lengths.narrow(0, self.scratch_slot, 1).zero_()
+            self.last.narrow(0, self.scratch_slot, 1).zero_()
         return pack(tokens, logprobs, accepted, finish)
 
     def advance(self, slots: Tensor, tokens: Tensor, emitted: Tensor) -> None:

@@ -1,11 +1,13 @@
 """CUDA graphs of decode rounds, captured once at engine start and replayed every round.
 
-One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round: the
-drafter's catch-up on the pending entries of each row (at most `catch_up_width` of them, the strategy's depth + 1,
-which is all a round of it leaves), then `draft_and_verify` (drafter tree steps, the verify forward, sampling,
-acceptance and KV compaction). Every graph ends with the round's end (`SlotState.close_round`: the finish rules, the
-slots' lengths and last tokens advanced in place, the results packed for the host), which eager ops around the
-replay did before: ~50 launches a round. A row with more pending entries (after plain rounds, or a deeper
+One graph per batch bucket for the plain round, and one per (strategy, bucket) for the speculative round. Every
+graph starts from its rows' slots (the one static input besides a speculative round's pending drafter entries) and
+gathers their lengths, last tokens and sampling settings from the slot state (`SlotState.gather`); a speculative
+graph then runs the drafter's catch-up on the pending entries of each row (at most `catch_up_width` of them, the
+strategy's depth + 1, which is all a round of it leaves) and `draft_and_verify` (drafter tree steps, the verify
+forward, sampling, acceptance and KV compaction). Every graph ends with the round's end (`SlotState.close_round`: the
+finish rules, the slots' lengths and last tokens advanced in place, the results packed for the host). Eager ops
+around the replay did both before: ~70 a round. A row with more pending entries (after plain rounds, or a deeper
 strategy's round) has the earlier ones caught up eagerly first (`fastrl.speculative.drafting.split_pending`). A batch
 of b rows runs the graph of the smallest bucket >= b; the rows past b are padding that reads and writes only a
 scratch slot (of the cache and of the slot state). All graphs read one set of static input buffers (sized to the
@@ -27,12 +29,11 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from fastrl.engine.batch import SlotState
 from fastrl.engine.plain_round import PlainRoundResult, plain_round
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache
-from fastrl.sampling.sampler import SamplingBatch
 from fastrl.speculative.drafting import DrafterInput
-from fastrl.speculative.inputs import DecodeInputs
 from fastrl.speculative.round import SpecModels, SpecRoundResult, catch_drafter_up, draft_and_verify
 from fastrl.speculative.runtime import StrategyRuntime
 from fastrl.strategy.strategy import Strategy
@@ -49,15 +50,11 @@ def graph_buckets(max_batch_size: int, buckets: tuple[int, ...] = DEFAULT_BUCKET
 
 @dataclass
 class StaticInputs:
-    """The graphs' input buffers, sized to the largest bucket; rows past a batch are scratch-slot padding."""
+    """The graphs' input buffers, sized to the largest bucket: the rows' slots (a graph gathers everything else of
+    its rows from the slot state, `SlotState.gather`) and their pending drafter entries; rows past a batch are
+    padding on the scratch slot."""
 
     slots: Tensor
-    lengths: Tensor
-    last: Tensor
-    temperature: Tensor
-    top_k: Tensor
-    top_p: Tensor
-    seeds: Tensor
     pending: DrafterInput
     """The rows' pending drafter entries, left-aligned: tokens [R,W], features [R,W,F], counts [R]."""
     scratch_slot: int
@@ -73,18 +70,8 @@ class StaticInputs:
         scratch_slot: int,
     ):
         """Buffers for `rows` rows; `width` pending drafter entries per row of `feature_size` features."""
-
-        def long() -> Tensor:
-            return torch.zeros(rows, dtype=torch.long, device=device)
-
         return cls(
             slots=torch.full((rows,), scratch_slot, dtype=torch.long, device=device),
-            lengths=long(),
-            last=long(),
-            temperature=torch.zeros(rows, device=device),
-            top_k=long(),
-            top_p=torch.ones(rows, device=device),
-            seeds=long(),
             pending=DrafterInput(
                 torch.zeros(rows, width, dtype=torch.long, device=device),
                 torch.zeros(rows, width, feature_size, dtype=dtype, device=device),
@@ -93,41 +80,19 @@ class StaticInputs:
             scratch_slot=scratch_slot,
         )
 
-    def view(self, bucket: int) -> DecodeInputs:
-        """The first `bucket` rows as decode inputs (fixed addresses, what a graph of that bucket reads)."""
-        sampling = SamplingBatch(
-            self.temperature[:bucket],
-            self.top_k[:bucket],
-            self.top_p[:bucket],
-            self.seeds[:bucket],
-            all_greedy=False,
-            any_filter=True,
-        )
-        return DecodeInputs(self.slots[:bucket], self.lengths[:bucket], self.last[:bucket], sampling)
-
     def pending_view(self, bucket: int, width: int) -> DrafterInput:
         """The first `bucket` rows' first `width` pending entries (fixed addresses).  # [bucket,width](,F), [bucket]"""
         p = self.pending
         return DrafterInput(p.tokens[:bucket, :width], p.features[:bucket, :width], p.counts[:bucket])
 
-    def load(self, inputs: DecodeInputs, bucket: int, pending: DrafterInput | None = None) -> None:
-        """Copy a batch of b <= bucket rows in; rows b..bucket-1 become padding on the scratch slot (one pending
-        entry each). `pending` (a speculative round): [b,w] entries, w at most the buffers' width; the columns past
-        a row's count are padding the catch-up does not read."""
-        b = inputs.lengths.shape[0]
-        s = inputs.sampling
-        for buf, value, pad in (
-            (self.slots, inputs.slots, self.scratch_slot),
-            (self.lengths, inputs.lengths, 0),
-            (self.last, inputs.last, 0),
-            (self.temperature, s.temperature, 0.0),
-            (self.top_k, s.top_k, 0),
-            (self.top_p, s.top_p, 1.0),
-            (self.seeds, s.seeds, 0),
-        ):
-            buf[:b].copy_(value, non_blocking=True)
-            if b < bucket:  # padding rows (none when the batch fills its bucket: no launch)
-                buf[b:bucket].fill_(pad)
+    def load(self, slots: Tensor, bucket: int, pending: DrafterInput | None = None) -> None:
+        """Copy a batch of b <= bucket rows' slots in; rows b..bucket-1 become padding on the scratch slot (one
+        pending entry each). `pending` (a speculative round): [b,w] entries, w at most the buffers' width; the
+        columns past a row's count are padding the catch-up does not read."""
+        b = slots.shape[0]
+        self.slots[:b].copy_(slots, non_blocking=True)
+        if b < bucket:  # padding rows (none when the batch fills its bucket: no launch)
+            self.slots[b:bucket].fill_(self.scratch_slot)
         if pending is not None:
             w = pending.tokens.shape[1]
             p = self.pending
@@ -136,10 +101,6 @@ class StaticInputs:
             p.counts[:b].copy_(pending.counts, non_blocking=True)
             if b < bucket:
                 p.counts[b:bucket].fill_(1)
-
-
-CloseRound = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-"""`SlotState.close_round`: (slots, lengths, tokens, logprobs, accepted) -> the round's results packed."""
 
 
 @dataclass
@@ -184,13 +145,14 @@ class CudaGraphRounds:
         buckets: list[int],
         base: int,
         static: StaticInputs,
-        close: CloseRound,
+        state: SlotState,
         feature_layers: tuple[int, ...] = (),
         capture: Callable[[Callable[[], T]], T] | None = None,
     ) -> None:
         """`models` is None for an engine without a drafter (plain graphs only); `base` is the cache index of the
-        tree area (max_model_len); `static` the input buffers every graph reads; `close` ends every round (the
-        slot state's `close_round`, on tensors that keep their storage); `feature_layers` the policy layers
+        tree area (max_model_len); `static` the input buffers every graph reads; `state` the slot state a graph
+        gathers its rows' inputs from and ends its round in (`SlotState.gather`, `close_round`: tensors that keep
+        their storage); `feature_layers` the policy layers
         a fused drafter reads (the plain graphs return them with the final-norm state; the speculative graphs
         take them from `models`).
         `capture` (tests) replaces the CUDA capture: it calls a round's function as a capture would and returns
@@ -204,7 +166,7 @@ class CudaGraphRounds:
         self.buckets = buckets
         self.base = base
         self.static = static
-        self.close = close
+        self.state = state
         self.capture = capture
         on_gpu = capture is None
         self.pool = torch.cuda.graph_pool_handle() if on_gpu else None
@@ -218,7 +180,7 @@ class CudaGraphRounds:
         """Capture every graph (plain per bucket; speculative per strategy and bucket), largest bucket first."""
         import time
 
-        device = self.static.lengths.device
+        device = self.static.slots.device
         on_gpu = self.capture is None
         if on_gpu:
             torch.cuda.synchronize(device)
@@ -229,14 +191,14 @@ class CudaGraphRounds:
         # ends (the slots' lengths advanced) must touch no request's slot.
         self.static.slots.fill_(self.static.scratch_slot)
         for bucket in sorted(self.buckets, reverse=True):
-            inputs = self.static.view(bucket)
-            self.plain[bucket] = self._capture(lambda i=inputs: self._plain(i))
+            slots = self.static.slots[:bucket]
+            self.plain[bucket] = self._capture(lambda s=slots: self._plain(s))
             if self.models is None:
                 continue
             for strategy, runtime in self.runtimes.items():
                 pending = self.static.pending_view(bucket, catch_up_width(runtime))
                 self.spec[(strategy, bucket)] = self._capture(
-                    lambda i=inputs, r=runtime, p=pending: self._speculative(i, p, r)
+                    lambda s=slots, r=runtime, p=pending: self._speculative(s, p, r)
                 )
         if on_gpu:
             torch.cuda.synchronize(device)
@@ -248,43 +210,47 @@ class CudaGraphRounds:
     def bucket_for(self, batch_size: int) -> int | None:
         return next((b for b in self.buckets if b >= batch_size), None)
 
-    def run_plain(self, inputs: DecodeInputs) -> tuple[PlainRoundResult, Tensor]:
-        """Replay the plain round of the batch's bucket; its result and its end packed (the batch's rows in each).
-        # [b] rows -> [b] tokens, logprobs, [b,F] hidden; [b,5] packed"""
-        b = inputs.lengths.shape[0]
+    def run_plain(self, slots: Tensor) -> tuple[PlainRoundResult, Tensor]:
+        """Replay the plain round of the batch's bucket over the rows in `slots`; its result and its end packed (the
+        batch's rows in each).  # slots [b] -> [b] tokens, logprobs, [b,F] hidden; [b,5] packed"""
+        b = slots.shape[0]
         bucket = self._bucket(b)
-        self.static.load(inputs, bucket)
+        self.static.load(slots, bucket)
         captured = self.plain[bucket]
         captured.replay()
         out = captured.outputs.result
         return PlainRoundResult(out.tokens[:b], out.logprobs[:b], out.hidden[:b]), captured.outputs.packed[:b]
 
-    def _plain(self, inputs: DecodeInputs) -> GraphedRound:
-        """What a plain graph holds: the round over the whole cache, then its end."""
+    def _plain(self, slots: Tensor) -> GraphedRound:
+        """What a plain graph holds: its rows' inputs gathered, the round over the whole cache, then its end."""
+        inputs = self.state.gather(slots)
         result = plain_round(self.policy, self.cache, inputs, self.base + 1, feature_layers=self.feature_layers)
         tokens, logprobs = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1)
-        packed = self.close(inputs.slots, inputs.lengths, tokens, logprobs, torch.zeros_like(result.tokens))
-        return GraphedRound(result, packed)
+        zeros = torch.zeros_like(result.tokens)
+        return GraphedRound(result, self.state.close_round(slots, inputs.lengths, tokens, logprobs, zeros))
 
-    def _speculative(self, inputs: DecodeInputs, pending: DrafterInput, runtime: StrategyRuntime) -> GraphedRound:
-        """What a speculative graph holds: the drafter's catch-up on `pending`, draft and verify, the round's end."""
+    def _speculative(self, slots: Tensor, pending: DrafterInput, runtime: StrategyRuntime) -> GraphedRound:
+        """What a speculative graph holds: its rows' inputs gathered, the drafter's catch-up on `pending`, draft and
+        verify, the round's end."""
+        inputs = self.state.gather(slots)
         root_feature = catch_drafter_up(self.models, inputs, pending, self.base)
         spec = draft_and_verify(self.models, inputs, root_feature, runtime, self.base)
-        return GraphedRound(spec, self.close(inputs.slots, inputs.lengths, spec.tokens, spec.logprobs, spec.accepted))
+        packed = self.state.close_round(slots, inputs.lengths, spec.tokens, spec.logprobs, spec.accepted)
+        return GraphedRound(spec, packed)
 
     def catch_up_width(self, strategy: Strategy) -> int:
         """Pending entries per row the strategy's graphs catch up on (more are caught up eagerly first)."""
         return catch_up_width(self.runtimes[strategy])
 
     def run_speculative(
-        self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy
+        self, slots: Tensor, pending: DrafterInput, strategy: Strategy
     ) -> tuple[SpecRoundResult, Tensor]:
-        """Replay the speculative round of the strategy and the batch's bucket, its catch-up on `pending` (at most
-        `catch_up_width` entries per row) included; its result and its end packed.
-        # [b] rows, pending [b,w] -> result of [b] rows; [b,2D+5] packed"""
-        b = inputs.lengths.shape[0]
+        """Replay the speculative round of the strategy and the batch's bucket over the rows in `slots`, its catch-up
+        on `pending` (at most `catch_up_width` entries per row) included; its result and its end packed.
+        # slots [b], pending [b,w] -> result of [b] rows; [b,2D+5] packed"""
+        b = slots.shape[0]
         bucket = self._bucket(b)
-        self.static.load(inputs, bucket, pending)
+        self.static.load(slots, bucket, pending)
         captured = self.spec[(strategy, bucket)]
         captured.replay()
         out = captured.outputs.result

@@ -162,7 +162,8 @@ class ModelRunner:
             self.pool = PagePool(num_pages, ps, home)
             eos = mc.eos_token_id
             eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
-            self.state = SlotState(slots, self.device, self.max_model_len, mc.vocab_size, eos_ids)
+            scratch_slot = config.max_batch_size if use_graphs else None  # the graphs' padding rows run there
+            self.state = SlotState(slots, self.device, self.max_model_len, mc.vocab_size, eos_ids, scratch_slot)
             self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
             backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
             self.cache = KVCache(
@@ -278,11 +279,14 @@ class ModelRunner:
         self._sync_pages()
         slot_ids = [r.slot for r in requests]
         backlog_s = self._bound_backlog(slot_ids) if self.drafter is not None and not strategy.uses_drafter else 0.0
-        inputs = self.state.inputs(slot_ids)
+        # A graphed round takes its rows' slots and gathers the rest itself; an eager round takes its inputs here.
+        graphed = self.graphs is not None and (strategy.is_disabled or _graphed(strategy))
+        inputs = None if graphed else self.state.inputs(slot_ids)
+        slots = self.state.slot_tensor(slot_ids) if graphed else inputs.slots
         packed = None  # the round's end, when a graph ran it (`SlotState.close_round`)
         if strategy.is_disabled:
-            if self.graphs is not None:
-                result, packed = self.graphs.run_plain(inputs)
+            if graphed:
+                result, packed = self.graphs.run_plain(slots)
             else:
                 first = self._home_rows(slot_ids)
                 result = plain_round(
@@ -293,7 +297,7 @@ class ModelRunner:
             accepted = None
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
-            spec, packed = self._speculate(requests, inputs, strategy)
+            spec, packed = self._speculate(requests, slots, inputs, strategy)
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s = spec.catch_up_time_s
@@ -345,25 +349,26 @@ class ModelRunner:
         return seconds
 
     def _speculate(
-        self, requests: list[Request], inputs: DecodeInputs, strategy: Strategy
+        self, requests: list[Request], slots: Tensor, inputs: DecodeInputs | None, strategy: Strategy
     ) -> tuple[SpecRoundResult, Tensor | None]:
-        """A speculative round's tokens, and its end packed when a graph ran it (else None: `close_round` is the
-        caller's); one that raises emitted nothing and leaves the drafter's pending entries for the next round
-        (``DrafterFeed.restore_take``), so the engine can go on stepping."""
+        """A speculative round's tokens over the rows in `slots`, and its end packed when a graph ran it (else None:
+        `close_round` is the caller's; `inputs` is None exactly when a graph runs it); one that raises emitted
+        nothing and leaves the drafter's pending entries for the next round (``DrafterFeed.restore_take``), so the
+        engine can go on stepping."""
         slot_ids = [r.slot for r in requests]
         start = time.perf_counter()
         pending, behind = None, False
         try:
             if strategy.uses_drafter:
                 behind = self.feed.behind(slot_ids)  # rounds without the drafter left it their tokens: time that
-                pending = self.feed.take(inputs.slots, slot_ids)
+                pending = self.feed.take(slots, slot_ids)
             history = self._history_tree(requests, strategy) if strategy.is_history else None
             prep_s = time.perf_counter() - start  # host work before the round: drafter input, history lookups
-            if self.graphs is not None and _graphed(strategy):
+            if inputs is None:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                pending, catch_up_s = self._catch_up_past_graph(inputs, pending, strategy, behind)
-                spec, packed = self.graphs.run_speculative(inputs, pending, strategy)
+                pending, catch_up_s = self._catch_up_past_graph(slot_ids, pending, strategy, behind)
+                spec, packed = self.graphs.run_speculative(slots, pending, strategy)
                 spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
                 return spec, packed
             runtime, first, reads = self.runtimes[strategy], self._home_rows(slot_ids), None
@@ -379,7 +384,7 @@ class ModelRunner:
             raise
 
     def _catch_up_past_graph(
-        self, inputs: DecodeInputs, pending: DrafterInput, strategy: Strategy, behind: bool
+        self, slot_ids: list[int], pending: DrafterInput, strategy: Strategy, behind: bool
     ) -> tuple[DrafterInput, float]:
         """What the strategy's graph catches up on (each row's last `catch_up_width` pending entries), after the
         drafter caught up eagerly on the entries before them where a row has more (timed when rounds without the
@@ -387,6 +392,7 @@ class ModelRunner:
         width = self.graphs.catch_up_width(strategy)
         if pending.tokens.shape[1] <= width:  # the widest row's pending entries, known on the host
             return pending, 0.0
+        inputs = self.state.inputs(slot_ids)  # the rows' lengths, for the eager catch-up only
         last, earlier, taken = split_pending(pending, width)
         before = replace(inputs, lengths=inputs.lengths - taken)
         _, seconds = timed_catch_up(self.spec_models, before, earlier, self.graphs.base, None, behind)
@@ -426,7 +432,7 @@ class ModelRunner:
             graph_buckets(size),
             self.max_model_len,
             static,
-            self.state.close_round,
+            self.state,
             self.feature_layers,
             capture,
         )
