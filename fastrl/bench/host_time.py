@@ -18,6 +18,9 @@ its figures for two trees can be alternated too.
 argument: `python fastrl/bench/host_time.py sampled 1,16 32 smollm2`. `gumbel` times the lazy Gumbel-argmax
 against the full one, bits to token, on a few shapes (`python fastrl/bench/host_time.py gumbel`).
 
+`round` prints one round's host time per strategy at one batch size (`python fastrl/bench/host_time.py round
+disable,3_1_4 1`: the tail's batch).
+
 `view` compares, in one process and pair by pair, rounds that read keys in place (home pages) with the same pool
 gathering them: `python fastrl/bench/host_time.py view 64,256 64`.
 """
@@ -42,6 +45,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.strategy.strategy import Strategy
 
+MAX_ROUND_BATCH = 1024  # rows `round` times (its engine holds every row's ~450-token context)
 CONTEXT, LONGEST_PROMPT = 256, 60  # max_model_len of the engines of `throughput` and `config_ab`; their longest prompt
 
 
@@ -231,12 +235,15 @@ def parse_arguments(argv: list[str]) -> tuple[argparse.Namespace, Path | None]:
         command.add_argument("model", metavar="MODEL", nargs="?", default="", help="named model or checkpoint dir")
     host = commands.add_parser("host", help="the host-time suite on the bundled model")
     host.add_argument("strategies", metavar="STRATEGIES", type=strategy_list, help="e.g. disable,3_1_4")
+    one = commands.add_parser("round", help="host time of one round per strategy at one batch size (bundled model)")
+    one.add_argument("strategies", metavar="STRATEGIES", type=strategy_list, help="e.g. disable,3_1_4")
+    one.add_argument("batch", metavar="BATCH", type=at_least(1), nargs="?", default=1, help="rows (default 1)")
     commands.add_parser("gumbel", help="lazy against full Gumbel-argmax, no model")
     args = parser.parse_args(argv)
     if args.command == "gumbel":
         return args, None
     most = CONTEXT - LONGEST_PROMPT
-    if args.command != "host" and args.new_tokens > most:
+    if args.command not in ("host", "round") and args.new_tokens > most:
         parser.error(
             f"argument NEW_TOKENS: {args.new_tokens} does not fit the engines' {CONTEXT}-token context after prompts "
             f"of up to {LONGEST_PROMPT} tokens (the rows would stop early); give at most {most}"
@@ -245,7 +252,9 @@ def parse_arguments(argv: list[str]) -> tuple[argparse.Namespace, Path | None]:
         model_dir = resolve_model_dir(getattr(args, "model", ""), "MODEL")
     except (ValueError, ImportError) as err:
         parser.error(str(err))
-    if args.command == "host":
+    if args.command == "round" and args.batch > MAX_ROUND_BATCH:
+        parser.error(f"argument BATCH: at most {MAX_ROUND_BATCH} rows, got {args.batch}")
+    if args.command in ("host", "round"):
         return args, model_dir
     config = read_config(model_dir)
     if args.new_tokens > config.max_position_embeddings - LONGEST_PROMPT:
@@ -274,12 +283,17 @@ def main(argv: list[str] | None = None) -> None:
             )
         return
     model = load_model(model_dir)
-    if args.command == "host":
+    if args.command in ("host", "round"):
         from fastrl.commands.bench_config import BenchConfig
         from fastrl.commands.engine_setup import resolve_drafter
 
         speculative = any(not Strategy.parse(s).is_disabled for s in args.strategies)
         drafter = resolve_drafter(BenchConfig().drafter, model_dir, model, speculative)
+        if args.command == "round":  # rows of ~100 tokens, the median of 40 rounds
+            for strategy in args.strategies:
+                seconds = round_host_time(model, drafter, strategy, args.batch, 100, rounds=40)
+                print(f"{strategy}: {seconds * 1e6:.0f} us of host time a round at batch {args.batch}", flush=True)
+            return
         for row in bench_host_time(model, drafter, args.strategies):
             print(
                 f"{row.strategy}: {row.per_row_us:.1f} us per extra row (64 -> 256: {row.small_batch_us:.0f} -> "

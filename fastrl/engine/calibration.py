@@ -35,6 +35,7 @@ from fastrl.atomic_files import write_atomic
 from fastrl.engine.engine import Engine
 from fastrl.models.cpu_linear import small_linear_routing
 from fastrl.models.named import cache_root
+from fastrl.sampling.cpu_noise import uniform_bits_kernel
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.cpu_drafter_step import drafter_step_for
 from fastrl.speculative.drafter import EagleDrafter
@@ -356,7 +357,7 @@ def _drafter_shape(drafter: EagleDrafter) -> dict:
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
     """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend (and the drafter
-    step's, and the small-row linear kernel's routing), threads, arms, sizes, rounds."""
+    step's, the small-row linear kernel's routing, the sampler's noise kernel), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
     positions = engine.model.config.max_position_embeddings
@@ -370,6 +371,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
         "drafter_step": _drafter_step_kernel(engine),  # a drafter step in one C++ call or PyTorch's ops
         # which linear products run in the small-row kernel (CPU only: a GPU engine neither builds nor uses it)
         "small_linear": small_linear_routing() if device.type == "cpu" else None,
+        "uniform_bits": uniform_bits_kernel() is not None if device.type == "cpu" else None,  # the sampler's noise
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "arms": sorted(str(a) for a in arms),

@@ -28,6 +28,8 @@ import functools
 
 import torch
 
+from fastrl.sampling.cpu_noise import uniform_bits_kernel
+
 MASK32 = 0xFFFFFFFF
 MUL_A = 0x2C1B3C6D  # odd, < 2**30: x * MUL_A < 2**62 for any 32-bit x
 MUL_B = 0x297A2D39  # odd, < 2**30
@@ -65,6 +67,11 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def lane_salts(stream: int) -> tuple[int, int]:
+    """The two row lanes' starting salts for ``stream`` (Python ints: no host copy inside a CUDA graph)."""
+    return mix32_int(SALT_LANE_A ^ stream), mix32_int(SALT_LANE_B ^ stream)
+
+
 def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
     # [N] int64, [N] int64 -> [2, N] int64 32-bit lanes (lane a, lane b), both lanes computed at once
     words = (
@@ -73,7 +80,7 @@ def _row_lanes(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> tor
         positions & MASK32,
         (positions >> 32) & MASK32,
     )
-    salts = [mix32_int(salt ^ stream) for salt in (SALT_LANE_A, SALT_LANE_B)]
+    salts = lane_salts(stream)
     lanes = _mix32(torch.stack([words[0] ^ salt for salt in salts]))  # scalars: no host copy (CUDA graphs)
     for word in words[1:]:
         lanes = _mix32(lanes ^ word)
@@ -106,13 +113,11 @@ def _cpu_index_key(vocab_size: int) -> torch.Tensor:
     return _index_key(vocab_size, torch.device("cpu"))
 
 
-def _words32(
+def _checked(
     seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The hash of every (row, vocab index) as int32 bit patterns, and a spare buffer of the same shape.
-
-    # [N], [N] -> [N, V] int32, [N, V] int32 (scratch)
-    """
+    """The arguments of every hash checked (ValueError naming the first bad one), seeds and positions as int64 on
+    ``device`` (``seeds.device`` when None).  # [N], [N] -> [N], [N]"""
     if seeds.dim() != 1 or positions.shape != seeds.shape:
         raise ValueError(
             f"seeds and positions must both be 1-D of equal length, got {seeds.shape} and {positions.shape}"
@@ -122,8 +127,18 @@ def _words32(
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
     device = seeds.device if device is None else torch.device(device)
-    seeds = seeds.to(device=device, dtype=torch.int64)
-    positions = positions.to(device=device, dtype=torch.int64)
+    return seeds.to(device=device, dtype=torch.int64), positions.to(device=device, dtype=torch.int64)
+
+
+def _words32(
+    seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hash of every (row, vocab index) as int32 bit patterns, and a spare buffer of the same shape.
+
+    # [N], [N] -> [N, V] int32, [N, V] int32 (scratch)
+    """
+    seeds, positions = _checked(seeds, positions, vocab_size, device, stream)
+    device = seeds.device
     lanes = _as_int32(_row_lanes(seeds, positions, stream))
     index_key = _cpu_index_key(vocab_size) if device.type == "cpu" else _index_key(vocab_size, device)
     h = torch.bitwise_xor(lanes[0].unsqueeze(1), index_key.unsqueeze(0))
@@ -171,10 +186,19 @@ def uniform_bits(
 
     Same arguments as :func:`hash_bits`. An element's uniform and Gumbel value are monotone non-decreasing
     functions of these bits, which the lazy Gumbel-argmax (`sampling/gumbel_argmax.py`) uses to bound values it
-    does not compute.
+    does not compute. On a CPU the bits come from one C++ pass (`fastrl.sampling.cpu_noise`), equal to these ops'.
     """
     # [N], [N] -> [N, V] int32
-    words, tmp = _words32(seeds, positions, vocab_size, device, stream)
+    seeds, positions = _checked(seeds, positions, vocab_size, device, stream)
+    if seeds.device.type == "cpu" and (kernel := uniform_bits_kernel()) is not None:
+        return kernel(seeds, positions, vocab_size, lane_salts(stream))
+    return uniform_bits_torch(seeds, positions, vocab_size, stream)
+
+
+def uniform_bits_torch(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, stream: int = 0) -> torch.Tensor:
+    """:func:`uniform_bits` in PyTorch's ops, on ``seeds``' device (what a GPU runs, and the CPU without the
+    kernel).  # [N], [N] -> [N, V] int32"""
+    words, tmp = _words32(seeds, positions, vocab_size, None, stream)
     return _uniform_bits(words, tmp)
 
 

@@ -124,6 +124,9 @@ def _selector_random(argv: list[str]) -> None:
         (host_time.main, ["host", "bogus"], "argument STRATEGIES: strategy 'bogus'"),
         (host_time.main, ["host", "3_1_4,3_1_4"], "duplicate strategy '3_1_4'"),
         (host_time.main, ["gumbel", "extra"], "unrecognized arguments: extra"),
+        (host_time.main, ["round", "bogus"], "argument STRATEGIES: strategy 'bogus'"),
+        (host_time.main, ["round", "disable", "0"], "argument BATCH: must be >= 1, got 0"),
+        (host_time.main, ["round", "disable", "5000"], "argument BATCH: at most 1024 rows, got 5000"),
         (host_time.main, ["nothing"], "argument COMMAND: invalid choice: 'nothing'"),
     ],
 )
