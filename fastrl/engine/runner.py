@@ -294,7 +294,7 @@ class ModelRunner:
                 )
             tokens, logprobs, hidden = result.tokens.unsqueeze(1), result.logprobs.unsqueeze(1), result.hidden
             hidden = hidden.unsqueeze(1)
-            accepted = None
+            accepted = torch.zeros_like(result.tokens) if packed is None else None  # the eager round's end reads it
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
         else:
             spec, packed = self._speculate(requests, slots, inputs, strategy)
@@ -302,7 +302,6 @@ class ModelRunner:
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s = spec.catch_up_time_s
         if packed is None:
-            accepted = torch.zeros_like(result.tokens) if accepted is None else accepted
             packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
         back = unpack(packed.cpu(), tokens.shape[1])  # THE host read
         drafter_backlog = None
@@ -367,7 +366,7 @@ class ModelRunner:
             if inputs is None:
                 if self.drafter.draft_vocab is not None:
                     self.drafter.draft_head(self.model)  # refresh the restricted head the graphs read
-                pending, catch_up_s = self._catch_up_past_graph(slot_ids, pending, strategy, behind)
+                pending, catch_up_s = self._catch_up_past_graph(slots, pending, strategy, behind)
                 spec, packed = self.graphs.run_speculative(slots, pending, strategy)
                 spec.draft_time_s, spec.catch_up_time_s = time.perf_counter() - start, catch_up_s
                 return spec, packed
@@ -384,7 +383,7 @@ class ModelRunner:
             raise
 
     def _catch_up_past_graph(
-        self, slot_ids: list[int], pending: DrafterInput, strategy: Strategy, behind: bool
+        self, slots: Tensor, pending: DrafterInput, strategy: Strategy, behind: bool
     ) -> tuple[DrafterInput, float]:
         """What the strategy's graph catches up on (each row's last `catch_up_width` pending entries), after the
         drafter caught up eagerly on the entries before them where a row has more (timed when rounds without the
@@ -392,7 +391,7 @@ class ModelRunner:
         width = self.graphs.catch_up_width(strategy)
         if pending.tokens.shape[1] <= width:  # the widest row's pending entries, known on the host
             return pending, 0.0
-        inputs = self.state.inputs(slot_ids)  # the rows' lengths, for the eager catch-up only
+        inputs = self.state.gather(slots)  # the rows' lengths, for the eager catch-up only (it samples nothing)
         last, earlier, taken = split_pending(pending, width)
         before = replace(inputs, lengths=inputs.lengths - taken)
         _, seconds = timed_catch_up(self.spec_models, before, earlier, self.graphs.base, None, behind)

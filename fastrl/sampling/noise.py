@@ -131,13 +131,13 @@ def _checked(
 
 
 def _words32(
-    seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, device: torch.device | str | None, stream: int
+    seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, stream: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The hash of every (row, vocab index) as int32 bit patterns, and a spare buffer of the same shape.
+    """The hash of every (row, vocab index) as int32 bit patterns, and a spare buffer of the same shape; seeds and
+    positions as ``_checked`` gives them, on the device to compute on.
 
     # [N], [N] -> [N, V] int32, [N, V] int32 (scratch)
     """
-    seeds, positions = _checked(seeds, positions, vocab_size, device, stream)
     device = seeds.device
     lanes = _as_int32(_row_lanes(seeds, positions, stream))
     index_key = _cpu_index_key(vocab_size) if device.type == "cpu" else _index_key(vocab_size, device)
@@ -171,7 +171,7 @@ def hash_bits(
         stream: an independent noise family, an int in [0, 2**32) (see the ``*_STREAM`` constants).
     """
     # [N], [N] -> [N, V] int64
-    words, _ = _words32(seeds, positions, vocab_size, device, stream)
+    words, _ = _words32(*_checked(seeds, positions, vocab_size, device, stream), vocab_size, stream)
     return words.to(torch.int64).bitwise_and_(MASK32)
 
 
@@ -192,14 +192,13 @@ def uniform_bits(
     seeds, positions = _checked(seeds, positions, vocab_size, device, stream)
     if seeds.device.type == "cpu" and (kernel := uniform_bits_kernel()) is not None:
         return kernel(seeds, positions, vocab_size, lane_salts(stream))
-    return uniform_bits_torch(seeds, positions, vocab_size, stream)
+    return _uniform_bits(*_words32(seeds, positions, vocab_size, stream))
 
 
 def uniform_bits_torch(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, stream: int = 0) -> torch.Tensor:
     """:func:`uniform_bits` in PyTorch's ops, on ``seeds``' device (what a GPU runs, and the CPU without the
     kernel).  # [N], [N] -> [N, V] int32"""
-    words, tmp = _words32(seeds, positions, vocab_size, None, stream)
-    return _uniform_bits(words, tmp)
+    return _uniform_bits(*_words32(*_checked(seeds, positions, vocab_size, None, stream), vocab_size, stream))
 
 
 def uniform_from_bits(bits: torch.Tensor) -> torch.Tensor:
