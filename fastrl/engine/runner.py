@@ -421,7 +421,9 @@ class ModelRunner:
         eagle = {s: r for s, r in self.runtimes.items() if _graphed(s)}
         features = self.drafter.feature_size if self.drafter is not None else mc.hidden_size
         width = max((catch_up_width(r) for r in eagle.values()), default=1)
-        static = StaticInputs.allocate(size, features, width, self.config.torch_dtype, self.device, size)
+        # padding rows run on the slot state's scratch slot: the one whose length every graphed round puts back at 0
+        scratch = self.state.scratch_slot
+        static = StaticInputs.allocate(size, features, width, self.config.torch_dtype, self.device, scratch)
         models = self.spec_models if self.drafter is not None else None
         graphs = CudaGraphRounds(
             self.model,

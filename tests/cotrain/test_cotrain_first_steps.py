@@ -4,9 +4,8 @@ AdamW's first steps move every weight by about the learning rate whatever its gr
 gradient's: the step is lr x sign(g)); on the shipped fused drafter one such step at `fastrl train`'s co-training
 rate cut the held-out chain accept length from 4.5 to 3.3 tokens a round, and the default run (one fixed arm,
 `7_1_8`) fell from 4.33 at step 0 to 3.0 at step 1, below the same drafter frozen at every later step
-(docs/results.md). The
-learning rate therefore warms up over the first updates. These tests take `fastrl train`'s own composed co-training
-settings, so a config that drops the warm-up fails here.
+(docs/results.md). The learning rate therefore warms up over the first updates. These tests take `fastrl train`'s own
+composed co-training settings, so a config that drops the warm-up fails here.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ def train_settings(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rollouts():
-    """The bundled policy, its shipped drafter, T=1 rollouts to train on (a rollout's worth) and greedy held-out
-    rollouts with their prompt lengths."""
+    """The bundled policy, its shipped drafter, T=1 rollouts to train on (a rollout's worth), greedy held-out
+    rollouts with their prompt lengths, and the shipped drafter's accept length over them."""
     policy = load_model(bundled_model_dir()).eval()
     drafter = load_drafter(bundled_drafter_dir(), policy)[0].eval()
     tokenizer, task, rng = load_tokenizer(bundled_model_dir()), ArithChainTask(), random.Random(0)
@@ -58,13 +57,15 @@ def rollouts():
     outputs = engine.generate([GenerateInput(p, s) for p, s in zip(prompts, sampled + greedy, strict=True)])
     full = [p + o.token_ids for p, o in zip(prompts, outputs, strict=True)]
     features = policy_features(policy, full, extra_layers=drafter.extra_layers)
-    return policy, drafter, features[:24], features[24:], [len(p) for p in prompts[24:]]
+    held_out, prompt_lengths = features[24:], [len(p) for p in prompts[24:]]
+    shipped = greedy_chain_accept_length(drafter, policy, held_out, prompt_lengths, DEPTH)
+    return policy, drafter, features[:24], held_out, prompt_lengths, shipped
 
 
 def accept_after(rollouts, settings, steps: int) -> tuple[float, float]:
     """Held-out greedy chain accept length of the shipped drafter, and of its co-trained copy after ``steps``
     updates on the training rollouts (16 a batch)."""
-    policy, drafter, train, held_out, prompt_lengths = rollouts
+    policy, drafter, train, held_out, prompt_lengths, shipped = rollouts
     trainer = CoTrainer(policy, settings)
     trainer.prepare(drafter, version=0)
     rng = random.Random(1)
@@ -72,9 +73,7 @@ def accept_after(rollouts, settings, steps: int) -> tuple[float, float]:
     assert slice_metrics.steps == steps and slice_metrics.error is None
     trained = copy.deepcopy(drafter)  # the published weights, as a worker's merge receives them
     trained.load_state_dict(trainer.trained().state)
-    before = greedy_chain_accept_length(drafter, policy, held_out, prompt_lengths, DEPTH)
-    after = greedy_chain_accept_length(trained, policy, held_out, prompt_lengths, DEPTH)
-    return before, after
+    return shipped, greedy_chain_accept_length(trained, policy, held_out, prompt_lengths, DEPTH)
 
 
 @pytest.mark.parametrize("steps", [1, 3])
