@@ -16,6 +16,7 @@ import torch
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.adaptive.plain_meter import PlainTimeMeter
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.device_memory import MEMORY_PARTS, memory_parts
 from fastrl.engine.finish import FINISH_CODES
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
 from fastrl.engine.runner import ModelRunner, StepOutput
@@ -267,6 +268,33 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work or bool(self._ended) or bool(self._undelivered)
 
+    # ---- device memory between rollouts ---------------------------------------------------------------------
+    def release_memory(self, parts: Iterable[str] = MEMORY_PARTS) -> int:
+        """Give back the device memory of ``parts`` while the engine is idle (a trainer on the same device needs it
+        between rollouts): ``"kv_cache"`` (the KV pools; no entry survives, and none is needed: no request is
+        running) and ``"weights"`` (the policy and drafter go to the CPU, their values kept). Requests may be
+        queued meanwhile; stepping them waits for `restore_memory` (RuntimeError until then). The selector, the
+        history index and every count are kept. ValueError, releasing nothing, while a request is unfinished or
+        for a part not named above. Returns the device bytes given back."""
+        wanted = memory_parts("Engine.release_memory", parts)
+        if self.has_unfinished():
+            busy = len(self.scheduler.running) + len(self.scheduler.waiting)
+            raise ValueError(
+                f"Engine.release_memory: {busy} requests are unfinished (or outputs undelivered); step or abort them "
+                "to their end first"
+            )
+        return self.runner.release_memory(wanted)
+
+    def restore_memory(self, parts: Iterable[str] = MEMORY_PARTS) -> None:
+        """Bring back what `release_memory` gave back of ``parts`` (all by default); the engine steps again once
+        nothing is released (CUDA graphs are captured again then). ValueError for a part not named there."""
+        self.runner.restore_memory(memory_parts("Engine.restore_memory", parts))
+
+    @property
+    def memory_released(self) -> frozenset[str]:
+        """The parts of the engine's memory released and not yet restored (empty while it can step)."""
+        return self.runner.released
+
     def server_info(self) -> ServerInfo:
         """A live view: active strategy, recent accept length, running and waiting requests."""
         self._info.running = len(self.scheduler.running)
@@ -282,6 +310,9 @@ class Engine:
         If anything raises (a prefill, a round, a selector's ``observe``), the exception propagates, requests whose
         prefill failed wait to be admitted again, and what had progressed is returned by the next step, ahead of that
         step's own outputs (a finished request's id stays taken until its output is returned)."""
+        if self.runner.released and self.has_unfinished():
+            released = " and ".join(sorted(self.runner.released))
+            raise RuntimeError(f"Engine.step: the engine's {released} memory is released; call restore_memory() first")
         outputs, self._undelivered = self._undelivered, []
         progressed: Progressed = {}
         finished: list[Request] = self._ended

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from fastrl.engine.batch import SlotState
 from fastrl.engine.config import EngineConfig
+from fastrl.engine.device_memory import MEMORY_PARTS
 from fastrl.engine.drafter_feed import DrafterFeed, backlog_limit, feed_prompts
 from fastrl.engine.kv_budget import check_kv_cache_tokens, context_length, pages_per_request, round_lookahead
 from fastrl.engine.kv_plan import KvPlan, incoming_bytes
@@ -183,7 +184,8 @@ class ModelRunner:
                 limit = backlog_limit(
                     config.drafter_backlog, slots, feature_size, dtype, self.max_model_len, self.lookahead
                 )
-                self.feed = DrafterFeed(slots, feature_size, dtype, self.device, self.lookahead, limit)
+                self._feed_args = (slots, feature_size, dtype, self.device, self.lookahead, limit)
+                self.feed = DrafterFeed(*self._feed_args)
         self._pending_copies: list[tuple[int, int]] = []  # shared prompts' partial pages, copied after their prefill
         if self.device.type == "cuda":  # installed (or taken out) on the modules this engine runs
             kernels = LayerKernels.load(self.device, dtype) if config.layer_kernels else None
@@ -195,7 +197,67 @@ class ModelRunner:
             self.spec_models = SpecModels(self.model, self.cache, self.drafter, dcache, self.feature_layers)
         elif speculative:
             self.spec_models = SpecModels(self.model, self.cache, feature_layers=self.feature_layers)
+        self._graph_capture = graph_capture
+        self._use_graphs = use_graphs
+        self.released: frozenset[str] = frozenset()
+        """What `release_memory` gave back and `restore_memory` has not brought back: "kv_cache", "weights"."""
         self.graphs = self._capture_graphs(graph_capture) if use_graphs else None
+
+    def release_memory(self, parts: frozenset[str] = MEMORY_PARTS) -> int:
+        """Give back the device memory of ``parts`` (between rollouts; no request may hold a slot): "kv_cache" drops
+        the policy's and the drafter's KV pools and the drafter's pending entries (every entry is lost: requests
+        start afresh after `restore_memory`); "weights" moves the policy and the drafter to the CPU (their values
+        kept). CUDA graphs hold both parts' addresses: they are dropped with either and captured again when both are
+        back. Returns the device bytes the caches and weights held (0 on a CPU for the weights).
+
+        # frees: caches [layers, pages*ps, kvh, hd] x 2 per cache, feed [S,W,F], graphs' pool; weights to the CPU
+        """
+        parts = frozenset(parts) - self.released
+        if not parts:
+            return 0
+        freed = 0
+        self.graphs = None  # their captured addresses die with either part
+        if "kv_cache" in parts:
+            for cache in self.caches:
+                freed += 2 * cache.k.numel() * cache.k.element_size()
+                cache.release()
+            if self.drafter is not None:  # a fresh feed holds the few entries a round starts with
+                self.feed = DrafterFeed(*self._feed_args)
+        if "weights" in parts and self.device.type != "cpu":
+            modules = [m for m in (self.model, self.drafter) if m is not None]
+            held = {t.data_ptr(): t.numel() * t.element_size() for m in modules for t in m.state_dict().values()}
+            freed += sum(held.values())  # tied weights once
+            for module in modules:
+                module.to("cpu")
+        self.released |= parts
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return freed
+
+    def restore_memory(self, parts: frozenset[str] = MEMORY_PARTS) -> None:
+        """Bring back what `release_memory` gave back of ``parts``: the weights to the engine's device, the KV pools
+        (all zeros, at new addresses); once nothing is released, the CUDA graphs are captured again."""
+        parts = frozenset(parts) & self.released
+        if "weights" in parts and self.device.type != "cpu":
+            for module in (self.model, self.drafter):
+                if module is not None:
+                    module.to(self.device)
+            if self.drafter is not None and self.drafter.draft_vocab is not None:
+                self.drafter.set_draft_vocab(self.drafter.draft_vocab)  # its restricted head is read afresh
+        if "kv_cache" in parts:
+            for cache in self.caches:
+                cache.restore()
+        self.released -= parts
+        if not self.released and self._use_graphs and self.graphs is None:
+            self.graphs = self._capture_graphs(self._graph_capture)
+
+    def _check_held(self, what: str) -> None:
+        """RuntimeError when the memory a round needs is released."""
+        if self.released:
+            raise RuntimeError(
+                f"ModelRunner.{what}: the engine's {' and '.join(sorted(self.released))} memory is released; "
+                "call restore_memory() first"
+            )
 
     @property
     def caches(self) -> list[KVCache]:
@@ -223,6 +285,7 @@ class ModelRunner:
     def resume(self, requests: list[Request]) -> None:
         """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
         next round), its hidden states queued for their drafter afresh."""
+        self._check_held("resume")
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
         slots = self.state.admit(requests, [len(t) for t in tokens])
@@ -238,6 +301,7 @@ class ModelRunner:
         hold its full pages and get a copy of its partial last page, the policy's after the policy's prefill, the
         drafter's after the drafter's catch-up.
         """
+        self._check_held("prefill")
         self._sync_pages()
         result = prefill_shared(self.model, self.cache, requests, self.feature_layers)
         copies, self._pending_copies = self._pending_copies, []
@@ -276,6 +340,7 @@ class ModelRunner:
 
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
+        self._check_held("decode")
         self._sync_pages()
         slot_ids = [r.slot for r in requests]
         backlog_s = self._bound_backlog(slot_ids) if self.drafter is not None and not strategy.uses_drafter else 0.0

@@ -165,17 +165,38 @@ class KVCache:
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = table.page_size
-        shape = (num_layers, table.total_pages * table.page_size, num_kv_heads, head_dim)
+        self.k, self.v = self._allocate()
+        self._gathered: tuple[Tensor, Tensor] | None = None
+
+    def _allocate(self) -> tuple[Tensor, Tensor]:
+        """K and V, all zeros.  # -> 2 x [num_layers, total_pages * page_size, kv_heads, head_dim]"""
+        table = self.table
+        shape = (self.num_layers, table.total_pages * table.page_size, self.num_kv_heads, self.head_dim)
         # A home view reads pages nobody holds (masked), so nothing in the cache may be junk. On a CPU the pool is
         # zero memory the OS maps only when written (resident memory follows the pages handed out, which
         # `clear_pages` zeroes); elsewhere (and dense caches) all is zeroed at once.
         if table.paged and self.device.type == "cpu":
-            self._maps = [mmap.mmap(-1, math.prod(shape) * dtype.itemsize) for _ in range(2)]
-            self.k, self.v = (torch.frombuffer(m, dtype=dtype).view(shape) for m in self._maps)
-        else:  # on an accelerator the memory is held anyway: all zeros
-            self.k = torch.zeros(shape, dtype=dtype, device=self.device)
-            self.v = torch.zeros(shape, dtype=dtype, device=self.device)
-        self._gathered: tuple[Tensor, Tensor] | None = None
+            self._maps = [mmap.mmap(-1, math.prod(shape) * self.dtype.itemsize) for _ in range(2)]
+            k, v = (torch.frombuffer(m, dtype=self.dtype).view(shape) for m in self._maps)
+            return k, v
+        # on an accelerator the memory is held anyway: all zeros
+        return tuple(torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2))
+
+    @property
+    def released(self) -> bool:
+        """True between `release` and `restore`: the cache holds no memory and cannot be read or written."""
+        return self.k.dim() == 1
+
+    def release(self) -> None:
+        """Give the cache's memory back (every entry is dropped): K and V become empty tensors until `restore`.
+        Whoever kept raw addresses of the old tensors (a CUDA graph) must not run before it is rebuilt."""
+        empty = torch.empty(0, dtype=self.dtype, device=self.device)
+        self.k, self.v, self._gathered, self._maps = empty, empty, None, []
+
+    def restore(self) -> None:
+        """Allocate the cache again after `release`, all zeros (at new addresses); a no-op when it holds memory."""
+        if self.released:
+            self.k, self.v = self._allocate()
 
     @property
     def page_bytes(self) -> int:

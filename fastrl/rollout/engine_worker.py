@@ -111,6 +111,23 @@ class EngineWorker:
         with self._lock:
             return self.engine.has_unfinished()
 
+    def release_memory(self, parts: list[str]) -> int:
+        """``Engine.release_memory`` (between rollouts; waits for a co-training slice in progress, which reads the
+        live drafter's weights); the device bytes given back."""
+        with self._train_lock, self._lock:
+            return self.engine.release_memory(parts)
+
+    def restore_memory(self, parts: list[str]) -> None:
+        """``Engine.restore_memory``."""
+        with self._train_lock, self._lock:
+            self.engine.restore_memory(parts)
+
+    @property
+    def memory_released(self) -> frozenset[str]:
+        """What of the engine's memory is released (empty while it can step)."""
+        with self._lock:
+            return self.engine.memory_released
+
     def step(self) -> list[RolloutResult]:
         """One engine step; the results of the requests that finished in it."""
         with self._lock:
@@ -418,6 +435,7 @@ class EngineWorker:
                 buffer_sequences=self.buffer.num_sequences + (self.cotraining.pending if self.cotraining else 0),
                 buffer_tokens=self.buffer.num_tokens,
                 cotrain_steps=self.cotrainer.total_steps if self.cotrainer is not None else 0,
+                memory_released=sorted(self.engine.memory_released),
             )
 
     def health(self, error: str | None = None, stalled_s: float = 0.0) -> WorkerHealth:

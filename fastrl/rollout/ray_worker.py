@@ -111,8 +111,8 @@ class RolloutWorkerActor:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._worker.has_unfinished():
-                    self._cond.wait()
+                while not self._closed and (self._worker.memory_released or not self._worker.has_unfinished()):
+                    self._cond.wait()  # requests queued while the memory is released wait for `restore_memory`
                 if self._closed:
                     return
             try:
@@ -156,6 +156,21 @@ class RolloutWorkerActor:
                 taken += [item for item, h in zip(items, hit, strict=True) if h]
                 parts[index] = [item for item, h in zip(items, hit, strict=True) if not h]
         return taken
+
+    # ---- device memory between rollouts (control group) ---------------------------------------------------------
+    @ray.method(concurrency_group=CONTROL)
+    def release_memory(self, parts: list[str]) -> int:
+        """Give back the engine's device memory of ``parts`` (``"kv_cache"``, ``"weights"``) while no request is
+        unfinished (ValueError otherwise); requests queued afterwards wait for ``restore_memory``. Returns the device
+        bytes given back."""
+        return self._worker.release_memory(parts)
+
+    @ray.method(concurrency_group=CONTROL)
+    def restore_memory(self, parts: list[str]) -> None:
+        """Bring back the released ``parts``; the stepping loop runs again once nothing is released."""
+        self._worker.restore_memory(parts)
+        with self._cond:
+            self._cond.notify()
 
     # ---- weights (control group) ------------------------------------------------------------------------------
     @ray.method(concurrency_group=CONTROL)

@@ -10,7 +10,8 @@ class WorkerStats:
     """A worker's counters since it started.
 
     ``mean_batch_size`` and ``mean_accept_length`` (tokens per row per round, row-weighted: `accept_length`) are
-    over all its decode rounds; ``strategy_rounds`` counts rounds per strategy name.
+    over all its decode rounds; ``strategy_rounds`` counts rounds per strategy name; ``memory_released`` names the
+    parts of the engine's device memory given back and not yet restored (``Engine.release_memory``).
     """
 
     worker_id: str
@@ -26,6 +27,7 @@ class WorkerStats:
     buffer_sequences: int = 0
     buffer_tokens: int = 0
     cotrain_steps: int = 0
+    memory_released: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -52,6 +52,7 @@ TESTS = [
     "tests/models/test_cuda.py",
     "tests/sampling/test_gumbel_noise.py",
     "tests/engine/test_cuda_graphs.py",
+    "tests/engine/test_release_memory_gpu.py",
 ]
 
 

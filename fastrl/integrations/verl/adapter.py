@@ -37,8 +37,11 @@ class FastrlServerAdapter(BaseRollout):
         return self._server
 
     async def resume(self, tags: list[str]) -> None:
-        if "weights" in tags or "kv_cache" in tags:
-            await self.server().wake_up.remote()
+        """Wake the server; what its sleep released comes back part by part as ``tags`` name them (the trainer
+        resumes the weights, syncs them and offloads its model before it resumes the KV cache)."""
+        parts = [tag for tag in tags if tag in ("weights", "kv_cache")]
+        if parts:
+            await self.server().wake_up.remote(parts)
 
     async def release(self) -> None:
         await self.server().sleep.remote()

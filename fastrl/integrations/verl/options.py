@@ -47,6 +47,9 @@ class FastrlRolloutOptions:
     drafter_sync_timeout_s: how long a sleeping server waits for the other servers' co-trained drafters.
     export_dir: if set, every ``sleep`` writes each server's bandit state there (``bandit_state_<server>.json``),
         the input of ``fastrl export-drafter ... bandit_state=``.
+    release_at_sleep: whether ``sleep`` gives the engine's device memory (KV pools, weights, CUDA graphs) back to
+        the trainer until ``wake_up``: ``"auto"`` (default) as verl's ``rollout.free_cache_engine`` says in hybrid
+        and colocated mode (never in standalone mode, whose devices are the rollout's own), or true / false.
     """
 
     strategy: str = "bandit"
@@ -66,8 +69,11 @@ class FastrlRolloutOptions:
     engine: dict[str, Any] = field(default_factory=dict)
     drafter_sync_timeout_s: float = 60.0
     export_dir: str = ""
+    release_at_sleep: bool | str = "auto"
 
     def __post_init__(self) -> None:
+        if self.release_at_sleep != "auto" and not isinstance(self.release_at_sleep, bool):
+            raise ValueError(f"{PREFIX}release_at_sleep must be 'auto', true or false, got {self.release_at_sleep!r}")
         if self.device not in DEVICES:
             raise ValueError(f"{PREFIX}device must be one of {list(DEVICES)}, got {self.device!r}")
         if self.dtype not in DTYPES:
@@ -115,6 +121,13 @@ class FastrlRolloutOptions:
         if unknown:
             raise ValueError(f"{PREFIX}{unknown[0]}: unknown option (known: {sorted(known)})")
         return cls(**values)
+
+    def releases_at_sleep(self, free_cache_engine: bool, rollout_mode: str) -> bool:
+        """Whether a server gives its device memory back at ``sleep`` (see ``release_at_sleep``); ``rollout_mode``
+        is the name of verl's ``RolloutMode`` of the replica (HYBRID, COLOCATED or STANDALONE)."""
+        if self.release_at_sleep == "auto":
+            return bool(free_cache_engine) and rollout_mode in ("HYBRID", "COLOCATED")
+        return bool(self.release_at_sleep)
 
     def resolved_device(self, cuda_available: bool) -> str:
         """The device the engine runs on."""

@@ -139,6 +139,7 @@ class FastrlReplica(RolloutReplica):
             name=name,
             cuda_visible_devices=devices or None,
             hub=hub,
+            rollout_mode=self.rollout_mode.name if self.rollout_mode is not None else "STANDALONE",
         )
         await server.ready.remote()
         self.servers = [server]

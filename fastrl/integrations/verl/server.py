@@ -19,6 +19,7 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.replica import TokenOutput
 
 from fastrl.atomic_files import write_atomic
+from fastrl.engine.device_memory import MEMORY_PARTS
 from fastrl.integrations.verl.admission import AdmissionGate
 from fastrl.integrations.verl.options import FastrlRolloutOptions
 from fastrl.integrations.verl.requests import (
@@ -66,6 +67,7 @@ class FastrlServer:
         name: str,
         cuda_visible_devices: str | None = None,
         hub: ray.actor.ActorHandle | None = None,
+        rollout_mode: str = "STANDALONE",
     ) -> None:
         self.config: RolloutConfig = omega_conf_to_dataclass(config)
         self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
@@ -94,6 +96,7 @@ class FastrlServer:
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote(name, worker_config)
         self._hub = hub if self.options.cotrain else None
+        self._release_at_sleep = self.options.releases_at_sleep(self.config.free_cache_engine, rollout_mode)
         self.global_steps: int | None = None
         self._policy_version = 0
         self._pending: dict[str, Tensor] = {}
@@ -243,10 +246,26 @@ class FastrlServer:
                 write_atomic(path, json.dumps(state, allow_nan=False) + "\n")
             except (OSError, ValueError) as err:  # ValueError: a full disk, or a NaN JSON cannot hold
                 LOG.warning("fastrl server %s: custom.fastrl.export_dir: %s not written (%s)", self.name, path, err)
+        if self._release_at_sleep:  # last: the merged drafter is installed, the trainer gets the device
+            freed = await self._release(MEMORY_PARTS)
+            LOG.info("fastrl server %s: sleep gave back %.1f MiB of device memory", self.name, freed / 2**20)
 
-    async def wake_up(self) -> None:
-        """Start of a rollout (the engine never released anything)."""
+    async def _release(self, parts: frozenset[str]) -> int:
+        """The engine's release of ``parts`` once no request is in flight here (verl releases between rollouts; a
+        request that arrives meanwhile is waited for); the device bytes given back."""
+        while True:
+            await self._idle.wait()
+            try:
+                return await self._worker.release_memory.remote(sorted(parts))
+            except ValueError:  # a request reached the engine after the wait: release once it is done
+                await asyncio.sleep(ABORT_RETRY_S)
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Start of a rollout: what ``sleep`` released comes back, the parts ``tags`` names ("weights",
+        "kv_cache"; None: all) now, so that a trainer can bring the weights back, sync them and offload its own
+        before the KV pools return (requests arriving before the rest comes back wait for it)."""
         await self._wake()
+        await self._worker.restore_memory.remote(sorted(MEMORY_PARTS if tags is None else set(tags) & MEMORY_PARTS))
 
     async def _wake(self) -> None:
         """Awake: the next ``sleep`` ends a rollout (once the sleep in progress, if any, is over)."""
@@ -287,10 +306,13 @@ class FastrlServer:
         """No-op: fastrl keeps no cache across requests (no prefix cache); entries are overwritten by position."""
 
     async def release_kv_cache(self) -> None:
-        """No-op: the KV cache stays allocated (see docs/verl.md)."""
+        """Give the KV pools back (verl calls it before a weight sync, after aborting the requests in flight; the
+        weights stay in place for the sync to write into); requests wait for ``resume_kv_cache``."""
+        await self._release(frozenset({"kv_cache"}))
 
     async def resume_kv_cache(self) -> None:
-        """No-op, the counterpart of ``release_kv_cache``."""
+        """Bring back the KV pools ``release_kv_cache`` gave back."""
+        await self._worker.restore_memory.remote(["kv_cache"])
 
     async def start_profile(self, **kwargs: object) -> None:
         """No-op: fastrl has no profiler hook here."""
@@ -337,6 +359,7 @@ class FastrlServer:
             cotrain_steps=self._cotrain_steps,
             rollouts=self._rollouts,
             strategy_rounds=dict(stats.strategy_rounds),
+            memory_released=list(stats.memory_released),
         )
 
     async def strategy_selector_state(self) -> dict:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class ServerReport:
-    """One server's state: weight versions, verl's global step, work in flight and co-training so far."""
+    """One server's state: weight versions, verl's global step, work in flight, co-training so far, and the parts
+    of its engine's device memory released at its last sleep and not yet back."""
 
     name: str
     policy_version: int
@@ -17,3 +18,4 @@ class ServerReport:
     cotrain_steps: int
     rollouts: int
     strategy_rounds: dict[str, int]
+    memory_released: list[str] = field(default_factory=list)
