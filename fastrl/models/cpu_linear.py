@@ -1,14 +1,17 @@
 """Linear layers of a decode or verify forward on a CPU: fastrl's small-row kernel (`kernels/small_linear.cpp`).
 
-PyTorch's CPU matrix product (one thread) streams a large weight once per input row from 4 rows up to 15 and packs
-it from 16 on, so a verify forward over a few tokens costs several plain forwards: SmolLM2-135M's 49152 x 576 LM
-head takes 11.5 ms at one row, 25.5 at four, 39 at eight and 70 at thirteen. The kernel reads each weight row once
-for up to 16 input rows (16.8, 16.4 and 23.3 ms there). `Linear` (an `nn.Linear`, same parameters and state dict)
-sends to it `MIN_ROWS` to `MAX_ROWS` input rows of a weight of at least `MIN_WEIGHT` elements, float32 or float64,
-one torch thread (the kernel runs on one core; more threads are PyTorch's), on a CPU, no gradient wanted. The
-routing was set by whole forwards (`python -m fastrl.bench.small_linear --decode smollm2`), where every weight comes
-from memory: a product timed alone keeps a mid-sized weight in the CPU's caches and favours PyTorch (SmolLM2's plain
-decoding at batch 8: 1.20x faster with only the LM head routed, 1.35-1.43x with every weight from 2^18 elements).
+PyTorch's CPU matrix product (one thread) streams a large weight once per input row at a few rows, so a verify
+forward over a few tokens costs several plain forwards. With torch 2.13 (this project's CPU pin) SmolLM2-135M's
+49152 x 576 LM head takes 7.3 ms at one row, 14.8 at two, 22.3 at three and 12.8 at four; the kernel reads each
+weight row once for up to 16 input rows and takes 3.4, 3.6, 3.9 and 4.2 ms there (a one-row product too: PyTorch's
+one-row path streams the weight at half the kernel's rate on this CPU). `Linear` (an `nn.Linear`, same parameters
+and state dict) sends to it `MIN_ROWS` to `MAX_ROWS` input rows of a weight of at least `MIN_WEIGHT` elements,
+float32 or float64, one torch thread (the kernel runs on one core; more threads are PyTorch's), on a CPU, no
+gradient wanted. The routing was set by whole forwards (`python -m fastrl.bench.small_linear --decode smollm2
+--batch-sizes 1,2,3,4,8 --min-rows 1`), where every weight comes from memory: a product timed alone keeps a
+mid-sized weight in the CPU's caches and favours PyTorch. SmolLM2's plain decoding with every weight from 2^18
+elements routed, against PyTorch alone: 1.52x faster at batch 1, 2.08x at 2, 2.26x at 3, 1.63x at 4, 1.18x at 8
+(torch 2.13; with an earlier torch, whose product read the weight once at 1-3 rows, the kernel began at 4 rows).
 Its result is PyTorch's to rounding (tests/models/test_cpu_linear.py), as PyTorch's own results at different row
 counts already differ from each other in the last bits; the exactness tests hold engines using it to plain decoding
 and to transformers."""
@@ -24,8 +27,8 @@ from torch import Tensor, nn
 
 from fastrl.models.kernel_build import load_kernel
 
-MIN_ROWS = 4
-"""Fewest input rows sent to the kernel (at 1-3 rows PyTorch's product already reads the weight once)."""
+MIN_ROWS = 1
+"""Fewest input rows sent to the kernel (every row count up to `MAX_ROWS`: see the module docstring)."""
 MAX_ROWS = 15
 """Most input rows sent to the kernel (from 16 rows PyTorch packs the weight and is faster)."""
 MIN_WEIGHT = 1 << 18

@@ -143,7 +143,7 @@ def _inputs(greedy: bool) -> list[GenerateInput]:
 
 @pytest.mark.parametrize("strategy", ["3_1_4", "2_2_4", "6_1_7@0.3"])
 def test_engines_with_the_kernel_generate_plain_decodings_tokens(wide, strategy):
-    """Batch 1 and 4 (verify forwards of 4-7 rows and plain forwards of 4 rows take the kernel), sampled and
+    """Batch 1 and 4 (verify forwards of 4-7 rows and plain forwards of 1 and 4 rows take the kernel), sampled and
     greedy: speculative decoding gives plain decoding's tokens."""
     for batch in (1, 4):
         before = KERNEL.calls

@@ -117,7 +117,7 @@ def test_generate_cli_with_model_smollm2_and_the_default_drafter(smollm2, tmp_pa
 
 
 def test_the_small_row_kernel_keeps_decoding_equal_to_hf_generate(smollm2):
-    """At one thread the LM head and the projections of 4-15-row forwards take the small-row kernel: plain decoding
+    """At one thread the LM head and the projections of 1-15-row forwards take the small-row kernel: plain decoding
     of 4 chats in one batch (4-row forwards) and `3_1_4` at batch 1 (4-token verifies) still equal transformers."""
     from fastrl.adaptive.fixed import FixedSelector
     from fastrl.commands.engine_setup import resolve_drafter
