@@ -37,7 +37,7 @@ def line_token_ids(line: PromptLine, tokenizer: Any, chat: bool, where: str, mod
             return chat_token_ids(tokenizer, messages)
         except (TemplateError, TypeError, KeyError, ValueError) as err:  # the template's own refusal
             raise ValueError(f"{where}: the chat template of {model} refused this line: {err}") from None
-    return list(tokenizer(line.prompt)["input_ids"])
+    return list(tokenizer(line.prompt, verbose=False)["input_ids"])  # a prompt past the context: our error, not HF's
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,17 @@ def test_a_prompt_the_policy_cannot_run_is_refused_before_any_work(model_dir, tm
     assert not out.exists()
 
 
+def test_a_text_prompt_past_the_context_gets_one_error_and_no_tokenizer_warning(tmp_path, capfd):
+    """The tokenizer warned first ("Token indices sequence length is longer than the specified maximum sequence
+    length ... will result in indexing errors"), then came fastrl's error: one message now, fastrl's."""
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(prompts, [{"prompt": "1+2="}, {"prompt": "12+34=" * 400}])
+    assert main(["generate", f"prompts={prompts}", f"output={out}", "progress=false"]) == 2
+    err = capfd.readouterr().err
+    assert f"fastrl generate: error: {prompts}:2: prompt has " in err and "; the context length is 1024" in err
+    assert "Token indices sequence length" not in err and not out.exists()
+
+
 def test_generate_speculative_equals_plain(model_dir, tmp_path):
     torch.manual_seed(0)
     drafter_dir = tmp_path / "drafter"
