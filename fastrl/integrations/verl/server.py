@@ -38,6 +38,7 @@ from fastrl.sampling.params import SamplingParams
 LOG = logging.getLogger("fastrl.verl")
 
 ABORT_RETRY_S = 0.1  # an abort is sent again after this long while its requests are still in flight
+RELEASE_WAIT_S = 30.0  # how long an idle server retries a memory release the engine refuses for unfinished requests
 
 
 def _failed(task: asyncio.Future) -> bool:
@@ -252,12 +253,18 @@ class FastrlServer:
 
     async def _release(self, parts: frozenset[str]) -> int:
         """The engine's release of ``parts`` once no request is in flight here (verl releases between rollouts; a
-        request that arrives meanwhile is waited for); the device bytes given back."""
+        request that arrives meanwhile is waited for); the device bytes given back. RuntimeError when the engine
+        still holds unfinished requests after ``RELEASE_WAIT_S`` of this server being idle (never a silent hang)."""
+        loop = asyncio.get_running_loop()
+        deadline = None
         while True:
             await self._idle.wait()
             try:
                 return await self._worker.release_memory.remote(sorted(parts))
-            except ValueError:  # a request reached the engine after the wait: release once it is done
+            except ValueError as err:  # a request reached the engine after the wait: release once it is done
+                deadline = deadline or loop.time() + RELEASE_WAIT_S
+                if loop.time() > deadline:
+                    raise RuntimeError(f"fastrl server {self.name}: memory not released: {err}") from None
                 await asyncio.sleep(ABORT_RETRY_S)
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
