@@ -111,6 +111,12 @@ class EngineWorker:
         with self._lock:
             return self.engine.has_unfinished()
 
+    def can_step(self) -> bool:
+        """Whether a step has work to do and the memory to do it (one lock acquisition: the stepping loop asks it
+        between steps, when report calls wait for the lock)."""
+        with self._lock:
+            return self.engine.has_unfinished() and not self.engine.memory_released
+
     def release_memory(self, parts: list[str]) -> int:
         """``Engine.release_memory`` (between rollouts; waits for a co-training slice in progress, which reads the
         live drafter's weights); the device bytes given back."""

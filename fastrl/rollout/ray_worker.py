@@ -111,7 +111,7 @@ class RolloutWorkerActor:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (self._worker.memory_released or not self._worker.has_unfinished()):
+                while not self._closed and not self._worker.can_step():
                     self._cond.wait()  # requests queued while the memory is released wait for `restore_memory`
                 if self._closed:
                     return
