@@ -311,8 +311,7 @@ class Engine:
         prefill failed wait to be admitted again, and what had progressed is returned by the next step, ahead of that
         step's own outputs (a finished request's id stays taken until its output is returned)."""
         if self.runner.released and self.has_unfinished():
-            released = " and ".join(sorted(self.runner.released))
-            raise RuntimeError(f"Engine.step: the engine's {released} memory is released; call restore_memory() first")
+            self.runner.check_held("Engine.step")
         outputs, self._undelivered = self._undelivered, []
         progressed: Progressed = {}
         finished: list[Request] = self._ended

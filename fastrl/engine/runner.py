@@ -251,11 +251,11 @@ class ModelRunner:
         if not self.released and self._use_graphs and self.graphs is None:
             self.graphs = self._capture_graphs(self._graph_capture)
 
-    def _check_held(self, what: str) -> None:
-        """RuntimeError when the memory a round needs is released."""
+    def check_held(self, where: str) -> None:
+        """RuntimeError naming ``where`` when the memory a round needs is released."""
         if self.released:
             raise RuntimeError(
-                f"ModelRunner.{what}: the engine's {' and '.join(sorted(self.released))} memory is released; "
+                f"{where}: the engine's {' and '.join(sorted(self.released))} memory is released; "
                 "call restore_memory() first"
             )
 
@@ -285,7 +285,7 @@ class ModelRunner:
     def resume(self, requests: list[Request]) -> None:
         """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
         next round), its hidden states queued for their drafter afresh."""
-        self._check_held("resume")
+        self.check_held("ModelRunner.resume")
         self._sync_pages()
         tokens = [r.prompt_ids + r.output_ids[:-1] for r in requests]
         slots = self.state.admit(requests, [len(t) for t in tokens])
@@ -301,7 +301,7 @@ class ModelRunner:
         hold its full pages and get a copy of its partial last page, the policy's after the policy's prefill, the
         drafter's after the drafter's catch-up.
         """
-        self._check_held("prefill")
+        self.check_held("ModelRunner.prefill")
         self._sync_pages()
         result = prefill_shared(self.model, self.cache, requests, self.feature_layers)
         copies, self._pending_copies = self._pending_copies, []
@@ -340,7 +340,7 @@ class ModelRunner:
 
     def decode(self, requests: list[Request], strategy: Strategy) -> StepOutput:
         """One decode round over `requests` with `strategy` (plain when disabled or without a drafter)."""
-        self._check_held("decode")
+        self.check_held("ModelRunner.decode")
         self._sync_pages()
         slot_ids = [r.slot for r in requests]
         backlog_s = self._bound_backlog(slot_ids) if self.drafter is not None and not strategy.uses_drafter else 0.0

@@ -128,12 +128,6 @@ class EngineWorker:
         with self._train_lock, self._lock:
             self.engine.restore_memory(parts)
 
-    @property
-    def memory_released(self) -> frozenset[str]:
-        """What of the engine's memory is released (empty while it can step)."""
-        with self._lock:
-            return self.engine.memory_released
-
     def step(self) -> list[RolloutResult]:
         """One engine step; the results of the requests that finished in it."""
         with self._lock:

@@ -12,6 +12,7 @@ from torch import Tensor
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from fastrl.engine.device_memory import MEMORY_PARTS
 from fastrl.integrations.verl.replica import server_name
 
 
@@ -39,7 +40,7 @@ class FastrlServerAdapter(BaseRollout):
     async def resume(self, tags: list[str]) -> None:
         """Wake the server; what its sleep released comes back part by part as ``tags`` name them (the trainer
         resumes the weights, syncs them and offloads its model before it resumes the KV cache)."""
-        parts = [tag for tag in tags if tag in ("weights", "kv_cache")]
+        parts = sorted(MEMORY_PARTS.intersection(tags))
         if parts:
             await self.server().wake_up.remote(parts)
 
