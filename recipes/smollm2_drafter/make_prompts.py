@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from pathlib import Path
 
 from fastrl.atomic_files import write_atomic
 from fastrl.bench.cli_args import at_least
@@ -148,29 +147,46 @@ def make_prompts(count: int, seed: int) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python recipes/smollm2_drafter/make_prompts.py", description=__doc__.splitlines()[0]
-    )
+def prompt_file_arguments(prog: str, description: str, default_count: int) -> argparse.ArgumentParser:
+    """The command line of a prompts-file writer: OUT, [COUNT], [SEED], --overwrite."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("out", help="the prompts JSONL file to write")
-    parser.add_argument("count", nargs="?", type=at_least(1), default=320, help="how many prompts (default 320)")
+    parser.add_argument(
+        "count", nargs="?", type=at_least(1), default=default_count, help=f"how many prompts (default {default_count})"
+    )
     parser.add_argument("seed", nargs="?", type=at_least(0), default=0, help="random seed (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an OUT file holding other prompts")
-    args = parser.parse_args(argv)
-    path = Path(args.out)
+    return parser
+
+
+def checked_output(parser: argparse.ArgumentParser, out: str):
+    """OUT checked before any work (a directory, a missing parent: one usage error)."""
     try:
-        target = check_output("OUT", args.out, {})
+        return check_output("OUT", out, {})
     except ValueError as err:
         parser.error(str(err).replace("OUT=", "OUT ", 1))
-    text = "".join(json.dumps({"prompt": p}) + "\n" for p in make_prompts(args.count, args.seed))
+
+
+def write_prompts(parser: argparse.ArgumentParser, target, out: str, prompts: list[str], overwrite: bool) -> bool:
+    """Write `prompts` to the checked OUT through a rename; an OUT already holding exactly them is left as it is (a
+    rerun resumes: False), one holding anything else is one usage error unless `overwrite`."""
+    text = "".join(json.dumps({"prompt": p}) + "\n" for p in prompts)
     if target.exists:
         if target.path.read_bytes() == text.encode("utf-8"):
-            print(f"{path} already holds these {args.count} prompts")
-            return
-        if not args.overwrite:
-            parser.error(f"OUT {path} exists and holds other prompts; choose a new file, or pass --overwrite")
+            print(f"{out} already holds these {len(prompts)} prompts")
+            return False
+        if not overwrite:
+            parser.error(f"OUT {out} exists and holds other prompts; choose a new file, or pass --overwrite")
     write_atomic(target.path, text)
-    print(f"{args.count} prompts written to {path}")
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = prompt_file_arguments("python recipes/smollm2_drafter/make_prompts.py", __doc__.splitlines()[0], 320)
+    args = parser.parse_args(argv)
+    target = checked_output(parser, args.out)
+    if write_prompts(parser, target, args.out, make_prompts(args.count, args.seed), args.overwrite):
+        print(f"{args.count} prompts written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ def _refused(script: str, argv: list[str], said: str, capsys) -> None:
         ("train_step_cost.py", ["--length", "0"], "argument --length: must be >= 2, got 0"),
         ("compare_vocab.py", ["/nonexistent/run"], "argument run: /nonexistent/run is missing"),
         ("make_prompts.py", [], "the following arguments are required: out"),
+        ("varied_prompts.py", [], "the following arguments are required: out"),
+        ("varied_prompts.py", ["p.jsonl", "0"], "argument count: must be >= 1, got 0"),
     ],
 )
 def test_a_bad_argument_is_one_usage_error(script, argv, said, capsys):
@@ -73,6 +75,19 @@ def test_make_prompts_keeps_other_prompts_and_reruns_in_place(tmp_path, capsys):
     assert out.read_text() == written
     _main("make_prompts.py")([str(out), "6", "1", "--overwrite"])
     assert len(out.read_text().splitlines()) == 6
+
+
+def test_varied_prompts_are_distinct_seeded_and_leave_out_the_held_out_ones():
+    module = runpy.run_path(str(RECIPE / "varied_prompts.py"))
+    words = module["vocabulary_words"](["Ġrefrigerator", "Ġcat", "ĠParis", "Ġbanana", "ban", "Ġtwo-way", "Ġmeadows"])
+    assert words == ["banana", "meadows", "refrigerator"]  # whole lowercase words of 6+ letters, sorted
+    make = module["varied_prompts"]
+    first = make(300, 7, words, set())
+    assert len(set(first)) == 300 and first == make(300, 7, words, set()) and first != make(300, 8, words, set())
+    assert make(300, 7, words, set(first[:50]))[:10] == first[50:60]  # an excluded prompt is never written
+    assert {p for p in first if "refrigerator" in p} and {p for p in first if p.startswith("Write a")}
+    with pytest.raises(ValueError, match="no subject words"):
+        make(3, 0, [], set())
 
 
 @pytest.fixture
