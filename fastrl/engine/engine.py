@@ -354,6 +354,7 @@ class Engine:
                 self._prefill(fresh, progressed)
         except BaseException:
             self.scheduler.readmit(admitted)
+            self.runner.drop_page_copies()  # their destination pages were just freed
             raise
 
     def _outputs(self, finished: list[Request], progressed: Progressed) -> list[RequestOutput]:

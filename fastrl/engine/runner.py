@@ -282,6 +282,11 @@ class ModelRunner:
             cache.clear_pages(updates.freed)
         self._pending_copies += updates.copies
 
+    def drop_page_copies(self) -> None:
+        """Forget the page copies queued for the next prefill: the admission that queued them was undone (its
+        prefill or recompute raised, and the scheduler freed its pages, which other requests may hold next)."""
+        self._pending_copies = []
+
     def resume(self, requests: list[Request]) -> None:
         """Recompute the KV of preempted requests readmitted: a prefill over every token but the last (fed by the
         next round), its hidden states queued for their drafter afresh."""

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+import fastrl.engine.runner as runner_module
 import fastrl.speculative.round as round_module
 from fastrl.adaptive.fixed import FixedSelector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
@@ -105,6 +106,8 @@ FAULTS = {
     "history": (HistoryIndex, "draft"),
     "prefill": (ModelRunner, "prefill"),
     "resume": (ModelRunner, "resume"),
+    "prefill forward": (runner_module, "prefill_shared"),  # inside the runner's prefill: its pages are synced
+    "recompute forward": (runner_module, "prefill"),
 }
 
 
@@ -204,3 +207,35 @@ def test_random_faults_anywhere_leave_outputs_as_plain(models, monkeypatch, seed
     # a fault delays its requests, so later batches are composed otherwise: float32 log-probs move by ulps, as
     # they do between batch compositions (tests/engine/test_engine.py); the tokens do not
     _assert_as_reference(streamed, final, reference, logprob_tolerance=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_group_whose_prefill_failed_leaves_no_page_copy_behind(models, monkeypatch, seed):
+    """A GRPO group's siblings get a copy of its prompt's partial last page after the prefill forward. When that
+    forward raises, the admission is undone and its pages freed; the group aborted and other requests sent, those
+    pages go to them, and a copy left queued would overwrite one of them at their prefill."""
+    policy, drafter = models
+    rng = random.Random(9100 + seed)
+    strategy = rng.choice(["disable", "3_1_4", "12_1_13@0.3", "3_1_4+suffix_8"])
+    config = EngineConfig(max_batch_size=rng.randint(2, 4), page_size=4, max_model_len=64, prefix_sharing=True)
+    engine = Engine(policy, config, drafter, FixedSelector(strategy))
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    prompt = [1, *(rng.randrange(3, 40) for _ in range(4 * rng.randint(1, 3) + rng.randint(1, 3)))]  # a partial page
+    group = [engine.add_request(prompt, params) for _ in range(config.max_batch_size)]
+    original = runner_module.prefill_shared
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected fault in the prefill forward")
+
+    monkeypatch.setattr(runner_module, "prefill_shared", failing)
+    with pytest.raises(RuntimeError, match="injected fault"):
+        engine.step()
+    monkeypatch.setattr(runner_module, "prefill_shared", original)
+    for request_id in group:
+        assert engine.abort(request_id)
+    aborted = engine.step()
+    assert sorted(o.request_id for o in aborted) == sorted(group) and all(o.token_ids == [] for o in aborted)
+    others = _inputs(rng, config.max_batch_size)
+    streamed, final, raised = _run_through_faults(engine, others, "no fault expected")
+    assert raised == 0
+    _assert_as_reference(streamed, final, Engine(policy, config, drafter, FixedSelector(strategy)).generate(others))
