@@ -12,8 +12,13 @@ and the drafter, moved to the CPU. CUDA graphs hold the addresses of both and go
 def memory_parts(key: str, parts: Iterable[str]) -> frozenset[str]:
     """``parts`` as a set, checked: ValueError naming ``key`` and the first name that is not a part (a bare string
     is one part's name, not a sequence of letters)."""
-    names = [parts] if isinstance(parts, str) else list(parts)
+    if isinstance(parts, str):
+        names = [parts]
+    elif isinstance(parts, Iterable) and not isinstance(parts, bytes | bytearray):
+        names = list(parts)
+    else:
+        raise ValueError(f"{key}: parts must be a part's name or a list of them, got {type(parts).__name__}")
     for name in names:
-        if name not in MEMORY_PARTS:
+        if not isinstance(name, str) or name not in MEMORY_PARTS:
             raise ValueError(f"{key}: {name!r} is not a part of the engine's memory; parts are {sorted(MEMORY_PARTS)}")
     return frozenset(names)

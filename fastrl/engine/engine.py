@@ -268,6 +268,12 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work or bool(self._ended) or bool(self._undelivered)
 
+    def can_step(self) -> bool:
+        """Whether a step would do anything: deliver outputs that need no device memory (requests aborted while
+        waiting, refused at `add_request`, or finished in a step that raised), or run requests, which needs the
+        memory `release_memory` gave back."""
+        return bool(self._ended or self._undelivered) or (self.scheduler.has_work and not self.runner.released)
+
     # ---- device memory between rollouts ---------------------------------------------------------------------
     def release_memory(self, parts: Iterable[str] = MEMORY_PARTS) -> int:
         """Give back the device memory of ``parts`` while the engine is idle (a trainer on the same device needs it
@@ -279,9 +285,10 @@ class Engine:
         wanted = memory_parts("Engine.release_memory", parts)
         if self.has_unfinished():
             busy = len(self.scheduler.running) + len(self.scheduler.waiting)
+            undelivered = len(self._ended) + sum(o.finished for o in self._undelivered)
             raise ValueError(
-                f"Engine.release_memory: {busy} requests are unfinished (or outputs undelivered); step or abort them "
-                "to their end first"
+                f"Engine.release_memory: {busy} requests are unfinished and {undelivered} final outputs undelivered; "
+                "step (or abort) them to their end first"
             )
         return self.runner.release_memory(wanted)
 
@@ -310,8 +317,8 @@ class Engine:
         If anything raises (a prefill, a round, a selector's ``observe``), the exception propagates, requests whose
         prefill failed wait to be admitted again, and what had progressed is returned by the next step, ahead of that
         step's own outputs (a finished request's id stays taken until its output is returned)."""
-        if self.runner.released and self.has_unfinished():
-            self.runner.check_held("Engine.step")
+        if not self.can_step() and self.scheduler.has_work:
+            self.runner.check_held("Engine.step")  # only requests that need the released memory are left
         outputs, self._undelivered = self._undelivered, []
         progressed: Progressed = {}
         finished: list[Request] = self._ended
@@ -321,15 +328,16 @@ class Engine:
                 if r.finish_reason == FinishReason.ABORT:
                     self.history.finish(r.request_id, keep=True)
         try:
-            finished += self._release()  # requests aborted since the last step: their slots go to the waiting
-            self._admit(progressed)
-            finished += self._release()
-            running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
-            active = [r for r in running if r.request_id not in progressed] if progressed else list(running)
-            active = self.scheduler.reserve(active)
-            if active:
-                self._decode(active, progressed)
-            finished += self._release()
+            if not self.runner.released:  # released: only what needs no memory (above) is delivered
+                finished += self._release()  # requests aborted since the last step: their slots go to the waiting
+                self._admit(progressed)
+                finished += self._release()
+                running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
+                active = [r for r in running if r.request_id not in progressed] if progressed else list(running)
+                active = self.scheduler.reserve(active)
+                if active:
+                    self._decode(active, progressed)
+                finished += self._release()
         except BaseException:
             finished += self._release()  # requests that finished in the round: their last tokens go with them
             self._undelivered = outputs + self._outputs(finished, progressed)
@@ -384,6 +392,7 @@ class Engine:
                 "Engine.generate: requests queued with add_request are still running; step() them to their end first "
                 "(generate would finish them and drop their outputs)"
             )
+        self.runner.check_held("Engine.generate")  # before anything is queued: a refused call leaves nothing
         inputs = list(inputs)
         counts = Counter(i.request_id for i in inputs if i.request_id is not None)
         repeated = sorted(r for r, n in counts.items() if n > 1)

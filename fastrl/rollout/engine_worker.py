@@ -115,7 +115,7 @@ class EngineWorker:
         """Whether a step has work to do and the memory to do it (one lock acquisition: the stepping loop asks it
         between steps, when report calls wait for the lock)."""
         with self._lock:
-            return self.engine.has_unfinished() and not self.engine.memory_released
+            return self.engine.can_step()
 
     def release_memory(self, parts: list[str]) -> int:
         """``Engine.release_memory`` (between rollouts; waits for a co-training slice in progress, which reads the

@@ -15,6 +15,7 @@ from fastrl.adaptive.factory import build_selector
 from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
+from fastrl.engine.request import FinishReason
 from fastrl.engine.runner import ModelRunner
 from fastrl.models.checkpoint import load_model
 from fastrl.sampling.params import SamplingParams
@@ -98,7 +99,7 @@ def test_a_release_waits_for_no_request_and_a_released_engine_steps_nothing(mode
     for i in first:
         engine.add_request(i.prompt_ids, i.params, i.request_id)
     engine.step()
-    with pytest.raises(ValueError, match=r"Engine.release_memory: 3 requests are unfinished"):
+    with pytest.raises(ValueError, match=r"Engine.release_memory: 3 requests are unfinished and 0 final outputs"):
         engine.release_memory()
     assert engine.memory_released == frozenset() and not any(c.released for c in engine.runner.caches)
     done = {}
@@ -115,6 +116,44 @@ def test_a_release_waits_for_no_request_and_a_released_engine_steps_nothing(mode
     while engine.has_unfinished():
         done.update({o.request_id: o for o in engine.step() if o.finished})
     _same([done[i.request_id] for i in later], plain.generate(later))
+
+
+def test_while_released_what_needs_no_memory_is_delivered_and_generate_queues_nothing(models, monkeypatch):
+    """A request aborted while it waits for the memory, or refused at add, needs none: a released engine's step
+    delivers it (a worker's stepping loop would otherwise wait for a restore that may only come after the release
+    it blocks), and may release again; generate() refuses before queuing anything."""
+    engine = _engine(models, "3_1_4", 2, False, monkeypatch)
+    params = SamplingParams(max_new_tokens=4)
+    engine.release_memory()
+    engine.add_request([1, 5, 6], params, "waits")
+    engine.add_request([1] * CONTEXT, params, "refused")  # past the context: refused at add, output pending
+    assert engine.can_step()
+    with pytest.raises(ValueError, match=r"1 requests are unfinished and 1 final outputs undelivered"):
+        engine.release_memory()
+    assert [(o.request_id, o.finish_reason) for o in engine.step()] == [("refused", FinishReason.ERROR)]
+    assert not engine.can_step() and engine.has_unfinished()  # "waits" needs the memory
+    with pytest.raises(RuntimeError, match=r"Engine.step: the engine.s kv_cache and weights memory is released"):
+        engine.step()
+    assert engine.abort("waits") and engine.can_step()
+    (aborted,) = engine.step()
+    assert (aborted.request_id, aborted.finish_reason, aborted.token_ids) == ("waits", FinishReason.ABORT, [])
+    assert not engine.has_unfinished() and engine.release_memory() == 0  # released already: nothing more
+    seeded = SamplingParams(max_new_tokens=4, seed=3)
+    inputs = [GenerateInput([1, 7, 8], seeded, "g0"), GenerateInput([1, 9], seeded, "g1")]
+    with pytest.raises(RuntimeError, match=r"Engine.generate: the engine.s kv_cache and weights memory is released"):
+        engine.generate(inputs)
+    assert not engine.has_unfinished() and list(engine.scheduler.waiting) == []
+    engine.restore_memory()
+    plain = Engine(models[0], EngineConfig(2, CONTEXT, "cpu", "float64"))
+    _same(engine.generate(inputs), plain.generate(inputs))
+
+
+@pytest.mark.parametrize("parts", [None, 5, b"kv_cache", [["kv_cache"]], [None]])
+def test_parts_that_are_not_names_are_one_value_error(models, monkeypatch, parts):
+    engine = _engine(models, "disable", 1, False, monkeypatch)
+    with pytest.raises(ValueError, match=r"Engine.release_memory: (parts must be a part's name|.* is not a part)"):
+        engine.release_memory(parts)
+    assert engine.memory_released == frozenset()
 
 
 def test_parts_are_checked_and_a_repeated_release_frees_nothing_more(models, monkeypatch):
