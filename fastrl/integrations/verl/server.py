@@ -107,6 +107,7 @@ class FastrlServer:
         self._gate = AdmissionGate(name)
         self._commits = 0
         self._asleep: asyncio.Future | None = None  # the sleep that ended the last rollout; None while awake
+        self._merged: asyncio.Future | None = None  # that sleep's merge round (a retried sleep does not redo it)
         self._rollouts = 0
         self._slice_id = 0
         self._cotrain_steps = 0
@@ -225,13 +226,24 @@ class FastrlServer:
     async def sleep(self) -> None:
         """End of a rollout: stop co-training, merge the servers' trained drafters, install the merged version. A
         sleep before the next ``wake_up`` or weight commit (verl's wake-up when it frees no cache) ends nothing: it
-        waits for the sleep that did (a sleep that failed is run again), so every server offers each merge round
-        once."""
+        waits for the sleep that did. A sleep that failed is run again from where it failed: a merge that went
+        through is not offered again (every server offers each merge round once, or the servers' rounds part), only
+        the release that followed it is retried."""
         if self._asleep is None or _failed(self._asleep):
             self._asleep = asyncio.ensure_future(self._end_rollout())
         await asyncio.shield(self._asleep)
 
     async def _end_rollout(self) -> None:
+        if self._merged is None or _failed(self._merged):  # once per rollout (``_wake`` starts the next)
+            self._merged = asyncio.ensure_future(self._merge_drafters())
+        await self._merged
+        if self._release_at_sleep:  # last: the merged drafter is installed, the trainer gets the device
+            freed = await self._release(MEMORY_PARTS)
+            LOG.info("fastrl server %s: sleep gave back %.1f MiB of device memory", self.name, freed / 2**20)
+
+    async def _merge_drafters(self) -> None:
+        """This rollout's merge round: co-training stopped, the trained drafter offered to the hub and the merged
+        version installed, the rollout counted, the bandit's state exported."""
         await self._stop_cotrain()
         if self._hub is not None:
             trained = await self._worker.trained_drafter.remote()
@@ -247,9 +259,6 @@ class FastrlServer:
                 write_atomic(path, json.dumps(state, allow_nan=False) + "\n")
             except (OSError, ValueError) as err:  # ValueError: a full disk, or a NaN JSON cannot hold
                 LOG.warning("fastrl server %s: custom.fastrl.export_dir: %s not written (%s)", self.name, path, err)
-        if self._release_at_sleep:  # last: the merged drafter is installed, the trainer gets the device
-            freed = await self._release(MEMORY_PARTS)
-            LOG.info("fastrl server %s: sleep gave back %.1f MiB of device memory", self.name, freed / 2**20)
 
     async def _release(self, parts: frozenset[str]) -> int:
         """The engine's release of ``parts`` once no request is in flight here (verl releases between rollouts; a
@@ -278,7 +287,7 @@ class FastrlServer:
         """Awake: the next ``sleep`` ends a rollout (once the sleep in progress, if any, is over)."""
         if self._asleep is not None:
             await asyncio.wait([self._asleep])
-        self._asleep = None
+        self._asleep = self._merged = None
 
     async def _stop_cotrain(self) -> None:
         self._cotrain_stop = True
