@@ -227,23 +227,29 @@ class ModelRunner:
             modules = [m for m in (self.model, self.drafter) if m is not None]
             held = {t.data_ptr(): t.numel() * t.element_size() for m in modules for t in m.state_dict().values()}
             freed += sum(held.values())  # tied weights once
-            for module in modules:
-                module.to("cpu")
+            head = self.drafter.cached_head() if self.drafter is not None else None
+            freed += 0 if head is None else head.numel() * head.element_size()
+            self._move_models(torch.device("cpu"))
         self.released |= parts
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return freed
+
+    def _move_models(self, device: torch.device) -> None:
+        """The policy and the drafter to ``device``, the drafter's draft vocabulary with them; its restricted head
+        (a cache of the policy's head rows, not a parameter) is dropped, to be read afresh there."""
+        for module in (self.model, self.drafter):
+            if module is not None:
+                module.to(device)
+        if self.drafter is not None and self.drafter.draft_vocab is not None:
+            self.drafter.set_draft_vocab(self.drafter.draft_vocab)
 
     def restore_memory(self, parts: frozenset[str] = MEMORY_PARTS) -> None:
         """Bring back what `release_memory` gave back of ``parts``: the weights to the engine's device, the KV pools
         (all zeros, at new addresses); once nothing is released, the CUDA graphs are captured again."""
         parts = frozenset(parts) & self.released
         if "weights" in parts and self.device.type != "cpu":
-            for module in (self.model, self.drafter):
-                if module is not None:
-                    module.to(self.device)
-            if self.drafter is not None and self.drafter.draft_vocab is not None:
-                self.drafter.set_draft_vocab(self.drafter.draft_vocab)  # its restricted head is read afresh
+            self._move_models(self.device)
         if "kv_cache" in parts:
             for cache in self.caches:
                 cache.restore()

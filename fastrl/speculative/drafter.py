@@ -97,6 +97,10 @@ class EagleDrafter(nn.Module):
             return policy.logits(feature)
         return nn.functional.linear(feature, self.draft_head(policy))
 
+    def cached_head(self) -> Tensor | None:
+        """The restricted head ``draft_head`` keeps (None before its first use or without a draft vocabulary)."""
+        return self._head
+
     def draft_head(self, policy: CausalLM) -> Tensor:
         """The policy's LM-head rows of the draft vocabulary, refreshed when the head changed.  # -> [K,H]"""
         if self.draft_vocab is None:

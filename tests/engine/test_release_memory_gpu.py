@@ -32,10 +32,13 @@ def _inputs(count: int, seed: int) -> list[GenerateInput]:
     ]
 
 
-@pytest.mark.parametrize("strategy", ["disable", "5_1_6", "8_1_9@0.3", "bandit"])
+@pytest.mark.parametrize("strategy", ["disable", "5_1_6", "8_1_9@0.3", "bandit", "5_1_6 over a draft vocabulary"])
 def test_release_gives_the_memory_back_and_restored_graphs_decode_as_plain(strategy):
     policy = load_model(bundled_model_dir())
     drafter = load_drafter(bundled_drafter_dir(), policy)[0] if strategy != "disable" else None
+    if strategy.endswith("over a draft vocabulary"):  # its restricted head is a cache beside the weights
+        strategy = strategy.split()[0]
+        drafter.set_draft_vocab(torch.arange(0, policy.config.vocab_size, 2))
     config = EngineConfig(max_batch_size=8, device="cuda", dtype="float64", cuda_graphs=True)
     engine = Engine(policy, config, drafter=drafter, selector=build_selector(strategy))
     plain = Engine(load_model(bundled_model_dir()), EngineConfig(16, device="cuda", dtype="float64", cuda_graphs=False))
@@ -53,6 +56,8 @@ def test_release_gives_the_memory_back_and_restored_graphs_decode_as_plain(strat
         allocated = torch.cuda.memory_allocated()
         weights = engine.release_memory()  # the rest: the weights
         assert all(p.device.type == "cpu" for p in engine.model.parameters())
+        if drafter is not None and drafter.draft_vocab is not None:  # no copy of the head left on the device
+            assert drafter.cached_head() is None and drafter.draft_vocab.device.type == "cpu"
         assert weights > 0 and torch.cuda.memory_allocated() <= allocated - weights
         engine.restore_memory(["weights"])
         assert all(p.device.type == "cuda" for p in engine.model.parameters()) and engine.runner.graphs is None
