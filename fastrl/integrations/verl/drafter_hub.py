@@ -122,5 +122,10 @@ class DrafterHub:
         return DrafterRelease(self.version, merged, sorted(kept))
 
     def report(self) -> dict:
-        """Version, members and failures (for tests and logs)."""
-        return {"version": self.version, "members": sorted(self.members), "failures": list(self.failures)}
+        """Version, members, the round the next sleeps exchange and failures (for tests and logs)."""
+        return {
+            "version": self.version,
+            "members": sorted(self.members),
+            "next_round": self._next_round,
+            "failures": list(self.failures),
+        }
