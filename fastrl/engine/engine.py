@@ -279,7 +279,8 @@ class Engine:
         """Give back the device memory of ``parts`` while the engine is idle (a trainer on the same device needs it
         between rollouts): ``"kv_cache"`` (the KV pools; no entry survives, and none is needed: no request is
         running) and ``"weights"`` (the policy and drafter go to the CPU, their values kept). Requests may be
-        queued meanwhile; stepping them waits for `restore_memory` (RuntimeError until then). The selector, the
+        queued meanwhile; stepping them waits for `restore_memory` (RuntimeError until then; one aborted or
+        refused meanwhile needs no memory and is delivered at once, `can_step`). The selector, the
         history index and every count are kept. ValueError, releasing nothing, while a request is unfinished or
         for a part not named above. Returns the device bytes given back."""
         wanted = memory_parts("Engine.release_memory", parts)
