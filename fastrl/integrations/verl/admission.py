@@ -10,25 +10,27 @@ ABORT_HOLD = "abort"  # the hold abort_all_requests puts on admission (resume_ge
 class AdmissionGate:
     """Open while nothing holds it. ``abort_all_requests`` holds it (``close_for_abort``) until
     ``resume_generation`` (``reopen``), each weight commit while it installs weights (``hold``), so a commit that
-    ends never reopens what an abort closed. Callers waiting at the gate fail as soon as an abort that rejects holds
-    it; otherwise they wait until nothing does."""
+    ends never reopens what an abort closed. Callers waiting at the gate are turned away as soon as an abort that
+    rejects holds it (their server left the rotation: the client re-routes them); otherwise they wait until nothing
+    does."""
 
-    def __init__(self, server_name: str) -> None:
-        self._server = server_name
+    def __init__(self) -> None:
         self._holds: set[str] = set()  # ABORT_HOLD, one name per commit in progress
         self._changed = asyncio.Condition()  # notified whenever the holds or the rejection change
         self._reject = False
 
-    async def enter(self) -> None:
-        """Wait while anything holds admission; RuntimeError while an abort that rejects does."""
+    async def enter(self) -> bool:
+        """Wait while anything holds admission: True once admitted, False (at once) while an abort that rejects holds
+        it."""
         async with self._changed:
             while self._holds:
                 if self._reject and ABORT_HOLD in self._holds:
-                    raise RuntimeError(f"fastrl server {self._server}: generation is paused (abort_all_requests)")
+                    return False
                 await self._changed.wait()
+            return True
 
     async def close_for_abort(self, reject: bool) -> None:
-        """Hold admission for an abort; with ``reject``, callers at the gate fail instead of waiting."""
+        """Hold admission for an abort; with ``reject``, callers at the gate are turned away instead of waiting."""
         self._reject = reject
         await self.hold(ABORT_HOLD, True)
 

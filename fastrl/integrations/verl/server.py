@@ -104,7 +104,7 @@ class FastrlServer:
         self._in_flight = 0
         self._leaving: set[asyncio.Task] = set()  # aborts of cancelled calls' requests, until the engine ends them
         self._idle = asyncio.Event()
-        self._gate = AdmissionGate(name)
+        self._gate = AdmissionGate()
         self._commits = 0
         self._asleep: asyncio.Future | None = None  # the sleep that ended the last rollout; None while awake
         self._merged: asyncio.Future | None = None  # that sleep's merge round (a retried sleep does not redo it)
@@ -139,14 +139,11 @@ class FastrlServer:
             raise ValueError("the fastrl rollout serves text only; multimodal data is not supported")
         prompt = token_ids(prompt_ids)
         parsed = parse_sampling(dict(sampling_params), len(prompt), self._limits, request_seed(self._seed, request_id))
-        await self._gate.enter()
+        if not await self._gate.enter():  # this server left the rotation (an abort that rejects): re-route, as vLLM's
+            return await self._no_tokens("aborted", parsed.return_logprobs)
+        if parsed.params is None:  # the budget is spent
+            return await self._no_tokens("length", parsed.return_logprobs)
         extra: dict[str, object] = {"global_steps": self.global_steps}
-        if parsed.params is None:  # the budget is spent: no token, and every column verl's metrics read
-            empty = [] if parsed.return_logprobs else None
-            stats = await self._worker.stats.remote()
-            extra.update(spec_counts([], 0).fields())
-            extra.update(fastrl_policy_version=stats.policy_version, fastrl_drafter_version=stats.drafter_version)
-            return TokenOutput(token_ids=[], log_probs=empty, stop_reason="length", extra_fields=extra)
         self._enter()
         run = asyncio.ensure_future(self._run(prompt, parsed.params, request_id))
         try:  # shielded: the request counts as in flight until the engine has ended it
@@ -167,6 +164,14 @@ class FastrlServer:
             stop_reason=stop_reason(result.finish_reason),
             extra_fields=extra,
         )
+
+    async def _no_tokens(self, stop_reason: str, logprobs: bool) -> TokenOutput:
+        """An answer without tokens that carries every column verl's metrics read (spec counts, versions)."""
+        stats = await self._worker.stats.remote()
+        extra: dict[str, object] = {"global_steps": self.global_steps, **spec_counts([], 0).fields()}
+        extra.update(fastrl_policy_version=stats.policy_version, fastrl_drafter_version=stats.drafter_version)
+        empty = [] if logprobs else None
+        return TokenOutput(token_ids=[], log_probs=empty, stop_reason=stop_reason, extra_fields=extra)
 
     async def _abort_left(self, run: asyncio.Future, request_id: str) -> None:
         """Abort the request of a caller that cancelled, again until the engine has ended it (an abort that comes
