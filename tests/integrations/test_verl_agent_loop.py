@@ -426,6 +426,32 @@ def test_a_reward_model_served_by_fastrl_in_the_same_job_has_its_own_servers_and
         asyncio.run(reward.shutdown())
 
 
+def test_replicas_of_another_mode_merge_in_their_own_hub(stack):
+    """verl's separate-async trainer runs the policy's hybrid replicas, which sleep at every switch to the trainer,
+    beside standalone ones that keep serving and never sleep: in one hub, every hybrid sleep waited the whole
+    drafter_sync_timeout_s for the standalone servers and merged without them. A hybrid replica (launched here on
+    the CPU as its mode's replica would be) joins its mode's hub, and its sleep merges with no one missing."""
+    from verl.workers.rollout.replica import RolloutMode
+
+    from fastrl.integrations.verl.replica import FastrlReplica, hub_name
+
+    config, servers = stack[0], stack[1]
+    rollout, model = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model
+    hybrid = FastrlReplica(replica_rank=2, config=rollout, model_config=model, gpus_per_node=1)
+    hybrid.rollout_mode = RolloutMode.HYBRID
+    asyncio.run(hybrid.launch_servers())
+    try:
+        standalone = ray.get(ray.get_actor(hub_name(servers.get_replicas()[0].name_suffix)).report.remote())
+        own = ray.get_actor(hub_name(hybrid.name_suffix, mode="HYBRID"))
+        assert ray.get(own.report.remote())["members"] == ["fastrl_server_2_0"]
+        assert "fastrl_server_2_0" not in standalone["members"]
+        asyncio.run(hybrid.sleep())
+        report = ray.get(own.report.remote())
+        assert report["next_round"] == 1 and report["failures"] == []
+    finally:
+        asyncio.run(hybrid.shutdown())
+
+
 def test_shutdown_ends_the_drafter_hub(stack):
     """The last server to shut down ends the job's drafter hub, so a later job in the same Ray session starts from
     a fresh one (it used to find the old hub, its versions and members)."""

@@ -26,10 +26,15 @@ def server_name(replica_rank: int, suffix: str = "", role: str = "") -> str:
     return f"fastrl_server_{role}{replica_rank}_0{suffix}"
 
 
-def hub_name(suffix: str = "", role: str = "") -> str:
+def hub_name(suffix: str = "", role: str = "", mode: str = "STANDALONE") -> str:
     """The Ray actor name of the drafter hub of one model's servers (``role`` as in ``server_name``): a reward
-    model's drafters never merge into the policy's."""
-    return f"fastrl_drafter_hub{'_' + role.rstrip('_') if role else ''}{suffix}"
+    model's drafters never merge into the policy's. Replicas of another ``mode`` (verl's ``RolloutMode`` name) get
+    their own hub: verl's separate-async trainer puts the policy's hybrid replicas, which sleep at every switch to
+    the trainer, beside standalone ones that keep serving and never sleep, and a merge round waits for every server
+    of its hub (``drafter_sync_timeout_s`` at every switch)."""
+    role_part = "_" + role.rstrip("_") if role else ""
+    mode_part = "" if mode == "STANDALONE" else "_" + mode.lower()
+    return f"fastrl_drafter_hub{role_part}{mode_part}{suffix}"
 
 
 def replica_role(is_reward_model: bool, is_teacher_model: bool, teacher_key: str = "") -> str:
@@ -121,9 +126,10 @@ class FastrlReplica(RolloutReplica):
             node_id, devices = await self.workers[0].__ray_call__.remote(_node_and_device)
         else:
             node_id, devices = ray.get_runtime_context().get_node_id(), ""
+        mode = self.rollout_mode.name if self.rollout_mode is not None else "STANDALONE"
         hub = None
         if self.options.cotrain:
-            named = hub_name(self.name_suffix, self.role)
+            named = hub_name(self.name_suffix, self.role, mode)
             hub = ray.remote(DrafterHub).options(name=named, get_if_exists=True, num_cpus=0)
             hub = hub.remote(self.options.drafter_sync_timeout_s)
         self._hub = hub
@@ -139,7 +145,7 @@ class FastrlReplica(RolloutReplica):
             name=name,
             cuda_visible_devices=devices or None,
             hub=hub,
-            rollout_mode=self.rollout_mode.name if self.rollout_mode is not None else "STANDALONE",
+            rollout_mode=mode,
         )
         await server.ready.remote()
         self.servers = [server]
