@@ -368,14 +368,22 @@ def test_a_weight_commit_starts_a_rollout_that_the_next_sleep_ends(stack):
     assert _rounds_and_failures(replicas) == ([n + 2 for n in rounds], failures)
 
 
-def test_tensor_parallel_replicas_are_refused_naming_the_key(stack):
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("tensor_model_parallel_size", 2, "tensor_model_parallel_size=2: the fastrl rollout runs one device"),
+        ("ignore_eos", "yes", "ignore_eos must be true or false, got 'yes'"),  # every request failed on it
+        ("logprobs_mode", "raw_logprobs", "logprobs_mode=raw_logprobs: the fastrl rollout returns the log-probs of"),
+    ],
+)
+def test_rollout_keys_fastrl_cannot_honour_are_refused_naming_the_key(stack, key, value, said):
     from omegaconf import OmegaConf
 
     from fastrl.integrations.verl.replica import FastrlReplica
 
     config = stack[0]
-    rollout = OmegaConf.merge(config.actor_rollout_ref.rollout, {"tensor_model_parallel_size": 2})
-    with pytest.raises(ValueError, match="actor_rollout_ref.rollout.tensor_model_parallel_size"):
+    rollout = OmegaConf.merge(config.actor_rollout_ref.rollout, {key: value})
+    with pytest.raises(ValueError, match=f"actor_rollout_ref.rollout.{said}"):
         FastrlReplica(replica_rank=0, config=rollout, model_config=config.actor_rollout_ref.model, gpus_per_node=2)
 
 

@@ -59,6 +59,21 @@ def worker_device(visible_devices: str, local_rank: int) -> str:
     return visible[local_rank % len(visible)]
 
 
+def check_sampling_keys(config: object) -> None:
+    """verl's rollout keys on what every request samples, checked once in the driver (ValueError naming the key),
+    not in every request: ``ignore_eos`` a bool; ``logprobs_mode`` what fastrl returns, the log-probs of the
+    processed distribution (temperature, top-k, top-p applied: ``sampling/sampler.py``)."""
+    key = "actor_rollout_ref.rollout"
+    if not isinstance(config.ignore_eos, bool):
+        raise ValueError(f"{key}.ignore_eos must be true or false, got {config.ignore_eos!r}")
+    mode = getattr(config, "logprobs_mode", "processed_logprobs")
+    if mode != "processed_logprobs":
+        raise ValueError(
+            f"{key}.logprobs_mode={mode}: the fastrl rollout returns the log-probs of the processed distribution "
+            "(temperature, top-k and top-p applied); set it to processed_logprobs"
+        )
+
+
 def _node_and_device(worker: object) -> tuple[str, str]:
     """Run inside a trainer worker (``__ray_call__``): its node id and device."""
     device = worker_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), int(os.environ.get("LOCAL_RANK", "0")))
@@ -89,6 +104,7 @@ class FastrlReplica(RolloutReplica):
             if size != 1:
                 raise ValueError(f"actor_rollout_ref.rollout.{key}={size}: the fastrl rollout runs one device per "
                                  "replica; set it to 1")  # fmt: skip
+        check_sampling_keys(self.config)
         # Fail in the driver, naming the key, rather than in a server actor: the options with verl's context, seed,
         # dtype (unless the servers run on the CPU, where it is unused) and concurrency, as the servers will have
         # them, and the checkpoints where this node sees them (on a shared file system)
