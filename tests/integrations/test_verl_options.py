@@ -69,8 +69,9 @@ def test_engine_keys_reach_the_worker():
     ],
 )
 def test_invalid_options_name_their_key(options, key):
-    with pytest.raises(ValueError, match=f"{PREFIX}{key}".replace(".", r"\.")):
+    with pytest.raises(ValueError, match="^" + f"{PREFIX}{key}".replace(".", r"\.")) as raised:
         _worker_config(**options)
+    assert str(raised.value).count(PREFIX) == 1  # named once ("...bandit: ...bandit.epsilon" before)
 
 
 @pytest.mark.parametrize(

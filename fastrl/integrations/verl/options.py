@@ -211,7 +211,8 @@ def rename_keys(message: str) -> str:
         ("EmaConfig.", f"{PREFIX}ema."),
     ):
         message = message.replace(old, new)
-    return message
+    section, colon, rest = message.partition(": ")
+    return rest if colon and rest.startswith(section + ".") else message  # "K: K.x must ..." names K.x once
 
 
 def _plain(value: object) -> object:
