@@ -29,6 +29,7 @@ from fastrl.integrations.export.selection_config import (
     selection_files,
     state_winners,
 )
+from fastrl.speculative.drafter_checkpoint import read_drafter_info
 
 
 def export_overrides(argv: list[str]) -> list[str]:
@@ -82,7 +83,8 @@ def read_winners(state_file: str, drafter: str) -> list[BucketWinner]:
         dtype = saved.get("dtype") if saved.get("dtype") in ENGINE_DTYPES else "float32"
         here = {"drafter": drafter_fingerprint(Path(drafter), dtype)}  # as the run that learned it held the drafter
         check_setting("bandit_state", Path(state_file), state, here, f"the drafter {drafter}")
-    return state_winners(state, f"bandit_state={state_file}")
+    prior = read_drafter_info(drafter).prior_hazard  # what the engine told the bandit at start
+    return state_winners(state, f"bandit_state={state_file}", prior)
 
 
 def run_export_drafter(config: ExportDrafterConfig) -> None:

@@ -223,6 +223,26 @@ def test_cli_writes_checkpoint_and_selection_configs(drafter_dir, tmp_path):
     assert main(["export-drafter", str(drafter_dir), str(out), "--format", "onnx"]) == 2
 
 
+def test_an_arm_the_run_barely_tried_is_exported_as_the_run_predicted_it_with_the_drafters_prior(
+    drafter_dir, tmp_path
+):
+    """The engine gives the bandit its drafter's held-out chain hazard at start (``metrics.json``); the saved state
+    does not hold it. The export rebuilt the bandit from the state alone, so an arm with one round behind it was
+    predicted from an acceptance of 1/2 a depth: a drafter that accepts nothing was exported as worth drafting."""
+    bandit = BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))
+    bandit.observe(RoundStats(Strategy.parse("3_1_4"), 1, [3], [1], [2], 0.015))
+    for _ in range(6):
+        bandit.observe(RoundStats(DISABLE, 1, [0], [0], [1], 0.008))
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(bandit.state_dict()))
+    weak = shutil.copytree(drafter_dir, tmp_path / "weak")
+    record = {"strategy": "3_1_4", "temperature": 1.0, "mean_accept_length": 1.05, "mean_accepted_drafts": 0.05}
+    (weak / "metrics.json").write_text(json.dumps({"accept_lengths": [record]}))
+    assert main(["export-drafter", str(weak), str(tmp_path / "out"), f"bandit_state={state}"]) == 0
+    winners = json.loads((tmp_path / "out" / "bandit_winners.json").read_text())
+    assert winners[0]["strategy"] == "disable"  # 3_1_4 at 1/2 a depth: 142 tokens/s against plain's 125
+
+
 def test_an_overwrite_leaves_no_file_of_the_export_before(drafter_dir, narrow_drafter_dir, tmp_path):
     """overwrite=true keeps a user's other files, but not an earlier export's token map or selection configs: they
     would restrict or steer the new drafter (a full-vocabulary drafter served with a 24-token map)."""

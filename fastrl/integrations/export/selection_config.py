@@ -44,13 +44,17 @@ def bucket_batch_size(thresholds: list[int], index: int) -> int:
     return round(math.sqrt(low * (thresholds[index + 1] - 1)))
 
 
-def bucket_winners(state: dict) -> list[BucketWinner]:
+def bucket_winners(state: dict, prior_hazard: float | None = None) -> list[BucketWinner]:
     """Per bucket, the arm with the best estimate at ``bucket_batch_size`` in a saved bandit ``state_dict`` (ties:
-    first in arm order; a bucket with no estimate at all keeps its first arm, as the bandit would). ValueError naming
-    the entry of a state a bandit cannot load (``check_state_values``)."""
+    first in arm order; a bucket with no estimate at all keeps its first arm, as the bandit would). ``prior_hazard``:
+    the drafter's held-out chain hazard, which the engine gives the bandit at start (`DrafterInfo.prior_hazard`;
+    the state does not hold it), so an arm the run never pulled is predicted as the run predicted it. ValueError
+    naming the entry of a state a bandit cannot load (``check_state_values``)."""
     try:
         policy = BanditSelector(check_state_values(state))
         policy.load_state_dict(state)
+        if prior_hazard is not None:
+            policy.set_prior_hazard(prior_hazard)
     except ValueError as err:
         raise ValueError(f"not a fastrl bandit state_dict ({err})") from None
     except (KeyError, TypeError, AttributeError) as err:
@@ -168,13 +172,14 @@ def read_state(state_file: str | Path, key: str = "bandit_state") -> Any:
     return read_json(path, f"{key}={state_file}")
 
 
-def state_winners(state: Any, label: str) -> list[BucketWinner]:
+def state_winners(state: Any, label: str, prior_hazard: float | None = None) -> list[BucketWinner]:
     """The bucket winners of one bandit's state_dict, or of a train checkpoint's rollout_selector.json with every
-    worker's state, merged; ValueError starting with ``label`` (``key=file``)."""
+    worker's state, merged (``prior_hazard`` as in ``bucket_winners``); ValueError starting with ``label``
+    (``key=file``)."""
     try:
         if isinstance(state, dict) and "workers" in state:
             state = merge_bandit_states(state["workers"])
-        return bucket_winners(state)
+        return bucket_winners(state, prior_hazard)
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
 
