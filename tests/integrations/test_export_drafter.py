@@ -223,9 +223,7 @@ def test_cli_writes_checkpoint_and_selection_configs(drafter_dir, tmp_path):
     assert main(["export-drafter", str(drafter_dir), str(out), "--format", "onnx"]) == 2
 
 
-def test_an_arm_the_run_barely_tried_is_exported_as_the_run_predicted_it_with_the_drafters_prior(
-    drafter_dir, tmp_path
-):
+def test_an_arm_the_run_barely_tried_is_exported_as_the_run_predicted_it_with_the_drafters_prior(drafter_dir, tmp_path):
     """The engine gives the bandit its drafter's held-out chain hazard at start (``metrics.json``); the saved state
     does not hold it. The export rebuilt the bandit from the state alone, so an arm with one round behind it was
     predicted from an acceptance of 1/2 a depth: a drafter that accepts nothing was exported as worth drafting."""
