@@ -28,6 +28,7 @@ from fastrl.models.tokenizer import load_tokenizer
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import DRAFT_VOCAB_FILE, METRICS_FILE, load_drafter, save_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
+from fastrl.strategy.strategy import Strategy
 
 
 def run_train_drafter(cfg: TrainDrafterConfig) -> OfflineDrafterReport:
@@ -105,6 +106,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
+    check_accept_topk(cfg, drafter)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
     identity = stream_identity({"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter})
     report = train_offline(
@@ -124,6 +126,21 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")
     return report
+
+
+def check_accept_topk(cfg: TrainDrafterConfig, drafter: EagleDrafter) -> None:
+    """Before any rollout: every measured strategy's candidates per step fit the draft vocabulary the drafter will
+    draft over (``draft_vocab_size``, or the one ``init_drafter`` keeps); the measurement at the first epoch's end
+    found it after the training (ValueError naming both keys)."""
+    width = drafter.draft_vocab.numel() if drafter.draft_vocab is not None else cfg.draft_vocab_size
+    wide = [name for name in cfg.accept_strategies if width and Strategy.parse(name).topk > width]
+    if wide:
+        kept = drafter.draft_vocab is not None
+        held = f"init_drafter={cfg.init_drafter} drafts over" if kept else "draft_vocab_size:"
+        raise ValueError(
+            f"train_drafter.accept_strategies: {wide} draft more candidates a step than the {width} tokens of the "
+            f"draft vocabulary ({held} {width}); name strategies of topk <= {width}, or a wider draft vocabulary"
+        )
 
 
 def initial_drafter(policy: CausalLM, cfg: TrainDrafterConfig) -> EagleDrafter:

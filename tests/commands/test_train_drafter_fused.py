@@ -71,6 +71,8 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
         ("accept_strategies=[]", "name at least one strategy"),
         ("accept_strategies=[3_1_4,suffix_8]", r"\['suffix_8'\] draft from the rollouts' history"),
         ("draft_vocab_size=100000", r"train_drafter.draft_vocab_size must be in \[0, 91\]"),
+        # the measurement at the first epoch's end refused it, after the training, and no drafter was written
+        ("draft_vocab_size=3", r"accept_strategies: \['8_4_32'\] draft more candidates a step than the 3 tokens"),
     ],
 )
 def test_settings_found_bad_only_after_training_are_refused_before_any_rollout(tmp_path, capsys, override, message):
