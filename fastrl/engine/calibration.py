@@ -34,7 +34,7 @@ from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.atomic_files import write_atomic
 from fastrl.engine.engine import Engine
 from fastrl.models.cpu_linear import small_linear_routing
-from fastrl.models.named import cache_root
+from fastrl.models.named import CACHE_ENV, cache_root
 from fastrl.sampling.cpu_noise import uniform_bits_kernel
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.cpu_drafter_step import drafter_step_for
@@ -403,8 +403,15 @@ def load_or_measure(
         return _read_cache(path)
     if path.exists():  # found before the measuring, which could not be saved there
         raise ValueError(f"calibration cache {path} is not a file: remove it to measure again")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 (closed by the with below)
+    except OSError as err:  # a file where a directory goes, a read-only disk: before anything is measured
+        raise ValueError(
+            f"calibration cache {path.parent} cannot be written ({err.strerror or err}): set {CACHE_ENV} to a "
+            "writable directory"
+        ) from None
+    with lock_file as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a measuring process dies
         if path.is_file():  # another engine measured while this one waited
             return _read_cache(path)
@@ -417,7 +424,10 @@ def load_or_measure(
             flush=True,
         )
         model = measure(engine, arms, sizes, rounds, seed)
-        write_atomic(path, json.dumps(model.rows()) + "\n")
+        try:
+            write_atomic(path, json.dumps(model.rows()) + "\n")
+        except OSError as err:  # a full disk: this run keeps what it measured, the next measures again
+            print(f"fastrl: calibration not cached in {path} ({err.strerror or err})", file=sys.stderr, flush=True)
     return model
 
 

@@ -135,6 +135,11 @@ def test_calibration_cache_is_keyed_and_unreadable_cache_is_an_error(models, tmp
     with pytest.raises(ValueError, match="calibration cache .* is not a file: remove it"):
         calibrate_engine(again, tmp_path)
     assert capsys.readouterr().err == ""  # nothing measured
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")  # $FASTRL_CACHE at a file: a NotADirectoryError's traceback, after the load
+    with pytest.raises(ValueError, match=r"calibration cache .*file/calibration cannot be written \(Not a directory"):
+        calibrate_engine(again, not_a_directory / "calibration")
+    assert capsys.readouterr().err == ""
     off = Engine(policy, config, drafter, BanditSelector(BanditConfig(strategies=["3_1_4"], calibrate=False)))
     assert calibrate_engine(off, tmp_path) is None
 
