@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from fastrl.assets_path import bundled_model_dir
-from fastrl.commands.engine_setup import resolve_model_dir
+from fastrl.commands.engine_setup import check_kv_memory, resolve_model_dir
 from fastrl.commands.interrupted import say_interrupted
 from fastrl.commands.output_guard import OutputTarget, guard_outputs
 from fastrl.commands.prompt_tokens import PromptLimits
@@ -20,8 +20,10 @@ from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
 from fastrl.cotrain.stream_trainer import check_stream_dir
+from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.machine import check_device
 from fastrl.models.checkpoint import load_model, read_config
+from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
@@ -103,6 +105,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
             f"train_drafter.draft_vocab_size must be in [0, {vocab}] for {model_dir}, got {cfg.draft_vocab_size}"
         )
     train_prompts, held_prompts = training_prompts(tokenizer, cfg, PromptLimits(config.max_position_embeddings, vocab))
+    check_engine_memory(cfg, config, train_prompts, held_prompts)
     policy = load_model(model_dir, device=cfg.device)
     torch.manual_seed(cfg.seed)
     drafter = initial_drafter(policy, cfg)
@@ -126,6 +129,22 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"drafter saved to {cfg.output}")
     return report
+
+
+def check_engine_memory(
+    cfg: TrainDrafterConfig, config: ModelConfig, train_prompts: list[list[int]], held_prompts: list[list[int]]
+) -> None:
+    """Before the policy loads: the KV caches of the generating and the measuring engines fit the memory there is
+    (ValueError naming ``gen_batch_size`` / ``accept_batch_size``; the measuring one failed at the first epoch's
+    end). Each engine holds as many slots as it has requests, at most its batch size (``RolloutPlan``)."""
+    length = max(len(p) for p in train_prompts + held_prompts) + cfg.max_new_tokens + 1
+    requests = len(train_prompts) * cfg.samples_per_prompt * len(cfg.temperatures)
+    dtype = ENGINE_DTYPES[cfg.engine_dtype]
+    for key, slots in (
+        ("gen_batch_size", min(cfg.gen_batch_size, requests)),
+        ("accept_batch_size", min(cfg.accept_batch_size, cfg.accept_requests, len(held_prompts))),
+    ):
+        check_kv_memory(f"train_drafter.{key}", config, max(1, slots), dtype, cfg.device, length)  # fmt: skip
 
 
 def check_accept_topk(cfg: TrainDrafterConfig, drafter: EagleDrafter) -> None:

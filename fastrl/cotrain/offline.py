@@ -217,6 +217,6 @@ def measure(
     """The decode rounds of `strategy` on `inputs` (``measure_rounds``), in an engine sized like the plan's and in
     its dtype (on copies of the policy and the drafter in training where that dtype is not theirs: an engine casts
     what it is given)."""
-    config = plan.engine_config(cfg.accept_batch_size, cfg.device)
+    config = plan.engine_config(max(1, min(cfg.accept_batch_size, len(inputs))), cfg.device)
     dtype = config.torch_dtype
     return measure_rounds(cast_copy(policy, dtype), cast_copy(drafter, dtype), inputs, strategy, config)

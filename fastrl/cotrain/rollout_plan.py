@@ -56,7 +56,7 @@ class RolloutPlan:
 
     def generate(self, policy: CausalLM, requests: range, batch_size: int, device: str) -> list[list[int]]:
         """Prompt + response ids of `requests`, in one batched engine (plain decoding); `policy` keeps its dtype."""
-        config = self.engine_config(batch_size, device)
+        config = self.engine_config(max(1, min(batch_size, len(requests))), device)  # no slot without a request
         engine = Engine(cast_copy(policy, config.torch_dtype), config)
         outs = engine.generate([self.request(r) for r in requests], progress=len(requests) > 1)
         return [o.prompt_ids + o.token_ids for o in outs]

@@ -97,3 +97,27 @@ def test_a_draft_vocab_size_other_than_the_init_drafters_is_refused(policy, tmp_
     assert kept.draft_vocab.numel() == 40
     with pytest.raises(ValueError, match=r"draft_vocab_size=20, but init_drafter=.* drafts over its own 40 tokens"):
         initial_drafter(policy, TrainDrafterConfig(init_drafter=init, extra_layers=[0, 2], draft_vocab_size=20))
+
+
+def test_engines_that_cannot_fit_are_refused_before_the_policy_loads_naming_their_batch_key(monkeypatch):
+    """The measuring engine's KV cache failed to allocate at the first epoch's end (after the training), naming
+    engine keys train-drafter does not have. Each engine holds a slot per request, at most its batch size."""
+    import fastrl.commands.engine_setup as engine_setup
+    from fastrl.commands.train_drafter import check_engine_memory
+    from fastrl.models.checkpoint import read_config
+    from fastrl.models.kv_cache import KvShape
+
+    config = read_config(bundled_model_dir())
+    train, held = [[1, 5, 6]] * 6, [[1, 7]] * 40
+    cfg = TrainDrafterConfig(max_new_tokens=96, gen_batch_size=10**9, accept_batch_size=10**9, accept_requests=16)
+    slot = KvShape(config.num_hidden_layers, config.num_key_value_heads, config.head_dim).entry_bytes(torch.float32) * (
+        3 + 96 + 1
+    )  # the longest prompt + max_new_tokens + 1 entries
+    monkeypatch.setattr(engine_setup, "available_bytes", lambda device: 16 * slot)
+    check_engine_memory(cfg, config, train, held)  # 6 generating slots, 16 measuring ones: they fit
+    monkeypatch.setattr(engine_setup, "available_bytes", lambda device: 15 * slot)
+    with pytest.raises(ValueError, match=r"^train_drafter.accept_batch_size=16 needs a .* use train_drafter"):
+        check_engine_memory(cfg, config, train, held)
+    monkeypatch.setattr(engine_setup, "available_bytes", lambda device: 5 * slot)
+    with pytest.raises(ValueError, match=r"^train_drafter.gen_batch_size=6 needs a"):
+        check_engine_memory(cfg, config, train, held)
