@@ -61,6 +61,11 @@ LATER_KEYS: dict[str, str | None] = {"prompt_ids_sha256": None, "rollout_dtype":
 resumes unchecked on the key); a value, what every stream of that time had (its rollouts ran in float32)."""
 
 
+TRAINING_KEYS = frozenset({"epochs", "trainer", "draft_vocab_size", "extra_layers", "init_drafter"})
+"""Fingerprint keys of the training alone: the shards do not depend on them, so a run that changes them trains the
+kept shards again (after its saved training is deleted) instead of generating them again."""
+
+
 SETTING_NAMES: dict[str, str] = {
     "source": "prompts",
     "prompts": "training prompt count",
@@ -87,25 +92,40 @@ def setting_changes(saved: dict, fingerprint: dict, prefix: str = "") -> list[tu
     return changes
 
 
-def check_settings(directory: Path, saved: dict, fingerprint: dict, canonical: Canonical | None = None) -> None:
+def check_settings(
+    directory: Path, saved: dict, fingerprint: dict, canonical: Canonical | None = None, training: Path | None = None
+) -> None:
     """ValueError naming every setting (the user's key, the stream's value and this run's) in which ``fingerprint``
-    differs from the ``saved`` one of the stream in ``directory``. A key added since the stream was saved is taken
-    as ``LATER_KEYS`` says."""
+    differs from the ``saved`` one of the stream in ``directory``: the settings its shards were generated with, and
+    with ``training`` (the saved training's directory, ``saved_run``) those of the training too (``TRAINING_KEYS``),
+    which keep the shards. A key added since the stream was saved is taken as ``LATER_KEYS`` says."""
     if canonical is not None:
         saved, fingerprint = canonical(saved), canonical(fingerprint)
     unknown = {k for k, then in LATER_KEYS.items() if k not in saved and then is None}
     saved = {**{k: then for k, then in LATER_KEYS.items() if then is not None and k in fingerprint}, **saved}
     known = {k: v for k, v in saved.items() if k not in unknown}
-    changes = setting_changes(known, {k: v for k, v in fingerprint.items() if k not in unknown})
-    if not changes:
-        return
+    new = {k: v for k, v in fingerprint.items() if k not in unknown}
+    rollouts = setting_changes(*({k: v for k, v in d.items() if k not in TRAINING_KEYS} for d in (known, new)))
+    trained = setting_changes(*({k: v for k, v in d.items() if k in TRAINING_KEYS} for d in (known, new)))
+    if rollouts:  # named with the training's changes, if any: one refusal says all a resume must match
+        names, shown = _changes_text(setting_changes(known, new))
+        raise ValueError(
+            f"{directory} holds a run with other settings ({names}): {shown}; its shards were generated with those. "
+            "Resume with the stream's settings, give another stream_dir, or delete the stream's shard_*.json files "
+            f"and {RESUME_DIR}/ to generate them again with these"
+        )
+    if training is not None and trained:
+        names, shown = _changes_text(trained)
+        raise ValueError(
+            f"{directory} holds a training of its shards with other settings ({names}): {shown}. Resume with those, "
+            f"or {restart_hint(training)}: it then trains with these"
+        )
+
+
+def _changes_text(changes: list[tuple[str, Any, Any]]) -> tuple[str, str]:
+    """The changed settings' names, and each one's change."""
     names = ", ".join(dict.fromkeys(name for name, _, _ in changes))
-    shown = ", ".join(_change_text(name, old, new) for name, old, new in changes)
-    raise ValueError(
-        f"{directory} holds a run with other settings ({names}): {shown}; its shards were generated with those. "
-        "Resume with the stream's settings, give another stream_dir, or delete the stream's shard_*.json files and "
-        f"{RESUME_DIR}/ to generate them again with these"
-    )
+    return names, ", ".join(_change_text(name, old, new) for name, old, new in changes)
 
 
 def _change_text(name: str, old: Any, new: Any) -> str:
@@ -196,7 +216,7 @@ def open_stream(shards: RolloutShards, fingerprint: dict, canonical: Canonical |
         return None
     saved = saved_run(directory)
     assert saved is not None  # a state was loaded from it
-    check_settings(directory, state.fingerprint, fingerprint, canonical)
+    check_settings(directory, state.fingerprint, fingerprint, canonical, training=saved)
     if state.shard >= shards.count or len(state.epochs) != state.epoch:
         raise ValueError(
             f"{saved / STATE_FILE}: not a state of this stream (shard {state.shard} of {shards.count}, "
@@ -352,10 +372,12 @@ class StreamRun:
             yield
         except FloatingPointError as err:
             where = f"epoch {state.epoch + 1}, shard {state.shard + 1} of {self.shards.count}"
+            saved = saved_run(self.shards.directory)
+            kept = f"; the saved training used this lr: {restart_hint(saved)}" if saved is not None else ""
             raise ValueError(
                 f"train-drafter diverged at {where} ({err}): nothing of this shard was saved; lower "
-                f"drafter_trainer.lr (now {self.trainer.config.lr}) or its warm-up and run again (a rerun resumes "
-                "from the last whole save)"
+                f"drafter_trainer.lr (now {self.trainer.config.lr}) or its warm-up and run again: the shards generated "
+                f"so far are kept{kept}"
             ) from None
 
     def evaluate(self, state: StreamState) -> EpochReport:

@@ -85,6 +85,33 @@ def test_shards_of_other_settings_are_refused_after_the_advised_restart(policy, 
     assert all(torch.equal(reused[k], clean[k]) for k in clean)
 
 
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [
+        ({"trainer": dataclasses.replace(CFG.trainer, lr=3e-3)}, r"\(drafter_trainer.lr\): drafter_trainer.lr=0.001"),
+        ({"epochs": 2}, r"\(epochs\): epochs=1 \(now 2\)"),
+    ],
+)
+def test_other_training_settings_train_the_kept_shards_again(policy, tmp_path, change, shown, generations):
+    """A setting of the training alone (the learning rate, what a diverged run is told to lower; the epochs; the
+    draft vocabulary) does not change the shards: it was refused like a rollout setting, with the advice to delete
+    the shards and generate them all again. It is refused against the saved training only, whose deletion keeps the
+    shards: the run then trains them with its settings, generating nothing but the held-out rollouts, as a clean
+    run of those settings does."""
+    _train(policy, tmp_path / "s")
+    kept, generations[:] = _files(tmp_path / "s"), []
+    cfg = dataclasses.replace(CFG, **change)
+    with pytest.raises(ValueError, match=f"s holds a training of its shards with other settings {shown}") as err:
+        _train(policy, tmp_path / "s", cfg)
+    assert f"delete {tmp_path / 's' / 'resume'} to train this stream from its first shard again" in str(err.value)
+    assert generations == [] and _files(tmp_path / "s") == kept
+    shutil.rmtree(tmp_path / "s" / "resume")
+    retrained = _train(policy, tmp_path / "s", cfg)
+    assert generations == [2]  # the held-out rollouts only: the shards were read back
+    clean = _train(policy, tmp_path / "clean", cfg)
+    assert all(torch.equal(retrained[k], clean[k]) for k in clean)
+
+
 def test_shards_without_a_record_of_their_settings_are_refused_and_kept(policy, tmp_path, generations):
     """Shards an earlier version left without any record (killed before its first save) may come from any settings:
     they are named, not read back, not deleted."""
