@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,11 +79,11 @@ class OfflineDrafterConfig:
                 f"train_drafter.accept_strategies: {history} draft from the rollouts' history, not from the drafter "
                 "this measures; name EAGLE strategies (a hybrid S_K_N+suffix_M is taken)"
             )
-        if any(t < 0 for t in self.rollout_temperatures) or self.temperature < 0:
-            raise ValueError(
-                f"train_drafter.rollout_temperatures and temperature must be >= 0, got {self.rollout_temperatures} "
-                f"and {self.temperature}"
-            )
+        given = {"rollout_temperatures": list(self.rollout_temperatures), "temperature": [self.temperature]}
+        for key, values in given.items():
+            bad = [t for t in values if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < math.inf]
+            if bad:  # each named by its own key (an infinite rollout temperature was blamed on `temperature`)
+                raise ValueError(f"train_drafter.{key} must be finite numbers >= 0, got {bad[0]!r}")
 
     @property
     def temperatures(self) -> list[float]:

@@ -191,6 +191,8 @@ def chain_prior_hazard(file: Path) -> float | None:
         records = json.loads(file.read_text()).get("accept_lengths") or []
         hazards = []
         for record in records:
+            if record.get("mean_accept_length") == 0:  # not measured (no decode round): no evidence either way
+                continue
             strategy = Strategy.parse(str(record["strategy"]))
             if is_chain(strategy) and not strategy.stops_early:
                 drafts = record.get("mean_accepted_drafts")
@@ -265,6 +267,12 @@ def read_draft_vocab(path: str | Path, info: DrafterInfo) -> torch.Tensor | None
     ValueError naming the file when it is missing, malformed or disagrees with the config."""
     file = Path(path) / DRAFT_VOCAB_FILE
     if info.draft_vocab_size is None:
+        if file.exists():  # a map the config does not name: read as the full vocabulary, it was dropped unsaid
+            raise ValueError(
+                f"{path}: {DRAFT_VOCAB_FILE} is there but {CONFIG_FILE} has no draft_vocab_size: the drafter's draft "
+                "vocabulary is unknown; restore the config's draft_vocab_size, or delete the file to draft over the "
+                "full vocabulary"
+            )
         return None
     problem = file_problem(file)
     if problem:

@@ -51,6 +51,10 @@ def test_chain_prior_hazard_reads_the_fixed_chains_of_a_checkpoint(tmp_path):
     assert chain_prior_hazard(tmp_path / METRICS_FILE) == pytest.approx(0.7, abs=1e-9)
     write_metrics(tmp_path, records[2:])
     assert chain_prior_hazard(tmp_path / METRICS_FILE) is None
+    # not measured (no decode round: every held-out response ended at once): no evidence, not "accepts nothing"
+    unmeasured = {"strategy": "5_1_6", "temperature": 0.0, "mean_accept_length": 0.0, "mean_accepted_drafts": 0.0}
+    write_metrics(tmp_path, [*records, unmeasured])
+    assert chain_prior_hazard(tmp_path / METRICS_FILE) == pytest.approx(0.7, abs=1e-9)
     assert chain_prior_hazard(tmp_path / "absent.json") is None
     for bad in ('{"accept_lengths": [{"strategy": "3_1_4"}]}', "[1, 2]", "{not json", '{"accept_lengths": 3}'):
         (tmp_path / METRICS_FILE).write_text(bad)

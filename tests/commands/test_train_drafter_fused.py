@@ -73,6 +73,8 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
         ("draft_vocab_size=100000", r"train_drafter.draft_vocab_size must be in \[0, 91\]"),
         # the measurement at the first epoch's end refused it, after the training, and no drafter was written
         ("draft_vocab_size=3", r"accept_strategies: \['8_4_32'\] draft more candidates a step than the 3 tokens"),
+        ("rollout_temperatures=[0,inf]", r"train_drafter.rollout_temperatures must be finite numbers >= 0, got inf"),
+        ("temperature=-1", r"train_drafter.temperature must be finite numbers >= 0, got -1"),
     ],
 )
 def test_settings_found_bad_only_after_training_are_refused_before_any_rollout(tmp_path, capsys, override, message):

@@ -100,6 +100,10 @@ def test_corrupt_map_is_named(model, tmp_path):
     (tmp_path / "d" / DRAFT_VOCAB_FILE).unlink()
     with pytest.raises(ValueError, match="is missing"):
         load_drafter(tmp_path / "d", model)
+    save_drafter(EagleDrafter(model.config), tmp_path / "full", "tiny")  # a map its config does not name
+    save_file({"ids": torch.tensor([1, 2, 3])}, str(tmp_path / "full" / DRAFT_VOCAB_FILE))
+    with pytest.raises(ValueError, match=f"{DRAFT_VOCAB_FILE} is there but drafter_config.json has no draft_vocab"):
+        load_drafter(tmp_path / "full", model)
 
 
 @pytest.mark.parametrize(
