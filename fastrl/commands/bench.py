@@ -68,20 +68,22 @@ def check_sizes(cfg: BenchConfig, model: ModelConfig) -> None:
 
 
 def output_files(cfg: BenchConfig) -> dict[str, str]:
-    """Every file the run writes, by name: ``output``, and with the long-tail suite ``round_costs.json`` and the
-    bandit's and EMA's run stats and plots beside it. In a Hydra multirun each job writes its own files
-    (``bench.json`` -> ``bench.job3.json``, ``round_costs.job3.json``), which would otherwise be overwritten job after
-    job."""
+    """Every file the run writes, by name: ``output``, and with the long-tail suite the round costs and the bandit's
+    and EMA's run stats and plots beside it, named after the output (``bench.json`` -> ``bench.round_costs.json``,
+    ``bench.long_tail_bandit.json``), so two outputs in one directory keep their own. In a Hydra multirun each job
+    writes its own files (``bench.job3.json``, ``bench.round_costs.job3.json``), which would otherwise be
+    overwritten job after job."""
     output = Path(cfg.output)
     job = multirun_job()
     tag = "" if job is None else f".job{job}"
     files = {"output": job_file(cfg.output)}
     if "long_tail" in cfg.suites:
-        files["round_costs"] = str(output.parent / f"round_costs{tag}.json")
+        files["round_costs"] = str(output.with_name(f"{output.stem}.round_costs{tag}.json"))
         for selector in ("bandit", "ema"):
             if selector in cfg.long_tail_selectors:
-                files[f"long_tail_{selector}"] = str(output.parent / f"long_tail_{selector}{tag}.json")
-                files[f"long_tail_{selector}_plot"] = str(output.parent / f"long_tail_{selector}{tag}.png")
+                stats = output.with_name(f"{output.stem}.long_tail_{selector}{tag}")
+                files[f"long_tail_{selector}"] = f"{stats}.json"
+                files[f"long_tail_{selector}_plot"] = f"{stats}.png"
     return files
 
 

@@ -40,23 +40,25 @@ def test_the_finished_suites_are_kept_when_a_later_one_stops_the_run(tmp_path, m
     assert f"the finished suites ['prefix_sharing'] are in {out}" in capsys.readouterr().err
 
 
-def test_the_long_tail_side_files_are_outputs(tmp_path, capsys):
-    """round_costs.json and the selectors' stats are checked like the output: here one of them is the output."""
-    out = tmp_path / "round_costs.json"
-    out.write_text("USER DATA")
-    args = ["bench", f"output={out}", "suites=[long_tail]", "long_tail_requests=2", "long_tail_max_new_tokens=4"]
-    assert main(args) == 2
-    assert "name the same file" in capsys.readouterr().err and out.read_text() == "USER DATA"
-    files = bench.output_files(bench.BenchConfig(output=str(tmp_path / "b.json"), suites=["long_tail"]))
-    names = {k: v.rsplit("/", 1)[-1] for k, v in files.items()}
-    assert names == {
+def test_the_long_tail_side_files_are_named_after_their_output(tmp_path):
+    """The round costs and the selectors' stats are named after the output: two outputs in one directory each keep
+    their own (both runs wrote round_costs.json there, the second over the first's)."""
+    args = ["bench", f"output={tmp_path / 'b.json'}", "suites=[long_tail]", "long_tail_requests=2"]
+    assert main([*args, "long_tail_max_new_tokens=4", "long_tail_selectors=[disable,3_1_4]"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.round_costs.json"]
+    names = {}
+    for output in ("b.json", "c.json"):
+        files = bench.output_files(bench.BenchConfig(output=str(tmp_path / output), suites=["long_tail"]))
+        names[output] = {k: v.rsplit("/", 1)[-1] for k, v in files.items()}
+    assert names["b.json"] == {
         "output": "b.json",
-        "round_costs": "round_costs.json",
-        "long_tail_bandit": "long_tail_bandit.json",
-        "long_tail_bandit_plot": "long_tail_bandit.png",
-        "long_tail_ema": "long_tail_ema.json",
-        "long_tail_ema_plot": "long_tail_ema.png",
+        "round_costs": "b.round_costs.json",
+        "long_tail_bandit": "b.long_tail_bandit.json",
+        "long_tail_bandit_plot": "b.long_tail_bandit.png",
+        "long_tail_ema": "b.long_tail_ema.json",
+        "long_tail_ema_plot": "b.long_tail_ema.png",
     }
+    assert not set(names["b.json"].values()) & set(names["c.json"].values())
 
 
 def test_each_job_of_a_multirun_writes_its_own_output(tmp_path, monkeypatch):
