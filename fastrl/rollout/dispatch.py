@@ -54,6 +54,24 @@ def make_units(requests: list[RolloutRequest], num_workers: int) -> list[WorkUni
     return units
 
 
+def merge_units(units: list[WorkUnit], calls: int) -> list[WorkUnit]:
+    """``units`` in at most ``calls`` units, each a run of consecutive ones (their requests in the same order, their
+    work summed, the first one's prompt): a worker holds every part of its share until all have arrived, each part
+    in one of its call threads, so a share of more parts than it has threads would never start."""
+    if calls < 1:
+        raise ValueError(f"merge_units: calls must be >= 1, got {calls}")
+    if len(units) <= calls:
+        return list(units)
+    size, extra = divmod(len(units), calls)
+    merged, start = [], 0
+    for c in range(calls):
+        part = units[start : start + size + (1 if c < extra else 0)]
+        start += len(part)
+        indices = [i for unit in part for i in unit.indices]
+        merged.append(WorkUnit(indices, sum(unit.work for unit in part), part[0].prompt))
+    return merged
+
+
 AffinitySnapshot = tuple[tuple[tuple[int, ...], int], ...]  # (prompt ids, worker slot), oldest first
 
 

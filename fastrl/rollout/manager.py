@@ -22,7 +22,7 @@ from fastrl.rollout.drafter_round import DrafterAtBoundary, DrafterRounds
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker
-from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle, count_slices, require_ray
+from fastrl.rollout.rollout_run import RolloutRun, WorkerHandle, adopt_replacements, count_slices, require_ray
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, RoundRecord, WorkerReplacement
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_loss import log_loss, loss_record
@@ -110,7 +110,8 @@ class RayRolloutManager:
         self._check_workers()
         cotrain, slice_s = self.config.cotrain_in_tail and self.config.worker.cotrain, self.config.worker.slice_seconds
         workers, ids, liveness, replace = self._alive(), self._slice_ids, self._liveness, self._replace_in_run
-        run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, self._affinity)
+        calls = self.config.worker.max_concurrent_calls
+        run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, self._affinity, calls)
         try:
             outcome = run.run()
         finally:
@@ -427,12 +428,8 @@ class RayRolloutManager:
         return fresh if self._started(fresh) else None
 
     def _adopt(self, run_workers: list[WorkerHandle]) -> None:
-        """Take over the replacements a rollout started, in the slots of the workers they replaced."""
-        extra = [w for w in run_workers if w not in self.workers]
-        for i, w in enumerate(self.workers):
-            if not w.alive and extra:
-                self.workers[i] = extra.pop(0)
-        self.workers += extra
+        """Take over the replacements a rollout started (``adopt_replacements``)."""
+        self.workers = adopt_replacements(self.workers, run_workers)
 
     def _remember_selector_states(self) -> None:
         """Each live worker's strategy-selector state, for a replacement should it be lost."""

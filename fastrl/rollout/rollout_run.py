@@ -15,7 +15,7 @@ from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
 from fastrl.rollout.cluster import short_error
-from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units
+from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units, merge_units
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 
@@ -34,6 +34,24 @@ class WorkerHandle:
     rerun_request_ids: list[str] = field(default_factory=list)
     served_before_loss: int = 0
     buffered_sequences: int = 0  # its co-training buffer's sequences at the last drafter round's end
+
+
+def adopt_replacements(workers: list[WorkerHandle], run_workers: list[WorkerHandle]) -> list[WorkerHandle]:
+    """``workers`` (one per slot, in slot order) with each live replacement a rollout started (``run_workers`` not
+    among them) in the entry of the slot it serves. A replacement that died in the same rollout is left out (its
+    loss is recorded; the slot's dead entry is replaced after the rollout): taken in creation order into whichever
+    entry was dead, it made a slot hold two workers, or put two slots' workers in each other's place, and
+    checkpoints are written by entry."""
+    adopted = list(workers)
+    for fresh in run_workers:
+        if fresh in adopted or not fresh.alive:
+            continue
+        entry = next((i for i, w in enumerate(adopted) if w.slot == fresh.slot), None)
+        if entry is None:
+            adopted.append(fresh)
+        else:
+            adopted[entry] = fresh
+    return adopted
 
 
 @dataclass
@@ -78,8 +96,10 @@ class RolloutRun:
         replace: Callable[[WorkerHandle], WorkerHandle | None],
         log: logging.Logger,
         affinity: PromptAffinity | None = None,
+        max_calls: int = 64,
     ) -> None:
         self.requests = requests
+        self.max_calls = max_calls  # each worker's generation threads (``max_concurrent_calls``)
         self.workers = list(workers)
         self.liveness = LivenessMonitor(liveness)
         self.replace = replace
@@ -120,6 +140,7 @@ class RolloutRun:
         key = uuid.uuid4().hex
         for w in self.workers:  # a worker queues its units together, in plan order, once all have arrived
             units = [unit for worker_id, unit in plan if worker_id == w.worker_id]
+            units = merge_units(units, max(1, self.max_calls - 1))  # a thread each while they wait, one to spare
             for index, unit in enumerate(units):
                 self._send(w, unit, retry=False, share=(key, index, len(units)))
         for w in self.workers:

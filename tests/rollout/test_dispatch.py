@@ -93,3 +93,41 @@ def test_prompt_affinity_state_round_trips_and_refuses_what_it_did_not_write():
     for bad in ({"a": 1}, [[[1], -1]], [[[1.5], 0]], [[[1], 0, 2]], [["12", 0]]):
         with pytest.raises(ValueError, match="prompt affinity: expected"):
             PromptAffinity().load_state(bad)
+
+
+def test_merged_units_keep_their_requests_in_order_in_at_most_the_calls_given():
+    from fastrl.rollout.dispatch import WorkUnit, merge_units
+
+    units = [WorkUnit([2 * i, 2 * i + 1], 10.0 + i, (i,)) for i in range(7)]
+    for calls in range(1, 9):
+        merged = merge_units(units, calls)
+        assert len(merged) == min(calls, 7)
+        assert [i for u in merged for i in u.indices] == list(range(14))  # the worker queues them in this order
+        assert sum(u.work for u in merged) == sum(u.work for u in units)
+        assert max(len(u.indices) for u in merged) - min(len(u.indices) for u in merged) <= 2  # near-equal
+    assert merge_units(units, 7) == units
+    with pytest.raises(ValueError, match="calls must be >= 1"):
+        merge_units(units, 0)
+
+
+def test_replacements_are_adopted_into_their_own_slots_and_dead_ones_left_out():
+    """A worker, then its replacement, lost in one rollout: the dead replacement was adopted into the dead entry
+    and the live one appended (two workers in slot 0, three in all; checkpoints are written by entry). Two slots lost
+    in the other order swapped their workers' entries. Every order of losses, at random."""
+    import random
+
+    from fastrl.rollout.rollout_run import WorkerHandle, adopt_replacements
+
+    rng = random.Random(0)
+    for _ in range(200):
+        workers = [WorkerHandle(f"worker-{i}", None, slot=i) for i in range(rng.randint(1, 4))]
+        run, latest, made = list(workers), {w.slot: w for w in workers}, len(workers)
+        for _ in range(rng.randint(0, 6)):  # losses, each replaced at once, the replacement possibly lost later
+            slot = rng.randrange(len(workers))
+            latest[slot].alive = False
+            latest[slot] = WorkerHandle(f"worker-{made}", None, slot=slot)
+            run.append(latest[slot])
+            made += 1
+        adopted = adopt_replacements(workers, run)
+        assert [w.slot for w in adopted] == list(range(len(workers)))  # one entry per slot, in slot order
+        assert all(w is latest[w.slot] for w in adopted)  # each slot's live worker

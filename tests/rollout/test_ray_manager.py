@@ -161,3 +161,19 @@ def test_history_indexes_are_saved_and_restored_per_worker_slot(checkpoint, ray_
         assert_same_tokens(mgr.generate(later).results, reference(checkpoint.policy, later))
     finally:
         mgr.shutdown()
+
+
+def test_more_prompt_groups_than_a_workers_call_threads_still_roll_out(checkpoint, ray_cluster):
+    """A worker holds every part of its share, one call thread each, until all have arrived: with more prompt groups
+    than its ``max_concurrent_calls`` the parts that found no thread never came and the rollout hung (65 groups a
+    worker at the default 64: ``rl.prompts_per_step`` 130 on two workers). A worker's groups now go in at most
+    that many calls, queued in the same order, so the tokens are the ones plain decoding gives."""
+    worker = worker_config(checkpoint, max_concurrent_calls=2, cotrain=False)
+    mgr = RayRolloutManager(RolloutManagerConfig(worker=worker, num_workers=1))
+    try:
+        requests = mixed_requests(10, group_size=2, prefix="many")  # five groups on one worker of two threads
+        batch = mgr.generate(requests)
+        assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
+        assert batch.retried_requests == 0
+    finally:
+        mgr.shutdown()
