@@ -116,6 +116,22 @@ def load_speculative_models(model: str, drafter: str, device: str = "cpu") -> tu
     return policy, loaded.to(device), load_tokenizer(model_dir)
 
 
+def check_draft_width(strategy: str, selector: StrategySelector, drafter: EagleDrafter, drafter_key: str) -> None:
+    """ValueError naming the key that chose them when strategies draft more candidates a step than the drafter's
+    draft vocabulary holds (the engine's own refusal named no key: the bandit's default arms hold ``8_4_32``)."""
+    if drafter.draft_vocab is None:
+        return
+    width = drafter.draft_vocab.numel()
+    wide = [str(s) for s in selector.strategies if s.uses_drafter and s.topk > width]
+    if wide:
+        key = {"bandit": "bandit.strategies", "ema": "ema"}.get(strategy, "strategy")
+        where = f"drafter={drafter_key}" if drafter_key else "the shipped drafter"
+        raise ValueError(
+            f"{key}: {wide} draft more candidates a step than the {width} tokens of {where}'s draft vocabulary; "
+            f"name strategies of topk <= {width}"
+        )
+
+
 def build_engine(
     policy: CausalLM,
     model_dir: Path,
@@ -132,6 +148,8 @@ def build_engine(
     strategy_selector: StrategySelector = build_selector(strategy, bandit=bandit, ema=ema)
     needed = any(s.uses_drafter for s in strategy_selector.strategies)
     draft_model = resolve_drafter(drafter, model_dir, policy, needed)
+    if needed and draft_model is not None:
+        check_draft_width(strategy, strategy_selector, draft_model, drafter)
     engine = Engine(policy, config, drafter=draft_model if needed else None, selector=strategy_selector)
     calibrate_engine(engine, meter=estimate_speedup)  # round costs (cached per model, device and dtype)
     return engine

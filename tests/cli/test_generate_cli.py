@@ -341,3 +341,28 @@ def test_a_plot_of_an_unknown_format_or_a_model_that_is_a_file_is_refused_before
     assert main([*args, f"model={prompts}"]) == 2
     assert f"model={prompts} is a file; give a checkpoint directory" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["strategy=bandit"], "bandit.strategies: ['8_4_32']"),  # the bandit's default arms
+        (["strategy=5_4_8"], "strategy: ['5_4_8']"),
+    ],
+)
+def test_strategies_wider_than_the_draft_vocabulary_are_refused_naming_their_key(
+    model_dir, tmp_path, capsys, args, key
+):
+    """The engine refused them without naming the key that chose them."""
+    from fastrl.models.checkpoint import load_model
+
+    drafter = EagleDrafter(load_model(model_dir).config)
+    drafter.set_draft_vocab(torch.tensor([5, 6, 7]))
+    save_drafter(drafter, tmp_path / "narrow", policy_name="tiny")
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6, 7]}])
+    common = [f"model={model_dir}", f"prompts={prompts}", f"drafter={tmp_path / 'narrow'}", "progress=false"]
+    assert main(["generate", *common, f"output={tmp_path / 'out.jsonl'}", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{key} draft more candidates a step than the 3 tokens of drafter=" in err
+    assert not (tmp_path / "out.jsonl").exists()
