@@ -21,6 +21,7 @@ from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KvShape
 from fastrl.models.named import is_named_model, named_model_dir, shipped_drafter_dir
 from fastrl.models.tokenizer import load_tokenizer
+from fastrl.speculative.draft_vocab import wider_than
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.strategy.selector import StrategySelector
@@ -122,7 +123,7 @@ def check_draft_width(strategy: str, selector: StrategySelector, drafter: EagleD
     if drafter.draft_vocab is None:
         return
     width = drafter.draft_vocab.numel()
-    wide = [str(s) for s in selector.strategies if s.uses_drafter and s.topk > width]
+    wide = [str(s) for s in wider_than(selector.strategies, width)]
     if wide:
         key = {"bandit": "bandit.strategies", "ema": "ema"}.get(strategy, "strategy")
         where = f"drafter={drafter_key}" if drafter_key else "the shipped drafter"

@@ -27,6 +27,7 @@ from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
 from fastrl.models.tokenizer import load_tokenizer
+from fastrl.speculative.draft_vocab import wider_than
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import DRAFT_VOCAB_FILE, METRICS_FILE, load_drafter, save_drafter
 from fastrl.speculative.fused_drafter import FusedEagleDrafter, check_extra_layers
@@ -152,7 +153,7 @@ def check_accept_topk(cfg: TrainDrafterConfig, drafter: EagleDrafter) -> None:
     draft over (``draft_vocab_size``, or the one ``init_drafter`` keeps); the measurement at the first epoch's end
     found it after the training (ValueError naming both keys)."""
     width = drafter.draft_vocab.numel() if drafter.draft_vocab is not None else cfg.draft_vocab_size
-    wide = [name for name in cfg.accept_strategies if width and Strategy.parse(name).topk > width]
+    wide = [str(s) for s in wider_than(map(Strategy.parse, cfg.accept_strategies), width)] if width else []
     if wide:
         kept = drafter.draft_vocab is not None
         held = f"init_drafter={cfg.init_drafter} drafts over" if kept else "draft_vocab_size:"

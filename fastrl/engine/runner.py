@@ -34,6 +34,7 @@ from fastrl.models.layer_kernels import LayerKernels
 from fastrl.models.layers import install_layer_kernels
 from fastrl.sampling.sampler import sample
 from fastrl.speculative.draft_tree import DraftTree
+from fastrl.speculative.draft_vocab import wider_than
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafting import DrafterInput, split_pending
 from fastrl.speculative.fused_drafter import check_extra_layers
@@ -109,18 +110,17 @@ class ModelRunner:
             raise ValueError("history strategies (suffix_N) need a HistoryIndex; none was given")
         self.history = history
         mc = model.config
-        for s in eagle:
-            if s.topk > mc.vocab_size:
-                raise ValueError(f"strategy {s}: topk {s.topk} exceeds the vocabulary ({mc.vocab_size})")
+        if wide := wider_than(eagle, mc.vocab_size):
+            raise ValueError(f"strategy {wide[0]}: topk {wide[0].topk} exceeds the vocabulary ({mc.vocab_size})")
         run_drafter = drafter if eagle else None
         # What the drafter reads (and co-training keeps): the final-norm state, or a fused drafter's layers too.
         self.feature_layers: tuple[int, ...] = drafter.extra_layers if drafter is not None else ()
         check_extra_layers(self.feature_layers, mc.num_hidden_layers)
         if run_drafter is not None and run_drafter.draft_vocab is not None:
             width = run_drafter.draft_vocab.numel()
-            for s in eagle:
-                if s.topk > width:
-                    raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
+            if wide := wider_than(eagle, width):
+                s = wide[0]
+                raise ValueError(f"strategy {s}: topk {s.topk} exceeds the drafter's draft vocabulary ({width})")
         self.runtimes = build_runtimes(speculative, self.device)
         self.max_model_len = context_length(config.max_model_len, mc.max_position_embeddings)
         # Entries a round writes past a row's n tokens (its accepted path and own token), and the scratch it

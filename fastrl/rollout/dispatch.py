@@ -9,9 +9,12 @@ import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastrl.json_values import is_int
 from fastrl.rollout.types import RolloutRequest
+
+T = TypeVar("T")
 
 PROMPT_TOKEN_WORK = 0.1  # a prompt token costs about a tenth of a decoded one (prefill is one batched pass)
 
@@ -44,14 +47,20 @@ def make_units(requests: list[RolloutRequest], num_workers: int) -> list[WorkUni
     for indices in groups.values():
         total = sum(work[i] for i in indices)
         chunks = min(len(indices), math.ceil(total / fair - 1e-9)) if num_workers > 1 and total > fair else 1
-        size, extra = divmod(len(indices), chunks)
-        start = 0
-        for c in range(chunks):
-            end = start + size + (1 if c < extra else 0)
-            part = indices[start:end]
+        for part in contiguous_runs(indices, chunks):
             units.append(WorkUnit(part, sum(work[i] for i in part), tuple(requests[part[0]].prompt_ids)))
-            start = end
     return units
+
+
+def contiguous_runs(items: list[T], parts: int) -> list[list[T]]:
+    """``items`` cut into ``parts`` runs in order, of near-equal lengths (the first ``len % parts`` one longer)."""
+    size, extra = divmod(len(items), parts)
+    runs, start = [], 0
+    for c in range(parts):
+        end = start + size + (1 if c < extra else 0)
+        runs.append(items[start:end])
+        start = end
+    return runs
 
 
 def merge_units(units: list[WorkUnit], calls: int) -> list[WorkUnit]:
@@ -62,14 +71,10 @@ def merge_units(units: list[WorkUnit], calls: int) -> list[WorkUnit]:
         raise ValueError(f"merge_units: calls must be >= 1, got {calls}")
     if len(units) <= calls:
         return list(units)
-    size, extra = divmod(len(units), calls)
-    merged, start = [], 0
-    for c in range(calls):
-        part = units[start : start + size + (1 if c < extra else 0)]
-        start += len(part)
-        indices = [i for unit in part for i in unit.indices]
-        merged.append(WorkUnit(indices, sum(unit.work for unit in part), part[0].prompt))
-    return merged
+    return [
+        WorkUnit([i for unit in part for i in unit.indices], sum(unit.work for unit in part), part[0].prompt)
+        for part in contiguous_runs(units, calls)
+    ]
 
 
 AffinitySnapshot = tuple[tuple[tuple[int, ...], int], ...]  # (prompt ids, worker slot), oldest first

@@ -111,7 +111,7 @@ class RayRolloutManager:
         cotrain, slice_s = self.config.cotrain_in_tail and self.config.worker.cotrain, self.config.worker.slice_seconds
         workers, ids, liveness, replace = self._alive(), self._slice_ids, self._liveness, self._replace_in_run
         calls = self.config.worker.max_concurrent_calls
-        run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, self._affinity, calls)
+        run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, calls, self._affinity)
         try:
             outcome = run.run()
         finally:

@@ -95,8 +95,8 @@ class RolloutRun:
         liveness: LivenessPolicy,
         replace: Callable[[WorkerHandle], WorkerHandle | None],
         log: logging.Logger,
+        max_calls: int,
         affinity: PromptAffinity | None = None,
-        max_calls: int = 64,
     ) -> None:
         self.requests = requests
         self.max_calls = max_calls  # each worker's generation threads (``max_concurrent_calls``)

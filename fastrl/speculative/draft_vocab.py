@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import torch
 
+from fastrl.strategy.strategy import Strategy
+
 
 def most_frequent_tokens(sequences: Iterable[list[int]], k: int, vocab_size: int) -> torch.Tensor:
     """The `k` most frequent token ids of `sequences`, sorted by id; ties and unseen ids fill by ascending id so
@@ -41,3 +43,9 @@ def coverage(sequences: Iterable[list[int]], vocab: torch.Tensor) -> float:
         total += len(seq)
         hit += sum(1 for t in seq if t in member)
     return hit / total if total else 1.0
+
+
+def wider_than(strategies: Iterable[Strategy], width: int) -> list[Strategy]:
+    """The strategies whose drafter steps keep more candidates (``topk``) than ``width`` tokens hold: what a draft
+    vocabulary (or a vocabulary) of ``width`` tokens cannot draft."""
+    return [s for s in strategies if s.uses_drafter and s.topk > width]
