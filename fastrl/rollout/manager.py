@@ -162,9 +162,8 @@ class RayRolloutManager:
         """Each worker's strategy-selector state: ``{"workers": [state, ...]}`` in worker order (a lost worker is
         replaced first, so every slot is there), and ``"affinity"``: which worker served each prompt, as the last
         finished rollout left it (a resume sends a repeated prompt where the uninterrupted run would)."""
-        self._check_workers()
         affinity = self._affinity.state(self._affinity_at_boundary)
-        return {"workers": self._call_all("selector_state"), "affinity": affinity}
+        return {"workers": self._state_by_slot("selector_state"), "affinity": affinity}
 
     def check_selector_state(self, state: dict) -> None:
         self.config.worker.checked_selector_states(state)
@@ -183,14 +182,8 @@ class RayRolloutManager:
 
     @_needs_ray
     def history_state(self) -> list[HistoryState | None]:
-        """Each worker's history index (prompts and kept responses), in slot order; None without one, or for a worker
-        lost during the call (its slot keeps its place: the states that follow stay with their slots)."""
-        self._check_workers()
-        states = []
-        for worker in self._alive():
-            got = self._gather([(worker, worker.actor.history_state.remote())])
-            states.append(got[0] if got else None)
-        return states
+        """Each worker's history index (prompts and kept responses), in slot order; None without one."""
+        return self._state_by_slot("history_state")
 
     @_needs_ray
     def load_history_state(self, states: list[HistoryState]) -> None:
@@ -202,8 +195,7 @@ class RayRolloutManager:
     @_needs_ray
     def cotrain_state(self) -> list[CotrainState]:
         """Each worker's co-training state (buffer, optimiser, step counters), in slot order ([] when off)."""
-        self._check_workers()
-        return [s for s in self._call_all("cotrain_state") if s is not None]
+        return [s for s in self._state_by_slot("cotrain_state") if s is not None]
 
     @_needs_ray
     def load_cotrain_state(self, states: list[CotrainState]) -> None:
@@ -308,6 +300,19 @@ class RayRolloutManager:
         LOG.warning("rollout worker %s %s: killed", worker.worker_id, logged or reason)
         ray.kill(worker.actor, no_restart=True)
         worker.alive, worker.lost_reason = False, reason
+
+    def _state_by_slot(self, method: str) -> list:
+        """Every live worker's answer to ``method`` (a state for checkpoints), one per worker in slot order. A worker
+        lost during the call is replaced (it takes its last selector state and the current weights, as between
+        rollouts) and everyone is asked again, so that the answers stay with their slots and are the states the run
+        goes on from; without replacement the lost worker's slot is gone from the run and from the answers."""
+        for _ in range(len(self.workers) + 1):
+            self._check_workers()
+            alive = self._alive()
+            answers = self._gather([(w, getattr(w.actor, method).remote()) for w in alive])
+            if all(w.alive for w in alive):
+                return answers
+        raise RuntimeError(f"rollout workers kept failing while answering {method} ({len(self.workers) + 1} tries)")
 
     def _call_all(self, method: str, *args: object) -> list:
         return self._gather([(w, getattr(w.actor, method).remote(*args)) for w in self._alive()])

@@ -49,14 +49,15 @@ def raising_policy_pushes(error: Exception) -> Fault:
     return inject
 
 
-def dying_on_policy_push() -> Fault:
-    """The worker's process exits when a policy push reaches it (a worker lost mid-push)."""
+def dying_on(method: str) -> Fault:
+    """The worker's process exits when a call of its EngineWorker's ``method`` reaches it (a worker lost mid-push,
+    mid-report)."""
 
     def inject(actor: Any) -> None:
-        def update_policy(version: int, state: dict) -> None:
+        def die(*args: object) -> None:
             os._exit(1)
 
-        actor._worker.update_policy = update_policy
+        setattr(actor._worker, method, die)
 
     return inject
 

@@ -18,6 +18,7 @@ from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.types import RolloutRequest
 from fastrl.sampling.params import SamplingParams
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
+from tests.rollout.faults import dying_on, inject
 
 DEADLINE_S = 4.0
 
@@ -95,6 +96,21 @@ def test_worker_lost_between_rollouts_is_replaced_and_logged(manager, checkpoint
     served = {tuple(p) for p, _ in state["affinity"]}  # which worker served each group's prompt, as the rollout left it
     firsts = {r.group: tuple(r.prompt_ids) for r in reversed(requests)}  # a group is homed by its first prompt
     assert set(firsts.values()) <= served
+
+
+def test_a_worker_lost_while_reporting_state_keeps_every_slot(manager):
+    """Checkpoints take each worker's state by slot; a worker lost during that call is replaced and the replacement
+    answers for its slot with the lost worker's last selector state. The answers of the workers after it used to
+    move up one slot (and the lost slot's went missing), so a resume loaded them into the wrong workers."""
+    manager.generate(mixed_requests(6, prefix="lost-reporting"))
+    before = manager.selector_state()
+    victim = manager.workers[0]
+    inject(victim.actor, dying_on("selector_state"))
+    assert manager.selector_state() == before
+    assert victim.worker_id not in {w.worker_id for w in manager.workers}
+    assert len(manager.workers) == 2
+    batch = manager.generate(mixed_requests(4, prefix="after-lost-reporting"))
+    assert [r.worker_id for r in batch.replacements] == [victim.worker_id]  # the next batch records the loss
 
 
 def test_more_workers_than_cpus_is_a_clear_error(checkpoint, ray_cluster):

@@ -22,7 +22,7 @@ from fastrl.rollout.manager import RayRolloutManager, is_refusal
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, reference, worker_config
 from tests.rollout.faults import (
-    dying_on_policy_push,
+    dying_on,
     inject,
     inject_into_new_workers,
     raising_policy_pushes,
@@ -133,7 +133,7 @@ def test_a_push_stands_when_a_worker_dies_during_it(manager, states):
     from the new weights, so every worker ends on it."""
     version = manager.policy_version
     victim = manager.workers[0]
-    inject(victim.actor, dying_on_policy_push())
+    inject(victim.actor, dying_on("update_policy"))
     manager.update_policy(version + 1, states[version + 1][1])
     assert manager.policy_version == version + 1
     assert victim.worker_id not in {w.worker_id for w in manager.workers}
