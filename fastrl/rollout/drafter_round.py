@@ -46,15 +46,16 @@ class DrafterRounds:
     """A backend's co-training rounds: at most one still finishing on the workers (``start`` fired their
     ``finish_drafter_round`` calls), and the stats and drafter version of the last one closed.
 
-    ``call_all(method)`` / ``gather(calls)`` call workers and collect answers in slot order (``gather`` skips a worker
-    that died or did not answer within its deadline, and marks it not ``alive``); ``version()`` is the current drafter
+    ``call_all(method)`` calls a method on every live worker and collects the answers in slot order; ``gather(calls)``
+    collects the answers of (worker, ref) calls as (worker, answer) pairs, in call order, skipping a worker that died
+    or did not answer within its deadline (and marking it not ``alive``); ``version()`` is the current drafter
     version; ``push(version, state)`` installs a drafter everywhere.
     """
 
     def __init__(
         self,
         call_all: Callable[[str], list],
-        gather: Callable[[list], list],
+        gather: Callable[[list], list[tuple]],
         version: Callable[[], int],
         push: Callable[[int, dict[str, Tensor]], None],
     ) -> None:
@@ -77,13 +78,12 @@ class DrafterRounds:
             (calls, slices, running), self._pending = self._pending, None
             # One gather for every running slice (one deadline, however many hang); it marks those that did not
             # answer as lost, and the answers of the others come in order.
-            answers = self.gather(running)
-            answered = [w for w, _ in running if w.alive]
-            self.late_slices = [(w.worker_id, m) for w, m in zip(answered, answers, strict=True)]
+            self.late_slices = [(w.worker_id, m) for w, m in self.gather(running)]
             slices = slices + self.late_slices
-            reports = self.gather(calls)
-            for worker, report in zip([w for w, _ in calls if w.alive], reports, strict=True):
+            answered = self.gather(calls)
+            for worker, report in answered:
                 worker.buffered_sequences = report.buffer_sequences  # what losing it before the next round costs
+            reports = [report for _, report in answered]
 
             def call(method: str) -> list:  # the finish calls were made by start(); the rest go out now
                 return reports if method == FINISH else self.call_all(method)

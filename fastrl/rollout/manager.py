@@ -245,11 +245,15 @@ class RayRolloutManager:
     def _gather(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
         """Results of per-worker calls, in order, skipping (and marking) the dead and the hung (killed); a call that
         raised raises its error, once every worker is judged."""
+        return [answer for _, answer in self._answered(calls)]
+
+    def _answered(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list[tuple[WorkerHandle, object]]:
+        """``_gather``'s results as (worker, result) pairs: whose each result is, whatever was marked meanwhile."""
         answers = self._settle(calls)
         for _, answer in answers:
             if isinstance(answer, RayError):
                 raise answer
-        return [answer for _, answer in answers]
+        return answers
 
     def _settle(
         self, calls: list[tuple[WorkerHandle, ray.ObjectRef]], during: str = ""
@@ -273,11 +277,12 @@ class RayRolloutManager:
                 answers.append((worker, err))
         return answers
 
-    def _gather_training(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list:
-        """Results of co-training calls, in order. Such a call lasts as long as its drafter steps do (many updates
-        per rollout on a slow CPU run for minutes), so a worker is judged by its progress, not by one deadline for
-        the whole call: at every liveness interval it is pinged, and killed as hung when it does not answer, or has
-        started no drafter step, within ``round_timeout_s``; the dead are skipped."""
+    def _gather_training(self, calls: list[tuple[WorkerHandle, ray.ObjectRef]]) -> list[tuple[WorkerHandle, object]]:
+        """Results of co-training calls, in order, as (worker, result) pairs. Such a call lasts as long as its drafter
+        steps do (many updates per rollout on a slow CPU run for minutes), so a worker is judged by its progress, not
+        by one deadline for the whole call: at every liveness interval it is pinged, and killed as hung when it does
+        not answer, or has started no drafter step, within ``round_timeout_s``; the dead are skipped. A worker killed
+        as hung just as its call ended is not alive and still has its answer here."""
         monitor = LivenessMonitor(self._liveness)
         pending = {ref: worker for worker, ref in calls}
         while pending:
@@ -289,7 +294,7 @@ class RayRolloutManager:
             for verdict in monitor.poll({wid: w.actor for wid, w in by_id.items()}):
                 self._kill_hung(by_id[verdict.worker_id], verdict.reason)
                 pending = {ref: w for ref, w in pending.items() if w.worker_id != verdict.worker_id}
-        return self._gather(calls)
+        return self._answered(calls)
 
     def _kill_hung(self, worker: WorkerHandle, reason: str) -> None:
         self._kill(worker, f"hung ({reason})", f"is hung ({reason})")

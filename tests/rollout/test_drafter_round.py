@@ -23,7 +23,7 @@ def make_rounds(answers: dict[str, object], log: list[str]) -> DrafterRounds:
         log.append(",".join(key for _, key in calls))
         for worker, key in calls:
             worker.alive = worker.alive and key in answers
-        return [answers[key] for worker, key in calls if worker.alive]
+        return [(worker, answers[key]) for worker, key in calls if worker.alive]
 
     def call_all(method: str) -> list:
         log.append(method)
@@ -85,6 +85,34 @@ def test_every_running_slice_is_collected_in_one_gather_and_a_hung_one_is_skippe
     assert not w1.alive and w0.alive and w2.alive
     assert stats.seconds == 2.0 + 3.0
     assert stats.failures == ["w2: RuntimeError: boom"]
+
+
+def test_an_answer_from_a_worker_killed_as_its_call_ended_counts_for_that_worker() -> None:
+    """The liveness monitor can kill a worker as hung in the moment its slice ends: the slice's answer is there, the
+    worker is no longer alive. The answers were paired with the workers still alive, one fewer than the answers
+    (a ValueError out of the rollout), or with the wrong workers."""
+    w0, w1, w2 = Worker("w0"), Worker("w1"), Worker("w2")
+    answers = {
+        "slice-0": SliceMetrics(steps=1, seconds=2.0),
+        "slice-1": SliceMetrics(steps=1, seconds=3.0, error="RuntimeError: late"),
+        "slice-2": SliceMetrics(steps=1, seconds=5.0, error="RuntimeError: boom"),
+        "finish-0": RoundReport(buffer_sequences=7),
+        "finish-2": RoundReport(buffer_sequences=9),
+    }
+    rounds = make_rounds(answers, [])
+    gather = rounds.gather
+
+    def killed_as_it_answered(calls: list) -> list:
+        got = gather(calls)
+        w1.alive = False
+        return got
+
+    rounds.gather = killed_as_it_answered
+    rounds.start([(w0, "finish-0"), (w2, "finish-2")], [], [(w0, "slice-0"), (w1, "slice-1"), (w2, "slice-2")])
+    stats = rounds.close()
+    assert stats.failures == ["w1: RuntimeError: late", "w2: RuntimeError: boom"]
+    assert stats.seconds == 2.0 + 3.0 + 5.0
+    assert (w0.buffered_sequences, w2.buffered_sequences) == (7, 9)
 
 
 def test_a_refused_push_is_a_failure_of_the_round_not_of_the_rollout() -> None:
