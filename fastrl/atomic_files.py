@@ -44,6 +44,16 @@ def no_space(err: OSError, where: str) -> Exception:
     return err
 
 
+def with_default_modes(root: Path) -> None:
+    """Give the directory ``root`` and everything under it the modes ``mkdir`` and ``open`` would have (0777 and
+    0666 less the umask): a tree built in ``tempfile.mkdtemp`` (0700) and written by libraries that create their
+    files 0600 (safetensors) is renamed into a shared cache readable by its other users."""
+    umask = _umask()
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -39,7 +39,13 @@ from fastrl.commands.round_ledger import RoundLedger
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.heap import settled_heap
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import load_model, read_config, weights_fingerprint
+from fastrl.models.checkpoint import (
+    DIGEST_PREFIX,
+    load_model,
+    read_config,
+    weights_fingerprint,
+    weights_heads_fingerprint,
+)
 from fastrl.models.tokenizer import load_tokenizer
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.selector import StrategySelector
@@ -95,7 +101,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         )
         stream = ResultStream(targets["output"], cfg.resume)
         settings = run_settings(cfg, model_dir)
-        _check_kept(stream.done, inputs, lines, cfg, settings)
+        _check_kept(stream.done, inputs, lines, cfg, settings, model_dir)
         pending = [(i, x) for i, x in enumerate(inputs) if i not in stream.done]
         if not pending:
             stream.finish()
@@ -257,18 +263,25 @@ def _check_kept(
     lines: list[PromptLine],
     cfg: GenerateConfig,
     settings: dict[str, Any],
+    model_dir: Path,
 ) -> None:
     """The records an earlier run left must be made with these settings (records of files written before records
     carried them are taken as made with them), then be results of these prompts with these seeds. The settings come
-    first: results of another ``n`` sit at other indices, so they would read as results of other prompts."""
+    first: results of another ``n`` sit at other indices, so they would read as results of other prompts. Records
+    written before ``weights_fingerprint`` hashed every weight carry the older fingerprint, compared as it was."""
+    fingerprints = {"digest": settings["weights"]}  # by the recipe of the records' fingerprints
     for index in sorted(done):
         kept = done[index].get("settings", settings)
         keys = [k for k in settings if k not in ("model", "weights")]
         differ = [f"{k}={kept.get(k)!r} (now {settings[k]!r})" for k in keys if kept.get(k) != settings[k]]
         # the model is told by its weights, whatever path named it; a record written before they were kept, by name
-        if "weights" in kept and kept["weights"] != settings["weights"]:
-            differ.append(f"the weights of model={kept.get('model')!r} (now other weights, model={cfg.model!r})")
-        elif "weights" not in kept and kept.get("model") != settings["model"]:
+        if "weights" in kept:
+            recipe = "digest" if str(kept["weights"]).startswith(DIGEST_PREFIX) else "heads"
+            if recipe not in fingerprints:
+                fingerprints[recipe] = weights_heads_fingerprint(model_dir)
+            if kept["weights"] != fingerprints[recipe]:
+                differ.append(f"the weights of model={kept.get('model')!r} (now other weights, model={cfg.model!r})")
+        elif kept.get("model") != settings["model"]:
             differ.append(f"model={kept.get('model')!r} (now {settings['model']!r})")
         if differ:
             raise ValueError(

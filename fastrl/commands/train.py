@@ -40,6 +40,7 @@ from fastrl.commands.train_setup import (
     build_task,
     check_context,
     check_local_cluster_fit,
+    drafter_layer_config,
     model_dir,
     result_settings,
 )
@@ -179,7 +180,15 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
         backend = build_backend(cfg)
         try:
             trainer = GRPOTrainer(
-                policy, tokenizer, task, backend, rl, logger=recorder, bucket_thresholds=thresholds, settings=settings
+                policy,
+                tokenizer,
+                task,
+                backend,
+                rl,
+                logger=recorder,
+                bucket_thresholds=thresholds,
+                settings=settings,
+                drafter_config=drafter_layer_config(cfg),
             )
             recorder.trainer = trainer
             if cfg.resume:  # a checkpoint this run cannot take (another worker count) is refused here, unchanged

@@ -13,6 +13,7 @@ from fastrl.commands.engine_setup import drafter_dir as shipped_or_given
 from fastrl.commands.engine_setup import resolve_model_dir
 from fastrl.commands.train_config import FRESH_DRAFTER, TrainConfig
 from fastrl.models.checkpoint import read_config
+from fastrl.models.config import ModelConfig
 from fastrl.rl.task_protocol import TextTokenizer
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.rollout.backend import RolloutBackend
@@ -20,7 +21,7 @@ from fastrl.rollout.local import LocalRollout
 from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.worker_config import RolloutWorkerConfig
-from fastrl.speculative.drafter_checkpoint import check_drafter_files
+from fastrl.speculative.drafter_checkpoint import check_drafter_files, read_drafter_info
 
 # Keys of model, drafter, strategy and rollout that a resume may change: they change speed, telemetry, drafts or where
 # the work runs, not what the run computes (the rollouts' tokens do not depend on batch layout, device or kernels: see
@@ -59,6 +60,13 @@ RESULT_GROUPS = ("model", "drafter", "strategy", "rollout")  # rl.* and task.* a
 def model_dir(cfg: TrainConfig) -> Path:
     """The policy checkpoint directory (ValueError naming model.path when it is not a readable checkpoint)."""
     return resolve_model_dir(cfg.model.path, "model.path")
+
+
+def drafter_layer_config(cfg: TrainConfig) -> ModelConfig | None:
+    """The layer config of the drafter the run's workers load (its checkpoint's, which may differ from the policy's
+    in keys of no shape: rope, norm epsilon), for the run's checkpoints; None for a fresh drafter."""
+    directory = drafter_dir(cfg)
+    return read_drafter_info(directory).layer_config if directory else None
 
 
 def drafter_dir(cfg: TrainConfig) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+import mmap
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -21,6 +24,7 @@ WEIGHTS_FILE = "model.safetensors"
 GENERATION_CONFIG_FILE = "generation_config.json"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+DIGEST_PREFIX = "sha256:"  # weights_fingerprint's values (weights_heads_fingerprint's have none)
 
 
 def read_config(path: str | Path) -> ModelConfig:
@@ -80,12 +84,10 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
         shards: dict[Path, list[str]] = {}
-        root = directory.resolve()
         for name, shard in weight_map.items():
-            file = directory / shard
-            if not file.resolve().is_relative_to(root) or file.resolve() == root:
+            if not _names_a_file_inside(shard):
                 raise ValueError(f"{index} names shard {shard!r} outside the checkpoint directory {directory}")
-            shards.setdefault(file, []).append(name)
+            shards.setdefault(directory / shard, []).append(name)
         missing = sorted(f.name for f in shards if not f.is_file())
         if missing:
             raise ValueError(f"{index} names shards missing from {directory}: {missing}")
@@ -93,10 +95,65 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
     raise ValueError(f"checkpoint directory {directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors load)")
 
 
+def _names_a_file_inside(shard: str) -> bool:
+    """Whether a shard index's file name stays inside its directory, read as written: a Hugging Face hub snapshot's
+    shards are links into the cache's blobs, which resolving them would place outside."""
+    norm = os.path.normpath(shard)
+    return not os.path.isabs(shard) and norm not in (os.curdir, os.pardir) and not norm.startswith(os.pardir + os.sep)
+
+
 def weights_fingerprint(directory: Path) -> str:
-    """A short hash of a checkpoint's tensor names, shapes and the first values of each tensor's first row, read
-    from its safetensors files without loading them: tells two checkpoints apart (a fine-tuned policy from its base)
-    whatever path names them. ValueError naming the file when one cannot be read."""
+    """``sha256:`` and the hex sha256 of every tensor of a checkpoint, in name order: its name, dtype, shape and
+    stored bytes, read from its safetensors files (mapped, not loaded). Tells two checkpoints apart whatever path
+    names them and whatever part of which tensor differs (a model with a few new token rows from its base); one pass
+    over the weights, ~2 GB/s. ValueError naming the file when one cannot be read."""
+    digest = hashlib.sha256()
+    with contextlib.ExitStack() as stack:
+        entries = []
+        for file, names in weight_files(directory).items():
+            data, header = stack.enter_context(_mapped_safetensors(file))
+            for name in names if names is not None else [n for n in header if n != "__metadata__"]:
+                if name not in header:
+                    raise ValueError(f"{file} has no tensor {name!r} (its shard index names it there)")
+                entries.append((name, data, header[name], file))
+        for name, data, info, file in sorted(entries, key=lambda e: e[0]):
+            try:
+                begin, end = (int(x) for x in info["data_offsets"])
+                digest.update(f"{name}:{info['dtype']}:{tuple(info['shape'])}:".encode())
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{file} is not a readable safetensors file (tensor {name!r}: {err})") from None
+            if not 0 <= begin <= end <= len(data):
+                raise ValueError(f"{file} is not a readable safetensors file (tensor {name!r} past the file's end)")
+            digest.update(data[begin:end])
+    return f"{DIGEST_PREFIX}{digest.hexdigest()}"
+
+
+@contextlib.contextmanager
+def _mapped_safetensors(file: Path) -> Iterator[tuple[memoryview, dict]]:
+    """A safetensors file's data section (a read-only memory map, past its header) and its parsed header; ValueError
+    naming the file when it cannot be read as one."""
+    unreadable = f"{file} is not a readable safetensors file"
+    try:
+        with open(file, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as err:  # ValueError: an empty file
+        raise ValueError(f"{unreadable} ({err})") from None
+    with mapped, memoryview(mapped) as view:
+        size = int.from_bytes(view[:8], "little")
+        try:
+            header = json.loads(bytes(view[8 : 8 + size])) if len(view) >= 8 + size else None
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{unreadable} (its header: {err})") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{unreadable} (its header is cut short or not a JSON object)")
+        with view[8 + size :] as data:
+            yield data, header
+
+
+def weights_heads_fingerprint(directory: Path) -> str:
+    """The fingerprint ``generate`` kept before ``weights_fingerprint`` (results written then carry it): a short
+    hash of each tensor's name, shape and the first values of its first row, which most changes of weights move but
+    not all. Compared only with such records."""
     heads = []
     for file, names in sorted(weight_files(directory).items()):
         try:
@@ -185,15 +242,16 @@ def check_tensors(model: CausalLM, tensors: dict[str, Tensor], directory: Path |
         raise ValueError(f"{where} does not match the config: " + "; ".join(problems))
 
 
-def _drop_tied_copy(directory: Path, tensors: dict[str, Tensor]) -> None:
-    """Remove the LM head some tied checkpoints store beside the embeddings; ValueError naming the key when it is
-    not the embeddings' copy (config.json says tied, the weights say otherwise: tying would drop a trained head)."""
+def drop_tied_copy(tensors: dict[str, Tensor], where: str) -> None:
+    """Remove the LM head that weights of a tied model may hold beside the embeddings (some checkpoints store it, a
+    trainer's state_dict has it); ValueError naming the key and ``where`` the weights come from when it is not the
+    embeddings' copy (the config says tied, the weights say otherwise: tying would drop a trained head)."""
     head, embed = tensors.pop("lm_head.weight", None), tensors.get("model.embed_tokens.weight")
     if head is not None and embed is not None and not torch.equal(head, embed):
         raise ValueError(
-            f"checkpoint {directory}: config.json says tie_word_embeddings=true, but the weights hold an "
-            "lm_head.weight that is not model.embed_tokens.weight; set tie_word_embeddings to false if the model "
-            "has its own LM head"
+            f"{where}: the model's config says tie_word_embeddings=true, but the weights hold an lm_head.weight "
+            "that is not model.embed_tokens.weight; set tie_word_embeddings to false if the model has its own LM "
+            "head"
         )
 
 
@@ -205,7 +263,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
     config = read_config(directory)
     tensors = read_tensors(directory, dtype, device)
     if config.tie_word_embeddings:
-        _drop_tied_copy(directory, tensors)
+        drop_tied_copy(tensors, f"checkpoint {directory}")
     with torch.device("meta"):
         model = CausalLM(config)
     check_tensors(model, tensors, directory)

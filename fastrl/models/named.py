@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from fastrl.atomic_files import with_default_modes
+
 CACHE_ENV = "FASTRL_CACHE"
 MARKER_FILE = "fastrl_named_model.json"
 
@@ -94,6 +96,7 @@ def named_model_dir(name: str, cache_dir: Path | None = None) -> Path:
     try:
         convert_gguf(spec, source, tmp)
         (tmp / MARKER_FILE).write_text(json.dumps({"name": spec.name, "source": source.name, "version": version}))
+        with_default_modes(tmp)  # a shared FASTRL_CACHE: its other users read the weights too
         try:
             tmp.rename(target)
         except OSError:  # another process finished first: keep its copy

@@ -35,6 +35,7 @@ import torch
 
 from fastrl.json_values import read_json
 from fastrl.models.checkpoint import load_model, read_safetensors, save_model
+from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.cotrain_checkpoint import read_cotrain_states, save_cotrain_states
 from fastrl.rl.history_checkpoint import read_history_states, save_history_states
@@ -93,9 +94,12 @@ def save_training_checkpoint(
     backend: RolloutBackend,
     reference: CausalLM | None = None,
     tokenizer: Any = None,
+    drafter_config: ModelConfig | None = None,
 ) -> Path:
     """Write a checkpoint of the whole run to `path` (replacing one already there); returns the path. An HF
-    ``tokenizer`` is saved beside the policy, so `policy/` is a checkpoint every command takes as `model=`."""
+    ``tokenizer`` is saved beside the policy, so `policy/` is a checkpoint every command takes as `model=`.
+    ``drafter_config`` is the layer config of the drafter the backend runs (its checkpoint's), None for a fresh
+    drafter (the policy's, as the workers build it)."""
     final = Path(path)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -122,7 +126,7 @@ def save_training_checkpoint(
     if reference is not None:
         save_model(reference, tmp / REFERENCE_DIR)
     save_optimizer(optimizer, tmp)
-    _save_drafter(backend, policy, tmp / DRAFTER_DIR)
+    _save_drafter(backend, drafter_config or policy.config, tmp / DRAFTER_DIR)
     (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
     meta[COTRAIN_WORKERS] = save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
     meta[HISTORY_WORKERS] = save_history_states(backend.history_state(), tmp / HISTORY_DIR)
@@ -240,13 +244,14 @@ def _read_drafter(directory: Path, meta: dict, backend: RolloutBackend) -> tuple
     return info.version, state
 
 
-def _save_drafter(backend: RolloutBackend, policy: CausalLM, directory: Path) -> None:
-    """The backend's drafter in the drafter-checkpoint layout (loadable by `load_drafter`), if it has one."""
+def _save_drafter(backend: RolloutBackend, config: ModelConfig, directory: Path) -> None:
+    """The backend's drafter, whose layer config is ``config``, in the drafter-checkpoint layout (loadable by
+    `load_drafter`), if it has one."""
     version, tensors = backend.drafter_state()
     if not tensors:
         return
     layers = tuple(tensors[EXTRA_LAYERS_KEY].tolist()) if EXTRA_LAYERS_KEY in tensors else ()
-    drafter = FusedEagleDrafter(policy.config, layers) if layers else EagleDrafter(policy.config)
+    drafter = FusedEagleDrafter(config, layers) if layers else EagleDrafter(config)
     ids = (DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY)
     weights = {k: v.to("cpu", torch.float32) for k, v in tensors.items() if k not in ids}
     drafter.load_state_dict(weights, strict=True)

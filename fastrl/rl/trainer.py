@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS
+from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.rl.checkpoint import (
     TrainerState,
@@ -138,8 +139,10 @@ class GRPOTrainer:
         logger: MetricsLogger | None = None,
         bucket_thresholds: tuple[int, ...] = DEFAULT_BS_THRESHOLDS,
         settings: dict | None = None,
+        drafter_config: ModelConfig | None = None,
     ) -> None:
         self.policy = policy
+        self.drafter_config = drafter_config  # the backend's drafter's layer config (None: a fresh drafter's)
         # the caller's settings beyond ``config`` and the task's that change what the run computes (JSON values by
         # name; `fastrl train`'s drafter, strategy, rollout engine ...): checkpoints record them, resume compares them
         self.settings = settings
@@ -292,7 +295,14 @@ class GRPOTrainer:
         """Write a checkpoint of the run after `self.step` steps (see fastrl.rl.checkpoint for the layout)."""
         state = TrainerState(self.step, self.version, asdict(self.config), task_settings(self.task), self.settings)
         return save_training_checkpoint(
-            path, state, self.policy, self.updater.optimizer, self.backend, self.updater.reference, self.tokenizer
+            path,
+            state,
+            self.policy,
+            self.updater.optimizer,
+            self.backend,
+            self.updater.reference,
+            self.tokenizer,
+            self.drafter_config,
         )
 
     def resume(self, path: str | Path, strict: bool = True) -> None:

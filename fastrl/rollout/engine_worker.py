@@ -20,7 +20,7 @@ from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, load_model
+from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, drop_tied_copy, load_model
 from fastrl.models.decoder import CausalLM
 from fastrl.rollout.types import DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY, RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -466,7 +466,7 @@ def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
     tensors = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
     check_weights(tensors, "pushed policy weights")
     if model.config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
+        drop_tied_copy(tensors, "pushed policy weights")
     check_tensors(model, tensors)
     with torch.no_grad():
         model.load_state_dict(tensors, strict=False)

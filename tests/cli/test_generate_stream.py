@@ -159,6 +159,34 @@ def test_another_model_at_the_same_path_is_not_resumed_and_the_same_model_by_ano
     assert out.read_text() == before
 
 
+def test_records_that_carry_the_older_fingerprint_resume_with_the_weights_it_was_taken_of(
+    model_dir, prompts, full_run, tmp_path, capsys
+):
+    """Results written before the fingerprint hashed every weight carry the older one (a hash of each tensor's first
+    values): a rerun compares them by that recipe, so the same model resumes them and another is refused."""
+    from fastrl.models.checkpoint import weights_heads_fingerprint
+
+    out = tmp_path / "out.jsonl"
+    older = [{**r, "settings": {**r["settings"], "weights": weights_heads_fingerprint(model_dir)}} for r in full_run]
+    out.write_text("".join(json.dumps(r) + "\n" for r in older[:5]))
+    assert main(_args(model_dir, prompts, out)) == 0
+    rows = _read(out)
+    assert [r["settings"]["weights"] for r in rows] == [older[0]["settings"]["weights"]] * 5 + [
+        full_run[0]["settings"]["weights"]
+    ] * (len(rows) - 5)
+    _assert_same(
+        [{k: v for k, v in r.items() if k != "settings"} for r in rows],
+        [{k: v for k, v in r.items() if k != "settings"} for r in full_run],
+    )
+    out.write_text(
+        "".join(json.dumps({**r, "settings": {**r["settings"], "weights": "0" * 16}}) + "\n" for r in older[:5])
+    )
+    before = out.read_text()
+    assert main(_args(model_dir, prompts, out)) == 2
+    assert "(now other weights" in capsys.readouterr().err
+    assert out.read_text() == before
+
+
 @pytest.fixture(scope="module")
 def many_prompts(model_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
     """Enough prompts that a run at batch 1 is still busy seconds after its first lines (the signal must land in the

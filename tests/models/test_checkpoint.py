@@ -212,3 +212,66 @@ def test_llama3_rope_with_a_top_level_original_context_computes_what_transformer
     assert ours.config.rope_scaling.original_max_position_embeddings == 64
     ids = torch.randint(0, 97, (1, 80))  # past the original context, where the scaling matters
     assert (logits_of(ours, ids) - logits_of(hf, ids)).abs().max() <= TOL
+
+
+def test_the_weights_fingerprint_sees_every_value_and_not_the_layout(hf_checkpoint, tmp_path):
+    """generate's resume check tells models apart by ``weights_fingerprint``. It hashed each tensor's first values
+    only, so a model whose new token rows, or any value past a tensor's first row, differed from its base's passed
+    for it and their results were mixed in one file. Now: any one value changed at random changes it; the same
+    weights sharded, or saved with other metadata, keep it; a damaged file is named."""
+    import random
+    import shutil
+
+    from fastrl.models.checkpoint import weights_fingerprint
+
+    _, path = hf_checkpoint("llama_gqa")
+    base = weights_fingerprint(path)
+    tensors = load_file(str(path / "model.safetensors"))
+    rng = random.Random(7)
+    for _ in range(6):
+        changed = {k: v.clone() for k, v in tensors.items()}
+        name = rng.choice(sorted(changed))
+        flat = changed[name].view(-1)
+        flat[rng.randrange(flat.numel())] += 1e-3
+        other = tmp_path / f"other-{name}"
+        shutil.copytree(path, other)
+        save_file(changed, str(other / "model.safetensors"), metadata={"format": "pt"})
+        assert weights_fingerprint(other) != base, name
+    resaved = tmp_path / "resaved"
+    shutil.copytree(path, resaved)
+    save_file(dict(reversed(tensors.items())), str(resaved / "model.safetensors"), metadata={"note": "a copy"})
+    assert weights_fingerprint(resaved) == base
+    sharded = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).save_pretrained(sharded, max_shard_size="40KB")
+    assert not (sharded / "model.safetensors").exists()
+    assert weights_fingerprint(sharded) == base
+    (resaved / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(ValueError, match="model.safetensors is not a readable safetensors file"):
+        weights_fingerprint(resaved)
+
+
+def test_shards_that_link_into_a_hub_cache_load(hf_checkpoint, tmp_path):
+    """A Hugging Face hub snapshot keeps each shard as a link into the cache's blobs (snapshots/<rev>/x ->
+    ../../blobs/<hash>); checking the shard names after resolving the links refused every sharded model there as
+    'outside the checkpoint directory'. Names that leave the directory as written are still refused."""
+    from fastrl.models.checkpoint import weights_fingerprint
+
+    hf, path = hf_checkpoint("qwen2", max_shard_size="40KB")
+    blobs, snapshot = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, file in enumerate(sorted(path.iterdir())):
+        (blobs / f"blob{i}").write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(f"../../blobs/blob{i}")
+    ids = torch.randint(0, 97, (1, 9))
+    assert torch.equal(logits_of(load_model(snapshot), ids), logits_of(load_model(path), ids))
+    assert weights_fingerprint(snapshot) == weights_fingerprint(path)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    for bad in ("../elsewhere.safetensors", "/abs/model.safetensors", "sub/../../x.safetensors", "."):
+        name = next(iter(index["weight_map"]))
+        (snapshot / "model.safetensors.index.json").unlink()
+        (snapshot / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {**index["weight_map"], name: bad}})
+        )
+        with pytest.raises(ValueError, match="outside the checkpoint directory"):
+            load_model(snapshot)

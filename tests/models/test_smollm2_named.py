@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -40,16 +41,28 @@ def test_conversion_runs_once_into_the_cache_atomically(monkeypatch, tmp_path):
         assert out.name.startswith(".") and out.parent == tmp_path / "cache" / "models"  # a tmp dir beside the target
         calls.append(source)
         (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"")
+        (out / "model.safetensors").chmod(0o600)  # as safetensors creates its files
 
     monkeypatch.setattr(named, "gguf_path", lambda spec: gguf)
     monkeypatch.setattr(named.importlib.metadata, "version", lambda dist: "9.9")
     monkeypatch.setattr(named.importlib.util, "find_spec", lambda n: object())
     monkeypatch.setattr(named, "convert_gguf", fake_convert)
-    first = named_model_dir("smollm2", tmp_path / "cache")
+    umask = os.umask(0o022)
+    try:
+        first = named_model_dir("smollm2", tmp_path / "cache")
+    finally:
+        os.umask(umask)
+    umask = 0o022
     second = named_model_dir("smollm2", tmp_path / "cache")
     assert first == second == tmp_path / "cache" / "models" / "smollm2-9.9" and calls == [gguf]
     assert sorted(p.name for p in first.parent.iterdir()) == ["smollm2-9.9"]  # no tmp dir left behind
     assert json.loads((first / MARKER_FILE).read_text())["name"] == "smollm2"
+    # readable by the other users of a shared cache: the directory came from mkdtemp (0700), the weights 0600
+    assert first.stat().st_mode & 0o777 == 0o777 & ~umask
+    assert {f.name: f.stat().st_mode & 0o777 for f in first.iterdir()} == dict.fromkeys(
+        ["config.json", "model.safetensors", MARKER_FILE], 0o666 & ~umask
+    )
 
 
 def test_failed_conversion_leaves_no_cache_entry(monkeypatch, tmp_path):

@@ -86,7 +86,13 @@ def test_tied_policy_update_with_or_without_lm_head(tmp_path):
         assert_same_tokens([result], reference(str(tmp_path / "v1"), [request]))
     with pytest.raises(ValueError, match="missing tensors"):
         worker.update_policy(4, {"model.norm.weight": new["model.norm.weight"]})
+    # a head of its own beside the embeddings (a trainer whose tying broke) was dropped without a word, and the
+    # rollouts sampled from another policy than the trainer's
+    untied = {**new, "lm_head.weight": new["lm_head.weight"] + 0.5}
+    with pytest.raises(ValueError, match="pushed policy weights: .* lm_head.weight that is not model.embed_tokens"):
+        worker.update_policy(4, untied)
     assert worker.policy_version == 3
+    assert_same_tokens(worker.generate([request]), reference(str(tmp_path / "v1"), [request]))
     assert worker.drafter is None and worker.cotrainer is None
     assert worker.drafter_state() == (0, {}) and worker.train_drafter_slice(0.1).skipped is not None
 

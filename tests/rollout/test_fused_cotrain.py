@@ -103,10 +103,43 @@ def test_training_checkpoint_keeps_the_fused_drafter(fused_worker, tmp_path):
     from fastrl.rl.checkpoint import DRAFTER_DIR, _read_drafter, _save_drafter
 
     version, state = fused_worker.drafter_state()
-    _save_drafter(fused_worker, fused_worker.policy, tmp_path / DRAFTER_DIR)
+    _save_drafter(fused_worker, fused_worker.drafter.config, tmp_path / DRAFTER_DIR)
     loaded, info = load_drafter(tmp_path / DRAFTER_DIR, fused_worker.policy)
     assert info.extra_layers == LAYERS and torch.equal(loaded.fuse.weight.float(), state["fuse.weight"])
     read_version, read = _read_drafter(tmp_path, {"has_drafter": True}, fused_worker)
     assert read_version == version and read[EXTRA_LAYERS_KEY].tolist() == list(LAYERS)
     fused_worker.update_drafter(read_version, read)
     assert all(torch.equal(fused_worker.drafter_state()[1][k], v) for k, v in state.items())
+
+
+def test_training_checkpoint_keeps_the_drafters_own_layer_config(checkpoint, tmp_path):
+    """A drafter's layer may differ from its policy's in keys of no shape (rope, norm epsilon), which load_drafter
+    takes and the workers run; `fastrl train`'s checkpoint rebuilt the drafter from the policy's config, so the
+    resumed run drafted with another function."""
+    import dataclasses
+
+    from fastrl.commands.train_config import TrainConfig
+    from fastrl.commands.train_setup import drafter_layer_config
+    from fastrl.rl.checkpoint import DRAFTER_DIR, _save_drafter
+
+    policy = load_model(checkpoint.policy)
+    own = dataclasses.replace(policy.config, rope_theta=50.0, rms_norm_eps=0.1)
+    source = tmp_path / "drafter"
+    save_drafter(random_fused_drafter(own, LAYERS, seed=3), source, "tiny-llama")
+    worker = EngineWorker("own-config", worker_config(checkpoint, drafter_dir=str(source)))
+    cfg = TrainConfig()
+    cfg.model.path, cfg.drafter.path = checkpoint.policy, str(source)
+    config = drafter_layer_config(cfg)
+    assert (config.rope_theta, config.rms_norm_eps) == (50.0, 0.1)
+    _save_drafter(worker, config, tmp_path / DRAFTER_DIR)
+    saved, _ = load_drafter(tmp_path / DRAFTER_DIR, policy)
+    assert saved.config == worker.drafter.config
+    tokens, features = (
+        torch.randint(0, policy.config.vocab_size, (1, 6)),
+        torch.randn(1, 6, 3 * policy.config.hidden_size),
+    )
+    positions = torch.arange(1, 7)[None]
+    with torch.no_grad():
+        assert torch.equal(
+            saved(policy, tokens, features, positions), worker.drafter(policy, tokens, features, positions)
+        )
