@@ -16,7 +16,7 @@ from pathlib import Path
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix, for writers that go by it) to write; renamed over ``path``
     (keeping its permissions) when the block ends without an error, else removed."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~current_umask()
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
     os.close(fd)
     tmp = Path(name)
@@ -48,13 +48,22 @@ def with_default_modes(root: Path) -> None:
     """Give the directory ``root`` and everything under it the modes ``mkdir`` and ``open`` would have (0777 and
     0666 less the umask): a tree built in ``tempfile.mkdtemp`` (0700) and written by libraries that create their
     files 0600 (safetensors) is renamed into a shared cache readable by its other users."""
-    umask = _umask()
+    umask = current_umask()
     for path in [root, *root.rglob("*")]:
         if not path.is_symlink():
             os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``): setting it to read
+    it, the only portable way, leaves a moment in which other threads create files with mode 0666/0777."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask

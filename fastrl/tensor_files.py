@@ -10,6 +10,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from fastrl.atomic_files import current_umask
+
 OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how safetensors' Rust side reports a failed write
 
 
@@ -25,6 +27,4 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: Path | str, metadata: d
         if code is None:
             raise
         raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from err
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    os.chmod(path, 0o666 & ~current_umask())

@@ -207,10 +207,17 @@ class EngineWorker:
     # ---- weights ----------------------------------------------------------------------------------------------
     def update_policy(self, version: int, state: dict[str, Tensor]) -> None:
         """Load policy weights (HF names; tied models with or without lm_head.weight) in place as ``version``.
-        Applied between engine steps: push between rollouts so that no request mixes versions. A push is a step
-        boundary: what ``history_state``, ``selector_state`` and ``cotrain_state`` return until the next one is the
-        history index, the selector and the co-training state as they stand now."""
+        Only between rollouts: while a request is unfinished a push is refused (ValueError; nothing changes), since
+        that request's tokens would come from two versions under the newer one's name (abort such requests first, as
+        verl's weight sync does). A push is a step boundary: what ``history_state``, ``selector_state`` and
+        ``cotrain_state`` return until the next one is the history index, the selector and the co-training state as
+        they stand now."""
         with self._train_lock, self._lock:
+            if self.engine.has_unfinished():
+                raise ValueError(
+                    f"worker {self.worker_id}: policy version {version} refused: requests are unfinished (their "
+                    "tokens would come from two versions); push between rollouts or abort them first"
+                )
             load_policy_weights(self.policy, state)
             self.policy_version = int(version)
             self._mark_boundary()
@@ -236,10 +243,22 @@ class EngineWorker:
             except ValueError as err:
                 raise ValueError(f"worker {self.worker_id}: drafter version {version} refused: {err}") from None
             if DRAFT_VOCAB_KEY in state:  # checks the ids before it changes anything
+                self._check_draft_vocab_size(version, state[DRAFT_VOCAB_KEY])
                 self.drafter.set_draft_vocab(state[DRAFT_VOCAB_KEY])
             with torch.no_grad():
                 self.drafter.load_state_dict(weights)
             self.drafter_version = int(version)
+
+    def _check_draft_vocab_size(self, version: int, ids: Tensor) -> None:
+        """ValueError when a pushed draft vocabulary's size differs from the live one's while the engine runs CUDA
+        graphs: they were captured over the live vocabulary's shapes (one of its size is copied in place)."""
+        live = self.drafter.draft_vocab
+        if self.engine.runner.graphs is not None and (live is None or live.shape != ids.shape):
+            have = "none" if live is None else f"{live.numel()} ids"
+            raise ValueError(
+                f"worker {self.worker_id}: drafter version {version} refused: its draft vocabulary ({ids.numel()} "
+                f"ids) differs in size from the live one ({have}), which the captured CUDA graphs are built for"
+            )
 
     def drafter_state(self) -> tuple[int, dict[str, Tensor]]:
         """The live drafter's version and CPU float32 weights ({} without a drafter), with its reduced draft

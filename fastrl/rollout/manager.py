@@ -114,6 +114,9 @@ class RayRolloutManager:
         run = RolloutRun(requests, workers, cotrain, slice_s, ids, liveness, replace, LOG, calls, self._affinity)
         try:
             outcome = run.run()
+        except BaseException:  # a refusal, no worker left, Ctrl-C: the surviving workers' requests end here
+            self._abort_everywhere(run.workers)
+            raise
         finally:
             self._adopt(run.workers)
         rounds = self._take_rounds()
@@ -305,6 +308,18 @@ class RayRolloutManager:
         LOG.warning("rollout worker %s %s: killed", worker.worker_id, logged or reason)
         ray.kill(worker.actor, no_restart=True)
         worker.alive, worker.lost_reason = False, reason
+
+    def _abort_everywhere(self, workers: list[WorkerHandle]) -> None:
+        """Abort every request on the live ``workers`` and wait (up to ``round_timeout_s``) until none runs: a rollout
+        that raised leaves no request decoding into the next (a worker refuses a policy push while one does)."""
+        during = "the failed rollout's abort"
+        self._settle([(w, w.actor.abort.remote(None)) for w in workers if w.alive], during)
+        deadline = time.monotonic() + self.config.round_timeout_s
+        while time.monotonic() < deadline:
+            answers = self._settle([(w, w.actor.stats.remote()) for w in workers if w.alive], during)
+            if all(isinstance(s, RayError) or s.running_requests == 0 for _, s in answers):
+                return
+            time.sleep(0.01)
 
     def _state_by_slot(self, method: str) -> list:
         """Every live worker's answer to ``method`` (a state for checkpoints), one per worker in slot order. A worker

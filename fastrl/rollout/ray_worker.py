@@ -261,10 +261,12 @@ class RolloutWorkerActor:
 
     @ray.method(concurrency_group=CONTROL)
     def close(self) -> None:
-        """Stop the stepping loop (before the actor is killed)."""
+        """Stop the stepping loop (before the actor is killed): the calls waiting for results, and any sent later,
+        fail with an error saying so."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        self._fail("the worker was closed")
 
 
 def start_worker(worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> ray.actor.ActorHandle:

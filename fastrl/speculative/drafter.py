@@ -69,7 +69,9 @@ class EagleDrafter(nn.Module):
 
     def set_draft_vocab(self, ids: Tensor | None) -> None:
         """Restrict drafting to the token ids `ids` (the reduced draft vocabulary, FR-Spec / EAGLE-3's d2t), or
-        drop the restriction with None. ValueError unless `ids` is 1-D, distinct and inside the vocabulary.
+        drop the restriction with None. ValueError unless `ids` is 1-D, distinct and inside the vocabulary. A
+        vocabulary of the live one's size on its device is copied into the live tensor (and the restricted head
+        refreshed in place), so CUDA graphs captured over them read the new ids; any other replaces them.
 
         # ids [K] long
         """
@@ -84,6 +86,12 @@ class EagleDrafter(nn.Module):
         if ids.unique().numel() != ids.numel():
             raise ValueError("draft_vocab ids must be distinct")
         device = self.fc.weight.device
+        live = self.draft_vocab
+        if live is not None and live.device == device and live.shape == ids.shape:
+            # in place: captured CUDA graphs read this tensor and the restricted head by address
+            live.copy_(ids.to(device=device, dtype=torch.long))
+            self._head_key = None  # draft_head copies the new rows into the head it keeps
+            return
         self.draft_vocab = ids.to(device=device, dtype=torch.long).clone()
         self._head, self._head_key = None, None
 

@@ -98,3 +98,25 @@ def test_fused_drafter_graphs_equal_eager_and_return_fused_features(strategy):
         assert a.token_ids == b.token_ids == p.token_ids
         assert a.hidden_states.shape == (len(a.token_ids), 3 * hidden)
         torch.testing.assert_close(a.hidden_states, b.hidden_states, rtol=0, atol=1e-6)
+
+
+def test_graphs_draft_over_a_draft_vocabulary_pushed_after_capture():
+    """A drafter push that carries a draft vocabulary of the live size (a resumed or replacement worker's) is copied
+    into the tensors the graphs were captured over: graphed rounds then draft exactly as eager ones do (the same
+    accept lengths), where they read the replaced, freed vocabulary and head."""
+    inputs = _inputs(6)
+    vocab = load_model(bundled_model_dir()).config.vocab_size
+    first, second = (torch.tensor(random.Random(s).sample(range(vocab), 40)) for s in (1, 2))
+    runs = []
+    for graphs in (True, False):
+        policy = load_model(bundled_model_dir())
+        drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+        drafter.set_draft_vocab(first)
+        config = EngineConfig(max_batch_size=3, device="cuda", dtype="float64", cuda_graphs=graphs)
+        engine = Engine(policy, config, drafter=drafter, selector=build_selector("3_2_6"))
+        engine.generate(inputs)
+        drafter.set_draft_vocab(second)
+        runs.append(engine.generate(inputs))
+    graphed, eager = runs
+    assert [o.token_ids for o in graphed] == [o.token_ids for o in eager]
+    assert [o.accept_lengths for o in graphed] == [o.accept_lengths for o in eager]

@@ -78,3 +78,15 @@ def inject_into_new_workers(monkeypatch: pytest.MonkeyPatch, manager: RayRollout
         return handle
 
     monkeypatch.setattr(manager, "_spawn", spawn_faulty)
+
+
+def refusing_submits() -> Fault:
+    """The worker refuses every request it is given (its checks raise ValueError), while it stays healthy."""
+
+    def inject(actor: Any) -> None:
+        def submit(request: Any) -> None:
+            raise ValueError("injected refusal")
+
+        actor._worker.submit = submit
+
+    return inject

@@ -49,3 +49,47 @@ def test_abort_reaches_the_requests_of_a_held_share_part(worker, checkpoint):
 def test_one_id_given_bare_is_refused(worker):
     with pytest.raises(ray.exceptions.RayTaskError, match="request_ids must be a list of ids or None, got str"):
         ray.get(worker.abort.remote("held0"))
+
+
+def _wait_running(actor: ray.actor.ActorHandle) -> None:
+    deadline = time.monotonic() + 30
+    while ray.get(actor.stats.remote()).running_requests == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_policy_push_while_a_request_runs_is_refused_and_the_request_keeps_its_version(worker, checkpoint):
+    """A push between two of a request's steps made its tokens come from two versions, and its result said the
+    newer one. The worker refuses it while anything is unfinished; the request ends under the version it began with."""
+    from fastrl.models.checkpoint import load_model
+
+    [request] = _requests("push-mid", 1)
+    request = RolloutRequest(
+        request.request_id, request.prompt_ids, SamplingParams(max_new_tokens=400, seed=9, ignore_eos=True)
+    )
+    call = worker.generate_batch.remote([request])
+    _wait_running(worker)
+    state = load_model(checkpoint.policy_v1).state_dict()
+    with pytest.raises(ray.exceptions.RayTaskError, match="policy version 1 refused: requests are unfinished"):
+        ray.get(worker.update_policy.remote(1, state))
+    [result] = ray.get(call, timeout=120)
+    assert result.policy_version == 0
+    assert result.token_ids == reference(checkpoint.policy, [request])[0].token_ids
+    assert ray.get(worker.update_policy.remote(1, state)) == 1  # between rollouts it goes in
+    ray.get(worker.update_policy.remote(0, load_model(checkpoint.policy).state_dict()))
+
+
+def test_close_fails_the_calls_waiting_and_those_after_it(checkpoint, ray_cluster):
+    """close() stopped the stepping loop and left the calls waiting for results, and any sent later, waiting for
+    ever."""
+    actor = start_worker("close-worker", worker_config(checkpoint, cotrain=False))
+    try:
+        params = SamplingParams(max_new_tokens=400, seed=3, ignore_eos=True)
+        waiting = actor.generate_batch.remote([RolloutRequest("long", prompt(1), params)])
+        _wait_running(actor)
+        ray.get(actor.close.remote())
+        with pytest.raises(ray.exceptions.RayTaskError, match="the worker was closed"):
+            ray.get(waiting, timeout=30)
+        with pytest.raises(ray.exceptions.RayTaskError, match="the worker was closed"):
+            ray.get(actor.generate_batch.remote([RolloutRequest("later", prompt(2), params)]), timeout=30)
+    finally:
+        ray.kill(actor, no_restart=True)

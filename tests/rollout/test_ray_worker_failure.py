@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+import ray
 
 from fastrl.rollout.manager import RayRolloutManager
 from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.types import RolloutRequest
 from fastrl.sampling.params import SamplingParams
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
-from tests.rollout.faults import failing_steps, inject, inject_into_new_workers
+from tests.rollout.faults import failing_steps, inject, inject_into_new_workers, refusing_submits
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +68,21 @@ def test_a_failure_on_every_worker_is_one_clear_error_and_the_manager_recovers(m
     batch = manager.generate(requests)
     assert_same_tokens(batch.results, reference(checkpoint.policy, requests))
     assert len(manager.workers) == 2
+
+
+def test_a_rollout_that_raises_leaves_no_request_running(manager, checkpoint):
+    """A worker that refuses its requests ends the rollout with an error; the other worker's requests went on
+    decoding after it, into the next policy push (tokens of two versions in one result: the push is refused now
+    while they run)."""
+    from fastrl.models.checkpoint import load_model
+
+    refuser, other = manager.workers
+    inject(refuser.actor, refusing_submits())
+    params = [SamplingParams(max_new_tokens=400, seed=900 + i, ignore_eos=True) for i in range(8)]
+    requests = [RolloutRequest(f"refused{i}", prompt(300 + i), params[i], group=i) for i in range(8)]
+    with pytest.raises(RuntimeError, match=r"rollout worker worker-\d+ refused requests .*injected refusal"):
+        manager.generate(requests)
+    assert [s.running_requests for s in manager.worker_stats()] == [0, 0]
+    manager.update_policy(1, load_model(checkpoint.policy_v1).state_dict())
+    manager.update_policy(2, load_model(checkpoint.policy).state_dict())
+    ray.kill(refuser.actor, no_restart=True)  # the fault stays with the actor: the next call replaces it

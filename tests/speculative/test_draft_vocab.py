@@ -199,3 +199,22 @@ def test_training_loss_is_taken_over_the_draft_vocabulary(model, seed):
         token = -(target * F.log_softmax(pred @ head.T, dim=-1)).sum(-1).mean()
     assert torch.allclose(restricted.token, token, rtol=1e-5)
     assert not torch.allclose(restricted.token, full.token, rtol=1e-3)
+
+
+def test_a_new_vocabulary_of_the_same_size_goes_into_the_live_tensors(model):
+    """CUDA graphs read the draft vocabulary and the restricted head by address: a pushed vocabulary (a resumed or
+    replacement worker's) replaced both, and the captured graphs went on reading the old, freed ones. One of the
+    live size is copied in place now, the head refreshed in place from the new rows; another size, or a move to
+    another device, still replaces them."""
+    vocab = model.config.vocab_size
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.arange(10))
+    live, head = drafter.draft_vocab, drafter.draft_head(model)
+    new = torch.tensor(random.Random(3).sample(range(vocab), 10))
+    drafter.set_draft_vocab(new)
+    assert drafter.draft_vocab.data_ptr() == live.data_ptr() and torch.equal(drafter.draft_vocab, new)
+    refreshed = drafter.draft_head(model)
+    assert refreshed.data_ptr() == head.data_ptr()
+    assert torch.equal(refreshed, model.lm_head.weight.detach()[new])
+    drafter.set_draft_vocab(torch.arange(12))
+    assert drafter.draft_vocab.data_ptr() != live.data_ptr() and drafter.draft_head(model).shape[0] == 12

@@ -89,7 +89,7 @@ class DrafterHub:
             state.complete.set()
         try:
             await asyncio.wait_for(state.complete.wait(), self.timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             missing = sorted(self.members - set(state.offered))
             self._fail(f"round {round_index}: merged without {missing} after {self.timeout_s}s")
         if not state.merged:

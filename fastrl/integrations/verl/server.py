@@ -219,8 +219,8 @@ class FastrlServer:
                 others_busy = await self._hub.others_busy.remote(self.name)
             except ray.exceptions.RayActorError:  # the hub ended (every other server shut down): no tail to fill
                 return
-            if not others_busy:
-                return
+            if not others_busy or self._in_flight or self._asleep is not None or self._cotrain_stop:
+                return  # a request, a sleep or a stop came while the hub answered: its stop named the last slice
             self._slice_id += 1
             metrics = await self._worker.train_drafter_slice.remote(self.options.slice_seconds, self._slice_id)
             self._cotrain_steps += metrics.steps
@@ -312,7 +312,7 @@ class FastrlServer:
             aborted += await self._worker.abort.remote(None)
             try:
                 await asyncio.wait_for(self._idle.wait(), timeout=ABORT_RETRY_S)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 continue
         return {"aborted_count": len(aborted), "request_ids": aborted}
 
