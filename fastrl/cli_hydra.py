@@ -9,6 +9,8 @@ run directory, no log file, Python logging untouched.
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,9 @@ from typing import Any
 from fastrl.atomic_files import no_space
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
 from fastrl.config_compose import check_override_keys, compose_config, conf_dir, quote_string_overrides
+
+MULTIRUN_FLAGS = frozenset({"-m", "--multirun"})
+MAX_CHECKED_JOBS = 256  # a sweep of more jobs is checked job by job as it runs (each check composes a config)
 
 
 def no_run_dir(command: str) -> tuple[str, ...]:
@@ -108,6 +113,32 @@ def pop_hydra_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, rest
 
 
+def sweep_jobs(overrides: list[str], most: int = MAX_CHECKED_JOBS) -> list[list[str]]:
+    """The overrides of each job of a sweep (the product of its comma lists and ranges, in Hydra's basic sweeper's
+    order), to check before any job runs; [] when Hydra's parser does not take them (Hydra then says why) or a
+    sweep has sweeps only an optimiser expands (glob, interval), or more than ``most`` jobs."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return []
+    choices: list[list[str]] = []
+    for override in parsed:
+        if not override.is_sweep_override():
+            choices.append([override.input_line])
+        elif override.value_type in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP):
+            key = override.get_key_element()
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            return []
+    if math.prod(len(c) for c in choices) > most:
+        return []
+    return [list(job) for job in itertools.product(*choices)]
+
+
 def _check_cfg(value: str) -> None:
     if value not in CFG_CHOICES:
         raise ValueError(f"--cfg {value}: choose one of {' | '.join(CFG_CHOICES)} (e.g. --cfg job)")
@@ -135,6 +166,12 @@ def run_hydra_main(
     check_override_keys(command.name, command.schema, overrides)
     if not flags:  # a plain run: every config error is one line before Hydra makes a run directory
         compose_config(command.config_name, command.schema, [*overrides, *precheck], command.config_dir)
+    elif set(flags) <= MULTIRUN_FLAGS:  # a sweep: every job's config, before the first job runs
+        for job, job_overrides in enumerate(sweep_jobs(overrides)):
+            try:
+                compose_config(command.config_name, command.schema, [*job_overrides, *precheck], command.config_dir)
+            except ValueError as err:
+                raise ValueError(f"sweep job {job} ({' '.join(job_overrides)}): {err}; no job was run") from None
     register_run_id()
     store = ConfigStore.instance()
     store.store(name=f"{command.config_name}_schema", node=command.schema)

@@ -170,6 +170,12 @@ def read_state_file(key: str, path: Path) -> dict | None:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{key}={path}: not a bandit state JSON file ({err}); remove it or name another") from None
+    if isinstance(state, dict) and "workers" in state and "version" not in state:
+        raise ValueError(
+            f"{key}={path}: the per-worker selector states of a `fastrl train` checkpoint, not one bandit's state "
+            "(export-drafter reads those); give a state file that `fastrl generate bandit_state=` wrote, or a new "
+            "path"
+        )
     try:
         check_state_version(state)
     except ValueError as err:

@@ -139,8 +139,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         except KeyboardInterrupt as err:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
-            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
             save_learned(targets, engine.selector, setting, learned)
+            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
             raise say_interrupted(
                 err,
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
@@ -163,8 +163,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 f'"error" of each such line in {cfg.output} says why)',
                 file=sys.stderr,
             )
-        write_reports(targets, rounds, cfg.strategy, engine.selector)
         save_learned(targets, engine.selector, setting, learned)
+        write_reports(targets, rounds, cfg.strategy, engine.selector)
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
@@ -225,10 +225,20 @@ def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: d
 
 
 def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:
-    """stats_output and plot_output of ``rounds``, each written to a temporary file renamed into place."""
-    for key, write in (("stats_output", write_run_stats), ("plot_output", write_run_plot)):
-        if key in targets:
-            write_through(targets[key], lambda path, write=write: write(path, rounds, name, selector))
+    """stats_output and plot_output of ``rounds``, each written to a temporary file renamed into place; a plot that
+    cannot be drawn (matplotlib's error) is one ValueError naming the key, after the stats are written."""
+    if "stats_output" in targets:
+        write_through(targets["stats_output"], lambda path: write_run_stats(path, rounds, name, selector))
+    if "plot_output" in targets:
+        try:
+            write_through(targets["plot_output"], lambda path: write_run_plot(path, rounds, name, selector))
+        except (RuntimeError, OSError, ValueError) as err:
+            if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ValueError(
+                f"plot_output={targets['plot_output'].path}: not drawn ({type(err).__name__}: {err}); the results, "
+                "the stats and the bandit state are written"
+            ) from None
 
 
 def _finished(

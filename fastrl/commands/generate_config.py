@@ -31,3 +31,14 @@ class GenerateConfig(DecodeConfig):
             suffix = Path(self.plot_output).suffix.lstrip(".").lower()
             if suffix not in formats:
                 raise ValueError(f"generate.plot_output={self.plot_output}: give a file ending in one of {formats}")
+            if suffix == "pgf":  # matplotlib draws it through LaTeX, after the whole run
+                import shutil
+
+                import matplotlib
+
+                tex = matplotlib.rcParams["pgf.texsystem"]
+                if shutil.which(tex) is None:
+                    raise ValueError(
+                        f"generate.plot_output={self.plot_output}: a .pgf plot is drawn with {tex}, which is not "
+                        "installed; give another format (.png, .pdf, .svg)"
+                    )

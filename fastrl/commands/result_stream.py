@@ -27,18 +27,23 @@ class ResultStream:
     def __init__(self, target: OutputTarget, resume: bool) -> None:
         self.target = target
         self.done: dict[int, dict[str, Any]] = {}
+        self._complete_bytes: int | None = None  # where a half-written last record starts (cut by `open`)
         if resume and target.regular and target.exists:
-            kept = _read_finished(target.path).items()
-            self.done = {i: record for i, record in kept if record.get("finish_reason") != ERROR_REASON}
+            kept, self._complete_bytes = _read_finished(target.path)
+            self.done = {i: record for i, record in kept.items() if record.get("finish_reason") != ERROR_REASON}
         self._file: IO[str] | None = None
 
     def open(self) -> None:
-        """Open for appending after the kept records (a fresh file when nothing is kept)."""
+        """Open for appending after the kept records (a fresh file when nothing is kept); a half-written last
+        record is cut off here, once the run has passed its checks, not when the file is read."""
         path = self.target.path
         if self.target.regular:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not self.done:
                 path.write_text("")
+            elif self._complete_bytes is not None and self._complete_bytes < path.stat().st_size:
+                with path.open("r+b") as f:
+                    f.truncate(self._complete_bytes)
         self._file = path.open("a" if self.target.regular else "w", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -69,11 +74,20 @@ class ResultStream:
         write_atomic(self.target.path, "".join(ordered))
 
 
-def _read_finished(path: Path) -> dict[int, dict[str, Any]]:
-    """The complete records of an earlier run, by index. A last line without its newline (the run was killed while
-    writing it) is cut off the file; any malformed complete line is a ValueError naming the file and line."""
+def _read_finished(path: Path) -> tuple[dict[int, dict[str, Any]], int]:
+    """The complete records of an earlier run, by index, and the bytes they take: a last line without its newline
+    is a record the run was killed while writing, to cut off (`ResultStream.open`), when it begins as a record does;
+    any other text there, or any malformed complete line, is a ValueError naming the file and line (a file that
+    is not a results file is never emptied)."""
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
+    tail = raw[len(complete) :]
+    if tail.strip() and not _record_prefix(tail):
+        line_no = complete.count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line_no}: not a result line of `fastrl generate` (nor the start of one a run was killed while "
+            "writing); delete the file or pass resume=false"
+        )
     records: dict[int, dict[str, Any]] = {}
     for line_no, line in enumerate(complete.splitlines(), start=1):
         if not line.strip():
@@ -89,7 +103,17 @@ def _read_finished(path: Path) -> dict[int, dict[str, Any]]:
                 "delete the file or pass resume=false"
             ) from None
         records[index] = record
-    if len(complete) < len(raw):
-        with path.open("r+b") as f:
-            f.truncate(len(complete))
-    return records
+    return records, len(complete)
+
+
+def _record_prefix(tail: bytes) -> bool:
+    """Whether text after the last newline can be what a run killed while writing a record left: the start of a
+    JSON object that does not parse yet, or a whole record (one with an integer index) before its newline."""
+    if not tail.lstrip().startswith(b"{"):
+        return False
+    try:
+        whole = json.loads(tail.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    index = whole.get(INDEX_KEY) if isinstance(whole, dict) else None
+    return isinstance(index, int) and not isinstance(index, bool)

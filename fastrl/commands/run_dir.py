@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from fastrl.atomic_files import write_atomic
@@ -117,7 +118,8 @@ def resolve_resume(path: str) -> tuple[Path, Path | None]:
     if (where / STATE_FILE).is_file():
         return where, None
     if not where.is_dir():
-        raise ValueError(f"resume={path}: no such directory (give a run directory or one of its checkpoints)")
+        what = "a file, not a directory" if where.exists() else "no such directory"
+        raise ValueError(f"resume={path}: {what} (give a run directory or one of its checkpoints)")
     checkpoints = checkpoints_dir(where)
     is_run = (where / OVERRIDES_FILE).is_file() or (where / METRICS_FILE).is_file()
     if not checkpoints.is_dir() and not is_run:
@@ -185,7 +187,10 @@ def read_overrides(run_dir: Path) -> list[str]:
     file = run_dir / OVERRIDES_FILE
     if not file.is_file():
         return []
-    values = OmegaConf.to_container(OmegaConf.load(file))
+    try:
+        values = OmegaConf.to_container(OmegaConf.load(file))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
+        raise ValueError(f"resume={run_dir}: {file} is damaged ({type(err).__name__}: {err})") from None
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise ValueError(f"resume={run_dir}: {file} is not a list of overrides")
     return list(values)

@@ -172,7 +172,10 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 f"{err} (resume=CHECKPOINT takes this command's keys alone: repeat the ones the run was started "
                 "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
             ) from None
-    policy = load_model(policy_dir)
+    try:
+        policy = load_model(policy_dir)
+    except ValueError as err:
+        raise ValueError(f"model.path: {err}") from None
     recorder = RunRecorder(run_dir)
     thresholds = tuple(cfg.strategy.bandit.bs_thresholds)
     wandb = None

@@ -54,8 +54,9 @@ class DrafterTrainerConfig(EagleLossConfig):
                 raise ValueError(f"drafter_trainer.{key} must be a finite number {bound}, got {value}")
         if self.max_tokens_per_batch < 1:
             raise ValueError(f"drafter_trainer.max_tokens_per_batch must be >= 1, got {self.max_tokens_per_batch}")
-        if self.warmup_steps < 0 or self.total_steps < 0:
-            raise ValueError("drafter_trainer.warmup_steps and total_steps must be >= 0")
+        for key in ("warmup_steps", "total_steps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"drafter_trainer.{key} must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.seed < MAX_SEED:  # batch and noise seeds derive from it (seed * 1_000_003 + ...)
             raise ValueError(f"drafter_trainer.seed must be an integer in [0, 2**40), got {self.seed}")
 

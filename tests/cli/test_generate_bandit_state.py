@@ -41,7 +41,14 @@ def test_a_run_starts_from_the_state_the_last_one_saved(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("not json", "not a bandit state JSON"), (json.dumps({"version": 1, "acceptance": {}}), "version 1")],
+    [
+        ("not json", "not a bandit state JSON"),
+        (json.dumps({"version": 1, "acceptance": {}}), "version 1"),
+        (  # a train checkpoint's rollout_selector.json: it said "bandit state version None != 4"
+            json.dumps({"workers": [{"version": 4}], "affinity": []}),
+            "the per-worker selector states of a `fastrl train` checkpoint",
+        ),
+    ],
 )
 def test_a_file_that_is_no_bandit_state_is_named_and_kept(tmp_path, capsys, content, message):
     state = tmp_path / "bandit.json"

@@ -343,6 +343,22 @@ def test_a_plot_of_an_unknown_format_or_a_model_that_is_a_file_is_refused_before
     assert not out.exists()
 
 
+def test_a_pgf_plot_without_latex_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """matplotlib draws .pgf through LaTeX: without it the plot failed after the whole run, as a traceback, and
+    before the bandit state was saved (what the bandit learned was lost)."""
+    import matplotlib
+
+    prompts = tmp_path / "in.jsonl"
+    _write(prompts, [{"prompt_ids": [5, 6]}])
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no LaTeX on it
+    tex = matplotlib.rcParams["pgf.texsystem"]
+    args = ["generate", f"prompts={prompts}", f"output={out}", "progress=false", f"plot_output={tmp_path / 'a.pgf'}"]
+    assert main(args) == 2
+    assert f"a .pgf plot is drawn with {tex}, which is not installed" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "key"),
     [

@@ -187,6 +187,34 @@ def test_records_that_carry_the_older_fingerprint_resume_with_the_weights_it_was
     assert out.read_text() == before
 
 
+@pytest.mark.parametrize("text", ["my important notes", '{"a": 1}', "line one\nnotes without an end"])
+def test_a_file_that_is_not_results_is_refused_untouched_whatever_its_last_line(
+    model_dir, prompts, tmp_path, capsys, text
+):
+    """Text after the last newline was taken for a record a killed run was writing and cut off the file when it was
+    read, before any check: a file of notes without a final newline was emptied, even by a run refused next."""
+    out = tmp_path / "notes.txt"
+    out.write_text(text)
+    assert main(_args(model_dir, prompts, out)) == 2
+    assert "not a result line of `fastrl generate`" in capsys.readouterr().err
+    assert out.read_text() == text
+
+
+def test_a_half_written_record_is_cut_only_by_a_run_that_goes_ahead(model_dir, prompts, full_run, tmp_path, capsys):
+    """A run refused for its settings leaves the half-written last record where it was; one that resumes cuts it
+    and writes that record whole."""
+    out = tmp_path / "out.jsonl"
+    lines = [json.dumps(r) + "\n" for r in full_run]
+    cut = "".join(lines[:4]) + lines[4][: len(lines[4]) // 2]
+    out.write_text(cut)
+    other = [a if a != "max_new_tokens=16" else "max_new_tokens=15" for a in _args(model_dir, prompts, out)]
+    assert main(other) == 2
+    assert "holds results made with other settings" in capsys.readouterr().err
+    assert out.read_text() == cut
+    assert main(_args(model_dir, prompts, out)) == 0
+    _assert_same(_read(out), full_run)
+
+
 @pytest.fixture(scope="module")
 def many_prompts(model_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
     """Enough prompts that a run at batch 1 is still busy seconds after its first lines (the signal must land in the

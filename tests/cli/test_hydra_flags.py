@@ -104,6 +104,20 @@ def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):
     assert first == second and json.loads(first)["prompt_ids"] == [5, 6, 7]
 
 
+@pytest.mark.parametrize("values", ["0.5,-1", "3,abc"])
+def test_a_sweep_with_a_bad_job_is_refused_before_any_job_runs(tmp_path, capsys, values):
+    """Each job's config was checked when the job started: job 0 did all its work before job 1's bad value (a
+    range error, or Hydra's multi-line type error) was refused."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
+    key = "temperature" if values == "0.5,-1" else "max_new_tokens"
+    args = [f"prompts={prompts}", "progress=false", f"output={tmp_path / 'o.jsonl'}", f"{key}={values}"]
+    assert main(["generate", "-m", *args]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("fastrl generate: error: sweep job ") and line.endswith("no job was run")
+    assert sorted(os.listdir(tmp_path)) == ["p.jsonl"]
+
+
 def test_usage_into_a_reader_that_stopped_is_quiet():
     """`fastrl -h | head -3`: the usage met a closed pipe and ended in a BrokenPipeError traceback."""
     import os

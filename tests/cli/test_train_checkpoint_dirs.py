@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fastrl.cli import main
 from fastrl.commands.output_guard import guard_outputs
 from fastrl.commands.run_dir import RUN_DIR_KEY, latest_checkpoint, plan_run, wandb_run_id
@@ -56,6 +58,21 @@ def test_a_group_given_on_resume_replaces_the_runs_keys_of_that_group(tmp_path):
     ]
     kept = plan_run([f"resume={run}", "strategy.bandit.epsilon=0.2"]).overrides
     assert "strategy=static" in kept and "strategy.name=5_1_6" in kept  # a key inside the group keeps the rest
+
+
+@pytest.mark.parametrize("damage", [b"- strategy=static\n- [unclosed\n", b"\xff\xfe- rl.steps=2\n"])
+def test_a_damaged_overrides_file_is_named_on_resume(tmp_path, capsys, damage):
+    """A YAML error in the run's .hydra/overrides.yaml came out as a traceback, bytes that are not UTF-8 as an error
+    naming neither the file nor the key."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_bytes(damage)
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "trainer_state.json").write_text("{}")
+    assert main(["train", f"resume={run}", "rl.steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"resume={run}: {run / '.hydra' / 'overrides.yaml'} is damaged" in err and "Traceback" not in err
+    assert (run / ".hydra" / "overrides.yaml").read_bytes() == damage
 
 
 def test_a_refused_resume_starts_no_wandb_run_and_a_resume_logs_into_the_runs_own(policy_dir, tmp_path, capsys):
@@ -237,3 +254,20 @@ def test_every_job_of_a_multirun_runs_under_its_own_directory_lock(tmp_path, mon
     for job in ("0", "1", "2"):
         train_command.run_train(None, tmp_path / job, plan)
     assert held == [True, True, True]
+
+
+def test_resume_names_a_file_as_a_file_and_a_negative_step_count_names_its_key(tmp_path):
+    """resume= naming a regular file said 'no such directory'; a negative warmup_steps or total_steps was reported
+    as both keys, without the value."""
+    from fastrl.commands.run_dir import resolve_resume
+    from fastrl.cotrain.drafter_trainer import DrafterTrainerConfig
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match=r"resume=.*notes.txt: a file, not a directory \(give a run directory"):
+        resolve_resume(str(afile))
+    with pytest.raises(ValueError, match=r"resume=.*nowhere: no such directory"):
+        resolve_resume(str(tmp_path / "nowhere"))
+    for key in ("warmup_steps", "total_steps"):
+        with pytest.raises(ValueError, match=rf"^drafter_trainer\.{key} must be >= 0, got -3$"):
+            DrafterTrainerConfig(**{key: -3})

@@ -101,6 +101,26 @@ def test_a_run_failing_before_its_first_step_leaves_no_run_folder(policy_dir, tm
     assert not list((tmp_path / "runs" / "train").iterdir())
 
 
+def test_damaged_weights_are_named_with_the_models_key(policy_dir, tmp_path, capsys):
+    """The error named the file but not the key the model came from."""
+    import shutil
+
+    damaged = tmp_path / "model"
+    shutil.copytree(policy_dir, damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    args = [
+        *TINY,
+        f"model={damaged}",
+        "drafter=fresh",
+        "rollout=local",
+        "logger=none",
+        f"hydra.run.dir={tmp_path / 'r'}",
+    ]
+    assert main(["train", *args]) == 2
+    assert _error_line(capsys).startswith(f"fastrl train: error: model.path: {weights} is not a readable safetensors")
+
+
 def test_reusing_a_run_directory_is_an_error(policy_dir, tmp_path, capsys):
     run = tmp_path / "run"
     args = [*TINY, f"model={policy_dir}", "drafter=fresh", "rollout=local", "logger=none", f"hydra.run.dir={run}"]
