@@ -25,7 +25,7 @@ def training_prompts(
     for i, prompt in enumerate(train + held):
         if limits is not None:
             limits.check(prompt, f"task prompt {i}")
-    return train, held
+    return train, unseen(held, train, "the bundled task's")
 
 
 def file_prompt_ids(
@@ -52,4 +52,22 @@ def split_prompts(prompts: list[list[int]], cfg: TrainDrafterConfig) -> tuple[li
     random.Random(cfg.seed).shuffle(order)
     held = [prompts[i] for i in order[: cfg.eval_prompts]]
     train = [prompts[i] for i in order[cfg.eval_prompts :]][: cfg.num_prompts]
-    return train, held
+    return train, unseen(held, train, f"{cfg.prompts}'s")
+
+
+def unseen(held: list[list[int]], train: list[list[int]], source: str) -> list[list[int]]:
+    """The held-out prompts that are no training prompt, each once (a held-out measure of a prompt trained on, a
+    repeated line of a prompts file or a task problem drawn twice, measures memory); ValueError when none is left.
+    The training prompts stay as they are (a stream's shards were generated from them)."""
+    seen = {tuple(p) for p in train}
+    kept = []
+    for prompt in held:
+        if tuple(prompt) not in seen:
+            kept.append(prompt)
+            seen.add(tuple(prompt))
+    if not kept:
+        raise ValueError(
+            f"train_drafter.eval_prompts: every held-out prompt of {source} prompts is also a training prompt; "
+            "give more distinct prompts"
+        )
+    return kept

@@ -133,10 +133,12 @@ class FeatureBuffer:
         newest = max(self._by_version)
         keyed = []
         for version, seqs in self._by_version.items():
-            weight = self.recency_decay ** (newest - version)
+            weight = self.recency_decay ** (newest - version)  # 0.0 once a version is far behind (underflow)
             for seq in seqs:
-                # Efraimidis-Spirakis: the largest u ** (1 / w) keys are a weighted sample without replacement.
-                keyed.append((rng.random() ** (1.0 / weight), seq))
+                # Efraimidis-Spirakis: the largest u ** (1 / w) keys are a weighted sample without replacement; a
+                # weight of 0 keys 0.0, what u ** (1 / w) tends to (its draw taken all the same)
+                u = rng.random()
+                keyed.append((u ** (1.0 / weight) if weight > 0 else 0.0, seq))
         keyed.sort(key=lambda item: item[0], reverse=True)
         chosen: list[FeatureSequence] = []
         total = 0

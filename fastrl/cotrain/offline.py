@@ -17,7 +17,7 @@ import torch
 from fastrl.cotrain.accept_eval import AcceptResult, accept_text, measure_rounds
 from fastrl.cotrain.drafter_trainer import MAX_SEED, DrafterTrainer, DrafterTrainerConfig
 from fastrl.cotrain.features import policy_features
-from fastrl.cotrain.rollout_plan import RolloutPlan, RolloutShards, cast_copy
+from fastrl.cotrain.rollout_plan import GREEDY_PASS, RolloutPlan, RolloutShards, cast_copy
 from fastrl.cotrain.stream_trainer import Canonical, EpochReport, StreamRun, open_stream
 from fastrl.engine.config import ENGINE_DTYPES, check_dtype, default_dtype
 from fastrl.engine.engine import GenerateInput
@@ -167,6 +167,8 @@ def train_offline(
     plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
     prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
+    if 0.0 in temperatures and cfg.samples_per_prompt > 1:  # where a greedy pass drew alike samples before
+        prompts["greedy_pass"] = GREEDY_PASS
     settings = fingerprint(cfg, {**prompts, **(identity or {})})
     open_stream(shards, settings, canonical)  # refused before the held-out rollouts; run.run checks it again
     held_plan = RolloutPlan(held_prompts, temperatures, 1, cfg.max_new_tokens, cfg.seed + 1, dtype)

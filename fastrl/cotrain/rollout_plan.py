@@ -22,11 +22,17 @@ from fastrl.sampling.params import SamplingParams
 M = TypeVar("M", bound=nn.Module)
 
 
+GREEDY_PASS = "one sample a prompt"
+"""What a T=0 pass draws (``greedy_pass`` of a stream's settings): greedy samples of one prompt are all alike, so it
+draws one (streams saved before drew `samples`, identical ones: ``stream_trainer.LATER_KEYS``)."""
+
+
 @dataclass
 class RolloutPlan:
-    """Requests of one pass per temperature over the prompts, `samples` per prompt (a prompt's samples adjacent, so
-    a shard's engine shares their prefill). Request r has seed `seed * 100003 + r`. The engine runs in `dtype`
-    (an engine dtype name), on a cast copy of a policy held in another."""
+    """Requests of one pass per temperature over the prompts, `samples` per prompt at a temperature above 0 and one
+    at 0 (a prompt's samples adjacent, so a shard's engine shares their prefill). Request r has seed
+    `seed * 100003 + r`. The engine runs in `dtype` (an engine dtype name), on a cast copy of a policy held in
+    another."""
 
     prompts: list[list[int]]
     temperatures: list[float]
@@ -36,17 +42,26 @@ class RolloutPlan:
     dtype: str = "float32"
 
     def __len__(self) -> int:
-        return len(self.prompts) * len(self.temperatures) * self.samples
+        return len(self.prompts) * sum(self.samples_at(t) for t in self.temperatures)
+
+    def samples_at(self, temperature: float) -> int:
+        """Samples a prompt gets in the pass at ``temperature``: one when greedy (they would all be alike)."""
+        return 1 if temperature == 0 else self.samples
 
     def request(self, r: int) -> GenerateInput:
-        """Request r: temperature pass r // (P * n), prompt r // n % P."""
-        per_pass = len(self.prompts) * self.samples
-        params = SamplingParams(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperatures[r // per_pass],
-            seed=self.seed * 100003 + r,
-        )
-        return GenerateInput(self.prompts[r % per_pass // self.samples], params)
+        """Request r: the passes in order, each prompt's samples adjacent within a pass."""
+        if not 0 <= r < len(self):
+            raise IndexError(f"request {r} outside the plan's {len(self)}")
+        index = r
+        for temperature in self.temperatures:
+            n = self.samples_at(temperature)
+            if index < len(self.prompts) * n:
+                params = SamplingParams(
+                    max_new_tokens=self.max_new_tokens, temperature=temperature, seed=self.seed * 100003 + r
+                )
+                return GenerateInput(self.prompts[index // n], params)
+            index -= len(self.prompts) * n
+        raise AssertionError("unreachable: r < len(self)")
 
     def engine_config(self, batch_size: int, device: str) -> EngineConfig:
         """An engine whose KV cache holds the longest prompt plus max_new_tokens (not the model's whole context:
@@ -89,6 +104,10 @@ class RolloutShards:
 
     def requests(self, shard: int) -> range:
         return range(shard * self.shard_size, min(len(self.plan), (shard + 1) * self.shard_size))
+
+    def responses(self, shard: int, ids: list[list[int]]) -> list[list[int]]:
+        """The response part of the shard's prompt + response ``ids`` (what the policy itself generated)."""
+        return [row[len(self.plan.request(r).prompt_ids) :] for row, r in zip(ids, self.requests(shard), strict=True)]
 
     def ids(self, shard: int, policy: CausalLM, batch_size: int, device: str) -> list[list[int]]:
         """Prompt + response ids of the shard's requests, generated now or read from its file."""

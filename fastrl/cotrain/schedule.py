@@ -11,16 +11,18 @@ Two modes:
 - ``time`` (not reproducible): workers train for as long as the tail lasts, in slices; nothing runs after it. How
   many steps a rollout buys depends on timing, so two identical runs differ in drafter metrics and accept lengths.
 
-``heldout_fraction`` of the requests (chosen by a hash of the request id) are kept out of training; their features
+``heldout_fraction`` of the prompts (chosen by a hash of the prompt's tokens) are kept out of training; their features
 measure the drafter's top-1 agreement with the policy before and after each rollout's update.
 """
 
 from __future__ import annotations
 
+import array
 import hashlib
 import math
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 SCHEDULES = ("steps", "time")
@@ -56,11 +58,14 @@ class CotrainSchedule:
         """Steps still due this rollout after ``done`` (None: no quota, the ``time`` mode)."""
         return max(0, self.updates_per_rollout - done) if self.deterministic else None
 
-    def is_heldout(self, request_id: str) -> bool:
-        """Whether ``request_id``'s features are kept out of training (a pure function of the id)."""
+    def is_heldout(self, prompt: Sequence[int]) -> bool:
+        """Whether the features of sequences of ``prompt`` (its token ids) are kept out of training: a pure function
+        of the prompt, so that a GRPO group's samples, which share their prompt's entries, and the prompt's return
+        in a later epoch, fall on one side (split by request, siblings trained on held-out entries bit for bit)."""
         if self.heldout_fraction <= 0:
             return False
-        return zlib.crc32(request_id.encode()) % 10_000 < round(self.heldout_fraction * 10_000)
+        key = array.array("q", prompt).tobytes()
+        return zlib.crc32(key) % 10_000 < round(self.heldout_fraction * 10_000)
 
 
 def step_seed(seed: int, stream: int, worker_index: int, step: int) -> int:

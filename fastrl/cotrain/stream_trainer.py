@@ -56,7 +56,11 @@ LEGACY_NAMES = (STATE_FILE, OPTIMIZER_FILE, CHECKPOINT_DIR)
 """A stream saved before the swap kept these at its top; they are its own only beside its top-level state.json."""
 
 
-LATER_KEYS: dict[str, str | None] = {"prompt_ids_sha256": None, "rollout_dtype": "float32"}
+LATER_KEYS: dict[str, str | None] = {
+    "prompt_ids_sha256": None,
+    "rollout_dtype": "float32",
+    "greedy_pass": "samples_per_prompt samples a prompt",
+}
 """Fingerprint keys added after streams were saved without them, with what such a stream held: None, unknown (it
 resumes unchecked on the key); a value, what every stream of that time had (its rollouts ran in float32)."""
 
@@ -336,8 +340,11 @@ class StreamRun:
         """Generate or read shard `state.shard`, train one pass over it."""
         ids = self.shards.ids(state.shard, self.rollout_policy or self.policy, self.gen_batch_size, self.device)
         drafter = self.trainer.drafter
-        if self.draft_vocab_size > 0 and drafter.draft_vocab is None:
-            drafter.set_draft_vocab(most_frequent_tokens(ids, self.draft_vocab_size, self.policy.config.vocab_size))
+        if self.draft_vocab_size > 0 and drafter.draft_vocab is None:  # the tokens the policy emits most often
+            responses = self.shards.responses(state.shard, ids)  # (a prompt's are the user's, counted per sample)
+            drafter.set_draft_vocab(
+                most_frequent_tokens(responses, self.draft_vocab_size, self.policy.config.vocab_size)
+            )
         seqs = policy_features(self.policy, ids, extra_layers=drafter.extra_layers)
         if dropped := sum(not s.finite for s in seqs):  # one NaN would fail every step that samples it
             seqs = [s for s in seqs if s.finite]

@@ -167,7 +167,8 @@ class EngineWorker:
             # entry p reads token x_p and feature f_{p-1}, p = 1 .. len(prompt) + len(output) - 1.
             tokens = torch.tensor(out.prompt_ids[1:] + out.token_ids, dtype=torch.long)
             features = torch.cat([out.prompt_hidden_states, out.hidden_states]).to("cpu", torch.float32)
-            self.cotraining.add(out.request_id, FeatureSequence(tokens, features, 1, self.policy_version))
+            sequence = FeatureSequence(tokens, features, 1, self.policy_version)
+            self.cotraining.add(out.request_id, sequence, out.prompt_ids)
         latency = out.timings.latency
         return RolloutResult(
             request_id=out.request_id,

@@ -4,7 +4,7 @@ schedule that makes the training reproducible (fastrl.cotrain.schedule)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -74,24 +74,25 @@ class WorkerCoTraining:
         self.schedule = schedule
         self.seed = seed
         self.worker_index = worker_index
-        self._pending: list[tuple[str, FeatureSequence]] = []
+        self._pending: list[tuple[str, FeatureSequence, bool]] = []  # (request id, features, held out)
         self._non_finite = 0  # sequences dropped for a non-finite feature since the last round report
         self._heldout: list[FeatureSequence] = []
         self._heldout_version = -1
         self._boundary: _Boundary | None = None
 
     # ---- data -------------------------------------------------------------------------------------------------
-    def add(self, request_id: str, seq: FeatureSequence) -> None:
-        """Keep a finished request's features until the next commit (held-out ones go to the held-out set)."""
-        self._pending.append((request_id, seq))
+    def add(self, request_id: str, seq: FeatureSequence, prompt: Sequence[int]) -> None:
+        """Keep a finished request's features until the next commit (those of a held-out ``prompt`` go to the
+        held-out set)."""
+        self._pending.append((request_id, seq, self.schedule.is_heldout(prompt)))
 
     def commit(self) -> None:
         """Move pending sequences into the buffer (or the held-out set) in request-id order, so the buffer's order
         does not depend on which request finished first."""
-        for request_id, seq in sorted(self._pending, key=lambda item: item[0]):
+        for _, seq, heldout in sorted(self._pending, key=lambda item: item[0]):
             if not seq.finite:  # one NaN would fail every slice (or held-out measure) that reads it
                 self._non_finite += 1
-            elif self.schedule.is_heldout(request_id):
+            elif heldout:
                 if seq.policy_version > self._heldout_version:
                     self._heldout, self._heldout_version = [], seq.policy_version
                 self._heldout.append(seq)

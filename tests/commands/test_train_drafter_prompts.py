@@ -66,6 +66,26 @@ def test_split_holds_out_eval_prompts_and_names_the_key():
         split_prompts(prompts, TrainDrafterConfig(prompts="p.jsonl", eval_prompts=10))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_no_held_out_prompt_is_a_training_prompt(seed):
+    """A prompts file's repeated lines, or a task problem drawn for both sets, put one prompt on both sides: the
+    held-out measure then read a prompt the drafter trained on. The held-out side keeps the others, each once."""
+    import random
+
+    from fastrl.commands.train_drafter_prompts import training_prompts
+
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(25)] for _ in range(30)]  # repeats among them
+    cfg = TrainDrafterConfig(prompts="p.jsonl", eval_prompts=10, num_prompts=8, seed=seed)
+    train, held = split_prompts(prompts, cfg)
+    assert held and not {tuple(h) for h in held} & {tuple(t) for t in train} and len(set(map(tuple, held))) == len(held)
+    with pytest.raises(ValueError, match="every held-out prompt of p.jsonl's prompts is also a training prompt"):
+        split_prompts([[7]] * 12, TrainDrafterConfig(prompts="p.jsonl", eval_prompts=4, seed=seed))
+    tokenizer = load_tokenizer(bundled_model_dir())
+    train, held = training_prompts(tokenizer, TrainDrafterConfig(num_prompts=1024, eval_prompts=64, seed=seed))
+    assert not {tuple(h) for h in held} & {tuple(t) for t in train} and len(train) == 1024
+
+
 def test_negative_rollout_temperature_is_rejected():
     with pytest.raises(ValueError, match="rollout_temperatures"):
         TrainDrafterConfig(rollout_temperatures=[0.0, -1.0])

@@ -79,6 +79,17 @@ def test_sample_respects_budget_and_favours_recent_versions():
     assert len(buf.sample(5, rng)) == 1  # one sequence even when it exceeds the budget
 
 
+def test_versions_whose_weight_underflows_are_sampled_last_not_a_crash():
+    """recency_decay ** age reaches 0.0 once versions lie far enough apart (0.1 ** 330); u ** (1 / 0.0) raised
+    ZeroDivisionError, and every co-training slice failed from then on."""
+    buf = FeatureBuffer(capacity_tokens=10_000, recency_decay=0.1)
+    buf.add(seq(10, 0, tag=0))
+    buf.add(seq(10, 400, tag=1))
+    rng = random.Random(0)
+    assert tags(buf.sample(10, rng)) == [1]
+    assert sorted(tags(buf.sample(100, rng))) == [0, 1]  # still drawn when the budget reaches it
+
+
 @pytest.mark.parametrize(
     "kwargs, key",
     [

@@ -37,7 +37,7 @@ def cotraining(policy, seqs, updates: int = 5, order: list[int] | None = None) -
     schedule = CotrainSchedule("steps", updates, heldout_fraction=0.25)
     worker = WorkerCoTraining(policy, FeatureBuffer(10_000), CoTrainer(policy, CONFIG), schedule, seed=3)
     for i in order if order is not None else range(len(seqs)):
-        worker.add(f"req{i:02d}", seqs[i])
+        worker.add(f"req{i:02d}", seqs[i], [i])  # prompt [i]: every sequence its own prompt
     worker.commit()
     return worker
 
@@ -91,6 +91,6 @@ def test_schedule_keys_are_validated():
     with pytest.raises(ValueError, match="drafter.heldout_fraction"):
         CotrainSchedule("steps", 4, 1.0)
     schedule = CotrainSchedule("steps", 4, 0.5)
-    held = [schedule.is_heldout(f"step0-p{i}-s0") for i in range(200)]
-    assert held == [schedule.is_heldout(f"step0-p{i}-s0") for i in range(200)] and 60 < sum(held) < 140
+    held = [schedule.is_heldout([1, 5 + i, 7]) for i in range(200)]
+    assert held == [schedule.is_heldout([1, 5 + i, 7]) for i in range(200)] and 60 < sum(held) < 140
     assert CotrainSchedule("time").quota(10**6) is None and schedule.quota(3) == 1

@@ -30,7 +30,7 @@ def policy(tmp_path_factory):
 
 def plan() -> RolloutPlan:
     prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    return RolloutPlan(prompts, [0.0, 1.0], samples=2, max_new_tokens=6, seed=3)
+    return RolloutPlan(prompts, [0.5, 1.0], samples=2, max_new_tokens=6, seed=3)
 
 
 def test_plan_orders_samples_within_temperature_passes():
@@ -38,8 +38,13 @@ def test_plan_orders_samples_within_temperature_passes():
     assert len(p) == 12
     requests = [p.request(r) for r in range(len(p))]
     assert [r.prompt_ids for r in requests[:6]] == [[5, 6, 7]] * 2 + [[8, 9]] * 2 + [[10, 11, 12, 13]] * 2
-    assert [r.params.temperature for r in requests] == [0.0] * 6 + [1.0] * 6
+    assert [r.params.temperature for r in requests] == [0.5] * 6 + [1.0] * 6
     assert len({r.params.seed for r in requests}) == 12
+    greedy = RolloutPlan(p.prompts, [0.0, 1.0], samples=2, max_new_tokens=6, seed=3)  # one greedy sample a prompt
+    assert [(r.prompt_ids, r.params.temperature) for r in map(greedy.request, range(3))] == [
+        (prompt, 0.0) for prompt in p.prompts
+    ]
+    assert len(greedy) == 9
 
 
 class Counter:
@@ -240,3 +245,24 @@ def test_a_stream_saved_before_its_prompts_were_fingerprinted_resumes(policy, tm
     assert resumed.epoch == 2
     with pytest.raises(ValueError, match=r"other settings \(prompt_ids_sha256\): prompt_ids_sha256=abc… \(now other…"):
         make_run(policy, tmp_path / "s", drafter, held).run({"k": 1, "prompt_ids_sha256": "other"})
+
+
+def test_the_draft_vocabulary_is_built_from_what_the_policy_generated(policy, tmp_path):
+    """It counted the prompts' tokens too, once per sample: a prompt-only token (the BOS, a chat template's) took a
+    place that a token the policy emits should have had. With a vocabulary of as many tokens as the responses
+    hold, every one of its tokens is a response's."""
+    torch.manual_seed(0)
+    drafter = EagleDrafter(policy.config)
+    shards = RolloutShards(plan(), shard_size=5, directory=tmp_path / "first")  # the run's first shard, beside it
+    ids = shards.ids(0, policy, 4, "cpu")
+    responses = shards.responses(0, ids)
+    assert all(
+        row[: len(row) - len(r)] == plan().request(i).prompt_ids
+        for i, (row, r) in enumerate(zip(ids, responses, strict=True))
+    )
+    generated = {t for r in responses for t in r}
+    size = len(generated)
+    trainer = DrafterTrainer(copy.deepcopy(drafter), policy, DrafterTrainerConfig(ttt_steps=2, warmup_steps=1))
+    run = StreamRun(policy, trainer, RolloutShards(plan(), 5, tmp_path / "s"), [], Counter(), 1, size, 4, "cpu", "t")
+    run.run({"k": 1}, stop_after_shards=1)
+    assert set(trainer.drafter.draft_vocab.tolist()) == generated

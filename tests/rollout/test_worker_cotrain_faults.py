@@ -67,11 +67,11 @@ def test_a_rollout_with_non_finite_features_is_left_out_and_reported(checkpoint)
     worker = EngineWorker("w-nan", worker_config(checkpoint, schedule=STEPS))
     add, poisoned = worker.cotraining.add, []
 
-    def poison_first(request_id, seq):
+    def poison_first(request_id, seq, prompt):
         if not poisoned:
             seq.features[1, 0] = float("nan")
             poisoned.append(request_id)
-        add(request_id, seq)
+        add(request_id, seq, prompt)
 
     worker.cotraining.add = poison_first
     worker.generate(mixed_requests(8))
@@ -116,3 +116,32 @@ def test_refused_drafter_load_changes_nothing(checkpoint, fault):
     assert backend.drafter_version == version and _same(backend.drafter_state()[1], before)
     backend.load_drafter_state(version + 1, moved)  # a whole state still loads
     assert backend.drafter_version == version + 1 and _same(backend.drafter_state()[1], moved)
+
+
+def test_the_samples_of_a_prompt_fall_on_one_side_of_the_held_out_split(checkpoint):
+    """The split went by request id, so a GRPO group's samples landed on both sides: their prompt entries are equal
+    bit for bit, and the held-out top-1 partly measured what the drafter had just trained on. It goes by the prompt:
+    every group is held out whole or trained on whole."""
+    from fastrl.rollout.types import RolloutRequest
+    from fastrl.sampling.params import SamplingParams
+    from tests.rollout.conftest import prompt
+
+    schedule = CotrainSchedule(mode="steps", updates_per_rollout=0, heldout_fraction=0.5)
+    worker = EngineWorker("w-split", worker_config(checkpoint, schedule=schedule))
+    groups, samples = 12, 4
+    requests = [
+        RolloutRequest(
+            f"g{g}-s{i}",
+            prompt(g),
+            SamplingParams(max_new_tokens=6, seed=10 * g + i, temperature=1.0, ignore_eos=True),
+            g,
+        )
+        for g in range(groups)
+        for i in range(samples)
+    ]
+    worker.generate(requests)
+    worker.cotraining.commit()
+    held = sum(schedule.is_heldout(prompt(g)) for g in range(groups))
+    assert 0 < held < groups  # both sides are there
+    assert len(worker.cotraining._heldout) == held * samples
+    assert len(worker.cotraining.buffer.sequences()) == (groups - held) * samples
