@@ -123,7 +123,7 @@ class BanditSelector:
         self._explore_best: float | None = None
         self._explore_seconds = 0.0
         self._since_plain = 0  # rounds learned from since the last plain one
-        self._memo: dict[tuple[Strategy, int, float], float | None] = {}
+        self._memo: dict[tuple[Strategy, int, float, float | None], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
         self._unlearned: list[RoundStats] = []  # observed rounds not learned yet, oldest first
         self._stretch: _Stretch | None = None
@@ -250,9 +250,9 @@ class BanditSelector:
     def predict(self, arm: Strategy, batch_size: int, z: float = 0.0) -> float | None:
         """Predicted reward of one round of ``arm`` at ``batch_size`` (goodput: tokens per second), its acceptance
         raised by ``z`` standard errors; None while the arm's round time is unknown. Memoised until a round is
-        learned."""
+        learned, per context of the round times (a plain-time estimate moves it between learned rounds)."""
         self._learn()
-        key = (arm, batch_size, z)
+        key = (arm, batch_size, z, self._times.context)
         if key not in self._memo:
             tokens = self._tokens_per_row(arm, batch_size, z)
             if self.config.reward == "accept_length":
@@ -441,6 +441,9 @@ class BanditSelector:
         stretch = state.get("stretch")  # absent from states saved before stretches: decide at the next round
         if stretch is not None:
             stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
+            if stretch.strategy not in self._strategies:  # it would be chosen, an arm of no bucket
+                arms = [str(arm) for arm in self._strategies]
+                raise ValueError(f"stretch.strategy {stretch.strategy} is none of this bandit's arms {arms}")
         self._stretch = stretch
 
     def warm_start(self, state: dict, calibration: bool = True) -> None:

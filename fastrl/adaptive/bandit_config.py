@@ -108,6 +108,10 @@ class BanditConfig:
                 int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k: _listed(v)
                 for k, v in self.bucket_strategies.items()
             }
+        if isinstance(self.strategies, tuple):  # as lists, the form its JSON state reads back in (and compares)
+            self.strategies = list(self.strategies)
+        if isinstance(self.bs_thresholds, tuple):
+            self.bs_thresholds = list(self.bs_thresholds)
         self.validate()
 
     @classmethod

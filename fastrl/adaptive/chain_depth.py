@@ -192,8 +192,9 @@ class ChainRounds:
 
 def checked_state(state: dict) -> dict[str, dict[str, list[float]]]:
     """``ChainRounds.state()``'s form, its numbers as floats; ValueError naming the entry (``chain_rounds[arm][bin]``)
-    unless every bin is a power-of-two index written in ASCII digits and holds a finite depth, tokens per row and
-    rounds, none negative."""
+    unless every bin is a power-of-two index written in ASCII digits and holds a finite depth of at least one level
+    (a chain drafts one at least: the curve through depths below it reaches no time), tokens per row and rounds,
+    none negative."""
     if not isinstance(state, dict):
         raise ValueError(f"chain_rounds must be an object {{arm: {{bin: [depth, tokens, rounds]}}}}, got {state!r}")
     checked: dict[str, dict[str, list[float]]] = {}
@@ -206,7 +207,10 @@ def checked_state(state: dict) -> dict[str, dict[str, list[float]]]:
             if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 4):
                 raise ValueError(f"{where}: a bin is a batch size's bit length less one, written in digits (0, 1, ...)")
             numbers = cell if isinstance(cell, list) and len(cell) == 3 else []
-            if not numbers or not all(is_real(x) and 0 <= x < math.inf for x in numbers):
-                raise ValueError(f"{where} must be [depth, tokens per row, rounds], finite numbers >= 0, got {cell!r}")
+            if not numbers or not all(is_real(x) and 0 <= x < math.inf for x in numbers) or numbers[0] < 1:
+                raise ValueError(
+                    f"{where} must be [depth, tokens per row, rounds], finite numbers >= 0 and a depth >= 1, "
+                    f"got {cell!r}"
+                )
             checked[arm][k] = [float(x) for x in numbers]
     return checked

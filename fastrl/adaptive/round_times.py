@@ -78,7 +78,10 @@ def context_bin(mean_context: float | None) -> float | None:
     fine = CONTEXT_STEP_KEYS * CONTEXT_STEPS / math.log(2.0)  # where a step of the log grid is CONTEXT_STEP_KEYS
     if mean_context < fine:
         return float(max(CONTEXT_STEP_KEYS, CONTEXT_STEP_KEYS * round(mean_context / CONTEXT_STEP_KEYS)))
-    return 2.0 ** (round(CONTEXT_STEPS * math.log2(mean_context)) / CONTEXT_STEPS)
+    step = round(CONTEXT_STEPS * math.log2(mean_context))
+    if 2.0 ** (step / CONTEXT_STEPS) < fine:  # the log grid's point below the switch: the next one, the bin of itself
+        step += 1
+    return 2.0 ** (step / CONTEXT_STEPS)
 
 
 def calibration_sizes(max_batch_size: int) -> list[int]:

@@ -102,6 +102,11 @@ def test_context_bins_hold_for_many_rounds_and_move_by_little():
         near = abs(context_bin(c) - c) <= CONTEXT_STEP_KEYS  # a short context: within a few keys
         assert near or abs(math.log2(context_bin(c)) - math.log2(c)) <= 0.5 / CONTEXT_STEPS + 1e-12
         assert context_bin(context_bin(c)) == context_bin(c)  # a saved bin loads as itself
+    # where the fine grid gives way to the log grid (~184.7 keys), a log-grid point below the switch re-binned onto
+    # the fine grid: a saved state's context read back as another
+    switch = [c / 1000 for c in range(180_000, 192_000)]
+    assert all(context_bin(context_bin(c)) == context_bin(c) for c in switch)
+    assert all(context_bin(a) <= context_bin(b) for a, b in zip(switch, switch[1:], strict=False))
     assert len({context_bin(c) for c in range(10, 130)}) <= 16  # a short context's bin holds for 8 rounds
     assert len({context_bin(c) for c in range(400, 801)}) == CONTEXT_STEPS + 1  # a bin holds ~18 rounds at 400
 

@@ -81,3 +81,37 @@ def test_round_times_answer_as_a_fresh_model(seed):
             assert cached.calibrated(arm, batch) == fresh.calibrated(arm, batch)
             assert cached.seconds(arm, batch) == fresh.seconds(arm, batch)
             assert cached.has_calibration(arm) == fresh.has_calibration(arm) == (not arm.stops_early)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_plain_time_estimate_that_moves_the_context_is_seen_by_the_next_decision(seed):
+    """The engine asks every round for its plain-time estimate, which moves the round times' context, also for
+    rounds the bandit does not learn (past bs_threshold, or not of an arm); the bandit's memo of its predictions was
+    cleared only by learned rounds, so the next choice mixed goodputs of the old context with costs of the new one.
+    Its choices now equal those of the same bandit with its memo emptied."""
+    import copy
+
+    from fastrl.adaptive.bandit import BanditSelector
+    from fastrl.adaptive.bandit_config import BanditConfig
+
+    arms = ["5_1_6", "3_1_4", "8_4_32", "disable"]
+    config = BanditConfig(strategies=arms, bs_threshold=16, decide_every_s=0.0)
+    selector = BanditSelector(config, calibration=calibration())
+    rng = random.Random(seed)
+    for _ in range(60):
+        batch = rng.choice([1, 2, 4, 8, 16])
+        arm = selector.choose(batch)
+        accepted = [0 if arm.is_disabled else rng.randint(0, arm.max_accept_length - 1) for _ in range(batch)]
+        drafted = [0 if arm.is_disabled else arm.max_tree_nodes - 1] * batch
+        stats = RoundStats(arm, batch, drafted, accepted, [a + 1 for a in accepted], 0.004 * (1 + rng.random()),
+                           context_tokens=30 * batch)  # fmt: skip
+        selector.plain_time_estimate(stats)
+        selector.observe(stats)
+    selector.choose(batch)  # learns what is queued: predictions memoised at a short context
+    unlearned = RoundStats(Strategy.parse("disable"), 64, [0] * 64, [0] * 64, [1] * 64, 0.05, context_tokens=4000 * 64)
+    selector.plain_time_estimate(unlearned)
+    selector.observe(unlearned)
+    fresh = copy.deepcopy(selector)
+    fresh._memo.clear()
+    for size in (1, 2, 4, 8, 16):
+        assert (selector.choose(size), selector.last_reason) == (fresh.choose(size), fresh.last_reason)

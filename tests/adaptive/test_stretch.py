@@ -117,6 +117,18 @@ def test_the_stretch_survives_a_state_round_trip():
     assert isinstance(restored._stretch.strategy, Strategy)
 
 
+def test_a_stretch_of_no_arm_of_the_bandit_is_refused_on_load():
+    """A damaged state's stretch naming a strategy outside the arms loaded, and `choose` returned that strategy."""
+    config = BanditConfig(strategies=SPACE, decide_every_s=100.0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    bandit.observe(environment(bandit.choose(4), 4, random.Random(3)))
+    state = bandit.state_dict()
+    state["stretch"] = state["stretch"] | {"strategy": "12_4_64"}
+    restored = BanditSelector(config, calibration(SPACE))
+    with pytest.raises(ValueError, match=r"stretch.strategy 12_4_64 is none of this bandit's arms"):
+        restored.load_state_dict(state)
+
+
 def test_a_stretch_holds_at_batch_sizes_near_its_own_in_its_bucket():
     """A request finishing and the next one's admission move a batch by a row: a stretch at batch ``b`` holds within
     ``b // STRETCH_SLACK`` rows of it (exactly its own below ``STRETCH_SLACK``), and never into another bucket,
@@ -134,3 +146,17 @@ def test_a_stretch_holds_at_batch_sizes_near_its_own_in_its_bucket():
     bandit.observe(environment(first, 31, rng))
     bandit.choose(33)  # a row more, but bucket 33+: decided afresh
     assert bandit.last_reason != "held" and not bandit._unlearned
+
+
+def test_a_config_given_tuples_loads_its_own_saved_state():
+    """Tuples passed validation, but the state saved from them (JSON lists) was refused by the same config: "saved
+    [1, 2, 5, 21], this selector's (1, 2, 5, 21)"."""
+    import json
+
+    def config() -> BanditConfig:
+        return BanditConfig(strategies=tuple(SPACE), bs_thresholds=(1, 2, 5, 21))
+
+    state = json.loads(json.dumps(BanditSelector(config()).state_dict()))
+    restored = BanditSelector(config())
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state

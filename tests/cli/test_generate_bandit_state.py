@@ -91,6 +91,7 @@ def _damaged(state: dict, key: str, value) -> dict:
         ("calibration", [["disable", 1]]),
         ("calibration", [["nope", 1, 0.1]]),
         ("chain_rounds", {"12_1_13@0.3": {"0": "x"}}),
+        ("chain_rounds", {"12_1_13@0.3": {"3": [0.0, 1.0, 5.0]}}),  # a depth below one level: a math domain error
     ],
 )
 def test_a_damaged_state_is_one_error_before_any_work(tmp_path, capsys, key, value):
