@@ -441,9 +441,10 @@ class Engine:
             catch_up = time.perf_counter() - start
         out = self.runner.decode(requests, strategy)
         emitted = self._emit_rows(requests, out, progressed)
-        for request, n in zip(requests, emitted, strict=True):
+        for request, n, accepted in zip(requests, emitted, out.accepted, strict=True):
             request.accept_lengths.append(n)
             request.drafted_tokens += out.drafted
+            request.accepted_tokens += accepted
         stats = RoundStats(
             strategy=strategy,
             batch_size=len(requests),

@@ -51,6 +51,7 @@ class Request:
     logprobs: list[float] = field(default_factory=list)
     accept_lengths: list[int] = field(default_factory=list)
     drafted_tokens: int = 0
+    accepted_tokens: int = 0  # drafts its rounds' verification accepted (past where it finished too)
     hidden_states: list[torch.Tensor] = field(default_factory=list)
     prompt_hidden_states: torch.Tensor | None = None
     slot: int | None = None
@@ -94,6 +95,7 @@ class Request:
             accept_lengths=list(self.accept_lengths),
             new_token_ids=new,
             drafted_tokens=self.drafted_tokens,
+            accepted_tokens=self.accepted_tokens,
             hidden_states=hidden,
             prompt_hidden_states=self.prompt_hidden_states,
             timings=timings,
@@ -109,7 +111,9 @@ class RequestOutput:
     `accept_lengths[i]` is the number of tokens decode round i added (accepted drafts + 1, cut where the request
     finished), so the first token (sampled at prefill) plus their sum is len(token_ids). `drafted_tokens` counts
     the draft tokens its decode rounds proposed to it (tree nodes, or the depth a stopping chain reached; 0 in a
-    plain round): with ``sum(accept_lengths) - len(accept_lengths)`` accepted, the request's acceptance rate.
+    plain round), `accepted_tokens` those its rounds' verification accepted: their ratio is the request's acceptance
+    rate (``sum(accept_lengths) - len(accept_lengths)`` counts only the accepted drafts it kept: a request that
+    finished inside an accepted path drops the rest of it).
     `hidden_states` (only when asked for, and only in the final output) holds, for each generated token i, the
     drafter's features at the position that produced it (absolute position len(prompt) - 1 + i): the policy's
     final-norm state, or with a fused drafter the outputs of its extra layers then that state (`ModelOutput.features`):
@@ -131,6 +135,7 @@ class RequestOutput:
     prompt_hidden_states: torch.Tensor | None
     timings: Timings
     drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def finished(self) -> bool:

@@ -184,6 +184,7 @@ class EngineWorker:
             latency_s=latency if latency is not None else 0.0,
             error=out.error,
             drafted_tokens=out.drafted_tokens,
+            accepted_tokens=out.accepted_tokens,
         )
 
     def _collect_rounds(self) -> None:

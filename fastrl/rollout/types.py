@@ -21,7 +21,8 @@ class RolloutRequest:
 class RolloutResult:
     """One generated sample, with the versions of the weights that produced it. ``error`` is set (and
     ``finish_reason`` is ``"error"``) when the request was invalid, e.g. a prompt longer than the context.
-    ``drafted_tokens``: the draft tokens its rounds proposed to it (``RequestOutput.drafted_tokens``)."""
+    ``drafted_tokens``, ``accepted_tokens``: the draft tokens its rounds proposed to it and those their
+    verification accepted (``RequestOutput``'s)."""
 
     request_id: str
     group: int
@@ -36,6 +37,7 @@ class RolloutResult:
     latency_s: float
     error: str | None = None
     drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 @dataclass

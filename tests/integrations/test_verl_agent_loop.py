@@ -71,7 +71,9 @@ def test_agent_loop_returns_verl_columns_and_spec_metrics(stack):
     assert rows[0][0] == rows[1][0] and rows[0][1] != rows[1][1]
     drafted, accepted, steps = (np.asarray(out.non_tensor_batch[c], dtype=np.int64) for c in SPEC_COLUMNS)
     lengths = out.batch["response_mask"].sum(dim=1).numpy()
-    assert (accepted + steps == lengths - 1).all()  # one token from prefill, then each round adds accepted + 1
+    # one token from prefill, then each round adds its accepted drafts + 1, but for the drafts a round accepted past
+    # where its request finished (counted, as vLLM counts them)
+    assert (accepted + steps >= lengths - 1).all() and (steps <= lengths - 1).all()
     assert (accepted <= drafted).all() and accepted.sum() > 0
     assert list(out.non_tensor_batch["global_steps"]) == [None] * len(out)
 

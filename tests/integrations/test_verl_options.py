@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from fastrl.assets_path import bundled_model_dir
@@ -151,10 +153,37 @@ def test_request_seeds_are_stable_per_id_and_distinct():
     assert stop_reason("stop") == "completed" and stop_reason("length") == stop_reason("context") == "length"
 
 
-def test_spec_counts():
-    counts = spec_counts([3, 1, 2], drafted=9)  # 3 rounds, 3 accepted of the 9 drafts its rounds proposed
-    assert (counts.accepted, counts.verify_steps, counts.drafted) == (3, 3, 9)
-    assert spec_counts([1, 1], drafted=0).fields() == {
+def test_spec_counts_are_the_engines_own():
+    """verl's accepted count was the accepted drafts a request kept (its accept lengths less one a round): one that
+    finished inside an accepted path lost the rest of it (4 of 7 at max_new_tokens=6), and spec_accept_rate read
+    low. It is now what the rounds' verification accepted, summed from the rounds themselves."""
+    from fastrl.adaptive.fixed import FixedSelector
+    from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
+    from fastrl.engine.config import EngineConfig
+    from fastrl.engine.engine import Engine, GenerateInput
+    from fastrl.models.checkpoint import load_model
+    from fastrl.models.tokenizer import load_tokenizer
+    from fastrl.rl.tasks.task import ArithChainTask
+    from fastrl.sampling.params import SamplingParams
+    from fastrl.speculative.drafter_checkpoint import load_drafter
+
+    policy = load_model(bundled_model_dir())
+    drafter = load_drafter(bundled_drafter_dir(), policy)[0]
+    tokenizer, rng = load_tokenizer(bundled_model_dir()), random.Random(0)
+    cut = 0
+    for tokens in range(3, 15):
+        prompt = tokenizer(ArithChainTask().sample_problem(rng).prompt)["input_ids"]
+        engine = Engine(policy, EngineConfig(max_batch_size=1), drafter=drafter, selector=FixedSelector("7_1_8"))
+        [out] = engine.generate([GenerateInput(prompt, SamplingParams(max_new_tokens=tokens))])
+        counts = spec_counts(len(out.accept_lengths), out.drafted_tokens, out.accepted_tokens)
+        rounds = engine.round_stats
+        assert counts.accepted == sum(r.accepted_tokens[0] for r in rounds)
+        assert counts.drafted == sum(r.drafted_tokens[0] for r in rounds) and counts.verify_steps == len(rounds)
+        kept = sum(n - 1 for n in out.accept_lengths)
+        assert counts.accepted >= kept
+        cut += counts.accepted > kept
+    assert cut >= 1  # a request that ended inside an accepted path: its rounds accepted more than it kept
+    assert spec_counts(2, 0, 0).fields() == {
         "spec_num_draft_tokens": 0,
         "spec_num_accepted_tokens": 0,
         "spec_num_verify_steps": 2,

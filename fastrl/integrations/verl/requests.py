@@ -143,7 +143,8 @@ class SpecCounts:
     drafted, ``rollout/spec_accept_length`` = 1 + accepted / verify steps).
 
     verify_steps: decode rounds the request took part in (plain rounds included: their accept length is 1).
-    accepted: draft tokens accepted, exactly (tokens emitted by decode rounds minus one per round).
+    accepted: draft tokens its rounds' verification accepted, exactly (``RolloutResult.accepted_tokens``: those past
+    where the request finished too, as vLLM counts them).
     drafted: draft tokens proposed to the request by its rounds, exactly (``RolloutResult.drafted_tokens``).
     """
 
@@ -159,7 +160,6 @@ class SpecCounts:
         }
 
 
-def spec_counts(accept_lengths: list[int], drafted: int) -> SpecCounts:
-    """Counts of one request from its per-round accept lengths and the draft tokens its rounds proposed."""
-    accepted = sum(max(n - 1, 0) for n in accept_lengths)
-    return SpecCounts(drafted=drafted, accepted=accepted, verify_steps=len(accept_lengths))
+def spec_counts(verify_steps: int, drafted: int, accepted: int) -> SpecCounts:
+    """Counts of one request: its decode rounds, the draft tokens they proposed and those they accepted."""
+    return SpecCounts(drafted=drafted, accepted=accepted, verify_steps=verify_steps)
