@@ -115,7 +115,10 @@ class RayRolloutManager:
         try:
             outcome = run.run()
         except BaseException:  # a refusal, no worker left, Ctrl-C: the surviving workers' requests end here
-            self._abort_everywhere(run.workers)
+            try:
+                self._abort_everywhere(run.workers)
+            except Exception as err:  # the rollout's own error is the one to raise
+                LOG.warning("aborting the failed rollout's requests failed: %s", short_error(err))
             raise
         finally:
             self._adopt(run.workers)

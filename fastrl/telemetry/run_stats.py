@@ -45,6 +45,8 @@ def run_stats(stats: list[RoundStats], selector_name: str, selector: StrategySel
             }
             for b in telemetry.buckets
         ]
+        # the rest of the file covers the whole run's rounds (an interrupted run's and its resumption's)
+        out["bandit_covers"] = "the rounds of this process, and what a bandit_state it started from had learned"
     out["round_log"] = [asdict(s) | {"strategy": str(s.strategy)} for s in stats]
     return out
 

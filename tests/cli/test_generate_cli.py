@@ -199,6 +199,7 @@ def test_generate_bandit_and_ema_write_arm_tables(model_dir, tmp_path):
     assert {a["strategy"] for a in summary["arms"]} <= {"3_1_4", "2_2_4", "disable"}
     assert sum(a["pulls"] for a in summary["arms"]) == summary["rounds"]
     assert summary["bandit"] and plot.read_bytes()[:4] == b"\x89PNG"
+    assert summary["bandit_covers"].startswith("the rounds of this process")  # not the resumed run's earlier ones
     sglang = tmp_path / "adaptive.json"
     sglang.write_text(json.dumps({"candidate_steps": [1, 3], "ema_alpha": 0.3, "warmup_batches": 2}))
     assert main(["generate", *common, f"output={tmp_path / 'e.jsonl'}", "strategy=ema", f"ema_json={sglang}"]) == 0
