@@ -241,8 +241,10 @@ class ModelRunner:
         for module in (self.model, self.drafter):
             if module is not None:
                 module.to(device)
-        if self.drafter is not None and self.drafter.draft_vocab is not None:
-            self.drafter.set_draft_vocab(self.drafter.draft_vocab)
+        if self.drafter is not None:
+            if self.drafter.draft_vocab is not None:
+                self.drafter.set_draft_vocab(self.drafter.draft_vocab)  # on the drafter's device
+            self.drafter.drop_cached_head()
 
     def restore_memory(self, parts: frozenset[str] = MEMORY_PARTS) -> None:
         """Bring back what `release_memory` gave back of ``parts``: the weights to the engine's device, the KV pools

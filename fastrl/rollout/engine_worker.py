@@ -26,6 +26,7 @@ from fastrl.rollout.types import DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY, RolloutReque
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState, RoundReport, WorkerCoTraining
 from fastrl.rollout.worker_stats import WorkerHealth, WorkerStats
+from fastrl.speculative.draft_vocab import wider_than
 from fastrl.speculative.drafter import EagleDrafter
 from fastrl.speculative.drafter_checkpoint import load_drafter
 from fastrl.speculative.history import HistoryState
@@ -252,8 +253,14 @@ class EngineWorker:
             self.drafter_version = int(version)
 
     def _check_draft_vocab_size(self, version: int, ids: Tensor) -> None:
-        """ValueError when a pushed draft vocabulary's size differs from the live one's while the engine runs CUDA
-        graphs: they were captured over the live vocabulary's shapes (one of its size is copied in place)."""
+        """ValueError when a pushed draft vocabulary is narrower than a strategy's candidates a step (every round of
+        it would fail), or its size differs from the live one's while the engine runs CUDA graphs: they were captured
+        over the live vocabulary's shapes (one of its size is copied in place)."""
+        if wide := wider_than(self.engine.runner.runtimes, ids.numel()):
+            raise ValueError(
+                f"worker {self.worker_id}: drafter version {version} refused: its draft vocabulary ({ids.numel()} "
+                f"ids) is narrower than strategy {wide[0]}'s topk {wide[0].topk}"
+            )
         live = self.drafter.draft_vocab
         if self.engine.runner.graphs is not None and (live is None or live.shape != ids.shape):
             have = "none" if live is None else f"{live.numel()} ids"

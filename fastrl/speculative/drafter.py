@@ -109,6 +109,11 @@ class EagleDrafter(nn.Module):
         """The restricted head ``draft_head`` keeps (None before its first use or without a draft vocabulary)."""
         return self._head
 
+    def drop_cached_head(self) -> None:
+        """Forget the restricted head (the drafter moved device: ``draft_head`` reads it afresh where the policy is;
+        a head kept would stay where it was, outside the module's tensors)."""
+        self._head, self._head_key = None, None
+
     def draft_head(self, policy: CausalLM) -> Tensor:
         """The policy's LM-head rows of the draft vocabulary, refreshed when the head changed.  # -> [K,H]"""
         if self.draft_vocab is None:

@@ -105,7 +105,12 @@ def _bad_vocab(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], str]:
     return state | {DRAFT_VOCAB_KEY: torch.tensor([0, 10**6])}, "draft_vocab"
 
 
-@pytest.mark.parametrize("fault", [_bad_shape, _not_finite, _integer, _missing, _unexpected, _bad_vocab])
+def _narrow_vocab(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], str]:
+    """A valid vocabulary narrower than a strategy's candidates a step: every round of it would fail."""
+    return state | {DRAFT_VOCAB_KEY: torch.tensor([5])}, "draft vocabulary \\(1 ids\\) is narrower than strategy"
+
+
+@pytest.mark.parametrize("fault", [_bad_shape, _not_finite, _integer, _missing, _unexpected, _bad_vocab, _narrow_vocab])
 def test_refused_drafter_load_changes_nothing(checkpoint, fault):
     backend = LocalRollout(worker_config(checkpoint, cotrain=False))
     version, before = backend.drafter_state()

@@ -218,3 +218,20 @@ def test_a_new_vocabulary_of_the_same_size_goes_into_the_live_tensors(model):
     assert torch.equal(refreshed, model.lm_head.weight.detach()[new])
     drafter.set_draft_vocab(torch.arange(12))
     assert drafter.draft_vocab.data_ptr() != live.data_ptr() and drafter.draft_head(model).shape[0] == 12
+
+
+def test_moving_the_models_drops_the_restricted_head(model):
+    """release_memory(["weights"]) moves the models to the CPU; the restricted head, a cache outside the module's
+    tensors, was dropped by re-setting the vocabulary, until a vocabulary of the same size came to be copied in
+    place: the head stayed on the GPU while its bytes were counted as freed. It is dropped explicitly now."""
+    from fastrl.engine.runner import ModelRunner
+    from fastrl.strategy.strategy import Strategy
+
+    drafter = EagleDrafter(model.config)
+    drafter.set_draft_vocab(torch.arange(0, model.config.vocab_size, 2))
+    runner = ModelRunner(model, EngineConfig(max_batch_size=2, max_model_len=64), drafter, [Strategy.parse("3_2_6")])
+    ids = drafter.draft_vocab.clone()
+    assert drafter.draft_head(model) is not None
+    runner._move_models(torch.device("cpu"))  # what a release does on a GPU, and a restore back
+    assert drafter.cached_head() is None and torch.equal(drafter.draft_vocab, ids)
+    assert torch.equal(drafter.draft_head(model), model.lm_head.weight.detach()[ids])
