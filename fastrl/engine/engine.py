@@ -327,7 +327,7 @@ class Engine:
         if self.history is not None:  # requests aborted while they waited (refused ones never reached the index)
             for r in finished:
                 if r.finish_reason == FinishReason.ABORT:
-                    self.history.finish(r.request_id, keep=True)
+                    self.history.finish(r.request_id, keep=keeps_history(r))
         try:
             if not self.runner.released:  # released: only what needs no memory (above) is delivered
                 finished += self._release()  # requests aborted since the last step: their slots go to the waiting
@@ -379,8 +379,8 @@ class Engine:
         self._finishing = False
         released = self.scheduler.release_finished()
         if self.history is not None:
-            for r in released:  # a response that ended in an error teaches the index nothing (an aborted one does)
-                self.history.finish(r.request_id, keep=r.finish_reason != FinishReason.ERROR)
+            for r in released:
+                self.history.finish(r.request_id, keep=keeps_history(r))
         return released
 
     def generate(self, inputs: Iterable[GenerateInput], progress: bool = False) -> list[RequestOutput]:
@@ -532,3 +532,10 @@ def _is_token(token: object) -> bool:
     if isinstance(token, torch.Tensor):
         return token.dim() == 0 and _integer_dtype(token)
     return not isinstance(token, bool) and hasattr(token, "__index__")
+
+
+def keeps_history(request: Request) -> bool:
+    """Whether a released request's response stays in the history index: one that ended in an error teaches it
+    nothing, nor does one aborted before it emitted a token (an empty response would take its prompt tail's share of
+    ``history_tokens`` and evict responses that draft); an aborted one that did emit some does."""
+    return request.finish_reason != FinishReason.ERROR and bool(request.output_ids)

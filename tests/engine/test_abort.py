@@ -153,3 +153,28 @@ def test_an_aborted_id_stays_live_in_a_shared_history_until_it_is_delivered(runn
         other.add_request(first.prompt_ids, first.params, "x")
     assert [o.finish_reason for o in one.step()] == [FinishReason.ABORT]
     other.add_request(first.prompt_ids, first.params, "x")
+
+
+def test_a_request_aborted_before_its_first_token_leaves_no_response_in_the_history():
+    """Aborted requests teach the history index what they emitted; one aborted while it waited emitted nothing, and
+    its empty response was kept all the same: each took its prompt tail's share of history_tokens (evicting real
+    responses) and went into checkpoints. One that emitted tokens is still kept."""
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.models.checkpoint import load_model
+    from fastrl.sampling.params import SamplingParams
+
+    model = load_model(bundled_model_dir())
+    config = EngineConfig(max_batch_size=1, max_model_len=64, history_tokens=4096)
+    engine = Engine(model, config, selector=FixedSelector("suffix_4"))
+    first, queued = list(range(10, 30)), list(range(40, 60))
+    params = SamplingParams(max_new_tokens=30, ignore_eos=True, seed=1)
+    engine.add_request(first, params, "running")
+    engine.step()  # it takes the only slot and emits its first token
+    for i in range(4):
+        engine.add_request(queued, params, f"waiting{i}")
+    assert all(engine.abort(f"waiting{i}") for i in range(4)) and engine.abort("running")
+    while engine.has_unfinished():
+        engine.step()
+    kept = {tuple(prompt): [len(r) for r in responses] for prompt, responses in engine.history.state().groups}
+    assert kept.get(tuple(queued), []) == []
+    assert len(kept[tuple(first)]) == 1 and kept[tuple(first)][0] >= 1
