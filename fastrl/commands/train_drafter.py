@@ -19,6 +19,7 @@ from fastrl.commands.staged_output import staged_directory
 from fastrl.commands.train_drafter_config import TrainDrafterConfig
 from fastrl.commands.train_drafter_prompts import training_prompts
 from fastrl.cotrain.offline import OfflineDrafterReport, train_offline
+from fastrl.cotrain.rollout_plan import RolloutPlan
 from fastrl.cotrain.stream_trainer import check_stream_dir
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.machine import check_device
@@ -139,7 +140,7 @@ def check_engine_memory(
     (ValueError naming ``gen_batch_size`` / ``accept_batch_size``; the measuring one failed at the first epoch's
     end). Each engine holds as many slots as it has requests, at most its batch size (``RolloutPlan``)."""
     length = max(len(p) for p in train_prompts + held_prompts) + cfg.max_new_tokens + 1
-    requests = len(train_prompts) * cfg.samples_per_prompt * len(cfg.temperatures)
+    requests = len(RolloutPlan(train_prompts, cfg.temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed))
     dtype = ENGINE_DTYPES[cfg.engine_dtype]
     for key, slots in (
         ("gen_batch_size", min(cfg.gen_batch_size, requests)),

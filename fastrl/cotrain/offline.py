@@ -167,7 +167,7 @@ def train_offline(
     plan = RolloutPlan(train_prompts, temperatures, cfg.samples_per_prompt, cfg.max_new_tokens, cfg.seed, dtype)
     shards = RolloutShards(plan, cfg.shard_requests, Path(stream_dir))
     prompts = {"prompts": len(train_prompts), "prompt_ids_sha256": token_digest(train_prompts)}
-    if 0.0 in temperatures and cfg.samples_per_prompt > 1:  # where a greedy pass drew alike samples before
+    if any(plan.samples_at(t) < plan.samples for t in temperatures):  # a greedy pass drew them all before
         prompts["greedy_pass"] = GREEDY_PASS
     settings = fingerprint(cfg, {**prompts, **(identity or {})})
     open_stream(shards, settings, canonical)  # refused before the held-out rollouts; run.run checks it again
