@@ -37,6 +37,10 @@ def read_config(path: str | Path) -> ModelConfig:
     d = read_json(file)
     if not isinstance(d, dict):
         raise ValueError(f"{file} must hold a JSON object")
+    if d.get("quantization_config"):
+        method = d["quantization_config"]
+        method = method.get("quant_method", "?") if isinstance(method, dict) else method
+        raise ValueError(f"{file}: quantized checkpoints are not supported (quantization_config: {method!r})")
     try:
         config = ModelConfig.from_hf_dict(d)
     except ValueError as err:
@@ -198,10 +202,14 @@ def non_finite_names(tensors: dict[str, Tensor]) -> list[str]:
 
 def check_weights(tensors: dict[str, Tensor], where: Path | str) -> None:
     """ValueError naming ``where`` and the tensors when any is not floating point (integer or bool weights give
-    garbage once cast) or holds NaN or infinity."""
+    garbage once cast), is a float8 tensor (a quantized checkpoint: its scales live in other tensors, so a cast
+    alone is not the model) or holds NaN or infinity."""
     not_float = sorted(f"{n} ({t.dtype})" for n, t in tensors.items() if not t.is_floating_point())
     if not_float:
         raise ValueError(f"{where}: weights must be floating point, found {not_float[:5]}")
+    float8 = sorted(f"{n} ({t.dtype})" for n, t in tensors.items() if t.element_size() == 1)
+    if float8:
+        raise ValueError(f"{where}: float8 (quantized) weights are not supported, found {float8[:5]}")
     not_finite = non_finite_names(tensors)
     if not_finite:
         raise ValueError(f"{where}: weights hold NaN or infinity in {not_finite[:5]}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from fastrl.json_values import is_int
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "qwen3": 32768}  # config.json lacks it: transformers' family default
+SPECIAL_IDS = {"llama": {"bos_token_id": 1, "eos_token_id": 2}}  # absent (not null): transformers' family defaults
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -25,6 +27,9 @@ class RopeScaling:
     original_max_position_embeddings: int
 
     def __post_init__(self) -> None:
+        factors = (self.factor, self.low_freq_factor, self.high_freq_factor)
+        if not all(math.isfinite(f) for f in factors):  # NaN passes every comparison below
+            raise ValueError(f"rope_scaling: factors must be finite numbers, got {self}")
         if self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor:
             raise ValueError(f"rope_scaling: need factor > 0 and high_freq_factor > low_freq_factor > 0, got {self}")
         if self.original_max_position_embeddings <= 0:
@@ -136,8 +141,8 @@ class ModelConfig:
             tie_word_embeddings=_bool(d, "tie_word_embeddings", False),
             attention_bias=attention_bias,
             qk_norm=model_type == "qwen3",
-            bos_token_id=token_ids(d, "bos_token_id"),
-            eos_token_id=token_ids(d, "eos_token_id"),
+            bos_token_id=token_ids(d, "bos_token_id", SPECIAL_IDS.get(model_type, {})),
+            eos_token_id=token_ids(d, "eos_token_id", SPECIAL_IDS.get(model_type, {})),
         )
 
     def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -230,15 +235,13 @@ def _positive_float(d: dict[str, Any], key: str, default: float | None) -> float
 
 def _rope_theta(d: dict[str, Any]) -> float:
     """The RoPE base: the one value among the top-level `rope_theta`, `rope_scaling.rope_theta` and
-    `rope_parameters.rope_theta` that are present (10000, every family's default, when none is). ValueError naming
+    `rope_parameters.rope_theta` that are read (10000, every family's default, when none is). ValueError naming
     the keys when they disagree: transformers 4.x reads the top-level key only, 5.x the rope dict's first
     (`rope_scaling`, else `rope_parameters`), so the checkpoint is a different model to each, and a rollout could not
-    equal the trainer's policy."""
-    sources = {
-        "rope_theta": d,
-        "rope_scaling.rope_theta": d.get("rope_scaling"),
-        "rope_parameters.rope_theta": d.get("rope_parameters"),
-    }
+    equal the trainer's policy. Beside a `rope_scaling` dict, `rope_parameters` is read by neither version (5.x
+    takes the top-level key, else 10000, where `rope_scaling` has no base), so it is not read here either."""
+    rope_dict = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    sources = {"rope_theta": d, f"{rope_dict}.rope_theta": d.get(rope_dict)}
     given = {key: m.get("rope_theta") for key, m in sources.items() if isinstance(m, dict)}
     thetas = {key: _positive_float(given, key, None) for key, value in given.items() if value is not None}
     if len(set(thetas.values())) > 1:
@@ -257,10 +260,12 @@ def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def token_ids(d: dict[str, Any], key: str) -> int | list[int] | None:
-    """A special token id (or, for eos, a list of them, maybe empty): integers >= 0, or None. (Not checked against
-    the vocabulary: shrunk test checkpoints keep their full model's ids, and transformers loads them.)"""
-    value = d.get(key)
+def token_ids(d: dict[str, Any], key: str, defaults: dict[str, int] | None = None) -> int | list[int] | None:
+    """A special token id (or, for eos, a list of them, maybe empty): integers >= 0, or None; a key absent from
+    ``d`` takes ``defaults[key]`` when there is one (transformers' LlamaConfig fills bos 1 and eos 2), a null stays
+    None. (Not checked against the vocabulary: shrunk test checkpoints keep their full model's ids, and
+    transformers loads them.)"""
+    value = d[key] if key in d else (defaults or {}).get(key)
     ids = value if isinstance(value, list) else [value]
     if value is not None and not all(is_int(t) and t >= 0 for t in ids):
         raise ValueError(f"{key} must be a token id >= 0 (or a list of them), got {value!r}")
@@ -321,4 +326,4 @@ def _parse_rope(rope: dict[str, Any], max_position_embeddings: int, top_level_or
     except KeyError as err:
         raise ValueError(f"llama3 rope_scaling lacks key {err.args[0]!r}: {rope!r}") from None
     except (TypeError, ValueError):
-        raise ValueError(f"llama3 rope_scaling needs numbers for its factors, got {rope!r}") from None
+        raise ValueError(f"llama3 rope_scaling needs finite numbers for its factors, got {rope!r}") from None

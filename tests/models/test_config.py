@@ -110,7 +110,15 @@ def test_to_hf_dict_loads_in_autoconfig(tmp_path, model_type):
         ({"architectures": [], "model_type": ["llama"]}, r"model_type \['llama'\] is not supported"),
         (
             {"rope_scaling": {"rope_type": "llama3", "factor": None, "low_freq_factor": 1, "high_freq_factor": 4}},
-            "llama3 rope_scaling needs numbers",
+            "llama3 rope_scaling needs finite numbers",
+        ),
+        *(
+            (
+                {"rope_scaling": {**LLAMA31_V4["rope_scaling"], key: value}},
+                "llama3 rope_scaling needs finite numbers",
+            )
+            for key in ("factor", "low_freq_factor", "high_freq_factor")
+            for value in (float("nan"), float("inf"))
         ),
         ({"rope_theta": None, "rope_scaling": None, "rope_parameters": "x"}, "rope parameters 'x' are not supported"),
     ],
@@ -142,10 +150,6 @@ L3 = dict(LLAMA31_V4["rope_scaling"])
             {"rope_theta": 1e6, "rope_scaling": {**L3, "rope_theta": 1e4}},
             "rope_theta=1000000.0, rope_scaling.rope_theta=10000.0",
         ),
-        (
-            {"rope_scaling": {**L3, "rope_theta": 1e4}, "rope_parameters": {**L3, "rope_theta": 1e6}},
-            "rope_scaling.rope_theta=10000.0, rope_parameters.rope_theta=1000000.0",
-        ),
     ],
 )
 def test_rope_bases_that_disagree_are_refused(rope, values):
@@ -162,6 +166,10 @@ def test_rope_bases_that_disagree_are_refused(rope, values):
         {"rope_scaling": {**L3, "rope_theta": 5e5}},
         {"rope_theta": None, "rope_parameters": {**L3, "rope_theta": 5e5}},
         {"rope_parameters": L3},
+        # beside rope_scaling, rope_parameters is read by neither transformers 4.x nor 5.x
+        {"rope_scaling": {**L3, "rope_theta": 1e4}, "rope_parameters": {**L3, "rope_theta": 1e6}},
+        {"rope_scaling": {"rope_type": "default"}, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}},
+        {"rope_scaling": L3, "rope_parameters": {**L3, "rope_theta": 5e5}},
     ],
 )
 def test_one_rope_base_is_read_as_transformers_reads_it(tmp_path, rope):
@@ -255,3 +263,17 @@ def test_null_partial_rotary_factor_is_unset_and_a_null_qwen3_head_dim_is_refuse
     assert ModelConfig.from_hf_dict(qwen3).head_dim == 128
     with pytest.raises(ValueError, match=r"head_dim must be an integer >= 1, got None"):
         ModelConfig.from_hf_dict({**qwen3, "head_dim": None})
+
+
+@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_absent_special_ids_take_transformers_defaults(tmp_path, family):
+    """An absent bos/eos id is the family's default, as transformers' config class fills it (LlamaConfig: 1 and
+    2, so generation stops on 2); a null stays None."""
+    d = {k: v for k, v in LLAMA31_V4.items() if k not in ("bos_token_id", "eos_token_id", "model_type")}
+    d["architectures"], d["model_type"] = [family], ARCHITECTURES[family]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    hf = AutoConfig.from_pretrained(tmp_path)
+    config = ModelConfig.from_hf_dict(d)
+    assert (config.bos_token_id, config.eos_token_id) == (hf.bos_token_id, hf.eos_token_id)
+    nulls = ModelConfig.from_hf_dict({**d, "bos_token_id": None, "eos_token_id": None})
+    assert (nulls.bos_token_id, nulls.eos_token_id) == (None, None)

@@ -42,6 +42,14 @@ def _truncate(file) -> None:
         (lambda t: t["model.norm.weight"].__setitem__(0, float("nan")), r"NaN or infinity in \['model.norm.weight'\]"),
         (lambda t: t["lm_head.weight"].__setitem__(0, float("inf")), r"NaN or infinity in \['lm_head.weight'\]"),
         (lambda t: t.__setitem__("model.norm.weight", t["model.norm.weight"].to(torch.int32)), "floating point"),
+        (
+            lambda t: t.__setitem__("lm_head.weight", t["lm_head.weight"].to(torch.float8_e4m3fn)),
+            r"float8 \(quantized\) weights are not supported, found \['lm_head.weight \(torch.float8_e4m3fn\)'\]",
+        ),
+        (
+            lambda t: t.__setitem__("lm_head.weight", t["lm_head.weight"].to(torch.float8_e5m2)),
+            r"float8 \(quantized\) weights are not supported",
+        ),
     ],
 )
 def test_bad_values_are_named_with_the_file(checkpoint, change, message):
@@ -49,6 +57,14 @@ def test_bad_values_are_named_with_the_file(checkpoint, change, message):
     with pytest.raises(ValueError, match=message) as info:
         load_model(checkpoint)
     assert "model.safetensors" in str(info.value)
+
+
+def test_a_quantized_config_is_refused_by_name(checkpoint):
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: quantized checkpoints are not supported \(.*'fp8'\)"):
+        load_model(checkpoint)
 
 
 def test_overflow_when_cast_is_an_error(checkpoint):
