@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from torch import Tensor
+from torch import Tensor, nn
 
 from fastrl.json_values import read_json
 from fastrl.models.config import ModelConfig, token_ids
@@ -229,11 +229,11 @@ def read_tensors(directory: Path, dtype: torch.dtype, device: torch.device | str
     return tensors
 
 
-def check_tensors(model: CausalLM, tensors: dict[str, Tensor], directory: Path | None = None) -> None:
-    """Raises one ValueError listing missing, unexpected and mis-shaped tensors (naming the checkpoint ``directory``
-    they were read from, when given)."""
+def check_tensors(model: nn.Module, tensors: dict[str, Tensor], where: str = "checkpoint") -> None:
+    """Raises one ValueError listing missing, unexpected and mis-shaped tensors, naming ``where`` they come from
+    (``checkpoint DIR``, ``pushed policy weights``)."""
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
+    if getattr(model.config, "tie_word_embeddings", False):
         expected.pop("lm_head.weight", None)
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
@@ -246,8 +246,18 @@ def check_tensors(model: CausalLM, tensors: dict[str, Tensor], directory: Path |
     problems += [f"unexpected tensors {unexpected}"] if unexpected else []
     problems += [f"mis-shaped tensors {shapes}"] if shapes else []
     if problems:
-        where = "checkpoint" if directory is None else f"checkpoint {directory}"
         raise ValueError(f"{where} does not match the config: " + "; ".join(problems))
+
+
+def check_cast(model: nn.Module, tensors: dict[str, Tensor], where: str) -> None:
+    """ValueError naming ``where`` and the tensors that overflow to infinity once cast to the dtype of the
+    ``model``'s tensor of their name (a finite float32 1e5 is infinite in float16): the check a checkpoint gets at
+    load (`read_tensors`), for weights pushed into a live model."""
+    live = model.state_dict()
+    cast = {k: v.to(live[k].dtype) for k, v in tensors.items() if k in live and v.dtype != live[k].dtype}
+    bad = non_finite_names(cast)
+    if bad:
+        raise ValueError(f"{where}: weights overflow to infinity in {live[bad[0]].dtype}: {bad[:5]}")
 
 
 def drop_tied_copy(tensors: dict[str, Tensor], where: str) -> None:
@@ -274,7 +284,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
         drop_tied_copy(tensors, f"checkpoint {directory}")
     with torch.device("meta"):
         model = CausalLM(config)
-    check_tensors(model, tensors, directory)
+    check_tensors(model, tensors, f"checkpoint {directory}")
     model.load_state_dict(tensors, strict=False, assign=True)
     model.tie_weights()
     return model.eval()

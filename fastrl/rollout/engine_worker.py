@@ -20,7 +20,14 @@ from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
-from fastrl.models.checkpoint import IGNORED_SUFFIXES, check_tensors, check_weights, drop_tied_copy, load_model
+from fastrl.models.checkpoint import (
+    IGNORED_SUFFIXES,
+    check_cast,
+    check_tensors,
+    check_weights,
+    drop_tied_copy,
+    load_model,
+)
 from fastrl.models.decoder import CausalLM
 from fastrl.rollout.types import DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY, RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig
@@ -242,7 +249,8 @@ class EngineWorker:
             weights = {k: v for k, v in state.items() if k not in (DRAFT_VOCAB_KEY, EXTRA_LAYERS_KEY)}
             try:  # the policy path's checks (load_policy_weights); check_tensors reads state_dict() and config
                 check_weights(weights, "pushed drafter weights")
-                check_tensors(self.drafter, weights)  # type: ignore[arg-type]
+                check_tensors(self.drafter, weights, "pushed drafter weights")
+                check_cast(self.drafter, weights, "pushed drafter weights")
             except ValueError as err:
                 raise ValueError(f"worker {self.worker_id}: drafter version {version} refused: {err}") from None
             if DRAFT_VOCAB_KEY in state:  # checks the ids before it changes anything
@@ -495,7 +503,8 @@ def load_policy_weights(model: CausalLM, state: dict[str, Tensor]) -> None:
     check_weights(tensors, "pushed policy weights")
     if model.config.tie_word_embeddings:
         drop_tied_copy(tensors, "pushed policy weights")
-    check_tensors(model, tensors)
+    check_tensors(model, tensors, "pushed policy weights")
+    check_cast(model, tensors, "pushed policy weights")
     with torch.no_grad():
         model.load_state_dict(tensors, strict=False)
     model.tie_weights()

@@ -105,6 +105,14 @@ def test_release_at_sleep_follows_verls_free_cache_engine_in_hybrid_mode(option,
     assert options.releases_at_sleep(free_cache_engine, mode) is releases
 
 
+@pytest.mark.parametrize("mode", ["HYBRID", "COLOCATED"])
+def test_a_forced_release_verl_never_resumes_is_refused(mode):
+    """With free_cache_engine=false verl resumes nothing after sleep (no resume(tags), no wake_up): a forced
+    release there would leave every later rollout waiting, so it is refused naming both keys."""
+    with pytest.raises(ValueError, match=r"release_at_sleep=true with actor_rollout_ref\.rollout\.free_cache_engine"):
+        FastrlRolloutOptions(release_at_sleep=True).releases_at_sleep(False, mode)
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, None, "true"])
 def test_a_bad_release_at_sleep_is_refused_naming_the_key(bad):
     with pytest.raises(ValueError, match=r"custom\.fastrl\.release_at_sleep must be 'auto', true or false"):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fastrl.cotrain.features import policy_features
+from fastrl.engine.config import EngineConfig
 from fastrl.models.checkpoint import load_model
 from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.types import RolloutRequest
@@ -99,3 +100,22 @@ def test_tied_policy_update_with_or_without_lm_head(tmp_path):
 
 def worker_config_plain(model_dir: str) -> RolloutWorkerConfig:
     return RolloutWorkerConfig(model_dir=model_dir, strategy="disable", cotrain=False, engine={"max_batch_size": 2})
+
+
+def test_pushes_that_overflow_the_engines_dtype_are_refused(checkpoint):
+    """A finite float32 value past float16's range is infinite once cast into a float16 engine: the push is refused
+    naming it, as a checkpoint is at load, and the live weights and versions stay as they were."""
+    half = EngineWorker("w16", worker_config(checkpoint, engine=EngineConfig(max_batch_size=4, dtype="float16")))
+    policy = {k: v.float().clone() for k, v in half.engine.model.state_dict().items()}
+    policy["model.norm.weight"][0] = 1e5
+    with pytest.raises(ValueError, match=r"pushed policy weights: weights overflow to infinity in torch.float16"):
+        half.update_policy(1, policy)
+    drafter = {k: v.float().clone() for k, v in half.drafter.state_dict().items()}
+    drafter["fc.weight"][0, 0] = -1e6
+    with pytest.raises(ValueError, match=r"pushed drafter weights: weights overflow to infinity .*\['fc.weight'\]"):
+        half.update_drafter(half.drafter_version + 1, drafter)
+    assert torch.isfinite(half.engine.model.model.norm.weight).all() and torch.isfinite(half.drafter.fc.weight).all()
+    assert half.policy_version == 0
+    del policy["model.norm.weight"]
+    with pytest.raises(ValueError, match=r"pushed policy weights does not match the config: missing tensors"):
+        half.update_policy(1, policy)

@@ -124,9 +124,19 @@ class FastrlRolloutOptions:
 
     def releases_at_sleep(self, free_cache_engine: bool, rollout_mode: str) -> bool:
         """Whether a server gives its device memory back at ``sleep`` (see ``release_at_sleep``); ``rollout_mode``
-        is the name of verl's ``RolloutMode`` of the replica (HYBRID, COLOCATED or STANDALONE)."""
+        is the name of verl's ``RolloutMode`` of the replica (HYBRID, COLOCATED or STANDALONE). ValueError for
+        ``true`` beside ``free_cache_engine=false`` in hybrid or colocated mode: verl then never resumes the
+        memory (no ``resume(tags=...)``, no ``wake_up``), so every rollout after the first sleep would wait."""
+        shares_devices = rollout_mode in ("HYBRID", "COLOCATED")
         if self.release_at_sleep == "auto":
-            return bool(free_cache_engine) and rollout_mode in ("HYBRID", "COLOCATED")
+            return bool(free_cache_engine) and shares_devices
+        if self.release_at_sleep is True and shares_devices and not free_cache_engine:
+            raise ValueError(
+                f"{PREFIX}release_at_sleep=true with actor_rollout_ref.rollout.free_cache_engine=false in "
+                f"{rollout_mode.lower()} mode: verl then never gives the memory back (no resume, no wake_up), so "
+                "rollouts after the first sleep would wait for ever; set free_cache_engine=true or leave "
+                "release_at_sleep at auto"
+            )
         return bool(self.release_at_sleep)
 
     def resolved_device(self, cuda_available: bool) -> str:

@@ -73,6 +73,7 @@ class FastrlServer:
         self.config: RolloutConfig = omega_conf_to_dataclass(config)
         self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.options = FastrlRolloutOptions.from_custom(self.config.custom)
+        self._release_at_sleep = self.options.releases_at_sleep(self.config.free_cache_engine, rollout_mode)
         self.name = name
         if cuda_visible_devices:
             os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
@@ -97,7 +98,6 @@ class FastrlServer:
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote(name, worker_config)
         self._hub = hub if self.options.cotrain else None
-        self._release_at_sleep = self.options.releases_at_sleep(self.config.free_cache_engine, rollout_mode)
         self.global_steps: int | None = None
         self._policy_version = 0
         self._pending: dict[str, Tensor] = {}
