@@ -126,8 +126,9 @@ class FeatureBuffer:
             self._sequences += 1
 
     def sample(self, batch_tokens: int, rng: random.Random) -> list[FeatureSequence]:
-        """Recency-weighted draw without replacement of sequences holding at most ``batch_tokens`` tokens in all
-        (at least one sequence whenever the buffer is not empty); [] when it is empty."""
+        """Recency-weighted draw without replacement of sequences whose padded batch (rows x the longest, what the
+        trainer computes over: `FeatureBatch.collate`) holds at most ``batch_tokens`` entries, as `make_batches`
+        bounds a batch (at least one sequence whenever the buffer is not empty); [] when it is empty."""
         if not self._sequences:
             return []
         newest = max(self._by_version)
@@ -141,14 +142,14 @@ class FeatureBuffer:
                 keyed.append((u ** (1.0 / weight) if weight > 0 else 0.0, seq))
         keyed.sort(key=lambda item: item[0], reverse=True)
         chosen: list[FeatureSequence] = []
-        total = 0
+        width = 0
         for _, seq in keyed:
-            n = seq.tokens.shape[0]
-            if chosen and total + n > batch_tokens:
+            wider = max(width, seq.tokens.shape[0])
+            if chosen and (len(chosen) + 1) * wider > batch_tokens:
                 continue
             chosen.append(seq)
-            total += n
-            if total >= batch_tokens:
+            width = wider
+            if len(chosen) * width >= batch_tokens:
                 break
         return chosen
 

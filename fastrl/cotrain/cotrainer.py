@@ -88,7 +88,8 @@ class CoTrainer:
         self.rollout = RolloutTotals()
 
     def prepare(self, live: EagleDrafter, version: int) -> None:
-        """Copy the live weights into the training copy unless it already trains on top of ``version``."""
+        """Copy the live weights and draft vocabulary (not in the state dict: a buffer that is not persistent) into
+        the training copy unless it already trains on top of ``version``."""
         if self._drafter is not None and self._base_version == version:
             return
         if self._drafter is None:
@@ -97,6 +98,7 @@ class CoTrainer:
         else:
             with torch.no_grad():
                 self._drafter.load_state_dict(live.state_dict())
+            self._drafter.set_draft_vocab(None if live.draft_vocab is None else live.draft_vocab.clone())
         self._base_version = version
         self.round_steps = 0
         self.round_tokens = 0

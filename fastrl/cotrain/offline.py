@@ -200,7 +200,7 @@ def train_offline(
     if state.tokens == 0:
         raise nothing_to_train("training", len(plan), cfg)
     accept = []
-    for temperature in (0.0, cfg.temperature):
+    for temperature in dict.fromkeys((0.0, cfg.temperature)):  # once at T=0 when that is the run's too
         inputs = accept_inputs(held_prompts, temperature, cfg)
         for strategy in cfg.accept_strategies:
             totals = measure(rollout_policy, drafter, held_plan, inputs, strategy, cfg)

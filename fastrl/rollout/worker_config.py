@@ -39,7 +39,7 @@ class RolloutWorkerConfig:
     buffer_tokens: capacity of the worker's feature buffer, in tokens.
     retention_versions: policy versions kept in the buffer (the newest N; 0 keeps every version).
     recency_decay: sampling weight of a sequence is ``recency_decay ** (newest_version - its_version)``.
-    trainer: the drafter optimiser (``max_tokens_per_batch`` is also the token budget of one sampled batch).
+    trainer: the drafter optimiser (``max_tokens_per_batch`` also bounds one sampled batch's padded entries).
     slice_seconds: length of one co-training slice (the tail can end at most one training step later).
     schedule: how many updates a rollout buys (fastrl.cotrain.schedule). The default here is the wall-clock
         ``time`` mode with nothing held out (what a server without rollout boundaries, e.g. verl's, can run);

@@ -161,3 +161,24 @@ def test_train_drafter_checks_its_prompts_before_the_policy_loads(tmp_path, monk
     with pytest.raises(ValueError, match=r"p.jsonl:2: prompt token ids out of the vocabulary \[0, 91\)"):
         train_drafter.run_train_drafter(cfg)
     assert not (tmp_path / "drafter").exists()
+
+
+def test_accept_lengths_at_t0_are_measured_once_when_the_run_is_greedy(tmp_path):
+    """The held-out accept lengths are measured at T=0 and at the run's temperature: once when that is 0 too."""
+    from fastrl.commands.train_drafter import run_train_drafter
+
+    path = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}+{a + 1}="} for a in range(5)])
+    cfg = TrainDrafterConfig(
+        prompts=path,
+        eval_prompts=2,
+        max_new_tokens=6,
+        temperature=0.0,
+        rollout_temperatures=[0.0],
+        epochs=1,
+        accept_strategies=["3_1_4", "2_1_3"],
+        accept_requests=2,
+        gen_batch_size=4,
+        output=str(tmp_path / "drafter"),
+    )
+    report = run_train_drafter(cfg)
+    assert [(a.strategy, a.temperature) for a in report.accept_lengths] == [("3_1_4", 0.0), ("2_1_3", 0.0)]

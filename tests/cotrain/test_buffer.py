@@ -79,6 +79,22 @@ def test_sample_respects_budget_and_favours_recent_versions():
     assert len(buf.sample(5, rng)) == 1  # one sequence even when it exceeds the budget
 
 
+def test_a_sampled_batch_is_bounded_padded_as_the_trainer_computes_it():
+    """The trainer pads a batch to rows x its longest sequence: on long-tailed lengths a bound on the token sum let
+    batches grow to 10-20x the budget in padded entries. Random buffers and budgets: rows x longest <= budget
+    (a single sequence excepted), and nothing that would still fit is left out when the draw stops early."""
+    for case in range(60):
+        rng = random.Random(case)
+        buf = FeatureBuffer(capacity_tokens=10**7, recency_decay=rng.choice([0.3, 1.0]))
+        for _ in range(rng.randint(1, 60)):
+            buf.add(seq(min(4000, int(2 * rng.paretovariate(0.8))) + 2, rng.randint(0, 3), tag=0))
+        budget = rng.choice([16, 100, 1000, 8192])
+        for _ in range(5):
+            batch = buf.sample(budget, rng)
+            padded = len(batch) * max(s.tokens.shape[0] for s in batch)
+            assert len(batch) == 1 or padded <= budget, (case, budget, padded)
+
+
 def test_versions_whose_weight_underflows_are_sampled_last_not_a_crash():
     """recency_decay ** age reaches 0.0 once versions lie far enough apart (0.1 ** 330); u ** (1 / 0.0) raised
     ZeroDivisionError, and every co-training slice failed from then on."""

@@ -133,3 +133,17 @@ def test_the_copy_trains_in_float32_whatever_the_engines_dtype(setup, engine_dty
     expected_loss = sum(m.loss * m.tokens for m in expected) / sum(m.tokens for m in expected)
     # float32 steps: within 1e-5 of float64 ones, from a float64 engine or a bf16 one (a bf16 copy: ~2e-3 off)
     assert metrics.loss == pytest.approx(expected_loss, rel=1e-5 if engine_dtype == torch.float64 else 2e-4)
+
+
+def test_a_new_live_version_brings_its_draft_vocabulary_to_the_copy(setup):
+    """The draft vocabulary is a buffer outside the state dict: a copy restarted from a live drafter whose vocabulary
+    changed (or was dropped) must train over the live one's, not the one it was first copied with."""
+    policy, live, seqs = setup
+    live = copy.deepcopy(live)
+    trainer = CoTrainer(policy, DrafterTrainerConfig(lr=3e-3, warmup_steps=0))
+    for version, ids in enumerate([torch.arange(3, 40), torch.arange(50, 87), None, torch.arange(10, 90)]):
+        live.set_draft_vocab(ids)
+        trainer.prepare(live, version=version)
+        trainer.train_slice(lambda _: seqs, seconds=30.0, should_stop=stop_after(1))
+        copied = trainer._drafter.draft_vocab
+        assert (copied is None) == (ids is None) and (ids is None or torch.equal(copied, ids)), version
