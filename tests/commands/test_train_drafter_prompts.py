@@ -96,18 +96,7 @@ def test_train_drafter_on_a_prompts_file_writes_a_drafter(tmp_path):
     from fastrl.speculative.drafter_checkpoint import read_drafter_info
 
     path = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}+{a + 1}="} for a in range(6)])
-    cfg = TrainDrafterConfig(
-        prompts=path,
-        eval_prompts=2,
-        max_new_tokens=8,
-        rollout_temperatures=[0.0, 1.0],
-        epochs=1,
-        accept_strategies=["3_1_4"],
-        accept_requests=2,
-        gen_batch_size=4,
-        draft_vocab_size=16,
-        output=str(tmp_path / "drafter"),
-    )
+    cfg = small_run(tmp_path, path, max_new_tokens=8, rollout_temperatures=[0.0, 1.0], draft_vocab_size=16)
     report = run_train_drafter(cfg)
     assert report.train_sequences == 8  # 4 training prompts x 2 temperatures
     assert [a.strategy for a in report.accept_lengths] == ["3_1_4", "3_1_4"]
@@ -168,17 +157,14 @@ def test_accept_lengths_at_t0_are_measured_once_when_the_run_is_greedy(tmp_path)
     from fastrl.commands.train_drafter import run_train_drafter
 
     path = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"{a}+{a + 1}="} for a in range(5)])
-    cfg = TrainDrafterConfig(
-        prompts=path,
-        eval_prompts=2,
-        max_new_tokens=6,
-        temperature=0.0,
-        rollout_temperatures=[0.0],
-        epochs=1,
-        accept_strategies=["3_1_4", "2_1_3"],
-        accept_requests=2,
-        gen_batch_size=4,
-        output=str(tmp_path / "drafter"),
-    )
+    cfg = small_run(tmp_path, path, temperature=0.0, rollout_temperatures=[0.0], accept_strategies=["3_1_4", "2_1_3"])
     report = run_train_drafter(cfg)
     assert [(a.strategy, a.temperature) for a in report.accept_lengths] == [("3_1_4", 0.0), ("2_1_3", 0.0)]
+
+
+def small_run(tmp_path, prompts: str, **settings) -> TrainDrafterConfig:
+    """A train-drafter run of a few seconds on ``prompts`` (2 held out), into ``tmp_path/drafter``."""
+    defaults = dict(eval_prompts=2, max_new_tokens=6, epochs=1, accept_strategies=["3_1_4"], accept_requests=2)
+    return TrainDrafterConfig(
+        prompts=prompts, gen_batch_size=4, output=str(tmp_path / "drafter"), **{**defaults, **settings}
+    )
