@@ -29,7 +29,7 @@ def usage() -> str:
     rows = "\n".join(f"  {name:<15}{summary:<42} {example}" for name, (summary, example) in SUMMARIES.items())
     return (
         "usage: fastrl <command> [key=value ...] [--help | --cfg job | --info | -m]\n\ncommands:\n"
-        f"{rows}\n\nEvery key of the command's config (fastrl/conf/<command>.yaml) can be overridden as key=value;\n"
+        f"{rows}\n\nEvery key of the command's config (under fastrl/conf/) can be overridden as key=value;\n"
         "`fastrl <command> --help` lists them with their defaults."
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import MISSING
+
 from fastrl.commands.decode_config import DecodeConfig
 
 
@@ -12,7 +14,7 @@ from fastrl.commands.decode_config import DecodeConfig
 class GenerateConfig(DecodeConfig):
     """Keys of `fastrl generate` (see conf/generate.yaml): the decode keys, plus where results go."""
 
-    output: str = ""
+    output: str = MISSING  # required (`???` in --help); a dataclass default: it follows defaulted keys
     stats_output: str = ""
     plot_output: str = ""
     bandit_state: str = ""
@@ -20,7 +22,7 @@ class GenerateConfig(DecodeConfig):
 
     def __post_init__(self) -> None:
         self.check_decode_keys("generate")
-        if not self.output:
+        if not self.output or self.output == MISSING:
             raise ValueError("generate.output: give an output JSONL file, e.g. output=out.jsonl")
         if self.bandit_state and self.strategy != "bandit":
             raise ValueError(f"generate.bandit_state: a bandit's state file needs strategy=bandit, got {self.strategy}")

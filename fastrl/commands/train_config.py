@@ -51,8 +51,8 @@ class DrafterSpec:
         pushed) or ``time`` (train while the tail lasts: depends on wall-clock time, not reproducible).
         See fastrl.cotrain.schedule.
     updates_per_rollout: drafter optimiser steps per worker per rollout (``steps`` schedule).
-    heldout_fraction: share of the requests (by a hash of the request id) kept out of co-training to measure the
-        drafter's held-out top-1 before and after each rollout's update.
+    heldout_fraction: share of the prompts (by a hash of the prompt's tokens: a GRPO group stays on one side) kept
+        out of co-training to measure the drafter's held-out top-1 before and after each rollout's update.
     """
 
     path: str = ""

@@ -3,7 +3,8 @@
 A batched prefill pads every prompt to the longest: 256 prompts of 20 to 60 tokens compute 60 positions each, a
 third of them padding, and the prompts of an RL batch spread far wider. `length_groups` puts each prompt on a fixed
 geometric ladder of lengths (ratio `LEVEL_RATIO`) and runs one forward per rung, padded to the longest prompt on
-it: a prompt is padded by less than a quarter of its length.
+it and up to a multiple of `ROW_BLOCK` positions: a prompt is padded by less than a quarter of its length plus at
+most `ROW_BLOCK` - 1 positions.
 
 The rule looks only at which lengths are present, never at how many prompts have them, so a GRPO group's prompt
 prefilled once (prefix sharing) runs in a forward of the same width as when each sibling prefills its own copy,

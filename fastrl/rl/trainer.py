@@ -79,17 +79,19 @@ def check_resumable(path: str | Path, config: GRPOConfig, task: object = None, s
     meta = read_trainer_state(path)
     saved = GRPOConfig(**meta["config"])
     keys = config.trajectory_differences(saved)
-    if keys:
-        changes = _changes(asdict(saved), asdict(config), keys)
+    if keys:  # named as `fastrl train` spells them (its rl section is this GRPOConfig)
+        changes = _changes(asdict(saved), asdict(config), keys, "rl.")
         raise ValueError(
-            f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: {keys} ({changes})"
+            f"cannot resume {path} exactly: GRPOConfig keys differ from the checkpoint's: "
+            f"{['rl.' + k for k in keys]} ({changes})"
         )
     saved_task, now = meta.get("task"), task_settings(task)
     if isinstance(saved_task, dict) and now is not None and saved_task != now:
         keys = sorted(k for k in set(saved_task) | set(now) if saved_task.get(k) != now.get(k))
-        changes = _changes(saved_task, now, keys)
+        changes = _changes(saved_task, now, keys, "task.")
         raise ValueError(
-            f"cannot resume {path} exactly: the task's settings differ from the checkpoint's: {keys} ({changes})"
+            f"cannot resume {path} exactly: the task's settings differ from the checkpoint's: "
+            f"{['task.' + k for k in keys]} ({changes})"
         )
     recorded = meta.get("settings")
     if isinstance(recorded, dict) and settings is not None:
@@ -101,9 +103,11 @@ def check_resumable(path: str | Path, config: GRPOConfig, task: object = None, s
             )
 
 
-def _changes(saved: dict, now: dict, keys: list[str]) -> str:
-    """``key: value in the checkpoint, value now`` for each of ``keys`` (JSON-spelled values)."""
-    return "; ".join(f"{k}: {json.dumps(saved.get(k))} in the checkpoint, {json.dumps(now.get(k))} now" for k in keys)
+def _changes(saved: dict, now: dict, keys: list[str], prefix: str = "") -> str:
+    """``prefix + key: value in the checkpoint, value now`` for each of ``keys`` (JSON-spelled values)."""
+    return "; ".join(
+        f"{prefix}{k}: {json.dumps(saved.get(k))} in the checkpoint, {json.dumps(now.get(k))} now" for k in keys
+    )
 
 
 def task_settings(task: object) -> dict | None:

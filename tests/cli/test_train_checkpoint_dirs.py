@@ -84,7 +84,7 @@ def test_a_refused_resume_starts_no_wandb_run_and_a_resume_logs_into_the_runs_ow
     recorded = (run / ".hydra" / "overrides.yaml").read_text()
     log = (run / "train.log").read_text()
     assert main(["train", f"resume={run}", "rl.steps=2", "rl.lr=0.5"]) == 2
-    assert "GRPOConfig keys differ from the checkpoint's: ['lr']" in capsys.readouterr().err
+    assert "GRPOConfig keys differ from the checkpoint's: ['rl.lr']" in capsys.readouterr().err
     assert sorted((run / "wandb").glob("offline-run-*")) == first
     assert (run / ".hydra" / "overrides.yaml").read_text() == recorded  # the refused resume left the run's record
     assert (run / "train.log").read_text() == log

@@ -35,7 +35,10 @@ def one_step(policy_dir, tmp_path_factory):
         ("drafter=frozen", 'drafter.cotrain: true in the checkpoint, false now; drafter.path: "fresh" in the'),
         ("rollout.engine.dtype=float32", 'rollout.engine.dtype: "float64" in the checkpoint, "float32" now'),
         ("strategy.name=3_1_4", 'strategy.name: "2_1_3" in the checkpoint, "3_1_4" now'),
-        ("rl.lr=0.5", "GRPOConfig keys differ from the checkpoint's: ['lr'] (lr: 0.001 in the checkpoint, 0.5 now)"),
+        (
+            "rl.lr=0.5",
+            "GRPOConfig keys differ from the checkpoint's: ['rl.lr'] (rl.lr: 0.001 in the checkpoint, 0.5 now)",
+        ),
     ],
 )
 def test_a_setting_that_changes_the_run_is_refused_naming_it(one_step, tmp_path, capsys, override, said):

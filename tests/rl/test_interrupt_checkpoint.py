@@ -108,7 +108,9 @@ def test_a_checkpoint_records_the_tasks_settings_and_resume_compares_them(tmp_pa
     assert saved["task"] == json.loads(json.dumps(dataclasses.asdict(TaskConfig(n_max=6))))
     other, _ = _run(tmp_path, "other")
     other.task.config = TaskConfig(n_max=5)
-    with pytest.raises(ValueError, match=r"the task's settings differ from the checkpoint's: \['n_max'\]"):
+    with pytest.raises(
+        ValueError, match=r"the task's settings differ from the checkpoint's: \['task.n_max'\] \(task.n_max: "
+    ):
         other.resume(tmp_path / "run" / "step_000002")
 
 
