@@ -82,7 +82,45 @@ class PagedSdpa:
         else:
             keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
         mask = meta.mask if meta.bias is None else meta.bias
+        if q.shape[2] > 1 and cache.device.type == "cpu" and not finite(keys, values):  # a host read: CPU only
+            return attend_finite_hidden(q, keys, values, meta.mask, gqa)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+
+
+def finite(*tensors: Tensor) -> bool:
+    """Whether every value of ``tensors`` is finite (a host read)."""
+    return all(bool(t.isfinite().all()) for t in tensors)
+
+
+def attend_finite_hidden(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, gqa: bool) -> Tensor:
+    """Attention where some keys or values are not finite: those a query may not see add nothing (in the products
+    0 * NaN is NaN: a rejected draft whose values are not finite would reach every node of its tree, which plain
+    decoding never computes); a query that may see one gets what the products over the keys it sees give (NaN, an
+    infinity, or a finite value where an infinite score is -inf), computed over those keys alone.
+
+    # q [B,h,S,hd], keys/values [B,kvh,L,hd], mask [B,1,S,L] bool -> [B,h,S,hd]
+    """
+    finite_k, finite_v = keys.isfinite(), values.isfinite()
+    clean_v = values.where(finite_v, 0.0)
+    out = F.scaled_dot_product_attention(q, keys.where(finite_k, 0.0), clean_v, attn_mask=mask, enable_gqa=gqa)
+    group = q.shape[1] // keys.shape[1]
+
+    def seen(bad: Tensor) -> Tensor:  # [B,kvh,L] -> [B,h,S]: a query may see a key that is bad
+        return (mask & bad.repeat_interleave(group, dim=1)[:, :, None, :]).any(-1)
+
+    seen_k, seen_v = seen(~finite_k.all(-1)), seen(~finite_v.all(-1))
+    if not bool((seen_k | seen_v).any()):  # a host read: this path runs on a CPU only
+        return out
+    scores = q @ keys.repeat_interleave(group, dim=1).transpose(-1, -2) * q.shape[-1] ** -0.5  # [B,h,S,L]
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # masked NaN scores replaced, then dropped
+    by_hand = weights @ clean_v.repeat_interleave(group, dim=1)
+    cols = (~finite_v).any(-1).any(1).any(0).nonzero().squeeze(1)  # [L'] keys with a value that is not finite
+    if cols.numel():  # the values that are not finite, times their weights, where the query sees them
+        bad_v = ~finite_v[:, :, cols].repeat_interleave(group, dim=1)[:, :, None]  # [B,h,1,L',hd]
+        raw = values[:, :, cols].repeat_interleave(group, dim=1)[:, :, None]
+        sees = mask[..., cols][..., None] & bad_v  # [B,h,S,L',hd]
+        by_hand = by_hand + torch.where(sees, weights[..., cols][..., None] * raw, 0.0).sum(-2)
+    return torch.where((seen_k | seen_v)[..., None], by_hand, out)
 
 
 def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

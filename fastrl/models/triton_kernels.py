@@ -102,7 +102,14 @@ def paged_attention(
             p = tl.exp(scores - shift[:, None])
             decay = tl.exp(best - shift)
             total = total * decay + tl.sum(p, 1)
+            # A key a query may not see must add nothing, but in the product 0 * NaN is NaN: values that are not
+            # finite enter as 0, and a query that may see one is made NaN (as the product would make it)
+            finite = (v == v) & (tl.abs(v) < float("inf"))  # [BLOCK_N, DIM_BLOCK]
+            bad = tl.max(tl.where(finite, 0, 1), 1)  # [BLOCK_N]: key with a value that is not finite
+            seen_bad = tl.max(tl.where((allowed != 0) & (bad[None, :] != 0), 1, 0), 1)  # [BLOCK_M]
+            v = tl.where(finite, v, 0.0)
             acc = acc * decay[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
+            acc = tl.where(seen_bad[:, None] != 0, float("nan"), acc)
             best = top
     if SPLITS == 1:
         out = acc / tl.where(total > 0, total, 1.0)[:, None]

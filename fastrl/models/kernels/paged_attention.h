@@ -87,6 +87,9 @@ void tile(const T* const* qs, T* const* outs, const uint8_t* const* masks, int n
         V vv[C];
         load_entry<T, D>(vv, v_pool, row_pages, j, kh, at);
         for (int i = 0; i < QT; i++) {
+            // a key the query may not see adds nothing, whatever its value (0 * NaN would be NaN: a rejected draft
+            // whose values are not finite must not reach the other nodes of its tree)
+            if (!(i < n && masks[i][j])) continue;
             const T p = scores[i * at.mask_len + j];
             for (int c = 0; c < C; c++) acc[i][c] += p * vv[c];
         }
