@@ -208,6 +208,9 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             except KeyboardInterrupt:
                 _interrupted(cfg, trainer, run_dir, checkpoints)
                 raise
+            except Exception as err:  # a failed step (a reward, a worker, the log-prob check): finished steps kept
+                _interrupted(cfg, trainer, run_dir, checkpoints, failure=err)
+                raise
         finally:
             backend.shutdown()
         if recorder.history:
@@ -281,25 +284,35 @@ def _earlier_steps(run_dir: Path) -> list[StepMetrics]:
     return [StepMetrics(**logged) for _, logged in read_metrics_lines(run_dir) if logged is not None]
 
 
-def _interrupted(cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoints: Path) -> None:
-    """Ctrl-C: save a checkpoint when asked and the trainer stands between two steps (a step updated but not yet
-    logged is logged first); say where the latest checkpoint is and how to continue."""
+def _interrupted(
+    cfg: TrainConfig, trainer: GRPOTrainer, run_dir: Path, checkpoints: Path, failure: Exception | None = None
+) -> None:
+    """Ctrl-C, or a step that raised ``failure``: save a checkpoint when asked (``checkpoint_on_interrupt``) and the
+    trainer stands between two steps (a step updated but not yet logged is logged first); say where the latest
+    checkpoint is and how to continue. A checkpoint that cannot be saved after a failure (the failure may have taken
+    what it needs) is said, and the failure raised as it is."""
+    stopped = "interrupted" if failure is None else f"stopped by {type(failure).__name__}"
     saved = None
     between_steps = trainer.finish_interrupted_step()
     if not between_steps:
         say(
-            f"interrupted inside step {trainer.step}'s policy update, or while its metrics were logged: no consistent "
+            f"{stopped} inside step {trainer.step}'s policy update, or while its metrics were logged: no consistent "
             "state to save there"
         )
     elif cfg.checkpoint_on_interrupt and trainer.step > 0:
         target = checkpoints / f"step_{trainer.step:06d}"
-        saved = target if target.is_dir() else trainer.save_checkpoint(target)
+        try:
+            saved = target if target.is_dir() else trainer.save_checkpoint(target)
+        except Exception as err:
+            if failure is None:
+                raise
+            say(f"{stopped} at step {trainer.step}: its checkpoint could not be saved ({type(err).__name__}: {err})")
     latest = saved or latest_checkpoint(run_dir)
     if latest is None:
         why = "none was written before" if cfg.checkpoint_on_interrupt else "checkpoint_on_interrupt=true saves one"
-        say(f"interrupted at step {trainer.step}: no checkpoint yet ({why}); start the run again")
+        say(f"{stopped} at step {trainer.step}: no checkpoint yet ({why}); start the run again")
         return
-    say(f"interrupted at step {trainer.step}; latest checkpoint: {latest}")
+    say(f"{stopped} at step {trainer.step}; latest checkpoint: {latest}")
     say(f"continue with: fastrl train resume={run_dir if latest.parent == checkpoints else latest}")
 
 

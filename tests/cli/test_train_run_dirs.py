@@ -164,3 +164,29 @@ def test_a_run_started_with_a_context_past_the_policys_positions_resumes(tmp_pat
         assert main(["train", *args, "rl.steps=1", f"hydra.run.dir={run}"]) == 0
     assert main(["train", f"resume={run}", "rl.steps=2"]) == 0
     assert _steps(run) == [0, 1]
+
+
+def test_a_step_that_fails_keeps_the_finished_steps_in_a_checkpoint_that_resumes(policy_dir, tmp_path, monkeypatch):
+    """A reward that raises in step 2's rollout: only Ctrl-C saved a checkpoint, so the two finished steps were lost
+    (rl.checkpoint_every=3) and resume was refused. Now the failure is raised after step 2's checkpoint, and the run
+    resumed goes on as the same run uninterrupted does."""
+    from fastrl.rl.tasks import ArithChainTask
+
+    base = ["train", *TINY, f"model={policy_dir}", "rl.checkpoint_every=3", "rl.steps=4"]
+    assert main([*base, f"hydra.run.dir={tmp_path / 'straight'}"]) == 0
+    original, calls = ArithChainTask.reward, [0]
+
+    def failing(self, problem, text):
+        calls[0] += 1
+        if calls[0] > 8:  # 4 samples a step: the first reward of step 2
+            raise RuntimeError("reward service unavailable")
+        return original(self, problem, text)
+
+    monkeypatch.setattr(ArithChainTask, "reward", failing)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit):  # Hydra prints the failure and exits 1
+        main([*base, f"hydra.run.dir={run}"])
+    assert (run / "checkpoints" / "step_000002").is_dir() and _steps(run) == [0, 1]
+    monkeypatch.setattr(ArithChainTask, "reward", original)
+    assert main(["train", f"resume={run}"]) == 0
+    assert _steps(run) == [0, 1, 2, 3] and _rewards(run) == _rewards(tmp_path / "straight")
