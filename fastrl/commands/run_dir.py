@@ -85,7 +85,7 @@ def plan_run(overrides: list[str], check_dirs: bool = True) -> RunPlan:
     if resume:
         checkpoint, resumed_run = resolve_resume(resume)
         checkpoint_path = str(checkpoint)
-        if resumed_run is not None and run_dir in ("", str(resumed_run)):
+        if resumed_run is not None and (not run_dir or Path(run_dir).resolve() == resumed_run.resolve()):
             given = set(values) | {"resume", RUN_DIR_KEY}
             earlier = [o for o in read_overrides(resumed_run) if not _replaced(_split(o)[0], given)]
             # the run's own rl.checkpoint_dir as it recorded it (absolute), whatever the working directory now

@@ -108,7 +108,7 @@ def response_logprobs(policy: CausalLM, batch: PackedSequences) -> Tensor:
     Differentiable (call under torch.no_grad() for reference values). The LM head runs only on the hidden
     states that predict response tokens.
 
-    # batch of B sequences -> [B,T] float32
+    # batch of B sequences -> [B,T] float32 (float64 for a float64 policy)
     """
     out = policy(batch.input_ids, batch.positions, compute_logits=False)  # hidden [B,S,H]
     rows, cols = batch.response_mask.nonzero(as_tuple=True)  # [N], [N]
@@ -143,9 +143,10 @@ def plan_micro_batches(lengths: list[int], order: list[int], max_tokens: int) ->
 
 def batched_logprobs(policy: CausalLM, batch: PackedSequences, max_tokens: int) -> Tensor:
     """`response_logprobs` over the whole batch in micro-batches of at most `max_tokens` padded tokens, without
-    gradient.  # batch of B sequences -> [B,T] float32"""
+    gradient.  # batch of B sequences -> [B,T] float32 (float64 for a float64 policy)"""
     lengths = (batch.prompt_lengths + batch.response_mask.sum(dim=1)).tolist()
-    result = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
+    dtype = torch.promote_types(torch.float32, next(policy.parameters()).dtype)
+    result = torch.zeros(batch.response_mask.shape, dtype=dtype, device=batch.response_mask.device)
     with torch.no_grad():
         for rows in plan_micro_batches(lengths, list(range(len(lengths))), max_tokens):
             index = torch.tensor(rows, dtype=torch.long, device=result.device)

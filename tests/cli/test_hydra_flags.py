@@ -81,6 +81,16 @@ def test_cfg_job_shows_overrides_and_train_model_dir(capsys, tmp_path):
     assert config["strategy"]["name"] == "4_3_10"
 
 
+@pytest.mark.parametrize("value", ["2024_01", "007", "1e3", "true", "12"])
+def test_an_optional_string_key_keeps_the_value_as_typed(capsys, value):
+    """`rl.checkpoint_dir` is `str | None`: it was left to Hydra's grammar, which read 2024_01 as 202401 (the
+    checkpoints went to another directory); null still means None."""
+    assert main(["train", "-c", "job", f"rl.checkpoint_dir={value}"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["rl"]["checkpoint_dir"] == value
+    assert main(["train", "-c", "job", "rl.checkpoint_dir=null"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["rl"]["checkpoint_dir"] is None
+
+
 def test_cfg_with_a_bad_key_is_one_error(capsys):
     assert main(["generate", "--cfg", "job", "temperture=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

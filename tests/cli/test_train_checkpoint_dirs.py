@@ -44,6 +44,20 @@ def test_a_run_with_its_own_checkpoint_dir_is_resumed_from_it(policy_dir, tmp_pa
     assert _steps(run) == [0, 1, 2] and latest_checkpoint(run) == kept / "step_000003"
 
 
+def test_the_run_directory_named_another_way_is_resumed_in_place(tmp_path, monkeypatch):
+    """`resume=RUN hydra.run.dir=RUN/` (or relative, or absolute) is the same directory: it was refused as an
+    earlier run, with a hint to do exactly what was typed."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- rl.steps=2\n")
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "trainer_state.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    for spelled in (str(run), f"{run}/", "run", "./run/", f"{tmp_path}/../{tmp_path.name}/run"):
+        plan = plan_run([f"resume={run}", f"{RUN_DIR_KEY}={spelled}", "rl.steps=3"])
+        assert plan.in_place and f"{RUN_DIR_KEY}={run.resolve()}" in plan.overrides, spelled
+
+
 def test_a_group_given_on_resume_replaces_the_runs_keys_of_that_group(tmp_path):
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)

@@ -144,3 +144,18 @@ def test_rollout_tolerance_scales_with_low_temperature(temperature, scale):
     assert GRPOConfig(logprob_tolerance=None).logprob_tolerance is None
     with pytest.raises(ValueError, match="logprob_tolerance"):
         GRPOConfig(logprob_tolerance=-1.0)
+
+
+def test_a_float64_policy_recomputes_in_float64():
+    """The micro-batches' result was float32 whatever the policy, and a float64 policy's parts failed to go in."""
+    policy = tiny_policy(seed=0, vocab_size=20).double()
+    prompts, responses = [[3, 4], [5], [6, 7, 8]], [[6, 7], [8, 9, 10], [11]]
+    batch = pack_sequences(prompts, responses, [SamplingParams(max_new_tokens=4, seed=i) for i in range(3)])
+    both = batched_logprobs(policy, batch, max_tokens=5)  # several micro-batches
+    assert both.dtype == torch.float64
+    one_by_one = [
+        batched_logprobs(policy, pack_sequences([p], [r], [SamplingParams()]), 10**6)
+        for p, r in zip(prompts, responses, strict=True)
+    ]
+    for row, alone in enumerate(one_by_one):
+        torch.testing.assert_close(both[row, : alone.shape[1]], alone[0], atol=1e-12, rtol=0)
