@@ -85,8 +85,10 @@ def memory_at(model_dir: str, max_new_tokens: int, count: int, seed: int) -> KvM
         [sys.executable, "-m", "fastrl.bench.kv_memory", model_dir, str(max_new_tokens), str(count), str(seed)],
         capture_output=True,
         text=True,
-        check=True,
     )
+    if out.returncode:  # the measuring process's own error, not a traceback of this one
+        said = "\n".join(out.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"the kv_memory measurement at max_new_tokens={max_new_tokens} failed:\n{said}")
     return KvMemoryRow(**json.loads(out.stdout.strip().splitlines()[-1]))
 
 

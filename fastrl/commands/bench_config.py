@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 
 from fastrl.bench.long_tail import check_selector_names
 from fastrl.bench.workload import WORKLOADS
 from fastrl.engine.machine import check_device
+from fastrl.sampling.params import MAX_COUNT, MAX_SEED, check_temperature
 from fastrl.strategy.strategy import Strategy, check_strategy_names
 
 SUITES = ("plain_vs_hf", "spec_bs1", "long_tail", "prefix_sharing", "groups_bs1", "kv_memory", "host_time")
@@ -88,8 +88,10 @@ class BenchConfig:
             "long_tail_repeats",
             "kv_memory_requests",
         ):
-            if getattr(self, key) < 1:
-                raise ValueError(f"bench.{key} must be >= 1, got {getattr(self, key)}")
+            if not 1 <= getattr(self, key) < MAX_COUNT:  # counts of requests and tokens: bounded as a request's are
+                raise ValueError(f"bench.{key} must be an integer in [1, 2**62), got {getattr(self, key)}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise ValueError(f"bench.seed must be an integer in [0, 2**63), got {self.seed}")
         if self.long_tail_requests % self.long_tail_group_size:  # the header said one thing, the run did another
             raise ValueError(
                 f"bench.long_tail_requests={self.long_tail_requests} must be a multiple of "
@@ -109,8 +111,10 @@ class BenchConfig:
             "bench.long_tail_selectors", self.long_tail_selectors, self.long_tail_bandit_strategies
         )
         for key in ("bs1_temperatures", "groups_temperatures"):
-            if not getattr(self, key) or not all(math.isfinite(t) and t >= 0 for t in getattr(self, key)):
-                raise ValueError(f"bench.{key} must be finite numbers >= 0, got {getattr(self, key)}")
+            if not getattr(self, key):
+                raise ValueError(f"bench.{key} must name at least one temperature, got []")
+            for i, t in enumerate(getattr(self, key)):  # as every request will check it, before any suite runs
+                check_temperature(f"bench.{key}[{i}]", t)
         if not self.kv_memory_new_tokens or min(self.kv_memory_new_tokens) < 1:
             raise ValueError(f"bench.kv_memory_new_tokens must be positive ints, got {self.kv_memory_new_tokens}")
         check_strategy_names("bench.groups_selectors", self.groups_selectors, ("bandit", "ema"))

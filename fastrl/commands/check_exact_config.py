@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fastrl.adaptive.factory import build_selector
 from fastrl.commands.decode_config import DecodeConfig
+from fastrl.strategy.strategy import DISABLE
 
 
 @dataclass
@@ -22,11 +24,20 @@ class CheckExactConfig(DecodeConfig):
 
     def __post_init__(self) -> None:
         self.check_decode_keys("check_exact")
-        if self.strategy == "disable":
-            raise ValueError("check_exact.strategy: name a speculative strategy (S_K_N, bandit or ema), not disable")
+        if not (self.strategy == "ema" and self.ema_json) and not speculates(self):  # plain against plain
+            raise ValueError(
+                f"check_exact.strategy={self.strategy}: name a speculative strategy (S_K_N, bandit or ema), or a "
+                "selector with one among its strategies; this one decodes plainly only"
+            )
         if self.plain_batch_size < 0:
             raise ValueError(f"check_exact.plain_batch_size must be >= 0 (0: batch_size), got {self.plain_batch_size}")
         if self.logprob_tol is not None and not 0 <= self.logprob_tol < math.inf:  # inf would check nothing
             raise ValueError(
                 f"check_exact.logprob_tol must be a finite number >= 0 (null: the dtype's), got {self.logprob_tol}"
             )
+
+
+def speculates(cfg: CheckExactConfig) -> bool:
+    """Whether the selector ``cfg`` names has a speculative strategy (``DISABLE`` spelled any way, or a bandit of
+    ``[disable]`` alone, has none: checking it would compare plain decoding with itself)."""
+    return any(s != DISABLE for s in build_selector(cfg.strategy, cfg.bandit, cfg.ema).strategies)

@@ -70,8 +70,8 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
                 raise ValueError(f"{where}: unknown key {unknown[0]!r}; a line has only the keys {list(LINE_KEYS)}")
             prompt, ids, seed = obj.get("prompt"), obj.get("prompt_ids"), obj.get("seed")
             messages = _check_messages(obj["messages"], where) if "messages" in obj else None
-            if prompt is not None and not isinstance(prompt, str):
-                raise ValueError(f'{where}: "prompt" must be a string')
+            if "prompt" in obj and not isinstance(prompt, str):  # null too: the key is there, its value is not
+                raise ValueError(f'{where}: "prompt" must be a string, got {prompt!r}')
             texts = [('"prompt"', prompt)] + [
                 (f'"messages"[{i}].{key}', value)
                 for i, message in enumerate(messages or [])
@@ -80,7 +80,7 @@ def read_prompts(path: str | Path) -> list[PromptLine]:
             ]
             for key, text in texts:
                 _check_encodable(text, where, key)
-            if ids is not None and not (isinstance(ids, list) and all(_is_token_id(t) for t in ids)):
+            if "prompt_ids" in obj and not (isinstance(ids, list) and all(_is_token_id(t) for t in ids)):
                 raise ValueError(f'{where}: "prompt_ids" must be a list of integers >= 0 (not booleans)')
             if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
                 raise ValueError(f'{where}: "seed" must be an integer in [0, 2**63)')

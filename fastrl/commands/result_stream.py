@@ -61,14 +61,15 @@ class ResultStream:
             self._file = None
 
     def finish(self) -> None:
-        """Close; a regular file whose records are out of index order, or hold an index twice (an error record of an
-        earlier run and its line's new one), is rewritten in order, one record an index."""
+        """Close; a regular file whose records are out of index order, hold an index twice (an error record of an
+        earlier run and its line's new one) or has blank lines between them (skipped when read), is rewritten in
+        order, one record an index."""
         self.close()
         if not self.target.regular:
             return
         lines = self.target.path.read_text(encoding="utf-8").splitlines()
-        indices = [json.loads(line)[INDEX_KEY] for line in lines]
-        if indices == sorted(set(indices)):
+        indices = [json.loads(line)[INDEX_KEY] if line.strip() else None for line in lines]
+        if indices == sorted(set(indices) - {None}):
             return
         ordered = [json.dumps(self.done[i], allow_nan=False) + "\n" for i in sorted(self.done)]
         write_atomic(self.target.path, "".join(ordered))

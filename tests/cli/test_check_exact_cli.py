@@ -30,8 +30,9 @@ def test_check_exact_reproduction_is_clean(tmp_path, capsys):
 def test_check_exact_rejects_disable_and_unknown_keys(tmp_path, capsys):
     prompts = tmp_path / "in.jsonl"
     prompts.write_text('{"prompt": "1+2="}\n')
-    assert main(["check-exact", f"prompts={prompts}", "strategy=disable"]) == 2
-    assert "check_exact.strategy" in capsys.readouterr().err
+    for plain in (["strategy=disable"], ["strategy=DISABLE"], ["strategy=bandit", "bandit.strategies=[disable]"]):
+        assert main(["check-exact", f"prompts={prompts}", *plain]) == 2  # plain against plain checks nothing
+        assert "this one decodes plainly only" in capsys.readouterr().err, plain
     assert main(["check-exact", f"prompts={prompts}", "strategy=9_9"]) == 2
     assert "9_9" in capsys.readouterr().err
 

@@ -96,3 +96,17 @@ def test_interrupted_then_resumed_stats_cover_the_whole_run(model_dir, prompts, 
     assert main(_args(model_dir, prompts, out)) == 0
     assert _totals(out) == _totals(full_run)
     assert out.read_bytes() == full_run.read_bytes()
+
+
+def test_blank_lines_in_a_kept_output_are_dropped_not_a_failure_at_the_end(model_dir, prompts, full_run, tmp_path):
+    """A blank line (an `echo >> out.jsonl`, an editor) is skipped when the file is read, but the run's last step
+    parsed every line: the run failed after its work, before its stats, with an error naming no file."""
+    out = tmp_path / "out.jsonl"
+    lines = full_run.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:3]) + "\n" + "".join(lines[3:-1]) + "\n \n")  # blank lines, the last result missing
+    assert main(_args(model_dir, prompts, out)) == 0
+    assert out.read_text() == full_run.read_text()
+    assert _totals(out)[1] > 0
+    out.write_text(out.read_text() + "\n")  # a finished run with a trailing blank line: nothing to do, no failure
+    assert main(_args(model_dir, prompts, out)) == 0
+    assert out.read_text() == full_run.read_text()

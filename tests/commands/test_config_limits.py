@@ -41,6 +41,26 @@ def test_a_bench_list_that_repeats_an_entry_is_refused(values, message):
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"seed": -1}, "bench.seed must be an integer in [0, 2**63), got -1"),
+        ({"seed": 2**63}, "bench.seed must be an integer in [0, 2**63)"),
+        ({"bs1_temperatures": [1.0, 1e-9]}, "bench.bs1_temperatures[1] must be 0 (greedy) or at least 1e-06"),
+        ({"groups_temperatures": [float("nan")]}, "bench.groups_temperatures[0] must be a finite number >= 0"),
+        ({"groups_temperatures": []}, "bench.groups_temperatures must name at least one temperature"),
+        ({"bs1_max_new_tokens": 2**64}, "bench.bs1_max_new_tokens must be an integer in [1, 2**62)"),
+        ({"long_tail_max_new_tokens": 0}, "bench.long_tail_max_new_tokens must be an integer in [1, 2**62)"),
+    ],
+)
+def test_bench_values_every_request_would_refuse_are_refused_before_any_suite(values, message):
+    """Checked where the config is read, naming the bench key: they failed after the model loaded (or the earlier
+    suites ran), naming a request's field, and a negative seed killed the kv_memory suite's child process."""
+    with pytest.raises(ValueError) as raised:
+        BenchConfig(**values)
+    assert message in str(raised.value)
+
+
 def test_the_bench_command_names_the_repeated_entry(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", f"output={out}", "suites=[long_tail]", "long_tail_selectors=[bandit,bandit]"]) == 2

@@ -42,6 +42,9 @@ def test_messages_lines_are_read_with_their_seed(tmp_path):
         ({"messages": [{"role": "user", "content": "a"}], "prompt": "b"}, "exactly one of"),
         ({"prompt_ids": [1], "prompt": "b"}, "exactly one of"),
         ({"seed": 3}, "exactly one of"),
+        ({"prompt": None}, '"prompt" must be a string, got None'),
+        ({"prompt": 3}, '"prompt" must be a string, got 3'),
+        ({"prompt_ids": None}, '"prompt_ids" must be a list of integers'),
     ],
 )
 def test_a_malformed_line_names_its_file_and_line(tmp_path, line, message):
