@@ -27,6 +27,7 @@ from fastrl.engine.plain_round import plain_round
 from fastrl.engine.prefill import prefill, prefill_shared
 from fastrl.engine.read_back import read_back, unpack
 from fastrl.engine.request import Request
+from fastrl.models.attention import PagedSdpa
 from fastrl.models.backends import attention_backend
 from fastrl.models.decoder import CausalLM
 from fastrl.models.kv_cache import KVCache, KvShape, PageTable
@@ -166,7 +167,12 @@ class ModelRunner:
             scratch_slot = config.max_batch_size if use_graphs else None  # the graphs' padding rows run there
             self.state = SlotState(slots, self.device, self.max_model_len, mc.vocab_size, eos_ids, scratch_slot)
             self.table = PageTable(slots, self.max_model_len + scratch, ps, num_pages, scratch, self.device, home)
-            backend = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
+            kernel = attention_backend(self.device, dtype, shapes, ps) if config.attention_kernel else None
+            backend = kernel or PagedSdpa()
+            if use_graphs:  # a graphed round reads nothing on the host (on a CPU: the graph path's tests)
+                for sdpa in (backend, getattr(backend, "fallback", None)):
+                    if isinstance(sdpa, PagedSdpa):
+                        sdpa.host_reads = False
             self.cache = KVCache(
                 mc.num_hidden_layers,
                 slots,

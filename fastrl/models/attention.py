@@ -64,7 +64,13 @@ class AttentionBackend(Protocol):
 class PagedSdpa:
     """The portable backend: write the new entries in place, gather each row's pages into `[B,kvh,L,hd]` (one
     indexed copy per layer) and run scaled_dot_product_attention with the mask. CPU and GPU alike; on a GPU the
-    page-table shapes are static per batch bucket, so it is captured in the round's CUDA graph."""
+    page-table shapes are static per batch bucket, so it is captured in the round's CUDA graph.
+
+    `host_reads`: on a CPU, an output that is not finite is read on the host and the layer attended again with the
+    keys no query may see kept out (`attend_finite_hidden`); off where rounds are graphed (a graph reads nothing)."""
+
+    def __init__(self, host_reads: bool = True) -> None:
+        self.host_reads = host_reads
 
     def plan(self, cache: KVCache, meta: AttentionMetadata) -> AttentionMetadata:
         """On a CPU, the bool mask as a float bias once for all layers (nothing to prepare for one layer or a GPU)."""
@@ -82,14 +88,11 @@ class PagedSdpa:
         else:
             keys, values = cache.gather(layer, meta.pages, meta.kv_len, reuse=True)  # consumed right here
         mask = meta.mask if meta.bias is None else meta.bias
-        if q.shape[2] > 1 and cache.device.type == "cpu" and not finite(keys, values):  # a host read: CPU only
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        # a key no query may see still enters the products as 0 x its value: NaN there shows in the output
+        if self.host_reads and cache.device.type == "cpu" and not bool(out.isfinite().all()):
             return attend_finite_hidden(q, keys, values, meta.mask, gqa)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
-
-
-def finite(*tensors: Tensor) -> bool:
-    """Whether every value of ``tensors`` is finite (a host read)."""
-    return all(bool(t.isfinite().all()) for t in tensors)
+        return out
 
 
 def attend_finite_hidden(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, gqa: bool) -> Tensor:

@@ -157,7 +157,7 @@ def test_resume_refuses_a_different_trajectory(tmp_path):
     trainer.train()
     changed = dataclasses.replace(_config(tmp_path, "other", steps=3), lr=5e-3, samples_per_prompt=2)
     other, _ = _trainer(changed, seed=3)
-    with pytest.raises(ValueError, match=r"\['samples_per_prompt', 'lr'\]"):
+    with pytest.raises(ValueError, match=r"\['rl.samples_per_prompt', 'rl.lr'\]"):
         other.resume(tmp_path / "run" / "step_000001")
     longer, _ = _trainer(_config(tmp_path, "longer", steps=2, logprob_tolerance=1e-2), seed=3)
     longer.resume(tmp_path / "run" / "step_000001")  # steps / tolerance / checkpoint_dir may change

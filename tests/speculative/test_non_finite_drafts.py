@@ -6,7 +6,7 @@ kept such keys out, one rejected token with a NaN embedding made every node of i
 an error at a token plain decoding emits cleanly. Seeded random cases: every token that plain decoding neither reads
 nor emits gets a NaN embedding (so the drafter, which is not poisoned, proposes many of them), random strategies
 (chains, trees, stopping chains; verify forwards through the C++ kernel and through scaled_dot_product_attention),
-greedy and sampled requests, batch sizes 1-3.
+greedy and sampled requests, batch sizes 1-3, fixed or switching at random with plain rounds.
 """
 
 from __future__ import annotations
@@ -21,15 +21,19 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine.config import EngineConfig
 from fastrl.engine.engine import Engine, GenerateInput
 from fastrl.sampling.params import SamplingParams
-from fastrl.strategy.strategy import Strategy
-from tests.speculative.exactness_cases import models
+from fastrl.strategy.strategy import DISABLE, Strategy
+from tests.speculative.exactness_cases import SwitchingSelector, models
 
 STRATEGIES = ["1_1_2", "3_1_4", "2_2_4", "6_1_7", "4_3_9", "12_1_13@0.3", "8_1_9"]
 
 
-def _generate(policy, drafter, strategy: str, inputs: list[GenerateInput], batch: int, kernel: bool):
+def _generate(policy, drafter, strategy: str, inputs: list[GenerateInput], batch: int, kernel: bool, seed=None):
+    """Tokens, finish reasons and errors of ``inputs``; with ``seed``, rounds switch at random between ``strategy``
+    and plain ones (a plain round's rows then attend past shorter rows' stale, rejected tree nodes)."""
     config = EngineConfig(max_batch_size=batch, dtype="float64", attention_kernel=kernel)
     selector = FixedSelector(Strategy.parse(strategy))
+    if seed is not None:
+        selector = SwitchingSelector((Strategy.parse(strategy), DISABLE), seed)
     engine = Engine(policy, config, drafter=None if strategy == "disable" else drafter, selector=selector)
     return [(o.token_ids, o.finish_reason, o.error) for o in engine.generate(inputs)]
 
@@ -63,3 +67,5 @@ def test_rejected_drafts_with_nan_values_leave_the_rollout_as_plain_decoding_mak
     for strategy in rng.sample(STRATEGIES, 3):
         for kernel in (True, False):
             assert _generate(poisoned, drafter, strategy, inputs, batch, kernel) == plain, (strategy, kernel)
+            switching = _generate(poisoned, drafter, strategy, inputs, batch, kernel, seed)
+            assert switching == plain, (strategy, kernel, "switching")
