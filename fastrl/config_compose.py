@@ -174,8 +174,8 @@ def quote_string_overrides(schema: type, overrides: list[str], sweep: bool = Fal
     for item in overrides:
         key, sep, value = item.partition("=")
         kind = _field_type(schema, key.lstrip("+~")) if sep else None
-        if kind is not None and _unwrap_optional(kind) is str and value != "null":  # `str | None`: as str, but null
-            kind = str
+        if kind is not None and _unwrap_optional(kind) is str and value.lower() != "null":  # `str | None`; Hydra
+            kind = str  # reads null in any case as None
         if kind is None or value[:1] in ("'", '"'):
             out.append(item)
         elif kind is str and sweep and "," in value:

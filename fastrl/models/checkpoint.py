@@ -254,8 +254,11 @@ def check_cast(model: nn.Module, tensors: dict[str, Tensor], where: str) -> None
     ``model``'s tensor of their name (a finite float32 1e5 is infinite in float16): the check a checkpoint gets at
     load (`read_tensors`), for weights pushed into a live model."""
     live = model.state_dict()
-    cast = {k: v.to(live[k].dtype) for k, v in tensors.items() if k in live and v.dtype != live[k].dtype}
-    bad = non_finite_names(cast)
+    bad = [  # one tensor cast at a time: a whole cast copy of a large policy would double its host memory
+        k
+        for k, v in tensors.items()
+        if k in live and v.dtype != live[k].dtype and not v.to(live[k].dtype).isfinite().all()
+    ]
     if bad:
         raise ValueError(f"{where}: weights overflow to infinity in {live[bad[0]].dtype}: {bad[:5]}")
 

@@ -30,7 +30,13 @@ def test_check_exact_reproduction_is_clean(tmp_path, capsys):
 def test_check_exact_rejects_disable_and_unknown_keys(tmp_path, capsys):
     prompts = tmp_path / "in.jsonl"
     prompts.write_text('{"prompt": "1+2="}\n')
-    for plain in (["strategy=disable"], ["strategy=DISABLE"], ["strategy=bandit", "bandit.strategies=[disable]"]):
+    for plain in (
+        ["strategy=disable"],
+        ["strategy=DISABLE"],
+        ["strategy=bandit", "bandit.strategies=[disable]"],
+        ["strategy=bandit", "bandit.bucket_strategies={1:[disable]}", "batch_size=1"],
+        ["strategy=bandit", "bandit.bs_threshold=1", "bandit.bucket_strategies={1:[disable]}", "batch_size=4"],
+    ):
         assert main(["check-exact", f"prompts={prompts}", *plain]) == 2  # plain against plain checks nothing
         assert "this one decodes plainly only" in capsys.readouterr().err, plain
     assert main(["check-exact", f"prompts={prompts}", "strategy=9_9"]) == 2

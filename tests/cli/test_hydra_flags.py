@@ -87,8 +87,9 @@ def test_an_optional_string_key_keeps_the_value_as_typed(capsys, value):
     checkpoints went to another directory); null still means None."""
     assert main(["train", "-c", "job", f"rl.checkpoint_dir={value}"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["rl"]["checkpoint_dir"] == value
-    assert main(["train", "-c", "job", "rl.checkpoint_dir=null"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["rl"]["checkpoint_dir"] is None
+    for null in ("null", "NULL", "Null"):  # Hydra's grammar reads null in any case
+        assert main(["train", "-c", "job", f"rl.checkpoint_dir={null}"]) == 0
+        assert yaml.safe_load(capsys.readouterr().out)["rl"]["checkpoint_dir"] is None
 
 
 def test_cfg_with_a_bad_key_is_one_error(capsys):
