@@ -45,5 +45,6 @@ def speculates(cfg: CheckExactConfig) -> bool:
     if cfg.strategy != "bandit":
         return any(s != DISABLE for s in selector.strategies)
     top = cfg.batch_size if cfg.bandit.bs_threshold is None else min(cfg.batch_size, cfg.bandit.bs_threshold)
-    reached = [arms for low, arms in zip(cfg.bandit.buckets().thresholds, cfg.bandit.arms_per_bucket()) if low <= top]
+    buckets = zip(cfg.bandit.buckets().thresholds, cfg.bandit.arms_per_bucket(), strict=True)
+    reached = [arms for low, arms in buckets if low <= top]
     return any(s != DISABLE for arms in reached for s in arms)
