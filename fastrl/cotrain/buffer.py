@@ -126,9 +126,14 @@ class FeatureBuffer:
             self._sequences += 1
 
     def sample(self, batch_tokens: int, rng: random.Random) -> list[FeatureSequence]:
-        """Recency-weighted draw without replacement of sequences whose padded batch (rows x the longest, what the
-        trainer computes over: `FeatureBatch.collate`) holds at most ``batch_tokens`` entries, as `make_batches`
-        bounds a batch (at least one sequence whenever the buffer is not empty); [] when it is empty."""
+        """A recency-weighted draw without replacement whose padded batch (rows x the longest, what the trainer
+        computes over: `FeatureBatch.collate`) holds at most ``batch_tokens`` entries, as `make_batches` bounds one
+        (at least one sequence whenever the buffer is not empty); [] when it is empty.
+
+        The batch's first sequence is drawn by recency weight x length, the rest among sequences of its length class
+        (within 2x of each other) by recency weight: each class then gets its share of the buffer's tokens, the long
+        responses of the tail included, and padding stays under 2x (a draw over all lengths that skipped what would
+        widen the batch past the budget left long sequences out after a few short ones)."""
         if not self._sequences:
             return []
         newest = max(self._by_version)
@@ -138,17 +143,20 @@ class FeatureBuffer:
             for seq in seqs:
                 # Efraimidis-Spirakis: the largest u ** (1 / w) keys are a weighted sample without replacement; a
                 # weight of 0 keys 0.0, what u ** (1 / w) tends to (its draw taken all the same)
-                u = rng.random()
-                keyed.append((u ** (1.0 / weight) if weight > 0 else 0.0, seq))
+                u, n = rng.random(), seq.tokens.shape[0]
+                by_tokens = u ** (1.0 / (weight * n)) if weight > 0 else 0.0
+                keyed.append((u ** (1.0 / weight) if weight > 0 else 0.0, by_tokens, seq))
+        first = max(keyed, key=lambda item: item[1])[2]
+        length_class = first.tokens.shape[0].bit_length()
         keyed.sort(key=lambda item: item[0], reverse=True)
-        chosen: list[FeatureSequence] = []
-        width = 0
-        for _, seq in keyed:
-            wider = max(width, seq.tokens.shape[0])
-            if chosen and (len(chosen) + 1) * wider > batch_tokens:
+        chosen = [first]
+        width = chosen[0].tokens.shape[0]
+        for _, _, seq in keyed:
+            n = seq.tokens.shape[0]
+            if seq is chosen[0] or n.bit_length() != length_class or (len(chosen) + 1) * max(width, n) > batch_tokens:
                 continue
             chosen.append(seq)
-            width = wider
+            width = max(width, n)
             if len(chosen) * width >= batch_tokens:
                 break
         return chosen
