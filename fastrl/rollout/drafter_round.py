@@ -106,7 +106,11 @@ def close_drafter_round(
     pushes are all or nothing) is a failure of the round, not of the rollout: the version stays."""
     reports: list[RoundReport] = call_all(FINISH)
     stats = combine_rounds(reports, slices)
-    trained: list[TrainedDrafter | None] = call_all("trained_drafter")
+    try:
+        trained: list[TrainedDrafter | None] = call_all("trained_drafter")
+    except Exception as err:  # a worker that could not hand its copy over (it drops the copy): no merge this round
+        stats.failures.append(f"trained_drafter: {cause_text(err)}")
+        return stats
     kept, failures = mergeable({f"worker slot {i}": t for i, t in enumerate(trained) if t is not None}, version)
     stats.failures += failures
     if not kept:
@@ -124,3 +128,10 @@ def close_drafter_round(
     if stats.heldout_tokens:
         stats.heldout_top1 = heldout_mean(call_all("heldout_top1"))
     return stats
+
+
+def cause_text(err: BaseException) -> str:
+    """``"<ErrorType>: <message>"`` of what a worker raised (a Ray task error's cause, not its traceback)."""
+    cause = getattr(err, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else err
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"

@@ -427,11 +427,17 @@ class EngineWorker:
                 return 0, 0.0
 
     def trained_drafter(self) -> TrainedDrafter | None:
-        """The weights co-trained since the live drafter last changed (None when no step was taken)."""
+        """The weights co-trained since the live drafter last changed (None when no step was taken). A copy that
+        cannot be handed over (an allocation that fails) is dropped before the error is raised: the next round
+        starts afresh instead of failing the same way."""
         if self.cotrainer is None:
             return None
         with self._train_lock:
-            trained = self.cotrainer.trained()
+            try:
+                trained = self.cotrainer.trained()
+            except Exception:
+                self.cotrainer.invalidate()
+                raise
         return trained if trained is not None and trained.base_version == self.drafter_version else None
 
     def cotrain_state(self) -> CotrainState | None:

@@ -42,6 +42,8 @@ def _needs_ray(method: Callable[Concatenate[Manager, P], R]) -> Callable[Concate
 
     @functools.wraps(method)
     def checked(self: Manager, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.closed:
+            raise RuntimeError("this RayRolloutManager was shut down (shutdown()): start a new one")
         require_ray()
         return method(self, *args, **kwargs)
 
@@ -67,6 +69,7 @@ class RayRolloutManager:
 
     def __init__(self, config: RolloutManagerConfig) -> None:
         self.config = config
+        self.closed = False  # set by shutdown()
         config.worker.check_files()
         self._owns_ray = ensure_ray(config.ray_address or None, config.ray_num_cpus)
         self._spawned = 0
@@ -225,6 +228,7 @@ class RayRolloutManager:
             with contextlib.suppress(RayActorError, ValueError):
                 ray.kill(w.actor)
         self.workers = []
+        self.closed = True  # every later call says so, not that Ray or the workers went away
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
@@ -423,7 +427,10 @@ class RayRolloutManager:
 
     def _replace_dead(self) -> None:
         """Start a fresh actor for each dead worker, with the current policy and drafter weights pushed to it."""
-        if not self.config.restart_failed_workers:
+        if not self.config.restart_failed_workers:  # the loss is reported all the same (replacement None)
+            for w in self.workers:
+                if not w.alive and not w.loss_recorded:
+                    self._record_loss(w, None)
             return
         for i, w in enumerate(self.workers):
             if not w.alive:
@@ -445,6 +452,7 @@ class RayRolloutManager:
         return fresh
 
     def _record_loss(self, dead: WorkerHandle, replacement_id: str | None) -> None:
+        dead.loss_recorded = True
         log_loss(LOG, loss_record(dead, self.rollouts, self.config.worker.cotrain, replacement_id), self._replacements)
 
     def _replace_in_run(self, dead: WorkerHandle) -> WorkerHandle | None:
@@ -463,8 +471,8 @@ class RayRolloutManager:
         """Each live worker's strategy-selector state, for a replacement should it be lost."""
         alive = self._alive()
         states = self._gather([(w, w.actor.selector_state.remote()) for w in alive])
-        if len(states) == len(alive):
-            self._selector_states = {w.worker_id: s for w, s in zip(alive, states, strict=True)}
+        if len(states) == len(alive):  # updated, not replaced: a worker lost earlier in this call keeps its entry
+            self._selector_states.update({w.worker_id: s for w, s in zip(alive, states, strict=True)})
 
     def _await_ready(self) -> None:
         """Finish a co-training round left running; replace the workers it lost and wait for replacements to start

@@ -34,6 +34,7 @@ class WorkerHandle:
     rerun_request_ids: list[str] = field(default_factory=list)
     served_before_loss: int = 0
     buffered_sequences: int = 0  # its co-training buffer's sequences at the last drafter round's end
+    loss_recorded: bool = False  # its loss is in a RolloutBatch's replacements (recorded once)
 
 
 def adopt_replacements(workers: list[WorkerHandle], run_workers: list[WorkerHandle]) -> list[WorkerHandle]:

@@ -157,3 +157,25 @@ def test_a_diverged_copy_is_left_out_of_the_merge_and_the_others_are_pushed() ->
     assert stats.failures == ["merge: worker slot 1's copy holds non-finite values in w: left out"]
     assert [v for v, _ in pushed] == [5]
     assert torch.allclose(pushed[0][1]["w"], torch.full((3,), (1.0 * 1 + 4.0 * 3) / 4))
+
+
+def test_a_worker_that_cannot_hand_its_copy_over_is_a_failure_of_the_round() -> None:
+    """`trained_drafter` raising on one worker (an allocation that fails while copying the weights) raised the
+    Ray task error out of the rollout, lost its finished results, and did so again every rollout after."""
+    from ray.exceptions import RayTaskError
+
+    from fastrl.rollout.drafter_round import close_drafter_round
+
+    cause = RuntimeError("could not copy the trained drafter")
+    error = RayTaskError("trained_drafter", "Traceback (most recent call last): ...", cause)
+    answers = {"finish_drafter_round": [RoundReport(steps=3, tokens=30)]}
+
+    def call_all(method: str) -> list:
+        if method == "trained_drafter":
+            raise error
+        return answers[method]
+
+    pushed: list[int] = []
+    stats = close_drafter_round(call_all, 4, lambda version, state: pushed.append(version), [])
+    assert stats.failures == ["trained_drafter: RuntimeError: could not copy the trained drafter"]
+    assert stats.steps == 3 and pushed == []

@@ -119,3 +119,19 @@ def test_pushes_that_overflow_the_engines_dtype_are_refused(checkpoint):
     del policy["model.norm.weight"]
     with pytest.raises(ValueError, match=r"pushed policy weights does not match the config: missing tensors"):
         half.update_policy(1, policy)
+
+
+def test_a_copy_that_cannot_be_handed_over_is_dropped(worker, monkeypatch):
+    """The next round starts afresh instead of failing the same way for ever."""
+    if not worker.buffer.num_sequences:
+        worker.generate(mixed_requests(6, prefix="handover"))
+    assert worker.train_drafter_slice(0.2).steps > 0 and worker.cotrainer.trained() is not None
+
+    def failing() -> None:
+        raise MemoryError("copying the trained drafter")
+
+    monkeypatch.setattr(worker.cotrainer, "trained", failing)
+    with pytest.raises(MemoryError):
+        worker.trained_drafter()
+    monkeypatch.undo()
+    assert worker.cotrainer.trained() is None

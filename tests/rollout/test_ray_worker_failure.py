@@ -86,3 +86,27 @@ def test_a_rollout_that_raises_leaves_no_request_running(manager, checkpoint):
     manager.update_policy(1, load_model(checkpoint.policy_v1).state_dict())
     manager.update_policy(2, load_model(checkpoint.policy).state_dict())
     ray.kill(refuser.actor, no_restart=True)  # the fault stays with the actor: the next call replaces it
+
+
+def test_without_restarts_a_loss_between_rollouts_is_reported_and_a_shut_down_manager_says_so(checkpoint, ray_cluster):
+    """With restart_failed_workers=False a worker lost between rollouts left the pool unreported (replacements []:
+    the step's workers_replaced stayed 0); calls after shutdown() blamed Ray or the workers."""
+    config = RolloutManagerConfig(
+        worker=worker_config(checkpoint, cotrain=False),
+        num_workers=2,
+        round_timeout_s=4.0,
+        restart_failed_workers=False,
+    )
+    mgr = RayRolloutManager(config)
+    try:
+        mgr.generate(mixed_requests(4, prefix="before-loss"))
+        victim = mgr.workers[1]
+        ray.kill(victim.actor, no_restart=True)
+        batch = mgr.generate(mixed_requests(4, prefix="after-loss"))
+        assert [(r.worker_id, r.replacement_id) for r in batch.replacements] == [(victim.worker_id, None)]
+        assert [w.worker_id for w in mgr.workers] == [mgr.workers[0].worker_id] and len(batch.results) == 4
+        assert mgr.generate(mixed_requests(2, prefix="later")).replacements == []  # reported once
+    finally:
+        mgr.shutdown()
+    with pytest.raises(RuntimeError, match="this RayRolloutManager was shut down"):
+        mgr.generate(mixed_requests(2, prefix="closed"))
