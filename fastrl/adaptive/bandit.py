@@ -441,9 +441,13 @@ class BanditSelector:
         stretch = state.get("stretch")  # absent from states saved before stretches: decide at the next round
         if stretch is not None:
             stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
-            if stretch.strategy not in self._strategies:  # it would be chosen, an arm of no bucket
-                arms = [str(arm) for arm in self._strategies]
-                raise ValueError(f"stretch.strategy {stretch.strategy} is none of this bandit's arms {arms}")
+            arms = self._arms[self._buckets.index(stretch.batch_size)]
+            if stretch.strategy not in arms:  # it would be chosen at a batch size whose bucket has no such arm
+                names = [str(arm) for arm in arms]
+                raise ValueError(
+                    f"stretch.strategy {stretch.strategy} is none of the arms {names} of batch size "
+                    f"{stretch.batch_size}'s bucket"
+                )
         self._stretch = stretch
 
     def warm_start(self, state: dict, calibration: bool = True) -> None:

@@ -57,6 +57,8 @@ def check_state_values(state: dict) -> BanditConfig:
     for key in SECONDS:
         if key in state and not (is_real(state[key]) and math.isfinite(state[key])):
             raise ValueError(f"{key} is {state[key]!r}: expected a finite number")
+    if "explore_seconds" in state and state["explore_seconds"] < 0:  # time an exploration took
+        raise ValueError(f"explore_seconds is {state['explore_seconds']!r}: expected a number >= 0")
     best = state.get("explore_best")
     if best is not None and not (is_real(best) and 0 < best < math.inf):
         raise ValueError(f"explore_best is {best!r}: expected null or a finite number > 0")
@@ -118,6 +120,8 @@ def _check_stretch(stretch: object) -> None:
         value = stretch[key]
         if (key != "explore_cost" or value is not None) and not (is_real(value) and math.isfinite(value)):
             raise ValueError(f"stretch.{key} is {value!r}: expected a finite number")
+    if stretch["seconds"] < 0:  # the stretch's time so far: a negative one would hold its arm for ever
+        raise ValueError(f"stretch.seconds is {stretch['seconds']!r}: expected a number >= 0")
 
 
 def _check_int(key: str, value: object, least: int) -> None:

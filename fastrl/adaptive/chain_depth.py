@@ -207,10 +207,15 @@ def checked_state(state: dict) -> dict[str, dict[str, list[float]]]:
             if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 4):
                 raise ValueError(f"{where}: a bin is a batch size's bit length less one, written in digits (0, 1, ...)")
             numbers = cell if isinstance(cell, list) and len(cell) == 3 else []
-            if not numbers or not all(is_real(x) and 0 <= x < math.inf for x in numbers) or numbers[0] < 1:
+            if (
+                not numbers
+                or not all(is_real(x) and 0 <= x < math.inf for x in numbers)
+                or numbers[0] < 1
+                or numbers[2] <= 0
+            ):  # a bin exists once a round is in it: rounds > 0 (its means are weighed by them)
                 raise ValueError(
-                    f"{where} must be [depth, tokens per row, rounds], finite numbers >= 0 and a depth >= 1, "
-                    f"got {cell!r}"
+                    f"{where} must be [depth, tokens per row, rounds], finite numbers >= 0, a depth >= 1 and rounds "
+                    f"> 0, got {cell!r}"
                 )
             checked[arm][k] = [float(x) for x in numbers]
     return checked

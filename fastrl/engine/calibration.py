@@ -426,8 +426,10 @@ def load_or_measure(
         model = measure(engine, arms, sizes, rounds, seed)
         try:
             write_atomic(path, json.dumps(model.rows()) + "\n")
-        except OSError as err:  # a full disk: this run keeps what it measured, the next measures again
-            print(f"fastrl: calibration not cached in {path} ({err.strerror or err})", file=sys.stderr, flush=True)
+        except (OSError, ValueError) as err:  # a full disk (write_atomic says so as a ValueError): this run keeps
+            # what it measured, the next measures again
+            why = err.strerror if isinstance(err, OSError) and err.strerror else err
+            print(f"fastrl: calibration not cached in {path} ({why})", file=sys.stderr, flush=True)
     return model
 
 

@@ -10,7 +10,7 @@ from fastrl.adaptive.bandit import BanditSelector
 from fastrl.adaptive.bandit_config import BanditConfig
 from fastrl.adaptive.bandit_merge import merge_bandit_states
 from fastrl.adaptive.cost_model import CostModel
-from fastrl.integrations.export.selection_config import bucket_winners
+from fastrl.integrations.export.selection_config import bucket_winners, disable_reason
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -104,3 +104,17 @@ def test_bucket_winners_are_predicted_at_a_batch_size_of_the_bucket_not_the_last
         ("2-4", 3, "3_1_4"),
         ("5-20", 10, "3_1_4"),
     ]
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 4, 9, 10, 50])
+def test_buckets_past_bs_threshold_are_exported_as_plain_decoding(threshold):
+    """The bandit decodes plainly past bs_threshold whatever its arms predict; the export wrote its predicted winner
+    there (3_1_4 for the bucket 5-20 at threshold 4)."""
+    state = json.loads(json.dumps(_calibrated([], 1).state_dict()))
+    state["config"]["bs_threshold"] = threshold
+    for w in bucket_winners(state):
+        if w.batch_size > threshold:
+            assert w.strategy == DISABLE and w.bs_threshold == threshold, (w.label, threshold)
+            assert f"past the bandit's bs_threshold={threshold}" in disable_reason(w)
+        else:
+            assert w.bs_threshold is None

@@ -262,3 +262,14 @@ def test_a_shallow_stopping_chain_is_timed_by_the_shallow_chains():
     assert with_shallow.depth(STOP, 1) == pytest.approx(4 / 3)
     assert with_shallow.seconds(STOP, 1) / with_shallow.seconds(DISABLE, 1) == pytest.approx(truth, rel=0.01)
     assert deep_only.seconds(STOP, 1) / deep_only.seconds(DISABLE, 1) > 1.2 * truth
+
+
+@pytest.mark.parametrize("rounds", [0, 0.0])
+def test_a_bin_of_no_round_is_refused_naming_it(rounds):
+    """A bin exists once a round is in it; one of 0 rounds passed every check and then divided by zero in
+    ``tokens_ratio`` (a damaged bandit state: a ZeroDivisionError traceback from export-drafter)."""
+    from fastrl.adaptive.chain_depth import checked_state
+
+    with pytest.raises(ValueError, match=r"chain_rounds\['12_1_13@0.3'\]\['4'\] must be .* rounds > 0"):
+        checked_state({"12_1_13@0.3": {"4": [4.0, 3.4, rounds]}})
+    assert checked_state({"12_1_13@0.3": {"4": [4.0, 3.4, 1]}}) == {"12_1_13@0.3": {"4": [4.0, 3.4, 1.0]}}

@@ -125,8 +125,26 @@ def test_a_stretch_of_no_arm_of_the_bandit_is_refused_on_load():
     state = bandit.state_dict()
     state["stretch"] = state["stretch"] | {"strategy": "12_4_64"}
     restored = BanditSelector(config, calibration(SPACE))
-    with pytest.raises(ValueError, match=r"stretch.strategy 12_4_64 is none of this bandit's arms"):
+    with pytest.raises(ValueError, match=r"stretch.strategy 12_4_64 is none of the arms .* of batch size 4's bucket"):
         restored.load_state_dict(state)
+
+
+def test_a_stretch_of_an_arm_of_another_bucket_or_of_negative_time_is_refused_on_load():
+    """An arm of the bandit but not of the stretch's bucket was taken, and choose() returned it there; a stretch
+    of -1e300 seconds held its arm for every later round."""
+    from fastrl.adaptive.bandit_state_check import check_state_values
+
+    config = BanditConfig(strategies=SPACE, bucket_strategies={1: [SPACE[0]]}, decide_every_s=100.0)
+    bandit = BanditSelector(config, calibration(SPACE))
+    bandit.observe(environment(bandit.choose(4), 4, random.Random(3)))
+    state = bandit.state_dict()
+    state["stretch"] = state["stretch"] | {"batch_size": 1, "strategy": str(SPACE[1])}
+    with pytest.raises(ValueError, match=rf"stretch.strategy {SPACE[1]} is none of the arms \['{SPACE[0]}'\] of"):
+        BanditSelector(config, calibration(SPACE)).load_state_dict(state)
+    state = bandit.state_dict()
+    for key, value in (("stretch", state["stretch"] | {"seconds": -1e300}), ("explore_seconds", -2.0)):
+        with pytest.raises(ValueError, match=f"{key}.* expected a number >= 0"):
+            check_state_values(state | {key: value})
 
 
 def test_a_stretch_holds_at_batch_sizes_near_its_own_in_its_bucket():

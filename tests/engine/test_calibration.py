@@ -162,3 +162,32 @@ def test_a_model_of_a_few_dozen_positions_is_calibrated_with_the_warm_up_that_fi
     model = measured_whole_batches(monkeypatch, policy, drafter, ARMS)
     assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 2)}
     assert MIN_WARMUP_ROUNDS <= request_plan(positions, ARMS, 3).warmup < WARMUP_ROUNDS
+
+
+def test_a_full_disk_keeps_the_measured_calibration(monkeypatch, tmp_path, capsys):
+    """write_atomic says a full disk as a ValueError, which the cache's `except OSError` let through: the run failed
+    after its minutes of measuring, where the code meant to keep what it measured and cache it next time."""
+    import errno
+    from pathlib import Path
+
+    from fastrl.adaptive.cost_model import CostModel
+
+    measured = CostModel.fit([(DISABLE, 1, 0.01, 30), (Strategy.parse("3_1_4"), 1, 0.02, 30)])
+    monkeypatch.setattr(calibration, "calibration_key", lambda *args: "k")
+    monkeypatch.setattr(calibration, "measure", lambda *args: measured)
+    real = Path.write_bytes
+
+    def full_disk(self: Path, data: bytes) -> int:
+        if self.parent == tmp_path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+
+    class Engine:
+        class config:  # noqa: N801 (the engine's config, as load_or_measure reads it)
+            max_batch_size = 8
+
+    model = calibration.load_or_measure(Engine(), [Strategy.parse("3_1_4")], 3, 0, tmp_path)
+    assert model.rows() == measured.rows()
+    assert "calibration not cached" in capsys.readouterr().err and not (tmp_path / "k.json").exists()

@@ -23,7 +23,8 @@ from fastrl.strategy.strategy import DISABLE, Strategy
 class BucketWinner:
     """The arm the bandit would exploit for batch sizes from ``min_batch_size`` (its bucket's lower threshold), as
     predicted at ``batch_size`` (``bucket_batch_size``). ``depth``: for a stopping chain, the mean depth its rounds
-    reached at that batch size (None otherwise)."""
+    reached at that batch size (None otherwise). ``bs_threshold``: the bandit's, when ``batch_size`` is past it (the
+    bandit decodes plainly there, and so does the export)."""
 
     min_batch_size: int
     label: str
@@ -32,6 +33,7 @@ class BucketWinner:
     pulls: int
     depth: float | None = None
     batch_size: int = 1
+    bs_threshold: int | None = None
 
 
 def bucket_batch_size(thresholds: list[int], index: int) -> int:
@@ -61,8 +63,12 @@ def bucket_winners(state: dict, prior_hazard: float | None = None) -> list[Bucke
         raise ValueError(f"not a fastrl bandit state_dict ({type(err).__name__}: {err})") from None
     winners = []
     thresholds = policy.config.bs_thresholds
+    past = policy.config.bs_threshold
     for bucket in policy.telemetry().buckets:
         batch = bucket_batch_size(thresholds, bucket.index)
+        if past is not None and batch > past:  # the bandit runs no arm there: plain decoding
+            winners.append(BucketWinner(thresholds[bucket.index], bucket.label, DISABLE, None, 0, None, batch, past))
+            continue
         best, best_value = bucket.arms[0], policy.predict(bucket.arms[0].strategy, batch)
         for arm in bucket.arms:
             value = policy.predict(arm.strategy, batch)
@@ -148,6 +154,9 @@ def disable_reason(winner: BucketWinner) -> str | None:
     """Why an exported bucket runs plain decoding (None when it speculates)."""
     if not eagle_part(winner.strategy).is_disabled:
         return None
+    if winner.bs_threshold is not None:
+        past = f"batch size {winner.batch_size} is past the bandit's bs_threshold={winner.bs_threshold}"
+        return f"{past}: it decodes plainly"
     if not winner.strategy.is_disabled:
         return (
             f"the bandit's winner {winner.strategy} drafts from history (suffix), which an EAGLE-only engine cannot "
