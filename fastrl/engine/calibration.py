@@ -271,7 +271,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
 
     arms = _timed_arms(arms)
     rng = random.Random(seed)
-    plans = context_plans(engine.model.config.max_position_embeddings, arms, rounds)
+    plans = context_plans(engine.max_model_len, arms, rounds)  # its rows never reach past the engine's context
     batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for plan in plans for size in sizes]
     times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
     # a round's time over the median plain round of its pass, by (arm, size, context, whether a cold plain round)
@@ -360,7 +360,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
     step's, the small-row linear kernel's routing, the sampler's noise kernel), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
-    positions = engine.model.config.max_position_embeddings
+    positions = engine.max_model_len  # the engine's context: no round it runs goes further
     described = {
         "policy": dataclasses.asdict(engine.model.config),
         "drafter": None if drafter is None else _drafter_shape(drafter),

@@ -173,8 +173,8 @@ class KVCache:
         table = self.table
         shape = (self.num_layers, table.total_pages * table.page_size, self.num_kv_heads, self.head_dim)
         # A home view reads pages nobody holds (masked), so nothing in the cache may be junk. On a CPU the pool is
-        # zero memory the OS maps only when written (resident memory follows the pages handed out, which
-        # `clear_pages` zeroes); elsewhere (and dense caches) all is zeroed at once.
+        # zero memory the OS maps only when written (resident memory follows the most pages ever handed out: a
+        # freed page is zeroed by `clear_pages`, not returned); elsewhere (and dense caches) all is zeroed at once.
         if table.paged and self.device.type == "cpu":
             self._maps = [mmap.mmap(-1, math.prod(shape) * self.dtype.itemsize) for _ in range(2)]
             k, v = (torch.frombuffer(m, dtype=self.dtype).view(shape) for m in self._maps)

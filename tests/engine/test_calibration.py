@@ -18,6 +18,7 @@ from fastrl.engine.calibration import (
     SHORT_CONTEXT,
     SHORT_PROMPT,
     WARMUP_ROUNDS,
+    calibration_key,
     context_plans,
     request_plan,
 )
@@ -191,3 +192,27 @@ def test_a_full_disk_keeps_the_measured_calibration(monkeypatch, tmp_path, capsy
     model = calibration.load_or_measure(Engine(), [Strategy.parse("3_1_4")], 3, 0, tmp_path)
     assert model.rows() == measured.rows()
     assert "calibration not cached" in capsys.readouterr().err and not (tmp_path / "k.json").exists()
+
+
+def test_the_calibration_engines_stay_within_the_engines_context(monkeypatch):
+    """They were sized by the model's whole context (32k positions for a real model, every engine of every size
+    alive at once: hundreds of GB of KV pools on a GPU), whatever max_model_len the engine was given; no round the
+    engine runs goes past its own context."""
+    policy = tiny_policy(positions=512)
+    drafter = EagleDrafter(policy.config).eval()
+    engine = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=96), drafter, FixedSelector("3_1_4"))
+    monkeypatch.setattr(RecordingEngine, "steps", [])
+    built: list[int] = []
+
+    class Recorded(RecordingEngine):
+        def __init__(self, model, config, *args, **kwargs):
+            built.append(config.max_model_len)
+            super().__init__(model, config, *args, **kwargs)
+
+    monkeypatch.setattr(calibration, "Engine", Recorded)
+    model = calibration.measure(engine, ARMS, [1, 4], rounds=3, seed=0)
+    assert built and max(built) <= 96
+    assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 4)}
+    assert calibration_key(engine, ARMS, [1, 4], 3) != calibration_key(
+        Engine(policy, EngineConfig(max_batch_size=4), drafter, FixedSelector("3_1_4")), ARMS, [1, 4], 3
+    )
