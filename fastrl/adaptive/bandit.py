@@ -122,6 +122,7 @@ class BanditSelector:
         # When the round in flight explores: the best arm's predicted goodput and the pulled arm's predicted time.
         self._explore_best: float | None = None
         self._explore_seconds = 0.0
+        self._timed_by_state: set[Strategy] = set()  # arms a warm start brought round times of
         self._since_plain = 0  # rounds learned from since the last plain one
         self._memo: dict[tuple[Strategy, int, float, float | None], float | None] = {}
         self._timeline: list[ChoiceRecord] = []
@@ -189,7 +190,8 @@ class BanditSelector:
         self._learn()
         arms = self._arms[bucket]
         for arm in arms:
-            if not self._times.has_calibration(arm) and self._pulls[arm] < self.config.min_pulls:
+            timed = self._times.has_calibration(arm) or arm in self._timed_by_state
+            if not timed and self._pulls[arm] < self.config.min_pulls:
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
         waiting: list[Strategy] = []  # arms that might beat the best once the credit covers their pull
@@ -396,6 +398,7 @@ class BanditSelector:
             "explore_credit": self._credit,
             "explore_best": self._explore_best,
             "explore_seconds": self._explore_seconds,
+            "timed_by_state": sorted(str(arm) for arm in self._timed_by_state),
             "since_plain": self._since_plain,
             "bucket_rounds": list(self._bucket_rounds),
             "last_batch": list(self._last_batch),
@@ -420,6 +423,8 @@ class BanditSelector:
                 )
         self.warm_start(state)
         self._pulls = {arm: int(state["pulls"].get(str(arm), 0)) for arm in self._strategies}
+        timed = set(state.get("timed_by_state", []))  # absent from states saved before warm starts kept it
+        self._timed_by_state = {arm for arm in self._strategies if str(arm) in timed}
         if "catch_up" in state:  # absent from states saved before catch-ups were charged
             self._catch_up.load(state["catch_up"])
         self._round = int(state["round"])
@@ -462,6 +467,7 @@ class BanditSelector:
             self.set_calibration(CostModel.from_rows(state["calibration"], "bandit state calibration"))
         self._acceptance.load(state["acceptance"])
         self._times.load_state(state["times"])
+        self._timed_by_state = {arm for arm in self._strategies if self._times.has_measured(arm)}  # no forced pulls
         self._chain_rounds.load(state.get("chain_rounds", {}))  # absent from states saved before stopping chains'
         self._catch_up = CatchUpCosts()
         if "catch_up" in state:  # the rates: what catching up costs this model and machine

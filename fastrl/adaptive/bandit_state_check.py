@@ -43,6 +43,11 @@ def check_state_values(state: dict) -> BanditConfig:
     checked_filter(times.get("filter"))
     for i, arm in enumerate(times["measured"]):
         strategy_entry(f"times.measured[{i}]", arm)
+    timed = state.get("timed_by_state", [])  # absent from states saved before warm starts kept it
+    if not isinstance(timed, list):
+        raise ValueError(f"timed_by_state must be a list of arms, got {timed!r}"[:300])
+    for i, arm in enumerate(timed):
+        strategy_entry(f"timed_by_state[{i}]", arm)
     checked_chain_rounds(state.get("chain_rounds", {}))
     if "catch_up" in state:  # absent from states saved before catch-ups were charged
         check_catch_up(state["catch_up"])
@@ -76,6 +81,11 @@ def check_state_values(state: dict) -> BanditConfig:
 def check_state_version(state: dict) -> None:
     """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``."""
     version = state.get("version") if isinstance(state, dict) else None
+    if version != STATE_VERSION and isinstance(state, dict) and {"steps", "ema_accept"} <= set(state):
+        raise ValueError(  # the verl server saves any selector's state under bandit_state_<server>.json
+            "this is the state of an EMA tier controller (strategy=ema), not of a bandit: it holds no per-bucket "
+            "choices to export or to start a bandit from"
+        )
     if version != STATE_VERSION:
         raise ValueError(
             f"bandit state version {version!r} != {STATE_VERSION} (version 3 held round times as running means, "

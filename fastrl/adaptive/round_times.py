@@ -190,6 +190,10 @@ class RoundTimes:
         """Whether the calibration timed ``arm`` (``calibrated`` is then a number at every batch size)."""
         return arm in self._curves
 
+    def has_measured(self, arm: Strategy) -> bool:
+        """Whether rounds of ``arm`` were timed (by this run, or by the run whose state was loaded)."""
+        return arm in self._measured
+
     def calibrated(self, arm: Strategy, batch_size: int) -> float | None:
         """The calibration curve at ``batch_size`` and the current context (None without a calibration of ``arm``),
         see ``knee_curve`` and ``context_time``."""

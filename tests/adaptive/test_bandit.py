@@ -175,6 +175,26 @@ def test_without_calibration_arms_are_timed_first():
     assert [c.reason for c in policy.telemetry().timeline[:8]] == ["untimed"] * 8
 
 
+def test_a_warm_start_that_brings_every_arms_times_forces_no_untimed_pulls():
+    """Without a calibration, a bandit warm-started from a run that timed every arm pulled each min_pulls times
+    again as "untimed" (deep trees at a large batch among them), though it predicted all their times; a resumed
+    run forces what the saved run had still to force, no more and no less."""
+    config = BanditConfig(strategies=SPACE, min_pulls=2, calibrate=False)
+    first = BanditSelector(config)
+    run(first, [4] * 40, seed=0)
+    state = json.loads(json.dumps(first.state_dict()))
+    warm = BanditSelector(config)
+    warm.warm_start(state)
+    run(warm, [40] * 20, seed=1)
+    assert "untimed" not in [c.reason for c in warm.telemetry().timeline]
+    early = BanditSelector(config)
+    run(early, [4] * 3, seed=0)  # 3 of the 8 forced pulls made
+    resumed = BanditSelector(config)
+    resumed.load_state_dict(json.loads(json.dumps(early.state_dict())))
+    assert run(resumed, [4] * 10, seed=5) == run(early, [4] * 10, seed=5)
+    assert [c.reason for c in resumed.telemetry().timeline] == [c.reason for c in early.telemetry().timeline]
+
+
 def test_no_exploration_with_epsilon_zero():
     policy = BanditSelector(BanditConfig(strategies=SPACE, epsilon=0.0), calibration=calibration(SPACE))
     run(policy, [1] * 100, seed=0)
@@ -371,3 +391,18 @@ def test_bandit_picks_a_stopping_chain_that_wins():
         seconds = 0.012 + 0.0002 * (drafted + 1)
         policy.observe(RoundStats(strategy, 1, [drafted], [accepted], [accepted + 1], seconds))
     assert chosen[-100:].count(Strategy.parse("8_1_9@0.3")) >= 90
+
+
+def test_an_ema_controllers_state_is_named_as_such_where_a_bandits_is_expected():
+    """The verl server saves any selector's state as bandit_state_<server>.json; export-drafter said an EMA
+    controller's state was an old epsilon-greedy bandit's ("version 1 ... window of rewards")."""
+    from fastrl.adaptive.bandit_state_check import check_state_values
+    from fastrl.adaptive.ema import EmaSelector
+    from fastrl.adaptive.ema_config import EmaConfig
+
+    state = json.loads(json.dumps(EmaSelector(EmaConfig()).state_dict()))
+    with pytest.raises(ValueError, match=r"the state of an EMA tier controller \(strategy=ema\), not of a bandit"):
+        check_state_values(state)
+    bandit = BanditSelector(BanditConfig(strategies=SPACE)).state_dict()
+    with pytest.raises(ValueError, match=r"timed_by_state\[0\]"):
+        check_state_values(bandit | {"timed_by_state": [3]})
