@@ -82,7 +82,13 @@ class RayRolloutManager:
             self.shutdown()
             if isinstance(err, ValueError):
                 raise
-            raise RuntimeError(f"rollout workers failed to start: {short_error(err)}") from None
+            waited = (
+                f" within worker_start_timeout_s={config.worker_start_timeout_s:g} s (a model that loads slower "
+                "needs more)"
+                if isinstance(err, GetTimeoutError)
+                else ""
+            )
+            raise RuntimeError(f"rollout workers failed to start{waited}: {short_error(err)}") from None
         self.policy_version = first.policy_version
         self.drafter_version = first.drafter_version
         self.replaced_workers = 0

@@ -110,3 +110,12 @@ def test_without_restarts_a_loss_between_rollouts_is_reported_and_a_shut_down_ma
         mgr.shutdown()
     with pytest.raises(RuntimeError, match="this RayRolloutManager was shut down"):
         mgr.generate(mixed_requests(2, prefix="closed"))
+
+
+def test_workers_that_do_not_start_in_time_name_the_timeout(checkpoint, ray_cluster):
+    """It said Ray's "Get timed out: some object(s) not ready." alone."""
+    config = RolloutManagerConfig(
+        worker=worker_config(checkpoint, cotrain=False), num_workers=1, worker_start_timeout_s=0.01
+    )
+    with pytest.raises(RuntimeError, match=r"failed to start within worker_start_timeout_s=0.01 s"):
+        RayRolloutManager(config)
