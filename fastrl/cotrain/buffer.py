@@ -151,14 +151,17 @@ class FeatureBuffer:
         keyed.sort(key=lambda item: item[0], reverse=True)
         chosen = [first]
         width = chosen[0].tokens.shape[0]
-        for _, _, seq in keyed:
-            n = seq.tokens.shape[0]
-            if seq is chosen[0] or n.bit_length() != length_class or (len(chosen) + 1) * max(width, n) > batch_tokens:
-                continue
-            chosen.append(seq)
-            width = max(width, n)
-            if len(chosen) * width >= batch_tokens:
-                break
+        for same_class in (True, False):  # its class first; then whatever still fits (all of it, given room)
+            for _, _, seq in keyed:
+                n = seq.tokens.shape[0]
+                if any(seq is c for c in chosen) or (n.bit_length() == length_class) != same_class:
+                    continue
+                if (len(chosen) + 1) * max(width, n) > batch_tokens:
+                    continue
+                chosen.append(seq)
+                width = max(width, n)
+                if len(chosen) * width >= batch_tokens:
+                    return chosen
         return chosen
 
     def _retain(self) -> None:

@@ -74,6 +74,9 @@ SHORT_CONTEXT = 64
 """The short context's rows hold at most this many tokens (or one arm's rounds after their prompt, where more):
 fresh requests replace them before any arm they could not take. Rounds cost less there: on the bundled model at batch
 16 on this CPU a plain round took 3.1 ms at 22 keys a row and 6.0 ms at 467, a 3_1_4 round 2.8x and 3.1x that."""
+MIN_CONTEXT = 1024
+"""The context a calibration may reach whatever the engine's (``calibration_positions``): room for a long level of
+``PROMPT_TOKENS`` said twice and the arms' rounds, however tightly a command sized its engine to its prompts."""
 LEVEL_SPREAD = 2.0
 """The long context's rounds attend over at least this many times the short one's keys a row, or the short one is
 dropped (a model whose context holds no long level): a line through two near contexts extrapolates noise."""
@@ -271,7 +274,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
 
     arms = _timed_arms(arms)
     rng = random.Random(seed)
-    plans = context_plans(engine.max_model_len, arms, rounds)  # its rows never reach past the engine's context
+    plans = context_plans(calibration_positions(engine), arms, rounds)
     batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for plan in plans for size in sizes]
     times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
     # a round's time over the median plain round of its pass, by (arm, size, context, whether a cold plain round)
@@ -355,12 +358,21 @@ def _drafter_shape(drafter: EagleDrafter) -> dict:
     }
 
 
+def calibration_positions(engine: Engine) -> int:
+    """The context a calibration's rows may reach: the engine's ``max_model_len`` rounded up to a power of two
+    (engines sized to their prompts share a cached calibration) and at least ``MIN_CONTEXT`` (room for the arms'
+    rounds), never past the model's positions. Not the model's whole context: every calibration engine of every size
+    is alive at once, each holding its rows' whole context (a 32k-token model's would not fit a GPU)."""
+    wanted = max(MIN_CONTEXT, 1 << max(0, engine.max_model_len - 1).bit_length())
+    return min(engine.model.config.max_position_embeddings, wanted)
+
+
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
     """What a calibration depends on: policy and drafter shapes, device, dtype, attention backend (and the drafter
     step's, the small-row linear kernel's routing, the sampler's noise kernel), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
-    positions = engine.max_model_len  # the engine's context: no round it runs goes further
+    positions = calibration_positions(engine)
     described = {
         "policy": dataclasses.asdict(engine.model.config),
         "drafter": None if drafter is None else _drafter_shape(drafter),

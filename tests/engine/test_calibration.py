@@ -12,6 +12,7 @@ from fastrl.adaptive.fixed import FixedSelector
 from fastrl.engine import calibration
 from fastrl.engine.calibration import (
     LEVEL_SPREAD,
+    MIN_CONTEXT,
     MIN_PASSES,
     MIN_WARMUP_ROUNDS,
     PROMPT_TOKENS,
@@ -19,6 +20,7 @@ from fastrl.engine.calibration import (
     SHORT_PROMPT,
     WARMUP_ROUNDS,
     calibration_key,
+    calibration_positions,
     context_plans,
     request_plan,
 )
@@ -197,10 +199,10 @@ def test_a_full_disk_keeps_the_measured_calibration(monkeypatch, tmp_path, capsy
 def test_the_calibration_engines_stay_within_the_engines_context(monkeypatch):
     """They were sized by the model's whole context (32k positions for a real model, every engine of every size
     alive at once: hundreds of GB of KV pools on a GPU), whatever max_model_len the engine was given; no round the
-    engine runs goes past its own context."""
-    policy = tiny_policy(positions=512)
+    engine runs goes past its own context (rounded up to a power of two, at least MIN_CONTEXT)."""
+    policy = tiny_policy(positions=4096)
     drafter = EagleDrafter(policy.config).eval()
-    engine = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=96), drafter, FixedSelector("3_1_4"))
+    engine = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=1100), drafter, FixedSelector("3_1_4"))
     monkeypatch.setattr(RecordingEngine, "steps", [])
     built: list[int] = []
 
@@ -211,8 +213,14 @@ def test_the_calibration_engines_stay_within_the_engines_context(monkeypatch):
 
     monkeypatch.setattr(calibration, "Engine", Recorded)
     model = calibration.measure(engine, ARMS, [1, 4], rounds=3, seed=0)
-    assert built and max(built) <= 96
+    assert built and max(built) <= 2048  # 1100 rounded up to a power of two (a shared cache key)
     assert {(str(s), b) for s, b, *_ in model.measurements()} == {(str(a), b) for a in [*ARMS, DISABLE] for b in (1, 4)}
-    assert calibration_key(engine, ARMS, [1, 4], 3) != calibration_key(
-        Engine(policy, EngineConfig(max_batch_size=4), drafter, FixedSelector("3_1_4")), ARMS, [1, 4], 3
-    )
+
+    def engine_of(context: int) -> Engine:
+        return Engine(policy, EngineConfig(max_batch_size=4, max_model_len=context), drafter, FixedSelector("3_1_4"))
+
+    assert calibration_positions(engine_of(10)) == calibration_positions(engine_of(1024)) == MIN_CONTEXT
+    assert calibration_positions(engine_of(1025)) == calibration_positions(engine_of(2048)) == 2048
+    assert calibration_positions(engine_of(4096)) == 4096 == calibration_positions(engine_of(4000))
+    assert calibration_key(engine_of(10), ARMS, [1, 4], 3) == calibration_key(engine_of(900), ARMS, [1, 4], 3)
+    assert calibration_key(engine, ARMS, [1, 4], 3) != calibration_key(engine_of(4096), ARMS, [1, 4], 3)
