@@ -416,6 +416,15 @@ class BanditSelector:
         missing += [key for key in RESUMED_NULLABLE_KEYS if key not in state]
         if missing:
             raise ValueError(f"a bandit state to resume from needs {missing}")
+        stretch = state.get("stretch")
+        if stretch is not None:  # checked before anything is loaded
+            arms = self._arms[self._buckets.index(stretch["batch_size"])]
+            if Strategy.parse(stretch["strategy"]) not in arms:  # it would be chosen where its bucket has no such arm
+                names = [str(arm) for arm in arms]
+                raise ValueError(
+                    f"stretch.strategy {stretch['strategy']} is none of the arms {names} of batch size "
+                    f"{stretch['batch_size']}'s bucket"
+                )
         for i, (bucket, saved) in enumerate(zip(self._rewards, state["rewards"], strict=True)):
             if set(saved) != {str(arm) for arm in bucket}:
                 raise ValueError(
@@ -444,16 +453,9 @@ class BanditSelector:
         ]
         self._trim_timeline()  # a state saved under a larger timeline_limit
         stretch = state.get("stretch")  # absent from states saved before stretches: decide at the next round
-        if stretch is not None:
-            stretch = _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
-            arms = self._arms[self._buckets.index(stretch.batch_size)]
-            if stretch.strategy not in arms:  # it would be chosen at a batch size whose bucket has no such arm
-                names = [str(arm) for arm in arms]
-                raise ValueError(
-                    f"stretch.strategy {stretch.strategy} is none of the arms {names} of batch size "
-                    f"{stretch.batch_size}'s bucket"
-                )
-        self._stretch = stretch
+        self._stretch = (
+            None if stretch is None else _Stretch(**(stretch | {"strategy": Strategy.parse(stretch["strategy"])}))
+        )
 
     def warm_start(self, state: dict, calibration: bool = True) -> None:
         """Take the calibration, acceptance counts and round times of a saved state, whatever its config (arms

@@ -131,9 +131,10 @@ class FeatureBuffer:
         (at least one sequence whenever the buffer is not empty); [] when it is empty.
 
         The batch's first sequence is drawn by recency weight x length, the rest among sequences of its length class
-        (within 2x of each other) by recency weight: each class then gets its share of the buffer's tokens, the long
-        responses of the tail included, and padding stays under 2x (a draw over all lengths that skipped what would
-        widen the batch past the budget left long sequences out after a few short ones)."""
+        (within 2x of each other) by recency weight, then whatever still fits: each class gets its share of the
+        buffer's tokens, the long responses of the tail included (a draw over all lengths that skipped what would
+        widen the batch past the budget left long sequences out after a few short ones), and the class's sequences
+        pad under 2x (those added after it may pad more, within the budget)."""
         if not self._sequences:
             return []
         newest = max(self._by_version)
@@ -149,16 +150,17 @@ class FeatureBuffer:
         first = max(keyed, key=lambda item: item[1])[2]
         length_class = first.tokens.shape[0].bit_length()
         keyed.sort(key=lambda item: item[0], reverse=True)
-        chosen = [first]
+        chosen, taken = [first], {id(first)}
         width = chosen[0].tokens.shape[0]
         for same_class in (True, False):  # its class first; then whatever still fits (all of it, given room)
             for _, _, seq in keyed:
                 n = seq.tokens.shape[0]
-                if any(seq is c for c in chosen) or (n.bit_length() == length_class) != same_class:
+                if id(seq) in taken or (n.bit_length() == length_class) != same_class:
                     continue
                 if (len(chosen) + 1) * max(width, n) > batch_tokens:
                     continue
                 chosen.append(seq)
+                taken.add(id(seq))
                 width = max(width, n)
                 if len(chosen) * width >= batch_tokens:
                     return chosen

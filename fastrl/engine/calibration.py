@@ -75,8 +75,8 @@ SHORT_CONTEXT = 64
 fresh requests replace them before any arm they could not take. Rounds cost less there: on the bundled model at batch
 16 on this CPU a plain round took 3.1 ms at 22 keys a row and 6.0 ms at 467, a 3_1_4 round 2.8x and 3.1x that."""
 MIN_CONTEXT = 1024
-"""The context a calibration may reach whatever the engine's (``calibration_positions``): room for a long level of
-``PROMPT_TOKENS`` said twice and the arms' rounds, however tightly a command sized its engine to its prompts."""
+"""The least context a calibration's engines are given (``calibration_positions``; the model's, where shorter): one
+value for most arm sets, so that their cache keys and the contexts they time stay as they were."""
 LEVEL_SPREAD = 2.0
 """The long context's rounds attend over at least this many times the short one's keys a row, or the short one is
 dropped (a model whose context holds no long level): a line through two near contexts extrapolates noise."""
@@ -274,7 +274,7 @@ def measure(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int,
 
     arms = _timed_arms(arms)
     rng = random.Random(seed)
-    plans = context_plans(calibration_positions(engine), arms, rounds)
+    plans = context_plans(calibration_positions(engine, arms, rounds), arms, rounds)
     batches = [CalibrationBatch(engine, arms, size, plan, seed, rng) for plan in plans for size in sizes]
     times: dict[tuple[Strategy, int, RequestPlan], list[float]] = defaultdict(list)
     # a round's time over the median plain round of its pass, by (arm, size, context, whether a cold plain round)
@@ -358,13 +358,16 @@ def _drafter_shape(drafter: EagleDrafter) -> dict:
     }
 
 
-def calibration_positions(engine: Engine) -> int:
-    """The context a calibration's rows may reach: the engine's ``max_model_len`` rounded up to a power of two
-    (engines sized to their prompts share a cached calibration) and at least ``MIN_CONTEXT`` (room for the arms'
-    rounds), never past the model's positions. Not the model's whole context: every calibration engine of every size
-    is alive at once, each holding its rows' whole context (a 32k-token model's would not fit a GPU)."""
-    wanted = max(MIN_CONTEXT, 1 << max(0, engine.max_model_len - 1).bit_length())
-    return min(engine.model.config.max_position_embeddings, wanted)
+def calibration_positions(engine: Engine, arms: list[Strategy], rounds: int) -> int:
+    """The context a calibration's rows may reach: what its long rows take over every pass (their prompt said twice
+    and ``passes`` x ``pass_tokens``), rounded up to a power of two and at least ``MIN_CONTEXT``, never past the
+    model's positions. Not the model's whole context, nor the engine's: every calibration engine of every size is
+    alive at once, each holding its rows' whole context (a 32k-token model's would not fit a GPU), and rows never
+    go past what they take."""
+    positions = engine.model.config.max_position_embeddings
+    plan = request_plan(positions, arms, rounds)
+    reach = 2 * plan.prompt + plan.passes * plan.pass_tokens + 2
+    return min(positions, max(MIN_CONTEXT, 1 << (reach - 1).bit_length()))
 
 
 def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], rounds: int) -> str:
@@ -372,7 +375,7 @@ def calibration_key(engine: Engine, arms: list[Strategy], sizes: list[int], roun
     step's, the small-row linear kernel's routing, the sampler's noise kernel), threads, arms, sizes, rounds."""
     drafter = engine.drafter
     device = torch.device(engine.config.device)
-    positions = calibration_positions(engine)
+    positions = calibration_positions(engine, arms, rounds)
     described = {
         "policy": dataclasses.asdict(engine.model.config),
         "drafter": None if drafter is None else _drafter_shape(drafter),

@@ -475,10 +475,9 @@ class RayRolloutManager:
 
     def _remember_selector_states(self) -> None:
         """Each live worker's strategy-selector state, for a replacement should it be lost."""
-        alive = self._alive()
-        states = self._gather([(w, w.actor.selector_state.remote()) for w in alive])
-        if len(states) == len(alive):  # updated, not replaced: a worker lost earlier in this call keeps its entry
-            self._selector_states.update({w.worker_id: s for w, s in zip(alive, states, strict=True)})
+        answers = self._settle([(w, w.actor.selector_state.remote()) for w in self._alive()], "its selector state")
+        # updated, not replaced: a worker lost earlier in this call, or now, keeps its last entry; the others answered
+        self._selector_states.update({w.worker_id: s for w, s in answers if not isinstance(s, RayError)})
 
     def _await_ready(self) -> None:
         """Finish a co-training round left running; replace the workers it lost and wait for replacements to start

@@ -106,15 +106,20 @@ def test_bucket_winners_are_predicted_at_a_batch_size_of_the_bucket_not_the_last
     ]
 
 
-@pytest.mark.parametrize("threshold", [1, 2, 4, 9, 10, 50])
-def test_buckets_past_bs_threshold_are_exported_as_plain_decoding(threshold):
-    """The bandit decodes plainly past bs_threshold whatever its arms predict; the export wrote its predicted winner
-    there (3_1_4 for the bucket 5-20 at threshold 4)."""
+@pytest.mark.parametrize("threshold", [1, 2, 4, 7, 9, 10, 12, 20, 30, 50])
+def test_the_export_decodes_plainly_exactly_where_the_bandit_does(threshold):
+    """Past bs_threshold the bandit decodes plainly whatever its arms predict; the export wrote a bucket's predicted
+    winner there (3_1_4 for the bucket 5-20 at threshold 4), also where the threshold fell inside a bucket: batch
+    sizes 13-20 exported as speculating at threshold 12, 5-7 as plain at threshold 7. At every batch size 1-60 the
+    export's entry (the last one whose minimum batch size it reaches) now speculates iff the bandit may."""
     state = json.loads(json.dumps(_calibrated([], 1).state_dict()))
     state["config"]["bs_threshold"] = threshold
-    for w in bucket_winners(state):
-        if w.batch_size > threshold:
-            assert w.strategy == DISABLE and w.bs_threshold == threshold, (w.label, threshold)
-            assert f"past the bandit's bs_threshold={threshold}" in disable_reason(w)
+    winners = bucket_winners(state)
+    assert [w.min_batch_size for w in winners] == sorted({w.min_batch_size for w in winners})
+    for batch in range(1, 61):
+        entry = [w for w in winners if w.min_batch_size <= batch][-1]
+        if batch > threshold:
+            assert entry.strategy == DISABLE and entry.bs_threshold == threshold, (batch, entry)
+            assert f"past the bandit's bs_threshold={threshold}" in disable_reason(entry)
         else:
-            assert w.bs_threshold is None
+            assert entry.bs_threshold is None and entry.batch_size <= threshold, (batch, entry)

@@ -139,8 +139,11 @@ def test_a_stretch_of_an_arm_of_another_bucket_or_of_negative_time_is_refused_on
     bandit.observe(environment(bandit.choose(4), 4, random.Random(3)))
     state = bandit.state_dict()
     state["stretch"] = state["stretch"] | {"batch_size": 1, "strategy": str(SPACE[1])}
+    restored = BanditSelector(config, calibration(SPACE))
+    fresh = restored.state_dict()
     with pytest.raises(ValueError, match=rf"stretch.strategy {SPACE[1]} is none of the arms \['{SPACE[0]}'\] of"):
-        BanditSelector(config, calibration(SPACE)).load_state_dict(state)
+        restored.load_state_dict(state)
+    assert restored.state_dict() == fresh  # refused before anything was loaded
     state = bandit.state_dict()
     for key, value in (("stretch", state["stretch"] | {"seconds": -1e300}), ("explore_seconds", -2.0)):
         with pytest.raises(ValueError, match=f"{key}.* expected a number >= 0"):

@@ -63,21 +63,32 @@ def bucket_winners(state: dict, prior_hazard: float | None = None) -> list[Bucke
         raise ValueError(f"not a fastrl bandit state_dict ({type(err).__name__}: {err})") from None
     winners = []
     thresholds = policy.config.bs_thresholds
-    past = policy.config.bs_threshold
+    past = policy.config.bs_threshold  # past it the bandit runs no arm: plain decoding, exported from past + 1 on
     for bucket in policy.telemetry().buckets:
-        batch = bucket_batch_size(thresholds, bucket.index)
-        if past is not None and batch > past:  # the bandit runs no arm there: plain decoding
-            winners.append(BucketWinner(thresholds[bucket.index], bucket.label, DISABLE, None, 0, None, batch, past))
+        low = thresholds[bucket.index]
+        high = thresholds[bucket.index + 1] - 1 if bucket.index + 1 < len(thresholds) else None
+        if past is not None and low > past:
+            winners.append(BucketWinner(low, bucket.label, DISABLE, None, 0, None, low, past))
             continue
+        batch = bucket_batch_size(thresholds, bucket.index)
+        batch = batch if past is None else min(batch, past)  # judged among the sizes the bandit speculates at
         best, best_value = bucket.arms[0], policy.predict(bucket.arms[0].strategy, batch)
         for arm in bucket.arms:
             value = policy.predict(arm.strategy, batch)
             if value is not None and (best_value is None or value > best_value):
                 best, best_value = arm, value
         depth = policy.reached_depth(best.strategy, batch) if best.strategy.stop_below else None
-        low = thresholds[bucket.index]
-        winners.append(BucketWinner(low, bucket.label, best.strategy, best_value, best.pulls, depth, batch))
+        split = past is not None and (high is None or past < high)  # the threshold inside this bucket
+        label = size_range(low, past) if split else bucket.label
+        winners.append(BucketWinner(low, label, best.strategy, best_value, best.pulls, depth, batch))
+        if split:
+            winners.append(BucketWinner(past + 1, size_range(past + 1, high), DISABLE, None, 0, None, past + 1, past))
     return winners
+
+
+def size_range(low: int, high: int | None) -> str:
+    """``"5"``, ``"5-8"`` or ``"9+"`` (no upper end), as a bucket's label reads."""
+    return f"{low}+" if high is None else str(low) if high == low else f"{low}-{high}"
 
 
 def vllm_table(winners: list[BucketWinner], draft_model: str) -> dict:
