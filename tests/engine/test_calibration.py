@@ -51,6 +51,7 @@ def test_many_rounds_on_a_short_context_time_only_fresh_rounds_of_the_whole_batc
     policy = tiny_policy()  # 128 positions: one pass of these arms, no more, after the prompt
     drafter = EagleDrafter(policy.config).eval()
     engine = Engine(policy, EngineConfig(max_batch_size=3), drafter, FixedSelector("3_1_4"))
+    every_arm_timed(monkeypatch)
     monkeypatch.setattr(RecordingEngine, "steps", [])
     monkeypatch.setattr(calibration, "Engine", RecordingEngine)
     model = calibration.measure(engine, ARMS, [1, 3], rounds=30, seed=0)
