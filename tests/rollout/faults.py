@@ -36,6 +36,25 @@ def failing_steps(after: int) -> Fault:
     return inject
 
 
+def slow_steps(seconds: float) -> Fault:
+    """Every engine step of the worker takes ``seconds`` longer: its requests stay running long enough for a test to
+    act while they do, however loaded the machine is."""
+
+    def inject(actor: Any) -> None:
+        import time
+
+        worker = actor._worker
+        original = worker.step
+
+        def step() -> list:
+            time.sleep(seconds)
+            return original()
+
+        worker.step = step
+
+    return inject
+
+
 def raising_policy_pushes(error: Exception) -> Fault:
     """The worker's every policy push raises ``error``: a ``ValueError`` refuses it, as the worker's weight checks
     would; another error fails it past the checks, as an OOM or a copy failing inside ``load_state_dict`` would."""

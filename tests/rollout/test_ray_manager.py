@@ -15,6 +15,7 @@ from fastrl.rollout.manager_config import RolloutManagerConfig
 from fastrl.rollout.types import RolloutRequest
 from fastrl.sampling.params import SamplingParams
 from tests.rollout.conftest import assert_same_tokens, mixed_requests, prompt, reference, worker_config
+from tests.rollout.faults import inject, slow_steps
 from tests.rollout.tail_requests import tail_batch
 
 
@@ -124,6 +125,7 @@ def test_killed_worker_requests_are_rerun(manager, checkpoint):
                 return
             time.sleep(0.005)
 
+    inject(victim.actor, slow_steps(0.02))  # a wide window for the kill, however loaded the machine (it raced)
     killer = threading.Thread(target=kill_in_second_wave)
     killer.start()
     batch = manager.generate(requests)
