@@ -65,4 +65,5 @@ def _draft_level(ctx: DraftContext, feature: Tensor, level: int, stop: float) ->
     if stop <= 0:
         return ctx.tokens(perturbed_logits(logits, ctx.sampling, positions, ctx.level_noise(level)).argmax(-1)), None
     drawn = sample(logits, ctx.sampling, positions, ctx.level_noise(level))  # the same argmax, and its log-prob
-    return ctx.tokens(drawn.tokens), drawn.logprobs.exp()
+    # a row whose drafter is not finite is sure of nothing (NaN would keep the batch's mean from ever stopping)
+    return ctx.tokens(drawn.tokens), drawn.logprobs.exp().nan_to_num(0.0, posinf=0.0, neginf=0.0)

@@ -99,3 +99,33 @@ def test_tiny_stop_drafts_the_whole_chain_when_greedy():
     engine.generate([GenerateInput([5, 6, 7, 8], params), GenerateInput([9, 10, 11], params)])
     rounds = [s for s in engine.round_stats if s.strategy.uses_drafter]
     assert rounds and all(s.drafted_tokens == [5] * s.batch_size for s in rounds)
+
+
+def test_a_row_whose_drafter_is_not_finite_is_sure_of_nothing(monkeypatch):
+    """A NaN in one row's drafter output made the batch's mean confidence NaN, and `NaN < P` never stops: every round
+    drafted the whole chain (12 levels against 5.5). That row now counts as unsure, the others' confidence still
+    stops the chain, and the tokens stay plain decoding's."""
+    import copy
+
+    policy, drafter = models("bundled")
+    drafter = copy.deepcopy(drafter)
+
+    def nan_row(module, args, out):
+        out = out.clone()
+        out[0] = float("nan")
+        return out
+
+    drafter.layer.register_forward_hook(nan_row)
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 91) for _ in range(rng.randint(4, 12))] for _ in range(3)]
+    inputs = [
+        GenerateInput(p, SamplingParams(max_new_tokens=40, temperature=0.0, seed=i, ignore_eos=True))
+        for i, p in enumerate(prompts)
+    ]
+    config = EngineConfig(max_batch_size=3, dtype="float64", attention_kernel=False)  # the drafter in PyTorch
+    engine = Engine(policy, config, drafter=drafter, selector=FixedSelector(Strategy(12, 1, 13, stop_below=0.5)))
+    tokens = [o.token_ids for o in engine.generate(inputs)]
+    plain = Engine(policy, config).generate(inputs)
+    assert tokens == [o.token_ids for o in plain]
+    drafted = [s.drafted_tokens[0] for s in engine.round_stats if s.strategy.uses_drafter]
+    assert min(drafted) < 12, drafted

@@ -4,7 +4,8 @@ plain decoding, which never computes that token, token for token and finish reas
 In attention a masked key enters the products as 0 x its value, and 0 x NaN is NaN: before the attention backends
 kept such keys out, one rejected token with a NaN embedding made every node of its tree NaN and the request ended in
 an error at a token plain decoding emits cleanly. Seeded random cases: every token that plain decoding neither reads
-nor emits gets a NaN embedding (so the drafter, which is not poisoned, proposes many of them), random strategies
+nor emits gets a NaN embedding (the drafter reads the same embedding, so its drafts of those tokens are NaN too,
+and it still proposes many), random strategies
 (chains, trees, stopping chains; verify forwards through the C++ kernel and through scaled_dot_product_attention),
 greedy and sampled requests, batch sizes 1-3, fixed or switching at random with plain rounds.
 """
