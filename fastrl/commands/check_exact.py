@@ -91,9 +91,19 @@ def _check(cfg: CheckExactConfig, model_dir: Path, targets: GuardedOutputs) -> E
             print(f"{where}: equal, both runs ended it with the same error: {plain.error}")
     notes = [f"{refused} of them refused by both runs, not checked"] if refused else []
     notes += [f"{ended_alike} of them ended by the same error in both runs"] if ended_alike else []
+    verified = [s for s in engine.round_stats if not s.strategy.is_disabled]  # the speculative engine's rounds
+    drafted = sum(sum(s.drafted_tokens) for s in verified)
+    notes.append(f"{len(verified)} speculative rounds, {drafted} drafted tokens verified")
     print(f"check-exact {cfg.strategy} ({cfg.dtype}): {report.summary()}" + "".join(f" ({n})" for n in notes))
     if "report" in targets:
-        write_text(targets["report"], json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")  # a FIFO too
+        doc = report.to_dict() | {"speculative_rounds": len(verified), "drafted_tokens": drafted}
+        write_text(targets["report"], json.dumps(doc, indent=1, allow_nan=False) + "\n")  # a FIFO too
+    if not verified:  # equal tokens prove nothing when every round was plain
+        raise ValueError(
+            f"no speculative round ran under strategy={cfg.strategy} (its selector chose plain decoding, "
+            "or no request decoded past its first token): nothing was checked; give more max_new_tokens, or a "
+            "strategy that speculates at this batch size"
+        )
     return report
 
 

@@ -25,6 +25,20 @@ def test_check_exact_reproduction_is_clean(tmp_path, capsys):
     data = json.loads(report.read_text())
     assert data["requests"] == len(PROMPTS) and data["identical"] == len(PROMPTS) and data["bugs"] == 0
     assert "7 requests: 7 identical, 0 near-ties, 0 bugs" in out
+    assert data["speculative_rounds"] > 0 and f"({data['speculative_rounds']} speculative rounds, " in out
+
+
+def test_a_check_where_no_speculative_round_ran_fails(tmp_path, capsys):
+    """Plain rounds only (one new token: no decode round; a bandit whose threshold sends every round to plain)
+    reported "2 identical, 0 bugs" with exit 0: a check that checked nothing."""
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt": "1+2="}\n{"prompt": "3+4="}\n')
+    base = ["check-exact", f"prompts={prompts}", "progress=false"]
+    for args in (["strategy=7_1_8", "max_new_tokens=1"], ["strategy=bandit", "max_new_tokens=1"]):
+        assert main([*base, *args, "plain_batch_size=2"]) == 2, args
+        captured = capsys.readouterr()
+        assert "(0 speculative rounds, 0 drafted tokens verified)" in captured.out
+        assert "no speculative round ran" in captured.err
 
 
 def test_check_exact_rejects_disable_and_unknown_keys(tmp_path, capsys):
@@ -86,8 +100,8 @@ def test_a_prompt_past_the_context_is_refused_before_any_work(tmp_path, capsys):
 
 def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, capsys):
     """A model whose logits overflow float32 (finite weights) ends every request on non-finite logits after its
-    first token in both runs: compared (equal tokens, then the same error), said per line, exit 0, a strict-JSON
-    report."""
+    first token in both runs: compared (equal tokens, then the same error), said per line, a strict-JSON report;
+    and since no speculative round ran, the check says it checked no speculation (exit 2)."""
     model = make_hf_model("llama")
     with torch.no_grad():
         model.model.norm.weight.fill_(3e38)
@@ -96,15 +110,17 @@ def test_rows_both_runs_end_on_the_same_error_are_compared_and_said(tmp_path, ca
     prompts.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in ([5, 6, 7], [8, 9])))
     report = tmp_path / "report.json"
     args = [f"prompts={prompts}", f"report={report}", "max_new_tokens=8", f"model={tmp_path / 'overflow'}"]
-    assert main(["check-exact", *args, "strategy=suffix_8", "progress=false"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    assert main(["check-exact", *args, "strategy=suffix_8", "progress=false"]) == 2
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert "no speculative round ran under strategy=suffix_8" in captured.err
     assert (
         out[0]
         == "line 1: equal, both runs ended it with the same error: request 1: non-finite logits at generated token 0"
     )
     assert out[-1].endswith(
         "2 requests: 2 identical, 0 near-ties, 0 bugs; max |logprob diff| 0.00e+00 "
-        "(2 of them ended by the same error in both runs)"
+        "(2 of them ended by the same error in both runs) (0 speculative rounds, 0 drafted tokens verified)"
     )
     assert json.loads(report.read_text())["identical"] == 2
 

@@ -246,3 +246,41 @@ def test_an_arm_slower_than_its_accept_length_of_plain_rounds_is_not_timed_at_la
     fast = {**plain, (arm, 1, plan): [0.01 * arm.max_accept_length * 0.99] * 3}
     assert not calibration._worth_timing(slow, arm, at, [1, 4]) and calibration._worth_timing(fast, arm, at, [1, 4])
     assert calibration._worth_timing(slow, arm, SimpleNamespace(size=1, plan=plan), [1, 4])  # the smallest always
+
+
+def test_a_disturbed_calibration_is_timed_again_and_never_cached(monkeypatch, tmp_path, capsys):
+    """A burst of load on a pass's plain rounds (every arm is timed against them) left a calibration where 1_1_2 cost
+    less than a plain round; cached, it made every later run report a speedup of ~1.8x where plain and the bandit
+    ran alike. Such a calibration is timed again, and used but not cached if it still looks so."""
+    from fastrl.adaptive.cost_model import CostModel
+    from fastrl.engine.calibration import implausible
+
+    chain, suffix = Strategy.parse("1_1_2"), Strategy.parse("suffix_8")
+
+    def model(chain_s: float, plain_8: float = 0.012, suffix_s: float = 0.011) -> CostModel:
+        points = [
+            (DISABLE, 1, 0.010),
+            (DISABLE, 8, plain_8),
+            (chain, 1, chain_s),
+            (chain, 8, 0.02),
+            (suffix, 1, suffix_s),
+        ]
+        return CostModel.fit(points)
+
+    assert implausible(model(0.013)) is None
+    assert implausible(model(0.013, suffix_s=0.0095)) is None  # a history round with no match is a plain one
+    assert "1_1_2 at batch 1 timed 9.50 ms, a plain round 10.00 ms" in implausible(model(0.0095))
+    assert "plain rounds at batch 8 timed 7.00 ms, at batch 1 10.00 ms" in implausible(model(0.013, plain_8=0.007))
+    assert "suffix_8" in implausible(model(0.013, suffix_s=0.0085))
+    monkeypatch.setattr(calibration, "calibration_key", lambda *args: "k")
+
+    class Engine:
+        class config:  # noqa: N801 (the engine's config, as load_or_measure reads it)
+            max_batch_size = 8
+
+    for measured, cached in (([model(0.0095), model(0.013)], True), ([model(0.0095), model(0.009)], False)):
+        (tmp_path / "k.json").unlink(missing_ok=True)
+        monkeypatch.setattr(calibration, "measure", lambda *args, queue=list(measured): queue.pop(0))
+        got = calibration.load_or_measure(Engine(), [chain, suffix], 3, 0, tmp_path)
+        assert got.rows() == measured[-1].rows() and (tmp_path / "k.json").exists() == cached
+        assert "timing it again" in capsys.readouterr().err
