@@ -39,7 +39,8 @@ class StepMetrics:
     strategy selector made no estimate), `estimated_speedup` = that / `rollout_time_s`; `arm_rounds` counts the
     decode rounds per batch-size bucket and strategy (bucket label -> strategy -> rounds), `strategy_choices` the
     most-chosen strategy per bucket.
-    Faults: `workers_replaced` rollout workers were lost and replaced during or before the rollout, their
+    Faults: `workers_lost` rollout workers were lost during or before the rollout (`workers_replaced` of them
+    replaced: all, unless ``restart_failed_workers`` is off), their
     `requests_rerun` unfinished requests re-ran elsewhere and `cotrain_sequences_lost` co-training sequences died
     with them (each loss is also one line of the run's log naming the worker).
     """
@@ -84,6 +85,7 @@ class StepMetrics:
     estimated_speedup: float | None = None
     arm_rounds: dict[str, dict[str, int]] = field(default_factory=dict)
     strategy_choices: dict[str, str] = field(default_factory=dict)
+    workers_lost: int = 0
     workers_replaced: int = 0
     requests_rerun: int = 0
     cotrain_sequences_lost: int = 0
@@ -120,7 +122,8 @@ class StepMetrics:
 def worker_loss_fields(replacements: list[WorkerReplacement]) -> dict[str, int]:
     """StepMetrics' fault counts from a rollout's worker replacements."""
     return {
-        "workers_replaced": len(replacements),
+        "workers_lost": len(replacements),
+        "workers_replaced": sum(r.replacement_id is not None for r in replacements),
         "requests_rerun": sum(len(r.rerun_request_ids) for r in replacements),
         "cotrain_sequences_lost": sum(r.cotrain_sequences_lost for r in replacements),
     }

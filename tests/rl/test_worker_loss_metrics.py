@@ -9,5 +9,7 @@ def test_worker_loss_fields_count_replacements_reruns_and_lost_sequences():
         WorkerReplacement("w0", rollout=3, reason="died", rerun_request_ids=["a", "b"], cotrain_sequences_lost=5),
         WorkerReplacement("w1", rollout=3, reason="hung", rerun_request_ids=["c"], replacement_id="w2"),
     ]
-    assert worker_loss_fields(lost) == {"workers_replaced": 2, "requests_rerun": 3, "cotrain_sequences_lost": 5}
-    assert worker_loss_fields([]) == {"workers_replaced": 0, "requests_rerun": 0, "cotrain_sequences_lost": 0}
+    # w0 was lost with restarts off (no replacement): counted lost, not replaced (it was counted replaced)
+    fields = worker_loss_fields(lost)
+    assert fields == {"workers_lost": 2, "workers_replaced": 1, "requests_rerun": 3, "cotrain_sequences_lost": 5}
+    assert set(worker_loss_fields([]).values()) == {0}
