@@ -5,6 +5,7 @@ requests: the same tokens); a failure that recurs on every worker ends the rollo
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import ray
@@ -102,10 +103,15 @@ def test_without_restarts_a_loss_between_rollouts_is_reported_and_a_shut_down_ma
         mgr.generate(mixed_requests(4, prefix="before-loss"))
         victim = mgr.workers[1]
         ray.kill(victim.actor, no_restart=True)
+        with pytest.raises(ray.exceptions.RayActorError):  # dead before the next rollout starts (a kill is async)
+            for _ in range(100):
+                ray.get(victim.actor.health.remote(), timeout=10)
+                time.sleep(0.1)
         batch = mgr.generate(mixed_requests(4, prefix="after-loss"))
         assert [(r.worker_id, r.replacement_id) for r in batch.replacements] == [(victim.worker_id, None)]
-        assert [w.worker_id for w in mgr.workers] == [mgr.workers[0].worker_id] and len(batch.results) == 4
-        assert mgr.generate(mixed_requests(2, prefix="later")).replacements == []  # reported once
+        assert len(batch.results) == 4
+        later = mgr.generate(mixed_requests(2, prefix="later"))
+        assert later.replacements == [] and [w.worker_id for w in mgr.workers] == [mgr.workers[0].worker_id]
     finally:
         mgr.shutdown()
     with pytest.raises(RuntimeError, match="this RayRolloutManager was shut down"):
