@@ -149,3 +149,22 @@ def test_a_report_fifo_is_written_through_and_bad_paths_and_tolerances_are_named
     assert f"prompts file {pipe} is not a regular file (a pipe or a device)" in capsys.readouterr().err
     assert main([*args, "logprob_tol=inf"]) == 2
     assert "check_exact.logprob_tol must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_a_bug_found_where_no_speculative_round_ran_is_still_a_bug(tmp_path, capsys, monkeypatch):
+    """Plain decoding that differs between the two runs' batches is a bug (exit 1), said as one, not "nothing was
+    checked" (exit 2). The speculative run's first token is flipped to stand in for such a difference."""
+    import fastrl.commands.check_exact as check_exact
+
+    compare = check_exact.compare_runs
+
+    def flipped(model, inputs, plain, spec, tol):
+        spec[0].token_ids[0] = (spec[0].token_ids[0] + 1) % model.config.vocab_size
+        return compare(model, inputs, plain, spec, tol)
+
+    monkeypatch.setattr(check_exact, "compare_runs", flipped)
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt": "1+2="}\n')
+    assert main(["check-exact", f"prompts={prompts}", "progress=false", "strategy=7_1_8", "max_new_tokens=1"]) == 1
+    captured = capsys.readouterr()
+    assert "1 bugs" in captured.out and "no speculative round ran" not in captured.err
