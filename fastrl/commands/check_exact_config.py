@@ -41,9 +41,8 @@ def speculates(cfg: CheckExactConfig) -> bool:
     """Whether the selector ``cfg`` names may run a speculative round at the batch sizes the check decodes at
     (``DISABLE`` spelled any way, a bandit of ``[disable]``, or one whose buckets up to ``batch_size`` and
     ``bs_threshold`` hold ``disable`` alone, has none: checking it would compare plain decoding with itself)."""
-    selector = build_selector(cfg.strategy, cfg.bandit, cfg.ema)
     if cfg.strategy != "bandit":
-        return any(s != DISABLE for s in selector.strategies)
+        return any(s != DISABLE for s in build_selector(cfg.strategy, cfg.bandit, cfg.ema).strategies)
     top = cfg.batch_size if cfg.bandit.bs_threshold is None else min(cfg.batch_size, cfg.bandit.bs_threshold)
     buckets = zip(cfg.bandit.buckets().thresholds, cfg.bandit.arms_per_bucket(), strict=True)
     reached = [arms for low, arms in buckets if low <= top]

@@ -143,9 +143,3 @@ def _token_auth_quietly() -> None:
     """
     if AUTH_MODE_ENV_VAR not in os.environ:
         _enable_token_auth()  # sets RAY_AUTH_MODE=token for this process and its children, refreshes Ray's config
-
-
-def short_error(err: BaseException) -> str:
-    """The last meaningful line of a Ray error (the remote exception), not its traceback."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[-1] if lines else type(err).__name__

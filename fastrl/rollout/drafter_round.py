@@ -8,6 +8,7 @@ from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter, merge_weights, mergeable
 from fastrl.rollout.cotrain_stats import combine_rounds, heldout_mean
+from fastrl.rollout.errors import short_error
 from fastrl.rollout.types import DrafterTrainingStats
 from fastrl.rollout.worker_cotrain import RoundReport
 
@@ -109,7 +110,7 @@ def close_drafter_round(
     try:
         trained: list[TrainedDrafter | None] = call_all("trained_drafter")
     except Exception as err:  # a worker that could not hand its copy over (it drops the copy): no merge this round
-        stats.failures.append(f"trained_drafter: {cause_text(err)}")
+        stats.failures.append(f"trained_drafter: {short_error(err)}")
         return stats
     kept, failures = mergeable({f"worker slot {i}": t for i, t in enumerate(trained) if t is not None}, version)
     stats.failures += failures
@@ -128,10 +129,3 @@ def close_drafter_round(
     if stats.heldout_tokens:
         stats.heldout_top1 = heldout_mean(call_all("heldout_top1"))
     return stats
-
-
-def cause_text(err: BaseException) -> str:
-    """``"<ErrorType>: <message>"`` of what a worker raised (a Ray task error's cause, not its traceback)."""
-    cause = getattr(err, "cause", None)
-    cause = cause if isinstance(cause, BaseException) else err
-    return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"

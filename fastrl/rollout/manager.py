@@ -16,9 +16,10 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from torch import Tensor
 
-from fastrl.rollout.cluster import ensure_ray, short_error
+from fastrl.rollout.cluster import ensure_ray
 from fastrl.rollout.dispatch import AffinitySnapshot, PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterAtBoundary, DrafterRounds
+from fastrl.rollout.errors import short_error
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.manager_config import RolloutManagerConfig, check_fit
 from fastrl.rollout.ray_worker import await_started, start_worker

@@ -18,8 +18,8 @@ from torch import Tensor
 
 from fastrl.cotrain.cotrainer import SliceMetrics, TrainedDrafter
 from fastrl.engine.heap import settle_heap
-from fastrl.rollout.cluster import short_error
 from fastrl.rollout.engine_worker import EngineWorker, abort_ids
+from fastrl.rollout.errors import short_error
 from fastrl.rollout.rollout_run import WorkerHandle
 from fastrl.rollout.types import RolloutRequest, RolloutResult, RoundRecord
 from fastrl.rollout.worker_config import RolloutWorkerConfig

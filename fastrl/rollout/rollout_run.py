@@ -14,8 +14,8 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
-from fastrl.rollout.cluster import short_error
 from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units, merge_units
+from fastrl.rollout.errors import short_error
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
 

@@ -10,9 +10,9 @@ from fastrl.assets_path import bundled_model_dir
 from fastrl.integrations.verl.options import PREFIX, FastrlRolloutOptions, check_context, rename_keys
 from fastrl.integrations.verl.requests import (
     RequestLimits,
+    SpecCounts,
     parse_sampling,
     request_seed,
-    spec_counts,
     stop_reason,
     token_ids,
 )
@@ -175,7 +175,7 @@ def test_spec_counts_are_the_engines_own():
         prompt = tokenizer(ArithChainTask().sample_problem(rng).prompt)["input_ids"]
         engine = Engine(policy, EngineConfig(max_batch_size=1), drafter=drafter, selector=FixedSelector("7_1_8"))
         [out] = engine.generate([GenerateInput(prompt, SamplingParams(max_new_tokens=tokens))])
-        counts = spec_counts(len(out.accept_lengths), out.drafted_tokens, out.accepted_tokens)
+        counts = SpecCounts.of(out)
         rounds = engine.round_stats
         assert counts.accepted == sum(r.accepted_tokens[0] for r in rounds)
         assert counts.drafted == sum(r.drafted_tokens[0] for r in rounds) and counts.verify_steps == len(rounds)
@@ -183,7 +183,7 @@ def test_spec_counts_are_the_engines_own():
         assert counts.accepted >= kept
         cut += counts.accepted > kept
     assert cut >= 1  # a request that ended inside an accepted path: its rounds accepted more than it kept
-    assert spec_counts(2, 0, 0).fields() == {
+    assert SpecCounts(drafted=0, accepted=0, verify_steps=2).fields() == {
         "spec_num_draft_tokens": 0,
         "spec_num_accepted_tokens": 0,
         "spec_num_verify_steps": 2,

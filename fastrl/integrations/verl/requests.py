@@ -6,9 +6,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastrl.json_values import is_integral, is_real
 from fastrl.sampling.params import MAX_SEED, SamplingParams
+
+if TYPE_CHECKING:
+    from fastrl.engine.request import RequestOutput
+    from fastrl.rollout.types import RolloutResult
 
 KNOWN_KEYS = (
     "temperature",
@@ -152,14 +157,17 @@ class SpecCounts:
     accepted: int
     verify_steps: int
 
+    @classmethod
+    def of(cls, result: RolloutResult | RequestOutput) -> SpecCounts:
+        """The counts of one request's result: its decode rounds (one accept length each), the draft tokens they
+        proposed and those they accepted."""
+        return cls(
+            drafted=result.drafted_tokens, accepted=result.accepted_tokens, verify_steps=len(result.accept_lengths)
+        )
+
     def fields(self) -> dict[str, int]:
         return {
             "spec_num_draft_tokens": self.drafted,
             "spec_num_accepted_tokens": self.accepted,
             "spec_num_verify_steps": self.verify_steps,
         }
-
-
-def spec_counts(verify_steps: int, drafted: int, accepted: int) -> SpecCounts:
-    """Counts of one request: its decode rounds, the draft tokens they proposed and those they accepted."""
-    return SpecCounts(drafted=drafted, accepted=accepted, verify_steps=verify_steps)

@@ -24,9 +24,9 @@ from fastrl.integrations.verl.admission import AdmissionGate
 from fastrl.integrations.verl.options import FastrlRolloutOptions
 from fastrl.integrations.verl.requests import (
     RequestLimits,
+    SpecCounts,
     parse_sampling,
     request_seed,
-    spec_counts,
     stop_reason,
     token_ids,
 )
@@ -155,7 +155,7 @@ class FastrlServer:
             raise
         if result.error is not None:
             raise ValueError(f"fastrl server {self.name}: {result.error}")
-        counts = spec_counts(len(result.accept_lengths), result.drafted_tokens, result.accepted_tokens)
+        counts = SpecCounts.of(result)
         extra.update(counts.fields())
         extra.update(fastrl_policy_version=result.policy_version, fastrl_drafter_version=result.drafter_version)
         return TokenOutput(
@@ -168,7 +168,7 @@ class FastrlServer:
     async def _no_tokens(self, stop_reason: str, logprobs: bool) -> TokenOutput:
         """An answer without tokens that carries every column verl's metrics read (spec counts, versions)."""
         stats = await self._worker.stats.remote()
-        extra: dict[str, object] = {"global_steps": self.global_steps, **spec_counts(0, 0, 0).fields()}
+        extra: dict[str, object] = {"global_steps": self.global_steps, **SpecCounts(0, 0, 0).fields()}
         extra.update(fastrl_policy_version=stats.policy_version, fastrl_drafter_version=stats.drafter_version)
         empty = [] if logprobs else None
         return TokenOutput(token_ids=[], log_probs=empty, stop_reason=stop_reason, extra_fields=extra)
