@@ -298,12 +298,12 @@ def save_model(model: CausalLM, path: str | Path, dtype: torch.dtype | None = No
     transformers' AutoModelForCausalLM (both read model.safetensors before a shard index an earlier checkpoint left
     in the directory). `dtype` None keeps the model's dtype."""
     directory = Path(path)
+    dtype = dtype or model.model.embed_tokens.weight.dtype
+    config = model.config.to_hf_dict(dtype=dtype)  # refuses what it cannot write before anything is created
     directory.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    dtype = dtype or model.model.embed_tokens.weight.dtype
     tensors = {name: t.detach().to(device="cpu", dtype=dtype).contiguous() for name, t in state.items()}
-    config = model.config.to_hf_dict(dtype=dtype)
     save_tensors(tensors, directory / WEIGHTS_FILE, metadata={"format": "pt"})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")

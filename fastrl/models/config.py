@@ -14,7 +14,12 @@ ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "qwen3": 32768}  # config.json lacks it: transformers' family default
 SPECIAL_IDS = {"llama": {"bos_token_id": 1, "eos_token_id": 2}}  # absent (not null): transformers' family defaults
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.float64: "float64",  # a float64 policy (exactness runs) is checkpointed as it is
+}
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ class ModelConfig:
         if self.qk_norm is None:
             self.qk_norm = self.model_type == "qwen3"
         if isinstance(self.rope_scaling, dict):
-            self.rope_scaling = _parse_rope(self.rope_scaling, self.max_position_embeddings)
+            self.rope_scaling = _parse_rope(self.rope_scaling, self.max_position_embeddings, None)
 
     @property
     def o_proj_bias(self) -> bool:

@@ -275,3 +275,29 @@ def test_shards_that_link_into_a_hub_cache_load(hf_checkpoint, tmp_path):
         )
         with pytest.raises(ValueError, match="outside the checkpoint directory"):
             load_model(snapshot)
+
+
+def test_a_float64_model_saves_as_float64_and_loads_in_both(tmp_path):
+    """A float64 policy (the exactness runs') is checkpointed as it is: every value kept, loadable by both."""
+    from fastrl.models import CausalLM
+
+    torch.manual_seed(0)
+    model = CausalLM(ModelConfig("llama", 64, 32, 48, 1, 2)).double().eval()
+    save_model(model, tmp_path / "f64")
+    assert all(t.dtype == torch.float64 for t in load_file(tmp_path / "f64" / "model.safetensors").values())
+    ids = torch.randint(0, 64, (1, 6))
+    # the same weights in other memory: a product may sum in another order (4e-16 seen)
+    again = load_model(tmp_path / "f64", dtype=torch.float64)
+    assert (logits_of(again, ids) - logits_of(model, ids)).abs().max() <= 1e-12
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "f64", dtype=torch.float64)
+    # transformers' RMSNorm rounds its input through float32 (1.7e-7 seen)
+    assert (logits_of(hf, ids) - logits_of(model, ids)).abs().max() <= 1e-5
+
+
+def test_a_dtype_that_cannot_be_written_is_refused_before_the_directory_is_made(tmp_path):
+    from fastrl.models import CausalLM
+
+    model = CausalLM(ModelConfig("llama", 64, 32, 48, 1, 2))
+    with pytest.raises(ValueError, match="dtype torch.int8 is not supported"):
+        save_model(model, tmp_path / "int8", dtype=torch.int8)
+    assert not (tmp_path / "int8").exists()

@@ -277,3 +277,11 @@ def test_absent_special_ids_take_transformers_defaults(tmp_path, family):
     assert (config.bos_token_id, config.eos_token_id) == (hf.bos_token_id, hf.eos_token_id)
     nulls = ModelConfig.from_hf_dict({**d, "bos_token_id": None, "eos_token_id": None})
     assert (nulls.bos_token_id, nulls.eos_token_id) == (None, None)
+
+
+def test_a_rope_scaling_dict_given_to_the_dataclass_is_parsed():
+    """``ModelConfig(rope_scaling={...})`` reads the dict as a config.json's, its errors included."""
+    config = ModelConfig("llama", 97, 64, 128, 2, 4, 2, rope_scaling={**LLAMA31_V4["rope_scaling"]})
+    assert config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
+    with pytest.raises(ValueError, match="rope_scaling type 'linear' is not supported"):
+        ModelConfig("llama", 97, 64, 128, 2, 4, 2, rope_scaling={"type": "linear", "factor": 2.0})
