@@ -13,6 +13,7 @@ from fastrl.json_values import is_int
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 MAX_POSITIONS = {"llama": 2048, "qwen2": 32768, "qwen3": 32768}  # config.json lacks it: transformers' family default
+KV_HEADS = {"qwen2": 32, "qwen3": 32}  # config.json lacks num_key_value_heads: transformers' default (null: the heads)
 SPECIAL_IDS = {"llama": {"bos_token_id": 1, "eos_token_id": 2}}  # absent (not null): transformers' family defaults
 DTYPE_NAMES = {
     torch.float32: "float32",
@@ -137,7 +138,7 @@ class ModelConfig:
             intermediate_size=_int(d, "intermediate_size", required=True),
             num_hidden_layers=_int(d, "num_hidden_layers", required=True),
             num_attention_heads=_int(d, "num_attention_heads", required=True),
-            num_key_value_heads=_int(d, "num_key_value_heads", None),
+            num_key_value_heads=_kv_heads(d, model_type),
             head_dim=_head_dim(d, model_type),
             max_position_embeddings=max_pos,
             rms_norm_eps=_positive_float(d, "rms_norm_eps", 1e-6),
@@ -200,6 +201,21 @@ class ModelConfig:
         else:
             d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
         return d
+
+
+def _kv_heads(d: dict[str, Any], model_type: str) -> int | None:
+    """The key-value heads as transformers reads them: the key's value, the family's default where the key is absent
+    (``KV_HEADS``; ValueError naming the absent key where that default cannot serve the heads), the attention heads
+    where it is null."""
+    if "num_key_value_heads" in d or model_type not in KV_HEADS:
+        return _int(d, "num_key_value_heads", None)
+    default, heads = KV_HEADS[model_type], d["num_attention_heads"]
+    if is_int(heads) and heads >= 1 and heads % default != 0:
+        raise ValueError(
+            f"config.json lacks num_key_value_heads: transformers' {model_type} default is {default}, which does not "
+            f"divide num_attention_heads ({heads}); write the checkpoint's num_key_value_heads into config.json"
+        )
+    return default
 
 
 def _int(d: dict[str, Any], key: str, default: int | None = None, required: bool = False) -> int | None:

@@ -60,11 +60,13 @@ def test_reads_transformers_v5_rope_parameters():
 
 def test_family_defaults():
     base = dict(vocab_size=10, hidden_size=32, intermediate_size=8, num_hidden_layers=1, num_attention_heads=4)
-    qwen2 = ModelConfig.from_hf_dict({**base, "model_type": "qwen2"})
-    qwen3 = ModelConfig.from_hf_dict({**base, "architectures": ["Qwen3ForCausalLM"], "head_dim": 16})
-    assert qwen2.attention_bias and not qwen2.qk_norm and not qwen2.o_proj_bias and qwen2.num_key_value_heads == 4
+    qwen2 = ModelConfig.from_hf_dict({**base, "model_type": "qwen2", "num_key_value_heads": 2})
+    qwen3 = ModelConfig.from_hf_dict(
+        {**base, "architectures": ["Qwen3ForCausalLM"], "head_dim": 16, "num_key_value_heads": 4}
+    )
+    assert qwen2.attention_bias and not qwen2.qk_norm and not qwen2.o_proj_bias and qwen2.num_key_value_heads == 2
     assert qwen3.qk_norm and not qwen3.attention_bias and qwen3.head_dim == 16
-    assert ModelConfig.from_hf_dict({**base, "model_type": "qwen3"}).head_dim == 128  # as HF Qwen3Config
+    assert ModelConfig.from_hf_dict({**base, "model_type": "qwen3", "num_key_value_heads": 4}).head_dim == 128  # as HF
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3"])
@@ -204,7 +206,14 @@ def test_absent_max_position_embeddings_takes_the_family_default(tmp_path, arch)
 
 def test_head_dim_apart_from_hidden_size_only_where_transformers_allows_it():
     """Qwen2/Qwen3 take 6 heads of 16 on a hidden size of 64 (q_proj 64 -> 96, o_proj back); LlamaConfig refuses."""
-    base = dict(vocab_size=10, hidden_size=64, intermediate_size=8, num_hidden_layers=1, num_attention_heads=6)
+    base = dict(
+        vocab_size=10,
+        hidden_size=64,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    )
     for model_type in ("qwen2", "qwen3"):
         assert ModelConfig.from_hf_dict({**base, "model_type": model_type, "head_dim": 16}).head_dim == 16
         with pytest.raises(ValueError, match=r"hidden_size \(64\) is not a multiple of num_attention_heads \(6\)"):
@@ -285,3 +294,17 @@ def test_a_rope_scaling_dict_given_to_the_dataclass_is_parsed():
     assert config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
     with pytest.raises(ValueError, match="rope_scaling type 'linear' is not supported"):
         ModelConfig("llama", 97, 64, 128, 2, 4, 2, rope_scaling={"type": "linear", "factor": 2.0})
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("heads", [4, 32, 64])
+@pytest.mark.parametrize("given", ["absent", "null"])
+def test_absent_or_null_key_value_heads_are_read_as_transformers_reads_them(model_type, heads, given):
+    d = dict(model_type=model_type, vocab_size=10, hidden_size=heads * 8, intermediate_size=8, num_hidden_layers=1)
+    d |= {"num_attention_heads": heads, "head_dim": 8} | ({"num_key_value_heads": None} if given == "null" else {})
+    want = AutoConfig.for_model(**d).num_key_value_heads
+    if heads % want != 0:  # transformers builds k/v projections no checkpoint of these heads has
+        with pytest.raises(ValueError, match=f"config.json lacks num_key_value_heads: transformers' {model_type}"):
+            ModelConfig.from_hf_dict(d)
+    else:
+        assert ModelConfig.from_hf_dict(d).num_key_value_heads == want
