@@ -22,6 +22,7 @@ from fastrl.engine.request import FinishReason, Request, RequestOutput, now
 from fastrl.engine.runner import ModelRunner, StepOutput
 from fastrl.engine.scheduler import Scheduler
 from fastrl.engine.server_info import ServerInfo
+from fastrl.interrupts import held_interrupts
 from fastrl.models.decoder import CausalLM
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
@@ -329,16 +330,18 @@ class Engine:
                 if r.finish_reason == FinishReason.ABORT:
                     self.history.finish(r.request_id, keep=keeps_history(r))
         try:
-            if not self.runner.released:  # released: only what needs no memory (above) is delivered
-                finished += self._release()  # requests aborted since the last step: their slots go to the waiting
-                self._admit(progressed)
-                finished += self._release()
-                running = self.scheduler.running  # in slot order (the scheduler keeps it so): keys are read in place
-                active = [r for r in running if r.request_id not in progressed] if progressed else list(running)
-                active = self.scheduler.reserve(active)
-                if active:
-                    self._decode(active, progressed)
-                finished += self._release()
+            # a step changes the device's state and then its requests' tokens: an interrupt waits for both
+            with held_interrupts("the engine's step", raising_only=True):
+                if not self.runner.released:  # released: only what needs no memory (above) is delivered
+                    finished += self._release()  # requests aborted since the last step: their slots go to the waiting
+                    self._admit(progressed)
+                    finished += self._release()
+                    running = self.scheduler.running  # in slot order (the scheduler keeps it): keys read in place
+                    active = [r for r in running if r.request_id not in progressed] if progressed else list(running)
+                    active = self.scheduler.reserve(active)
+                    if active:
+                        self._decode(active, progressed)
+                    finished += self._release()
         except BaseException:
             finished += self._release()  # requests that finished in the round: their last tokens go with them
             self._undelivered = outputs + self._outputs(finished, progressed)
@@ -407,15 +410,34 @@ class Engine:
             for (prompt, params), i in zip(checked, inputs, strict=True)
         ]
         results: dict[str, RequestOutput] = {}
-        with tqdm(total=len(ids), desc="generate", unit="req", disable=not progress) as bar:
-            while self.has_unfinished():
-                for out in self.step():
-                    if out.finished:
-                        results[out.request_id] = out
-                        bar.update(1)
-                if progress:
-                    bar.set_postfix(self.server_info().postfix(), refresh=False)
+        try:
+            with tqdm(total=len(ids), desc="generate", unit="req", disable=not progress) as bar:
+                while self.has_unfinished():
+                    for out in self.step():
+                        if out.finished:
+                            results[out.request_id] = out
+                            bar.update(1)
+                    if progress:
+                        bar.set_postfix(self.server_info().postfix(), refresh=False)
+        except BaseException:
+            self._drop_call(ids)
+            raise
         return [results[i] for i in ids]
+
+    def _drop_call(self, ids: list[str]) -> None:
+        """After a ``generate`` call raised: its unfinished requests are aborted and every output of the call is
+        delivered here and dropped, so the engine is as before the call (its ids free, nothing left to run). Where
+        that cannot be done (stepping raises again), the ids stay marked as streamed: the next ``generate`` is
+        refused with a clear error instead of running them."""
+        for request_id in ids:
+            self.abort(request_id)
+        self._streamed.update(i for i in ids if i in self._live_ids)
+        try:
+            with held_interrupts("dropping an interrupted generate call", raising_only=True):
+                while self.has_unfinished():  # every request of the call aborted: steps only deliver
+                    self.step()
+        except Exception:
+            return  # the first error is the one raised
 
     # ---- internals ------------------------------------------------------------------------------------------
     def _prefill(self, requests: list[Request], progressed: Progressed) -> None:

@@ -387,18 +387,22 @@ class ModelRunner:
             catch_up_s = spec.catch_up_time_s
         if packed is None:
             packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
-        back = unpack(packed.cpu(), tokens.shape[1])  # THE host read
+        try:  # the device state has advanced: until the feed has the round too, a failure undoes the round
+            back = unpack(packed.cpu(), tokens.shape[1])  # THE host read
+            out_hidden: list[Tensor | None] = [None] * len(requests)
+            wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
+            if wanted:  # one copy of the rows that asked, cut per row where it finished
+                rows = hidden[torch.tensor(wanted, device=hidden.device)].detach().to("cpu", torch.float32)
+                for i, row in enumerate(wanted):
+                    out_hidden[row] = rows[i, : len(back.tokens[row])]
+        except BaseException:
+            self._undo_round(requests, slots, strategy)
+            raise
         drafter_backlog = None
         if self.drafter is not None:
             emitted = [a + 1 for a in back.accepted]
             self.feed.append(slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
             drafter_backlog = self.feed.backlog(slot_ids)
-        out_hidden: list[Tensor | None] = [None] * len(requests)
-        wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
-        if wanted:  # one copy of the rows that asked, cut per row where it finished
-            rows = hidden[torch.tensor(wanted, device=hidden.device)].detach().to("cpu", torch.float32)
-            for i, row in enumerate(wanted):
-                out_hidden[row] = rows[i, : len(back.tokens[row])]
         return StepOutput(
             back.tokens,
             back.logprobs,
@@ -411,6 +415,16 @@ class ModelRunner:
             catch_up_time_s=catch_up_s + backlog_s,
             drafter_backlog=drafter_backlog,
         )
+
+    def _undo_round(self, requests: list[Request], slots: Tensor, strategy: Strategy) -> None:
+        """A round that failed after its end advanced the device state (`SlotState.close_round`) but before it
+        reached its requests: their rows go back to what the requests hold (the cache's entries past them are
+        rewritten by the next round) and the drafter's entries the round took are pending again."""
+        device = self.state.device
+        self.state.lengths[slots] = torch.tensor([r.num_tokens - 1 for r in requests], dtype=torch.long, device=device)
+        self.state.last[slots] = torch.tensor([r.last_token for r in requests], dtype=torch.long, device=device)
+        if self.drafter is not None and strategy.uses_drafter:
+            self.feed.restore_take()
 
     def _bound_backlog(self, slot_ids: list[int]) -> float:
         """Before a round without the drafter: where its entries could pass a slot's ``DrafterFeed.max_width``, the

@@ -11,14 +11,12 @@ as outside it.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
+
+from fastrl.interrupts import held_interrupts
 
 LOG = logging.getLogger("fastrl.train")
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
@@ -26,23 +24,9 @@ def step_boundary() -> Iterator[None]:
     """Hold SIGINT/SIGTERM for the block and raise ``KeyboardInterrupt`` at its end if one came (a second signal
     raises at once); an ignored one is left ignored. Outside the main thread, where Python cannot install handlers,
     the block runs unprotected."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
 
-    def hold(signum: int, frame: FrameType | None) -> None:
-        if held:
-            raise KeyboardInterrupt(f"signal {signum} (again, inside a policy update)")
-        held.append(signum)
+    def warn(signum: int) -> None:
         LOG.warning("interrupt received: finishing this step's policy update first (interrupt again to stop now)")
 
-    held_here = [number for number in HELD_SIGNALS if signal.getsignal(number) != signal.SIG_IGN]
-    previous = {number: signal.signal(number, hold) for number in held_here}
-    try:
+    with held_interrupts("the step", on_first=warn):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if held:
-        raise KeyboardInterrupt(f"signal {held[0]} (held to the end of the step)")

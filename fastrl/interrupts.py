@@ -1,0 +1,53 @@
+"""Interrupts (SIGINT, SIGTERM) held to the end of a block that must not stop half way.
+
+Python delivers a signal as an exception between any two bytecodes, so a block that changes two things that must
+agree (a policy and its optimizer; an engine's device state and its requests' tokens) can be left between them.
+Inside :func:`held_interrupts` the first such signal is recorded and raised as ``KeyboardInterrupt`` when the block
+ends; a second one raises at once (the user insists). Python runs signal handlers in the main thread only, so
+elsewhere the block runs unprotected.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def held_interrupts(
+    where: str, raising_only: bool = False, on_first: Callable[[int], None] | None = None
+) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the block and raise ``KeyboardInterrupt("signal N (held to the end of <where>)")`` at
+    its end if one came; a second signal raises at once. An ignored signal stays ignored. ``raising_only``: hold
+    only signals whose handler is Python code (``KeyboardInterrupt`` for SIGINT, the CLI's for SIGTERM), leaving a
+    signal that ends the process (``SIG_DFL``) as it is. ``on_first`` hears of the first signal (e.g. to log it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if held:
+            raise KeyboardInterrupt(f"signal {signum} (again, inside {where})")
+        held.append(signum)
+        if on_first is not None:
+            on_first(signum)
+
+    previous: dict[int, object] = {}
+    for number in HELD_SIGNALS:
+        before = signal.getsignal(number)
+        if before == signal.SIG_IGN or before is None or (raising_only and not callable(before)):
+            continue  # ignored, not Python's to change, or (raising_only) one that ends the process: left as it is
+        previous[number] = signal.signal(number, hold)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if held:
+        raise KeyboardInterrupt(f"signal {held[0]} (held to the end of {where})")
