@@ -41,6 +41,7 @@ from fastrl.engine.heap import settled_heap
 from fastrl.engine.request import RequestOutput
 from fastrl.models.checkpoint import (
     DIGEST_PREFIX,
+    config_fingerprint,
     load_model,
     read_config,
     weights_fingerprint,
@@ -261,10 +262,12 @@ def _finished(
 
 def run_settings(cfg: GenerateConfig, model_dir: Path) -> dict[str, Any]:
     """What decides a result besides its prompt and seed: the model's weights (``weights_fingerprint``; ``model`` is
-    the name it was given, for the reader), the dtype and the sampling keys (each record carries them, so a rerun
-    that would mix results of other settings into one file is refused)."""
+    the name it was given, for the reader) and configuration (``config_fingerprint``: its RoPE, norms, stop ids),
+    the dtype and the sampling keys (each record carries them, so a rerun that would mix results of other settings
+    into one file is refused)."""
     keys = ("model", "dtype", "n", "max_new_tokens", "temperature", "top_p", "top_k")
-    return {key: getattr(cfg, key) for key in keys} | {"weights": weights_fingerprint(model_dir)}
+    fingerprints = {"weights": weights_fingerprint(model_dir), "model_config": config_fingerprint(model_dir)}
+    return {key: getattr(cfg, key) for key in keys} | fingerprints
 
 
 def _check_kept(
@@ -282,7 +285,7 @@ def _check_kept(
     fingerprints = {"digest": settings["weights"]}  # by the recipe of the records' fingerprints
     for index in sorted(done):
         kept = done[index].get("settings", settings)
-        keys = [k for k in settings if k not in ("model", "weights")]
+        keys = [k for k in settings if k not in ("model", "weights", "model_config")]
         differ = [f"{k}={kept.get(k)!r} (now {settings[k]!r})" for k in keys if kept.get(k) != settings[k]]
         # the model is told by its weights, whatever path named it; a record written before they were kept, by name
         if "weights" in kept:
@@ -293,6 +296,9 @@ def _check_kept(
                 differ.append(f"the weights of model={kept.get('model')!r} (now other weights, model={cfg.model!r})")
         elif kept.get("model") != settings["model"]:
             differ.append(f"model={kept.get('model')!r} (now {settings['model']!r})")
+        # a record written before the configuration was kept is checked on the rest
+        if "model_config" in kept and kept["model_config"] != settings["model_config"]:
+            differ.append(f"the configuration of model={cfg.model!r} (its config.json or generation_config.json)")
         if differ:
             raise ValueError(
                 f"output={cfg.output} holds results made with other settings: {', '.join(differ)}; resuming would "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import mmap
@@ -104,6 +105,14 @@ def _names_a_file_inside(shard: str) -> bool:
     shards are links into the cache's blobs, which resolving them would place outside."""
     norm = os.path.normpath(shard)
     return not os.path.isabs(shard) and norm not in (os.curdir, os.pardir) and not norm.startswith(os.pardir + os.sep)
+
+
+def config_fingerprint(directory: Path) -> str:
+    """``sha256:`` and the hex sha256 of the model's configuration as fastrl reads it (``read_config``: config.json
+    with generation_config.json's EOS ids), so a changed RoPE base, norm epsilon or stop id tells two checkpoints
+    apart where their weights are the same."""
+    config = dataclasses.asdict(read_config(directory))
+    return f"{DIGEST_PREFIX}{hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()}"
 
 
 def weights_fingerprint(directory: Path) -> str:

@@ -159,6 +159,40 @@ def test_another_model_at_the_same_path_is_not_resumed_and_the_same_model_by_ano
     assert out.read_text() == before
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [("config.json", "rms_norm_eps", 1e-3), ("generation_config.json", "eos_token_id", [2, 7])],
+    ids=["norm epsilon", "stop ids"],
+)
+def test_another_configuration_of_the_same_weights_is_not_resumed(model_dir, prompts, full_run, tmp_path, capsys, edit):
+    """Results were told apart by the weights alone: a checkpoint whose config.json (a norm epsilon) or
+    generation_config.json (an end-of-turn id added) changed resumed, mixing results of two models in one file.
+    Records written before the configuration was kept resume on the rest."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in full_run[:5]))
+    file, key, value = edit
+    path = copy / file
+    path.write_text(json.dumps({**(json.loads(path.read_text()) if path.exists() else {}), key: value}))
+    before = out.read_text()
+    assert main(_args(copy, prompts, out)) == 2
+    assert (
+        f"the configuration of model={str(copy)!r} (its config.json or generation_config.json)"
+        in capsys.readouterr().err
+    )
+    assert out.read_text() == before
+    older = [{**r, "settings": {k: v for k, v in r["settings"].items() if k != "model_config"}} for r in full_run]
+    out.write_text("".join(json.dumps(r) + "\n" for r in older[:5]))
+    assert main(_args(model_dir, prompts, out)) == 0
+    _assert_same(
+        [{k: v for k, v in r.items() if k != "settings"} for r in _read(out)],
+        [{k: v for k, v in r.items() if k != "settings"} for r in full_run],
+    )
+
+
 def test_records_that_carry_the_older_fingerprint_resume_with_the_weights_it_was_taken_of(
     model_dir, prompts, full_run, tmp_path, capsys
 ):
