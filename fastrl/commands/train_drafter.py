@@ -23,7 +23,7 @@ from fastrl.cotrain.rollout_plan import RolloutPlan
 from fastrl.cotrain.stream_trainer import check_stream_dir
 from fastrl.engine.config import ENGINE_DTYPES
 from fastrl.engine.machine import check_device
-from fastrl.models.checkpoint import load_model, read_config
+from fastrl.models.checkpoint import config_fingerprint, load_model, read_config, weights_fingerprint
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.models.named import is_named_model
@@ -114,6 +114,8 @@ def _train_drafter(cfg: TrainDrafterConfig, model_dir: Path, output: OutputTarge
     check_accept_topk(cfg, drafter)
     policy_name = cfg.model if is_named_model(cfg.model) else model_dir.name
     identity = stream_identity({"model": cfg.model, "source": cfg.prompts, "init_drafter": cfg.init_drafter})
+    # the policy by what it computes, not only by its path: a checkpoint saved over the same directory is another
+    identity |= {"policy_weights": weights_fingerprint(model_dir), "policy_config": config_fingerprint(model_dir)}
     report = train_offline(
         policy, drafter, train_prompts, held_prompts, cfg, cfg.stream_path, policy_name, identity, stream_identity
     )

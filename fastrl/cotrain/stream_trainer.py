@@ -60,6 +60,8 @@ LATER_KEYS: dict[str, str | None] = {
     "prompt_ids_sha256": None,
     "rollout_dtype": "float32",
     "greedy_pass": "samples_per_prompt samples a prompt",
+    "policy_weights": None,
+    "policy_config": None,
 }
 """Fingerprint keys added after streams were saved without them, with what such a stream held: None, unknown (it
 resumes unchecked on the key); a value, what every stream of that time had (its rollouts ran in float32)."""
@@ -135,6 +137,9 @@ def _changes_text(changes: list[tuple[str, Any, Any]]) -> tuple[str, str]:
 def _change_text(name: str, old: Any, new: Any) -> str:
     if name == "prompt_ids_sha256":  # no key of the user's: the training prompts' token ids
         return f"{name}={str(old)[:12]}… (now {str(new)[:12]}…: other training prompts or token ids)"
+    if name in ("policy_weights", "policy_config"):  # the model's files changed (a checkpoint saved over them)
+        what = "weights" if name == "policy_weights" else "config.json or generation_config.json"
+        return f"{name}={str(old)[:19]}… (now {str(new)[:19]}…: the model's {what} changed)"
     return f"{name}={old!r} (now {new!r})"
 
 

@@ -100,3 +100,31 @@ def test_the_same_inputs_by_other_spellings_resume_and_other_settings_are_named(
     assert main(["train-drafter", *respelled]) == 0, capsys.readouterr().err
     assert trained == [0, 1]  # resumed at the second shard
     assert len(calls) == 2  # the held-out rollouts and the second shard (the first is done)
+
+
+@pytest.mark.parametrize("change", ["weights", "config"])
+def test_a_policy_saved_over_the_same_directory_is_not_resumed(tmp_path, monkeypatch, capsys, trained, change):
+    """The stream named its policy by path alone: a checkpoint saved over the same directory (a later RL step, an
+    edited config) resumed on the old policy's shards and training, exit 0."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "policy"
+    shutil.copytree(bundled_model_dir(), model)
+    args = [f"output={tmp_path / 'out'}", f"model={model}", *TINY]
+    _interrupted(monkeypatch, args)
+    if change == "weights":
+        tensors = load_file(str(model / "model.safetensors"))
+        name = sorted(tensors)[0]
+        tensors[name] = tensors[name] + 1e-3 * torch.ones_like(tensors[name])  # a training step, saved in place
+        save_file(tensors, str(model / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
+    assert main(["train-drafter", *args]) == 2
+    key, what = ("policy_weights", "weights") if change == "weights" else ("policy_config", "config.json")
+    err = capsys.readouterr().err
+    assert f"out.stream holds a run with other settings ({key})" in err and f"the model's {what}" in err
+    assert trained == [0]
