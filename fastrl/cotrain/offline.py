@@ -29,7 +29,9 @@ from fastrl.speculative.fused_drafter import check_extra_layers
 from fastrl.strategy.round_stats import RoundTotals
 from fastrl.strategy.strategy import Strategy, check_strategy_names
 
-# Settings that do not change what a streamed run trains (a resumed run may change them).
+# Settings a resumed run may change: they choose how the drafter is measured, or where and how fast rollouts run,
+# not what they are (gen_batch_size: the same rollouts in float32; in bfloat16 another batch composition rounds
+# otherwise, and a few of its rollouts, equally the policy's, differ, as the held-out ones a restart generates again).
 RESUMABLE_KEYS = ("accept_strategies", "accept_requests", "accept_batch_size", "device", "gen_batch_size")
 
 
@@ -84,6 +86,12 @@ class OfflineDrafterConfig:
             bad = [t for t in values if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < math.inf]
             if bad:  # each named by its own key (an infinite rollout temperature was blamed on `temperature`)
                 raise ValueError(f"train_drafter.{key} must be finite numbers >= 0, got {bad[0]!r}")
+        repeated = sorted({t for t in self.rollout_temperatures if list(self.rollout_temperatures).count(t) > 1})
+        if repeated:  # a second pass at one temperature: the same rollouts again at T=0, generated and trained twice
+            raise ValueError(
+                f"train_drafter.rollout_temperatures names {repeated} more than once; for more rollouts a prompt at "
+                "one temperature, raise samples_per_prompt"
+            )
 
     @property
     def temperatures(self) -> list[float]:

@@ -107,6 +107,7 @@ def check_settings(
     which keep the shards. A key added since the stream was saved is taken as ``LATER_KEYS`` says."""
     if canonical is not None:
         saved, fingerprint = canonical(saved), canonical(fingerprint)
+    saved, fingerprint = _measured_only(saved), _measured_only(fingerprint)
     unknown = {k for k, then in LATER_KEYS.items() if k not in saved and then is None}
     saved = {**{k: then for k, then in LATER_KEYS.items() if then is not None and k in fingerprint}, **saved}
     known = {k: v for k, v in saved.items() if k not in unknown}
@@ -126,6 +127,15 @@ def check_settings(
             f"{directory} holds a training of its shards with other settings ({names}): {shown}. Resume with those, "
             f"or {restart_hint(training)}: it then trains with these"
         )
+
+
+def _measured_only(settings: dict) -> dict:
+    """The settings without ``temperature`` where ``rollout_temperatures`` sets every pass's: then it only chooses
+    the temperature held-out accept length is measured at, which no shard depends on (resumable, as
+    ``accept_strategies`` is)."""
+    if settings.get("rollout_temperatures"):
+        return {k: v for k, v in settings.items() if k != "temperature"}
+    return settings
 
 
 def _changes_text(changes: list[tuple[str, Any, Any]]) -> tuple[str, str]:

@@ -75,6 +75,8 @@ def test_a_fresh_fused_drafter_and_bad_layers(policy):
         ("draft_vocab_size=3", r"accept_strategies: \['8_4_32'\] draft more candidates a step than the 3 tokens"),
         ("rollout_temperatures=[0,inf]", r"train_drafter.rollout_temperatures must be finite numbers >= 0, got inf"),
         ("temperature=-1", r"train_drafter.temperature must be finite numbers >= 0, got -1"),
+        # a second greedy pass generated and trained the same rollouts again
+        ("rollout_temperatures=[0,1,0]", r"train_drafter.rollout_temperatures names \[0.0\] more than once"),
     ],
 )
 def test_settings_found_bad_only_after_training_are_refused_before_any_rollout(tmp_path, capsys, override, message):

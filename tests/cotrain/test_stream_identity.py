@@ -171,3 +171,14 @@ def test_a_stream_saved_before_settings_were_recorded_resumes_on_its_state(polic
     assert not (tmp_path / "s" / "fingerprint.json").exists()
     assert make_run(policy, tmp_path / "s", drafter, []).run({"k": 1}, stop_after_shards=1).shard == 2
     assert json.loads((tmp_path / "s" / "fingerprint.json").read_text()) == {"k": 1}
+
+
+def test_the_measuring_temperature_is_resumable_where_rollout_temperatures_set_every_pass(policy, tmp_path):
+    """With rollout_temperatures given, ``temperature`` only chooses the held-out accept length's temperature: a
+    resume that changes it was refused as if its shards had been generated with it; without them it still is."""
+    passes = dataclasses.replace(CFG, rollout_temperatures=[0.0, 1.0])
+    _train(policy, tmp_path / "s", passes)
+    _train(policy, tmp_path / "s", dataclasses.replace(passes, temperature=0.0))  # resumed: nothing changed
+    _train(policy, tmp_path / "t")
+    with pytest.raises(ValueError, match=r"other settings \(temperature\): temperature=1.0 \(now 0.0\)"):
+        _train(policy, tmp_path / "t", dataclasses.replace(CFG, temperature=0.0))
