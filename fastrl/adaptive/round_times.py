@@ -244,7 +244,7 @@ class RoundTimes:
         without the drafter the drafter, catching up on text emitted before it: a drafter arm pulled among plain
         rounds would otherwise be timed by its catch-ups, or, were they left out, never); a stopping chain's at the
         depth it drafted, that depth and its tokens per row recorded in ``chains``."""
-        depth = stats.drafted_tokens[0] if stats.strategy.stops_early and stats.drafted_tokens else None
+        depth = stats.stopped_depth
         if depth is not None and self._chain_depth:
             self.chains.observe(stats.strategy, stats.batch_size, depth, stats.total_emitted / stats.batch_size)
         self.observe(stats.strategy, stats.batch_size, self.warm_seconds(stats), depth)

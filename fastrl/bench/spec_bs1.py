@@ -86,7 +86,7 @@ def bench_bs1(
             rounds = max(1, len(engine.round_stats))
             accept = sum(s.mean_accept_length for s in engine.round_stats) / rounds
             if strategy.stops_early:  # costed as the fixed chain of its mean drafted depth
-                depth = sum(s.drafted_tokens[0] for s in engine.round_stats) / rounds
+                depth = sum(s.stopped_depth or 0 for s in engine.round_stats) / rounds
                 strategy = strategy.truncated(min(strategy.steps, max(1, round(depth))))
             costs = measure_round_costs(policy, drafter, strategy, context)
             speedup = plain.median_s / timing.median_s

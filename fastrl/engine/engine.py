@@ -480,6 +480,7 @@ class Engine:
             context_tokens=context,
             after_other_arm=self._last_strategy not in (None, strategy),
             drafter_backlog=out.drafter_backlog,
+            chain_depth=out.chain_depth,
         )
         stats.plain_time_estimate_s = plain_time_estimate(self._estimator, stats)  # the estimator's own number
         self.round_stats.append(stats)

@@ -74,6 +74,8 @@ class StepOutput:
     """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
     ``draft_time_s``), or in a round without the drafter the reading its backlog limit forced (``_bound_backlog``)."""
     drafter_backlog: int | None = None
+    chain_depth: int | None = None
+    """A stopping chain's levels drafted (``SpecRoundResult.chain_depth``); else None."""
     """After a decode round: the entries a drafter round over its rows would first catch up on
     (``DrafterFeed.backlog``; None without a drafter)."""
 
@@ -380,11 +382,12 @@ class ModelRunner:
             hidden = hidden.unsqueeze(1)
             accepted = torch.zeros_like(result.tokens) if packed is None else None  # the eager round's end reads it
             drafted, draft_s, verify_s, catch_up_s = 0, 0.0, 0.0, 0.0
+            chain_depth = None
         else:
             spec, packed = self._speculate(requests, slots, inputs, strategy)
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
-            catch_up_s = spec.catch_up_time_s
+            catch_up_s, chain_depth = spec.catch_up_time_s, spec.chain_depth
         if packed is None:
             packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
         try:  # the device state has advanced: until the feed has the round too, a failure undoes the round
@@ -414,6 +417,7 @@ class ModelRunner:
             verify_time_s=verify_s,
             catch_up_time_s=catch_up_s + backlog_s,
             drafter_backlog=drafter_backlog,
+            chain_depth=chain_depth,
         )
 
     def _undo_round(self, requests: list[Request], slots: Tensor, strategy: Strategy) -> None:

@@ -86,6 +86,8 @@ class SpecRoundResult:
     verify_time_s: float = 0.0
     catch_up_time_s: float = 0.0
     """The drafter's catch-up, a part of ``draft_time_s`` (0.0 unless the round was asked to time it)."""
+    chain_depth: int | None = None
+    """A stopping chain's levels drafted (its EAGLE part's: a hybrid's history nodes are not levels); else None."""
 
     def padded(self, levels: int) -> SpecRoundResult:
         """The same result with its per-row entries zero-padded to `levels`.  # [B,D+1] -> [B,levels]"""
@@ -130,6 +132,8 @@ def speculative_round(
         result = result.padded(runtime.max_depth + 1)
     result.draft_time_s, result.verify_time_s = t1 - t0, time.perf_counter() - t1
     result.catch_up_time_s = catch_up_s
+    if runtime.strategy.stops_early:
+        result.chain_depth = draft.runtime.strategy.steps
     return result
 
 

@@ -39,7 +39,8 @@ class RoundStats:
     finds less of the policy in the processor's caches and costs more than one after plain rounds).
     ``drafter_backlog``: after the round, the entries a drafter round over its rows would first catch up on (the
     text rounds without the drafter emitted, less what a backlog limit had the drafter read already; None when the
-    engine has no drafter or did not say).
+    engine has no drafter or did not say). ``chain_depth``: a stopping chain's levels drafted, without a hybrid's
+    history nodes (None: another strategy, or not recorded; ``stopped_depth`` reads both).
     """
 
     strategy: Strategy
@@ -55,6 +56,7 @@ class RoundStats:
     context_tokens: int = 0
     after_other_arm: bool = False
     drafter_backlog: int | None = None
+    chain_depth: int | None = None
 
     def __post_init__(self) -> None:
         if not is_integral(self.batch_size) or self.batch_size < 1:
@@ -84,6 +86,24 @@ class RoundStats:
         backlog = self.drafter_backlog
         if backlog is not None and (not is_integral(backlog) or backlog < 0):
             raise ValueError(f"RoundStats.drafter_backlog must be None or an integer >= 0, got {backlog!r}")
+        depth = self.chain_depth
+        if depth is not None and (
+            not self.strategy.stops_early or not is_integral(depth) or not 1 <= depth <= self.strategy.steps
+        ):
+            raise ValueError(
+                "RoundStats.chain_depth must be None, or for a stopping chain an integer in "
+                f"[1, {self.strategy.steps}] (its levels), got {depth!r} for {self.strategy}"
+            )
+
+    @property
+    def stopped_depth(self) -> int | None:
+        """A stopping chain's levels drafted this round: ``chain_depth``, or where a round did not record it, the
+        drafted tokens of a chain with no history part (its nodes are its levels); None for other strategies."""
+        if not self.strategy.stops_early:
+            return None
+        if self.chain_depth is not None:
+            return self.chain_depth
+        return self.drafted_tokens[0] if self.drafted_tokens and not self.strategy.is_history else None
 
     @property
     def mean_context(self) -> float | None:
