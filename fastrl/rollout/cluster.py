@@ -37,6 +37,15 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         return _start_ray(address, num_cpus)
 
 
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, this process's SIGTERM and SIGINT handlers kept: Ray's shutdown puts the signals' handling
+    back to the default under Python's own record of the handler (``signal.getsignal`` still names fastrl's), so a
+    SIGTERM after it (a scheduler's, ``timeout``'s, at the end of a run) killed the process outright, before its W&B
+    run and report were written."""
+    with _signal_handlers_kept():
+        ray.shutdown()
+
+
 @contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
     """Restore this process's SIGTERM and SIGINT handlers after the block: ``ray.init`` installs its own SIGTERM
@@ -81,7 +90,7 @@ def _start_ray(address: str | None, num_cpus: int | None) -> bool:
         )
     node_ip = ray.util.get_node_ip_address()
     if node_ip != LOOPBACK:
-        ray.shutdown()
+        shutdown_ray()
         raise RuntimeError(f"the local Ray bound to {node_ip}, not {LOOPBACK}; refusing to run on a public address")
     return True
 

@@ -16,7 +16,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from torch import Tensor
 
-from fastrl.rollout.cluster import ensure_ray
+from fastrl.rollout.cluster import ensure_ray, shutdown_ray
 from fastrl.rollout.dispatch import AffinitySnapshot, PromptAffinity, check_request_ids, with_seeds
 from fastrl.rollout.drafter_round import DrafterAtBoundary, DrafterRounds
 from fastrl.rollout.errors import short_error
@@ -237,7 +237,7 @@ class RayRolloutManager:
         self.workers = []
         self.closed = True  # every later call says so, not that Ray or the workers went away
         if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
+            shutdown_ray()
             self._owns_ray = False
 
     # ---- reports ----------------------------------------------------------------------------------------------

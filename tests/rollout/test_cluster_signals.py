@@ -62,3 +62,34 @@ def test_a_signal_to_the_process_group_leaves_the_local_ray_running():
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
+
+
+AFTER_SHUTDOWN = textwrap.dedent(
+    """
+    import os, signal, time
+    from fastrl.rollout.cluster import ensure_ray, shutdown_ray
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminate)  # what `fastrl` installs: SIGTERM unwinds like Ctrl-C
+    ensure_ray(num_cpus=1)
+    shutdown_ray()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not raised", flush=True)
+    except KeyboardInterrupt as err:
+        print("unwound:", err, flush=True)
+    """
+)
+
+
+@pytest.mark.xdist_group("ray")
+def test_a_sigterm_after_ray_shut_down_still_unwinds():
+    """Ray's shutdown put SIGTERM back to the default under Python's record of fastrl's handler: a SIGTERM after
+    the last step (a scheduler's, at the end of a job) killed `fastrl train` before its W&B run and report were
+    written, leaving an empty W&B record."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", AFTER_SHUTDOWN], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "unwound: signal 15", (done.returncode, done.stderr[-500:])

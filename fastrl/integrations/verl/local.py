@@ -106,9 +106,9 @@ class LocalRollout:
         return asyncio.run(collect())
 
     def shutdown(self) -> None:
-        import ray
+        from fastrl.rollout.cluster import shutdown_ray
 
         for replica in self.replicas():
             asyncio.run(replica.shutdown())
         if self.owns_ray:
-            ray.shutdown()
+            shutdown_ray()
