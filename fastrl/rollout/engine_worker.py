@@ -381,13 +381,13 @@ class EngineWorker:
         extra = self.train_drafter_slice(float("inf")) if self.config.schedule.deterministic else SliceMetrics()
         self._training_at = time.monotonic()  # the held-out measure runs next
         with self._train_lock:
+            with self._lock:  # the rollout's sequences: its held-out set for the measure below, the rest for slices
+                self.cotraining.commit()
             try:
                 report = self._round_report(extra)
             except Exception as err:  # a round reports its failure, it never raises into rollouts
                 earlier = [self._failure(extra.error)] if extra.error is not None else []
                 report = self._failed_round(extra.seconds, earlier, err)
-            with self._lock:
-                self.cotraining.commit()  # the rollout's sequences, for the next rollout's slices
             report.buffer_sequences = self.cotraining.buffer.num_sequences
         return report
 

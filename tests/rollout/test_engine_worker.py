@@ -135,3 +135,25 @@ def test_a_copy_that_cannot_be_handed_over_is_dropped(worker, monkeypatch):
         worker.trained_drafter()
     monkeypatch.undo()
     assert worker.cotrainer.trained() is None
+
+
+@pytest.mark.parametrize("mode", ["time", "steps"])
+def test_the_rounds_held_out_measure_before_the_push_reads_the_rollouts_own_held_out_set(checkpoint, mode):
+    """On the wall-clock schedule a worker that ran no slice in the rollout (a Ray worker's submit and step path,
+    the tail worker always) measured its held-out top-1 "before" on the previous rollout's held-out set, or on none,
+    and the "after" measure on this one's: the two compared different data."""
+    from fastrl.cotrain.schedule import CotrainSchedule
+
+    schedule = CotrainSchedule(mode=mode, heldout_fraction=0.5)
+    worker = EngineWorker("w0", worker_config(checkpoint, schedule=schedule))
+    for rollout in range(2):
+        requests = mixed_requests(8, prefix=f"r{rollout}")
+        assert any(schedule.is_heldout(r.prompt_ids) for r in requests)
+        for request in requests:  # the Ray actor's path: submit, then step until done (no commit of its own)
+            worker.submit(request)
+        while worker.has_unfinished():
+            worker.step()
+        report = worker.finish_drafter_round()
+        after = worker.heldout_top1()
+        assert report.heldout_tokens == after[0] > 0
+        worker.update_policy(worker.policy_version + 1, dict(worker.policy.state_dict()))
