@@ -37,10 +37,12 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def no_space(err: OSError, where: str) -> Exception:
-    """A full disk or quota as one ValueError saying what was kept (the CLI prints it as one line); any other
-    OSError unchanged."""
+    """A full disk, a quota or a file-size limit (``ulimit -f``) as one ValueError saying what was kept (the CLI
+    prints it as one line); any other OSError unchanged."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return ValueError(f"no space left writing {where}")
+    if err.errno == errno.EFBIG:
+        return ValueError(f"file too large (a file-size limit: ulimit -f) writing {where}")
     return err
 
 

@@ -8,7 +8,6 @@ command again (the finished lines are kept, only the rest is generated).
 from __future__ import annotations
 
 import dataclasses
-import errno
 import math
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
+from fastrl.atomic_files import no_space
 from fastrl.commands.bandit_state_file import (
     check_setting,
     config_setting,
@@ -136,7 +136,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                     if record.get("error"):
                         line_no = lines[index // cfg.n].line_no
                         print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
-            stream.finish()
+            stream.close()
         except KeyboardInterrupt as err:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
@@ -149,12 +149,11 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             ) from None
         except OSError as err:
             stream.close()
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            kept = f"{cfg.output}; {len(stream.done)} of {len(inputs)} results are kept; run the same command again"
+            full = no_space(err, kept)
+            if full is err:
                 raise
-            raise ValueError(
-                f"no space left writing {cfg.output}; {len(stream.done)} of {len(inputs)} results are kept; "
-                "run the same command again"
-            ) from None
+            raise full from None
         rounds = earlier + engine.round_stats
         print_generate_summary(rounds, engine.selector)
         failed = sum(1 for record in stream.done.values() if record.get("error"))
@@ -166,6 +165,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             )
         save_learned(targets, engine.selector, setting, learned)
         write_reports(targets, rounds, cfg.strategy, engine.selector)
+        try:  # last: the rewrite in prompt order needs a second copy of the output, which a full disk may not hold
+            stream.finish()
+        except ValueError as err:
+            raise ValueError(
+                f"{err} (every result is in it, in the order they finished; the stats and the bandit state are "
+                "written): run the same command again with space to put them in prompt order"
+            ) from None
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
@@ -234,7 +240,7 @@ def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, 
         try:
             write_through(targets["plot_output"], lambda path: write_run_plot(path, rounds, name, selector))
         except (RuntimeError, OSError, ValueError) as err:
-            if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            if isinstance(err, OSError) and no_space(err, "") is not err:  # a full disk: said as one for every file
                 raise
             raise ValueError(
                 f"plot_output={targets['plot_output'].path}: not drawn ({type(err).__name__}: {err}); the results, "

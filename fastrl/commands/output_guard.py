@@ -234,7 +234,10 @@ def remove_empty(directories: list[Path]) -> None:
 def _resolved(key: str, value: str) -> Path:
     given = Path(value)
     if given.is_symlink() and not given.exists():
-        raise ValueError(f"{key}={value}: a dangling symlink (its target {os.readlink(given)} does not exist)")
+        target = os.readlink(given)
+        if os.path.lexists(given.parent / target):  # the target is there: a link that leads back to itself
+            raise ValueError(f"{key}={value}: a symlink loop (through {target})")
+        raise ValueError(f"{key}={value}: a dangling symlink (its target {target} does not exist)")
     return given.resolve() if given.is_symlink() else given
 
 

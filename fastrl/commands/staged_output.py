@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fastrl.atomic_files import no_space
 from fastrl.commands.output_guard import OutputTarget, make_dirs, remove_empty
+from fastrl.interrupts import held_interrupts
 
 
 @contextlib.contextmanager
@@ -72,13 +73,15 @@ def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed
     made: list[Path] = []  # directories this write created, in order
     staged, keep_backup = set(files), False
     try:
-        make_dirs(final, made)
-        for rel in [*files, *removed]:
-            dest = final / rel
-            make_dirs(dest.parent, made)
-            journal.append((dest, _move_aside(dest, backup, len(journal))))
-            if rel in staged:
-                os.replace(staging / rel, dest)
+        # an interrupt waits for the renames (a Ctrl-C between two left one file of the old output, one of neither)
+        with held_interrupts(f"writing {target.key}", raising_only=True):
+            make_dirs(final, made)
+            for rel in [*files, *removed]:
+                dest = final / rel
+                make_dirs(dest.parent, made)
+                journal.append((dest, _move_aside(dest, backup, len(journal))))
+                if rel in staged:
+                    os.replace(staging / rel, dest)
     except OSError as err:
         stuck = _undo(journal, made)
         keep_backup = bool(stuck)

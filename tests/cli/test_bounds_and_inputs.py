@@ -50,6 +50,28 @@ def test_a_full_disk_is_one_line_saying_what_is_kept(model_dir, tmp_path, capsys
     )
 
 
+def test_a_full_disk_at_the_rewrite_in_prompt_order_keeps_the_stats_and_the_bandit_state(tmp_path, capsys, monkeypatch):
+    """The rewrite of a finished output in prompt order needs a second copy of it: where the disk could not hold
+    one, the run ended before it wrote its stats and bandit state, and a rerun failed the same way, never writing
+    them. They are written first now, and the error says every result is in the output."""
+    from fastrl.assets_path import bundled_model_dir
+    from fastrl.commands.result_stream import ResultStream
+
+    def full(self):
+        self.close()
+        raise ValueError(f"no space left writing {self.target.path}; it is left as it was")
+
+    monkeypatch.setattr(ResultStream, "finish", full)
+    prompts = _prompts(tmp_path / "in.jsonl", ['{"prompt_ids": [5, 6]}', '{"prompt_ids": [7, 8]}'])
+    out, stats, state = tmp_path / "out.jsonl", tmp_path / "stats.json", tmp_path / "bandit.json"
+    extra = [f"stats_output={stats}", f"bandit_state={state}", "strategy=bandit"]
+    assert _generate(bundled_model_dir(), prompts, out, *extra) == 2
+    err = capsys.readouterr().err
+    assert f"no space left writing {out}; it is left as it was (every result is in it" in err
+    assert len(out.read_text().splitlines()) == 2
+    assert json.loads(stats.read_text())["round_log"] and json.loads(state.read_text())
+
+
 def test_an_unknown_key_in_a_prompts_line_names_the_key_and_the_line(model_dir, tmp_path, capsys):
     prompts = _prompts(tmp_path / "in.jsonl", ['{"prompt_ids": [5, 6]}', '{"prompt_ids": [5, 6], "sed": 4}'])
     assert _generate(model_dir, prompts, tmp_path / "out.jsonl") == 2

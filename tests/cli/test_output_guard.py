@@ -193,3 +193,25 @@ def test_train_drafter_refuses_a_stream_dir_holding_other_files(tmp_path, capsys
     assert (runs / "drafter" / "drafter.safetensors").read_bytes() == b"weights"
     assert (runs / "notes.txt").read_text() == "keep me" and (runs / "optimizer.pt").read_bytes() == b"mine"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_size_limit_is_said_as_a_full_disk_is(tmp_path):
+    """EFBIG (``ulimit -f``) reached generate's and train's writers as a traceback."""
+    target = tmp_path / "report.json"
+    target.write_text("earlier report")
+    limit = f"^file too large \\(a file-size limit: ulimit -f\\) writing {target}; it is left as it was$"
+    with pytest.raises(ValueError, match=limit):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half a rep")
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    assert target.read_text() == "earlier report"
+
+
+def test_a_symlink_loop_is_said_as_one(tmp_path):
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    with pytest.raises(ValueError, match=r"output=.*a.json: a symlink loop \(through b.json\)"):
+        guard_outputs({"output": str(tmp_path / "a.json")}, {})
+    (tmp_path / "c.json").symlink_to("missing.json")
+    with pytest.raises(ValueError, match=r"a dangling symlink \(its target missing.json does not exist\)"):
+        guard_outputs({"output": str(tmp_path / "c.json")}, {})

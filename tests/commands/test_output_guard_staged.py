@@ -116,3 +116,29 @@ def test_a_complete_write_replaces_its_files_removes_the_owned_and_keeps_the_oth
         "sub/d.txt": b"new d",
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_an_interrupt_between_two_renames_waits_for_the_last(tmp_path, monkeypatch, at):
+    """Ctrl-C (a real SIGINT) between two renames left one file of the old output and one of neither (the backup and
+    the staging directory both removed on the way out): it now waits until every file is in place."""
+    import signal
+
+    import fastrl.commands.staged_output as staged_output
+
+    final = _earlier_output(tmp_path)
+    real, calls = os.replace, [0]
+
+    def replace(src, dst):
+        real(src, dst)
+        calls[0] += 1
+        if calls[0] == at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(staged_output.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt, match="held to the end of writing output"):
+        with staged_directory(_target(final), owned=("map.pt",)) as staging:
+            _stage(staging)
+    monkeypatch.setattr(staged_output.os, "replace", real)
+    assert _snapshot(final) == {"README.md": b"mine", **{n: f"new {n}".encode() for n in ("a.json", "b.bin", "c.txt")}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no staging or backup directory is left"
