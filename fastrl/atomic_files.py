@@ -46,6 +46,15 @@ def no_space(err: OSError, where: str) -> Exception:
     return err
 
 
+def command_os_error(err: OSError, after: str) -> Exception:
+    """An OSError that ends a command, as one ValueError where it is the user's to fix: a full disk, a quota or a
+    size limit (``no_space``, with ``after``: what to do and what is kept), a path with a name longer than the file
+    system takes (named); any other OSError unchanged (a traceback is due)."""
+    if err.errno == errno.ENAMETOOLONG:
+        return ValueError(f"{err.filename or 'a path'}: a file name in it is too long for the file system")
+    return no_space(err, f"{err.filename or 'a file'}: {after}")
+
+
 def with_default_modes(root: Path) -> None:
     """Give the directory ``root`` and everything under it the modes ``mkdir`` and ``open`` would have (0777 and
     0666 less the umask): a tree built in ``tempfile.mkdtemp`` (0700) and written by libraries that create their

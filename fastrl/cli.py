@@ -156,12 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastrl {name}: error: {said}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk mid-run: one line, what was saved before is kept; anything else as it is
-        from fastrl.atomic_files import no_space
+        from fastrl.atomic_files import command_os_error
 
-        full = no_space(
-            exc,
-            f"{exc.filename or 'a file'}: free some space and run the command again (finished work it saved is kept)",
-        )
+        full = command_os_error(exc, "free some space and run the command again (finished work it saved is kept)")
         if full is exc:
             raise
         print(f"fastrl {name}: error: {full}", file=sys.stderr)

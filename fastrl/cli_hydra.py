@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastrl.atomic_files import no_space
+from fastrl.atomic_files import command_os_error
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
 from fastrl.config_compose import check_override_keys, compose_config, conf_dir, quote_string_overrides
 
@@ -167,7 +167,8 @@ def run_hydra_main(
     if not flags:  # a plain run: every config error is one line before Hydra makes a run directory
         compose_config(command.config_name, command.schema, [*overrides, *precheck], command.config_dir)
     elif set(flags) <= MULTIRUN_FLAGS:  # a sweep: every job's config, before the first job runs
-        for job, job_overrides in enumerate(sweep_jobs(overrides)):
+        # its values read as Hydra will read them (quoted: a strategy 3_1_4 is no integer 314)
+        for job, job_overrides in enumerate(sweep_jobs(quote_string_overrides(command.schema, overrides, sweep=True))):
             try:
                 compose_config(command.config_name, command.schema, [*job_overrides, *precheck], command.config_dir)
             except ValueError as err:
@@ -190,9 +191,7 @@ def run_hydra_main(
         except ValueError as err:
             raise JobFailed(err) from err
         except OSError as err:  # a full disk: one line (Hydra would print a traceback), as outside Hydra
-            full = no_space(
-                err, f"{err.filename or 'a file'}: free some space and resume (checkpoints it saved are kept)"
-            )
+            full = command_os_error(err, "free some space and resume (checkpoints it saved are kept)")
             if full is err:
                 raise
             raise JobFailed(full) from err

@@ -29,6 +29,7 @@ from fastrl.rl.checkpoint import STATE_FILE
 RUN_ID_RESOLVER = "fastrl_run_id"  # ${fastrl_run_id:} in hydra.run.dir: 6 hex digits, one per composed config
 CHECKPOINTS = "checkpoints"
 CHECKPOINTS_RECORD = "checkpoints.path"  # a run's rl.checkpoint_dir, absolute, when it is not checkpoints/
+WANDB_DIR = "wandb"  # W&B's own files of the run (offline-run-*)
 WANDB_ID_FILE = "wandb_run_id"  # the W&B run id of the run, made at its start and read back by resume=RUN_DIR
 CHECKPOINT_NAME = re.compile(r"step_\d+")  # checkpoints/step_000012: the run after 12 steps
 METRICS_FILE = "metrics.jsonl"
@@ -197,15 +198,22 @@ def read_overrides(run_dir: Path) -> list[str]:
 
 
 def check_unused(run_dir: Path) -> None:
-    """ValueError when ``run_dir`` is not an empty directory: a run never writes into another run's directory."""
+    """ValueError when ``run_dir`` is not an empty directory: a run never writes into another run's directory. The
+    W&B files alone of a run that ended before its first step count as empty (W&B's service writes them after the
+    run removed its directory)."""
     if not run_dir.is_dir():
         raise ValueError(f"{RUN_DIR_KEY}={run_dir} is not a directory")
-    if any(run_dir.iterdir()):
-        how = f"continue that run with resume={run_dir}" if latest_checkpoint(run_dir) else "it saved no checkpoint"
-        raise ValueError(
-            f"{RUN_DIR_KEY}={run_dir} holds an earlier run; a new run needs a new directory (leave {RUN_DIR_KEY} "
-            f"out for a fresh one), or {how}"
+    held = sorted(p.name for p in run_dir.iterdir())
+    if not held or held == [WANDB_DIR]:
+        return
+    fresh = f"a new run needs a new or empty directory (leave {RUN_DIR_KEY} out for a fresh one)"
+    if (run_dir / OVERRIDES_FILE).is_file() or (run_dir / METRICS_FILE).is_file() or checkpoints_dir(run_dir).is_dir():
+        how = (
+            f"or continue that run with resume={run_dir}" if latest_checkpoint(run_dir) else "(it saved no checkpoint)"
         )
+        raise ValueError(f"{RUN_DIR_KEY}={run_dir} holds an earlier run; {fresh} {how}")
+    shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    raise ValueError(f"{RUN_DIR_KEY}={run_dir} is not empty (it holds {shown}); {fresh}")
 
 
 def forget_run(run_dir: Path, plan: RunPlan) -> None:

@@ -133,3 +133,15 @@ def test_a_full_disk_deep_in_any_command_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_train_drafter", other)
     with pytest.raises(OSError, match="Input/output error"):
         cli.main(["train-drafter"])
+
+
+@pytest.mark.parametrize("key", ["output", "prompts"])
+def test_a_file_name_longer_than_the_file_system_takes_is_one_line(tmp_path, capsys, monkeypatch, key):
+    """ENAMETOOLONG from the path checks was a traceback in every command."""
+    monkeypatch.chdir(tmp_path)
+    prompts = _prompts(tmp_path / "in.jsonl", ['{"prompt_ids": [5, 6]}'])
+    long = "a" * 256 + ".jsonl"
+    paths = {"prompts": prompts, "output": tmp_path / "out.jsonl"} | {key: long}
+    assert _generate("", paths["prompts"], paths["output"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"fastrl generate: error: {long}: a file name in it is too long for the file system"

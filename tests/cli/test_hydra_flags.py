@@ -115,6 +115,18 @@ def test_multirun_on_generate_runs_one_job_per_value(tmp_path, capsys):
     assert first == second and json.loads(first)["prompt_ids"] == [5, 6, 7]
 
 
+def test_a_sweep_over_strategies_runs_each(tmp_path, capsys):
+    """The check of every job before the first read `3_1_4` as Hydra's integer 314 (the jobs themselves quote it):
+    every sweep over S_K_N strategies was refused, naming a strategy the user never typed."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
+    args = [f"prompts={prompts}", "max_new_tokens=3", "progress=false", "output=o.jsonl", "strategy=3_1_4,12_1_13@0.3"]
+    assert main(["generate", "-m", *args]) == 0, capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["o.job0.jsonl", "o.job1.jsonl", "p.jsonl", "runs"]
+    tokens = [json.loads((tmp_path / f"o.job{j}.jsonl").read_text())["token_ids"] for j in (0, 1)]
+    assert tokens[0] == tokens[1]  # two strategies, one output: the policy's
+
+
 @pytest.mark.parametrize("values", ["0.5,-1", "3,abc"])
 def test_a_sweep_with_a_bad_job_is_refused_before_any_job_runs(tmp_path, capsys, values):
     """Each job's config was checked when the job started: job 0 did all its work before job 1's bad value (a
