@@ -176,6 +176,17 @@ def check_checkpoint_dir(checkpoint_dir: str, run_dir: Path, plan: RunPlan) -> P
     return path
 
 
+def lock_checkpoint_dir(checkpoint_dir: str, run_dir: Path) -> GuardedOutputs | None:
+    """The lock of a checkpoint directory outside the run directory, for the run's whole life (the run's own
+    ``checkpoints/`` is under the run directory's lock); None for that one. Two runs given one
+    ``rl.checkpoint_dir`` both found it empty before either had saved and then wrote over each other's steps."""
+    own = run_dir / CHECKPOINTS
+    path = Path(checkpoint_dir).absolute() if checkpoint_dir else own
+    if path.resolve() == own.resolve():
+        return None
+    return guard_outputs({}, {}, work_dirs={CHECKPOINT_DIR_KEY: str(path)})
+
+
 def record_checkpoints_dir(run_dir: Path, checkpoints: Path) -> None:
     """Note in ``run_dir`` where its checkpoints go when that is not ``run_dir/checkpoints`` (``checkpoints_dir``
     reads it back, whatever the working directory of a later command)."""

@@ -6,6 +6,7 @@ checkpoints/, report.png and the offline W&B run; a run that ends before its fir
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -22,9 +23,11 @@ from fastrl.commands.run_dir import (
     CHECKPOINTS,
     RunPlan,
     check_checkpoint_dir,
+    check_unused,
     forget_run,
     keep_metrics_before,
     latest_checkpoint,
+    lock_checkpoint_dir,
     lock_run,
     plan_run,
     read_metrics_lines,
@@ -124,11 +127,13 @@ def run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan | None = None) -> l
     run directory is locked while it runs (two commands continuing one run are refused, naming the other's pid)."""
     plan = plan or RunPlan([])
     run_dir.mkdir(parents=True, exist_ok=True)
-    if plan.locked:
-        plan.started = True
-        return _run_train(cfg, run_dir, plan)
-    with lock_run(run_dir):
+    with contextlib.ExitStack() as locks:
+        if not plan.locked:
+            locks.enter_context(lock_run(run_dir))
         plan.started = True  # this job's run from here: what it wrote is its own to remove
+        checkpoints = lock_checkpoint_dir(cfg.rl.checkpoint_dir or "", run_dir)  # before it is checked unused
+        if checkpoints is not None:
+            locks.enter_context(checkpoints)
         return _run_train(cfg, run_dir, plan)
 
 
@@ -362,10 +367,18 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
     lock = None
     recorded: dict[Path, bytes] = {}
-    if plan.in_place and plan.run_dir is not None and runs_job:  # locked before Hydra writes into the run
+    # locked before Hydra writes into it (its record, its log): a continued run, or a new one given by name
+    if plan.run_dir is not None and ((plan.in_place and runs_job) or not flags):
         lock = lock_run(plan.run_dir)
         plan.locked = True
-        recorded = run_record(plan.run_dir, LOG_FILE)
+        if plan.in_place:
+            recorded = run_record(plan.run_dir, LOG_FILE)
+        elif plan.run_dir.is_dir():  # again, under the lock: a run may have written it since the check
+            try:
+                check_unused(plan.run_dir)
+            except ValueError as err:
+                lock.release()
+                raise in_user_words_error(err) from None
 
     def _job(cfg: TrainConfig) -> None:
         hydra_cfg = HydraConfig.get()

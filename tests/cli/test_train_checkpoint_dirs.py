@@ -250,6 +250,8 @@ def test_a_run_refused_by_the_lock_of_a_command_started_with_it_removes_nothing(
 def test_every_job_of_a_multirun_runs_under_its_own_directory_lock(tmp_path, monkeypatch):
     """The jobs of `fastrl train -m` share one RunPlan: a flag the first job set made every later one run without
     locking its directory (a second command could have written into it at the same time)."""
+    from types import SimpleNamespace
+
     import fastrl.commands.train as train_command
     from fastrl.commands.run_dir import RunPlan
 
@@ -265,8 +267,9 @@ def test_every_job_of_a_multirun_runs_under_its_own_directory_lock(tmp_path, mon
 
     monkeypatch.setattr(train_command, "_run_train", job_body)
     plan = RunPlan([])
+    cfg = SimpleNamespace(rl=SimpleNamespace(checkpoint_dir=None))  # what run_train reads before the job
     for job in ("0", "1", "2"):
-        train_command.run_train(None, tmp_path / job, plan)
+        train_command.run_train(cfg, tmp_path / job, plan)
     assert held == [True, True, True]
 
 

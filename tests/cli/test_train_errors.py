@@ -245,3 +245,32 @@ def test_wandb_online_that_cannot_reach_its_server_is_one_error_naming_the_key(t
     assert done.returncode == 1
     assert said.startswith("ValueError: logger.mode=online: W&B could not start a run (CommError: "), said
     assert "logger.mode=offline" in said
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_new_run_directory_another_command_holds_is_refused_before_hydra_writes_into_it(tmp_path, capsys, exists):
+    """Two `fastrl train hydra.run.dir=D` started together: the one refused the lock had already let Hydra write
+    its .hydra/ record and log into D, over the running run's, whose resume then read the refused one's settings."""
+    from fastrl.commands.run_dir import lock_run
+
+    run = tmp_path / "D"
+    if exists:
+        run.mkdir()
+    with lock_run(run):  # the other command, running in it
+        args = [*TINY, "rollout=local", "logger=none", f"hydra.run.dir={run}"]
+        assert main(["train", *args]) == 2
+        assert f"hydra.run.dir={run} is being written by another fastrl command" in _error_line(capsys)
+        assert not run.exists() or list(run.iterdir()) == []
+
+
+def test_a_checkpoint_directory_another_run_holds_is_refused(tmp_path, capsys):
+    """Two runs given one rl.checkpoint_dir both found it empty before either saved, then wrote over each other's
+    steps (both exit 0): the directory is locked for a run's whole life, before it is checked."""
+    from fastrl.commands.output_guard import guard_outputs
+
+    shared = tmp_path / "ck"
+    with guard_outputs({}, {}, work_dirs={"rl.checkpoint_dir": str(shared)}):  # the other run
+        args = [*TINY, "rollout=local", "logger=none", f"rl.checkpoint_dir={shared}", f"hydra.run.dir={tmp_path / 'r'}"]
+        assert main(["train", *args]) == 2
+        assert f"rl.checkpoint_dir={shared} is being written by another fastrl command" in _error_line(capsys)
+    assert not shared.exists() and not (tmp_path / "r").exists()
