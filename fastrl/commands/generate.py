@@ -55,6 +55,7 @@ from fastrl.telemetry.run_stats import (
     plot_run,
     read_recorded_run,
     read_round_log,
+    stats_results,
     write_run_plot,
     write_run_stats,
 )
@@ -108,11 +109,11 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             stream.finish()
             print(
                 f"fastrl generate: all {len(inputs)} results are already in {cfg.output}; nothing to do"
-                f"{finished_reports(targets)}",
+                f"{finished_reports(targets, set(stream.done))}",
                 file=sys.stderr,
             )
             return [stream.done[i] for i in sorted(stream.done)]
-        earlier = earlier_rounds(targets, bool(stream.done))
+        earlier, covered = earlier_rounds(targets, set(stream.done))
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
         if learned is not None:  # the policy's part, before the calibration
             check_setting("bandit_state", targets["bandit_state"].path, learned, {"policy": module_fingerprint(model)})
@@ -125,6 +126,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         if stream.done:
             print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
         stream.open()
+        kept_before = set(stream.done)
         ledger = RoundLedger(engine)
         try:
             with settled_heap():  # start-up's objects out of the collector's way while decoding
@@ -141,7 +143,8 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
             save_learned(targets, engine.selector, setting, learned)
-            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector)
+            made = covered | (set(stream.done) - kept_before)  # the results whose rounds the stats hold
+            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector, made)
             raise say_interrupted(
                 err,
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
@@ -164,7 +167,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
         save_learned(targets, engine.selector, setting, learned)
-        write_reports(targets, rounds, cfg.strategy, engine.selector)
+        write_reports(targets, rounds, cfg.strategy, engine.selector, covered | (set(stream.done) - kept_before))
         try:  # last: the rewrite in prompt order needs a second copy of the output, which a full disk may not hold
             stream.finish()
         except ValueError as err:
@@ -177,7 +180,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         targets.release()
 
 
-def finished_reports(targets: GuardedOutputs) -> str:
+def finished_reports(targets: GuardedOutputs, done: set[int]) -> str:
     """With every result already in the output: a missing plot_output is drawn from the round log stats_output
     holds; returns the end of the "nothing to do" line, saying what is left as it is and what is not written, and
     why (the rounds behind the results are kept only in a stats_output file)."""
@@ -204,24 +207,44 @@ def finished_reports(targets: GuardedOutputs) -> str:
         return f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is no file to read rounds from"
     try:
         run = read_recorded_run(stats.path)
+        covered = stats_results(stats.path)
     except READ_ERRORS as err:
         return (
             f"{note}; plot_output={plot.path} not written: stats_output={stats.path} is not the stats of a fastrl "
             f"generate run ({type(err).__name__}: {err}), so it holds no rounds to draw it from"
         )
+    if covered is not None and covered != done:
+        return (
+            f"{note}; plot_output={plot.path} not written: stats_output={stats.path} holds the rounds of "
+            f"{len(covered)} of these {len(done)} results (a run was stopped before it wrote its stats); "
+            "resume=false generates them again with all their rounds"
+        )
     write_through(plot, lambda path: plot_run(path, run.rounds, run.selector_name, run.thresholds))
     return f"{note}; plot_output={plot.path} drawn from the rounds in stats_output={stats.path}"
 
 
-def earlier_rounds(targets: GuardedOutputs, resuming: bool) -> list[RoundStats]:
-    """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own ([]
-    for a fresh run, or when there is no stats file to merge)."""
-    if not resuming or "stats_output" not in targets:
-        return []
-    if not targets["stats_output"].exists:
+def earlier_rounds(targets: GuardedOutputs, kept: set[int]) -> tuple[list[RoundStats], set[int]]:
+    """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own, and
+    the results they made (([], set()) for a fresh run, or when there is no stats file of the ``kept`` results to
+    merge: a later run over the same output may have been stopped before it wrote its own)."""
+    if not kept or "stats_output" not in targets:
+        return [], set()
+    stats = targets["stats_output"]
+    if not stats.exists:
         print("fastrl generate: stats_output covers only the rest: the earlier run wrote no stats", file=sys.stderr)
-        return []
-    return read_round_log(targets["stats_output"].path)
+        return [], set()
+    rounds = read_round_log(stats.path)
+    covered = stats_results(stats.path)
+    if covered is None:  # written before stats said which results they are of: taken as the kept ones'
+        return rounds, set(kept)
+    if covered != kept:
+        print(
+            f"fastrl generate: stats_output covers only the rest: {stats.path} holds the rounds of {len(covered)} "
+            f"other results than the {len(kept)} kept (a later run was stopped before it wrote its stats)",
+            file=sys.stderr,
+        )
+        return [], set()
+    return rounds, covered
 
 
 def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: dict, earlier: dict | None) -> None:
@@ -231,11 +254,19 @@ def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: d
         write_state_file(targets["bandit_state"], selector, setting, earlier)
 
 
-def write_reports(targets: GuardedOutputs, rounds: list[RoundStats], name: str, selector: StrategySelector) -> None:
-    """stats_output and plot_output of ``rounds``, each written to a temporary file renamed into place; a plot that
-    cannot be drawn (matplotlib's error) is one ValueError naming the key, after the stats are written."""
+def write_reports(
+    targets: GuardedOutputs,
+    rounds: list[RoundStats],
+    name: str,
+    selector: StrategySelector,
+    results: set[int] | None = None,
+) -> None:
+    """stats_output (saying which ``results`` its rounds made) and plot_output of ``rounds``, each written to a
+    temporary file renamed into place; a plot that cannot be drawn (matplotlib's error) is one ValueError naming
+    the key, after the stats are written."""
+    made = None if results is None else sorted(results)
     if "stats_output" in targets:
-        write_through(targets["stats_output"], lambda path: write_run_stats(path, rounds, name, selector))
+        write_through(targets["stats_output"], lambda path: write_run_stats(path, rounds, name, selector, made))
     if "plot_output" in targets:
         try:
             write_through(targets["plot_output"], lambda path: write_run_plot(path, rounds, name, selector))

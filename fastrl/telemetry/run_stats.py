@@ -91,11 +91,26 @@ def read_round_log(path: str | Path, key: str = "stats_output") -> list[RoundSta
         ) from None
 
 
-def write_run_stats(path: str | Path, stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> None:
-    """Write `run_stats` as JSON."""
+def write_run_stats(
+    path: str | Path,
+    stats: list[RoundStats],
+    selector_name: str,
+    selector: StrategySelector,
+    results: list[int] | None = None,
+) -> None:
+    """Write `run_stats` as JSON; ``results``: the indices of the outputs whose rounds these are (``generate``'s, so
+    that a resumed run merges only the stats of the results it keeps)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(run_stats(stats, selector_name, selector), indent=2) + "\n")
+    out = run_stats(stats, selector_name, selector) | ({} if results is None else {"results": sorted(results)})
+    path.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def stats_results(path: str | Path) -> set[int] | None:
+    """The output indices a stats JSON says its rounds made (None: it does not say, as files written before it did
+    not); one of ``READ_ERRORS`` for a file that is not one."""
+    results = _read(path).get("results")
+    return None if results is None else {int(i) for i in results}
 
 
 def write_run_plot(path: str | Path, stats: list[RoundStats], selector_name: str, selector: StrategySelector) -> Path:

@@ -286,3 +286,27 @@ def test_a_signal_keeps_finished_results_and_a_rerun_completes_them(model_dir, m
     _assert_same(partial, [full_run[r["index"]] for r in partial])  # every line written is a complete, exact result
     assert main(_args(model_dir, prompts, out)) == 0
     _assert_same(_read(out), full_run)
+
+
+def test_a_resume_merges_only_the_stats_of_the_results_it_keeps(model_dir, prompts, tmp_path, capsys):
+    """A complete run's stats_output beside an output a later run (resume=false, killed before its stats) left with
+    fewer results: the resume merged the complete run's rounds as the kept results' (its tokens counted ~twice).
+    Stats say which results their rounds made; a resume merges them only where those are the kept ones."""
+    out, stats = tmp_path / "out.jsonl", tmp_path / "stats.json"
+    assert main(_args(model_dir, prompts, out, f"stats_output={stats}", "strategy=disable")) == 0
+    assert json.loads(stats.read_text())["results"] == list(range(N_PROMPTS))
+    kept = _read(out)[:5]
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept))  # the killed run's five, the first run's stats
+    capsys.readouterr()
+    assert main(_args(model_dir, prompts, out, f"stats_output={stats}", "strategy=disable")) == 0
+    assert f"{stats} holds the rounds of {N_PROMPTS} other results than the 5 kept" in capsys.readouterr().err
+    written = json.loads(stats.read_text())
+    new = _read(out)[5:]
+    assert written["results"] == list(range(5, N_PROMPTS))
+    assert written["emitted_tokens"] == sum(max(len(r["token_ids"]) - 1, 0) for r in new)  # the first: a prefill's
+    kept_stats = dict(written, results=list(range(N_PROMPTS)))  # stats of exactly the kept results: merged
+    out.write_text("".join(json.dumps(r) + "\n" for r in _read(out)[: N_PROMPTS - 2]))
+    stats.write_text(json.dumps(dict(kept_stats, results=list(range(N_PROMPTS - 2)))))
+    assert main(_args(model_dir, prompts, out, f"stats_output={stats}", "strategy=disable")) == 0
+    merged = json.loads(stats.read_text())
+    assert merged["results"] == list(range(N_PROMPTS)) and merged["rounds"] > written["rounds"]
