@@ -22,6 +22,7 @@ from fastrl.cotrain.stream_trainer import Canonical, EpochReport, StreamRun, ope
 from fastrl.engine.config import ENGINE_DTYPES, check_dtype, default_dtype
 from fastrl.engine.engine import GenerateInput
 from fastrl.models.decoder import CausalLM
+from fastrl.rl.seeding import ACCEPT_STREAM, derive_seed
 from fastrl.rl.tasks.task import ArithChainTask
 from fastrl.sampling.params import SamplingParams
 from fastrl.speculative.drafter import EagleDrafter
@@ -122,9 +123,16 @@ def task_prompts(tokenizer: Any, count: int, seed: int) -> list[list[int]]:
 
 
 def accept_inputs(prompts: list[list[int]], temperature: float, cfg: OfflineDrafterConfig) -> list[GenerateInput]:
-    """The held-out requests accept length is measured on (seeds 0..n-1)."""
+    """The held-out requests accept length is measured on, their seeds drawn apart from every rollout's (seeds 0..n-1
+    were the first training rollouts' own: a held-out prompt of the same length drew the same noise at every
+    position, a near twin of a response the drafter trained on)."""
     return [
-        GenerateInput(p, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, seed=i))
+        GenerateInput(
+            p,
+            SamplingParams(
+                max_new_tokens=cfg.max_new_tokens, temperature=temperature, seed=derive_seed(cfg.seed, ACCEPT_STREAM, i)
+            ),
+        )
         for i, p in enumerate(prompts[: cfg.accept_requests])
     ]
 

@@ -21,6 +21,7 @@ SEED_MODULUS = 2**63  # request seeds live in [0, 2**63) (fastrl.sampling.params
 PROMPT_STREAM = 1
 SAMPLE_STREAM = 2
 SHUFFLE_STREAM = 3
+ACCEPT_STREAM = 4  # train-drafter's held-out accept-length requests
 
 
 def derive_seed(*parts: int) -> int:
