@@ -13,7 +13,7 @@ from fastrl.rollout.engine_worker import EngineWorker
 from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequest, WorkerTiming
 from fastrl.rollout.worker_config import RolloutWorkerConfig
 from fastrl.rollout.worker_cotrain import CotrainState
-from fastrl.speculative.history import HistoryState
+from fastrl.speculative.history import HistoryState, merge_history_states
 
 WORKER_ID = "local-0"
 
@@ -107,10 +107,14 @@ class LocalRollout:
         """``[state]`` of the one worker, the same layout as the Ray backend's."""
         return [self.worker.history_state()]
 
-    def load_history_state(self, states: list[HistoryState]) -> None:
-        """Restore slot 0's state (the other slots of a Ray run's checkpoint have no worker here)."""
-        if states:
-            self.worker.load_history_state(states[0])
+    def load_history_state(self, states: list[HistoryState | None]) -> None:
+        """Restore every slot's state into the one worker: a Ray run's checkpoint holds one per worker slot, and their
+        groups are folded into one index (``merge_history_states``: the slots interleaved from their most recently
+        used groups, restored oldest first, so that the token budget evicts the oldest as usual). None: a worker
+        without a history index."""
+        held = [state for state in states if state is not None]
+        if held:
+            self.worker.load_history_state(merge_history_states(held) if len(held) > 1 else held[0])
 
     def cotrain_state(self) -> list[CotrainState]:
         """``[state]`` of the one worker ([] without co-training), the same layout as the Ray backend's."""

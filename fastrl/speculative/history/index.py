@@ -44,6 +44,8 @@ class _Group:
     log: list[list[int]] = field(default_factory=list)  # every [doc, first end, end] queued, in arrival order
     finished: list[int] = field(default_factory=list)  # kept responses, oldest first
     num_tokens: int = 0
+    filter_passes: int = 0  # times `_remove_docs` filtered the n-gram lists (for benchmarks)
+    used: int = 0  # when it was last used (`HistoryIndex._use`): the groups' order in `HistoryIndex._groups`
 
 
 def prompt_group_key(prompt_ids: Sequence[int]) -> tuple[int, ...]:
@@ -65,11 +67,15 @@ class HistoryIndex:
         self._seqs: dict[Hashable, tuple[Hashable, int]] = {}  # seq id -> (group key, doc id)
         self._next_doc = 0
         self.num_tokens = 0
+        self._clock = 0  # counts `_use` calls
+        self._idle_groups = 0  # groups with no live sequence (what `_enforce_budget` may evict whole)
+        self._keeping: dict[Hashable, None] = {}  # keys of the groups holding kept responses (it may drop those)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
 
     def start(self, seq_id: Hashable, group_key: Hashable | None, prompt_ids: Sequence[int]) -> None:
-        """Register a live sequence of group ``group_key`` (``None``: ``prompt_group_key(prompt_ids)``)."""
+        """Register a live sequence of group ``group_key`` (``None``: ``prompt_group_key(prompt_ids)``). ValueError
+        when the group is held with another prompt (a group's sequences share its prompt)."""
         if seq_id in self._seqs:
             raise ValueError(f"history index: sequence {seq_id!r} is already started")
         prompt = [int(t) for t in prompt_ids]
@@ -81,7 +87,14 @@ class HistoryIndex:
             group = _Group(prompt_doc=self._new_doc())
             self._groups[key] = group
             self._add_doc(group, group.prompt_doc, prompt, first=0)
-        self._groups.move_to_end(key)
+        elif group.docs[group.prompt_doc] != prompt:
+            raise ValueError(
+                f"history index: sequence {seq_id!r} starts in group {key!r} with another prompt than the group's "
+                f"({len(prompt)} tokens, the group's {len(group.docs[group.prompt_doc])}): give each prompt its own key"
+            )
+        elif not group.live:
+            self._idle_groups -= 1
+        self._use(key, group)
         doc = self._new_doc()
         prompt_tokens = group.docs[group.prompt_doc]
         tail = prompt_tokens[-self.config.max_match :]
@@ -108,7 +121,10 @@ class HistoryIndex:
         del self._seqs[seq_id]
         group = self._groups[key]
         group.live.discard(doc)
+        if not group.live:
+            self._idle_groups += 1
         if keep:
+            self._keeping[key] = None
             group.finished.append(doc)
         else:
             self._remove_docs(group, [doc])
@@ -147,7 +163,8 @@ class HistoryIndex:
         if self._seqs:
             raise ValueError(f"history index: cannot load a state while {len(self._seqs)} sequences are live")
         self._groups.clear()
-        self.num_tokens = 0
+        self._keeping.clear()
+        self.num_tokens = self._idle_groups = 0
         if state.orders is not None:
             for (prompt, responses), order in zip(state.groups, state.orders, strict=True):
                 self._restore_group(prompt, responses, order)
@@ -173,8 +190,8 @@ class HistoryIndex:
         if max_depth < 1 or max_nodes < 1:
             raise ValueError(f"history draft needs max_nodes >= 1 and max_depth >= 1, got {max_nodes}, {max_depth}")
         key, doc = self._lookup(seq_id)
-        self._groups.move_to_end(key)
         group = self._groups[key]
+        self._use(key, group)
         self._index_pending(group)
         context = group.docs[doc]
         return rank_continuations(context[-1], self._continuations(group, context, max_depth), max_nodes, chain)
@@ -225,6 +242,12 @@ class HistoryIndex:
             raise ValueError(f"history index: sequence {seq_id!r} is not started")
         return entry
 
+    def _use(self, key: Hashable, group: _Group) -> None:
+        """Make the group the most recently used one."""
+        self._groups.move_to_end(key)
+        self._clock += 1
+        group.used = self._clock
+
     def _new_doc(self) -> int:
         self._next_doc += 1
         return self._next_doc - 1
@@ -247,6 +270,7 @@ class HistoryIndex:
             raise ValueError("history index: a state holds one prompt group twice")
         group = _Group(prompt_doc=self._new_doc())
         self._groups[key] = group
+        self._use(key, group)
         tail = [int(t) for t in prompt[-self.config.max_match :]]
         docs = [group.prompt_doc] + [self._new_doc() for _ in responses]
         texts = [[int(t) for t in prompt]] + [tail + [int(t) for t in response] for response in responses]
@@ -255,6 +279,9 @@ class HistoryIndex:
             group.num_tokens += len(text)
             self.num_tokens += len(text)
         group.finished = docs[1:]
+        self._idle_groups += 1
+        if responses:
+            self._keeping[key] = None
         for text, first, end in order:
             shift = len(tail) if text else 0
             _queue(group, docs[text], first + shift, end + shift)
@@ -303,25 +330,44 @@ class HistoryIndex:
                     del group.ngrams[key]
         group.log = [entry for entry in group.log if entry[0] not in dead]
         group.dead, group.dead_tokens = {}, 0
+        group.filter_passes += 1
 
     def _enforce_budget(self) -> None:
-        """Evict LRU groups without live sequences, then the oldest kept responses of live groups."""
+        """Evict LRU groups without live sequences, then the oldest kept responses of live groups.
+
+        The groups are walked from the least recently used end, and no further than the budget needs or than there
+        are groups without live sequences (``_idle_groups``); the kept responses are dropped from the groups that hold
+        some (``_keeping``), least recently used first. A call visits the groups it takes from and the live ones
+        before them in the LRU order, never every group held."""
         budget = self.config.token_budget
+        if self.num_tokens <= budget or not self._idle_groups and not self._keeping:
+            return
+        evict: list[Hashable] = []
+        held, idle = self.num_tokens, self._idle_groups
+        for key, group in self._groups.items() if idle else ():
+            if not group.live:
+                evict.append(key)
+                held -= group.num_tokens
+                idle -= 1
+                if held <= budget or idle == 0:
+                    break
+        for key in evict:
+            self.num_tokens -= self._groups.pop(key).num_tokens
+            self._idle_groups -= 1
+            self._keeping.pop(key, None)
         if self.num_tokens <= budget:
             return
-        for key in [k for k, g in self._groups.items() if not g.live]:
-            self.num_tokens -= self._groups.pop(key).num_tokens
-            if self.num_tokens <= budget:
-                return
-        for group in self._groups.values():
+        for key in sorted(self._keeping, key=lambda k: self._groups[k].used):  # all live now, in the LRU order
+            group = self._groups[key]
             drop: list[int] = []
             excess = self.num_tokens - budget
             while group.finished and excess > 0:
                 doc = group.finished.pop(0)
                 drop.append(doc)
                 excess -= len(group.docs[doc])
-            if drop:
-                self._remove_docs(group, drop)
+            if not group.finished:
+                del self._keeping[key]
+            self._remove_docs(group, drop)
             if self.num_tokens <= budget:
                 return
 
