@@ -109,6 +109,11 @@ class PromptAffinity:
         items = self._home.items() if snapshot is None else snapshot
         return [[list(prompt), slot] for prompt, slot in items]
 
+    def fold(self, slots: int) -> None:
+        """Send a prompt served by slot j to slot j % ``slots`` (a resumed run with fewer workers, whose history
+        indexes were folded alike: ``RolloutManager.load_history_state``)."""
+        self._home = OrderedDict((prompt, slot % slots) for prompt, slot in self._home.items())
+
     def load_state(self, entries: object) -> None:
         """Replace the table with what ``state()`` returned (ValueError when it is not such a list)."""
         if not isinstance(entries, list) or not all(_is_entry(e) for e in entries):

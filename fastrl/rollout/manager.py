@@ -28,7 +28,7 @@ from fastrl.rollout.types import DrafterTrainingStats, RolloutBatch, RolloutRequ
 from fastrl.rollout.worker_cotrain import CotrainState
 from fastrl.rollout.worker_loss import log_loss, loss_record
 from fastrl.rollout.worker_stats import WorkerStats
-from fastrl.speculative.history import HistoryState
+from fastrl.speculative.history import HistoryState, merge_history_states
 
 LOG = logging.getLogger("fastrl.rollout")
 
@@ -188,10 +188,11 @@ class RayRolloutManager:
     def load_selector_state(self, state: dict) -> None:
         """Worker i loads ``state["workers"][i % n]`` (a resumed run may have a different worker count)."""
         states = self.config.worker.checked_selector_states(state)
+        self._await_ready()
         if "affinity" in state:  # absent from checkpoints written before it was kept
             self._affinity.load_state(state["affinity"])
+            self._affinity.fold(len(self._alive()))  # fewer workers: slot j's history is slot j % n's now
             self._affinity_at_boundary = self._affinity.snapshot()
-        self._await_ready()
         refs = [(w, w.actor.load_selector_state.remote(states[i % len(states)])) for i, w in enumerate(self._alive())]
         self._gather(refs)
         self._selector_states = {w.worker_id: states[i % len(states)] for i, w in enumerate(self._alive())}
@@ -202,11 +203,16 @@ class RayRolloutManager:
         return self._state_by_slot("history_state")
 
     @_needs_ray
-    def load_history_state(self, states: list[HistoryState]) -> None:
+    def load_history_state(self, states: list[HistoryState | None]) -> None:
         """Worker slot i restores ``states[i]`` (the prompt affinity sends a repeated prompt back to its slot); slots
-        beyond the checkpoint's start with an empty index."""
+        beyond the checkpoint's start with an empty index. A checkpoint of more slots than this run's n workers
+        folds slot j into slot j % n (``merge_history_states``; the affinity is folded alike), none dropped."""
         self._await_ready()
-        self._gather([(w, w.actor.load_history_state.remote(st)) for w, st in zip(self._alive(), states, strict=False)])
+        alive = self._alive()
+        if len(states) > len(alive):
+            folded = [[s for s in states[i :: len(alive)] if s is not None] for i in range(len(alive))]
+            states = [merge_history_states(held) if held else None for held in folded]
+        self._gather([(w, w.actor.load_history_state.remote(st)) for w, st in zip(alive, states, strict=False)])
 
     @_needs_ray
     def cotrain_state(self) -> list[CotrainState]:

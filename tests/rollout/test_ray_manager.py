@@ -165,6 +165,30 @@ def test_history_indexes_are_saved_and_restored_per_worker_slot(checkpoint, ray_
         mgr.shutdown()
 
 
+def test_a_checkpoint_of_more_worker_slots_is_folded_into_fewer_workers(checkpoint, ray_cluster):
+    """A resume with fewer workers than the checkpoint's history slots restored the first slots and silently dropped
+    the others: slot j now goes into slot j % n (its prompts' affinity too)."""
+    from fastrl.speculative.history import HistoryState, merge_history_states
+
+    slots = [
+        HistoryState([([5, 6, 7], [[8, 9], [10]])]),
+        HistoryState([([20, 21], [[22, 23, 24]])]),
+        None,
+        HistoryState([([30, 31], [[32]])]),
+    ]
+    config = RolloutManagerConfig(worker=worker_config(checkpoint, strategy="3_2_4+suffix_8"), num_workers=2)
+    mgr = RayRolloutManager(config)
+    try:
+        state = mgr.selector_state() | {"affinity": [[[5, 6, 7], 0], [[20, 21], 1], [[30, 31], 3]]}
+        mgr.load_selector_state(state)
+        mgr.load_history_state(slots)
+        assert mgr.history_state() == [merge_history_states([slots[0]]), merge_history_states([slots[1], slots[3]])]
+        assert sum(s.num_tokens for s in mgr.history_state()) == sum(s.num_tokens for s in slots if s is not None)
+        assert [mgr._affinity.home(p) for p in ((5, 6, 7), (20, 21), (30, 31))] == [0, 1, 1]
+    finally:
+        mgr.shutdown()
+
+
 def test_more_prompt_groups_than_a_workers_call_threads_still_roll_out(checkpoint, ray_cluster):
     """A worker holds every part of its share, one call thread each, until all have arrived: with more prompt groups
     than its ``max_concurrent_calls`` the parts that found no thread never came and the rollout hung (65 groups a
