@@ -44,7 +44,8 @@ def chi_square_test(counts: torch.Tensor, probs: torch.Tensor, min_expected: flo
 
     Categories with probability 0 are left out of the statistic and their counts reported as ``impossible``.
     Categories expected to hold fewer than ``min_expected`` samples are pooled into one bin (merged into the
-    smallest regular bin if the pool itself is still too small).
+    smallest regular bin if the pool itself is still too small). ValueError when that leaves one bin of several
+    possible categories (too few samples: no sampler could fail the test).
     """
     # [C] counts, [C] probs -> scalar result
     counts = counts.detach().to("cpu", torch.float64).reshape(-1)
@@ -74,4 +75,9 @@ def chi_square_test(counts: torch.Tensor, probs: torch.Tensor, min_expected: flo
     expected_t = torch.tensor(exp_bins, dtype=torch.float64)
     statistic = float(((observed_t - expected_t) ** 2 / expected_t).sum())
     dof = len(exp_bins) - 1
+    if dof == 0 and int(possible.sum()) > 1:  # every category pooled into one bin: nothing could fail
+        raise ValueError(
+            f"chi_square_test: {int(possible.sum())} possible categories but {total:.0f} samples expect fewer than "
+            f"{min_expected} in all but one bin, so the test has no power: draw more samples"
+        )
     return ChiSquareResult(statistic=statistic, dof=dof, p_value=chi_square_sf(statistic, dof), impossible=impossible)

@@ -38,3 +38,15 @@ def test_small_bins_are_pooled():
     result = chi_square_test(torch.tensor([90, 5, 3, 2]), probs)  # expected 90, 5, 3, 2 -> pool 3 + 2
     assert result.dof == 2
     assert result.statistic == pytest.approx(0.0)
+
+
+def test_too_few_samples_for_any_power_is_refused():
+    """A sampler stuck on one token against a uniform target over 1,000 tokens with 2,000 samples: every bin expects
+    fewer than 5, all were pooled into one, and the test passed it (statistic 0, dof 0, p = 1)."""
+    probs = torch.full((1000,), 1e-3, dtype=torch.float64)
+    stuck = torch.zeros(1000, dtype=torch.float64)
+    stuck[0] = 2000
+    with pytest.raises(ValueError, match="1000 possible categories but 2000 samples expect fewer than 5"):
+        chi_square_test(stuck, probs)
+    one_hot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    assert chi_square_test(torch.tensor([0.0, 50.0, 0.0]), one_hot).p_value == 1.0  # one possible category: fine
