@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,11 @@ def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check the output file ``value`` of config key ``key``: not a directory, not one of ``inputs`` (key -> path),
     its directory exists (it is created if needed) and takes new files, and an existing file is writable. Nothing
     is written to the output itself."""
+    if _is_own_stdout(value):  # its lines would mix with the command's own (a file's first records overwritten)
+        raise ValueError(
+            f"{key}={value} is this command's standard output, where it prints its progress and summary: name the "
+            "file itself, or a named FIFO (mkfifo) to stream results to another program"
+        )
     path = _resolved(key, value)
     _check_not_input(key, value, path, inputs)
     if path.exists():
@@ -229,6 +235,17 @@ def remove_empty(directories: list[Path]) -> None:
     for directory in reversed(directories):
         with contextlib.suppress(OSError):
             directory.rmdir()
+
+
+def _is_own_stdout(value: str) -> bool:
+    """Whether ``value`` names the file or pipe this process's standard output goes to (``/dev/stdout``,
+    ``/dev/fd/1``, or that file by name), by device and inode; a character device (a terminal, /dev/null) not."""
+    try:
+        given, out = os.stat(value), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such path, or a stdout without a descriptor (captured)
+        return False
+    same = (given.st_dev, given.st_ino) == (out.st_dev, out.st_ino)
+    return same and not stat.S_ISCHR(given.st_mode)  # a terminal or /dev/null: lines mix harmlessly or vanish
 
 
 def _resolved(key: str, value: str) -> Path:

@@ -215,3 +215,26 @@ def test_a_symlink_loop_is_said_as_one(tmp_path):
     (tmp_path / "c.json").symlink_to("missing.json")
     with pytest.raises(ValueError, match=r"a dangling symlink \(its target missing.json does not exist\)"):
         guard_outputs({"output": str(tmp_path / "c.json")}, {})
+
+
+@pytest.mark.parametrize("into", ["file", "pipe"])
+def test_an_output_that_is_the_commands_own_stdout_is_refused(tmp_path, into):
+    """`fastrl generate output=/dev/stdout > res.jsonl` exited 0 with its summary lines over its first records (two
+    descriptors on one file); through a pipe it said its /proc directory takes no new files."""
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
+    args = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", "output=/dev/stdout"]
+    args += ["max_new_tokens=4", "progress=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if into == "file":
+        with (tmp_path / "res.jsonl").open("w") as out:
+            done = subprocess.run(args, stdout=out, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+        written = (tmp_path / "res.jsonl").read_text()
+    else:
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+        written = done.stdout
+    assert done.returncode == 2 and written == ""
+    assert "error: output=/dev/stdout is this command's standard output" in done.stderr
