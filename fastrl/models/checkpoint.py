@@ -289,7 +289,8 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: tor
     """Builds a CausalLM from a local HF directory (stored weights cast to dtype), in eval mode."""
     directory = Path(path)
     if not directory.is_dir():
-        raise ValueError(f"checkpoint directory {directory} does not exist")
+        what = "is a file, not a directory" if directory.exists() else "does not exist"
+        raise ValueError(f"checkpoint directory {directory} {what} (give the model's directory)")
     config = read_config(directory)
     tensors = read_tensors(directory, dtype, device)
     if config.tie_word_embeddings:

@@ -130,6 +130,9 @@ def test_a_tied_config_beside_a_trained_head_is_refused(hf_checkpoint):
 def test_bad_directories_raise(hf_checkpoint, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_model(tmp_path / "nowhere")
+    (tmp_path / "model.safetensors").write_bytes(b"")  # a file given for its directory was said not to exist
+    with pytest.raises(ValueError, match="model.safetensors is a file, not a directory"):
+        load_model(tmp_path / "model.safetensors")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
         load_model(tmp_path / "empty")
