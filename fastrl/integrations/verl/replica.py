@@ -13,6 +13,7 @@ from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
 from fastrl.integrations.verl.drafter_hub import DrafterHub
 from fastrl.integrations.verl.options import FastrlRolloutOptions, check_context, rename_keys
+from fastrl.integrations.verl.requests import RequestLimits, parse_sampling
 from fastrl.integrations.verl.server import FastrlServer
 from fastrl.models.checkpoint import read_config
 
@@ -62,7 +63,8 @@ def worker_device(visible_devices: str, local_rank: int) -> str:
 def check_sampling_keys(config: object) -> None:
     """verl's rollout keys on what every request samples, checked once in the driver (ValueError naming the key),
     not in every request: ``ignore_eos`` a bool; ``logprobs_mode`` what fastrl returns, the log-probs of the
-    processed distribution (temperature, top-k, top-p applied: ``sampling/sampler.py``)."""
+    processed distribution (temperature, top-k, top-p applied: ``sampling/sampler.py``); and the sampling dicts
+    verl's agent loops send, for rollouts and for validation (``val_kwargs``), parsed as the servers parse them."""
     key = "actor_rollout_ref.rollout"
     if not isinstance(config.ignore_eos, bool):
         raise ValueError(f"{key}.ignore_eos must be true or false, got {config.ignore_eos!r}")
@@ -72,6 +74,23 @@ def check_sampling_keys(config: object) -> None:
             f"{key}.logprobs_mode={mode}: the fastrl rollout returns the log-probs of the processed distribution "
             "(temperature, top-k and top-p applied); set it to processed_logprobs"
         )
+    sources = [("", config)]
+    if getattr(config, "val_kwargs", None) is not None:
+        sources.append(("val_kwargs.", config.val_kwargs))
+    for prefix, source in sources:
+        sampling = {  # as verl's agent loop builds it (AgentLoopWorker.generate_sequences), one token asked
+            "temperature": source.temperature,
+            "top_p": source.top_p,
+            "top_k": source.top_k,
+            "repetition_penalty": 1.0,
+            "logprobs": config.calculate_log_probs,
+            "max_tokens": 1,
+        }
+        try:
+            parse_sampling(sampling, 1, RequestLimits(1, 1, config.ignore_eos), 0)
+        except ValueError as err:
+            message = str(err).replace("sampling_params.logprobs", f"{key}.calculate_log_probs")
+            raise ValueError(message.replace("sampling_params.", f"{key}.{prefix}")) from None
 
 
 def _node_and_device(worker: object) -> tuple[str, str]:
@@ -138,11 +157,13 @@ class FastrlReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         """Start this replica's server next to its worker (or on this node without one) and wait until it is ready."""
+        mode = self.rollout_mode.name if self.rollout_mode is not None else "STANDALONE"
+        # the memory release the mode allows, refused here (one ValueError naming the key) rather than in the server
+        self.options.releases_at_sleep(self.config.free_cache_engine, mode)
         if self.workers:
             node_id, devices = await self.workers[0].__ray_call__.remote(_node_and_device)
         else:
             node_id, devices = ray.get_runtime_context().get_node_id(), ""
-        mode = self.rollout_mode.name if self.rollout_mode is not None else "STANDALONE"
         hub = None
         if self.options.cotrain:
             named = hub_name(self.name_suffix, self.role, mode)

@@ -19,6 +19,7 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.replica import TokenOutput
 
 from fastrl.atomic_files import write_atomic
+from fastrl.cotrain.cotrainer import TrainedDrafter
 from fastrl.engine.device_memory import MEMORY_PARTS
 from fastrl.integrations.verl.admission import AdmissionGate
 from fastrl.integrations.verl.options import FastrlRolloutOptions
@@ -31,6 +32,7 @@ from fastrl.integrations.verl.requests import (
     token_ids,
 )
 from fastrl.integrations.verl.server_report import ServerReport
+from fastrl.rollout.errors import short_error
 from fastrl.rollout.ray_worker import RolloutWorkerActor
 from fastrl.rollout.types import RolloutResult
 from fastrl.sampling.params import SamplingParams
@@ -102,6 +104,7 @@ class FastrlServer:
         self._policy_version = 0
         self._pending: dict[str, Tensor] = {}
         self._in_flight = 0
+        self._running: set[str] = set()  # the ids of the requests in flight (until the engine ends each)
         self._leaving: set[asyncio.Task] = set()  # aborts of cancelled calls' requests, until the engine ends them
         self._idle = asyncio.Event()
         self._gate = AdmissionGate()
@@ -143,8 +146,10 @@ class FastrlServer:
             return await self._no_tokens("aborted", parsed.return_logprobs)
         if parsed.params is None:  # the budget is spent
             return await self._no_tokens("length", parsed.return_logprobs)
+        self._check_new_id(request_id)
         extra: dict[str, object] = {"global_steps": self.global_steps}
         self._enter()
+        self._running.add(request_id)
         run = asyncio.ensure_future(self._run(prompt, parsed.params, request_id))
         try:  # shielded: the request counts as in flight until the engine has ended it
             result = await asyncio.shield(run)
@@ -164,6 +169,18 @@ class FastrlServer:
             stop_reason=stop_reason(result.finish_reason),
             extra_fields=extra,
         )
+
+    def _check_new_id(self, request_id: str) -> None:
+        """ValueError when ``request_id`` is still in flight here. verl reuses request ids only with
+        ``rollout.full_determinism`` (``det-<priority>``) under its v1 trainer, whose agent loop sets no priority:
+        every request is then ``det-0``, and the siblings of a GRPO group would share one seed."""
+        if request_id in self._running:
+            raise ValueError(
+                f"fastrl server {self.name}: request id {request_id!r} is already running on this server; with "
+                "actor_rollout_ref.rollout.full_determinism=true verl 0.9.1's v1 trainer (trainer.use_v1=true, its "
+                "default) gives every request the id 'det-0' (its agent loop sets no priority): set "
+                "trainer.use_v1=false, or full_determinism=false"
+            )
 
     async def _no_tokens(self, stop_reason: str, logprobs: bool) -> TokenOutput:
         """An answer without tokens that carries every column verl's metrics read (spec counts, versions)."""
@@ -190,6 +207,7 @@ class FastrlServer:
         try:
             return await self._worker.generate.remote(prompt, params, request_id)
         finally:
+            self._running.discard(request_id)
             self._leave()
 
     def _enter(self) -> None:
@@ -251,7 +269,7 @@ class FastrlServer:
         version installed, the rollout counted, the bandit's state exported."""
         await self._stop_cotrain()
         if self._hub is not None:
-            trained = await self._worker.trained_drafter.remote()
+            trained = await self._trained_drafter()
             release = await self._hub.exchange.remote(self.name, self._rollouts, trained)
             if release is not None:
                 await self._worker.update_drafter.remote(release.version, release.state)
@@ -264,6 +282,16 @@ class FastrlServer:
                 write_atomic(path, json.dumps(state, allow_nan=False) + "\n")
             except (OSError, ValueError) as err:  # ValueError: a full disk, or a NaN JSON cannot hold
                 LOG.warning("fastrl server %s: custom.fastrl.export_dir: %s not written (%s)", self.name, path, err)
+
+    async def _trained_drafter(self) -> TrainedDrafter | None:
+        """The drafter copy co-trained here, or None when the engine cannot hand it over: the failure is logged in
+        one line and the round goes on without this copy (the peers do not wait for it, and verl's step does not
+        fail), as a failed drafter round does under fastrl's own rollout manager."""
+        try:
+            return await self._worker.trained_drafter.remote()
+        except ray.exceptions.RayError as err:  # a task error (the copy failed) or an engine actor that died
+            LOG.warning("fastrl server %s: co-trained drafter not merged: %s", self.name, short_error(err))
+            return None
 
     async def _release(self, parts: frozenset[str]) -> int:
         """The engine's release of ``parts`` once no request is in flight here (verl releases between rollouts; a
@@ -349,9 +377,11 @@ class FastrlServer:
 
     async def commit_weights(self, global_steps: int | None = None) -> int:
         """Install the staged tensors as the policy, between requests: admission closes until requests in flight
-        finish, so no response mixes weights. The version is ``global_steps`` when given, else the previous + 1.
-        New weights start a rollout, as ``wake_up`` does (verl wakes its replicas by a weight update)."""
-        version = int(global_steps) if global_steps is not None else self._policy_version + 1
+        finish, so no response mixes weights. The version is ``global_steps`` when given; without it the version
+        (and ``global_steps``) stay as they are: verl commits without steps only to re-install the weights it last
+        pushed (its v1 trainer's validation), so the same weights keep their version and the next step's weights
+        get theirs. New weights start a rollout, as ``wake_up`` does (verl wakes its replicas by a weight update)."""
+        version = int(global_steps) if global_steps is not None else self._policy_version
         state, self._pending = self._pending, {}
         self._commits += 1
         hold = f"commit {self._commits}"
