@@ -36,13 +36,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+class NoSpaceError(ValueError):
+    """A write that found no room (``no_space``): a ValueError, so the CLI says it in one line."""
+
+
 def no_space(err: OSError, where: str) -> Exception:
     """A full disk, a quota or a file-size limit (``ulimit -f``) as one ValueError saying what was kept (the CLI
     prints it as one line); any other OSError unchanged."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ValueError(f"no space left writing {where}")
+        return NoSpaceError(f"no space left writing {where}")
     if err.errno == errno.EFBIG:
-        return ValueError(f"file too large (a file-size limit: ulimit -f) writing {where}")
+        return NoSpaceError(f"file too large (a file-size limit: ulimit -f) writing {where}")
     return err
 
 

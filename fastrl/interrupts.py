@@ -22,23 +22,33 @@ HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def held_interrupts(
     where: str, raising_only: bool = False, on_first: Callable[[int], None] | None = None
 ) -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for the block and raise ``KeyboardInterrupt("signal N (held to the end of <where>)")`` at
-    its end if one came; a second signal raises at once. An ignored signal stays ignored. ``raising_only``: hold
-    only signals whose handler is Python code (``KeyboardInterrupt`` for SIGINT, the CLI's for SIGTERM), leaving a
-    signal that ends the process (``SIG_DFL``) as it is. ``on_first`` hears of the first signal (e.g. to log it)."""
+    """Hold SIGINT/SIGTERM for the block and deliver the first that came at its end: to the handler it found when
+    that is the caller's own (a script's graceful-stop flag runs, late but once), else as
+    ``KeyboardInterrupt("signal N (held to the end of <where>)")``; a second signal is delivered at once (the
+    user insists). An ignored signal stays ignored. ``raising_only``: hold only signals whose handler is Python code
+    (``KeyboardInterrupt`` for SIGINT, the CLI's for SIGTERM), leaving a signal that ends the process (``SIG_DFL``)
+    as it is. ``on_first`` hears of the first signal (e.g. to log it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     held: list[int] = []
+    previous: dict[int, object] = {}
+
+    def deliver(signum: int, frame: FrameType | None, message: str) -> None:
+        handler = previous.get(signum)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signum, frame)  # the caller's own handler (the CLI's raises KeyboardInterrupt itself)
+        else:
+            raise KeyboardInterrupt(f"signal {signum} ({message})")
 
     def hold(signum: int, frame: FrameType | None) -> None:
         if held:
-            raise KeyboardInterrupt(f"signal {signum} (again, inside {where})")
+            deliver(signum, frame, f"again, inside {where}")
+            return
         held.append(signum)
         if on_first is not None:
             on_first(signum)
 
-    previous: dict[int, object] = {}
     for number in HELD_SIGNALS:
         before = signal.getsignal(number)
         if before == signal.SIG_IGN or before is None or (raising_only and not callable(before)):
@@ -50,4 +60,4 @@ def held_interrupts(
         for number, handler in previous.items():
             signal.signal(number, handler)
     if held:
-        raise KeyboardInterrupt(f"signal {held[0]} (held to the end of {where})")
+        deliver(held[0], None, f"held to the end of {where}")

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from fastrl.adaptive.bandit import BanditSelector
-from fastrl.atomic_files import no_space
+from fastrl.atomic_files import NoSpaceError, no_space
 from fastrl.commands.bandit_state_file import (
     check_setting,
     config_setting,
@@ -113,7 +113,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
             return [stream.done[i] for i in sorted(stream.done)]
-        earlier, covered = earlier_rounds(targets, set(stream.done))
+        earlier, covered = earlier_rounds(targets, set(stream.done), stream.redone)
         model = load_model(model_dir, engine_config.torch_dtype, cfg.device)
         if learned is not None:  # the policy's part, before the calibration
             check_setting("bandit_state", targets["bandit_state"].path, learned, {"policy": module_fingerprint(model)})
@@ -170,7 +170,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         write_reports(targets, rounds, cfg.strategy, engine.selector, covered | (set(stream.done) - kept_before))
         try:  # last: the rewrite in prompt order needs a second copy of the output, which a full disk may not hold
             stream.finish()
-        except ValueError as err:
+        except NoSpaceError as err:
             raise ValueError(
                 f"{err} (every result is in it, in the order they finished; the stats and the bandit state are "
                 "written): run the same command again with space to put them in prompt order"
@@ -223,10 +223,13 @@ def finished_reports(targets: GuardedOutputs, done: set[int]) -> str:
     return f"{note}; plot_output={plot.path} drawn from the rounds in stats_output={stats.path}"
 
 
-def earlier_rounds(targets: GuardedOutputs, kept: set[int]) -> tuple[list[RoundStats], set[int]]:
+def earlier_rounds(
+    targets: GuardedOutputs, kept: set[int], redone: set[int] = frozenset()
+) -> tuple[list[RoundStats], set[int]]:
     """The rounds an interrupted earlier run wrote to stats_output, for a resumed run to merge with its own, and
     the results they made (([], set()) for a fresh run, or when there is no stats file of the ``kept`` results to
-    merge: a later run over the same output may have been stopped before it wrote its own)."""
+    merge: a later run over the same output may have been stopped before it wrote its own). The results of
+    ``redone`` lines (error records, run again) may be among them: their rounds were run too."""
     if not kept or "stats_output" not in targets:
         return [], set()
     stats = targets["stats_output"]
@@ -237,14 +240,14 @@ def earlier_rounds(targets: GuardedOutputs, kept: set[int]) -> tuple[list[RoundS
     covered = stats_results(stats.path)
     if covered is None:  # written before stats said which results they are of: taken as the kept ones'
         return rounds, set(kept)
-    if covered != kept:
+    if covered - redone != kept:
         print(
             f"fastrl generate: stats_output covers only the rest: {stats.path} holds the rounds of {len(covered)} "
             f"other results than the {len(kept)} kept (a later run was stopped before it wrote its stats)",
             file=sys.stderr,
         )
         return [], set()
-    return rounds, covered
+    return rounds, covered - redone
 
 
 def save_learned(targets: GuardedOutputs, selector: StrategySelector, setting: dict, earlier: dict | None) -> None:
@@ -295,6 +298,8 @@ def _finished(
                 if out.finished:
                     bar.update(1)
                     yield index_of[out.request_id], out
+            if ledger.interrupt is not None:  # after the results that finished in its step are written
+                raise ledger.interrupt
 
 
 def run_settings(cfg: GenerateConfig, model_dir: Path) -> dict[str, Any]:

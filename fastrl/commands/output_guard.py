@@ -48,9 +48,10 @@ def check_output(key: str, value: str, inputs: dict[str, str]) -> OutputTarget:
     """Check the output file ``value`` of config key ``key``: not a directory, not one of ``inputs`` (key -> path),
     its directory exists (it is created if needed) and takes new files, and an existing file is writable. Nothing
     is written to the output itself."""
-    if _is_own_stdout(value):  # its lines would mix with the command's own (a file's first records overwritten)
+    own = _own_stream(value)
+    if own:  # its lines would mix with the command's own (a file's first records overwritten)
         raise ValueError(
-            f"{key}={value} is this command's standard output, where it prints its progress and summary: name the "
+            f"{key}={value} is this command's standard {own}, where it prints its progress and summary: name the "
             "file itself, or a named FIFO (mkfifo) to stream results to another program"
         )
     path = _resolved(key, value)
@@ -237,15 +238,24 @@ def remove_empty(directories: list[Path]) -> None:
             directory.rmdir()
 
 
-def _is_own_stdout(value: str) -> bool:
-    """Whether ``value`` names the file or pipe this process's standard output goes to (``/dev/stdout``,
-    ``/dev/fd/1``, or that file by name), by device and inode; a character device (a terminal, /dev/null) not."""
+def _own_stream(value: str) -> str:
+    """``"output"`` or ``"error"`` when ``value`` names the file or pipe this process's standard output or error
+    goes to (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, or that file by name), by device and inode; "" for
+    anything else, a character device (a terminal, /dev/null) included."""
     try:
-        given, out = os.stat(value), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no such path, or a stdout without a descriptor (captured)
-        return False
-    same = (given.st_dev, given.st_ino) == (out.st_dev, out.st_ino)
-    return same and not stat.S_ISCHR(given.st_mode)  # a terminal or /dev/null: lines mix harmlessly or vanish
+        given = os.stat(value)
+    except (OSError, ValueError):
+        return ""
+    if stat.S_ISCHR(given.st_mode):  # a terminal or /dev/null: lines mix harmlessly or vanish
+        return ""
+    for name, stream in (("output", sys.stdout), ("error", sys.stderr)):
+        try:
+            out = os.fstat(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # a stream without a descriptor (captured)
+            continue
+        if (given.st_dev, given.st_ino) == (out.st_dev, out.st_ino):
+            return name
+    return ""
 
 
 def _resolved(key: str, value: str) -> Path:

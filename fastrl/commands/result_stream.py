@@ -27,10 +27,12 @@ class ResultStream:
     def __init__(self, target: OutputTarget, resume: bool) -> None:
         self.target = target
         self.done: dict[int, dict[str, Any]] = {}
+        self.redone: set[int] = set()  # indices of the earlier run's error records, whose lines run again
         self._complete_bytes: int | None = None  # where a half-written last record starts (cut by `open`)
         if resume and target.regular and target.exists:
             kept, self._complete_bytes = _read_finished(target.path)
             self.done = {i: record for i, record in kept.items() if record.get("finish_reason") != ERROR_REASON}
+            self.redone = set(kept) - set(self.done)
         self._file: IO[str] | None = None
 
     def open(self) -> None:

@@ -25,11 +25,17 @@ class RoundLedger:
         # by round (its place in engine.round_stats): request id -> tokens its row emitted; None: rows not told apart
         self.rows: dict[int, dict[str, int] | None] = {}
         self._seen: set[str] = set()
+        self.interrupt: KeyboardInterrupt | None = None  # came in the last step, after its outputs (``step``)
 
     def step(self) -> list[RequestOutput]:
-        """One engine step, its decode round's rows logged (a step that raises logs none: its outputs never came)."""
+        """One engine step, its decode round's rows logged (a step that raises logs none: its outputs never came).
+        An interrupt (held to the step's end) returns the step's outputs, kept in ``interrupt`` for the caller to
+        raise once it has kept them."""
         before = len(self.engine.round_stats)
-        outputs = self.engine.step()
+        try:
+            outputs = self.engine.step()
+        except KeyboardInterrupt as interrupt:
+            outputs, self.interrupt = self.engine.take_undelivered(), interrupt
         new = range(before, len(self.engine.round_stats))
         rows = {o.request_id: len(o.new_token_ids) for o in outputs if o.request_id in self._seen}
         for i in new:  # one decode round a step; rows that do not add up to it cannot be told apart

@@ -367,8 +367,10 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     store.store(group="hydra/job_logging", name="fastrl_train", node=train_job_logging())
     lock = None
     recorded: dict[Path, bytes] = {}
-    # locked before Hydra writes into it (its record, its log): a continued run, or a new one given by name
-    if plan.run_dir is not None and ((plan.in_place and runs_job) or not flags):
+    # locked before Hydra writes into it (its record, its log): a continued run, or a new one given by name (one
+    # given by an interpolation, `runs/${fastrl_run_id:}`, is known only to the job, which locks it there)
+    literal = plan.run_dir is not None and "${" not in str(plan.run_dir)
+    if literal and ((plan.in_place and runs_job) or not flags):
         lock = lock_run(plan.run_dir)
         plan.locked = True
         if plan.in_place:

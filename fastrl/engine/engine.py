@@ -353,6 +353,17 @@ class Engine:
                 self._streamed.discard(out.request_id)
         return outputs
 
+    def take_undelivered(self) -> list[RequestOutput]:
+        """What a step that raised left for the next one to return (see ``step``), now, for a caller that will not
+        step again: an interrupted run that keeps the results which finished in the step the interrupt came in (it
+        waits for the step's end). Their ids are free again, as after any delivery."""
+        outputs, self._undelivered = self._undelivered, []
+        for out in outputs:
+            if out.finished:
+                self._live_ids.discard(out.request_id)
+                self._streamed.discard(out.request_id)
+        return outputs
+
     def _admit(self, progressed: Progressed) -> None:
         """Admit waiting requests, recompute the preempted ones among them and prefill the others; if that raises,
         they go back to the head of the queue, to be admitted again by a later step."""

@@ -310,3 +310,42 @@ def test_a_resume_merges_only_the_stats_of_the_results_it_keeps(model_dir, promp
     assert main(_args(model_dir, prompts, out, f"stats_output={stats}", "strategy=disable")) == 0
     merged = json.loads(stats.read_text())
     assert merged["results"] == list(range(N_PROMPTS)) and merged["rounds"] > written["rounds"]
+
+
+def test_results_that_finish_in_the_step_an_interrupt_comes_in_are_written(model_dir, tmp_path, monkeypatch):
+    """Ctrl-C waits for the engine step's end, but the results that finished in that step were parked for a next
+    step that never came: the run said 0 of 4 results were kept although their responses were computed."""
+    import fastrl.engine.engine as engine_module
+
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_ids": [5 + i, 6, 7]}) + "\n" for i in range(4)))
+    out = tmp_path / "out.jsonl"
+    original, finished = engine_module.Engine._release, []
+
+    def release(self):
+        done = original(self)
+        if done and not finished:
+            finished.extend(r.request_id for r in done)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C inside the step in which these finished
+        return done
+
+    monkeypatch.setattr(engine_module.Engine, "_release", release)
+    assert main(_args(model_dir, prompts, out, "strategy=disable")) == 130
+    assert finished and len(_read(out)) >= len(finished)
+
+
+def test_a_rerun_of_an_error_line_merges_the_stats_of_the_kept_results(model_dir, prompts, tmp_path, capsys):
+    """An error record's line runs again, and the stats the earlier run wrote list its result among theirs: the
+    rerun took them for another set's and kept only the rerun line's rounds."""
+    out, stats = tmp_path / "out.jsonl", tmp_path / "stats.json"
+    args = _args(model_dir, prompts, out, f"stats_output={stats}", "strategy=disable")
+    assert main(args) == 0
+    first = json.loads(stats.read_text())
+    rows = _read(out)
+    rows[3] = dict(rows[3], token_ids=[], logprobs=[], finish_reason="error", error="boom")  # a failed request
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "covers only the rest" not in capsys.readouterr().err
+    after = json.loads(stats.read_text())
+    assert after["results"] == list(range(N_PROMPTS)) and after["rounds"] > first["rounds"]

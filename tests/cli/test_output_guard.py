@@ -217,24 +217,31 @@ def test_a_symlink_loop_is_said_as_one(tmp_path):
         guard_outputs({"output": str(tmp_path / "c.json")}, {})
 
 
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
 @pytest.mark.parametrize("into", ["file", "pipe"])
-def test_an_output_that_is_the_commands_own_stdout_is_refused(tmp_path, into):
+def test_an_output_that_is_the_commands_own_stdout_is_refused(tmp_path, into, stream):
     """`fastrl generate output=/dev/stdout > res.jsonl` exited 0 with its summary lines over its first records (two
-    descriptors on one file); through a pipe it said its /proc directory takes no new files."""
+    descriptors on one file), and /dev/stderr into a file lost a record under the progress bar; through a pipe the
+    refusal named a /proc directory."""
     import subprocess
     import sys
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt_ids": [5, 6, 7]}\n')
-    args = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", "output=/dev/stdout"]
+    args = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", f"output=/dev/{stream}"]
     args += ["max_new_tokens=4", "progress=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if into == "file":
-        with (tmp_path / "res.jsonl").open("w") as out:
-            done = subprocess.run(args, stdout=out, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
-        written = (tmp_path / "res.jsonl").read_text()
+        files = {name: (tmp_path / f"{name}.txt").open("w") for name in ("stdout", "stderr")}
+        with files["stdout"], files["stderr"]:
+            done = subprocess.run(args, **files, env=env, timeout=300)
+        said = {name: (tmp_path / f"{name}.txt").read_text() for name in files}
     else:
         done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
-        written = done.stdout
-    assert done.returncode == 2 and written == ""
-    assert "error: output=/dev/stdout is this command's standard output" in done.stderr
+        said = {"stdout": done.stdout, "stderr": done.stderr}
+    what = "output" if stream == "stdout" else "error"
+    assert done.returncode == 2 and said["stdout"] == ""
+    assert said["stderr"].strip() == (
+        f"fastrl generate: error: output=/dev/{stream} is this command's standard {what}, where it prints its "
+        "progress and summary: name the file itself, or a named FIFO (mkfifo) to stream results to another program"
+    )

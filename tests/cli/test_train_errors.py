@@ -274,3 +274,16 @@ def test_a_checkpoint_directory_another_run_holds_is_refused(tmp_path, capsys):
         assert main(["train", *args]) == 2
         assert f"rl.checkpoint_dir={shared} is being written by another fastrl command" in _error_line(capsys)
     assert not shared.exists() and not (tmp_path / "r").exists()
+
+
+def test_a_run_directory_given_by_an_interpolation_is_locked_where_it_resolves(tmp_path, capsys):
+    """`hydra.run.dir=runs/${fastrl_run_id:}` (the default's own pattern) was locked under its literal text before
+    Hydra ran: a second such run, bound for a new directory of its own, was refused naming the first's pid, while
+    the first's real directory went unlocked."""
+    from fastrl.commands.run_dir import lock_run
+
+    given = f"{tmp_path}/runs/${{fastrl_run_id:}}"
+    with lock_run(tmp_path / "runs" / "${fastrl_run_id:}"):  # the literal a first run used to hold
+        assert main(["train", *TINY, "rollout=local", "logger=none", "report=false", f"hydra.run.dir={given}"]) == 0
+    (made,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert (made / "metrics.jsonl").is_file() and "$" not in made.name

@@ -20,7 +20,8 @@ class FastrlServerAdapter(BaseRollout):
     """One replica per device: trainer rank ``r`` owns replica ``r`` (tensor parallelism is not supported).
 
     ``update_weights`` copies each tensor to CPU, sends buckets of ``checkpoint_engine.update_weights_bucket_megabytes``
-    to the server, then commits them: the policy version becomes ``global_steps`` (or the previous + 1).
+    to the server, then commits them: the policy version becomes ``global_steps`` (without it, verl re-installs the
+    weights it pushed last: the version stays).
     ``resume``/``release`` wake and sleep the server (sleep also merges the co-trained drafters).
     """
 
