@@ -13,7 +13,8 @@ predicted goodput needs for those tokens), so acceptance that flatters an arm ca
 budget, while the machine's load swings, which every arm shares, are not charged to exploration. Acceptance
 does not depend on the batch size, so an arm predicted to lose clearly at one batch size is learned where it is
 close (at small batch, where verifying a tree is nearly free), never where a pull is costly (a 32-token tree at
-batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` times to time it. Every
+batch 256); an arm with no time at all (no calibration) is pulled ``min_pulls`` times to time it, then once near
+each batch size its time there is still the prior's guess (``TIMED_LOG_STD``). Every
 ``anchor_every`` rounds without a plain round, one is run (credit permitting): plain's cost, the reference of the
 speedup estimate, is then measured under the load of the moment.
 
@@ -42,7 +43,7 @@ from fastrl.adaptive.chain_depth import ChainRounds
 from fastrl.adaptive.config_changes import check_same_config
 from fastrl.adaptive.cost_model import CostModel
 from fastrl.adaptive.depth_acceptance import DepthAcceptance
-from fastrl.adaptive.round_times import RoundTimes
+from fastrl.adaptive.round_times import TIMED_LOG_STD, RoundTimes
 from fastrl.strategy.round_stats import RoundStats
 from fastrl.strategy.strategy import DISABLE, Strategy
 
@@ -190,8 +191,7 @@ class BanditSelector:
         self._learn()
         arms = self._arms[bucket]
         for arm in arms:
-            timed = self._times.has_calibration(arm) or arm in self._timed_by_state
-            if not timed and self._pulls[arm] < self.config.min_pulls:
+            if self._untimed(arm, batch_size):
                 return self._record(batch_size, bucket, arm, "untimed")
         best, best_value = self._best(arms, batch_size, 0.0)
         waiting: list[Strategy] = []  # arms that might beat the best once the credit covers their pull
@@ -215,6 +215,18 @@ class BanditSelector:
             waiting.append(DISABLE)
         self._stretch = self._stretch_of(best, batch_size, bucket, best_value, waiting)
         return self._record(batch_size, bucket, best, "exploit")
+
+    def _untimed(self, arm: Strategy, batch_size: int) -> bool:
+        """True while ``arm`` (neither calibrated nor timed by a loaded state) needs a round at ``batch_size`` to be
+        timed: its first ``min_pulls`` rounds, then one wherever its rounds left its time at this batch size as
+        uncertain as the prior makes it (``TIMED_LOG_STD``): timed at the first, largest batch size only, a deep tree
+        was priced at batch 1 as at 64 and never pulled where it wins."""
+        if self._times.has_calibration(arm) or arm in self._timed_by_state:
+            return False
+        if self._pulls[arm] < self.config.min_pulls:
+            return True
+        spread = self._times.log_std(arm, batch_size)
+        return spread is None or spread > TIMED_LOG_STD
 
     def _stretch_of(
         self, best: Strategy, batch_size: int, bucket: int, best_value: float | None, waiting: list[Strategy]

@@ -148,8 +148,9 @@ class CostModel:
             raise ValueError(f"{path}: expected a list of {{strategy, batch_size, seconds}} objects ({err})") from err
 
     def has_strategy(self, strategy: Strategy) -> bool:
-        """True when `round_time` can answer for `strategy` (measured, or a parametric fallback exists)."""
-        return strategy.is_disabled or strategy in self._tables or self.params is not None
+        """True when `round_time` can answer for `strategy`: measured, or a parametric fallback exists (EAGLE arms and
+        plain decoding only: a history arm must be measured)."""
+        return strategy in self._tables or (self.params is not None and not strategy.is_history)
 
     @property
     def measured_strategies(self) -> list[Strategy]:

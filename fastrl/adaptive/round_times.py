@@ -62,6 +62,10 @@ UNCALIBRATED_CORRELATION = 0.9
 """Prior correlation of an uncalibrated arm's log time at two of its knots."""
 UNCALIBRATED = ArmPrior(UNCALIBRATED_SIZES, 0.0, UNCALIBRATED_STD, UNCALIBRATED_CORRELATION)
 """The time curve an arm without a calibration starts from."""
+TIMED_LOG_STD = 0.5
+"""Largest spread of an uncalibrated arm's predicted log time at a batch size before a round there times it: rounds
+at batch 64 leave its time at batch 1 within ~1.8 (a factor of 6: the prior's correlation between knots), where
+one round at batch 1 brings it near the round noise (``time_filter.ROUND_STD``)."""
 CONTEXT_STEPS = 16
 """Context bins per doubling (``context_bin``): a round's time moves by under 2% within one."""
 CONTEXT_STEP_KEYS = 8
@@ -270,6 +274,11 @@ class RoundTimes:
             else:
                 self._predicted[key] = None
         return self._predicted[key]
+
+    def log_std(self, arm: Strategy, batch_size: int) -> float | None:
+        """Standard deviation of the log of ``seconds(arm, batch_size)`` (None where ``arm`` has no time curve): an
+        uncalibrated arm's stays near its prior's spread far from the batch sizes its rounds were timed at."""
+        return self._filter.predict_std(arm, batch_size) if self._filter.has(arm) else None
 
     def plain_seconds(self, batch_size: int) -> float | None:
         """Predicted wall time of one plain round now."""

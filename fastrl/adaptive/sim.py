@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from fastrl.adaptive.buckets import DEFAULT_BS_THRESHOLDS, BatchBuckets
 from fastrl.adaptive.cost_model import CostModel
-from fastrl.adaptive.oracle import OracleSelector, oracle_table
+from fastrl.adaptive.oracle import OracleSelector, Table, candidate_arms, expected_times, search_table
 from fastrl.adaptive.round_times import calibration_sizes
 from fastrl.adaptive.workload import Workload
 from fastrl.strategy.round_stats import RoundStats
@@ -24,6 +25,9 @@ from fastrl.strategy.selector import StrategySelector
 from fastrl.strategy.strategy import DISABLE, Strategy, parse_strategy_space
 
 DEFAULT_SIM_STRATEGIES = ("8_4_32", "8_4_16", "8_4_8", "3_1_4", "disable")
+ORACLE_MARGIN = 0.15
+"""The per-bucket oracle's search tries, per cell, the arms whose analytic time is within this of the cell's best
+(its misses came within 6%: one request alone at the tail, jitter averaged before inverting)."""
 
 
 @dataclass
@@ -173,6 +177,43 @@ def simulated_calibration(settings: SimSettings, max_batch_size: int, rounds: in
     return CostModel.fit(points)
 
 
+def oracle_runs(
+    workload: Workload, settings: SimSettings, statics: dict[str, SimResult], margin: float = ORACLE_MARGIN
+) -> tuple[SimResult, SimResult]:
+    """The per-bucket oracle's run and the per-batch-size oracle's on ``workload`` under ``settings``; ``statics``:
+    runs of fixed strategies already simulated under ``settings`` (by name), the search's other starts.
+
+    Per bucket: a coordinate search (``oracle.search_table``) of fixed per-bucket tables, each run by ``simulate``
+    under ``settings`` (the run's common random numbers), from the best of the analytic table and the statics'.
+    Per batch size: the analytic table, or the per-bucket oracle where that runs faster (a per-bucket table is a
+    per-batch-size one, and a fixed strategy is a per-bucket table: their runs are the same rounds)."""
+    strategies = list(settings.strategies)
+    lengths = rollout_lengths(workload, settings.seed)
+    cells = [(p, b) for p in range(len(workload.phases)) for b in range(len(settings.buckets))]
+    runs: dict[frozenset, SimResult] = {
+        frozenset(dict.fromkeys(cells, Strategy.parse(name)).items()): result for name, result in statics.items()
+    }
+
+    def run_time(table: Table) -> float:
+        key = frozenset(table.items())
+        if key not in runs:
+            runs[key] = simulate(OracleSelector(table, settings.buckets), workload, settings, "oracle/bucket")
+        return runs[key].time_s
+
+    times = expected_times(workload, strategies, settings.buckets, settings.cost, lengths)
+    analytic = {cell: min(by_arm, key=by_arm.__getitem__) for cell, by_arm in times.items()}
+    starts = [analytic, *(dict.fromkeys(cells, Strategy.parse(name)) for name in statics)]
+    table, _ = search_table(starts, candidate_arms(times, margin), run_time)
+    oracle = replace(deepcopy(runs[frozenset(table.items())]), selector="oracle/bucket")
+    per_batch = BatchBuckets(tuple(range(1, workload.requests_per_rollout + 1)))
+    fine_times = expected_times(workload, strategies, per_batch, settings.cost, lengths)
+    fine = {cell: min(by_arm, key=by_arm.__getitem__) for cell, by_arm in fine_times.items()}
+    fine_run = simulate(OracleSelector(fine, per_batch), workload, settings, "oracle/batch-size")
+    if oracle.time_s < fine_run.time_s:
+        fine_run = replace(deepcopy(oracle), selector="oracle/batch-size")
+    return oracle, fine_run
+
+
 @dataclass
 class Comparison:
     """Every selector's result on one workload, with the references the adaptive selectors are judged against."""
@@ -180,9 +221,11 @@ class Comparison:
     workload: str
     results: dict[str, SimResult]
     oracle: SimResult
-    """The per-bucket oracle: the reference the adaptive selectors are judged against."""
+    """The per-bucket oracle: the reference the adaptive selectors are judged against (at least as fast as every
+    fixed per-bucket choice its search tried, every static strategy among them)."""
     oracle_per_batch: SimResult
-    """The same oracle with one bucket per batch size (a bound on what finer buckets could gain)."""
+    """The oracle with one bucket per batch size (analytic, or the per-bucket one where faster: an estimate of what
+    finer buckets could gain)."""
     plain: SimResult
     statics: dict[str, SimResult]
 
@@ -198,14 +241,9 @@ def compare(
     """Simulate the oracle, every static strategy (plain included) and each of ``selectors`` on ``workload``."""
     from fastrl.adaptive.fixed import FixedSelector
 
-    lengths = rollout_lengths(workload, settings.seed)
-    table = oracle_table(workload, list(settings.strategies), settings.buckets, settings.cost, lengths)
-    oracle = simulate(OracleSelector(table, settings.buckets), workload, settings, "oracle/bucket")
-    per_batch = BatchBuckets(tuple(range(1, workload.requests_per_rollout + 1)))
-    fine = oracle_table(workload, list(settings.strategies), per_batch, settings.cost, lengths)
-    oracle_per_batch = simulate(OracleSelector(fine, per_batch), workload, settings, "oracle/batch-size")
     statics = {str(s): simulate(FixedSelector(s), workload, settings, str(s)) for s in settings.strategies}
     plain = statics.get(str(DISABLE)) or simulate(FixedSelector(DISABLE), workload, settings, "disable")
+    oracle, oracle_per_batch = oracle_runs(workload, settings, statics)
     results = {name: simulate(make(), workload, settings, name) for name, make in selectors.items()}
     return Comparison(workload.name, results, oracle, oracle_per_batch, plain, statics)
 
@@ -248,6 +286,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--costs", default="", help="measured round times (JSON from `fastrl bench`) to fit")
     args = parser.parse_args(argv)
     names = args.strategies
+    history = [n for n in names if Strategy.parse(n).is_history]
+    if history:
+        parser.error(
+            f"--strategies {','.join(history)}: history arms cannot be simulated (the acceptance model is EAGLE's; "
+            "measure them with `fastrl bench`)"
+        )
     cost = CostModel.default_gpu()
     if args.costs:
         try:
@@ -261,6 +305,11 @@ def main(argv: list[str] | None = None) -> None:
         if not names:
             timed = ", ".join(map(str, measured))
             parser.error(f"--costs {args.costs} times none of --strategies {args.strategies} (it times {timed})")
+        if not cost.has_strategy(DISABLE):
+            parser.error(
+                f"--costs {args.costs} has no 'disable' timings: the simulator needs plain decoding's round times "
+                "(the reference of every ratio, and an arm of every calibration)"
+            )
     settings = SimSettings(cost=cost, strategies=tuple(parse_strategy_space(names)), seed=args.seed)
     tiers = [t for t in EmaConfig().candidate_steps if cost.has_strategy(Strategy(t, 1, t + 1))]
     source = f"fitted to {args.costs}" if args.costs else str(settings.cost.params)

@@ -109,6 +109,12 @@ class LogTimeFilter:
         """Expected log residual of a round of ``arm`` at ``batch_size``: load + bias."""
         return sum(w * self.mean[i] for i, w in self._row(arm, batch_size))
 
+    def predict_std(self, arm: Strategy, batch_size: int) -> float:
+        """Standard deviation of ``predict`` (load + bias, before a round's own noise): how well rounds timed
+        ``arm`` near ``batch_size``."""
+        row = self._row(arm, batch_size)
+        return math.sqrt(max(0.0, sum(w * v * self.cov[i, j] for i, w in row for j, v in row)))
+
     def observe(self, arm: Strategy, batch_size: int, residual: float) -> None:
         """One round's log residual (log seconds less log calibrated): drift every state one round, then the
         Kalman update, the innovation clipped at ``CLIP_SIGMAS``."""
