@@ -23,11 +23,18 @@ ORDER = [
     "bench",
     "commands",
 ]
-SHARED = {"atomic_files", "json_values", "tensor_files", "assets_path"}  # top-level modules every package may use
+SHARED = {
+    "atomic_files",
+    "json_values",
+    "tensor_files",
+    "assets_path",
+    "interrupts",
+}  # top-level modules every package uses
 COMMAND_LINE = {"cli", "cli_hydra", "config_compose"}  # top-level modules of the command line: commands' layer
 EXCEPTIONS = {
     ("fastrl/speculative/drafter_checkpoint.py", "fastrl.adaptive.depth_acceptance"),
     ("fastrl/cotrain/offline.py", "fastrl.rl.tasks.task"),
+    ("fastrl/cotrain/offline.py", "fastrl.rl.seeding"),  # the held-out requests' seed stream, apart from the rollouts'
     ("fastrl/adaptive/sim.py", "fastrl.bench.cli_args"),  # the simulator's command line
 }
 MUTUAL = {"bench", "commands"}  # the top layer: the suites live in commands/, the scripts in bench/ use its setup
