@@ -54,12 +54,15 @@ def test_a_full_disk_at_the_rewrite_in_prompt_order_keeps_the_stats_and_the_band
     """The rewrite of a finished output in prompt order needs a second copy of it: where the disk could not hold
     one, the run ended before it wrote its stats and bandit state, and a rerun failed the same way, never writing
     them. They are written first now, and the error says every result is in the output."""
+    import errno
+
     from fastrl.assets_path import bundled_model_dir
+    from fastrl.atomic_files import no_space
     from fastrl.commands.result_stream import ResultStream
 
-    def full(self):
+    def full(self):  # what the rewrite's atomic write raises on a full disk
         self.close()
-        raise ValueError(f"no space left writing {self.target.path}; it is left as it was")
+        raise no_space(OSError(errno.ENOSPC, "No space left on device"), f"{self.target.path}; it is left as it was")
 
     monkeypatch.setattr(ResultStream, "finish", full)
     prompts = _prompts(tmp_path / "in.jsonl", ['{"prompt_ids": [5, 6]}', '{"prompt_ids": [7, 8]}'])
