@@ -39,6 +39,7 @@ from fastrl.commands.round_ledger import RoundLedger
 from fastrl.engine.engine import GenerateInput
 from fastrl.engine.heap import settled_heap
 from fastrl.engine.request import RequestOutput
+from fastrl.interrupts import held_interrupts
 from fastrl.models.checkpoint import (
     DIGEST_PREFIX,
     config_fingerprint,
@@ -130,14 +131,17 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         ledger = RoundLedger(engine)
         try:
             with settled_heap():  # start-up's objects out of the collector's way while decoding
-                for index, out in _finished(ledger, pending, cfg.progress):
-                    record = _to_record(index, out, tokenizer, settings)
-                    if cfg.n > 1:
-                        record["prompt_index"], record["sample"] = divmod(index, cfg.n)
-                    stream.write(record)
-                    if record.get("error"):
-                        line_no = lines[index // cfg.n].line_no
-                        print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
+                for step in _finished(ledger, pending, cfg.progress):
+                    # a step's finished results are written whole: an interrupt waits for the last of them
+                    with held_interrupts("writing a step's results", raising_only=True):
+                        for index, out in step:
+                            record = _to_record(index, out, tokenizer, settings)
+                            if cfg.n > 1:
+                                record["prompt_index"], record["sample"] = divmod(index, cfg.n)
+                            stream.write(record)
+                            if record.get("error"):
+                                line_no = lines[index // cfg.n].line_no
+                                print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
             stream.close()
         except KeyboardInterrupt as err:
             stream.close()
@@ -284,8 +288,8 @@ def write_reports(
 
 def _finished(
     ledger: RoundLedger, pending: list[tuple[int, GenerateInput]], progress: bool
-) -> Iterator[tuple[int, RequestOutput]]:
-    """(prompt index, output) of every pending request, as each finishes."""
+) -> Iterator[list[tuple[int, RequestOutput]]]:
+    """(prompt index, output) of every pending request, as each finishes: one list a step."""
     from tqdm.auto import tqdm
 
     engine = ledger.engine
@@ -294,10 +298,10 @@ def _finished(
         index_of[engine.add_request(x.prompt_ids, x.params, x.request_id)] = index
     with tqdm(total=len(pending), desc="generate", unit="req", disable=not progress) as bar:
         while engine.has_unfinished():
-            for out in ledger.step():
-                if out.finished:
-                    bar.update(1)
-                    yield index_of[out.request_id], out
+            done = [(index_of[out.request_id], out) for out in ledger.step() if out.finished]
+            bar.update(len(done))
+            if done:
+                yield done
             if ledger.interrupt is not None:  # after the results that finished in its step are written
                 raise ledger.interrupt
 

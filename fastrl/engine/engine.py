@@ -329,8 +329,10 @@ class Engine:
             for r in finished:
                 if r.finish_reason == FinishReason.ABORT:
                     self.history.finish(r.request_id, keep=keeps_history(r))
+        delivered: list[RequestOutput] | None = None
+        freed: list[tuple[str, bool]] = []  # (id, whether streamed) of the finished outputs delivered
         try:
-            # a step changes the device's state and then its requests' tokens: an interrupt waits for both
+            # a step changes the device's state, then its requests' tokens, then what it returns: an interrupt waits
             with held_interrupts("the engine's step", raising_only=True):
                 if not self.runner.released:  # released: only what needs no memory (above) is delivered
                     finished += self._release()  # requests aborted since the last step: their slots go to the waiting
@@ -342,16 +344,23 @@ class Engine:
                     if active:
                         self._decode(active, progressed)
                     finished += self._release()
+                delivered = outputs + self._outputs(finished, progressed)
+                for out in delivered:  # an id is free again once its final output is delivered
+                    if out.finished:
+                        freed.append((out.request_id, out.request_id in self._streamed))
+                        self._live_ids.discard(out.request_id)
+                        self._streamed.discard(out.request_id)
         except BaseException:
-            finished += self._release()  # requests that finished in the round: their last tokens go with them
-            self._undelivered = outputs + self._outputs(finished, progressed)
+            for request_id, streamed in freed:  # not delivered after all: taken until they are
+                self._live_ids.add(request_id)
+                if streamed:
+                    self._streamed.add(request_id)
+            if delivered is None:
+                finished += self._release()  # requests that finished in the round: their last tokens go with them
+                delivered = outputs + self._outputs(finished, progressed)
+            self._undelivered = delivered
             raise
-        outputs += self._outputs(finished, progressed)
-        for out in outputs:  # an id is free again once its final output is delivered
-            if out.finished:
-                self._live_ids.discard(out.request_id)
-                self._streamed.discard(out.request_id)
-        return outputs
+        return delivered
 
     def take_undelivered(self) -> list[RequestOutput]:
         """What a step that raised left for the next one to return (see ``step``), now, for a caller that will not

@@ -349,3 +349,33 @@ def test_a_rerun_of_an_error_line_merges_the_stats_of_the_kept_results(model_dir
     assert "covers only the rest" not in capsys.readouterr().err
     after = json.loads(stats.read_text())
     assert after["results"] == list(range(N_PROMPTS)) and after["rounds"] > first["rounds"]
+
+
+@pytest.mark.parametrize("where", ["writing the first result", "building the step's outputs"])
+def test_an_interrupt_anywhere_in_a_step_or_its_writes_keeps_every_result_it_finished(
+    model_dir, tmp_path, monkeypatch, where
+):
+    """Ctrl-C while the first of a step's four finished results was written dropped the other three, and one while
+    the step built its outputs (after the held block) lost all four and left their ids taken for good."""
+    import fastrl.commands.result_stream as result_stream
+    import fastrl.engine.engine as engine_module
+
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_ids": [5 + i, 6, 7]}) + "\n" for i in range(4)))
+    out = tmp_path / "out.jsonl"
+    sent = []
+    owner, name = (
+        (result_stream.ResultStream, "write") if where.startswith("writing") else (engine_module.Engine, "_outputs")
+    )
+    original = getattr(owner, name)
+
+    def interrupted(self, *args):
+        finishing = name == "write" or any(r.finish_reason is not None for r in args[0])
+        if finishing and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args)
+
+    monkeypatch.setattr(owner, name, interrupted)
+    assert main(_args(model_dir, prompts, out, "strategy=disable", "max_new_tokens=4")) == 130
+    assert sent and len(_read(out)) == 4  # the four finish in one step (one batch, one length)

@@ -332,3 +332,29 @@ def test_an_interrupted_generate_leaves_nothing_running(models):
     rounds = len(engine.round_stats)
     (short,) = engine.generate([GenerateInput([5, 6], SamplingParams(max_new_tokens=2, seed=9), "short")])
     assert short.request_id == "short" and len(engine.round_stats) - rounds <= 1
+
+
+def test_an_interrupt_while_a_step_builds_its_outputs_parks_them_and_frees_nothing_early(models, monkeypatch):
+    """Ctrl-C after the held block, while the step built its outputs: the finished requests were released but their
+    outputs never parked, their ids stayed taken for good, and every later generate was refused."""
+    policy, drafter = models
+    engine = Engine(policy, EngineConfig(max_batch_size=4, max_model_len=64), drafter, FixedSelector("3_1_4"))
+    original, sent = Engine._outputs, []
+
+    def outputs(self, finished, progressed):
+        if finished and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, finished, progressed)
+
+    monkeypatch.setattr(Engine, "_outputs", outputs)
+    engine.add_request([1, 5, 6], SamplingParams(max_new_tokens=3, temperature=0.0), "a")
+    with pytest.raises(KeyboardInterrupt):
+        while True:
+            engine.step()
+    with pytest.raises(ValueError, match="'a' has finished in this engine, but its output comes with the next"):
+        engine.add_request([1, 5, 6], SamplingParams(max_new_tokens=3, temperature=0.0), "a")
+    (out,) = engine.take_undelivered()
+    assert out.request_id == "a" and out.finished and len(out.token_ids) == 3
+    (after,) = engine.generate([GenerateInput([1, 7], SamplingParams(max_new_tokens=2, temperature=0.0), "b")])
+    assert after.request_id == "b" and not engine.has_unfinished()
