@@ -227,6 +227,17 @@ def check_unused(run_dir: Path) -> None:
     raise ValueError(f"{RUN_DIR_KEY}={run_dir} is not empty (it holds {shown}); {fresh}")
 
 
+def check_resolved_unused(run_dir: Path) -> None:
+    """For a run directory Hydra resolved from an interpolation (``hydra.run.dir=runs/${oc.env:EXP}``: unknown
+    before Hydra runs), ValueError when it holds an earlier run's metrics or checkpoints: the new run would have
+    trained into it and written over them (Hydra's own record and log of this command are already in it)."""
+    if (run_dir / METRICS_FILE).exists() or checkpoints_dir(run_dir).is_dir():
+        raise ValueError(
+            f"{RUN_DIR_KEY} resolved to {run_dir}, which holds an earlier run; a new run needs a new directory, or "
+            f"continue that run with resume={run_dir}"
+        )
+
+
 def forget_run(run_dir: Path, plan: RunPlan) -> None:
     """Remove what a run that ended before its first step wrote (its whole directory, unless it continues an
     earlier run; a directory that existed before is emptied, not removed)."""

@@ -23,6 +23,7 @@ from fastrl.commands.run_dir import (
     CHECKPOINTS,
     RunPlan,
     check_checkpoint_dir,
+    check_resolved_unused,
     check_unused,
     forget_run,
     keep_metrics_before,
@@ -388,6 +389,8 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
         logging.getLogger(LOG_NAME).info(("fastrl train " + " ".join(hydra_cfg.overrides.task)).rstrip())
         plan.started = False  # each job of a multirun takes its own directory's lock
         try:
+            if not plan.in_place and not literal and plan.run_dir is not None:  # known only now
+                check_resolved_unused(run_dir)
             run_train(cfg, run_dir, plan)
         except ValueError as err:
             raise in_user_words_error(err) from None

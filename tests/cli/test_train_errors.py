@@ -287,3 +287,19 @@ def test_a_run_directory_given_by_an_interpolation_is_locked_where_it_resolves(t
         assert main(["train", *TINY, "rollout=local", "logger=none", "report=false", f"hydra.run.dir={given}"]) == 0
     (made,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     assert (made / "metrics.jsonl").is_file() and "$" not in made.name
+
+
+def test_an_interpolated_run_directory_that_resolves_to_an_earlier_run_is_refused(tmp_path, capsys, monkeypatch):
+    """`hydra.run.dir=runs/${oc.env:EXP}` naming an earlier run's directory passed the check made on its text and
+    trained into it, rewriting its checkpoints and metrics (Hydra's `outputs/${now:%Y-%m-%d}` twice in a day)."""
+    run = tmp_path / "runs" / "exp1"
+    args = [*TINY, "rollout=local", "logger=none", "report=false", "rl.checkpoint_every=1"]
+    assert main(["train", *args, f"hydra.run.dir={run}"]) == 0
+    kept = {p: p.read_bytes() for p in (run / "checkpoints").rglob("*") if p.is_file()}
+    metrics = (run / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    monkeypatch.setenv("FASTRL_TEST_EXP", "exp1")
+    assert main(["train", *args, f"hydra.run.dir={tmp_path}/runs/${{oc.env:FASTRL_TEST_EXP}}"]) == 2
+    assert f"hydra.run.dir resolved to {run}, which holds an earlier run" in _error_line(capsys)
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+    assert {p: p.read_bytes() for p in (run / "checkpoints").rglob("*") if p.is_file()} == kept
