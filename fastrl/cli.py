@@ -134,8 +134,10 @@ def _print_usage() -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad input, with one line naming the problem)."""
+def main(argv: list[str] | None = None, exiting: bool = False) -> int:
+    """Entry point; returns the process exit code (2 for bad input, with one line naming the problem). ``exiting``:
+    the process ends with the code (the ``fastrl`` command): an interrupted command then ignores further SIGINT and
+    SIGTERM, so that one arriving while the interpreter shuts down cannot turn its exit 130 into death by signal."""
     argv = list(sys.argv[1:] if argv is None else argv)
     table = commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -164,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastrl {name}: error: {full}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
+        if exiting:  # everything finished is saved: a second signal changes nothing but the exit status
+            previous = signal.SIG_IGN
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if not getattr(exc, "reported", False):  # a command that said what was kept and what to do marks it so
             print(f"fastrl {name}: interrupted", file=sys.stderr)
         return 130
@@ -172,10 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     return code or 0
 
 
+def entry() -> int:
+    """The ``fastrl`` command: ``main`` for a process that exits with its code."""
+    return main(exiting=True)
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM unwinds like Ctrl-C, so every ``finally`` (worker and Ray shutdown) runs."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -20,6 +20,7 @@ from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
+from fastrl.interrupts import held_interrupts
 from fastrl.models.checkpoint import (
     IGNORED_SUFFIXES,
     check_cast,
@@ -149,16 +150,43 @@ class EngineWorker:
         with self._lock:
             for request in requests:
                 self.engine.check_request(request.prompt_ids, request.params, request.request_id)
-        for request in requests:
-            self.submit(request)
+        submitted: list[str] = []
         done: dict[str, RolloutResult] = {}
-        while self.has_unfinished():
-            for result in self.step():
-                done[result.request_id] = result
+        try:
+            for request in requests:
+                self.submit(request)
+                submitted.append(request.request_id)
+            while self.has_unfinished():
+                for result in self.step():
+                    done[result.request_id] = result
+        except BaseException:
+            self._drop_call(submitted)
+            raise
         if self.cotraining is not None:
             with self._train_lock, self._lock:
                 self.cotraining.commit()
         return [done[r.request_id] for r in requests]
+
+    def _drop_call(self, ids: list[str]) -> None:
+        """After a ``generate`` call raised (an interrupt, a fault): its requests are aborted and stepped out here,
+        their outputs dropped (no co-training features either), so the worker is as before the call: its ids free,
+        nothing of it left to run inside the next call. A step that raises again leaves the rest as they are."""
+        with self._lock:
+            for request_id in ids:
+                self.engine.abort(request_id)
+            try:
+                with held_interrupts("dropping an interrupted generate call", raising_only=True):
+                    outputs = self.engine.take_undelivered()
+                    while True:
+                        for out in outputs:
+                            if out.finished:
+                                self._running.pop(out.request_id, None)
+                        if not any(r in self._running for r in ids) or not self.engine.has_unfinished():
+                            break
+                        outputs = self.engine.step()
+                    self._collect_rounds()
+            except Exception:
+                return  # the first error is the one raised
 
     def take_rounds(self) -> list[RoundRecord]:
         """The decode rounds recorded since the last call."""

@@ -379,3 +379,32 @@ def test_an_interrupt_anywhere_in_a_step_or_its_writes_keeps_every_result_it_fin
     monkeypatch.setattr(owner, name, interrupted)
     assert main(_args(model_dir, prompts, out, "strategy=disable", "max_new_tokens=4")) == 130
     assert sent and len(_read(out)) == 4  # the four finish in one step (one batch, one length)
+
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_after_the_interrupted_line_keeps_exit_130(tmp_path, second):
+    """After "interrupted" the command put SIGTERM back to the default while the interpreter shut down: a second
+    SIGTERM there killed it (143 to a scheduler), a second SIGINT left an uncaught KeyboardInterrupt."""
+    import subprocess
+    import sys
+    import time
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_ids": [5 + i % 40, 6, 7]}) + "\n" for i in range(300)))
+    out = tmp_path / "o.jsonl"
+    args = [sys.executable, "-m", "fastrl.cli", "generate", f"prompts={prompts}", f"output={out}", "progress=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*args, "max_new_tokens=64"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        line = proc.stderr.readline()
+        while line and "interrupted" not in line:
+            line = proc.stderr.readline()
+        proc.send_signal(second)  # while the interpreter shuts down
+        assert proc.wait(timeout=60) == 130 and "interrupted" in line
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -157,3 +157,27 @@ def test_the_rounds_held_out_measure_before_the_push_reads_the_rollouts_own_held
         after = worker.heldout_top1()
         assert report.heldout_tokens == after[0] > 0
         worker.update_policy(worker.policy_version + 1, dict(worker.policy.state_dict()))
+
+
+def test_an_interrupted_generate_leaves_the_worker_as_before_the_call(checkpoint):
+    """Ctrl-C inside EngineWorker.generate left its requests running: a retry was refused ("already running") and
+    another batch ran them all to their end inside its own call."""
+    import os
+    import signal
+
+    worker = EngineWorker("w0", worker_config(checkpoint, cotrain=False))
+    requests = mixed_requests(8, prefix="cut")
+    real, steps = worker.engine.step, []
+
+    def interrupted():
+        steps.append(1)
+        if len(steps) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # held to the step's end
+        return real()
+
+    worker.engine.step = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        worker.generate(requests)
+    worker.engine.step = real
+    assert not worker.has_unfinished() and worker.stats().running_requests == 0
+    assert_same_tokens(worker.generate(requests), reference(checkpoint.policy, requests))
