@@ -74,10 +74,10 @@ class StepOutput:
     """The drafter's catch-up on tokens that rounds without it emitted (timed only then; a part of
     ``draft_time_s``), or in a round without the drafter the reading its backlog limit forced (``_bound_backlog``)."""
     drafter_backlog: int | None = None
-    chain_depth: int | None = None
-    """A stopping chain's levels drafted (``SpecRoundResult.chain_depth``); else None."""
     """After a decode round: the entries a drafter round over its rows would first catch up on
     (``DrafterFeed.backlog``; None without a drafter)."""
+    chain_depth: int | None = None
+    """A stopping chain's levels drafted (``SpecRoundResult.chain_depth``); else None."""
 
 
 class ModelRunner:
