@@ -444,18 +444,26 @@ class Engine:
             raise
         return [results[i] for i in ids]
 
-    def _drop_call(self, ids: list[str]) -> None:
-        """After a ``generate`` call raised: its unfinished requests are aborted and every output of the call is
-        delivered here and dropped, so the engine is as before the call (its ids free, nothing left to run). Where
-        that cannot be done (stepping raises again), the ids stay marked as streamed: the next ``generate`` is
-        refused with a clear error instead of running them."""
-        for request_id in ids:
+    def drop(self, request_ids: list[str]) -> list[RequestOutput]:
+        """Abort ``request_ids`` and step until each has been delivered, for a call whose caller is gone (an
+        interrupted ``generate``): returns every output delivered meanwhile (parked ones first, see
+        ``take_undelivered``), for the caller to account for. Interrupts wait for its end; what a step raises
+        propagates, the rest left as they are."""
+        for request_id in request_ids:
             self.abort(request_id)
+        with held_interrupts("dropping requests", raising_only=True):
+            outputs = self.take_undelivered()
+            while self.has_unfinished() and any(i in self._live_ids for i in request_ids):
+                outputs += self.step()  # the requests aborted: a step delivers them
+        return outputs
+
+    def _drop_call(self, ids: list[str]) -> None:
+        """After a ``generate`` call raised: its requests are dropped (``drop``), so the engine is as before the
+        call (its ids free, nothing left to run). Where that cannot be done (stepping raises again), the ids stay
+        marked as streamed: the next ``generate`` is refused with a clear error instead of running them."""
         self._streamed.update(i for i in ids if i in self._live_ids)
         try:
-            with held_interrupts("dropping an interrupted generate call", raising_only=True):
-                while self.has_unfinished():  # every request of the call aborted: steps only deliver
-                    self.step()
+            self.drop(ids)
         except Exception:
             return  # the first error is the one raised
 

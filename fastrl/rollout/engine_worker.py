@@ -20,7 +20,6 @@ from fastrl.cotrain.feature_sequence import FeatureSequence
 from fastrl.engine.calibration import calibrate_engine
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
-from fastrl.interrupts import held_interrupts
 from fastrl.models.checkpoint import (
     IGNORED_SUFFIXES,
     check_cast,
@@ -172,21 +171,14 @@ class EngineWorker:
         their outputs dropped (no co-training features either), so the worker is as before the call: its ids free,
         nothing of it left to run inside the next call. A step that raises again leaves the rest as they are."""
         with self._lock:
-            for request_id in ids:
-                self.engine.abort(request_id)
             try:
-                with held_interrupts("dropping an interrupted generate call", raising_only=True):
-                    outputs = self.engine.take_undelivered()
-                    while True:
-                        for out in outputs:
-                            if out.finished:
-                                self._running.pop(out.request_id, None)
-                        if not any(r in self._running for r in ids) or not self.engine.has_unfinished():
-                            break
-                        outputs = self.engine.step()
-                    self._collect_rounds()
+                outputs = self.engine.drop(ids)
             except Exception:
                 return  # the first error is the one raised
+            for out in outputs:
+                if out.finished:
+                    self._running.pop(out.request_id, None)
+            self._collect_rounds()
 
     def take_rounds(self) -> list[RoundRecord]:
         """The decode rounds recorded since the last call."""
