@@ -128,6 +128,10 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             print(f"fastrl generate: resuming {cfg.output}: {len(stream.done)} of {len(inputs)} done", file=sys.stderr)
         stream.open()
         kept_before = set(stream.done)
+
+        def made() -> set[int]:  # the results whose rounds the stats hold: the merged ones' and this run's
+            return covered | (set(stream.done) - kept_before)
+
         ledger = RoundLedger(engine)
         try:
             with settled_heap():  # start-up's objects out of the collector's way while decoding
@@ -147,8 +151,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             stream.close()
             written = {inputs[i].request_id for i in stream.done}
             save_learned(targets, engine.selector, setting, learned)
-            made = covered | (set(stream.done) - kept_before)  # the results whose rounds the stats hold
-            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector, made)
+            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector, made())
             raise say_interrupted(
                 err,
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
@@ -171,7 +174,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
         save_learned(targets, engine.selector, setting, learned)
-        write_reports(targets, rounds, cfg.strategy, engine.selector, covered | (set(stream.done) - kept_before))
+        write_reports(targets, rounds, cfg.strategy, engine.selector, made())
         try:  # last: the rewrite in prompt order needs a second copy of the output, which a full disk may not hold
             stream.finish()
         except NoSpaceError as err:
