@@ -2,9 +2,9 @@
 
 Python delivers a signal as an exception between any two bytecodes, so a block that changes two things that must
 agree (a policy and its optimizer; an engine's device state and its requests' tokens) can be left between them.
-Inside :func:`held_interrupts` the first such signal is recorded and raised as ``KeyboardInterrupt`` when the block
-ends; a second one raises at once (the user insists). Python runs signal handlers in the main thread only, so
-elsewhere the block runs unprotected.
+Inside :func:`held_interrupts` the first such signal is recorded and delivered when the block ends (to the handler
+it found, or as ``KeyboardInterrupt``); a second one is delivered at once (the user insists). Python runs signal
+handlers in the main thread only, so elsewhere the block runs unprotected.
 """
 
 from __future__ import annotations

@@ -161,10 +161,9 @@ def check_checkpoint_dir(checkpoint_dir: str, run_dir: Path, plan: RunPlan) -> P
     """The run's checkpoint directory (``rl.checkpoint_dir``, else ``run_dir/checkpoints``), checked before any
     work: it can be made, and unless the run continues its own run directory it holds no checkpoint (a run never
     writes over another run's). ValueError naming the key."""
-    own = run_dir / CHECKPOINTS
-    path = Path(checkpoint_dir).absolute() if checkpoint_dir else own
-    if path.resolve() == own.resolve():
-        return own
+    path = _checkpoints_elsewhere(checkpoint_dir, run_dir)
+    if path is None:
+        return run_dir / CHECKPOINTS
     check_creatable(CHECKPOINT_DIR_KEY, str(path))
     if not plan.in_place and path.is_dir():
         taken = sorted(p.name for p in path.iterdir() if CHECKPOINT_NAME.fullmatch(p.name.removesuffix(".tmp")))
@@ -180,11 +179,15 @@ def lock_checkpoint_dir(checkpoint_dir: str, run_dir: Path) -> GuardedOutputs | 
     """The lock of a checkpoint directory outside the run directory, for the run's whole life (the run's own
     ``checkpoints/`` is under the run directory's lock); None for that one. Two runs given one
     ``rl.checkpoint_dir`` both found it empty before either had saved and then wrote over each other's steps."""
+    path = _checkpoints_elsewhere(checkpoint_dir, run_dir)
+    return None if path is None else guard_outputs({}, {}, work_dirs={CHECKPOINT_DIR_KEY: str(path)})
+
+
+def _checkpoints_elsewhere(checkpoint_dir: str, run_dir: Path) -> Path | None:
+    """``rl.checkpoint_dir`` as an absolute path, or None where it is (or defaults to) ``run_dir/checkpoints``."""
     own = run_dir / CHECKPOINTS
     path = Path(checkpoint_dir).absolute() if checkpoint_dir else own
-    if path.resolve() == own.resolve():
-        return None
-    return guard_outputs({}, {}, work_dirs={CHECKPOINT_DIR_KEY: str(path)})
+    return None if path.resolve() == own.resolve() else path
 
 
 def record_checkpoints_dir(run_dir: Path, checkpoints: Path) -> None:
@@ -218,7 +221,7 @@ def check_unused(run_dir: Path) -> None:
     if not held or held == [WANDB_DIR]:
         return
     fresh = f"a new run needs a new or empty directory (leave {RUN_DIR_KEY} out for a fresh one)"
-    if (run_dir / OVERRIDES_FILE).is_file() or (run_dir / METRICS_FILE).is_file() or checkpoints_dir(run_dir).is_dir():
+    if (run_dir / OVERRIDES_FILE).is_file() or _holds_results(run_dir):
         how = (
             f"or continue that run with resume={run_dir}" if latest_checkpoint(run_dir) else "(it saved no checkpoint)"
         )
@@ -231,11 +234,16 @@ def check_resolved_unused(run_dir: Path) -> None:
     """For a run directory Hydra resolved from an interpolation (``hydra.run.dir=runs/${oc.env:EXP}``: unknown
     before Hydra runs), ValueError when it holds an earlier run's metrics or checkpoints: the new run would have
     trained into it and written over them (Hydra's own record and log of this command are already in it)."""
-    if (run_dir / METRICS_FILE).exists() or checkpoints_dir(run_dir).is_dir():
+    if _holds_results(run_dir):
         raise ValueError(
             f"{RUN_DIR_KEY} resolved to {run_dir}, which holds an earlier run; a new run needs a new directory, or "
             f"continue that run with resume={run_dir}"
         )
+
+
+def _holds_results(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's metrics or checkpoints."""
+    return (run_dir / METRICS_FILE).is_file() or checkpoints_dir(run_dir).is_dir()
 
 
 def forget_run(run_dir: Path, plan: RunPlan) -> None:
