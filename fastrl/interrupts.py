@@ -3,8 +3,9 @@
 Python delivers a signal as an exception between any two bytecodes, so a block that changes two things that must
 agree (a policy and its optimizer; an engine's device state and its requests' tokens) can be left between them.
 Inside :func:`held_interrupts` the first such signal is recorded and delivered when the block ends (to the handler
-it found, or as ``KeyboardInterrupt``); a second one is delivered at once (the user insists). Python runs signal
-handlers in the main thread only, so elsewhere the block runs unprotected.
+it found, or as ``KeyboardInterrupt``), also when the block ends with an error; a second one is delivered at once
+(the user insists), also when the first is held by an enclosing block. Python runs signal handlers in the main
+thread only, so elsewhere the block runs unprotected.
 """
 
 from __future__ import annotations
@@ -18,6 +19,73 @@ from types import FrameType
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class _Hold:
+    """The handler a held block installs: it records the first signal and passes a second one on at once.
+
+    ``previous`` maps each signal it replaced to the handler it found there, which is another block's ``_Hold``
+    when the blocks nest: the signals held anywhere in the nest count together (two stop at once, not three)."""
+
+    def __init__(self, where: str, on_first: Callable[[int], None] | None) -> None:
+        self.where = where
+        self.on_first = on_first
+        self.held: list[int] = []
+        self.previous: dict[int, object] = {}
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.holding():
+            self.insist(signum, frame, f"again, inside {self.where}")
+            return
+        self.held.append(signum)
+        if self.on_first is not None:
+            self.on_first(signum)
+
+    def holding(self) -> bool:
+        """Whether this block, or a block it is nested in, holds a signal already."""
+        return bool(self.held) or any(isinstance(h, _Hold) and h.holding() for h in self.previous.values())
+
+    def insist(self, signum: int, frame: FrameType | None, message: str) -> None:
+        """Deliver a signal at once, past every enclosing block's hold, to the handler the outermost one found."""
+        outer = self.previous.get(signum)
+        if isinstance(outer, _Hold):
+            outer.insist(signum, frame, message)
+        else:
+            self.deliver(signum, frame, message)
+
+    def deliver(self, signum: int, frame: FrameType | None, message: str) -> None:
+        """Deliver a signal to the handler found (an enclosing block's hold then holds it in turn), or as
+        ``KeyboardInterrupt`` where that was Python's default."""
+        handler = self.previous.get(signum)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signum, frame)  # the caller's own handler (the CLI's raises KeyboardInterrupt itself)
+        else:
+            raise KeyboardInterrupt(f"signal {signum} ({message})")
+
+    def deliver_after(self, error: BaseException) -> None:
+        """The held signal, when the block raised ``error``: the handler found still hears of it (a graceful-stop flag
+        must not be lost); where that is ``KeyboardInterrupt``, it is raised chained from an ordinary error, and left
+        out when the block already stops with an interrupt (or an exit), which says the same."""
+        signum, message = self.held[0], f"held to the end of {self.where}"
+        handler = self.previous.get(signum)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signum, None)
+        elif isinstance(error, Exception):
+            raise KeyboardInterrupt(f"signal {signum} ({message})") from error
+
+    def install(self, raising_only: bool) -> None:
+        """Put this hold in place of the handlers of ``HELD_SIGNALS``, but where a signal is ignored, not Python's to
+        change, or (``raising_only``) ends the process (``SIG_DFL``): those are left as they are."""
+        for number in HELD_SIGNALS:
+            before = signal.getsignal(number)
+            if before == signal.SIG_IGN or before is None or (raising_only and not callable(before)):
+                continue
+            self.previous[number] = signal.signal(number, self)
+
+    def restore(self) -> None:
+        """Put back the handlers this hold replaced."""
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+
 @contextmanager
 def held_interrupts(
     where: str, raising_only: bool = False, on_first: Callable[[int], None] | None = None
@@ -25,39 +93,24 @@ def held_interrupts(
     """Hold SIGINT/SIGTERM for the block and deliver the first that came at its end: to the handler it found when
     that is the caller's own (a script's graceful-stop flag runs, late but once), else as
     ``KeyboardInterrupt("signal N (held to the end of <where>)")``; a second signal is delivered at once (the
-    user insists). An ignored signal stays ignored. ``raising_only``: hold only signals whose handler is Python code
+    user insists), also when the first is held by an enclosing block (`held_interrupts` nests). When the block
+    raises, the held signal still reaches the caller's own handler, or is raised as that ``KeyboardInterrupt``
+    chained from the error (``__cause__``); a block that stops with an interrupt already raises only that. An
+    ignored signal stays ignored. ``raising_only``: hold only signals whose handler is Python code
     (``KeyboardInterrupt`` for SIGINT, the CLI's for SIGTERM), leaving a signal that ends the process (``SIG_DFL``)
     as it is. ``on_first`` hears of the first signal (e.g. to log it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[int] = []
-    previous: dict[int, object] = {}
-
-    def deliver(signum: int, frame: FrameType | None, message: str) -> None:
-        handler = previous.get(signum)
-        if callable(handler) and handler is not signal.default_int_handler:
-            handler(signum, frame)  # the caller's own handler (the CLI's raises KeyboardInterrupt itself)
-        else:
-            raise KeyboardInterrupt(f"signal {signum} ({message})")
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        if held:
-            deliver(signum, frame, f"again, inside {where}")
-            return
-        held.append(signum)
-        if on_first is not None:
-            on_first(signum)
-
-    for number in HELD_SIGNALS:
-        before = signal.getsignal(number)
-        if before == signal.SIG_IGN or before is None or (raising_only and not callable(before)):
-            continue  # ignored, not Python's to change, or (raising_only) one that ends the process: left as it is
-        previous[number] = signal.signal(number, hold)
+    hold = _Hold(where, on_first)
+    hold.install(raising_only)
     try:
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if held:
-        deliver(held[0], None, f"held to the end of {where}")
+    except BaseException as error:
+        hold.restore()
+        if hold.held:
+            hold.deliver_after(error)
+        raise
+    hold.restore()
+    if hold.held:
+        hold.deliver(hold.held[0], None, f"held to the end of {where}")

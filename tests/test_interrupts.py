@@ -39,3 +39,73 @@ def test_sigint_ends_the_block_with_a_keyboard_interrupt():
             os.kill(os.getpid(), signal.SIGINT)
             done.append("block")
     assert done == ["block"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_held_signal_reaches_the_callers_handler_when_the_block_raises():
+    """A script's graceful-stop flag, set by a SIGTERM that came inside a block which then raised an ordinary
+    error: the exception left the block before the held signal was delivered, and the flag was never set."""
+    calls: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        with pytest.raises(ValueError, match="a fault in the block"):
+            with held_interrupts("the test", raising_only=True):
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert calls == []
+                raise ValueError("a fault in the block")
+        assert calls == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_held_sigint_is_raised_chained_from_the_blocks_error():
+    """Neither is lost: the interrupt stops the caller, the error it came with is its cause."""
+    with pytest.raises(KeyboardInterrupt, match=r"signal 2 \(held to the end of the test\)") as caught:
+        with held_interrupts("the test", raising_only=True):
+            os.kill(os.getpid(), signal.SIGINT)
+            raise ValueError("a fault in the block")
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_block_that_stops_with_an_interrupt_raises_only_that():
+    with pytest.raises(KeyboardInterrupt, match="^the block's own$") as caught:
+        with held_interrupts("the test", raising_only=True):
+            os.kill(os.getpid(), signal.SIGINT)
+            raise KeyboardInterrupt("the block's own")
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
+def test_two_signals_stop_nested_blocks_at_once():
+    """Blocks nest (``Engine.drop`` steps the engine inside its own hold): the inner block's second signal went to
+    the outer block's hold, which held it as its first, and only a third one stopped."""
+    seen = []
+    with pytest.raises(KeyboardInterrupt, match=r"signal 2 \(again, inside the inner block\)"):
+        with held_interrupts("the outer block", raising_only=True):
+            with held_interrupts("the inner block", raising_only=True):
+                os.kill(os.getpid(), signal.SIGINT)
+                seen.append("first held")
+                os.kill(os.getpid(), signal.SIGINT)
+                seen.append("never reached")
+    assert seen == ["first held"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_held_by_an_outer_block_makes_the_inner_blocks_first_one_a_second():
+    seen = []
+    with pytest.raises(KeyboardInterrupt, match="again, inside the inner block"):
+        with held_interrupts("the outer block", raising_only=True):
+            os.kill(os.getpid(), signal.SIGINT)
+            seen.append("first held")
+            with held_interrupts("the inner block", raising_only=True):
+                os.kill(os.getpid(), signal.SIGINT)
+                seen.append("never reached")
+    assert seen == ["first held"]
+
+
+def test_an_inner_blocks_held_signal_waits_for_the_outer_blocks_end():
+    seen = []
+    with pytest.raises(KeyboardInterrupt, match="held to the end of the outer block"):
+        with held_interrupts("the outer block", raising_only=True):
+            with held_interrupts("the inner block", raising_only=True):
+                os.kill(os.getpid(), signal.SIGINT)
+            seen.append("outer block goes on")
+    assert seen == ["outer block goes on"]

@@ -81,23 +81,29 @@ class DrafterFeed:
     ) -> None:
         """Queue `counts[b]` entries of row b after what its slot holds (entries past a row's count are written
         too, as padding the next append overwrites); `drafted` False: a round that did not run the drafter emitted
-        them (see ``behind``).  # tokens [B,K], features [B,K,F]"""
+        them (see ``behind``). One that raises (e.g. an allocation failing) has written nothing over what the slots
+        hold nor changed a count (it may have grown the width), so the last ``take`` can still be undone; once it
+        completes, that take is final (``restore_take`` does nothing).  # tokens [B,K], features [B,K,F]"""
         if features.shape[-1] != self.features.shape[-1]:
             width = self.features.shape[-1]
             raise ValueError(f"DrafterFeed: features are [.., {features.shape[-1]}], the drafter reads [.., {width}]")
+        if len(counts) != len(slot_ids):
+            raise ValueError(f"DrafterFeed: {len(counts)} counts for {len(slot_ids)} slots")
         k = tokens.shape[1]
         self._fit(self.widest(slot_ids) + k)
         w = self.tokens.shape[1]
         flat = self._on_device([s * w + self._pending[s] for s in slot_ids])  # [B] flat positions of column 0
         if k > 1:
             flat = (flat.unsqueeze(1) + self._step(k)).reshape(-1)  # [B*K]
-        if features.dtype != self.features.dtype:
-            features = features.to(self.features.dtype)
-        self._flat_tokens.index_copy_(0, flat, tokens.reshape(-1))
-        self._flat_features.index_copy_(0, flat, features.reshape(-1, features.shape[-1]))
+        # every allocation before the first write: a failure then leaves the slots' entries as they were
+        new_tokens = tokens.reshape(-1)
+        new_features = features.to(self.features.dtype).reshape(-1, features.shape[-1])
+        self._flat_tokens.index_copy_(0, flat, new_tokens)
+        self._flat_features.index_copy_(0, flat, new_features)
         for slot, count in zip(slot_ids, counts, strict=True):
             self._pending[slot] += count
             self._behind[slot] = self._behind[slot] or not drafted
+        self._taken = []  # written over the entries a take left in place: they cannot be pending again
 
     def full(self, slot_ids: list[int], entries: int) -> list[int]:
         """The slots among ``slot_ids`` where appending ``entries`` more could pass ``max_width`` (none without a

@@ -191,6 +191,11 @@ class Engine:
             return True
         return any(o.request_id == request_id and o.finished for o in self._undelivered)
 
+    def holds(self, request_id: str) -> bool:
+        """Whether this engine holds ``request_id``: queued, running, or finished with its output not yet returned by
+        a step (the ids ``add_request`` refuses as this engine's own)."""
+        return request_id in self._live_ids
+
     def _id_taken(self, request_id: str) -> bool:
         """Running here, or live in the history index (which another engine may share)."""
         return request_id in self._live_ids or (self.history is not None and self.history.is_live(request_id))
@@ -321,19 +326,17 @@ class Engine:
         step's own outputs (a finished request's id stays taken until its output is returned)."""
         if not self.can_step() and self.scheduler.has_work:
             self.runner.check_held("Engine.step")  # only requests that need the released memory are left
-        outputs, self._undelivered = self._undelivered, []
+        outputs: list[RequestOutput] = []
         progressed: Progressed = {}
-        finished: list[Request] = self._ended
-        self._ended = []
-        if self.history is not None:  # requests aborted while they waited (refused ones never reached the index)
-            for r in finished:
-                if r.finish_reason == FinishReason.ABORT:
-                    self.history.finish(r.request_id, keep=keeps_history(r))
+        finished: list[Request] = []
         delivered: list[RequestOutput] | None = None
         freed: list[tuple[str, bool]] = []  # (id, whether streamed) of the finished outputs delivered
         try:
             # a step changes the device's state, then its requests' tokens, then what it returns: an interrupt waits
+            # (from before it takes what earlier steps left: taken, it is delivered, or parked again below)
             with held_interrupts("the engine's step", raising_only=True):
+                outputs, self._undelivered = self._undelivered, []
+                self._take_ended(finished)
                 if not self.runner.released:  # released: only what needs no memory (above) is delivered
                     finished += self._release()  # requests aborted since the last step: their slots go to the waiting
                     self._admit(progressed)
@@ -361,6 +364,20 @@ class Engine:
             self._undelivered = delivered
             raise
         return delivered
+
+    def _take_ended(self, finished: list[Request]) -> None:
+        """Move the requests that ended outside a round (refused at ``add_request``, aborted while waiting) to
+        ``finished``, each once the history index heard of it (refused ones never reached the index): where that
+        raises, the rest stay for the next step, and the ones moved are delivered (or parked) by this one."""
+        moved = 0
+        try:
+            for request in self._ended:
+                if self.history is not None and request.finish_reason == FinishReason.ABORT:
+                    self.history.finish(request.request_id, keep=keeps_history(request))
+                finished.append(request)
+                moved += 1
+        finally:
+            del self._ended[:moved]
 
     def take_undelivered(self) -> list[RequestOutput]:
         """What a step that raised left for the next one to return (see ``step``), now, for a caller that will not
@@ -425,12 +442,13 @@ class Engine:
         # every input checked before any is queued: a bad one leaves none behind
         checked = [self.check_request(i.prompt_ids, i.params, i.request_id, i.return_hidden_states) for i in inputs]
         reserved = set(counts)  # the call's own ids: an input without one must not be given one of them
-        ids = [
-            self._queue(prompt, params, i.request_id, i.return_hidden_states, reserved)
-            for (prompt, params), i in zip(checked, inputs, strict=True)
-        ]
+        ids: list[str] = []
         results: dict[str, RequestOutput] = {}
         try:
+            # queued whole or interrupted after (each request queued is then in `ids`, to be dropped below)
+            with held_interrupts("queueing a generate call's requests", raising_only=True):
+                for (prompt, params), i in zip(checked, inputs, strict=True):
+                    ids.append(self._queue(prompt, params, i.request_id, i.return_hidden_states, reserved))
             with tqdm(total=len(ids), desc="generate", unit="req", disable=not progress) as bar:
                 while self.has_unfinished():
                     for out in self.step():
@@ -449,9 +467,9 @@ class Engine:
         interrupted ``generate``): returns every output delivered meanwhile (parked ones first, see
         ``take_undelivered``), for the caller to account for. Interrupts wait for its end; what a step raises
         propagates, the rest left as they are."""
-        for request_id in request_ids:
-            self.abort(request_id)
         with held_interrupts("dropping requests", raising_only=True):
+            for request_id in request_ids:  # all aborted, or none: an interrupt waits for the requests' delivery
+                self.abort(request_id)
             outputs = self.take_undelivered()
             while self.has_unfinished() and any(i in self._live_ids for i in request_ids):
                 outputs += self.step()  # the requests aborted: a step delivers them

@@ -388,24 +388,19 @@ class ModelRunner:
             tokens, logprobs, hidden, accepted = spec.tokens, spec.logprobs, spec.hidden, spec.accepted
             drafted, draft_s, verify_s = spec.draft_nodes, spec.draft_time_s, spec.verify_time_s
             catch_up_s, chain_depth = spec.catch_up_time_s, spec.chain_depth
-        if packed is None:
-            packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
-        try:  # the device state has advanced: until the feed has the round too, a failure undoes the round
+        # the round's end advances the device state (a graph's already did): from there until the feed has the
+        # round too, a failure (an allocation in `pack` or in the feed's growth, the host read) undoes the round
+        try:
+            if packed is None:
+                packed = self.state.close_round(inputs.slots, inputs.lengths, tokens, logprobs, accepted)
             back = unpack(packed.cpu(), tokens.shape[1])  # THE host read
-            out_hidden: list[Tensor | None] = [None] * len(requests)
-            wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
-            if wanted:  # one copy of the rows that asked, cut per row where it finished
-                rows = hidden[torch.tensor(wanted, device=hidden.device)].detach().to("cpu", torch.float32)
-                for i, row in enumerate(wanted):
-                    out_hidden[row] = rows[i, : len(back.tokens[row])]
+            out_hidden = _hidden_rows(requests, hidden, back.tokens)
+            if self.drafter is not None:  # the last step that can fail: it writes nothing unless it completes
+                self.feed.append(slot_ids, tokens, hidden, [a + 1 for a in back.accepted], strategy.uses_drafter)
         except BaseException:
             self._undo_round(requests, slots, strategy)
             raise
-        drafter_backlog = None
-        if self.drafter is not None:
-            emitted = [a + 1 for a in back.accepted]
-            self.feed.append(slot_ids, tokens, hidden, emitted, strategy.uses_drafter)
-            drafter_backlog = self.feed.backlog(slot_ids)
+        drafter_backlog = self.feed.backlog(slot_ids) if self.drafter is not None else None
         return StepOutput(
             back.tokens,
             back.logprobs,
@@ -421,9 +416,10 @@ class ModelRunner:
         )
 
     def _undo_round(self, requests: list[Request], slots: Tensor, strategy: Strategy) -> None:
-        """A round that failed after its end advanced the device state (`SlotState.close_round`) but before it
-        reached its requests: their rows go back to what the requests hold (the cache's entries past them are
-        rewritten by the next round) and the drafter's entries the round took are pending again."""
+        """A round that failed in or after its end (`SlotState.close_round`, which advances the device state) but
+        before it reached its requests and the drafter's feed: their rows go back to what the requests hold (the
+        cache's entries past them are rewritten by the next round) and the drafter's entries the round took are
+        pending again (a failed ``DrafterFeed.append`` wrote none over them)."""
         device = self.state.device
         self.state.lengths[slots] = torch.tensor([r.num_tokens - 1 for r in requests], dtype=torch.long, device=device)
         self.state.last[slots] = torch.tensor([r.last_token for r in requests], dtype=torch.long, device=device)
@@ -441,12 +437,12 @@ class ModelRunner:
         pending = self.feed.take(inputs.slots, full)
         last, earlier, taken = split_pending(pending, 1)
         before = replace(inputs, lengths=inputs.lengths - taken)
-        try:
+        try:  # until the last entries are pending again, a failure leaves every entry pending (read again later)
             _, seconds = timed_catch_up(self.spec_models, before, earlier, int(inputs.lengths.max()), None, True)
+            self.feed.append(full, last.tokens, last.features, [1] * len(full))
         except BaseException:
             self.feed.restore_take()
             raise
-        self.feed.append(full, last.tokens, last.features, [1] * len(full))
         return seconds
 
     def _speculate(
@@ -542,6 +538,18 @@ class ModelRunner:
         with torch.inference_mode():  # as every round runs: no autograd state kept alive by the graphs' outputs
             graphs.capture_all()
         return graphs
+
+
+def _hidden_rows(requests: list[Request], hidden: Tensor, tokens: list[list[int]]) -> list[Tensor | None]:
+    """The hidden states of the rows whose requests asked for them, one copy to the CPU, each cut where its row
+    finished (``tokens[b]``: what row b emits); None for the others.  # hidden [B,K,F] -> [len(tokens[b]),F]"""
+    out: list[Tensor | None] = [None] * len(requests)
+    wanted = [row for row, request in enumerate(requests) if request.return_hidden_states]
+    if wanted:
+        rows = hidden[torch.tensor(wanted, device=hidden.device)].detach().to("cpu", torch.float32)
+        for i, row in enumerate(wanted):
+            out[row] = rows[i, : len(tokens[row])]
+    return out
 
 
 def _graphed(strategy: Strategy) -> bool:
