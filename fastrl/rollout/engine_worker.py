@@ -149,17 +149,17 @@ class EngineWorker:
         with self._lock:
             for request in requests:
                 self.engine.check_request(request.prompt_ids, request.params, request.request_id)
-        submitted: list[str] = []
         done: dict[str, RolloutResult] = {}
         try:
             for request in requests:
                 self.submit(request)
-                submitted.append(request.request_id)
             while self.has_unfinished():
                 for result in self.step():
                     done[result.request_id] = result
         except BaseException:
-            self._drop_call(submitted)
+            # Every id of the call (none ran here before it: checked above): an interrupt inside submit can leave
+            # a request queued in the engine that the worker has not recorded yet.
+            self._drop_call([r.request_id for r in requests])
             raise
         if self.cotraining is not None:
             with self._train_lock, self._lock:
@@ -168,17 +168,27 @@ class EngineWorker:
 
     def _drop_call(self, ids: list[str]) -> None:
         """After a ``generate`` call raised (an interrupt, a fault): its requests are aborted and stepped out here,
-        their outputs dropped (no co-training features either), so the worker is as before the call: its ids free,
-        nothing of it left to run inside the next call. A step that raises again leaves the rest as they are."""
+        their outputs dropped (no co-training features either: those of requests that finished before the error
+        are unstaged), so the worker is as before the call: its ids free, nothing of it left to run inside the next
+        call. A step that raises again leaves the rest as they are; a signal ``Engine.drop`` held to its end is
+        raised after the worker has forgotten the requests it delivered."""
         with self._lock:
             try:
-                outputs = self.engine.drop(ids)
+                self.engine.drop(ids)
             except Exception:
                 return  # the first error is the one raised
-            for out in outputs:
-                if out.finished:
-                    self._running.pop(out.request_id, None)
-            self._collect_rounds()
+            finally:
+                self._forget_call(ids)
+
+    def _forget_call(self, ids: list[str]) -> None:
+        """Forget what a failed call left here: its unstaged co-training features, the running entries of its
+        requests the engine no longer holds (delivered, or never queued), the decode rounds it ran."""
+        if self.cotraining is not None:
+            self.cotraining.discard(ids)
+        for request_id in ids:
+            if request_id in self._running and not self.engine.holds(request_id):
+                del self._running[request_id]
+        self._collect_rounds()
 
     def take_rounds(self) -> list[RoundRecord]:
         """The decode rounds recorded since the last call."""

@@ -100,6 +100,12 @@ class WorkerCoTraining:
                 self.buffer.add(seq)
         self._pending.clear()
 
+    def discard(self, request_ids: Sequence[str]) -> None:
+        """Unstage the pending features of ``request_ids`` (a call that failed: its results were never returned,
+        and a retry stages them again)."""
+        dropped = set(request_ids)
+        self._pending = [item for item in self._pending if item[0] not in dropped]
+
     @property
     def pending(self) -> int:
         return len(self._pending)
