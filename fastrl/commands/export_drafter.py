@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 from pathlib import Path
 
 from fastrl.commands.bandit_state_file import check_setting, drafter_fingerprint, saved_setting
@@ -28,6 +29,7 @@ from fastrl.integrations.export.selection_config import (
     read_state,
     selection_files,
     state_winners,
+    vllm_plain_note,
 )
 from fastrl.speculative.drafter_checkpoint import read_drafter_info
 
@@ -100,7 +102,7 @@ def run_export_drafter(config: ExportDrafterConfig) -> None:
                 config.drafter, staging, config.format, config.dtype, config.drop_fc_bias, config.full_vocab
             )
             if winners:
-                for name, text in selection_files(winners, str(final)).items():
+                for name, text in selection_files(winners, str(final.resolve())).items():  # vLLM's "model"
                     (staging / name).write_text(text)
         print(f"wrote {exported.format} EAGLE drafter ({exported.architecture}, {exported.dtype}) to {final}")
         if exported.token_map is not None:
@@ -112,3 +114,6 @@ def run_export_drafter(config: ExportDrafterConfig) -> None:
             reason = disable_reason(w)
             shown = f"{w.strategy} (exported as {exported_strategy(w)})" if w.strategy.stop_below else str(w.strategy)
             print(f"  batch size {w.label:>6}: {shown}" + (f" (plain decoding: {reason})" if reason else ""))
+        note = vllm_plain_note(winners) if winners else None
+        if note:
+            print(f"fastrl export-drafter: warning: {final / SELECTION_FILES[0]}: {note}", file=sys.stderr)

@@ -33,7 +33,7 @@ def read_config(path: str | Path) -> ModelConfig:
     in place of config.json's where that file has some (see `_generation_eos`)."""
     directory = Path(path)
     file = directory / CONFIG_FILE
-    if not file.is_file():
+    if not present_file(file, directory):
         raise ValueError(f"checkpoint directory {directory} has no {CONFIG_FILE}")
     d = read_json(file)
     if not isinstance(d, dict):
@@ -57,13 +57,14 @@ def _generation_eos(directory: Path) -> int | list[int] | None:
     ``generate`` (chat models keep their end-of-turn id there only: Llama-3-Instruct's <|eot_id|>). None, so that
     config.json's stay, when the file is absent or its ``eos_token_id`` is absent, null or []: there ``generate``
     stops on no token at all, but a rollout engine stops on the model's EOS, as vLLM and SGLang do. ValueError
-    naming the file when it is there but not JSON or the ids are not ids."""
+    naming the file when it is there but not a file (``present_file``), not JSON, not a JSON object, or the ids are
+    not ids."""
     file = directory / GENERATION_CONFIG_FILE
-    if not file.is_file():
+    if not present_file(file, directory):
         return None
     d = read_json(file)
     if not isinstance(d, dict):
-        return None
+        raise ValueError(f"{file} must hold a JSON object, got {type(d).__name__}")
     try:
         eos = token_ids(d, "eos_token_id")
     except ValueError as err:
@@ -75,11 +76,12 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
     """Safetensors files to read -> the tensor names to take from each (None: all of them): ``model.safetensors``
     when the directory has one, else the shards of its index, in transformers' order (a directory holding both
     loads the same weights in either). A shard index that is not valid JSON, has no ``weight_map`` or names a shard
-    outside ``directory`` is a ValueError naming the index."""
-    if (directory / WEIGHTS_FILE).is_file():
+    outside ``directory`` is a ValueError naming the index; either file there but not a file (a dangling symlink of
+    a half-downloaded hub snapshot, a directory), or such a shard, is one naming it and what it is."""
+    if present_file(directory / WEIGHTS_FILE, directory):
         return {directory / WEIGHTS_FILE: None}
     index = directory / INDEX_FILE
-    if index.is_file():
+    if present_file(index, directory):
         try:
             weight_map = json.loads(index.read_text()).get("weight_map")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
@@ -93,11 +95,49 @@ def weight_files(directory: Path) -> dict[Path, list[str] | None]:
             if not _names_a_file_inside(shard):
                 raise ValueError(f"{index} names shard {shard!r} outside the checkpoint directory {directory}")
             shards.setdefault(directory / shard, []).append(name)
-        missing = sorted(f.name for f in shards if not f.is_file())
-        if missing:
-            raise ValueError(f"{index} names shards missing from {directory}: {missing}")
+        check_shard_files(index, list(shards))
         return dict(shards.items())
     raise ValueError(f"checkpoint directory {directory} has no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors load)")
+
+
+def check_shard_files(index: Path, shards: list[Path]) -> None:
+    """ValueError naming ``index`` and the shards it names that are missing from its directory, or there but no
+    regular file (``file_problem``: a dangling symlink, a directory)."""
+    problems = {f.name: file_problem(f) for f in shards}
+    missing = sorted(name for name, problem in problems.items() if problem == MISSING)
+    if missing:
+        raise ValueError(f"{index} names shards missing from {index.parent}: {missing}")
+    broken = sorted(f"{name} {problem}" for name, problem in problems.items() if problem)
+    if broken:
+        raise ValueError(f"{index} names shards that are not files in {index.parent}: {broken}")
+
+
+MISSING = "is missing"
+"""``file_problem``'s answer for a path with nothing at it."""
+
+
+def file_problem(file: Path) -> str | None:
+    """What keeps ``file`` from being read as a file (``is missing``, ``is a directory, not a file``, ``is a dangling
+    symlink (to T)``, ...), None when nothing does: the end of an error message naming it."""
+    if file.is_file():
+        return None
+    if file.is_dir():
+        return "is a directory, not a file"
+    if file.is_symlink() and not file.exists():
+        return f"is a dangling symlink (to {os.readlink(file)})"
+    return MISSING if not file.exists() else "is not a regular file"
+
+
+def present_file(file: Path, directory: Path) -> bool:
+    """Whether ``file`` (of the checkpoint ``directory``) is there as a regular file; False when nothing is at its
+    path. ValueError naming the directory, the file and what it is when something else is (``file_problem``: a
+    dangling symlink, e.g. a half-downloaded hub snapshot's, or a directory), rather than reading as absent."""
+    problem = file_problem(file)
+    if problem == MISSING:
+        return False
+    if problem:
+        raise ValueError(f"checkpoint directory {directory}: {file.name} {problem}")
+    return True
 
 
 def _names_a_file_inside(shard: str) -> bool:

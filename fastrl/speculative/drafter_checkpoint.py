@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import torch
 
 from fastrl.adaptive.depth_acceptance import geometric_hazard, is_chain
 from fastrl.json_values import is_int
-from fastrl.models.checkpoint import check_weights, non_finite_names, read_safetensors
+from fastrl.models.checkpoint import check_weights, file_problem, non_finite_names, read_safetensors
 from fastrl.models.config import ModelConfig
 from fastrl.models.decoder import CausalLM
 from fastrl.speculative.drafter import EagleDrafter
@@ -115,18 +114,6 @@ def check_drafter_dir(path: str | Path) -> None:
     raise ValueError(f"drafter directory {path} is {kind}: give the directory holding {CONFIG_FILE}")
 
 
-def file_problem(file: Path) -> str | None:
-    """What keeps a drafter's ``file`` from being read (``is missing``, ``is a directory``, ...), None when nothing
-    does: the end of an error message naming it."""
-    if file.is_file():
-        return None
-    if file.is_dir():
-        return "is a directory, not a file"
-    if file.is_symlink() and not file.exists():
-        return f"is a dangling symlink (to {os.readlink(file)})"
-    return "is missing" if not file.exists() else "is not a regular file"
-
-
 def read_drafter_info(path: str | Path) -> DrafterInfo:
     """Parse a drafter directory's config; ValueError naming the file when it is missing or malformed."""
     file = Path(path) / CONFIG_FILE
@@ -215,12 +202,11 @@ def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> N
     if info.policy_vocab_size != pc.vocab_size:
         problems.append(f"vocabulary {info.policy_vocab_size} != policy's {pc.vocab_size}")
     lc = info.layer_config
-    if (lc.num_attention_heads, lc.num_key_value_heads, lc.head_dim) != (
-        pc.num_attention_heads,
-        pc.num_key_value_heads,
-        pc.head_dim,
-    ):
-        problems.append("attention head geometry differs from the policy's")
+    if head_geometry(lc) != head_geometry(pc):
+        problems.append(
+            f"attention head geometry (num_attention_heads, num_key_value_heads, head_dim) {head_geometry(lc)} "
+            f"!= policy's {head_geometry(pc)}"
+        )
     if lc.model_type != pc.model_type:  # its layer mirrors the family of the policy it was trained for
         problems.append(f"its layer is a {lc.model_type} layer, the policy a {pc.model_type} model")
     if info.extra_layers and info.extra_layers[-1] >= pc.num_hidden_layers:
@@ -229,6 +215,11 @@ def check_drafter_fit(path: str | Path, info: DrafterInfo, pc: ModelConfig) -> N
         raise ValueError(
             f"drafter {path} (trained for {info.policy_name!r}) does not fit this policy: " + "; ".join(problems)
         )
+
+
+def head_geometry(config: ModelConfig) -> tuple[int, int, int]:
+    """A config's attention head geometry: (num_attention_heads, num_key_value_heads, head_dim)."""
+    return config.num_attention_heads, config.num_key_value_heads, config.head_dim
 
 
 def read_drafter_weights(path: str | Path) -> dict[str, torch.Tensor]:

@@ -489,3 +489,30 @@ def test_vllm_only_options_are_refused_for_sglang(narrow_drafter_dir, tmp_path, 
     assert main(["export-drafter", str(narrow_drafter_dir), str(tmp_path / "out"), f"{key}=true"]) == 2
     assert f"export_drafter.{key}=true applies to --format vllm only" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_plain_decoding_at_batch_size_1_is_noted_in_the_vllm_config(drafter_dir, tmp_path, capsys, monkeypatch):
+    """vLLM needs num_speculative_tokens >= 1: a bucket-1 winner of plain decoding was exported as 1, silently. The
+    config keeps 1 (valid) with a note, and the export warns; ``model`` is the export's absolute path, not the output
+    as typed (vLLM resolves it from its own working directory)."""
+    bandit = BanditSelector(BanditConfig(strategies=["3_1_4", "disable"], bs_thresholds=[1, 2, 5, 21], epsilon=0.0))
+    for _ in range(6):
+        bandit.observe(RoundStats(Strategy.parse("3_1_4"), 1, [3], [0], [1], 0.020))
+        bandit.observe(RoundStats(DISABLE, 1, [0], [0], [1], 0.008))
+    (tmp_path / "bandit_state.json").write_text(json.dumps(bandit.state_dict()))
+    monkeypatch.chdir(tmp_path)
+    assert main(["export-drafter", str(drafter_dir), "out", "bandit_state=bandit_state.json"]) == 0
+    vllm = json.loads((tmp_path / "out" / "vllm_speculative_config.json").read_text())
+    assert vllm["num_speculative_tokens_per_batch_size"]["1"] == 0 and vllm["num_speculative_tokens"] == 1
+    assert "batch size 1's learned choice is plain decoding" in vllm["note"]
+    assert "without --speculative-config" in vllm["note"]
+    assert vllm["model"] == str((tmp_path / "out").resolve())
+    err = capsys.readouterr().err
+    assert "warning: out/vllm_speculative_config.json: batch size 1's learned choice is plain decoding" in err
+
+
+def test_a_batch_size_1_that_drafts_has_no_note(drafter_dir, tmp_path):
+    state = tmp_path / "bandit_state.json"
+    state.write_text(json.dumps(_trained_bandit_state()))
+    write_selection_configs(state, tmp_path / "out", "draft")
+    assert "note" not in json.loads((tmp_path / "out" / "vllm_speculative_config.json").read_text())

@@ -304,3 +304,61 @@ def test_a_dtype_that_cannot_be_written_is_refused_before_the_directory_is_made(
     with pytest.raises(ValueError, match="dtype torch.int8 is not supported"):
         save_model(model, tmp_path / "int8", dtype=torch.int8)
     assert not (tmp_path / "int8").exists()
+
+
+def _tiny_checkpoint(path):
+    """A tiny random model saved as an HF checkpoint directory at ``path`` (single-file safetensors)."""
+    from fastrl.models import CausalLM
+
+    save_model(CausalLM(ModelConfig("llama", 64, 32, 48, 1, 2)), path)
+    return path
+
+
+def _replace_with(file, kind: str) -> str:
+    """Put a dangling symlink or a directory where ``file`` was; the message ``file_problem`` gives for it."""
+    file.unlink(missing_ok=True)
+    if kind == "dangling":
+        file.symlink_to("/nonexistent/blob")
+        return r"is a dangling symlink \(to /nonexistent/blob\)"
+    file.mkdir()
+    return "is a directory, not a file"
+
+
+@pytest.mark.parametrize("kind", ["dangling", "directory"])
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "generation_config.json"])
+def test_a_checkpoint_file_that_is_not_a_file_is_named_for_what_it_is(tmp_path, name, kind):
+    """A half-downloaded hub snapshot leaves dangling links; config.json or model.safetensors one (or a directory in
+    its place) was reported as absent ('has no config.json'), a generation_config.json one was silently ignored."""
+    path = _tiny_checkpoint(tmp_path / "m")
+    what = _replace_with(path / name, kind)
+    with pytest.raises(ValueError, match=f"checkpoint directory {path}: {name} {what}"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("kind", ["dangling", "directory"])
+def test_a_shard_index_or_shard_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind):
+    from fastrl.models.checkpoint import weight_files
+
+    index = tmp_path / "model.safetensors.index.json"
+    what = _replace_with(index, kind)
+    with pytest.raises(ValueError, match=f"checkpoint directory {tmp_path}: model.safetensors.index.json {what}"):
+        weight_files(tmp_path)
+    if index.is_dir():
+        index.rmdir()
+    else:
+        index.unlink()
+    index.write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}))
+    (tmp_path / "s1.safetensors").write_bytes(b"")
+    what = _replace_with(tmp_path / "s2.safetensors", kind)
+    with pytest.raises(ValueError, match=f"names shards that are not files in {tmp_path}: \\['s2.safetensors {what}"):
+        weight_files(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "7", "null"])
+def test_a_generation_config_that_is_not_an_object_is_refused(tmp_path, text):
+    """Valid JSON but not an object was silently ignored, while non-JSON was an error."""
+    config = ModelConfig("qwen2", 10, 32, 8, 1, 4, eos_token_id=[3, 4])
+    (tmp_path / "config.json").write_text(json.dumps(config.to_hf_dict()))
+    (tmp_path / "generation_config.json").write_text(text)
+    with pytest.raises(ValueError, match="generation_config.json must hold a JSON object"):
+        read_config(tmp_path)

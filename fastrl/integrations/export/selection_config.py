@@ -94,14 +94,30 @@ def size_range(low: int, high: int | None) -> str:
 def vllm_table(winners: list[BucketWinner], draft_model: str) -> dict:
     """vLLM ``speculative_config``: ``num_speculative_tokens`` of the batch-size-1 winner, plus the per-batch-size
     table ``num_speculative_tokens_per_batch_size`` ({min batch size: tokens}, 0 = no speculation). vLLM's EAGLE
-    proposer drafts a chain, so a tree winner ``S_K_N`` contributes its depth ``S``."""
+    proposer drafts a chain, so a tree winner ``S_K_N`` contributes its depth ``S``. Where batch size 1's winner is
+    plain decoding, ``num_speculative_tokens`` is 1 (vLLM needs at least 1, so the config stays valid) and a
+    ``note`` says so (``vllm_plain_note``): serve batch size 1 without ``--speculative-config``."""
     table = {str(w.min_batch_size): exported_strategy(w).steps for w in winners}
-    return {
+    doc = {
         "method": "eagle",
         "model": draft_model,
         "num_speculative_tokens": max(table["1"], 1),
         "num_speculative_tokens_per_batch_size": table,
     }
+    note = vllm_plain_note(winners)
+    return doc | ({"note": note} if note else {})
+
+
+def vllm_plain_note(winners: list[BucketWinner]) -> str | None:
+    """Why the vLLM config's ``num_speculative_tokens`` is not what the bandit learned: batch size 1's winner
+    decodes plainly (0 tokens) and vLLM needs at least 1. None when batch size 1's winner drafts."""
+    first = next(w for w in winners if w.min_batch_size == 1)
+    if exported_strategy(first).steps:
+        return None
+    return (
+        f"batch size 1's learned choice is plain decoding ({disable_reason(first)}); num_speculative_tokens is 1 only "
+        "because vLLM needs at least 1: serve batch size 1 without --speculative-config"
+    )
 
 
 def sglang_adaptive(winners: list[BucketWinner]) -> dict:
