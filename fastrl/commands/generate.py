@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,26 +132,28 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         def made() -> set[int]:  # the results whose rounds the stats hold: the merged ones' and this run's
             return covered | (set(stream.done) - kept_before)
 
+        def save_stopped() -> None:  # a stopped run's bandit state and the reports of the results it wrote
+            save_learned(targets, engine.selector, setting, learned)
+            written = {inputs[i].request_id for i in stream.done}
+            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector, made())
+
+        def write(step: list[tuple[int, RequestOutput]]) -> None:  # the results that finished in one step
+            for index, out in step:
+                record = _to_record(index, out, tokenizer, settings)
+                if cfg.n > 1:
+                    record["prompt_index"], record["sample"] = divmod(index, cfg.n)
+                stream.write(record)
+                if record.get("error"):
+                    print(f"fastrl generate: line {lines[index // cfg.n].line_no}: {record['error']}", file=sys.stderr)
+
         ledger = RoundLedger(engine)
         try:
             with settled_heap():  # start-up's objects out of the collector's way while decoding
-                for step in _finished(ledger, pending, cfg.progress):
-                    # a step's finished results are written whole: an interrupt waits for the last of them
-                    with held_interrupts("writing a step's results", raising_only=True):
-                        for index, out in step:
-                            record = _to_record(index, out, tokenizer, settings)
-                            if cfg.n > 1:
-                                record["prompt_index"], record["sample"] = divmod(index, cfg.n)
-                            stream.write(record)
-                            if record.get("error"):
-                                line_no = lines[index // cfg.n].line_no
-                                print(f"fastrl generate: line {line_no}: {record['error']}", file=sys.stderr)
+                _generate_pending(ledger, pending, cfg.progress, write)
             stream.close()
         except KeyboardInterrupt as err:
             stream.close()
-            written = {inputs[i].request_id for i in stream.done}
-            save_learned(targets, engine.selector, setting, learned)
-            write_reports(targets, earlier + ledger.kept(written), cfg.strategy, engine.selector, made())
+            save_stopped()
             raise say_interrupted(
                 err,
                 f"fastrl generate: interrupted; {len(stream.done)} of {len(inputs)} results are in {cfg.output}. "
@@ -159,6 +161,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             ) from None
         except OSError as err:
             stream.close()
+            _try_reports(targets, save_stopped)
             kept = f"{cfg.output}; {len(stream.done)} of {len(inputs)} results are kept; run the same command again"
             full = no_space(err, kept)
             if full is err:
@@ -289,10 +292,15 @@ def write_reports(
             ) from None
 
 
-def _finished(
-    ledger: RoundLedger, pending: list[tuple[int, GenerateInput]], progress: bool
-) -> Iterator[list[tuple[int, RequestOutput]]]:
-    """(prompt index, output) of every pending request, as each finishes: one list a step."""
+def _generate_pending(
+    ledger: RoundLedger,
+    pending: list[tuple[int, GenerateInput]],
+    progress: bool,
+    write: Callable[[list[tuple[int, RequestOutput]]], None],
+) -> None:
+    """Run every pending request to its end, handing ``write`` the (prompt index, output) of those that finish in
+    each step. An interrupt waits for the end of a step and of writing its finished results (a result a step
+    returned is written); one the ledger caught in its step (``RoundLedger.interrupt``) is raised after them."""
     from tqdm.auto import tqdm
 
     engine = ledger.engine
@@ -301,12 +309,23 @@ def _finished(
         index_of[engine.add_request(x.prompt_ids, x.params, x.request_id)] = index
     with tqdm(total=len(pending), desc="generate", unit="req", disable=not progress) as bar:
         while engine.has_unfinished():
-            done = [(index_of[out.request_id], out) for out in ledger.step() if out.finished]
-            bar.update(len(done))
-            if done:
-                yield done
-            if ledger.interrupt is not None:  # after the results that finished in its step are written
+            with held_interrupts("a step and writing its results", raising_only=True):
+                done = [(index_of[out.request_id], out) for out in ledger.step() if out.finished]
+                bar.update(len(done))
+                write(done)
+            if ledger.interrupt is not None:
                 raise ledger.interrupt
+
+
+def _try_reports(targets: GuardedOutputs, save: Callable[[], None]) -> None:
+    """``save`` the bandit state and reports of a run that an error stopped, best-effort: a failure (the disk is
+    full) is said in one line, naming what may be missing, and the error that stopped the run stays the one raised."""
+    try:
+        save()
+    except Exception as err:  # whatever it is, the error that stopped the run comes first
+        keys = ("bandit_state", "stats_output", "plot_output")
+        named = ", ".join(f"{key}={targets[key].path}" for key in keys if key in targets)
+        print(f"fastrl generate: writing {named} failed too: {type(err).__name__}: {err}", file=sys.stderr)
 
 
 def run_settings(cfg: GenerateConfig, model_dir: Path) -> dict[str, Any]:

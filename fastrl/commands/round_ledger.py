@@ -8,6 +8,7 @@ import math
 
 from fastrl.engine.engine import Engine
 from fastrl.engine.request import RequestOutput
+from fastrl.interrupts import held_interrupts
 from fastrl.strategy.round_stats import RoundStats
 
 
@@ -29,20 +30,32 @@ class RoundLedger:
 
     def step(self) -> list[RequestOutput]:
         """One engine step, its decode round's rows logged (a step that raises logs none: its outputs never came).
-        An interrupt (held to the step's end) returns the step's outputs, kept in ``interrupt`` for the caller to
-        raise once it has kept them."""
-        before = len(self.engine.round_stats)
+        An interrupt is held to the end of the step and of taking its outputs (one that came as the step returned
+        would lose them), which are returned, the interrupt kept in ``interrupt`` for the caller to raise once it
+        has kept them; where the step's outputs were lost all the same, its round is not logged (``_log_rounds``)."""
+        before, self.interrupt = len(self.engine.round_stats), None
+        outputs: list[RequestOutput] | None = None
         try:
-            outputs = self.engine.step()
+            with held_interrupts("a step and taking its outputs", raising_only=True):
+                outputs = self.engine.step()
         except KeyboardInterrupt as interrupt:
-            outputs, self.interrupt = self.engine.take_undelivered(), interrupt
-        new = range(before, len(self.engine.round_stats))
-        rows = {o.request_id: len(o.new_token_ids) for o in outputs if o.request_id in self._seen}
-        for i in new:  # one decode round a step; rows that do not add up to it cannot be told apart
-            known = len(new) == 1 and sorted(rows.values()) == sorted(self.engine.round_stats[i].emitted_tokens)
-            self.rows[i] = rows if known else None
+            self.interrupt = interrupt
+            if outputs is None:  # the step raised it: what it had progressed waits in the engine
+                outputs = self.engine.take_undelivered()
+        self._log_rounds(range(before, len(self.engine.round_stats)), outputs, self.interrupt is not None)
         self._seen.update(o.request_id for o in outputs)
         return outputs
+
+    def _log_rounds(self, new: range, outputs: list[RequestOutput], interrupted: bool) -> None:
+        """The rows of the rounds ``new`` one step ran, read off its ``outputs``: one decode round a step, whose
+        rows add up to its outputs' new tokens; a round whose rows do not cannot be told apart (None, kept whole),
+        unless the step was ``interrupted``: then its outputs were lost (none made a written result), so it is not
+        logged, and ``kept`` drops it."""
+        rows = {o.request_id: len(o.new_token_ids) for o in outputs if o.request_id in self._seen}
+        for i in new:
+            known = len(new) == 1 and sorted(rows.values()) == sorted(self.engine.round_stats[i].emitted_tokens)
+            if known or not interrupted:
+                self.rows[i] = rows if known else None
 
     def kept(self, written: set[str]) -> list[RoundStats]:
         """The rounds cut down to the rows of the requests in ``written`` (see ``without_rows``): a round left
@@ -50,7 +63,7 @@ class RoundLedger:
         whose rows could not be told apart is kept whole."""
         kept = []
         for i in range(self.start, len(self.engine.round_stats)):
-            if i not in self.rows:  # its step raised: none of its outputs came, so no written result
+            if i not in self.rows:  # its step raised, or lost its outputs to an interrupt: no written result
                 continue
             stats, rows = self.engine.round_stats[i], self.rows[i]
             cut = stats if rows is None else without_rows(stats, [n for r, n in rows.items() if r not in written])
