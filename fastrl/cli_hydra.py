@@ -191,7 +191,8 @@ def run_hydra_main(
         except ValueError as err:
             raise JobFailed(err) from err
         except OSError as err:  # a full disk: one line (Hydra would print a traceback), as outside Hydra
-            full = command_os_error(err, "free some space and resume (checkpoints it saved are kept)")
+            # the command's own words where it has any (train's job: resume, or start anew, as its checkpoints allow)
+            full = command_os_error(err, "free some space and run the command again (finished work it saved is kept)")
             if full is err:
                 raise
             raise JobFailed(full) from err

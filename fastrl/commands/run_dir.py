@@ -366,7 +366,8 @@ def wandb_run_id(run_dir: Path) -> str:
     return run_id
 
 
-def lock_run(run_dir: Path) -> GuardedOutputs:
+def lock_run(run_dir: Path, key: str = RUN_DIR_KEY) -> GuardedOutputs:
     """The run directory's lock (released by the result's ``release`` or its ``with`` block): a second command in
-    the same run is refused, naming the first's pid."""
-    return guard_outputs({}, {}, work_dirs={RUN_DIR_KEY: str(run_dir)})
+    the same run is refused, naming the first's pid and ``key``, the key the user gave the directory with
+    (``resume`` for a run continued in place)."""
+    return guard_outputs({}, {}, work_dirs={key: str(run_dir)})

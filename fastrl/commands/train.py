@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import OmegaConf
 
+from fastrl.atomic_files import command_os_error
 from fastrl.commands.output_guard import check_output_dir
 from fastrl.commands.run_dir import (
     CHECKPOINT_DIR_KEY,
     CHECKPOINTS,
+    RUN_DIR_KEY,
     RunPlan,
     check_checkpoint_dir,
     check_resolved_unused,
@@ -48,6 +50,7 @@ from fastrl.commands.train_setup import (
     model_dir,
     result_settings,
 )
+from fastrl.interrupts import held_interrupts
 from fastrl.json_values import finite_json
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
 
 LOG_NAME = "fastrl.train"
 LOG_FILE = "train.log"
+REPORT_FILE = "report.png"
 
 
 class RunRecorder:
@@ -157,6 +161,8 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
             f"resume: {cfg.resume} is at step {resumed_step} of rl.steps={cfg.rl.steps}: nothing left to do "
             f"(give rl.steps=N with N > {resumed_step} to train further)"
         )
+        if plan.in_place:
+            _missing_report(cfg, run_dir, resumed_step)
         return []
     checkpoints = check_checkpoint_dir(cfg.rl.checkpoint_dir or "", run_dir, plan)
     tolerance = cfg.rl.logprob_tolerance
@@ -219,31 +225,9 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 raise
         finally:
             backend.shutdown()
-        if recorder.history:
-            story = steps_speed(recorder.history, thresholds)
-            print_speed_summary("rollouts", story)
-            logging.getLogger(LOG_NAME).info(f"rollouts: {story.line()}")
-            if wandb is not None:  # the whole run's figures, beside the last step's under the per-step names
-                wandb.summarize(
-                    {
-                        "run/rollout_tokens": story.tokens,
-                        "run/rollout_time_s": story.wall_time_s,
-                        "run/rollout_tokens_per_s": story.tokens_per_s,
-                        "run/accept_length": story.accept_length,
-                        "run/estimated_speedup": story.speedup,
-                    }
-                )
-        if cfg.report and recorder.history:
-            png = plot_train_report(
-                recorder.history,
-                recorder.lengths,
-                run_dir / "report.png",
-                f"fastrl train: strategy={cfg.strategy.name}, drafter cotrain={cfg.drafter.cotrain}",
-                recorder.steps_run,
-            )
-            if wandb is not None:
-                wandb.log_image("report", png)
-            say(f"report: {png}")
+        # an interrupt here waits for the summary and the report (a second one stops at once)
+        with held_interrupts("the run's closing summary and report", raising_only=True):
+            _close_run(cfg, recorder, wandb, thresholds)
     finally:
         if wandb is not None:
             wandb.finish()
@@ -255,6 +239,56 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     if hint is not None:
         say(hint)
     return history
+
+
+def _close_run(cfg: TrainConfig, recorder: RunRecorder, wandb: WandbLogger | None, thresholds: tuple[int, ...]) -> None:
+    """After the last step: the rollouts' speed summary (terminal, train.log, W&B) and the report."""
+    if not recorder.history:
+        return
+    story = steps_speed(recorder.history, thresholds)
+    print_speed_summary("rollouts", story)
+    logging.getLogger(LOG_NAME).info(f"rollouts: {story.line()}")
+    if wandb is not None:  # the whole run's figures, beside the last step's under the per-step names
+        wandb.summarize(
+            {
+                "run/rollout_tokens": story.tokens,
+                "run/rollout_time_s": story.wall_time_s,
+                "run/rollout_tokens_per_s": story.tokens_per_s,
+                "run/accept_length": story.accept_length,
+                "run/estimated_speedup": story.speedup,
+            }
+        )
+    if cfg.report:
+        png = _draw_report(cfg, recorder.history, recorder.lengths, recorder.run_dir, recorder.steps_run)
+        if wandb is not None:
+            wandb.log_image("report", png)
+        say(f"report: {png}")
+
+
+def _draw_report(
+    cfg: TrainConfig, history: list[StepMetrics], lengths: list[int], run_dir: Path, length_steps: list[int]
+) -> Path:
+    """The run's report.png over ``history``, with the response ``lengths`` of the steps ``length_steps``."""
+    title = f"fastrl train: strategy={cfg.strategy.name}, drafter cotrain={cfg.drafter.cotrain}"
+    return plot_train_report(history, lengths, run_dir / REPORT_FILE, title, length_steps)
+
+
+def _missing_report(cfg: TrainConfig, run_dir: Path, resumed_step: int) -> None:
+    """A finished run continued with nothing left to do: draw its report when it lacks one (a run stopped while it
+    closed, or killed then), from the steps before ``resumed_step`` in metrics.jsonl. Their per-response lengths are
+    not kept there: the report shows the per-step length statistics instead. Not sent to W&B."""
+    if not cfg.report or (run_dir / REPORT_FILE).exists():
+        return
+    try:
+        history = [m for m in _earlier_steps(run_dir) if m.step < resumed_step]
+    except (ValueError, TypeError) as err:  # a damaged or foreign metrics.jsonl: the resume itself has no use for it
+        say(f"report: {run_dir / REPORT_FILE} is missing and cannot be drawn from metrics.jsonl ({err})")
+        return
+    if not history:
+        return
+    with held_interrupts("the run's report", raising_only=True):
+        png = _draw_report(cfg, history, [], run_dir, [])
+    say(f"report: {png} (drawn from metrics.jsonl: the run ended before it wrote its report)")
 
 
 def _wandb_logger(cfg: TrainConfig, run_dir: Path) -> WandbLogger | None:
@@ -322,6 +356,14 @@ def _interrupted(
     say(f"continue with: fastrl train resume={run_dir if latest.parent == checkpoints else latest}")
 
 
+def _after_full_disk(run_dir: Path) -> str:
+    """What to do after a full disk stopped the run in ``run_dir``: resume when it finished a checkpoint, else start
+    it anew (resume would find nothing to continue from)."""
+    if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
+        return f"free some space and continue with: fastrl train resume={run_dir} (its checkpoints are kept)"
+    return "free some space and start the run anew in a new directory (it saved no checkpoint to resume from)"
+
+
 def train_job_logging() -> dict[str, Any]:
     """Hydra job logging of `fastrl train`: INFO and above to train.log in the run directory, warnings also to the
     terminal (the terminal's INFO lines are printed by ``say``)."""
@@ -372,7 +414,7 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
     # given by an interpolation, `runs/${fastrl_run_id:}`, is known only to the job, which locks it there)
     literal = plan.run_dir is not None and "${" not in str(plan.run_dir)
     if literal and ((plan.in_place and runs_job) or not flags):
-        lock = lock_run(plan.run_dir)
+        lock = lock_run(plan.run_dir, "resume" if plan.in_place else RUN_DIR_KEY)  # the key as the user gave it
         plan.locked = True
         if plan.in_place:
             recorded = run_record(plan.run_dir, LOG_FILE)
@@ -394,6 +436,11 @@ def hydra_entry(command: HydraCommand, argv: list[str]) -> None:
             run_train(cfg, run_dir, plan)
         except ValueError as err:
             raise in_user_words_error(err) from None
+        except OSError as err:  # a full disk: one line saying how to go on from what the run saved
+            full = command_os_error(err, _after_full_disk(run_dir))
+            if full is err:
+                raise
+            raise full from err
         finally:
             if recorded and not plan.checked:  # refused, or nothing left to do: the run keeps its own record
                 restore_files(recorded)

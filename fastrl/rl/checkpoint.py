@@ -105,33 +105,37 @@ def save_training_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    rng = GlobalRngState.capture()
-    meta = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "step": state.step,
-        "policy_version": state.policy_version,
-        "config": state.config,
-        "task": state.task,
-        "settings": state.settings,
-        "python_rng": rng.python,
-        "has_drafter": bool(backend.drafter_state()[1]),
-    }
-    rng_tensors = {"torch_cpu": rng.torch_cpu}
-    rng_tensors.update({f"torch_cuda.{i}": s for i, s in enumerate(rng.torch_cuda)})
-    save_tensors(rng_tensors, tmp / RNG_FILE)
-    save_model(policy, tmp / POLICY_DIR)
-    if hasattr(tokenizer, "save_pretrained"):
-        tokenizer.save_pretrained(tmp / POLICY_DIR)
-    if reference is not None:
-        save_model(reference, tmp / REFERENCE_DIR)
-    save_optimizer(optimizer, tmp)
-    _save_drafter(backend, drafter_config or policy.config, tmp / DRAFTER_DIR)
-    (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
-    meta[COTRAIN_WORKERS] = save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
-    meta[HISTORY_WORKERS] = save_history_states(backend.history_state(), tmp / HISTORY_DIR)
-    # last: a checkpoint is one only once its state file is there (a run killed while writing leaves none)
-    (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    try:  # a save that fails (a full disk) or is stopped leaves no half-written directory to hold the space
+        rng = GlobalRngState.capture()
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "step": state.step,
+            "policy_version": state.policy_version,
+            "config": state.config,
+            "task": state.task,
+            "settings": state.settings,
+            "python_rng": rng.python,
+            "has_drafter": bool(backend.drafter_state()[1]),
+        }
+        rng_tensors = {"torch_cpu": rng.torch_cpu}
+        rng_tensors.update({f"torch_cuda.{i}": s for i, s in enumerate(rng.torch_cuda)})
+        save_tensors(rng_tensors, tmp / RNG_FILE)
+        save_model(policy, tmp / POLICY_DIR)
+        if hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(tmp / POLICY_DIR)
+        if reference is not None:
+            save_model(reference, tmp / REFERENCE_DIR)
+        save_optimizer(optimizer, tmp)
+        _save_drafter(backend, drafter_config or policy.config, tmp / DRAFTER_DIR)
+        (tmp / ROLLOUT_SELECTOR_FILE).write_text(json.dumps(backend.selector_state(), indent=2) + "\n")
+        meta[COTRAIN_WORKERS] = save_cotrain_states(backend.cotrain_state(), tmp / COTRAIN_DIR)
+        meta[HISTORY_WORKERS] = save_history_states(backend.history_state(), tmp / HISTORY_DIR)
+        # last: a checkpoint is one only once its state file is there (a run killed while writing leaves none)
+        (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)

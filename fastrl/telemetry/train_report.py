@@ -39,18 +39,42 @@ def plot_train_report(
     _drafter_panel(ax[2, 1], history)
     _cotrain_panel(ax[3, 0], history)
     covered = length_steps if length_steps is not None else steps
-    span = f"step {covered[0]}" if len(covered) == 1 else f"steps {covered[0]}-{covered[-1]}" if covered else "no step"
-    ax[3, 1].hist(lengths, bins=40, label=f"{len(lengths)} responses of {span}")
-    ax[3, 1].set_yscale("log")
-    ax[3, 1].set_title("response length (tokens)")
-    ax[3, 1].set_xlabel("tokens")
-    ax[3, 1].legend(fontsize=8)
+    if lengths or not history:
+        _length_panel(ax[3, 1], lengths, covered)
+    else:
+        _length_stats_panel(ax[3, 1], history)
     for a in (ax[3, 0], ax[2, 0], ax[2, 1], ax[1, 0], ax[1, 1], ax[0, 0], ax[0, 1]):
         a.set_xlabel("RL step")
     fig.suptitle(title)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _length_panel(ax, lengths: list[int], covered: list[int]) -> None:
+    """The response lengths of the steps ``covered``, as a histogram."""
+    span = f"step {covered[0]}" if len(covered) == 1 else f"steps {covered[0]}-{covered[-1]}" if covered else "no step"
+    ax.hist(lengths, bins=40, label=f"{len(lengths)} responses of {span}")
+    ax.set_yscale("log")
+    ax.set_title("response length (tokens)")
+    ax.set_xlabel("tokens")
+    ax.legend(fontsize=8)
+
+
+def _length_stats_panel(ax, history: list[StepMetrics]) -> None:
+    """Without the responses' lengths (a report drawn from metrics.jsonl): each step's mean, median, p90 and
+    longest response."""
+    steps = [m.step for m in history]
+    for name, values, marker in (
+        ("max", [m.response_len_max for m in history], "^"),
+        ("p90", [m.response_len_p90 for m in history], "."),
+        ("median", [m.response_len_p50 for m in history], "x"),
+        ("mean", [m.response_len_mean for m in history], "o"),
+    ):
+        ax.plot(steps, values, marker=marker, label=name)
+    ax.set_title("response length per step (tokens)")
+    ax.set_xlabel("RL step")
+    ax.legend(fontsize=8, title="per step, from metrics.jsonl", title_fontsize=8)
 
 
 def _reward_panel(ax, history: list[StepMetrics]) -> None:
