@@ -19,6 +19,9 @@ from fastrl.atomic_files import with_default_modes
 
 CACHE_ENV = "FASTRL_CACHE"
 MARKER_FILE = "fastrl_named_model.json"
+# What a conversion writes, by revision; a cached one of an older revision is converted again. 2: the tokenizer adds
+# no BOS and keeps the spaces it decodes (transformers 4.x built it from the GGUF adding and cleaning them).
+CONVERSION_REVISION = 2
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def named_model_dir(name: str, cache_dir: Path | None = None) -> Path:
     source = gguf_path(spec)
     version = importlib.metadata.version(spec.distribution)
     target = (cache_dir or cache_root()) / "models" / f"{spec.name}-{version}"
-    if (target / MARKER_FILE).is_file():
+    if _converted(target):
         return target
     for module in ("gguf", "accelerate"):
         if importlib.util.find_spec(module) is None:
@@ -95,17 +98,40 @@ def named_model_dir(name: str, cache_dir: Path | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         convert_gguf(spec, source, tmp)
-        (tmp / MARKER_FILE).write_text(json.dumps({"name": spec.name, "source": source.name, "version": version}))
+        marker = {"name": spec.name, "source": source.name, "version": version, "revision": CONVERSION_REVISION}
+        (tmp / MARKER_FILE).write_text(json.dumps(marker))
         with_default_modes(tmp)  # a shared FASTRL_CACHE: its other users read the weights too
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: keep its copy
-            if not (target / MARKER_FILE).is_file():
-                raise
+        _replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"model={spec.name}: cached at {target}", file=sys.stderr)
     return target
+
+
+def _converted(target: Path) -> bool:
+    """Whether `target` holds a finished conversion of the current revision."""
+    try:
+        marker = json.loads((target / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("revision", 1) >= CONVERSION_REVISION
+
+
+def _replace(converted: Path, target: Path) -> None:
+    """Move a finished conversion to `target`; an older revision there is set aside and removed, and a current one
+    that another process finished first is kept."""
+    old = None
+    if target.exists() and not _converted(target):
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}-", suffix=".old", dir=target.parent))
+        target.rename(old / "converted")
+    try:
+        converted.rename(target)
+    except OSError:  # another process finished first: keep its copy
+        if not _converted(target):
+            raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def convert_gguf(spec: NamedModel, source: Path, out: Path) -> None:
@@ -117,6 +143,10 @@ def convert_gguf(spec: NamedModel, source: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=file)
     tokenizer.eos_token = spec.eos_token
     tokenizer.pad_token = spec.pad_token
+    # as the model's own tokenizer: no BOS added to raw text, decoded text keeps the spaces its tokens hold
+    tokenizer.clean_up_tokenization_spaces = False
+    if getattr(tokenizer, "add_bos_token", False):
+        tokenizer.add_bos_token = False
     loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=file, dtype=torch.float32)
     # the GGUF config carries a quantization_config; rebuild a plain model from a clean config.
     config_dict = loaded.config.to_dict()

@@ -4,6 +4,7 @@ fastrl's plain decoding equals transformers' `generate` token for token on chat 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -57,6 +58,16 @@ def test_converted_checkpoint_is_llama_with_tied_embeddings_and_chat_tokenizer(s
     text = tokenizer.decode(chat_ids(tokenizer, "hi"))
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert named_model_dir("smollm2") == directory  # the second call reads the cache
+
+
+def test_the_converted_tokenizer_adds_no_bos_and_keeps_spaces(smollm2):
+    """As SmolLM2's own tokenizer: raw text gets no BOS, and decoding keeps the spaces before punctuation."""
+    _, _, tokenizer, directory = smollm2
+    saved = json.loads((directory / "tokenizer_config.json").read_text())
+    assert saved["clean_up_tokenization_spaces"] is False and not saved.get("add_bos_token", False)
+    text = "Hello , world . Isn't it ?"
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] != tokenizer.bos_token_id and tokenizer.decode(ids) == text
 
 
 def test_plain_decoding_matches_hf_generate_on_chat_prompts(smollm2):

@@ -86,3 +86,29 @@ def test_shipped_drafter_follows_the_marker(tmp_path):
     assert shipped_drafter_dir(model_dir, assets) is None  # a plain directory has no shipped drafter
     (model_dir / MARKER_FILE).write_text(json.dumps({"name": "smollm2"}))
     assert shipped_drafter_dir(model_dir, assets) == assets / SMOLLM2.drafter_asset
+
+
+def test_a_conversion_of_an_older_revision_is_converted_again(monkeypatch, tmp_path):
+    """A cache converted before the current revision (its tokenizer built otherwise) is replaced, once."""
+    gguf = tmp_path / "pkg" / SMOLLM2.gguf_file
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"")
+    target = tmp_path / "cache" / "models" / "smollm2-9.9"
+    target.mkdir(parents=True)
+    (target / MARKER_FILE).write_text(json.dumps({"name": "smollm2", "source": gguf.name, "version": "9.9"}))
+    (target / "stale.json").write_text("{}")
+    calls: list[Path] = []
+
+    def fake_convert(spec, source, out):
+        calls.append(source)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(named, "gguf_path", lambda spec: gguf)
+    monkeypatch.setattr(named.importlib.metadata, "version", lambda dist: "9.9")
+    monkeypatch.setattr(named.importlib.util, "find_spec", lambda n: object())
+    monkeypatch.setattr(named, "convert_gguf", fake_convert)
+    assert named_model_dir("smollm2", tmp_path / "cache") == target
+    assert named_model_dir("smollm2", tmp_path / "cache") == target and calls == [gguf]  # converted once
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", MARKER_FILE]  # the old one's files gone
+    assert json.loads((target / MARKER_FILE).read_text())["revision"] == named.CONVERSION_REVISION
+    assert sorted(p.name for p in target.parent.iterdir()) == ["smollm2-9.9"]  # nothing set aside is left
