@@ -10,6 +10,7 @@ is: the config, the acceptance counts (one hit and one trial count per depth the
 
 from __future__ import annotations
 
+import json
 import math
 
 from fastrl.adaptive.bandit_config import BanditConfig
@@ -78,13 +79,23 @@ def check_state_values(state: dict) -> BanditConfig:
     return config
 
 
-def check_state_version(state: dict) -> None:
-    """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``."""
-    version = state.get("version") if isinstance(state, dict) else None
-    if version != STATE_VERSION and isinstance(state, dict) and {"steps", "ema_accept"} <= set(state):
+def check_state_version(state: object) -> None:
+    """ValueError unless ``state`` is a ``state_dict`` of this bandit's ``STATE_VERSION``: a JSON object whose
+    "version" is that integer."""
+    if not isinstance(state, dict):
+        raise ValueError(f"not a bandit state: expected a JSON object, got {_json_kind(state)}")
+    version = state.get("version")
+    if version != STATE_VERSION and {"steps", "ema_accept"} <= set(state):
         raise ValueError(  # the verl server saves any selector's state under bandit_state_<server>.json
             "this is the state of an EMA tier controller (strategy=ema), not of a bandit: it holds no per-bucket "
             "choices to export or to start a bandit from"
+        )
+    if "version" not in state:
+        raise ValueError(f'not a bandit state: it has no "version" (a bandit state of this bandit has {STATE_VERSION})')
+    if not is_int(version):  # "4" or 4.0: not what a bandit writes (4.0 == 4 would pass the comparison)
+        kind = "" if version is None else f", {_json_kind(version)}"
+        raise ValueError(
+            f'bandit state "version" is {json.dumps(version, default=repr)}{kind}: expected the integer {STATE_VERSION}'
         )
     if version != STATE_VERSION:
         raise ValueError(
@@ -92,6 +103,17 @@ def check_state_version(state: dict) -> None:
             "version 2 per-arm time ratios without the shared load, version 1 the epsilon-greedy bandit's window of "
             "rewards: none fits this bandit's model, start without it)"
         )
+
+
+JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer"}
+"""How a JSON value's kind is named (by its Python type)."""
+
+
+def _json_kind(value: object) -> str:
+    """The kind of a JSON value in words: "an array", "a string", "a number" (a float), "null"."""
+    if value is None:
+        return "null"
+    return JSON_KINDS.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
 
 
 def _check_timeline(timeline: object, buckets: int) -> None:

@@ -8,6 +8,7 @@ command again (the finished lines are kept, only the rest is generated).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from fastrl.commands.engine_setup import build_engine, check_kv_memory, model_in
 from fastrl.commands.generate_config import GenerateConfig
 from fastrl.commands.interrupted import say_interrupted
 from fastrl.commands.multirun import job_file
-from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, write_through
+from fastrl.commands.output_guard import GuardedOutputs, guard_outputs, image_file_problem, write_through
 from fastrl.commands.prompt_tokens import PromptLimits
 from fastrl.commands.prompts_io import PromptLine, read_prompts
 from fastrl.commands.result_stream import INDEX_KEY, ResultStream
@@ -85,6 +86,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
             "bandit_state": cfg.bandit_state,
         },
         {"prompts": cfg.prompts, "ema_json": cfg.ema_json, **model_inputs(model_dir, cfg.drafter)},
+        own={"stats_output": stats_file_problem, "plot_output": image_file_problem},
     )
     try:
         ema = read_ema_json(cfg.ema_json) if cfg.ema_json else cfg.ema
@@ -188,6 +190,24 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         return [stream.done[i] for i in sorted(stream.done)]
     finally:
         targets.release()
+
+
+STATS_KEYS = ("strategy_selector", "bucket_thresholds", "round_log")
+"""Entries every stats JSON a `fastrl generate` run writes holds (``run_stats``), whatever its version."""
+
+
+def stats_file_problem(path: Path) -> str | None:
+    """Why an existing stats_output file is no stats JSON of a `fastrl generate` run (``Recognise``: it is not
+    overwritten); None when it is one: a rerun rewrites it, a resumed run merges its rounds."""
+    what = "is not the stats JSON of a `fastrl generate` run"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"{what} ({type(err).__name__}: {err})"
+    if not isinstance(data, dict):
+        return f"{what} (a JSON {type(data).__name__}, not an object)"
+    missing = [key for key in STATS_KEYS if key not in data]
+    return f"{what} (it has no {missing[0]!r})" if missing else None
 
 
 def finished_reports(targets: GuardedOutputs, done: set[int]) -> str:

@@ -4,7 +4,9 @@ concurrent writer is refused, and files reach their place by a rename. Errors ar
 ``guard_outputs`` checks every output file and directory (not an input, not a directory where a file is expected,
 not a file where a directory is, a non-empty directory only with ``overwrite=true``, writable) and takes an
 exclusive ``fcntl`` lock per output (a hidden ``.NAME.lock`` beside it, removed on release, as are the directories
-made above a new output when they are left empty: a refused command leaves nothing behind). ``write_through``
+made above a new output when they are left empty: a refused command leaves nothing behind); an existing file that a
+command rewrites only when it is its own (a run's stats or plot) is refused unless the command recognises it
+(``check_own``). ``write_through``
 (``fastrl.atomic_files`` for a plain path) and ``staged_output.staged_directory`` write through a temporary file
 or directory renamed into place, so a failed or interrupted command never leaves a half-written output over a good
 one.
@@ -141,16 +143,24 @@ def check_work_dir(key: str, value: str, inputs: dict[str, str]) -> OutputTarget
     return OutputTarget(key, Path(value), path, True, _make_parent(key, value, path))
 
 
+Recognise = Callable[[Path], str | None]
+"""Why an existing, non-empty output file is none the command writes, as the end of a sentence naming it ("is not
+a stats JSON of ..."); None: it is one (a rerun rewrites it, a resumed run reads it)."""
+
+
 def guard_outputs(
     files: dict[str, str],
     inputs: dict[str, str],
     directories: dict[str, str] | None = None,
     overwrite: bool = False,
     work_dirs: dict[str, str] | None = None,
+    own: dict[str, Recognise] | None = None,
 ) -> GuardedOutputs:
     """Check every non-empty output file (``files``: key -> path), directory and work directory (``work_dirs``,
     see ``check_work_dir``), then lock each; two keys naming the same path, a bad path or an output another process
-    is writing is a ValueError naming the key (the directories the checks created are removed again)."""
+    is writing is a ValueError naming the key (the directories the checks created are removed again). ``own``: for
+    the files the command rewrites only when they are its own (key -> ``Recognise``), an existing file it does not
+    recognise (notes a path was mistyped over) is refused and left as it is (``check_own``)."""
     checked = [(k, v, "file") for k, v in files.items() if v]
     checked += [(k, v, "dir") for k, v in (directories or {}).items() if v]
     checked += [(k, v, "work") for k, v in (work_dirs or {}).items() if v]
@@ -171,10 +181,61 @@ def guard_outputs(
         for target in guarded.targets.values():
             if target.regular:
                 _lock(guarded, target)
+        for key, recognise in (own or {}).items():
+            if key in guarded:  # read under the lock: no other fastrl command is rewriting it meanwhile
+                check_own(guarded[key], recognise)
     except BaseException:
         guarded.release()
         raise
     return guarded
+
+
+def check_own(target: OutputTarget, recognise: Recognise) -> None:
+    """ValueError naming the key when ``target`` is an existing, non-empty regular file that ``recognise`` does not
+    take for one the command wrote: it is never overwritten. A new or empty file, a FIFO or a device passes."""
+    if not target.regular or not target.path.is_file() or target.path.stat().st_size == 0:
+        return
+    why = recognise(target.path)
+    if why is not None:
+        raise ValueError(
+            f"{target.key}={target.given} {why}; it is not overwritten: delete the file or name another {target.key}"
+        )
+
+
+IMAGE_SIGNATURES = {
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "pdf": (b"%PDF-",),
+    "eps": (b"%!PS",),
+    "ps": (b"%!PS",),
+    "svg": (b"<?xml", b"<svg"),
+    "svgz": (b"\x1f\x8b",),  # gzip
+    "jpg": (b"\xff\xd8\xff",),
+    "jpeg": (b"\xff\xd8\xff",),
+    "tif": (b"II*\x00", b"MM\x00*"),
+    "tiff": (b"II*\x00", b"MM\x00*"),
+    "gif": (b"GIF87a", b"GIF89a"),
+    "webp": (b"RIFF",),
+    "pgf": (b"%% Creator: Matplotlib",),
+}
+"""How a file of each image format a plot is drawn in begins, by the suffix that names the format (a raw bitmap,
+``.raw`` or ``.rgba``, has no signature to tell it by; an ``.avif`` file's is not at its start: neither is told)."""
+
+
+def image_file_problem(path: Path) -> str | None:
+    """``Recognise`` of a plot output: None when the file begins as an image of the format its suffix names does
+    (or the format has no signature), else why it is no plot."""
+    suffix = path.suffix.lstrip(".").lower()
+    signatures = IMAGE_SIGNATURES.get(suffix)
+    if signatures is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError as err:
+        return f"cannot be read to tell whether it is a plot ({err.strerror})"
+    if any(head.startswith(s) for s in signatures):
+        return None
+    return f"is not a .{suffix} image (it does not begin as one), so not a plot an earlier run drew"
 
 
 def _lock(guarded: GuardedOutputs, target: OutputTarget) -> None:

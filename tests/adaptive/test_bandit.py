@@ -406,3 +406,24 @@ def test_an_ema_controllers_state_is_named_as_such_where_a_bandits_is_expected()
     bandit = BanditSelector(BanditConfig(strategies=SPACE)).state_dict()
     with pytest.raises(ValueError, match=r"timed_by_state\[0\]"):
         check_state_values(bandit | {"timed_by_state": [3]})
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ([1, 2], "not a bandit state: expected a JSON object, got an array"),
+        ("state", "not a bandit state: expected a JSON object, got a string"),
+        ({"acceptance": {}}, 'not a bandit state: it has no "version"'),
+        ({"version": "4"}, 'bandit state "version" is "4", a string: expected the integer 4'),
+        ({"version": 4.0}, 'bandit state "version" is 4.0, a number: expected the integer 4'),
+        ({"version": None}, 'bandit state "version" is null: expected the integer 4'),
+        ({"version": 3}, r"bandit state version 3 != 4 \(version 3 held"),
+    ],
+)
+def test_a_state_of_the_wrong_kind_or_version_says_what_it_is(state, said):
+    """An array, or a version that is not an integer, said "bandit state version None != 4" (or "'4' != 4"); a
+    version of 4.0 passed as 4."""
+    from fastrl.adaptive.bandit_state_check import check_state_version
+
+    with pytest.raises(ValueError, match=said):
+        check_state_version(state)

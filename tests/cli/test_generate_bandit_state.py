@@ -48,6 +48,9 @@ def test_a_run_starts_from_the_state_the_last_one_saved(tmp_path):
             json.dumps({"workers": [{"version": 4}], "affinity": []}),
             "the per-worker selector states of a `fastrl train` checkpoint",
         ),
+        # these said "bandit state version None != 4 (version 3 held ...)", or "version '4' != 4"
+        ("[1, 2]", "not a bandit state: expected a JSON object, got an array"),
+        (json.dumps({"version": "4"}), 'bandit state "version" is "4", a string: expected the integer 4'),
     ],
 )
 def test_a_file_that_is_no_bandit_state_is_named_and_kept(tmp_path, capsys, content, message):

@@ -88,6 +88,43 @@ def test_bad_output_paths_fail_before_any_work(model_dir, prompts, tmp_path, cap
 
 
 @pytest.mark.parametrize(
+    ("key", "name", "said"),
+    [
+        ("stats_output", "notes.txt", "is not the stats JSON of a `fastrl generate` run (JSONDecodeError"),
+        (
+            "stats_output",
+            "other.json",
+            "is not the stats JSON of a `fastrl generate` run (it has no 'strategy_selector",
+        ),
+        ("plot_output", "notes.png", "is not a .png image (it does not begin as one)"),
+    ],
+)
+def test_an_existing_file_that_is_no_report_of_a_run_is_not_overwritten(
+    model_dir, prompts, tmp_path, capsys, key, name, said
+):
+    """stats_output=notes.txt overwrote the notes with the stats JSON (exit 0), while output=notes.txt is refused."""
+    notes = tmp_path / name
+    notes.write_text('{"my": "precious notes"}\n' if name.endswith(".json") else "my precious notes\n")
+    before = notes.read_bytes()
+    assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", f"{key}={notes}") == 2
+    err = capsys.readouterr().err
+    assert f"{key}={notes} {said}" in err and f"delete the file or name another {key}" in err
+    assert "Traceback" not in err
+    assert notes.read_bytes() == before
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_reports_of_an_earlier_run_are_rewritten(model_dir, prompts, tmp_path):
+    stats, plot = tmp_path / "stats.json", tmp_path / "plot.png"
+    reports = [f"stats_output={stats}", f"plot_output={plot}"]
+    assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'a.jsonl'}", *reports) == 0
+    stats.write_text(stats.read_text().replace('"round_log"', '"old": 1, "round_log"', 1))
+    assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'b.jsonl'}", *reports) == 0
+    assert "old" not in json.loads(stats.read_text())
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
     "content, message",
     [
         (b'{"prompt_ids": [5, true]}\n', "in.jsonl:1"),

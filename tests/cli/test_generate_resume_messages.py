@@ -125,13 +125,21 @@ def test_a_missing_plot_without_stats_output_says_what_it_needs(model_dir, made,
 
 
 def test_a_stats_file_without_rounds_is_named_and_the_plot_not_written(model_dir, made, tmp_path, capsys):
+    """A stats JSON whose rounds cannot be read; a file that is no stats JSON at all ("{}") is refused before any
+    work (it would be overwritten by a run that had results to make)."""
     out = _copy(made, tmp_path)
     stats, plot = tmp_path / "s.json", tmp_path / "out.png"
-    stats.write_text("{}\n")
+    damaged = json.dumps({"strategy_selector": "bandit", "bucket_thresholds": [1, 8], "round_log": [{}]}) + "\n"
+    stats.write_text(damaged)
     assert main(_args(model_dir, made[0], out, f"stats_output={stats}", f"plot_output={plot}")) == 0
     err = _refusal(capsys)
     assert f"plot_output={plot} not written: stats_output={stats} is not the stats of a fastrl generate run" in err
-    assert f"stats_output={stats} left as it is" in err and not plot.exists() and stats.read_text() == "{}\n"
+    assert f"stats_output={stats} left as it is" in err and not plot.exists() and stats.read_text() == damaged
+    stats.write_text("{}\n")
+    assert main(_args(model_dir, made[0], out, f"stats_output={stats}", f"plot_output={plot}")) == 2
+    err = _refusal(capsys)
+    assert f"stats_output={stats} is not the stats JSON of a `fastrl generate` run (it has no " in err
+    assert not plot.exists() and stats.read_text() == "{}\n"
 
 
 def test_a_negative_index_is_named_as_no_prompt(model_dir, made, tmp_path, capsys):

@@ -14,7 +14,7 @@ from fastrl.assets_path import bundled_drafter_dir, bundled_model_dir
 from fastrl.atomic_files import atomic_path
 from fastrl.cli import main
 from fastrl.commands.engine_setup import model_inputs
-from fastrl.commands.output_guard import OutputTarget, guard_outputs
+from fastrl.commands.output_guard import OutputTarget, guard_outputs, image_file_problem
 from fastrl.commands.staged_output import staged_directory
 from tests.helpers import write_last_layer_drafter
 
@@ -245,3 +245,40 @@ def test_an_output_that_is_the_commands_own_stdout_is_refused(tmp_path, into, st
         f"fastrl generate: error: output=/dev/{stream} is this command's standard {what}, where it prints its "
         "progress and summary: name the file itself, or a named FIFO (mkfifo) to stream results to another program"
     )
+
+
+def test_an_existing_output_the_command_does_not_recognise_is_refused_leaving_nothing(tmp_path):
+    """``own``: a file a command rewrites only when it is its own (a run's stats or plot) was overwritten whatever
+    it held; an empty or a new file is taken, a refusal leaves no lock file nor directory behind."""
+    notes, empty = tmp_path / "notes.txt", tmp_path / "empty.txt"
+    notes.write_text("my precious notes")
+    empty.write_text("")
+    new = str(tmp_path / "sub" / "new.json")
+    refuse = {"stats": lambda path: "is not ours", "new": lambda path: "is not ours"}
+    with pytest.raises(ValueError, match=r"stats=\S*notes.txt is not ours; it is not overwritten: delete the file or"):
+        guard_outputs({"new": new, "stats": str(notes)}, {}, own=refuse)
+    assert sorted(os.listdir(tmp_path)) == ["empty.txt", "notes.txt"]
+    assert notes.read_text() == "my precious notes"
+    with guard_outputs({"new": new, "stats": str(empty)}, {}, own=refuse) as targets:
+        assert targets["stats"].path == empty
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "ours"),
+    [
+        ("plot.png", b"\x89PNG\r\n\x1a\n\x00\x00", True),
+        ("plot.PNG", b"\x89PNG\r\n\x1a\n\x00\x00", True),
+        ("plot.png", b"my precious notes", False),
+        ("plot.pdf", b"%PDF-1.4\n", True),
+        ("plot.pdf", b"\x89PNG\r\n\x1a\n", False),
+        ("plot.svg", b'<?xml version="1.0"', True),
+        ("plot.raw", b"anything: a raw bitmap has no signature", True),
+    ],
+)
+def test_a_plot_is_told_by_the_signature_of_its_format(tmp_path, name, head, ours):
+    path = tmp_path / name
+    path.write_bytes(head)
+    problem = image_file_problem(path)
+    assert (problem is None) == ours
+    if not ours:
+        assert problem.startswith(f"is not a .{path.suffix[1:].lower()} image")

@@ -100,7 +100,7 @@ def test_a_template_or_tokenizer_the_model_lacks_is_named(tmp_path):
 def test_a_chat_template_refusing_a_line_is_an_error_naming_the_line(tmp_path, template):
     tokenizer = chat_tokenizer()
     tokenizer.chat_template = template
-    line = read_prompts(_write(tmp_path / "p.jsonl", [{"messages": [{"role": "robot", "content": "hi"}]}]))[0]
+    line = read_prompts(_write(tmp_path / "p.jsonl", [{"messages": [{"role": "tool", "content": "hi"}]}]))[0]
     with pytest.raises(ValueError, match=r"^p\.jsonl:1: the chat template of m refused this line: "):
         line_token_ids(line, tokenizer, chat=False, where="p.jsonl:1", model="m")
 
@@ -120,3 +120,74 @@ def test_a_lone_surrogate_is_refused_naming_the_line(tmp_path, line, said):
     path.write_text('{"prompt": "fine \\ud83d\\ude00"}\n' + line + "\n")
     with pytest.raises(ValueError, match=re.escape(f"{path}:2: {said}")):
         read_prompts(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ('[{"prompt": "a"}, {"prompt": "b"}]', "p.jsonl:1: a JSON array: prompts files are JSONL, one JSON object a"),
+        (
+            '[{"prompt": "a"},\n {"prompt": "b"}]',
+            "p.jsonl:1: not valid JSON (Expecting value at column 18); it starts a JSON array: prompts files are JSONL",
+        ),
+        ("[\n", "p.jsonl:1: not valid JSON (Expecting value at column 2); it starts a JSON array"),
+        ('{"prompt": "ok"}\n{"prompt": "a\tb"}', "p.jsonl:2: not valid JSON (Invalid control character at column 14)"),
+        ('{"prompt": "ok"} {"prompt": "b"}', "p.jsonl:1: not valid JSON (Extra data at column 18)"),
+        ("null", "p.jsonl:1: null is not a JSON object: each line needs exactly one of"),
+        ('"hi"', 'p.jsonl:1: "hi" is not a JSON object: each line needs exactly one of'),
+    ],
+)
+def test_a_file_that_is_not_jsonl_is_named_as_such_with_the_column(tmp_path, content, said):
+    """A JSON array of prompts read as a line without "prompt" (or, spread over lines, "Expecting value" alone);
+    a parse error lost its column ("Invalid control character at"); a line of null read as a blank line."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(content + "\n")
+    with pytest.raises(ValueError) as err:
+        read_prompts(path)
+    assert str(err.value).startswith(f"{tmp_path}/{said}")
+
+
+@pytest.mark.parametrize(
+    ("ids", "said"),
+    [
+        ([1, -2, 3], '"prompt_ids"[1] is -2: expected an integer >= 0'),
+        ([1, 2.5, 3], '"prompt_ids"[1] is 2.5: expected an integer >= 0'),
+        ([1, float("nan")], '"prompt_ids"[1] is NaN: expected an integer >= 0'),
+        ([1, 2, "3"], '"prompt_ids"[2] is "3": expected an integer >= 0'),
+        ([True], '"prompt_ids"[0] is true: a boolean, not an integer'),
+        ("1 2 3", '"prompt_ids" must be a list of integers >= 0, got "1 2 3"'),
+    ],
+)
+def test_a_bad_token_id_is_named_with_its_index(tmp_path, ids, said):
+    """Every bad "prompt_ids" was one message, naming neither the value nor where it is."""
+    path = _write(tmp_path / "p.jsonl", [{"prompt_ids": [4]}, {"prompt_ids": ids}])
+    with pytest.raises(ValueError) as err:
+        read_prompts(path)
+    assert str(err.value) == f"{path}:2: {said}"
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ({"role": "wizard", "content": "hi"}, "\"messages\"[1].role is 'wizard': expected one of ['system', 'user',"),
+        ({"role": "user", "content": "hi", "extra": 1}, "\"messages\"[1] has the unknown key 'extra'; a message"),
+    ],
+)
+def test_a_message_with_an_unknown_role_or_key_is_refused(tmp_path, message, said):
+    """They were accepted silently (the chat template dropped the key, or rendered the role as it liked), while an
+    unknown key at the top of a line is refused."""
+    chat = [{"role": "system", "content": "Be brief."}, message]
+    path = _write(tmp_path / "p.jsonl", [{"prompt": "ok"}, {"messages": chat}])
+    with pytest.raises(ValueError) as err:
+        read_prompts(path)
+    assert str(err.value).startswith(f"{path}:2: {said}")
+
+
+def test_the_keys_chat_templates_take_besides_are_kept(tmp_path):
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+    chat = [
+        {"role": "user", "content": "add", "name": "ann"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "1", "tool_call_id": "c1"},
+    ]
+    assert read_prompts(_write(tmp_path / "p.jsonl", [{"messages": chat}]))[0].messages == chat
