@@ -19,7 +19,13 @@ from typing import Any
 
 from fastrl.atomic_files import command_os_error
 from fastrl.commands.run_dir import RUN_ID_RESOLVER, register_run_id
-from fastrl.config_compose import check_override_keys, compose_config, conf_dir, quote_string_overrides
+from fastrl.config_compose import (
+    check_override_keys,
+    compose_config,
+    conf_dir,
+    merge_config,
+    quote_string_overrides,
+)
 
 MULTIRUN_FLAGS = frozenset({"-m", "--multirun"})
 MAX_CHECKED_JOBS = 256  # a sweep of more jobs is checked job by job as it runs (each check composes a config)
@@ -154,9 +160,9 @@ def run_hydra_main(
     """Run ``task(config object)`` under Hydra's main with ``argv`` (flags and overrides), once or per sweep job.
 
     Overrides are checked against the schema first (unknown keys named, string values quoted); ``extra``
-    overrides go before the user's, so the user's win. Without flags the config is composed and validated first
-    with Hydra's compose API (``precheck`` overrides added: stand-ins for values only Hydra's main can resolve,
-    such as the run directory). A ValueError in the task comes back out as itself.
+    overrides go before the user's, so the user's win. Every job's config is composed first with Hydra's compose
+    API (``check_jobs``; ``precheck`` overrides added: stand-ins for values only Hydra's main can resolve, such as
+    the run directory). A ValueError in the task comes back out as itself.
     """
     import hydra
     from hydra.core.config_store import ConfigStore
@@ -164,15 +170,7 @@ def run_hydra_main(
 
     flags, overrides = pop_hydra_flags(argv)
     check_override_keys(command.name, command.schema, overrides)
-    if not flags:  # a plain run: every config error is one line before Hydra makes a run directory
-        compose_config(command.config_name, command.schema, [*overrides, *precheck], command.config_dir)
-    elif set(flags) <= MULTIRUN_FLAGS:  # a sweep: every job's config, before the first job runs
-        # its values read as Hydra will read them (quoted: a strategy 3_1_4 is no integer 314)
-        for job, job_overrides in enumerate(sweep_jobs(quote_string_overrides(command.schema, overrides, sweep=True))):
-            try:
-                compose_config(command.config_name, command.schema, [*job_overrides, *precheck], command.config_dir)
-            except ValueError as err:
-                raise ValueError(f"sweep job {job} ({' '.join(job_overrides)}): {err}; no job was run") from None
+    check_jobs(command, flags, overrides, precheck)
     register_run_id()
     store = ConfigStore.instance()
     store.store(name=f"{command.config_name}_schema", node=command.schema)
@@ -209,6 +207,27 @@ def run_hydra_main(
             raise
     finally:
         sys.argv = saved
+
+
+def check_jobs(command: HydraCommand, flags: list[str], overrides: list[str], precheck: tuple[str, ...] = ()) -> None:
+    """Every job's config composed before Hydra's main, which prints its errors on many lines (after it made a run
+    directory): each config error is one ValueError line, naming the key.
+
+    Without flags, or with only ``-m``, the config is composed and validated (each job of a sweep before the first
+    job runs). With a flag that prints (``--cfg``, ``--info``, ``--help`` ...) it is only merged: a value of the
+    wrong type or a key Hydra cannot add is refused, a value only the command would refuse (a range, a key it
+    needs) is printed as given.
+    """
+    check = compose_config if set(flags) <= MULTIRUN_FLAGS else merge_config
+    if not MULTIRUN_FLAGS & set(flags):
+        check(command.config_name, command.schema, [*overrides, *precheck], command.config_dir)
+        return
+    # a sweep's values read as Hydra will read them (quoted: a strategy 3_1_4 is no integer 314)
+    for job, job_overrides in enumerate(sweep_jobs(quote_string_overrides(command.schema, overrides, sweep=True))):
+        try:
+            check(command.config_name, command.schema, [*job_overrides, *precheck], command.config_dir)
+        except ValueError as err:
+            raise ValueError(f"sweep job {job} ({' '.join(job_overrides)}): {err}; no job was run") from None
 
 
 def _help_node(command: HydraCommand) -> dict[str, str]:

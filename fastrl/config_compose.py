@@ -48,9 +48,26 @@ def compose_config(name: str, schema: type[T], overrides: list[str], config_dir:
             f"{name.replace('_', '-')} --help`)"
         ) from None
     except (HydraException, OmegaConfBaseException) as exc:
-        said = _first_line(exc)
-        raise ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {said}{_override_hint(said)}") from exc
+        raise _bad_config(name, exc) from exc
     return obj
+
+
+def merge_config(name: str, schema: type, overrides: list[str], config_dir: Path) -> None:
+    """ValueError (one line, as ``compose_config`` words it) when Hydra cannot compose config ``name`` of
+    ``config_dir`` with ``overrides``: a value of the wrong type, a key it cannot add or append. The values are not
+    validated (no dataclass checks, no key required): what a flag that prints the config needs."""
+    ConfigStore.instance().store(name=f"{name}_schema", node=schema)
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            compose(config_name=name, overrides=quote_string_overrides(schema, overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise _bad_config(name, exc) from None
+
+
+def _bad_config(name: str, exc: BaseException) -> ValueError:
+    """Hydra's or OmegaConf's composition error of config ``name`` as one line, with what to type where it helps."""
+    said = _first_line(exc)
+    return ValueError(f"bad config for `fastrl {name.replace('_', '-')}`: {said}{_override_hint(said)}")
 
 
 def _override_hint(said: str) -> str:

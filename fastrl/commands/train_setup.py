@@ -134,30 +134,37 @@ def build_backend(cfg: TrainConfig) -> RolloutBackend:
         except ValueError as err:
             raise ValueError(f"drafter.path={cfg.drafter.path}: {err}") from None
     worker.check_files()
+    manager = manager_config(cfg, worker)  # rollout.* checked for either backend
     if cfg.rollout.backend == "local":
         return LocalRollout(worker, seed=cfg.rl.seed)
-    return RayRolloutManager(
-        RolloutManagerConfig(
-            worker=worker,
-            num_workers=cfg.rollout.num_workers,
-            ray_address=cfg.rollout.ray_address,
-            ray_num_cpus=cfg.rollout.ray_num_cpus,
-            cotrain_in_tail=cfg.rollout.cotrain_in_tail,
-            overlap_drafter_round=cfg.rollout.overlap_drafter_round,
-            restart_failed_workers=cfg.rollout.restart_failed_workers,
-            round_timeout_s=cfg.rollout.round_timeout_s,
-            seed=cfg.rl.seed,
-        )
+    return RayRolloutManager(manager)
+
+
+def manager_config(cfg: TrainConfig, worker: RolloutWorkerConfig) -> RolloutManagerConfig:
+    """The Ray manager's settings from rollout.*; ValueError naming the key of an invalid one. `rollout=local` reads
+    few of them, but a value `rollout=ray` refuses (a round_timeout_s of nan or 0) is refused for it too."""
+    return RolloutManagerConfig(
+        worker=worker,
+        num_workers=cfg.rollout.num_workers,
+        ray_address=cfg.rollout.ray_address,
+        ray_num_cpus=cfg.rollout.ray_num_cpus,
+        cotrain_in_tail=cfg.rollout.cotrain_in_tail,
+        overlap_drafter_round=cfg.rollout.overlap_drafter_round,
+        restart_failed_workers=cfg.rollout.restart_failed_workers,
+        round_timeout_s=cfg.rollout.round_timeout_s,
+        seed=cfg.rl.seed,
     )
 
 
 def check_local_cluster_fit(cfg: TrainConfig) -> None:
-    """ValueError before Ray starts when the workers of `rollout.backend=ray` ask a local Ray (no
+    """ValueError before any work (no model loaded, no Ray started) when a rollout.* key is invalid, for either
+    backend (``manager_config``), or when the workers of `rollout.backend=ray` ask a local Ray (no
     `rollout.ray_address`) for more CPUs or GPUs than it will have: `rollout.ray_num_cpus` or every core, and this
     machine's GPUs. A cluster being joined is checked once Ray knows its resources."""
+    worker = worker_config(cfg)
+    manager_config(cfg, worker)
     if cfg.rollout.backend != "ray" or cfg.rollout.ray_address:
         return
-    worker = worker_config(cfg)
     total = {"CPU": float(cfg.rollout.ray_num_cpus or os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
     check_fit(cfg.rollout.num_workers, worker.num_cpus, worker.num_gpus, total)
 

@@ -156,3 +156,32 @@ def test_usage_into_a_reader_that_stopped_is_quiet():
     finally:
         os.close(write)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "said"),
+    [
+        ("train", ["--cfg", "job", "rl.steps=abc"], "Error merging override rl.steps=abc (Value 'abc'"),
+        ("train", ["+rl.steps=2", "--cfg", "job"], "Could not append to config"),
+        ("train", ["rl.steps=abc", "--help"], "Error merging override rl.steps=abc"),
+        ("train", ["--info", "rl.steps=abc"], "Error merging override rl.steps=abc"),
+        ("train", ["-m", "--help", "rl.steps=1,abc"], "sweep job 1 (rl.steps=abc): bad config"),
+        ("generate", ["prompts=p.jsonl", "output=o.jsonl", "temperature=abc", "--cfg", "job"], "to Float"),
+    ],
+)
+def test_a_bad_type_with_a_print_flag_is_one_error(command, args, said, capsys, tmp_path):
+    """With --cfg, --help or --info a value Hydra cannot merge printed Hydra's multi-line error and exited 1; it is
+    the one line (exit 2) a plain run or -m prints."""
+    assert main([command, *args]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"fastrl {command}: error: ") and f"bad config for `fastrl {command}`: " in line, line
+    assert said in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_print_flags_check_types_not_ranges(capsys):
+    """--cfg shows a config whose values only the run would refuse (a range, a key a command needs)."""
+    assert main(["train", "--cfg", "job", "rl.steps=0"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["rl"]["steps"] == 0
+    assert main(["generate", "--cfg", "job", "temperature=-1"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["temperature"] == -1

@@ -44,6 +44,10 @@ def _error_line(capsys) -> str:
         (["drafter.slice_seconds=-1"], "drafter.slice_seconds must be a finite number > 0, got -1.0"),
         (["drafter.buffer_tokens=0"], "drafter.buffer_tokens must be an integer >= 2, got 0"),
         (["rollout.torch_threads=0"], "rollout.torch_threads must be an integer >= 1, got 0"),
+        # rollout=local refuses what rollout=ray does (it ran with a round timeout of nan or 0)
+        (["rollout.round_timeout_s=nan"], "rollout.round_timeout_s must be a finite number > 0, got nan"),
+        (["rollout.round_timeout_s=0"], "rollout.round_timeout_s must be a finite number > 0, got 0.0"),
+        (["rollout.ray_num_cpus=0"], "rollout.ray_num_cpus must be None or an integer >= 1, got 0"),
         (["rl.steps=abc"], "rl.steps=abc (Value 'abc' of type 'str' could not be converted to Integer)"),
         # keys of nested configs whose own messages name them shortly (EngineConfig's "engine.", the drafter
         # trainer's, the task's), named as typed
@@ -142,6 +146,21 @@ def test_more_workers_than_a_local_ray_has_is_said_before_ray_starts(tmp_path, c
     args = [*TINY, "rollout.num_workers=9", "rollout.ray_num_cpus=4", "logger=none", f"hydra.run.dir={run}"]
     assert main(["train", *args]) == 2
     assert "rollout.num_workers=9 workers of 1 CPU each need 9 CPUs, but this Ray cluster has 4" in _error_line(capsys)
+    assert not ray.is_initialized() and not run.exists()
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_rollout_keys_are_checked_before_any_work_for_either_backend(backend, tmp_path, capsys, monkeypatch):
+    """rollout=local took rollout.round_timeout_s=nan (rollout=ray refused it, once the model had loaded)."""
+    import ray
+
+    import fastrl.commands.train as train_command
+
+    monkeypatch.setattr(train_command, "load_model", lambda *a: pytest.fail("the model loaded before the check"))
+    run = tmp_path / "run"
+    args = [*TINY, f"rollout={backend}", "rollout.num_workers=1", "rollout.round_timeout_s=nan", "logger=none"]
+    assert main(["train", *args, f"hydra.run.dir={run}"]) == 2
+    assert "rollout.round_timeout_s must be a finite number > 0, got nan" in _error_line(capsys)
     assert not ray.is_initialized() and not run.exists()
 
 
