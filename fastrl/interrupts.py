@@ -3,7 +3,8 @@
 Python delivers a signal as an exception between any two bytecodes, so a block that changes two things that must
 agree (a policy and its optimizer; an engine's device state and its requests' tokens) can be left between them.
 Inside :func:`held_interrupts` the first such signal is recorded and delivered when the block ends (to the handler
-it found, or as ``KeyboardInterrupt``), also when the block ends with an error; a second one is delivered at once
+it found, or as ``KeyboardInterrupt``; a block that ends with an error raises that error, noted with the signal,
+which the caller's own handler still hears of); a second one is delivered at once
 (the user insists), also when the first is held by an enclosing block. Python runs signal handlers in the main
 thread only, so elsewhere the block runs unprotected.
 """
@@ -61,15 +62,21 @@ class _Hold:
             raise KeyboardInterrupt(f"signal {signum} ({message})")
 
     def deliver_after(self, error: BaseException) -> None:
-        """The held signal, when the block raised ``error``: the handler found still hears of it (a graceful-stop flag
-        must not be lost); where that is ``KeyboardInterrupt``, it is raised chained from an ordinary error, and left
-        out when the block already stops with an interrupt (or an exit), which says the same."""
-        signum, message = self.held[0], f"held to the end of {self.where}"
+        """The held signal, when the block raised ``error``: the error goes on unchanged (the caller's recovery, an
+        undo that catches ``OSError``, and the message the user reads are the error's), noted with the signal; the
+        handler found still hears of it (a graceful-stop flag must not be lost), and one that raises (the CLI's
+        ``KeyboardInterrupt``) does not replace the error. A block that stops with an interrupt (or an exit) says
+        the same already: nothing is added."""
+        if not isinstance(error, Exception):
+            return
+        signum = self.held[0]
+        error.add_note(f"signal {signum} came during {self.where}; this error stopped it first")
         handler = self.previous.get(signum)
         if callable(handler) and handler is not signal.default_int_handler:
-            handler(signum, None)
-        elif isinstance(error, Exception):
-            raise KeyboardInterrupt(f"signal {signum} ({message})") from error
+            try:
+                handler(signum, None)
+            except KeyboardInterrupt:
+                pass  # the error propagating stops the caller as the interrupt would
 
     def install(self, raising_only: bool) -> None:
         """Put this hold in place of the handlers of ``HELD_SIGNALS``, but where a signal is ignored, not Python's to
@@ -94,8 +101,9 @@ def held_interrupts(
     that is the caller's own (a script's graceful-stop flag runs, late but once), else as
     ``KeyboardInterrupt("signal N (held to the end of <where>)")``; a second signal is delivered at once (the
     user insists), also when the first is held by an enclosing block (`held_interrupts` nests). When the block
-    raises, the held signal still reaches the caller's own handler, or is raised as that ``KeyboardInterrupt``
-    chained from the error (``__cause__``); a block that stops with an interrupt already raises only that. An
+    raises an error, the error propagates unchanged, noted with the held signal, which still reaches the caller's own
+    handler (a handler that raises ``KeyboardInterrupt`` does not replace the error); a block that stops with an
+    interrupt already raises only that. An
     ignored signal stays ignored. ``raising_only``: hold only signals whose handler is Python code
     (``KeyboardInterrupt`` for SIGINT, the CLI's for SIGTERM), leaving a signal that ends the process (``SIG_DFL``)
     as it is. ``on_first`` hears of the first signal (e.g. to log it)."""

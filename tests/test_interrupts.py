@@ -57,14 +57,34 @@ def test_a_held_signal_reaches_the_callers_handler_when_the_block_raises():
         signal.signal(signal.SIGTERM, before)
 
 
-def test_a_held_sigint_is_raised_chained_from_the_blocks_error():
-    """Neither is lost: the interrupt stops the caller, the error it came with is its cause."""
-    with pytest.raises(KeyboardInterrupt, match=r"signal 2 \(held to the end of the test\)") as caught:
+def test_the_blocks_error_goes_on_unchanged_noted_with_the_held_sigint():
+    """A fault and a Ctrl-C in one block: the fault is what the caller catches (an undo that catches OSError still
+    runs, the user reads the fault), and its notes say the signal came."""
+    with pytest.raises(OSError, match="disk full") as caught:
         with held_interrupts("the test", raising_only=True):
             os.kill(os.getpid(), signal.SIGINT)
-            raise ValueError("a fault in the block")
-    assert isinstance(caught.value.__cause__, ValueError)
+            raise OSError(28, "disk full")
+    assert caught.value.__notes__ == ["signal 2 came during the test; this error stopped it first"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_callers_raising_handler_does_not_replace_the_blocks_error():
+    """The CLI's SIGTERM handler raises KeyboardInterrupt: heard, it must not hide the error the block raised."""
+    calls: list[int] = []
+
+    def raising(signum, frame):
+        calls.append(signum)
+        raise KeyboardInterrupt("terminated")
+
+    before = signal.signal(signal.SIGTERM, raising)
+    try:
+        with pytest.raises(RuntimeError, match="a fault"):
+            with held_interrupts("the test", raising_only=True):
+                os.kill(os.getpid(), signal.SIGTERM)
+                raise RuntimeError("a fault")
+        assert calls == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_block_that_stops_with_an_interrupt_raises_only_that():

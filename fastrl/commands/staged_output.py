@@ -71,7 +71,7 @@ def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed
     backup = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".old"))
     journal: list[tuple[Path, Path | None]] = []  # (a path of target, where its earlier file is; None: it had none)
     made: list[Path] = []  # directories this write created, in order
-    staged, keep_backup = set(files), False
+    staged, keep_backup, complete = set(files), False, False
     try:
         # an interrupt waits for the renames (a Ctrl-C between two left one file of the old output, one of neither)
         with held_interrupts(f"writing {target.key}", raising_only=True):
@@ -82,6 +82,7 @@ def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed
                 journal.append((dest, _move_aside(dest, backup, len(journal))))
                 if rel in staged:
                     os.replace(staging / rel, dest)
+            complete = True  # a signal held to here is delivered as the block ends: the new output stays
     except OSError as err:
         stuck = _undo(journal, made)
         keep_backup = bool(stuck)
@@ -89,6 +90,10 @@ def _replace_all(target: OutputTarget, staging: Path, files: list[Path], removed
         raise ValueError(
             f"{target.key}={target.given}: cannot write {err.filename or final} ({err.strerror or err}); {left}"
         ) from None
+    except BaseException:  # a second Ctrl-C (the user insists) mid-renames, another error: the old output comes back
+        if not complete:
+            keep_backup = bool(_undo(journal, made))
+        raise
     finally:
         if not keep_backup:
             shutil.rmtree(backup, ignore_errors=True)

@@ -142,3 +142,52 @@ def test_an_interrupt_between_two_renames_waits_for_the_last(tmp_path, monkeypat
     monkeypatch.setattr(staged_output.os, "replace", real)
     assert _snapshot(final) == {"README.md": b"mine", **{n: f"new {n}".encode() for n in ("a.json", "b.bin", "c.txt")}}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no staging or backup directory is left"
+
+
+def test_a_rename_failing_with_an_interrupt_held_still_puts_back_the_old_output(tmp_path, monkeypatch):
+    """A Ctrl-C held while a rename then failed (a full disk): the failure used to come out as the interrupt, past
+    the undo, and the replaced files went with the backup. Now the old output is whole and the error names it."""
+    import signal
+
+    final = _earlier_output(tmp_path)
+    before = _snapshot(final)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst) == final / "b.bin":
+            os.kill(os.getpid(), signal.SIGINT)
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(ValueError, match="is left as it was") as caught:
+        with staged_directory(_target(final), owned=("map.pt",)) as staging:
+            _stage(staging)
+    monkeypatch.undo()
+    assert _snapshot(final) == before
+    assert "signal 2 came during writing output" in " ".join(getattr(caught.value.__context__, "__notes__", []))
+
+
+def test_a_second_interrupt_during_the_renames_puts_back_the_old_output(tmp_path, monkeypatch):
+    """The user insists (two Ctrl-Cs): the renames stop at once, and the old output comes back whole."""
+    import signal
+
+    import fastrl.commands.staged_output as staged_output
+
+    final = _earlier_output(tmp_path)
+    before = _snapshot(final)
+    real, calls = os.replace, [0]
+
+    def replace(src, dst):
+        real(src, dst)
+        calls[0] += 1
+        if calls[0] in (1, 2):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(staged_output.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt, match="again"):
+        with staged_directory(_target(final), owned=("map.pt",)) as staging:
+            _stage(staging)
+    monkeypatch.setattr(staged_output.os, "replace", real)
+    assert _snapshot(final) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
