@@ -192,8 +192,9 @@ def run_generate(cfg: GenerateConfig) -> list[dict[str, Any]]:
         targets.release()
 
 
-STATS_KEYS = ("strategy_selector", "bucket_thresholds", "round_log")
-"""Entries every stats JSON a `fastrl generate` run writes holds (``run_stats``), whatever its version."""
+STATS_KEYS = ("bucket_thresholds", ("strategy_selector", "strategy_policy"))
+"""Entries every stats JSON a `fastrl generate` run writes holds (``run_stats``), whatever its version: a tuple is
+one of its names (earlier versions called the selector the strategy policy and kept no round log)."""
 
 
 def stats_file_problem(path: Path) -> str | None:
@@ -206,8 +207,11 @@ def stats_file_problem(path: Path) -> str | None:
         return f"{what} ({type(err).__name__}: {err})"
     if not isinstance(data, dict):
         return f"{what} (a JSON {type(data).__name__}, not an object)"
-    missing = [key for key in STATS_KEYS if key not in data]
-    return f"{what} (it has no {missing[0]!r})" if missing else None
+    for key in STATS_KEYS:
+        names = key if isinstance(key, tuple) else (key,)
+        if not any(name in data for name in names):
+            return f"{what} (it has no {names[0]!r})"
+    return None
 
 
 def finished_reports(targets: GuardedOutputs, done: set[int]) -> str:

@@ -102,7 +102,6 @@ def _prompt_line(obj: object, where: str, index: int, line_no: int) -> PromptLin
     ]
     for key, text in texts:
         _check_encodable(text, where, key)
-    _check_roles(messages or [], where)
     if "prompt_ids" in obj:
         _check_prompt_ids(ids, where)
     if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
@@ -126,39 +125,21 @@ def _json_text(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-CHAT_ROLES = ("system", "user", "assistant", "tool")
-"""The roles a chat message may have."""
-MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
-"""The keys a chat message may have: its role and content, and those chat templates take besides."""
-
-
 def _check_messages(messages: object, where: str) -> list[dict[str, str]]:
-    """A non-empty list of {"role": str, "content": str} objects, each key one of ``MESSAGE_KEYS`` (the keys
-    besides role and content are kept for the chat template); the roles are ``_check_roles``'s."""
+    """A non-empty list of {"role": str, "content": str} objects, the role not empty. Their roles and other keys
+    (name, tool_calls, reasoning_content, ...) are the chat template's to read or refuse: templates differ in what
+    they take (developer, ipython, function roles), and a refusal is named with the line."""
     if not isinstance(messages, list) or not messages:
         raise ValueError(f'{where}: "messages" must be a non-empty list of {{"role": ..., "content": ...}} objects')
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ValueError(f'{where}: "messages"[{i}] must be an object with "role" and "content"')
-        unknown = [key for key in message if key not in MESSAGE_KEYS]
-        if unknown:
-            raise ValueError(
-                f'{where}: "messages"[{i}] has the unknown key {unknown[0]!r}; a message has only the keys '
-                f"{list(MESSAGE_KEYS)}"
-            )
         for key in ("role", "content"):
             if not isinstance(message.get(key), str):
                 raise ValueError(f'{where}: "messages"[{i}].{key} must be a string')
+        if not message["role"].strip():
+            raise ValueError(f'{where}: "messages"[{i}].role is empty')
     return messages
-
-
-def _check_roles(messages: list[dict[str, str]], where: str) -> None:
-    """ValueError naming ``where`` and the first message whose role is none of ``CHAT_ROLES`` (checked after the
-    text: a role with a lone surrogate is named as that)."""
-    for i, message in enumerate(messages):
-        if message["role"] not in CHAT_ROLES:
-            role = message["role"]
-            raise ValueError(f'{where}: "messages"[{i}].role is {role!r}: expected one of {list(CHAT_ROLES)}')
 
 
 def _check_encodable(text: str | None, where: str, key: str) -> None:

@@ -94,7 +94,7 @@ def test_bad_output_paths_fail_before_any_work(model_dir, prompts, tmp_path, cap
         (
             "stats_output",
             "other.json",
-            "is not the stats JSON of a `fastrl generate` run (it has no 'strategy_selector",
+            "is not the stats JSON of a `fastrl generate` run (it has no 'bucket_thresholds'",
         ),
         ("plot_output", "notes.png", "is not a .png image (it does not begin as one)"),
     ],
@@ -122,6 +122,14 @@ def test_the_reports_of_an_earlier_run_are_rewritten(model_dir, prompts, tmp_pat
     assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'b.jsonl'}", *reports) == 0
     assert "old" not in json.loads(stats.read_text())
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_stats_of_an_earlier_fastrl_are_rewritten(model_dir, prompts, tmp_path):
+    """A stats JSON of an earlier version (the selector called the strategy policy, no round log) is a run's own."""
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"strategy_policy": "bandit", "bucket_thresholds": [1, 2, 5, 21], "arms": {}}))
+    assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'a.jsonl'}", f"stats_output={stats}") == 0
+    assert "round_log" in json.loads(stats.read_text())
 
 
 @pytest.mark.parametrize(
