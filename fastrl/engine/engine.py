@@ -3,11 +3,10 @@ per step, the strategy of each round chosen by a StrategySelector."""
 
 from __future__ import annotations
 
-import operator
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ from fastrl.engine.config import EngineConfig
 from fastrl.engine.device_memory import MEMORY_PARTS, memory_parts
 from fastrl.engine.finish import FINISH_CODES
 from fastrl.engine.request import FinishReason, Request, RequestOutput, now
+from fastrl.engine.request_checks import checked_params, checked_prompt
 from fastrl.engine.runner import ModelRunner, StepOutput
 from fastrl.engine.scheduler import Scheduler
 from fastrl.engine.server_info import ServerInfo
@@ -233,20 +233,7 @@ class Engine:
             raise ValueError(
                 f"request id {request_id!r} is running in another engine that shares this engine's history index"
             )
-        if params is not None and not isinstance(params, SamplingParams):
-            raise ValueError(f"{name}: params must be a SamplingParams, got {type(params).__name__}")
-        if hasattr(prompt_ids, "ndim") and prompt_ids.ndim != 1:  # a numpy array or a tensor: one row of ids
-            raise ValueError(f"{name}: prompt ids must be one row of integers, got {prompt_ids.ndim} dimensions")
-        if isinstance(prompt_ids, (str, bytes, Mapping, AbstractSet, Iterator)) or not hasattr(prompt_ids, "__iter__"):
-            raise ValueError(f"{name}: prompt ids must be a sequence of integers, got {type(prompt_ids).__name__}")
-        if isinstance(prompt_ids, torch.Tensor) and not _integer_dtype(prompt_ids):
-            raise ValueError(f"{name}: prompt ids must be integers, got a {prompt_ids.dtype} tensor")
-        prompt = []
-        for token in prompt_ids:
-            if not _is_token(token):
-                raise ValueError(f"{name}: prompt ids must be integers, got {token!r} ({type(token).__name__})")
-            prompt.append(operator.index(token))
-        return prompt, params or SamplingParams()
+        return checked_prompt(prompt_ids, name), checked_params(params, name)
 
     def abort(self, request_id: str) -> bool:
         """End an unfinished request now, between steps: the next step returns its final output with
@@ -589,18 +576,6 @@ def _check_parts(model: object, config: object, drafter: object, selector: objec
     if selector is not None and not all(hasattr(selector, a) for a in ("strategies", "choose", "observe")):
         hint = " (FixedSelector(name) or build_selector(name) make one from a strategy name)"
         raise ValueError(f"Engine: selector must be a StrategySelector{hint}, got {type(selector).__name__}")
-
-
-def _integer_dtype(tensor: torch.Tensor) -> bool:
-    """A tensor of integers: not floating point, complex or bool (which ``operator.index`` takes as 1 and 0)."""
-    return not (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool)
-
-
-def _is_token(token: object) -> bool:
-    """One prompt id: an integer of any kind (Python, numpy, a 0-d integer tensor), not a bool."""
-    if isinstance(token, torch.Tensor):
-        return token.dim() == 0 and _integer_dtype(token)
-    return not isinstance(token, bool) and hasattr(token, "__index__")
 
 
 def keeps_history(request: Request) -> bool:

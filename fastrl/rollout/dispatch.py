@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TypeVar
 
+from fastrl.engine.request_checks import checked_params, checked_prompt
 from fastrl.json_values import is_int
 from fastrl.rollout.types import RolloutRequest
 
@@ -161,11 +162,21 @@ def check_request_ids(requests: list[RolloutRequest]) -> None:
         seen.add(r.request_id)
 
 
-def with_seeds(requests: list[RolloutRequest], rng: random.Random) -> list[RolloutRequest]:
-    """Copies of ``requests`` where those without a seed get one from ``rng`` (the others are returned as is)."""
-    out = []
+def check_prompts(requests: list[RolloutRequest]) -> None:
+    """ValueError naming the first request whose prompt is not one row of integers, worded as the engine words it
+    (``checked_prompt``): the driver refuses it before any worker sees the batch."""
     for r in requests:
-        if r.params.seed is None:
-            r = dataclasses.replace(r, params=dataclasses.replace(r.params, seed=rng.getrandbits(63)))
+        checked_prompt(r.prompt_ids, f"request {r.request_id!r}")
+
+
+def with_seeds(requests: list[RolloutRequest], rng: random.Random) -> list[RolloutRequest]:
+    """Copies of ``requests`` where those without a seed get one from ``rng`` (the others are returned as is); params
+    of None become the defaults (with a seed), params that are not a SamplingParams a ValueError naming the request
+    (``checked_params``; every request is checked before any seed is drawn)."""
+    params = [checked_params(r.params, f"request {r.request_id!r}") for r in requests]
+    out = []
+    for r, p in zip(requests, params, strict=True):
+        if p.seed is None:
+            r = dataclasses.replace(r, params=dataclasses.replace(p, seed=rng.getrandbits(63)))
         out.append(r)
     return out

@@ -79,12 +79,17 @@ class RolloutWorkerActor:
         return [f.result() for f in futures]
 
     def _submit_all(self, items: list[tuple[RolloutRequest, Future[RolloutResult]]]) -> None:
-        """Queue every request (under the lock); a refused one fails its own future and those after it."""
+        """Queue every request (under the lock). A refused one fails its own future and those after it, which are
+        not queued: a ValueError (a request the checks refuse) is said once for all of them, naming the refused
+        request and those left out (``not_queued``); another error (the worker failed earlier) fails them as is."""
         for n, (request, future) in enumerate(items):
             try:
                 self._submit(request, future)
             except (RuntimeError, ValueError) as err:
-                for _, later in items[n:]:
+                rest = items[n:]
+                if isinstance(err, ValueError):
+                    err = not_queued(err, request.request_id, [r.request_id for r, _ in rest[1:]])
+                for _, later in rest:
                     later.set_exception(err)
                 return
 
@@ -267,6 +272,14 @@ class RolloutWorkerActor:
             self._closed = True
             self._cond.notify_all()
         self._fail("the worker was closed")
+
+
+def not_queued(refusal: ValueError, refused_id: str, later_ids: list[str]) -> ValueError:
+    """``refusal`` of request ``refused_id`` with the requests after it in the same submission, left out because of
+    it, named too (``refusal`` itself when there are none: the checks' messages name their request)."""
+    if not later_ids:
+        return refusal
+    return ValueError(f"{refusal}; requests {later_ids} after request {refused_id!r} were not queued because of it")
 
 
 def start_worker(worker_id: str, config: RolloutWorkerConfig, worker_index: int = 0) -> ray.actor.ActorHandle:

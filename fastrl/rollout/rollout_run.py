@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from fastrl.cotrain.cotrainer import SliceMetrics
-from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, make_units, merge_units
+from fastrl.rollout.dispatch import PromptAffinity, WorkUnit, assign_units, check_prompts, make_units, merge_units
 from fastrl.rollout.errors import short_error
 from fastrl.rollout.liveness import LivenessMonitor, LivenessPolicy, probe
 from fastrl.rollout.types import RolloutRequest, RolloutResult, WorkerTiming
@@ -127,6 +127,9 @@ class RolloutRun:
         self.start = 0.0
 
     def run(self) -> RunOutcome:
+        """Dispatch, gather and re-run as the class says; a request whose prompt the engine would refuse is a
+        ValueError naming it before any worker sees the batch (``check_prompts``)."""
+        check_prompts(self.requests)
         self.start = time.perf_counter()
         units = make_units(self.requests, len(self.workers))
         homes = {}
@@ -207,12 +210,11 @@ class RolloutRun:
     def _call_failed(self, worker: WorkerHandle, unit: WorkUnit, err: RayError) -> None:
         """A generation call raised. A worker that cannot serve by now (its stepping loop failed, or it died or does
         not answer a health check) is killed and replaced, and its unfinished requests re-run; a healthy worker
-        refused the requests themselves, which no re-run mends: RuntimeError naming them."""
+        refused the requests themselves, which no re-run mends: ``refusal_error``."""
         wid = worker.worker_id
         problem = probe({wid: worker.actor}, self.liveness.policy.round_timeout_s).get(wid)
         if problem is None:
-            ids = [self.requests[i].request_id for i in unit.indices]
-            raise RuntimeError(f"rollout worker {wid} refused requests {ids}: {short_error(err)}")
+            raise refusal_error(wid, [self.requests[i].request_id for i in unit.indices], err) from err
         self.log.warning("rollout worker %s failed mid-rollout (%s): killed; its requests re-run", wid, problem)
         ray.kill(worker.actor, no_restart=True)
         self._lost(worker, [unit], f"failed mid-rollout ({problem})")
@@ -348,6 +350,17 @@ def count_slices(timings: list[WorkerTiming], slices: list[tuple[str, SliceMetri
         replace(t, cotrain_s=t.cotrain_s + seconds[t.worker_id], cotrain_steps=t.cotrain_steps + steps[t.worker_id])
         for t in timings
     ]
+
+
+def refusal_error(worker_id: str, request_ids: list[str], err: BaseException) -> Exception:
+    """The error of a call that a healthy worker refused: a ValueError (the caller's bad input, as the local backend
+    says it) carrying the worker's message, which names the refused request (``RolloutWorkerActor._submit_all``),
+    whichever failed call of its share returned first; another error, a RuntimeError naming the call's requests."""
+    cause = getattr(err, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else err
+    if isinstance(cause, ValueError):
+        return ValueError(f"{cause} (refused by rollout worker {worker_id})")
+    return RuntimeError(f"rollout worker {worker_id} refused requests {request_ids}: {short_error(err)}")
 
 
 def _get_or_none(ref: ray.ObjectRef) -> list[RolloutResult] | None:

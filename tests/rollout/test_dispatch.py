@@ -131,3 +131,30 @@ def test_replacements_are_adopted_into_their_own_slots_and_dead_ones_left_out():
         adopted = adopt_replacements(workers, run)
         assert [w.slot for w in adopted] == list(range(len(workers)))  # one entry per slot, in slot order
         assert all(w is latest[w.slot] for w in adopted)  # each slot's live worker
+
+
+def test_params_of_none_are_the_defaults_and_others_are_refused_naming_the_request():
+    """``with_seeds`` read ``r.params.seed``: params=None or a dict was an AttributeError before any check ran.
+    None means the defaults (as ``Engine.check_request`` takes it); anything else not a SamplingParams is refused
+    in the engine's words, naming the request."""
+    bare = RolloutRequest("bn", [3, 4], None)
+    [seeded] = with_seeds([bare], random.Random(0))
+    assert seeded.params == SamplingParams(seed=seeded.params.seed) and seeded.params.seed is not None
+    assert bare.params is None  # the caller's request is not modified
+    with pytest.raises(ValueError, match=r"^request 'bd': params must be a SamplingParams, got dict$"):
+        with_seeds([req(0, 0), RolloutRequest("bd", [3, 4], {"max_new_tokens": 4})], random.Random(0))
+
+
+@pytest.mark.parametrize("token", [4.5, True, "7", None])
+def test_a_prompt_id_that_is_not_an_integer_is_refused_as_the_engine_refuses_it(token):
+    """The driver refuses such a prompt before any worker sees the batch, with the engine's own message."""
+    import numpy as np
+    import torch
+
+    from fastrl.rollout.dispatch import check_prompts
+
+    bad = RolloutRequest("bf", [3, token, 6], SamplingParams())
+    with pytest.raises(ValueError) as driver:
+        check_prompts([req(0, 0), bad, req(1, 0)])
+    assert str(driver.value) == f"request 'bf': prompt ids must be integers, got {token!r} ({type(token).__name__})"
+    check_prompts([req(0, 0), RolloutRequest("np", [3, *np.arange(2), torch.tensor(5)], SamplingParams())])

@@ -81,7 +81,7 @@ def test_a_rollout_that_raises_leaves_no_request_running(manager, checkpoint):
     inject(refuser.actor, refusing_submits())
     params = [SamplingParams(max_new_tokens=400, seed=900 + i, ignore_eos=True) for i in range(8)]
     requests = [RolloutRequest(f"refused{i}", prompt(300 + i), params[i], group=i) for i in range(8)]
-    with pytest.raises(RuntimeError, match=r"rollout worker worker-\d+ refused requests .*injected refusal"):
+    with pytest.raises(ValueError, match=r"injected refusal.*not queued.*\(refused by rollout worker worker-\d+\)"):
         manager.generate(requests)
     assert [s.running_requests for s in manager.worker_stats()] == [0, 0]
     manager.update_policy(1, load_model(checkpoint.policy_v1).state_dict())
@@ -125,3 +125,55 @@ def test_workers_that_do_not_start_in_time_name_the_timeout(checkpoint, ray_clus
     )
     with pytest.raises(RuntimeError, match=r"failed to start within worker_start_timeout_s=0.01 s"):
         RayRolloutManager(config)
+
+
+def bad_prompt_batch(prefix: str) -> tuple[list[RolloutRequest], RolloutRequest]:
+    """Six good requests with one whose prompt holds a float in their middle (the hunter's batch)."""
+    good = mixed_requests(6, prefix=prefix)
+    bad = RolloutRequest(f"{prefix}-bad", [3, 4.5, 6], SamplingParams(max_new_tokens=4))
+    return good[:3] + [bad] + good[3:], bad
+
+
+def test_a_bad_request_is_refused_as_the_local_backend_refuses_it(manager, checkpoint):
+    """It was a RuntimeError naming whichever ids' call failed first (a valid one, say); now the driver refuses it
+    before any worker sees it, a ValueError in the local backend's (the engine's) words. Params of None are the
+    defaults on both backends; params that are not a SamplingParams a ValueError naming the request."""
+    from fastrl.rollout.local import LocalRollout
+
+    batch, bad = bad_prompt_batch("drv")
+    local = LocalRollout(worker_config(checkpoint, cotrain=False), cotrain_after_batch=False)
+    with pytest.raises(ValueError) as local_error:
+        local.generate(batch)
+    with pytest.raises(ValueError) as ray_error:
+        manager.generate(batch)
+    assert (
+        str(ray_error.value)
+        == str(local_error.value)
+        == "request 'drv-bad': prompt ids must be integers, got 4.5 (float)"
+    )
+    dict_params = [*batch[:3], RolloutRequest("drv-dict", [3, 4], {"max_new_tokens": 4})]
+    for backend in (local, manager):
+        with pytest.raises(ValueError, match=r"^request 'drv-dict': params must be a SamplingParams, got dict$"):
+            backend.generate(dict_params)
+        [result] = backend.generate([RolloutRequest(f"drv-none-{id(backend)}", [3, 4], None)]).results
+        assert result.finish_reason != "error" and result.token_ids
+    assert [s.running_requests for s in manager.worker_stats()] == [0, 0]
+
+
+def test_a_request_a_worker_refuses_is_named_and_so_are_those_it_kept_out(manager, checkpoint, monkeypatch):
+    """Past the driver's checks (turned off here), the worker refuses the request itself: each failed call of the
+    share names it, and the requests after it (not queued because of it); the rollout raises that as a ValueError
+    (the caller's bad input, not a worker fault: no worker is replaced), and the next rollout serves."""
+    monkeypatch.setattr("fastrl.rollout.rollout_run.check_prompts", lambda requests: None, raising=False)
+    batch, bad = bad_prompt_batch("wrk")
+    workers = [w.worker_id for w in manager.workers]
+    pattern = r"^request 'wrk-bad': prompt ids must be integers, got 4\.5 \(float\).*refused by rollout worker"
+    with pytest.raises(ValueError, match=pattern):
+        manager.generate(batch)
+    assert [w.worker_id for w in manager.workers] == workers
+    actor = manager.workers[0].actor
+    direct = [RolloutRequest(f"{r.request_id}-d", r.prompt_ids, r.params) for r in (batch[0], bad, batch[4], batch[5])]
+    with pytest.raises(ValueError, match=r"requests \['wrk3-d', 'wrk4-d'\] after request 'wrk-bad-d' were not queued"):
+        ray.get(actor.generate_batch.remote(direct))
+    after = mixed_requests(6, prefix="after-refused")
+    assert_same_tokens(manager.generate(after).results, reference(checkpoint.policy, after))
