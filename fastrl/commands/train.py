@@ -54,7 +54,7 @@ from fastrl.interrupts import held_interrupts
 from fastrl.json_values import finite_json
 from fastrl.models.checkpoint import load_model
 from fastrl.models.tokenizer import load_tokenizer
-from fastrl.rl.checkpoint import read_trainer_state
+from fastrl.rl.checkpoint import check_training_checkpoint, read_trainer_state
 from fastrl.rl.logprob_check import rollout_tolerance
 from fastrl.rl.metrics import StepMetrics
 from fastrl.rl.trainer import GRPOTrainer, check_resumable
@@ -175,6 +175,7 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
     )
     settings = result_settings(cfg)
     if cfg.resume:  # refused before anything of the run changes (its metrics, a W&B run for it)
+        check_training_checkpoint(cfg.resume)  # a damaged small file: refused before any engine is built
         try:
             check_resumable(cfg.resume, rl, task, settings)
         except ValueError as err:

@@ -212,8 +212,28 @@ def read_trainer_state(path: str | Path) -> dict:
     return meta
 
 
+def check_training_checkpoint(path: str | Path) -> None:
+    """Refuse a checkpoint whose small files are damaged before anything is built for the run: trainer_state.json,
+    rollout_selector.json and rng.safetensors are read and checked as ``load_training_checkpoint`` reads them, with
+    its messages (a ValueError naming the file). What needs the backend or the policy (the selector state's fit,
+    the drafter, the workers' files) and the optimizer's tensors (large) are checked when the checkpoint loads."""
+    directory = Path(path)
+    read_trainer_state(directory)
+    _read_selector_and_rng(directory)
+
+
 def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """rollout_selector.json and rng.safetensors, read and checked; optimizer files checked for readability."""
+    rollout_selector, rng = _read_selector_and_rng(directory)
+    if (directory / OPTIMIZER_TENSORS).is_file():
+        read_safetensors(directory / OPTIMIZER_TENSORS)
+    if (directory / OPTIMIZER_META).is_file():
+        read_json(directory / OPTIMIZER_META)
+    return rollout_selector, rng
+
+
+def _read_selector_and_rng(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """rollout_selector.json (a JSON object) and rng.safetensors (with 'torch_cpu'), read and checked."""
     rollout_selector = read_json(directory / ROLLOUT_SELECTOR_FILE)
     if not isinstance(rollout_selector, dict):
         raise ValueError(f"{directory / ROLLOUT_SELECTOR_FILE} must hold a JSON object")
@@ -222,10 +242,6 @@ def _read_small_files(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     rng = read_safetensors(directory / RNG_FILE)
     if "torch_cpu" not in rng:
         raise ValueError(f"{directory / RNG_FILE} lacks the tensor 'torch_cpu'")
-    if (directory / OPTIMIZER_TENSORS).is_file():
-        read_safetensors(directory / OPTIMIZER_TENSORS)
-    if (directory / OPTIMIZER_META).is_file():
-        read_json(directory / OPTIMIZER_META)
     return rollout_selector, rng
 
 

@@ -183,8 +183,9 @@ def test_missing_checkpoint_directory_is_named(tmp_path):
 
 
 def test_a_checkpoint_killed_while_written_is_never_the_latest(saved, tmp_path, monkeypatch):
-    """A run killed inside save_training_checkpoint leaves ``step_N.tmp`` without its state file (written last), and
-    even a ``.tmp`` that has one is never what resuming picks: the last complete checkpoint is."""
+    """A save stopped by an exception (Ctrl-C, a full disk) removes its ``step_N.tmp``; one killed outright (SIGKILL)
+    leaves it without its state file (written last), and even a ``.tmp`` that has one is never what resuming picks:
+    the last complete checkpoint is."""
     import fastrl.rl.checkpoint as checkpoint
     from fastrl.commands.run_dir import latest_checkpoint
 
@@ -197,10 +198,12 @@ def test_a_checkpoint_killed_while_written_is_never_the_latest(saved, tmp_path, 
     monkeypatch.setattr(checkpoint, "save_cotrain_states", killed)
     with pytest.raises(KeyboardInterrupt):
         trainer.save_checkpoint(tmp_path / "ckpt" / "step_000004")
-    partial = tmp_path / "ckpt" / "step_000004.tmp"
-    assert partial.is_dir() and not (partial / "trainer_state.json").exists()
+    assert not (tmp_path / "ckpt" / "step_000004.tmp").exists()  # nothing half-written holds the disk's space
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copytree(saved, run / "checkpoints" / "step_000001")
+    killed_dir = run / "checkpoints" / "step_000004.tmp"  # as SIGKILL leaves it: no state file
+    shutil.copytree(saved, killed_dir)
+    (killed_dir / "trainer_state.json").unlink()
     shutil.copytree(saved, run / "checkpoints" / "step_000009.tmp")
     assert latest_checkpoint(run) == run / "checkpoints" / "step_000001"
