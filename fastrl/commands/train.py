@@ -150,7 +150,6 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
         raise ValueError(f"model.path: {policy_dir} has no tokenizer; fastrl train needs one to read the task")
     task = build_task(cfg)  # validates before any worker starts
     check_context(cfg, task, tokenizer)
-    check_local_cluster_fit(cfg)
     if cfg.logger.enabled:
         cfg.logger.check()
         if cfg.logger.dir:
@@ -185,6 +184,8 @@ def _run_train(cfg: TrainConfig, run_dir: Path, plan: RunPlan) -> list[StepMetri
                 f"{err} (resume=CHECKPOINT takes this command's keys alone: repeat the ones the run was started "
                 "with, in its .hydra/overrides.yaml, or continue the run with resume=RUN_DIR)"
             ) from None
+    # rollout.* keys and the workers' drafter: after a resume's settings (a changed drafter is named as that)
+    check_local_cluster_fit(cfg)
     try:
         policy = load_model(policy_dir)
     except ValueError as err:
