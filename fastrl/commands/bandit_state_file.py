@@ -163,8 +163,14 @@ def _shown(part: str, value: object) -> str:
 
 def read_state_file(key: str, path: Path) -> dict | None:
     """The state saved at ``path``; None when there is none yet (no file, or an empty one). A file that is not a
-    bandit state of this version is a ValueError naming ``key`` (the file is left as it is)."""
-    if not path.exists() or path.stat().st_size == 0:
+    bandit state of this version, or a path that is no regular file (a FIFO there was read as an empty state and
+    replaced at the end), is a ValueError naming ``key`` (the path is left as it is)."""
+    if not path.exists():
+        return None
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise ValueError(f"{key}={path} is {kind}: name a bandit state JSON file (or a new path)")
+    if path.stat().st_size == 0:
         return None
     try:
         state = json.loads(path.read_text(encoding="utf-8"))

@@ -22,12 +22,19 @@ def read_ema_json(path: str) -> EmaConfig:
     """The EMA controller's settings from an SGLang JSON file; ValueError naming ``ema_json`` and the file."""
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"ema_json={path}: file not found")
+        raise ValueError(f"ema_json={path}: {_not_a_file(file)}")
     values = read_json(file, f"ema_json={path}")
     try:
         return EmaConfig.from_json(values if isinstance(values, dict) else path)
     except (TypeError, ValueError) as err:
         raise ValueError(f"ema_json={path}: {err}") from None
+
+
+def _not_a_file(file: Path) -> str:
+    """Why ``file``, which is no regular file, cannot be read as one."""
+    if file.is_dir():
+        return "is a directory"
+    return "is not a regular file" if file.exists() else "file not found"
 
 
 def to_generate_inputs(

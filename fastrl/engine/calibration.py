@@ -17,12 +17,15 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import os
 import random
+import stat
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -420,7 +423,7 @@ def load_or_measure(
         raise ValueError(f"calibration cache {path} is not a file: remove it to measure again")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock_file = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 (closed by the with below)
+        lock_file = _open_lock(path.with_suffix(".lock"))
     except OSError as err:  # a file where a directory goes, a read-only disk: before anything is measured
         raise ValueError(
             f"calibration cache {path.parent} cannot be written ({err.strerror or err}): set {CACHE_ENV} to a "
@@ -454,6 +457,27 @@ def load_or_measure(
             why = err.strerror if isinstance(err, OSError) and err.strerror else err
             print(f"fastrl: calibration not cached in {path} ({why})", file=sys.stderr, flush=True)
     return model
+
+
+def _open_lock(lock: Path) -> IO[str]:
+    """The lock file of a calibration cache entry, opened (created) for ``flock``; a ValueError naming it when it is
+    not a regular file (a FIFO there hung the run in ``open``, a directory was said as an unwritable cache)."""
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    except OSError:
+        if lock.exists() and not lock.is_file():
+            raise ValueError(_not_a_lock(lock)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(_not_a_lock(lock))
+    return os.fdopen(fd, "a")
+
+
+def _not_a_lock(lock: Path) -> str:
+    """The error of a calibration lock path that holds something other than a regular file."""
+    kind = "a directory" if lock.is_dir() else "not a regular file"
+    return f"calibration lock {lock} is {kind}: remove it to measure again"
 
 
 def implausible(model: CostModel) -> str | None:

@@ -4,7 +4,9 @@ The source is compiled with the system's C++ compiler (`$CXX`, else g++, else c+
 (`-O3 -march=native`), once: the library is kept under `$FASTRL_CACHE/kernels` (default ~/.cache/fastrl/kernels),
 named by a hash of the source (and of the headers the kernels share), the compiler's version, the flags and the
 CPU's model and features, so a cache shared by other machines never hands one a library built for another CPU.
-Concurrent builds (Ray workers) are safe: each compiles to its own temporary file and renames it into place. Where
+Concurrent builds (Ray workers) are safe: each compiles to its own temporary file and renames it into place, with a
+sidecar (`<library>.sum`: its size and sha256) checked before every load, so a truncated or foreign file there (a
+FIFO, an interrupted copy of a cache, a library from before the sidecars) is built again rather than loaded. Where
 no compiler is found or the build fails, the loader says why once (a warning) and returns None; callers fall back to
 PyTorch.
 """
@@ -19,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -70,17 +73,56 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
     key = hashlib.sha256(b"\0".join([*parts, _cpu_identity().encode()]))
     directory = cache_root() / "kernels"
     library = directory / f"{name}-{key.hexdigest()[:20]}.so"
-    if not library.exists():
-        try:
-            _build(compiler, source, headers, name, library)
-        except (OSError, subprocess.SubprocessError) as error:
-            LOG.warning("fastrl: building the %s kernel failed, falling back to PyTorch: %s", name, error)
-            return None
+    build = functools.partial(_build_or_warn, compiler, source, headers, name, library)
+    if _intact(library):
+        return _load(library, rebuild=build)
+    return _load(library, rebuild=None) if build() else None
+
+
+def _load(library: Path, rebuild: Callable[[], bool] | None) -> ctypes.CDLL | None:
+    """``ctypes.CDLL`` of ``library``; where it does not load, ``rebuild`` (when given) and one more try, so that a
+    damaged library is built again once rather than falling back to PyTorch on every run; None and a warning naming
+    the file when it still does not load."""
     try:
         return ctypes.CDLL(str(library))
     except OSError as error:
-        LOG.warning("fastrl: loading %s failed, falling back to PyTorch: %s", library, error)
-        return None
+        if rebuild is None or not rebuild():
+            LOG.warning("fastrl: loading %s failed, falling back to PyTorch: %s", library, error)
+            return None
+    return _load(library, rebuild=None)
+
+
+def _build_or_warn(compiler: str, source: bytes, headers: dict[str, bytes], name: str, library: Path) -> bool:
+    """``_build``; False (and a warning naming the library) when it fails."""
+    try:
+        _build(compiler, source, headers, name, library)
+    except (OSError, subprocess.SubprocessError) as error:
+        LOG.warning("fastrl: building the %s kernel failed, falling back to PyTorch (%s): %s", name, library, error)
+        return False
+    return True
+
+
+def _sidecar(library: Path) -> Path:
+    """Where the size and sha256 of ``library`` are kept, beside it."""
+    return library.with_name(library.name + ".sum")
+
+
+def _summary(data: bytes) -> str:
+    """What the sidecar of a library holding ``data`` says: its size and sha256."""
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}\n"
+
+
+def _intact(library: Path) -> bool:
+    """Whether ``library`` is a regular file whose size and sha256 are those its sidecar recorded when it was
+    built. A truncated library (an interrupted copy of a cache) crashed the process with SIGBUS when loaded, a FIFO
+    there hung it in dlopen, and a library from before the sidecars has none: each is built again."""
+    sidecar = _sidecar(library)
+    try:
+        if not (library.is_file() and sidecar.is_file()):  # before opening either: a FIFO blocks the open
+            return False
+        return sidecar.read_text(encoding="ascii") == _summary(library.read_bytes())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _build(compiler: str, source: bytes, headers: dict[str, bytes], name: str, library: Path) -> None:
@@ -98,4 +140,7 @@ def _build(compiler: str, source: bytes, headers: dict[str, bytes], name: str, l
         )
         if done.returncode != 0:
             raise subprocess.SubprocessError(f"{compiler} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        summary = Path(work) / "summary"
+        summary.write_text(_summary(out.read_bytes()), encoding="ascii")
+        os.replace(summary, _sidecar(library))  # an interruption between the two leaves a mismatch: built again
         os.replace(out, library)

@@ -154,6 +154,8 @@ def test_bad_prompt_lines_name_the_line(model_dir, tmp_path, capsys, content, me
         (["+temperture=0"], "did you mean 'temperature'?"),
         (["model=/nonexistent"], "model=/nonexistent: checkpoint directory /nonexistent does not exist"),
         (["strategy=ema", "ema_json={d}/missing.json"], "missing.json: file not found"),
+        (["strategy=ema", "ema_json={d}"], "ema_json={d}: is a directory"),  # said "file not found"
+        (["strategy=ema", "ema_json={d}/fifo.json"], "fifo.json: is not a regular file"),
         (["strategy=ema", "ema_json={d}/bad.json"], "bad.json is not valid JSON"),
         (["strategy=ema", "ema_json={d}/keys.json"], "unknown EMA config keys"),
         (["seed=9223372036854775808"], "generate.seed"),
@@ -164,6 +166,7 @@ def test_bad_prompt_lines_name_the_line(model_dir, tmp_path, capsys, content, me
 def test_bad_settings_are_one_clear_error(model_dir, prompts, tmp_path, capsys, args, message):
     (tmp_path / "bad.json").write_text("{")
     (tmp_path / "keys.json").write_text('{"alpha": 1}')
+    os.mkfifo(tmp_path / "fifo.json")
     args = [a.format(d=tmp_path) for a in args]
     assert _generate(model_dir, f"prompts={prompts}", f"output={tmp_path / 'o.jsonl'}", *args) == 2
     err = capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -87,6 +88,20 @@ def test_a_damaged_entry_is_one_error_naming_the_file_and_the_entry(tmp_path, me
     assert str(raised.value).startswith(f"bandit_state={path}: a damaged bandit state")
     assert message in str(raised.value)
     assert path.read_text() == content
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_path_that_is_no_regular_file_is_named_not_read_as_no_state(tmp_path, kind):
+    """A FIFO was read as an empty file ("no state yet", its size 0) and replaced by a regular file at the end."""
+    path = tmp_path / "bandit.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with pytest.raises(ValueError) as raised:
+        read_state_file("bandit_state", path)
+    said = "a directory" if kind == "directory" else "not a regular file"
+    assert str(raised.value) == f"bandit_state={path} is {said}: name a bandit state JSON file (or a new path)"
 
 
 def test_a_learned_state_reads_back_and_predicts_finite_goodputs(tmp_path):

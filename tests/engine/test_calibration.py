@@ -284,3 +284,37 @@ def test_a_disturbed_calibration_is_timed_again_and_never_cached(monkeypatch, tm
         got = calibration.load_or_measure(Engine(), [chain, suffix], 3, 0, tmp_path)
         assert got.rows() == measured[-1].rows() and (tmp_path / "k.json").exists() == cached
         assert "timing it again" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_lock_path_that_is_no_regular_file_is_one_error_naming_it(monkeypatch, tmp_path, kind):
+    """A FIFO at a calibration's .lock hung the run forever in open(); a directory there was said as an unwritable
+    cache directory."""
+    import os
+    import signal
+
+    monkeypatch.setattr(calibration, "calibration_key", lambda *args: "k")
+    monkeypatch.setattr(calibration, "measure", lambda *args: pytest.fail("measured without its lock"))
+    lock = tmp_path / "k.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+
+    class Engine:
+        class config:  # noqa: N801 (the engine's config, as load_or_measure reads it)
+            max_batch_size = 8
+
+    def hung(*args: object) -> None:
+        raise TimeoutError(f"load_or_measure hung on {lock}")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(ValueError) as raised:
+            calibration.load_or_measure(Engine(), [Strategy.parse("3_1_4")], 3, 0, tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    said = "a directory" if kind == "directory" else "not a regular file"
+    assert str(raised.value) == f"calibration lock {lock} is {said}: remove it to measure again"

@@ -125,7 +125,8 @@ def test_the_kernel_is_built_once_per_source_and_machine(tmp_path, monkeypatch):
         stamp = built.stat().st_mtime_ns
         load_kernel.cache_clear()
         assert load_kernel("paged_attention") is not None
-        assert list((tmp_path / "kernels").glob("*")) == [built] and built.stat().st_mtime_ns == stamp
+        sidecar = built.with_name(built.name + ".sum")  # its size and sha256, checked before each load
+        assert sorted((tmp_path / "kernels").glob("*")) == [built, sidecar] and built.stat().st_mtime_ns == stamp
     finally:
         load_kernel.cache_clear()
 
