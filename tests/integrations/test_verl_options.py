@@ -196,6 +196,7 @@ def test_spec_counts_are_the_engines_own():
         ({"temperature": "hot"}, 10, "sampling_params.temperature must be a finite number"),
         ({"top_p": [0.9]}, 10, "sampling_params.top_p"),
         ({"top_k": 1.7}, 10, "sampling_params.top_k must be an integer"),
+        ({"top_k": -2}, 10, "sampling_params.top_k must be an integer in \\[0, 2\\*\\*62\\)"),  # only -1 is off
         ({"stop_token_ids": 5}, 10, "sampling_params.stop_token_ids must be a sequence"),
         ({"seed": "1"}, 10, "sampling_params.seed"),
         ({"ignore_eos": "false"}, 10, "sampling_params.ignore_eos must be a bool"),
@@ -223,6 +224,14 @@ def test_absent_or_none_sampling_values_take_the_defaults():
     params = parse_sampling(given, 10, LIMITS, seed=5).params
     assert (params.temperature, params.top_p, params.top_k, params.seed, params.stop_token_ids) == (1.0, 1.0, 0, 5, ())
     assert parse_sampling({}, 72, LIMITS, seed=5).params is None  # the conversation's budget is spent exactly
+
+
+def test_a_none_length_limit_is_absent_as_none_is_under_every_other_key():
+    """``max_tokens=None`` was refused ("must be an integer") while None meant absent under every other key."""
+    default = parse_sampling({}, 10, LIMITS, seed=5)
+    assert parse_sampling({"max_tokens": None}, 10, LIMITS, seed=5) == default
+    assert parse_sampling({"max_tokens": None, "max_new_tokens": None}, 10, LIMITS, seed=5) == default
+    assert parse_sampling({"max_tokens": None, "max_new_tokens": 3}, 10, LIMITS, seed=5).params.max_new_tokens == 3
 
 
 def test_prompt_ids_are_integers():

@@ -59,7 +59,8 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     """Translate verl's sampling dict; unknown or unsupported keys raise ``ValueError`` naming them. A numpy scalar
     or a 0-d array or tensor is, under every key, the Python number it holds.
 
-    ``top_k=-1`` (verl's "off") is fastrl's ``0``; ``max_tokens`` is taken over ``max_new_tokens`` when both are
+    ``top_k=-1`` (verl's "off") is fastrl's ``0``; any other negative ``top_k`` is refused, as vLLM refuses it.
+    None under any key means the key is absent. ``max_tokens`` is taken over ``max_new_tokens`` when both are
     given; without either the limit is SGLang's rule in verl: min(response_length, prompt_length + response_length -
     len(prompt)).
     """
@@ -76,13 +77,13 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
     logprobs = sampling.get("logprobs", False)
     if logprobs is not None and not (isinstance(logprobs, bool) or is_integral(logprobs) and logprobs >= 0):
         raise ValueError(f"sampling_params.logprobs must be a bool or a count >= 0, got {logprobs!r}")
-    if "max_tokens" in sampling:  # first: verl's fully-async client rewrites max_tokens alone on a partial rollout
+    if sampling.get("max_tokens") is not None:  # first: verl's fully-async client rewrites max_tokens alone
         key, limit = "max_tokens", sampling["max_tokens"]
-    elif "max_new_tokens" in sampling:
+    elif sampling.get("max_new_tokens") is not None:
         key, limit = "max_new_tokens", sampling["max_new_tokens"]
     else:
         key, limit = "", min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
-    if limit is None or not is_integral(limit):
+    if not is_integral(limit):
         raise ValueError(f"sampling_params.{key or 'max_tokens'} must be an integer, got {limit!r}")
     if limit < 0:
         if key:
@@ -98,7 +99,7 @@ def parse_sampling(sampling: Mapping[str, object], prompt_len: int, limits: Requ
             max_new_tokens=max(int(limit), 1),
             temperature=_given(sampling, "temperature", 1.0),
             top_p=_given(sampling, "top_p", 1.0),
-            top_k=0 if is_integral(top_k) and top_k < 0 else top_k,  # verl's -1 is fastrl's 0: off
+            top_k=0 if is_integral(top_k) and top_k == -1 else top_k,  # verl's -1 is fastrl's 0: off
             seed=_given(sampling, "seed", seed),
             stop_token_ids=_given(sampling, "stop_token_ids", ()),
             ignore_eos=_given(sampling, "ignore_eos", limits.ignore_eos),

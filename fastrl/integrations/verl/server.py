@@ -33,6 +33,7 @@ from fastrl.integrations.verl.requests import (
 )
 from fastrl.integrations.verl.server_report import ServerReport
 from fastrl.rollout.errors import short_error
+from fastrl.rollout.manager import is_refusal
 from fastrl.rollout.ray_worker import RolloutWorkerActor
 from fastrl.rollout.types import RolloutResult
 from fastrl.sampling.params import SamplingParams
@@ -41,6 +42,7 @@ LOG = logging.getLogger("fastrl.verl")
 
 ABORT_RETRY_S = 0.1  # an abort is sent again after this long while its requests are still in flight
 RELEASE_WAIT_S = 30.0  # how long an idle server retries a memory release the engine refuses for unfinished requests
+DRAIN_WAIT_S = 300.0  # how long an abort or a memory release waits for the requests in flight to end (a hung engine)
 
 
 def _failed(task: asyncio.Future) -> bool:
@@ -295,12 +297,13 @@ class FastrlServer:
 
     async def _release(self, parts: frozenset[str]) -> int:
         """The engine's release of ``parts`` once no request is in flight here (verl releases between rollouts; a
-        request that arrives meanwhile is waited for); the device bytes given back. RuntimeError when the engine
-        still holds unfinished requests after ``RELEASE_WAIT_S`` of this server being idle (never a silent hang)."""
+        request that arrives meanwhile is waited for); the device bytes given back. RuntimeError when requests are
+        still in flight after ``DRAIN_WAIT_S``, or the engine still holds unfinished requests after ``RELEASE_WAIT_S``
+        of this server being idle (never a silent hang)."""
         loop = asyncio.get_running_loop()
         deadline = None
         while True:
-            await self._idle.wait()
+            await self._drained("memory not released", loop.time() + DRAIN_WAIT_S)
             try:
                 return await self._worker.release_memory.remote(sorted(parts))
             except ValueError as err:  # a request reached the engine after the wait: release once it is done
@@ -336,13 +339,34 @@ class FastrlServer:
         ``aborted_count`` and ``request_ids``."""
         await self._gate.close_for_abort(bool(reject_request))
         aborted: list[str] = []
+        deadline = asyncio.get_running_loop().time() + DRAIN_WAIT_S
         while self._in_flight:  # again until idle: a request admitted just now may reach the engine after an abort
-            aborted += await self._worker.abort.remote(None)
-            try:
-                await asyncio.wait_for(self._idle.wait(), timeout=ABORT_RETRY_S)
-            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
-                continue
+            aborted += await self._before("abort_all_requests", deadline, self._worker.abort.remote(None))
+            await self._drained("abort_all_requests", deadline, ABORT_RETRY_S)
         return {"aborted_count": len(aborted), "request_ids": aborted}
+
+    async def _drained(self, what: str, deadline: float, retry_s: float | None = None) -> None:
+        """Wait until no request is in flight here, or ``retry_s`` has passed (None: no retry, until idle).
+        RuntimeError naming this server and ``what`` waited when the loop's clock passes ``deadline`` first (an
+        engine that never ends its requests: a hung step)."""
+        try:
+            await self._before(what, deadline, self._idle.wait(), retry_s)
+        except asyncio.TimeoutError:  # the retry is due (not the builtin TimeoutError before Python 3.11)
+            pass
+
+    async def _before(self, what: str, deadline: float, step: object, retry_s: float | None = None) -> object:
+        """The result of awaiting ``step`` within ``retry_s`` (asyncio.TimeoutError after it); RuntimeError when
+        ``deadline`` comes first: the requests in flight here did not end in ``DRAIN_WAIT_S``."""
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(step, timeout=max(left, 0.0) if retry_s is None else min(left, retry_s))
+        except asyncio.TimeoutError:
+            if asyncio.get_running_loop().time() < deadline:
+                raise
+        raise RuntimeError(
+            f"fastrl server {self.name}: {what}: {self._in_flight} request(s) still in flight after waiting "
+            f"{DRAIN_WAIT_S:g} s for the engine to end them (is its engine step hung?)"
+        )
 
     async def resume_generation(self) -> None:
         """Lift the abort's hold (admission opens unless a weight commit is in progress)."""
@@ -380,7 +404,8 @@ class FastrlServer:
         finish, so no response mixes weights. The version is ``global_steps`` when given; without it the version
         (and ``global_steps``) stay as they are: verl commits without steps only to re-install the weights it last
         pushed (its v1 trainer's validation), so the same weights keep their version and the next step's weights
-        get theirs. New weights start a rollout, as ``wake_up`` does (verl wakes its replicas by a weight update)."""
+        get theirs. New weights start a rollout, as ``wake_up`` does (verl wakes its replicas by a weight update).
+        ValueError naming this server when the engine refuses the weights (each server keeps its version)."""
         version = int(global_steps) if global_steps is not None else self._policy_version
         state, self._pending = self._pending, {}
         self._commits += 1
@@ -389,7 +414,7 @@ class FastrlServer:
         try:
             await self._idle.wait()
             await self._stop_cotrain()
-            await self._worker.update_policy.remote(version, state)
+            await self._install_policy(version, state)
         finally:
             await self._gate.hold(hold, False)
         self._policy_version = version
@@ -397,6 +422,17 @@ class FastrlServer:
             self.global_steps = int(global_steps)
         await self._wake()
         return version
+
+    async def _install_policy(self, version: int, state: dict[str, Tensor]) -> None:
+        """The engine's install of ``state`` as policy ``version``. ValueError naming this server when the engine
+        refuses the weights (its checks: missing, unexpected or mis-shaped tensors), with the engine's own one-line
+        reason rather than Ray's wrapped traceback, as fastrl's rollout manager says a refused push."""
+        try:
+            await self._worker.update_policy.remote(version, state)
+        except ray.exceptions.RayError as err:
+            if not is_refusal(err):
+                raise
+            raise ValueError(f"fastrl server {self.name}: weight commit refused: {short_error(err)}") from None
 
     # ---- reports ------------------------------------------------------------------------------------------------
     async def report(self) -> ServerReport:
